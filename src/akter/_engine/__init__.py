@@ -1,0 +1,1 @@
+"""The engine: turns, dispatcher, relay, jobs."""

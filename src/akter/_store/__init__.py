@@ -1,0 +1,1 @@
+"""Storage: pool, named queries, migrations, clock, embedded server."""

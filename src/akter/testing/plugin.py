@@ -1,0 +1,1 @@
+"""Pytest plugin: fixtures for akter tests (filled in by the testing toolkit)."""
