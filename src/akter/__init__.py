@@ -1,0 +1,61 @@
+"""akter: durable actors on PostgreSQL.
+
+An actor is ``(tenant, type, id)`` with durable state; every command runs as one fenced turn
+(one PostgreSQL transaction) that commits state, receipt, events, intents and jobs together.
+"""
+
+from akter._policy import Policy
+from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
+from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
+from akter.errors import (
+    ActorError,
+    AkterError,
+    CapabilityEscaped,
+    ConfigurationError,
+    DeclaredError,
+    DefinitionError,
+    DrainError,
+    JobFailure,
+    ReadOnlyError,
+)
+from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
+from akter.runtime import Runtime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Actor",
+    "ActorDefinition",
+    "ActorError",
+    "ActorRef",
+    "AkterError",
+    "Anonymous",
+    "Caller",
+    "Cancelled",
+    "CapabilityEscaped",
+    "ConfigurationError",
+    "DeadLetter",
+    "DeclaredError",
+    "DefinitionError",
+    "DrainError",
+    "EmptyState",
+    "Event",
+    "Failed",
+    "Job",
+    "JobCall",
+    "JobFailure",
+    "Policy",
+    "ReadOnlyError",
+    "Runtime",
+    "Succeeded",
+    "System",
+    "Unknown",
+    "User",
+    "__version__",
+    "as_caller",
+    "command",
+    "current_caller",
+    "job",
+    "public",
+    "query",
+]

@@ -64,7 +64,7 @@ class DrainError(AkterError):
     """The outbox did not settle within the drain's round limit."""
 
 
-class CapabilityEscaped(AkterError):  # noqa: N818 - the contract's name
+class CapabilityEscaped(AkterError):
     """A turn capability was used after its turn ended or from another task."""
 
 
@@ -103,7 +103,7 @@ class ActorError(AkterError):
             retryable = reason in ("ActorUnavailable", "RunnerAtCapacity", "Timeout")
         self.retryable = retryable
         if retry_after is None and reason == "ActorUnavailable":
-            retry_after = 0.25 * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not crypto
+            retry_after = 0.25 * random.uniform(0.8, 1.2)
         elif retry_after is None and reason == "RunnerAtCapacity":
             retry_after = 1.0
         self.retry_after = retry_after
@@ -114,7 +114,11 @@ class ActorError(AkterError):
     def status(self) -> int:
         """The HTTP status this error maps to."""
         if self.reason == "Unauthorized":
-            return 401 if self.code in ("missing_credentials", "invalid_credentials", "expired") else 403
+            return (
+                401
+                if self.code in ("missing_credentials", "invalid_credentials", "expired")
+                else 403
+            )
         if self.reason == "InvalidInput" and self.code in ("body_too_large",):
             return 413
         if self.reason == "InvalidInput" and self.code in ("unknown_type", "unknown_member"):
@@ -201,7 +205,11 @@ class DeclaredError(AkterError):
         super().__init__(message or f"{type(self).tag}({self.fields})")
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.fields == self.fields  # type: ignore[attr-defined]
+        return (
+            isinstance(other, DeclaredError)
+            and type(other) is type(self)
+            and (other.fields == self.fields)
+        )
 
     def __hash__(self) -> int:
         return hash((type(self).tag, tuple(sorted(map(str, self.fields.items())))))
@@ -236,7 +244,7 @@ class JobFailure(AkterError):
         self.final = final
 
 
-class InjectedCrash(BaseException):  # noqa: N818 - a signal, not an error
+class InjectedCrash(BaseException):
     """A simulated process death at a fault-injection point (testing only)."""
 
     def __init__(self, point: str) -> None:

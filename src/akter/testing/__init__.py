@@ -1,1 +1,6 @@
-"""Testing toolkit."""
+"""The testing toolkit: ``ActorTest``, fault points and a pytest plugin (``akter_db``)."""
+
+from akter._engine.hooks import POINTS, Hooks, Pause
+from akter.testing.harness import ActorTest, Inspection
+
+__all__ = ["POINTS", "ActorTest", "Hooks", "Inspection", "Pause"]

@@ -1,1 +1,49 @@
-"""Pytest plugin: fixtures for akter tests (filled in by the testing toolkit)."""
+"""Pytest plugin: a real PostgreSQL for akter tests.
+
+``akter_db`` (session) is the database URL: ``$AKTER_TEST_DATABASE_URL`` when set, else an
+embedded PostgreSQL under ``<rootdir>/.akter-test`` started once per session. ``akter_test``
+builds :class:`~akter.testing.ActorTest` harnesses on it, each with a fresh schema.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from akter.testing.harness import ActorTest
+
+
+@pytest.fixture(scope="session")
+def akter_db(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The PostgreSQL URL the tests run against."""
+    url = os.environ.get("AKTER_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from akter._store.embedded import EmbeddedPostgres
+
+    data_dir = Path(str(request.config.rootpath)) / ".akter-test"
+    data_dir.mkdir(exist_ok=True)
+    server = EmbeddedPostgres(data_dir)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def akter_test(akter_db: str) -> Callable[..., ActorTest]:
+    """Build ActorTest harnesses, each on a fresh schema.
+
+    Example: ``async with akter_test([Order]) as t: ...``.
+    """
+
+    def make(actors: Sequence[type[Any]], **options: Any) -> ActorTest:
+        return ActorTest(actors, database_url=akter_db, **options)
+
+    return make

@@ -1,0 +1,97 @@
+"""Fault-injection points (semantics §10.4): ``crash_next`` and ``pause_next``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from akter.errors import InjectedCrash
+
+POINTS = frozenset(
+    {
+        "before_handler",
+        "before_commit",
+        "after_commit",
+        "after_claim",
+        "before_execute",
+        "after_execute",
+        "before_renew",
+        "before_dead_letter_commit",
+        "before_outbox_delete",
+    }
+)
+
+Match = Callable[[dict[str, Any]], bool]
+
+
+@dataclass
+class Pause:
+    """A pause armed at a point: ``await pause.reached.wait()``, then ``pause.release()``."""
+
+    point: str
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def release(self) -> None:
+        """Let the paused operation continue."""
+        self.released.set()
+
+    async def wait(self, within: float = 10.0) -> dict[str, Any]:
+        """Wait until the operation reaches the point; returns what it reported."""
+        await asyncio.wait_for(self.reached.wait(), within)
+        return self.info
+
+
+@dataclass
+class _Armed:
+    action: Literal["crash", "pause"]
+    match: Match | None
+    pause: Pause | None = None
+
+
+class Hooks:
+    """Armed fault actions per point; each fires once, for the first matching operation."""
+
+    def __init__(self) -> None:
+        self._armed: dict[str, deque[_Armed]] = {}
+        self.fired: list[tuple[str, str]] = []
+
+    def _arm(self, point: str, armed: _Armed) -> None:
+        if point not in POINTS:
+            raise ValueError(f"Unknown fault point {point!r}; known points: {sorted(POINTS)}.")
+        self._armed.setdefault(point, deque()).append(armed)
+
+    def crash_next(self, point: str, match: Match | None = None) -> None:
+        """Abandon the next operation reaching ``point`` like a process death."""
+        self._arm(point, _Armed("crash", match))
+
+    def pause_next(self, point: str, match: Match | None = None) -> Pause:
+        """Hold the next operation reaching ``point`` until the returned pause is released."""
+        pause = Pause(point)
+        self._arm(point, _Armed("pause", match, pause))
+        return pause
+
+    def armed(self, point: str) -> bool:
+        """Whether anything is armed at ``point`` (cheap check on hot paths)."""
+        return bool(self._armed.get(point))
+
+    async def at(self, point: str, info: dict[str, Any]) -> None:
+        """Called by the engine at a point: fires the first matching armed action."""
+        queue = self._armed.get(point)
+        if not queue:
+            return
+        for armed in list(queue):
+            if armed.match is None or armed.match(info):
+                queue.remove(armed)
+                self.fired.append((point, armed.action))
+                if armed.action == "crash":
+                    raise InjectedCrash(point)
+                assert armed.pause is not None
+                armed.pause.info = info
+                armed.pause.reached.set()
+                await armed.pause.released.wait()
+                return

@@ -1,0 +1,95 @@
+"""The connection pool: psycopg 3 async, autocommit connections, explicit transactions."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from akter._store.queries import Queries
+
+Connection = psycopg.AsyncConnection[tuple[object, ...]]
+
+
+async def _configure(conn: Connection) -> None:
+    # Turns send BEGIN/COMMIT themselves so that both flights are pipelined round trips.
+    await conn.set_autocommit(True)
+
+
+class Store:
+    """The runtime's view of PostgreSQL: a pool plus the statement catalogue."""
+
+    def __init__(self, url: str, schema: str, *, min_size: int = 2, max_size: int = 20) -> None:
+        self.url = url
+        self.queries = Queries(schema)
+        self.pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            configure=_configure,
+            kwargs={"autocommit": True, "prepare_threshold": 2},
+            name=f"akter-{schema}",
+            timeout=30.0,
+        )
+
+    async def open(self) -> None:
+        """Open the pool and wait for its first connections."""
+        await self.pool.open(wait=True, timeout=30.0)
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self.pool.close()
+
+    async def connect_direct(self) -> Connection:
+        """A dedicated connection outside the pool (migrations, LISTEN)."""
+        return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+
+
+class Clock:
+    """The framework clock (semantics §1.7): database time in ms plus a test offset.
+
+    ``read()`` asks the database. ``estimate()`` gives a lower bound of the database clock from
+    the last sample without a round trip (used to mint command ids, where a value slightly in
+    the past is harmless and one in the future would be refused as ``future``).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.offset_ms = 0
+        self._base_db_ms = 0
+        self._base_mono = 0.0
+        self._sampled = False
+
+    async def read(self) -> int:
+        """One database round trip: the framework clock now."""
+        async with self._store.pool.connection() as conn:
+            return await self.read_on(conn)
+
+    async def read_on(self, conn: Connection) -> int:
+        """Read the framework clock on a given connection, and refresh the estimate."""
+        cur = await conn.execute(self._store.queries["clock_now"], {"off": self.offset_ms})
+        row = await cur.fetchone()
+        assert row is not None
+        now = int(row[0])  # type: ignore[call-overload]
+        after = time.monotonic()
+        # The database read happened before `after`: anchoring `now` there keeps the estimate
+        # a lower bound of the real clock.
+        self._base_db_ms = now - self.offset_ms
+        self._base_mono = after
+        self._sampled = True
+        return int(now)
+
+    def observe(self, now_ms: int) -> None:
+        """Refresh the estimate from a clock value a statement just returned."""
+        self._base_db_ms = now_ms - self.offset_ms
+        self._base_mono = time.monotonic()
+        self._sampled = True
+
+    def estimate(self) -> int:
+        """A lower bound of the framework clock from the last sample (no round trip)."""
+        if not self._sampled:
+            raise RuntimeError("The clock has not been sampled yet; start the runtime first.")
+        elapsed = int((time.monotonic() - self._base_mono) * 1000)
+        return self._base_db_ms + elapsed + self.offset_ms

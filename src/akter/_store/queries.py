@@ -1,0 +1,77 @@
+"""The named statement catalogue: ``queries.sql`` parsed once, per schema."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import LiteralString
+
+from psycopg import sql
+
+from akter.errors import ConfigurationError
+
+_HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@cache
+def raw_catalogue() -> dict[str, str]:
+    """Every statement of ``queries.sql`` by name, with ``{schema}`` placeholders."""
+    text = resources.files("akter._store").joinpath("queries.sql").read_text("utf-8")
+    blocks: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        match = _HEADER.match(line.strip())
+        if match:
+            if name is not None:
+                blocks[name] = _body(lines)
+            name, lines = match.group(1), []
+            if name in blocks:
+                raise ConfigurationError(f"queries.sql names {name!r} twice.")
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        blocks[name] = _body(lines)
+    return blocks
+
+
+def _body(lines: list[str]) -> str:
+    # The first comment line after the header is the statement's one-line guarantee.
+    body = [ln for ln in lines if not ln.lstrip().startswith("--")]
+    return "\n".join(body).strip()
+
+
+def validate_schema_name(schema: str) -> str:
+    """Check a schema name: lowercase identifier, at most 63 bytes."""
+    if not isinstance(schema, str) or not _SCHEMA.match(schema):
+        raise ConfigurationError(
+            f"Schema name {schema!r} is invalid; use a lowercase identifier such as 'akter'."
+        )
+    return schema
+
+
+class Queries:
+    """The catalogue with the schema substituted: ``queries["lock_actor"]``."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = validate_schema_name(schema)
+        quoted = sql.Identifier(schema).as_string(None)
+        self._statements = {
+            name: text.replace("{schema}", quoted) for name, text in raw_catalogue().items()
+        }
+
+    def __getitem__(self, name: str) -> LiteralString:
+        return self._statements[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._statements
+
+    def names(self) -> list[str]:
+        """Every statement name."""
+        return sorted(self._statements)
+
+    def substitute(self, text: str) -> LiteralString:
+        """Substitute the schema into another SQL text (migrations)."""
+        return text.replace("{schema}", sql.Identifier(self.schema).as_string(None))

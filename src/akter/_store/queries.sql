@@ -1,0 +1,193 @@
+-- The statement catalogue. Each block starts with `-- name --` and a one-line guarantee.
+-- `{schema}` is replaced by the runtime's quoted schema name when the catalogue is loaded.
+-- Every statement that touches a per-actor table filters on routing_key (semantics §9.9).
+
+-- migrations_bootstrap --
+-- creates the schema and the migration ledger if they are missing
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.migrations (
+    id text PRIMARY KEY,
+    applied_at_ms bigint NOT NULL,
+    checksum text NOT NULL
+);
+
+-- migrations_lock --
+-- serializes concurrent starters on one database and schema (session advisory lock)
+SELECT pg_advisory_lock(hashtextextended(%(lock_name)s, 0));
+
+-- migrations_unlock --
+-- releases the starters' advisory lock
+SELECT pg_advisory_unlock(hashtextextended(%(lock_name)s, 0));
+
+-- migrations_applied --
+-- the applied migration ids, oldest first
+SELECT id, checksum FROM {schema}.migrations ORDER BY id;
+
+-- migrations_record --
+-- records one applied migration inside the migration's own transaction
+INSERT INTO {schema}.migrations (id, applied_at_ms, checksum)
+VALUES (%(id)s, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, %(checksum)s);
+
+-- deployment_get --
+-- the single deployment row, if any
+SELECT schema_version, retry_window_ms, deployment_id::text AS deployment_id, placements
+FROM {schema}.deployment;
+
+-- deployment_insert --
+-- creates the deployment row once; a concurrent starter's row wins
+INSERT INTO {schema}.deployment
+    (singleton, schema_version, retry_window_ms, deployment_id, placements, created_at_ms)
+VALUES (true, %(schema_version)s, %(retry_window_ms)s, %(deployment_id)s, %(placements)s::jsonb,
+        {schema}.now_ms(0))
+ON CONFLICT (singleton) DO NOTHING;
+
+-- deployment_record_placements --
+-- adds placements of types not yet recorded; recorded ones never change
+UPDATE {schema}.deployment SET placements = %(placements)s::jsonb || placements;
+
+-- clock_now --
+-- the framework clock: database time in ms plus the runtime's test offset
+SELECT {schema}.now_ms(%(off)s) AS now_ms;
+
+-- turn_settings --
+-- transaction-local lock wait and statement timeout of one turn
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('statement_timeout', %(statement_timeout)s, true);
+
+-- ensure_actor --
+-- inserts the fence row of a not-yet-known actor; an existing row is left alone
+INSERT INTO {schema}.actors
+    (routing_key, tenant_id, actor_type, actor_id, version, created, event_seq, state,
+     state_version, updated_at_ms)
+VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, 0, false, 0, %(state)s::jsonb, %(state_version)s,
+        {schema}.now_ms(%(off)s))
+ON CONFLICT DO NOTHING;
+
+-- lock_actor --
+-- the fence: locks the actor row; ships state only when the cached version is stale
+SELECT a.version, a.created, a.event_seq,
+       CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state END AS state,
+       CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state_version END
+           AS state_version
+FROM {schema}.actors a
+WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
+  AND a.actor_id = %(id)s
+FOR UPDATE OF a;
+
+-- admission_read --
+-- after the lock (a fresh snapshot): the pinned turn clock and the batch's existing receipts
+SELECT {schema}.now_ms(%(off)s) AS now_ms,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                    'command_id', r.command_id, 'command', r.command,
+                    'payload_hash', r.payload_hash, 'caller_key', r.caller_key,
+                    'outcome', r.outcome, 'expires_at_ms', r.expires_at_ms))
+                 FROM {schema}.receipts r
+                 WHERE r.routing_key = %(rk)s AND r.tenant_id = %(tenant)s
+                   AND r.actor_type = %(type)s AND r.actor_id = %(id)s
+                   AND r.command_id = ANY(%(command_ids)s::text[])), '[]'::jsonb) AS receipts;
+
+-- update_actor --
+-- writes the batch's state under the locked version; raises 40001 unless exactly one row changed
+WITH updated AS (
+    UPDATE {schema}.actors
+    SET state = %(state)s::jsonb, state_version = %(state_version)s, created = %(created)s,
+        event_seq = %(event_seq)s, version = version + 1, updated_at_ms = %(now)s
+    WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+      AND actor_id = %(id)s AND version = %(locked_version)s
+    RETURNING 1
+)
+SELECT {schema}.fence_check((SELECT count(*) FROM updated));
+
+-- insert_events --
+-- appends the batch's events with their gap-free sequence numbers
+INSERT INTO {schema}.events
+    (routing_key, tenant_id, actor_type, actor_id, seq, tag, payload, payload_version,
+     command_id, emitted_at_ms)
+SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, e.seq, e.tag, e.payload::jsonb, 0, e.command_id,
+       %(now)s
+FROM unnest(%(seqs)s::bigint[], %(tags)s::text[], %(payloads)s::text[], %(command_ids)s::text[])
+    AS e(seq, tag, payload, command_id);
+
+-- delete_timers --
+-- deletes this actor's pending keyed timers that the batch replaced or cancelled
+DELETE FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s AND timer_key = ANY(%(keys)s::text[]) AND kind = 'intent';
+
+-- cancel_jobs_unstarted --
+-- cancelling a key deletes its job rows that never ran and never reported (semantics §5.8.1)
+DELETE FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s AND kind = 'job' AND timer_key = ANY(%(keys)s::text[])
+  AND attempts = 0 AND NOT running;
+
+-- cancel_jobs_started --
+-- the other matches are marked cancelled and free their key (semantics §5.8.2)
+UPDATE {schema}.outbox
+SET cancelled_at_ms = %(now)s, timer_key = NULL, waiting = false,
+    due_at_ms = CASE WHEN running THEN due_at_ms ELSE least(due_at_ms, %(now)s) END
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s AND kind = 'job' AND timer_key = ANY(%(keys)s::text[])
+RETURNING intent_id, running;
+
+-- insert_outbox --
+-- stages the batch's intents, timers and jobs; relative delays count from this statement's clock
+INSERT INTO {schema}.outbox
+    (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
+     target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
+     ready_at_ms, timer_key)
+SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.target_type,
+       o.target_id, o.command, o.payload, 0, o.caller, d.due, d.due,
+       CASE WHEN o.kind = 'job' THEN d.due END, o.timer_key
+FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
+            %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
+            %(callers)s::text[], %(delays)s::bigint[], %(ats)s::bigint[], %(timer_keys)s::text[])
+    AS o(intent_id, kind, target_type, target_id, command, payload, caller, delay, at, timer_key)
+CROSS JOIN LATERAL (
+    SELECT coalesce(o.at, {schema}.stmt_ms(%(off)s) + coalesce(o.delay, 0)) AS due
+) d
+RETURNING intent_id, kind, due_at_ms;
+
+-- insert_receipts --
+-- records each committed command's outcome under its command id
+INSERT INTO {schema}.receipts
+    (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash, caller_key,
+     outcome, expires_at_ms)
+SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, r.command_id, r.command, r.payload_hash,
+       r.caller_key, r.outcome::jsonb, r.expires_at_ms
+FROM unnest(%(command_ids)s::text[], %(commands)s::text[], %(payload_hashes)s::text[],
+            %(caller_keys)s::text[], %(outcomes)s::text[], %(expires)s::bigint[])
+    AS r(command_id, command, payload_hash, caller_key, outcome, expires_at_ms);
+
+-- query_actor --
+-- an unlocked read of committed state for queries
+SELECT a.version, a.created, a.event_seq, a.state, a.state_version
+FROM {schema}.actors a
+WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
+  AND a.actor_id = %(id)s;
+
+-- inspect_receipts --
+-- every receipt of one actor, for inspection and tests
+SELECT command_id, command, payload_hash, caller_key, outcome, expires_at_ms
+FROM {schema}.receipts
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s
+ORDER BY command_id;
+
+-- inspect_outbox --
+-- every outbox row an actor sent or owns, for inspection and tests
+SELECT intent_id, kind, target_type, target_id, command, payload, caller, due_at_ms,
+       scheduled_at_ms, ready_at_ms, attempts, last_error, ambiguous, maybe_applied, running,
+       waiting, final_failure, cancelled_at_ms, timer_key, bucket, routing_key
+FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s
+ORDER BY scheduled_at_ms, intent_id;
+
+-- inspect_events --
+-- every retained event of one actor, oldest first
+SELECT seq, tag, payload, command_id, emitted_at_ms
+FROM {schema}.events
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s
+ORDER BY seq;

@@ -1,0 +1,274 @@
+"""Job declarations: ``@akter.job`` executors, their routes and the route payload types.
+
+A job is an external call an actor asks for in a turn (``self.enqueue``); it runs after commit
+on an executor with attempts, a lease and honest ambiguity (semantics §5), and its outcome comes
+back to the actor through an internal route command (``on_success``, ``on_dead_letter``,
+``on_cancelled``) whose command id is the job id.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from akter._ids import ms_from_duration
+from akter.actor import _MEMBER_ATTR, MemberSpec
+from akter.callers import ActorRef
+from akter.errors import DefinitionError, invalid_input_from
+
+if TYPE_CHECKING:
+    from akter.actor import ActorDefinition
+
+PL = TypeVar("PL", bound=BaseModel)
+R = TypeVar("R")
+A = TypeVar("A")
+P = TypeVar("P")
+Duration = float | int | timedelta
+
+_MAX_MS = 2**31 - 1
+
+
+class JobCall:
+    """What an executor gets besides its payload: ids, attempt and progress reporting.
+
+    Attributes:
+        job_id: Stable across attempts: use it as the provider's idempotency key.
+        attempt: The attempt number, from 1.
+        principal: The principal of the turn that enqueued the job.
+        ref: The actor that owns the job.
+        tenant: The actor's tenant.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        attempt: int,
+        principal: str | None,
+        ref: ActorRef,
+        report: Callable[[BaseModel], None] | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.principal = principal
+        self.ref = ref
+        self.tenant = ref.tenant
+        self._report = report
+
+    def report(self, frame: BaseModel) -> None:
+        """Publish a progress frame (best-effort; never blocks or raises)."""
+        if self._report is not None:
+            self._report(frame)
+
+
+class DeadLetter(BaseModel, Generic[P]):
+    """The payload of ``on_dead_letter``: a job that ran out of attempts."""
+
+    job_id: str
+    job: P
+    attempts: int
+    cause: str
+    ambiguous: bool
+
+
+class Succeeded(BaseModel, Generic[R]):
+    """A cancelled job's result finished before the cancellation was seen."""
+
+    kind: Literal["Succeeded"] = "Succeeded"
+    value: R
+
+
+class Failed(BaseModel):
+    """A cancelled job that no attempt can have applied."""
+
+    kind: Literal["Failed"] = "Failed"
+    cause: str
+
+
+class Unknown(BaseModel):
+    """A cancelled job whose provider may have applied the call."""
+
+    kind: Literal["Unknown"] = "Unknown"
+    cause: str
+
+
+class Cancelled(BaseModel, Generic[P, R]):
+    """The payload of ``on_cancelled``: what is known of a cancelled job."""
+
+    job_id: str
+    job: P
+    attempts: int
+    outcome: Succeeded[R] | Failed | Unknown
+    ambiguous: bool
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """A job's options in whole milliseconds."""
+
+    attempts: int
+    backoff_base_ms: int
+    backoff_max_ms: int
+    timeout_ms: int
+    per_actor: int | None
+    progress: type[BaseModel] | None
+    progress_every_ms: int
+
+
+class Job(Generic[PL, R]):
+    """A declared job: created by ``@akter.job(...)`` on an executor inside an actor class."""
+
+    def __init__(self, fn: Callable[[JobCall, PL], Awaitable[R]], options: JobOptions) -> None:
+        if not callable(fn):
+            raise DefinitionError(f"@job needs a function, not {fn!r}.")
+        self.fn = fn
+        self.options = options
+        self.name: str = getattr(fn, "__name__", "job")
+        self.owner: ActorDefinition | None = None
+        self.routes: dict[str, Callable[..., Any]] = {}
+        self.payload_model: type[BaseModel] | None = None
+        self.result: TypeAdapter[Any] = TypeAdapter(Any)
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        owner = self.owner.name if self.owner else "?"
+        return f"<akter.Job {owner}.{self.name}>"
+
+    def _route(self, kind: str, fn: Callable[..., Any]) -> None:
+        if kind in self.routes:
+            raise DefinitionError(f"Job {self.name!r} already has an on_{kind} route.")
+        if not inspect.iscoroutinefunction(fn):
+            raise DefinitionError(f"Route {getattr(fn, '__name__', fn)!r} must be 'async def'.")
+        self.routes[kind] = fn
+        setattr(fn, _MEMBER_ATTR, MemberSpec("command", internal=True, route=(kind, self)))
+
+    def on_success(
+        self, fn: Callable[[A, R], Awaitable[None]]
+    ) -> Callable[[A, R], Awaitable[None]]:
+        """Declare the internal command that receives the executor's result."""
+        self._route("success", fn)
+        return fn
+
+    def on_dead_letter(
+        self, fn: Callable[[A, DeadLetter[Any]], Awaitable[None]]
+    ) -> Callable[[A, DeadLetter[Any]], Awaitable[None]]:
+        """Declare the internal command that receives the job's dead letter."""
+        self._route("dead_letter", fn)
+        return fn
+
+    def on_cancelled(
+        self, fn: Callable[[A, Cancelled[Any, Any]], Awaitable[None]]
+    ) -> Callable[[A, Cancelled[Any, Any]], Awaitable[None]]:
+        """Declare the internal command that receives a cancelled job's report."""
+        self._route("cancelled", fn)
+        return fn
+
+    def bind_owner(self, definition: ActorDefinition) -> None:
+        """Attach the job to its actor type and check its routes belong to it."""
+        self.owner = definition
+        for kind, fn in self.routes.items():
+            member = definition.members.get(fn.__name__)
+            if member is None or member.fn is not fn:
+                raise DefinitionError(
+                    f"{definition.name}.{self.name}: the on_{kind} route {fn.__qualname__!r} must "
+                    f"be a method of {definition.name}."
+                )
+
+    def resolve(self) -> None:
+        """Resolve the executor's payload and result annotations."""
+        where = f"{self.owner.name if self.owner else '?'}.{self.name}"
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except NameError as exc:
+            raise DefinitionError(f"{where}: cannot resolve an annotation ({exc}).") from None
+        params = list(inspect.signature(self.fn).parameters.values())
+        if len(params) != 2:
+            raise DefinitionError(f"{where}: a job executor takes (call: JobCall, payload: Model).")
+        payload_type = hints.get(params[1].name)
+        if not (isinstance(payload_type, type) and issubclass(payload_type, BaseModel)):
+            raise DefinitionError(f"{where}: the payload must be annotated with a pydantic model.")
+        self.payload_model = payload_type
+        self.result = TypeAdapter(hints.get("return", Any))
+
+    def validate_payload(self, payload: Any) -> dict[str, Any]:
+        """Validate an enqueued payload; its JSON form is stored in the outbox."""
+        assert self.payload_model is not None
+        try:
+            model = self.payload_model.model_validate(
+                payload.model_dump() if isinstance(payload, BaseModel) else payload
+            )
+        except ValidationError as exc:
+            raise invalid_input_from(exc, f"payload for job {self.name}") from None
+        return model.model_dump(mode="json")
+
+
+def _ms(value: Duration, what: str, low: int = 1) -> int:
+    try:
+        ms = ms_from_duration(value, what)
+    except (ValueError, TypeError) as exc:
+        raise DefinitionError(str(exc)) from None
+    if ms < low or ms > _MAX_MS:
+        raise DefinitionError(f"{what} must be between {low} ms and {_MAX_MS} ms, got {ms} ms.")
+    return ms
+
+
+def job(
+    *,
+    attempts: int = 4,
+    backoff: tuple[Duration, Duration] = (1.0, 256.0),
+    timeout: Duration = 30.0,
+    per_actor: int | None = None,
+    progress: type[BaseModel] | None = None,
+    progress_every: Duration = 0.25,
+) -> Callable[[Callable[[JobCall, PL], Awaitable[R]]], Job[PL, R]]:
+    """Declare a job executor inside an actor class (semantics §5.1).
+
+    Args:
+        attempts: 1…101 attempts in all.
+        backoff: ``(base, max)``: the wait after failed attempt n is ``min(base × 2^(n−1), max)``.
+        timeout: Per-attempt time limit on the runner.
+        per_actor: 1…64 live attempts per actor across all runners, or unlimited.
+        progress: The pydantic model of progress frames, if the job reports progress.
+        progress_every: At most one published frame per interval (50 ms … 60 s).
+    """
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 101:
+        raise DefinitionError(f"attempts must be an integer from 1 to 101, got {attempts!r}.")
+    if per_actor is not None and (
+        isinstance(per_actor, bool) or not isinstance(per_actor, int) or not 1 <= per_actor <= 64
+    ):
+        raise DefinitionError(f"per_actor must be an integer from 1 to 64, got {per_actor!r}.")
+    if not (isinstance(backoff, tuple | list) and len(backoff) == 2):
+        raise DefinitionError("backoff must be a (base, max) pair.")
+    base, cap = _ms(backoff[0], "backoff base"), _ms(backoff[1], "backoff max")
+    if cap < base:
+        raise DefinitionError(f"backoff max ({cap} ms) must be at least its base ({base} ms).")
+    every = _ms(progress_every, "progress_every", 50)
+    if every > 60_000:
+        raise DefinitionError("progress_every must be at most 60 s.")
+    if progress is not None and not (
+        isinstance(progress, type) and issubclass(progress, BaseModel)
+    ):
+        raise DefinitionError("progress= must be a pydantic model class.")
+    options = JobOptions(
+        attempts=attempts,
+        backoff_base_ms=base,
+        backoff_max_ms=cap,
+        timeout_ms=_ms(timeout, "timeout"),
+        per_actor=per_actor,
+        progress=progress,
+        progress_every_ms=every,
+    )
+
+    def declare(fn: Callable[[JobCall, PL], Awaitable[R]]) -> Job[PL, R]:
+        return Job(fn, options)
+
+    return declare

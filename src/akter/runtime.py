@@ -1,0 +1,486 @@
+"""The runtime: wiring, lifecycle, the embedded database default, and the call paths."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar, cast
+
+from pydantic import ValidationError
+
+from akter._engine.dispatcher import Dispatcher, routing_key_of
+from akter._engine.hooks import Hooks
+from akter._engine.turn import Request, Result, TurnEngine
+from akter._ids import (
+    ms_from_duration,
+    parse_command_id,
+    parse_framework_id,
+    payload_hash,
+    uuid7,
+    validate_actor_id,
+    validate_tenant,
+)
+from akter._store.migrate import Deployment, migrate
+from akter._store.pool import Clock, Store
+from akter.actor import AccessKind, Actor, ActorDefinition, Member, definition_of
+from akter.callers import ActorRef, Caller, current_caller
+from akter.context import IN_TURN, TurnContext
+from akter.errors import ActorError, ConfigurationError, DefinitionError
+
+log = logging.getLogger("akter.runtime")
+
+A = TypeVar("A", bound=Actor[Any])
+
+Readiness = Literal["starting", "ready", "draining", "drained", "storage", "unregistered"]
+
+_WINDOW_MIN_MS = 1
+_WINDOW_MAX_MS = 30 * 24 * 3600 * 1000
+
+
+class _RequestReplyInTurn(BaseException):
+    """A handle call from inside a turn (a deterministic defect of the calling turn)."""
+
+
+class Runtime:
+    """An akter runner: call actors in-process, and (with later layers) relay and execute.
+
+    Args:
+        actors: The actor classes this runtime hosts.
+        database_url: A PostgreSQL URL; default ``$AKTER_DATABASE_URL``, else an embedded server
+            under ``./.akter`` (or ``$AKTER_DATA_DIR``), started and stopped with the runtime.
+        schema: The schema holding akter's tables (default ``akter``).
+        retry_window: How long a command id stays valid (default 24 h); must match the
+            deployment's recorded window.
+        max_resident_actors: Activations kept in memory before refusing new ones.
+        max_pending_commands: Commands queued on this runner before refusing new ones.
+        pool_size: Largest number of pooled connections.
+        drain_deadline: Longest graceful shutdown, in seconds.
+
+    Use it as an async context manager::
+
+        async with akter.Runtime(actors=[Order]) as runtime:
+            await runtime.get(Order, "o-1").place(1200)
+    """
+
+    def __init__(
+        self,
+        actors: Sequence[type[Actor[Any]]] = (),
+        *,
+        database_url: str | None = None,
+        schema: str = "akter",
+        retry_window: float | timedelta = timedelta(hours=24),
+        max_resident_actors: int = 10_000,
+        max_pending_commands: int = 10_000,
+        pool_size: int = 20,
+        drain_deadline: float | timedelta = 30.0,
+        data_dir: str | Path | None = None,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.definitions: dict[str, ActorDefinition] = {}
+        for actor in actors:
+            definition = definition_of(actor)
+            if definition.name in self.definitions:
+                raise DefinitionError(
+                    f"Two actor classes are named {definition.name!r}; give one of them name=... ."
+                )
+            definition.resolve()
+            self.definitions[definition.name] = definition
+        self.window_ms = ms_from_duration(retry_window, "retry_window")
+        if not _WINDOW_MIN_MS <= self.window_ms <= _WINDOW_MAX_MS:
+            raise ConfigurationError("retry_window must be between 1 ms and 30 days.")
+        for name, value in (
+            ("max_resident_actors", max_resident_actors),
+            ("max_pending_commands", max_pending_commands),
+            ("pool_size", pool_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name} must be an integer ≥ 1, got {value!r}.")
+        self._database_url = database_url or os.environ.get("AKTER_DATABASE_URL") or None
+        self._data_dir = Path(data_dir) if data_dir else None
+        self.schema = schema
+        self.hooks = hooks or Hooks()
+        self.store = Store("", schema, max_size=pool_size)  # URL bound at start()
+        self.clock = Clock(self.store)
+        self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=self.window_ms)
+        self.dispatcher = Dispatcher(
+            self.engine,
+            max_resident_actors=max_resident_actors,
+            max_pending_commands=max_pending_commands,
+        )
+        self.drain_deadline = ms_from_duration(drain_deadline, "drain_deadline") / 1000
+        self.readiness: Readiness = "starting"
+        self.deployment: Deployment | None = None
+        self._embedded: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def database_url(self) -> str:
+        """The URL in use (known once started)."""
+        return self.store.url
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Connect (or start the embedded server), migrate, and start background work."""
+        if self._started:
+            return
+        url = self._database_url
+        if url is None:
+            from akter._store.embedded import EmbeddedPostgres, default_data_dir
+
+            self._embedded = EmbeddedPostgres(self._data_dir or default_data_dir())
+            url = await asyncio.to_thread(self._embedded.start)
+        assert url is not None
+        self.store = Store(url, self.schema, max_size=self.store.pool.max_size)
+        self.clock._store = self.store
+        self.engine.store = self.store
+        self.engine.q = self.store.queries
+        try:
+            conn = await self.store.connect_direct()
+            try:
+                self.deployment = await migrate(
+                    conn,
+                    self.store.queries,
+                    retry_window_ms=self.window_ms,
+                    placements={d.name: d.placement for d in self.definitions.values()},
+                )
+            finally:
+                await conn.close()
+            await self.store.open()
+            await self.clock.read()
+            self._tasks.append(asyncio.create_task(self._hibernation(), name="akter.hibernation"))
+        except BaseException:
+            await self._close_resources()
+            raise
+        self._started = True
+        self.readiness = "ready"
+
+    async def stop(self) -> None:
+        """Drain: refuse new commands, let in-flight turns finish (bounded), release, close."""
+        if not self._started:
+            await self._close_resources()
+            return
+        self.readiness = "draining"
+        self.dispatcher.accepting = False
+        interrupted = await self.dispatcher.quiesce(time.monotonic() + self.drain_deadline)
+        if interrupted:
+            log.warning("Drain deadline expired", extra={"interrupted_turns": interrupted})
+        await self._close_resources()
+        self._started = False
+        self.readiness = "drained"
+
+    async def _close_resources(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.store.url:
+            await self.store.close()
+        if self._embedded is not None:
+            await asyncio.to_thread(self._embedded.stop)
+            self._embedded = None
+
+    async def _hibernation(self) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            self.dispatcher.hibernate()
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise ConfigurationError("The runtime is not started; use 'async with runtime:'.")
+
+    # --- addressing ---------------------------------------------------------------------------
+
+    def definition(self, actor: type[Actor[Any]] | str) -> ActorDefinition:
+        """The definition of a hosted actor type (by class or name)."""
+        name = actor if isinstance(actor, str) else definition_of(actor).name
+        found = self.definitions.get(name)
+        if found is None:
+            raise ActorError(
+                "InvalidInput",
+                f"Actor type {name!r} is not registered with this runtime.",
+                code="unknown_type",
+            )
+        return found
+
+    def ref(
+        self, actor: type[Actor[Any]] | str, id: str = "", *, tenant: str = "default"
+    ) -> ActorRef:
+        """Validate and build an actor address."""
+        definition = self.definition(actor)
+        tenant = validate_tenant(tenant)
+        if definition.singleton:
+            if id != "":
+                raise ActorError(
+                    "InvalidInput",
+                    f"{definition.name} is a singleton; get it without an id.",
+                    field="id",
+                )
+        else:
+            id = validate_actor_id(id)
+        return ActorRef(tenant, definition.name, id)
+
+    def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
+        """A typed handle to one actor (``runtime.get(Billing)`` for a singleton)."""
+        from akter.handles import Handle
+
+        ref = self.ref(actor, id, tenant=tenant)
+        return cast(A, Handle(self, self.definition(actor), ref))
+
+    async def create(self, actor: type[A], *, tenant: str = "default") -> A:
+        """A handle to a new actor with a minted UUIDv7 id; nothing is written yet."""
+        return self.get(actor, uuid7(), tenant=tenant)
+
+    def routing_key(self, ref: ActorRef) -> int:
+        """The routing key of an address."""
+        return routing_key_of(self.definition(ref.type), ref)
+
+    # --- call paths ---------------------------------------------------------------------------
+
+    def _refuse_inside_turn(self) -> None:
+        ctx = IN_TURN.get()
+        if ctx is not None and ctx.active:
+            ctx.poisoned = (
+                "request/reply inside a turn: a handler called another actor through a handle; "
+                "use self.send(...) instead."
+            )
+            raise _RequestReplyInTurn(ctx.poisoned)
+
+    async def mint_command_id(self) -> str:
+        """A fresh command id from the framework clock."""
+        from akter._ids import mint_command_id
+
+        self._require_started()
+        return mint_command_id(self.clock.estimate(), self.window_ms)
+
+    async def _check_access(
+        self, member: Member, ref: ActorRef, caller: Caller, kind: AccessKind
+    ) -> None:
+        allowed = member.owner.access(caller, ref, member.name, kind)
+        if inspect.isawaitable(allowed):
+            allowed = await allowed
+        if not allowed:
+            raise ActorError(
+                "Unauthorized",
+                f"{type(caller).__name__} may not call {ref.type}.{member.name}.",
+                code="access_denied",
+            )
+
+    async def _command(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        pinned: str | None,
+        caller: Caller | None = None,
+    ) -> Any:
+        """An external command: admission, then retries with one id until the deadline."""
+        self._require_started()
+        caller = caller or current_caller()
+        raw = pinned if pinned is not None else await self.mint_command_id()
+        command_id = parse_command_id(raw, self.window_ms)
+        if member.internal:
+            raise ActorError(
+                "InvalidInput",
+                f"{ref.type}.{member.name} is internal and cannot be called from outside.",
+                code="unknown_member",
+            )
+        await self._check_access(member, ref, caller, "command")
+        digest = payload_hash(payload)
+        policy = member.owner.policy
+        start = time.monotonic()
+        deadline = start + policy.delivery_timeout / 1000
+        first_wait: float | None = None
+        wait = 0.0
+        while True:
+            result = await self._submit_and_wait(
+                member, ref, payload, digest, command_id, caller, external=True, deadline=deadline
+            )
+            if result.kind == "ok":
+                return result.value
+            error = result.error
+            assert error is not None
+            if not (isinstance(error, ActorError) and error.retryable):
+                raise error
+            if error.reason == "Timeout":
+                raise error
+            first_wait = first_wait or max(error.retry_after or 0.05, 0.001)
+            wait = first_wait if wait == 0 else min(wait * 2, max(0.5, first_wait))
+            now = time.monotonic()
+            expiry_guard = (command_id.expires_ms - 1000 - self.clock.estimate()) / 1000
+            if now + wait >= deadline or wait >= expiry_guard:
+                raise ActorError(
+                    "Timeout",
+                    f"{ref.type}/{ref.id!r}.{member.name} did not complete within the delivery "
+                    f"timeout (last error: {error.reason}); it may still commit — retry with "
+                    f"command id {command_id.raw!r}.",
+                    command_id=command_id.raw,
+                )
+            await asyncio.sleep(wait)
+
+    async def _submit_and_wait(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        digest: str,
+        command_id: Any,
+        caller: Caller,
+        *,
+        external: bool,
+        deadline: float,
+    ) -> Result:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        request = Request(member, ref, payload, digest, command_id, caller, external, future)
+        try:
+            self.dispatcher.submit(member.owner, request)
+        except ActorError as exc:
+            return Result("error", error=exc)
+        try:
+            # The caller's deadline never cancels an admitted turn: shield it.
+            return await asyncio.wait_for(
+                asyncio.shield(future), max(0.0, deadline - time.monotonic())
+            )
+        except TimeoutError:
+            return Result(
+                "error",
+                error=ActorError(
+                    "Timeout",
+                    f"{ref.type}/{ref.id!r}.{member.name} did not complete within the delivery "
+                    f"timeout; it may still commit — retry with command id {command_id.raw!r}.",
+                    command_id=command_id.raw,
+                ),
+            )
+
+    async def deliver(
+        self,
+        ref: ActorRef,
+        command: str,
+        payload: dict[str, Any],
+        command_id: str,
+        caller: Caller,
+        *,
+        within: float | None = None,
+    ) -> Result:
+        """An internal delivery (relay): no access policy, no expiry, the id as given."""
+        self._require_started()
+        definition = self.definition(ref.type)
+        member = definition.member(command, "command")
+        body = member.validate_payload(payload)
+        parsed = parse_framework_id(command_id)
+        policy = definition.policy
+        deadline = time.monotonic() + (within or policy.delivery_timeout / 1000)
+        return await self._submit_and_wait(
+            member, ref, body, payload_hash(body), parsed, caller, external=False, deadline=deadline
+        )
+
+    async def call(
+        self,
+        actor: type[Actor[Any]] | str,
+        id: str,
+        member: str,
+        payload: dict[str, Any],
+        *,
+        tenant: str = "default",
+        command_id: str | None = None,
+        caller: Caller | None = None,
+    ) -> Any:
+        """Call a command or query by name with a JSON payload (the HTTP path's entry)."""
+        ref = self.ref(actor, id, tenant=tenant)
+        found = self.definition(ref.type).member(member)
+        if found.internal:
+            raise ActorError(
+                "InvalidInput",
+                f"Actor type {ref.type!r} has no public command or query {member!r}.",
+                code="unknown_member",
+            )
+        body = found.validate_payload(payload)
+        if found.kind == "query":
+            return await self._query(found, ref, body, caller)
+        return await self._command(found, ref, body, command_id, caller)
+
+    async def _query(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        caller: Caller | None = None,
+    ) -> Any:
+        """A query: one unlocked read of committed state, a read-only view, no receipt."""
+        self._require_started()
+        caller = caller or current_caller()
+        await self._check_access(member, ref, caller, "query")
+        definition = member.owner
+        key = {
+            "rk": routing_key_of(definition, ref),
+            "tenant": ref.tenant,
+            "type": ref.type,
+            "id": ref.id,
+        }
+        async with self.store.pool.connection() as conn:
+            cur = await conn.execute(self.store.queries["query_actor"], key)
+            row = await cur.fetchone()
+            now_ms = await self.clock.read_on(conn)
+        if row is None or not row[1]:
+            if definition.gated:
+                raise ActorError(
+                    "NotCreated", f"{definition.name}/{ref.id!r} has not been created."
+                )
+        if row is None:
+            state = definition.default_state()
+            cursor = 0
+        else:
+            try:
+                state = definition.state_model.model_validate(row[3])
+            except ValidationError as exc:
+                raise ActorError(
+                    "Defect", f"Stored state of {ref.type}/{ref.id!r} fails validation: {exc}"
+                ) from None
+            cursor = int(row[2])  # type: ignore[call-overload]
+        ctx = TurnContext(
+            definition=definition,
+            ref=ref,
+            caller=caller,
+            command_id=None,
+            now_ms=now_ms,
+            state=state,
+            window_ms=self.window_ms,
+            readonly=True,
+            cursor=cursor,
+        )
+        instance = definition.cls.__new__(definition.cls)
+        instance.__dict__["_akter_ctx"] = ctx
+        ctx.task = asyncio.current_task()
+        ctx.active = True
+        try:
+            async with asyncio.timeout(definition.policy.execution_timeout / 1000):
+                value = await member.fn(instance, **member.arguments(payload))
+        finally:
+            ctx.active = False
+        await self._check_access(member, ref, caller, "query")
+        try:
+            return member.result.validate_python(value)
+        except ValidationError as exc:
+            raise ActorError(
+                "Defect", f"{ref.type}.{member.name} returned a value that fails its annotation."
+            ) from exc
