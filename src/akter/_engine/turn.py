@@ -209,6 +209,7 @@ class TurnEngine:
         deadline = loop.time() + policy.execution_timeout / 1000
         conn: Connection | None = None
         broken = False
+        known = act.exists
         try:
             async with self.store.pool.connection() as conn:
                 try:
@@ -218,6 +219,8 @@ class TurnEngine:
                     # Whatever happened, the open transaction must not survive: roll back, and
                     # if the connection cannot answer, let the pool discard it.
                     broken = not await _rollback_quietly(conn)
+                    if not known:
+                        act.exists = False  # a row inserted by this admission is gone again
                     raise
         except BatchDefect:
             raise

@@ -1,0 +1,520 @@
+"""Conformance: identity (ID-*) and turns (TU-*) on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+import akter
+from akter._ids import bucket, payload_hash, placement_key, routing_key
+from akter.testing import ActorTest
+from tests.integration.actors import (
+    _ESCAPED,
+    _RUNTIME,
+    ALL,
+    RUNS,
+    Counter,
+    Planner,
+    Shop,
+    TooBig,
+)
+
+Make = Callable[..., ActorTest]
+
+
+def reason(exc: pytest.ExceptionInfo[akter.ActorError]) -> tuple[str, str | None]:
+    return exc.value.reason, exc.value.code
+
+
+async def count(t: ActorTest, table: str) -> int:
+    rows = await t.rows(f"SELECT count(*) AS n FROM {{schema}}.{table}")
+    return int(rows[0]["n"])
+
+
+# --- identity ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tenant", ["", "x" * 129, "a/b", "ünï"])
+async def test_ID01_invalid_tenant_refused_before_any_turn(akter_test: Make, tenant: str) -> None:
+    async with akter_test(ALL) as t:
+        with pytest.raises(akter.ActorError) as exc:
+            await t.get(Counter, "c", tenant=tenant).add(1)
+        assert reason(exc) == ("InvalidInput", None)
+        assert exc.value.field == "tenant"
+        assert await count(t, "actors") == 0
+        assert await count(t, "receipts") == 0
+
+
+async def test_ID02_rows_carry_the_routing_key(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        await t.get(Counter, "c1", tenant="acme").stage_everything(1)
+        expected = routing_key(placement_key("tenant", "acme", "Counter", "c1"))
+        assert expected == 2472398586103912953
+        for table in ("actors", "receipts", "events", "outbox"):
+            rows = await t.rows(f"SELECT DISTINCT routing_key FROM {{schema}}.{table}")
+            assert [r["routing_key"] for r in rows] == [expected], table
+        buckets = await t.rows("SELECT DISTINCT bucket FROM {schema}.outbox")
+        assert [r["bucket"] for r in buckets] == [bucket(expected)] == [34]
+
+
+async def test_ID03_retried_parent_mints_the_same_children(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        planner = t.get(Planner, "p1", tenant="acme")
+        cid = await t.runtime.mint_command_id()
+        t.crash_next("before_commit")
+        # The crash is retried by the handle with the same id: the children are minted again.
+        ids = await planner.with_command_id(cid).plan(1)
+        again = await planner.with_command_id(cid).plan(1)
+        assert ids == again
+        rows = await t.rows("SELECT target_id, caller FROM {schema}.outbox ORDER BY target_id")
+        assert sorted(r["target_id"] for r in rows) == sorted(ids)
+        assert all('"mint"' in r["caller"] for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        ("nonsense", "malformed"),
+        ("v2.1.86400001.0190a3b4-5c6d-4e7f-8a9b-0c1d2e3f4a5b", "version"),
+        ("v1.1.2.0190a3b4-5c6d-4e7f-8a9b-0c1d2e3f4a5b", "window"),
+    ],
+)
+async def test_ID04_invalid_command_ids(akter_test: Make, raw: str, code: str) -> None:
+    async with akter_test(ALL) as t:
+        with pytest.raises(akter.ActorError) as exc:
+            await t.get(Counter, "c").with_command_id(raw).add(1)
+        assert reason(exc) == ("InvalidCommandId", code)
+        assert not exc.value.retryable
+        assert await count(t, "receipts") == 0
+
+
+async def test_ID04_future_command_id_is_retryable(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        now = await t.now_ms()
+        issued = now + 600_000  # ten minutes ahead of the database clock
+        raw = f"v1.{issued}.{issued + 86_400_000}.{uuid.uuid4()}"
+        counter = t.get(Counter, "c")
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.with_command_id(raw).add(1)
+        # The handle retried the retryable `future` refusal until its delivery timeout.
+        assert exc.value.reason == "Timeout"
+        assert "InvalidCommandId" in exc.value.message
+        assert await count(t, "receipts") == 0
+        await t.advance(700)
+        assert await counter.with_command_id(raw).add(1) == 1
+
+
+async def test_ID05_created_ids_are_uuid7_and_write_nothing(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        handle = await t.create(Counter)
+        assert uuid.UUID(handle.id).version == 7
+        assert await count(t, "actors") == 0
+        await handle.add(1)
+        assert (await t.inspect(handle)).version == 1
+
+
+async def test_ID07_payload_hash_and_argument_forms(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        cid = await t.runtime.mint_command_id()
+        assert await counter.with_command_id(cid).add(1200) == 1200
+        assert await counter.with_command_id(cid).add(k=1200) == 1200  # keyword: replay
+        receipt = (await t.inspect(counter)).receipts[0]
+        assert receipt["payload_hash"] == payload_hash({"k": 1200})
+        assert payload_hash({"cents": 1200}) == (
+            "a38935fe39cd91a77caf5ea1957950f439246b5d23bc461b5e630268849fe2f1"
+        )
+        cid2 = await t.runtime.mint_command_id()
+        await counter.with_command_id(cid2).add_all([1, 2], {"a": 1, "b": 2})
+        assert await counter.with_command_id(cid2).add_all([1, 2], {"b": 2, "a": 1}) == 1203
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.with_command_id(cid2).add_all([2, 1], {"a": 1, "b": 2})
+        assert exc.value.reason == "CommandConflict"
+        assert (await t.inspect(counter)).state == {
+            "n": 1203,
+            "applied": [cid],
+            "data": "",
+            "tags": {},
+        }
+
+
+# --- turns ------------------------------------------------------------------------------------
+
+
+async def test_TU01_two_runtimes_share_one_actor(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        second = await t.add_runtime()
+        a = t.runtime.get(Counter, "c")
+        b = second.get(Counter, "c")
+        await a.add(0)
+        await b.add(0)  # both runtimes now have the actor cached
+        results = await asyncio.gather(
+            *[a.add(1) for _ in range(100)], *[b.add(1) for _ in range(100)]
+        )
+        assert sorted(results)[-1] == 200
+        assert len(set(results)) == 200
+        row = await t.inspect(a)
+        assert row.state is not None and row.state["n"] == 200
+        # One version per state-changing batch: batching keeps it at or below the command count.
+        assert 2 <= row.version <= 202
+
+
+async def test_TU02_first_commit_creates_and_refusals_leave_no_row(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        await t.get(Counter, "c").add(1)
+        row = await t.inspect(t.get(Counter, "c"))
+        assert (row.version, row.created) == (1, True)
+        with pytest.raises(akter.ActorError) as exc:
+            await t.get(Shop, "never").spend(1)
+        assert exc.value.reason == "NotCreated"
+        assert not (await t.inspect(t.get(Shop, "never"))).exists
+
+
+@pytest.mark.parametrize("point", ["before_handler", "before_commit"])
+async def test_TU03_crash_before_commit_writes_nothing(akter_test: Make, point: str) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c3")
+        RUNS.pop("stage:c3", None)
+        t.crash_next(point)
+        retry = t.pause_next(point)  # the handle's retry, after the crash
+        cid = await t.runtime.mint_command_id()
+        call = asyncio.create_task(counter.with_command_id(cid).stage_everything(5))
+        await retry.wait()
+        # The crashed attempt left nothing behind.
+        for table in ("receipts", "events", "outbox"):
+            assert await count(t, table) == 0, table
+        retry.release()
+        assert await call == 5
+        assert RUNS["stage:c3"] == (2 if point == "before_commit" else 1)
+        row = await t.inspect(counter)
+        assert len(row.receipts) == 1 and row.receipts[0]["command_id"] == cid
+        assert len(row.events) == 1
+        assert sorted(o["kind"] for o in row.outbox) == ["intent", "intent", "job"]
+        assert row.version == 1
+
+
+async def test_TU03_crash_leaves_no_rows(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        pause = t.pause_next("before_commit")
+        call = asyncio.create_task(counter.stage_everything(5))
+        await pause.wait()
+        # While paused before commit, another connection sees nothing of the turn.
+        assert await count(t, "outbox") == 0
+        assert await count(t, "events") == 0
+        pause.release()
+        await call
+
+
+async def test_TU04_crash_after_commit_replays(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        cid = await t.runtime.mint_command_id()
+        t.crash_next("after_commit")
+        assert await counter.with_command_id(cid).add(7) == 7
+        row = await t.inspect(counter)
+        assert row.state is not None and row.state["applied"] == [cid]
+        assert row.version == 1
+        assert t.runtime.hooks.fired == [("after_commit", "crash")]
+
+
+async def test_TU06_conflicting_reuse_of_an_id(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        cid = await t.runtime.mint_command_id()
+        await counter.with_command_id(cid).add(1)
+        for call in (counter.with_command_id(cid).add(2), counter.with_command_id(cid).take(1)):
+            with pytest.raises(akter.ActorError) as exc:
+                await call
+            assert exc.value.reason == "CommandConflict"
+        row = await t.inspect(counter)
+        assert row.state is not None and row.state["n"] == 1
+        assert len(row.receipts) == 1 and row.receipts[0]["command"] == "add"
+
+
+async def test_TU07_receipts_are_private_to_their_caller(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        cid = await t.runtime.mint_command_id()
+        with akter.as_caller(akter.User("alice")):
+            await counter.with_command_id(cid).add(3)
+        with akter.as_caller(akter.User("mallory")), pytest.raises(akter.ActorError) as exc:
+            await counter.with_command_id(cid).add(3)
+        assert reason(exc) == ("Unauthorized", "receipt_access_denied")
+        assert exc.value.message.endswith("belongs to another caller.")
+        row = await t.inspect(counter)
+        assert row.state is not None and row.state["n"] == 3
+        assert row.receipts[0]["caller_key"] == '["User","alice"]'
+
+
+async def test_TU08_declared_failure_commits_only_its_receipt(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        await counter.add(10)
+        await counter.stage_everything(1)  # a job keyed "w" and a timer keyed "remind" pending
+        before = await t.inspect(counter)
+        cid = await t.runtime.mint_command_id()
+        with pytest.raises(TooBig) as first:
+            await counter.with_command_id(cid).busy_then_fail(5)
+        with pytest.raises(TooBig) as replay:
+            await counter.with_command_id(cid).busy_then_fail(5)
+        assert first.value == replay.value and replay.value.fields == {"limit": 0, "asked": 5}
+        after = await t.inspect(counter)
+        assert after.state == before.state and after.version == before.version
+        assert after.events == before.events
+        assert after.outbox == before.outbox
+        failure = [r for r in after.receipts if r["command_id"] == cid]
+        assert failure[0]["outcome"] == {"error": "TooBig", "fields": {"limit": 0, "asked": 5}}
+        assert await counter.caught(2) == 13
+        assert len((await t.inspect(counter)).events) == 2
+
+
+@pytest.mark.parametrize("kind", ["boom", "unlisted", "big", "events", "return", "state-type"])
+async def test_TU09_defects_roll_back(
+    akter_test: Make, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        await counter.add(1)
+        caplog.set_level(logging.ERROR, logger="akter.turn")
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.defect(kind)
+        assert exc.value.reason == "Defect"
+        assert [r.getMessage() for r in caplog.records] == ["Deterministic actor defect"]
+        row = await t.inspect(counter)
+        assert len(row.receipts) == 1 and row.version == 1 and row.events == []
+        assert await counter.add(1) == 2
+
+
+async def test_TU09_internal_command_from_a_user_is_a_defect(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.secret()
+        assert reason(exc) == ("InvalidInput", "unknown_member")
+        for caller in (akter.User("u"), akter.Anonymous()):
+            result = await t.runtime.deliver(
+                counter.ref, "secret", {}, await t.runtime.mint_command_id(), caller
+            )
+            assert isinstance(result.error, akter.ActorError)
+            assert result.error.reason == "Defect"
+        assert await count(t, "receipts") == 0
+
+
+async def test_TU09_stored_state_failing_validation(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        await counter.add(1)
+        await t.rows('UPDATE {schema}.actors SET state = \'{"n": "bad"}\', version = version + 1')
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.add(1)
+        assert exc.value.reason == "Defect" and "fails validation" in exc.value.message
+        assert len((await t.inspect(counter)).receipts) == 1
+
+
+async def test_TU10_request_reply_and_escaped_capabilities(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        _RUNTIME[:] = [t.runtime]
+        counter = t.get(Counter, "c")
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.call_other()
+        assert exc.value.reason == "Defect" and "request/reply inside a turn" in exc.value.message
+        assert await counter.from_task() == "escaped"
+        await counter.escape()
+        with pytest.raises(akter.CapabilityEscaped):
+            _ESCAPED[-1].state.n += 1
+        with pytest.raises(akter.CapabilityEscaped):
+            _ESCAPED[-1].send(Counter.add, "x", 1)
+        assert await count(t, "outbox") == 0
+
+
+async def test_TU11_creation_gate(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        shop = t.get(Shop, "s")
+        with pytest.raises(akter.ActorError) as exc:
+            await shop.spend(1)
+        assert exc.value.reason == "NotCreated"
+        assert not (await t.inspect(shop)).exists
+        with pytest.raises(TooBig):
+            await shop.open(-1)
+        row = await t.inspect(shop)
+        assert row.exists and not row.created and len(row.receipts) == 1
+        assert await shop.open(10) == 10
+        row = await t.inspect(shop)
+        assert row.created and row.version == 1 and len(row.receipts) == 2
+        assert await shop.spend(3) == 7
+
+
+async def test_TU12_execution_timeout_rolls_back_and_retries(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "timeout")
+        RUNS.pop("slow", None)
+        slow = akter.Policy(execution_timeout=0.3, delivery_timeout=5)
+        Counter.__akter_definition__.policy = slow.resolve("Counter")
+        try:
+            assert await counter.slow_once("slow") == 1
+        finally:
+            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
+                "Counter"
+            )
+        assert RUNS["slow"] == 2
+        row = await t.inspect(counter)
+        assert row.version == 1 and len(row.receipts) == 1
+
+
+async def test_TU14_lock_wait_then_retry(akter_test: Make, akter_db: str) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        await counter.add(1)
+        Counter.__akter_definition__.policy = akter.Policy(
+            lock_wait=0.1, delivery_timeout=0.6
+        ).resolve("Counter")
+        cid = await t.runtime.mint_command_id()
+        try:
+            async with await psycopg.AsyncConnection.connect(akter_db) as holder:
+                await holder.execute(
+                    t.runtime.store.queries.substitute(
+                        "SELECT 1 FROM {schema}.actors WHERE actor_id = 'c' FOR UPDATE"
+                    )
+                )
+                with pytest.raises(akter.ActorError) as exc:
+                    await counter.with_command_id(cid).add(1)
+                assert exc.value.reason == "Timeout" and exc.value.command_id == cid
+                assert "ActorUnavailable" in exc.value.message
+                assert len((await t.inspect(counter)).receipts) == 1
+            assert await counter.with_command_id(cid).add(1) == 2
+        finally:
+            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
+                "Counter"
+            )
+        assert len((await t.inspect(counter)).receipts) == 2
+
+
+async def test_TU15_batches_isolate_declared_failures(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        await counter.add(10)
+        pause = t.pause_next("before_commit")
+        first = asyncio.create_task(counter.add(1))
+        await pause.wait()
+        calls = [counter.add(1), counter.add(1), counter.take(100), counter.add(1), counter.add(1)]
+        tasks = [asyncio.create_task(c) for c in calls]
+        await asyncio.sleep(0)  # let the five reach the mailbox behind the paused turn
+        version_before = (await t.inspect(counter)).version
+        pause.release()
+        await first
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(results[2], TooBig)
+        assert [r for i, r in enumerate(results) if i != 2] == [12, 13, 14, 15]
+        row = await t.inspect(counter)
+        # The paused turn and then one batch of five: two state-changing transactions.
+        assert row.version == version_before + 2
+        assert len(row.receipts) == 7
+
+
+async def test_TU15_defect_in_a_batch_reruns_one_by_one(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        pause = t.pause_next("before_commit")
+        first = asyncio.create_task(counter.add(1))
+        await pause.wait()
+        calls = [counter.add(1), counter.add(1), counter.defect("boom"), counter.add(1)]
+        tasks = [asyncio.create_task(c) for c in calls]
+        await asyncio.sleep(0)
+        pause.release()
+        await first
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(results[2], akter.ActorError) and results[2].reason == "Defect"
+        assert [results[0], results[1], results[3]] == [2, 3, 4]
+        assert len((await t.inspect(counter)).receipts) == 4
+
+
+async def test_TU15_duplicate_id_in_the_mailbox_replays(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        pause = t.pause_next("before_commit")
+        first = asyncio.create_task(counter.add(1))
+        await pause.wait()
+        cid = await t.runtime.mint_command_id()
+        tasks = [asyncio.create_task(counter.with_command_id(cid).add(5)) for _ in range(2)]
+        await asyncio.sleep(0)
+        pause.release()
+        await first
+        assert await asyncio.gather(*tasks) == [6, 6]
+        row = await t.inspect(counter)
+        assert row.state is not None and row.state["n"] == 6
+
+
+async def test_TU16_expired_ids(akter_test: Make) -> None:
+    async with akter_test(ALL, retry_window=60) as t:
+        counter = t.get(Counter, "c")
+        fresh = await t.runtime.mint_command_id()
+        committed = await t.runtime.mint_command_id()
+        assert await counter.with_command_id(committed).add(1) == 1
+        assert await counter.with_command_id(committed).add(1) == 1  # before expiry: replay
+        await t.advance(61)
+        for cid in (fresh, committed):
+            with pytest.raises(akter.ActorError) as exc:
+                await counter.with_command_id(cid).add(1)
+            assert exc.value.reason == "CommandExpired"
+        row = await t.inspect(counter)
+        assert row.state is not None and row.state["n"] == 1 and len(row.receipts) == 1
+
+
+async def test_TU17_queries(akter_test: Make, akter_db: str) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        await counter.add(4)
+        async with await psycopg.AsyncConnection.connect(akter_db) as holder:
+            await holder.execute(
+                t.runtime.store.queries.substitute(
+                    "SELECT 1 FROM {schema}.actors WHERE actor_id = 'c' FOR UPDATE"
+                )
+            )
+            assert await asyncio.wait_for(counter.value(), 1.0) == 4
+        with pytest.raises(akter.ReadOnlyError):
+            await counter.scribble()
+        with pytest.raises(akter.ActorError) as exc:
+            await t.get(Shop, "none").left()
+        assert exc.value.reason == "NotCreated"
+        assert await t.get(Counter, "fresh").value() == 0
+
+
+async def test_TU17_runner_at_capacity_and_timeout(akter_test: Make) -> None:
+    async with akter_test(ALL, max_resident_actors=1) as t:
+        counter = t.get(Counter, "a")
+        pause = t.pause_next("before_commit")
+        held = asyncio.create_task(counter.add(1))
+        await pause.wait()
+        with pytest.raises(akter.ActorError) as exc:
+            await t.get(Counter, "b").with_command_id(await t.runtime.mint_command_id()).add(1)
+        # Retried until the delivery timeout: the last refusal was RunnerAtCapacity.
+        assert exc.value.reason == "Timeout" and "RunnerAtCapacity" in exc.value.message
+        assert not (await t.inspect(t.get(Counter, "b"))).exists
+        pause.release()
+        assert await held == 1
+
+
+async def test_TU17_paused_turn_times_out_then_replays(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=0.3).resolve("Counter")
+        try:
+            counter = t.get(Counter, "c")
+            cid = await t.runtime.mint_command_id()
+            pause = t.pause_next("before_commit")
+            with pytest.raises(akter.ActorError) as exc:
+                await counter.with_command_id(cid).add(9)
+            assert exc.value.reason == "Timeout" and exc.value.command_id == cid
+            pause.release()
+        finally:
+            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
+                "Counter"
+            )
+        assert await counter.with_command_id(cid).add(9) == 9
+        row = await t.inspect(counter)
+        assert row.state is not None and row.state["applied"] == [cid]
