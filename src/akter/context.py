@@ -161,6 +161,17 @@ def _read_only(value: Any) -> Any:
     return value
 
 
+def unwrap_read_only(value: Any) -> Any:
+    """Turn a query's read-only views back into plain values (for result validation)."""
+    if isinstance(value, _ReadOnly):
+        return object.__getattribute__(value, "_target").model_copy(deep=True)
+    if isinstance(value, tuple):
+        return tuple(unwrap_read_only(v) for v in value)
+    if isinstance(value, MappingProxyType):
+        return {k: unwrap_read_only(v) for k, v in value.items()}
+    return value
+
+
 def _ctx(obj: Any) -> TurnContext:
     ctx = obj.__dict__.get("_akter_ctx") if hasattr(obj, "__dict__") else None
     if not isinstance(ctx, TurnContext):

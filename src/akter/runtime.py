@@ -31,7 +31,7 @@ from akter._store.migrate import Deployment, migrate
 from akter._store.pool import Clock, Store
 from akter.actor import AccessKind, Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef, Caller, current_caller
-from akter.context import IN_TURN, TurnContext
+from akter.context import IN_TURN, TurnContext, unwrap_read_only
 from akter.errors import ActorError, ConfigurationError, DefinitionError
 
 log = logging.getLogger("akter.runtime")
@@ -479,7 +479,7 @@ class Runtime:
             ctx.active = False
         await self._check_access(member, ref, caller, "query")
         try:
-            return member.result.validate_python(value)
+            return member.result.validate_python(unwrap_read_only(value))
         except ValidationError as exc:
             raise ActorError(
                 "Defect", f"{ref.type}.{member.name} returned a value that fails its annotation."

@@ -151,6 +151,14 @@ class Counter(akter.Actor[Tally], access=akter.public, delivery_timeout=5):
         return self.state.n
 
     @akter.query
+    async def whole(self) -> Tally:
+        return self.state
+
+    @akter.query
+    async def applied(self) -> list[str]:
+        return self.state.applied
+
+    @akter.query
     async def scribble(self) -> int:
         self.state.n = 99
         return 0

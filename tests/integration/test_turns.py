@@ -479,6 +479,10 @@ async def test_TU17_queries(akter_test: Make, akter_db: str) -> None:
             assert await asyncio.wait_for(counter.value(), 1.0) == 4
         with pytest.raises(akter.ReadOnlyError):
             await counter.scribble()
+        whole = await counter.whole()  # returning the read-only view itself is fine
+        assert whole.n == 4 and len(await counter.applied()) == 1
+        whole.n = 5  # the caller's copy is its own
+        assert await counter.value() == 4
         with pytest.raises(akter.ActorError) as exc:
             await t.get(Shop, "none").left()
         assert exc.value.reason == "NotCreated"
