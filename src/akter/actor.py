@@ -12,9 +12,10 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, TypeVar, overload
+from typing import Any, ClassVar, Generic, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from typing_extensions import TypeVar
 
 from akter._ids import ACTOR_TYPE_RE, MEMBER_NAME_RE
 from akter._policy import POLICY_FIELDS, Policy, ResolvedPolicy
@@ -22,7 +23,7 @@ from akter.callers import ActorRef, Caller, System
 from akter.context import TurnApi
 from akter.errors import DeclaredError, DefinitionError, invalid_input, invalid_input_from
 
-S = TypeVar("S", bound=BaseModel)
+S = TypeVar("S", bound=BaseModel, default=BaseModel)
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 AccessKind = Literal["command", "query", "events", "progress"]
@@ -300,7 +301,7 @@ class Actor(TurnApi[S], Generic[S]):
         if unknown:
             raise DefinitionError(f"{cls.__name__}: unknown class keyword(s) {sorted(unknown)!r}.")
         super().__init_subclass__()
-        type_name = name or cls.__name__
+        type_name = cls.__name__ if name is None else name
         if not isinstance(type_name, str) or not ACTOR_TYPE_RE.match(type_name):
             raise DefinitionError(
                 f"Actor type name {type_name!r} is invalid: use 1–64 characters "
@@ -362,6 +363,14 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
                 continue
             if not isinstance(spec, MemberSpec):
                 continue
+            if spec.route is not None and not any(
+                spec.route[1] is j for k in reversed(cls.__mro__) for j in vars(k).values()
+            ):
+                owner = spec.route[1].owner.name if spec.route[1].owner else "its actor"
+                raise DefinitionError(
+                    f"{definition.name}.{attr}: the on_{spec.route[0]} route of "
+                    f"{spec.route[1]!r} must be a method of {owner}, the job's own actor class."
+                )
             _check_member_name(definition.name, attr, seen, spec.kind)
             definition.members[attr] = Member(
                 name=attr, kind=spec.kind, fn=value, spec=spec, owner=definition

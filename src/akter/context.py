@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from akter._ids import canonical_json, child_id, mint_framework_id, validate_actor_id, validate_key
 from akter.callers import ActorRef, Caller, System, caller_to_json, principal_of
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from akter.actor import ActorDefinition, Event
     from akter.jobs import Job
 
-S = TypeVar("S", bound=BaseModel)
+S = TypeVar("S", bound=BaseModel, default=BaseModel)
 P = ParamSpec("P")
 A = TypeVar("A", bound="TurnApi[Any]")
 PL = TypeVar("PL", bound=BaseModel)

@@ -189,7 +189,11 @@ class DeclaredError(AkterError):
             **fields,
         )
         existing = _DECLARED.get(cls.tag)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
+        same = existing is not None and (existing.__module__, existing.__qualname__) == (
+            cls.__module__,
+            cls.__qualname__,
+        )
+        if existing is not None and not same:
             raise DefinitionError(
                 f"Declared error tag {cls.tag!r} is used by {existing.__qualname__!r} and "
                 f"{cls.__qualname__!r}; give one of them tag=... ."

@@ -13,9 +13,10 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from typing_extensions import TypeVar
 
 from akter._ids import ms_from_duration
 from akter.actor import _MEMBER_ATTR, MemberSpec
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
     from akter.actor import ActorDefinition
 
 PL = TypeVar("PL", bound=BaseModel)
-R = TypeVar("R")
+R = TypeVar("R", default=Any)
 A = TypeVar("A")
-P = TypeVar("P")
+P = TypeVar("P", default=Any)
 Duration = float | int | timedelta
 
 _MAX_MS = 2**31 - 1

@@ -1,0 +1,149 @@
+"""More of the public contract (design §2) that must type-check cleanly under ``mypy --strict``.
+
+Every ``assert_type`` pins what a user's editor sees; mypy must report no error in this file.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import assert_type
+
+from pydantic import BaseModel
+
+import akter
+
+
+class Quote(BaseModel):
+    cents: int
+    currency: str = "EUR"
+
+
+class OrderState(BaseModel):
+    status: str = "new"
+    cents: int = 0
+    charge_id: str | None = None
+
+
+class Charge(BaseModel):
+    order: str
+    cents: int
+
+
+class Paid(akter.Event):
+    charge_id: str
+
+
+class OutOfStock(akter.DeclaredError, tag="typing-case.OutOfStock"):
+    sku: str
+
+
+class Ledger(akter.Actor[OrderState], name="Ledger", placement="actor"):
+    @akter.command
+    async def record(self, order: str, cents: int, note: str = "") -> None:
+        self.state.cents += cents
+
+    @akter.command
+    async def remind(self) -> None:
+        return None
+
+
+class Billing(akter.Actor, singleton=True, access=akter.public, execution_timeout=5):
+    @akter.command
+    async def tick(self) -> int:
+        return 1
+
+
+class Order(akter.Actor[OrderState], access=akter.public, lock_wait=timedelta(seconds=1)):
+    @akter.command(creates=True, errors=[OutOfStock])
+    async def place(self, cents: int) -> str:
+        if cents <= 0:
+            raise OutOfStock(sku="none")
+        assert_type(self.state, OrderState)
+        assert_type(self.id, str)
+        assert_type(self.tenant, str)
+        assert_type(self.ref, akter.ActorRef)
+        assert_type(self.caller, akter.User | akter.Anonymous | akter.System)
+        assert_type(self.principal, str | None)
+        assert_type(self.command_id, str)
+        assert_type(self.now, datetime)
+        self.state.status, self.state.cents = "charging", cents
+        job_id = self.enqueue(
+            Order.charge, Charge(order=self.id, cents=cents), key="charge", after=0.5
+        )
+        assert_type(job_id, str)
+        self.send(Ledger.record, self.id, self.id, cents, note="placed")
+        self.send(Billing.tick, "")
+        self.later(after=5, key="r").send(Ledger.record, self.id, order=self.id, cents=1)
+        self.later(after=timedelta(hours=1)).send(Ledger.remind, self.id)
+        self.later(at=datetime(2030, 1, 1, tzinfo=UTC)).send(Ledger.remind, self.id)
+        self.cancel_timer("r")
+        self.emit(Paid(charge_id="none"))
+        child = self.mint(Ledger)
+        assert_type(child, akter.ActorRef)
+        return self.state.status
+
+    @akter.command
+    async def cancel(self) -> None:
+        self.cancel_job("charge")
+
+    @akter.job(attempts=4, backoff=(1.0, timedelta(minutes=4)), timeout=30.0, per_actor=1)
+    async def charge(call: akter.JobCall, req: Charge) -> str:
+        if req.cents > 1_000_000:
+            raise akter.JobFailure("amount refused", final=True)
+        return f"ch-{call.job_id}-{call.attempt}"
+
+    @charge.on_success
+    async def charged(self, charge_id: str) -> None:
+        self.state.status, self.state.charge_id = "paid", charge_id
+        self.emit(Paid(charge_id=charge_id))
+
+    @charge.on_dead_letter
+    async def charge_failed(self, letter: akter.DeadLetter[Charge]) -> None:
+        self.state.status = f"failed after {letter.attempts}: {letter.job.cents}"
+
+    @charge.on_cancelled
+    async def charge_cancelled(self, report: akter.Cancelled[Charge, str]) -> None:
+        if isinstance(report.outcome, akter.Succeeded):
+            self.state.charge_id = report.outcome.value
+
+    @akter.query
+    async def status(self) -> str:
+        return self.state.status
+
+    @akter.query
+    async def quote(self, currency: str = "EUR") -> Quote:
+        return Quote(cents=self.state.cents, currency=currency)
+
+
+async def use(url: str) -> None:
+    assert_type(Order.charge, akter.Job[Charge, str])
+    async with akter.Runtime(actors=[Order, Ledger, Billing], database_url=url) as runtime:
+        assert_type(runtime, akter.Runtime)
+        order = runtime.get(Order, "o-1", tenant="acme")
+        assert_type(order, Order)
+        assert_type(await order.place(1200), str)
+        assert_type(await order.with_command_id("v1.1.2.x").place(1200), str)
+        assert_type(await order.quote(), Quote)
+        assert_type(await order.quote(currency="USD"), Quote)
+        assert_type(await order.status(), str)
+        await order.cancel()
+
+        minted = await runtime.create(Order)
+        assert_type(minted, Order)
+        assert_type(minted.id, str)
+
+        billing = runtime.get(Billing)
+        assert_type(await billing.tick(), int)
+
+        with akter.as_caller(akter.User("alice")) as caller:
+            assert_type(caller, akter.User | akter.Anonymous | akter.System)
+            await order.status()
+        with akter.as_caller(akter.System("process", on_behalf_of="alice")):
+            await order.place(1)
+
+    try:
+        await order.place(-1)
+    except OutOfStock as exc:
+        assert_type(exc.sku, str)
+    except akter.ActorError as exc:
+        assert_type(exc.retryable, bool)

@@ -1,0 +1,56 @@
+"""Misuse of the contract that must fail to type-check: each marked line, and nothing else.
+
+A line ending in ``# E: <code>`` must get exactly one mypy error with that error code.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+import akter
+
+
+class Charge(BaseModel):
+    cents: int
+
+
+class Refund(BaseModel):
+    cents: int
+
+
+class Stock(BaseModel):
+    n: int = 0
+
+
+class Inventory(akter.Actor[Stock]):
+    @akter.command
+    async def reserve(self, sku: str, qty: int) -> int:
+        self.state.n += qty
+        return self.state.n
+
+
+class Order(akter.Actor[Stock]):
+    @akter.command
+    async def place(self, cents: int) -> str:
+        self.send(Inventory.reserve, "i-1", "sku", "two")  # E: arg-type
+        self.send(Inventory.reserve, "i-1", "sku")  # E: call-arg
+        self.send(Inventory.reserve, "i-1", sku="a", qty=1, extra=True)  # E: call-arg
+        self.later(after=5).send(Inventory.reserve, "i-1", sku="a", qty="1")  # E: arg-type
+        self.enqueue(Order.charge, Refund(cents=cents))  # E: misc
+        self.state.n = "many"  # E: assignment
+        return 1  # E: return-value
+
+    @akter.job(attempts=2)
+    async def charge(call: akter.JobCall, req: Charge) -> str:
+        return call.job_id
+
+    @charge.on_success  # E: arg-type
+    async def charged(self, charge_id: int) -> None:
+        self.state.n = charge_id
+
+
+async def main(rt: akter.Runtime) -> None:
+    order = rt.get(Order, "o-1")
+    await order.place(cents="1")  # E: arg-type
+    await order.refund(1)  # E: attr-defined
+    rt.get(Charge, "c-1")  # E: type-var

@@ -1,0 +1,312 @@
+"""TE-03 and STYLE §3: static checks of the statement catalogue and the migrations.
+
+The distribution rule (semantics §9.9, design principle 7): every statement that touches one
+actor's rows filters on ``routing_key`` and every per-actor primary key starts with it, so the
+tables can be distributed by ``routing_key`` without changing a statement. Wakeups never ride in
+a turn: no catalogue statement issues ``NOTIFY``.
+
+How a statement "filters on routing_key" (the rule checked below, per reference to a per-actor
+table written ``{schema}.<table>``):
+
+- ``INSERT INTO {schema}.<table> (<columns>)``: the column list names ``routing_key`` (the row is
+  placed by its key; the values then come from parameters or from another reference that is
+  itself checked).
+- any other reference (``FROM``, ``JOIN``, ``UPDATE``, ``DELETE FROM``, ``USING``): the statement
+  has a comparison of that table's ``routing_key`` column — unqualified, or qualified with the
+  table's alias or name — with ``=``, ``IN (...)`` or ``= ANY(...)``, on either side, and the
+  comparison sits in a ``WHERE`` or ``ON`` clause (the nearest clause keyword before it), not in
+  a ``SET`` list or a select list.
+
+Comments and string literals are removed before the check. Statements that need to reach many
+actors on purpose (relay claims, retention sweeps) must be listed in ``CROSS_ACTOR`` with the
+reason; semantics §9.8 allows them only for framework maintenance with explicit predicates.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from akter._store.migrate import known_migrations
+from akter._store.queries import raw_catalogue
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "akter"
+QUERIES_SQL = resources.files("akter._store").joinpath("queries.sql").read_text("utf-8")
+
+#: Tables holding one actor's rows (semantics §1.8): keyed by routing_key first.
+PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters"})
+#: Framework tables that belong to no actor (one row, or one per runner / type / migration).
+GLOBAL = frozenset({"deployment", "runners", "singletons", "migrations"})
+
+#: Statements allowed to touch per-actor tables without a routing_key filter, with the reason.
+#: None exists yet: the relay claim and the retention sweeps (semantics §3.2, §7) will belong
+#: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
+CROSS_ACTOR: dict[str, str] = {}
+
+#: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent
+#: after COMMIT (semantics §3.5), never part of a turn's transaction.
+MAY_NOTIFY: dict[str, str] = {}
+
+_HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
+_TABLE_REF = re.compile(r"\{schema\}\.([a-z_][a-z0-9_]*)")
+_CLAUSE = re.compile(
+    r"\b(WHERE|ON|SET|SELECT|FROM|JOIN|USING|RETURNING|VALUES|GROUP|ORDER|HAVING|LIMIT|WITH|"
+    r"INSERT|UPDATE|DELETE|CONFLICT|DO)\b",
+    re.IGNORECASE,
+)
+_KEYWORDS = frozenset(
+    {
+        "where", "on", "set", "join", "inner", "left", "right", "full", "cross", "natural",
+        "using", "returning", "order", "group", "for", "limit", "as", "lateral", "having",
+        "values", "select", "union", "window", "offset", "fetch", "tablesample", "only",
+    }
+)  # fmt: skip
+
+
+def _strip(sql: str) -> str:
+    """The statement without comments and string literals (they cannot filter anything)."""
+    sql = re.sub(r"--[^\n]*", " ", sql)
+    sql = re.sub(r"/\*.*?\*/", " ", sql, flags=re.DOTALL)
+    sql = re.sub(r"\$\$.*?\$\$", " '' ", sql, flags=re.DOTALL)
+    return re.sub(r"'(?:[^']|'')*'", "''", sql)
+
+
+def _alias_after(sql: str, end: int) -> str | None:
+    match = re.match(r"\s+(?:AS\s+)?([a-z_][a-z0-9_]*)", sql[end:], re.IGNORECASE)
+    if match is None or match.group(1).lower() in _KEYWORDS:
+        return None
+    return match.group(1)
+
+
+def _filters_on_routing_key(sql: str, table: str, alias: str | None) -> bool:
+    qualifiers = "|".join(re.escape(q) for q in {table, alias} if q)
+    column = rf"(?<![\w.])(?:(?:{qualifiers})\.)?routing_key\b"
+    comparisons = [
+        rf"{column}\s*(?:=|\bIN\s*\()",  # rk = x, rk = ANY(x), rk IN (...)
+        rf"(?:=|\bANY\s*\()\s*{column}",  # x = rk
+    ]
+    for pattern in comparisons:
+        for match in re.finditer(pattern, sql, re.IGNORECASE):
+            clauses = list(_CLAUSE.finditer(sql, 0, match.start()))
+            if clauses and clauses[-1].group(1).upper() in ("WHERE", "ON"):
+                return True
+    return False
+
+
+def _violations(name: str, statement: str) -> list[str]:
+    sql = _strip(statement)
+    found: list[str] = []
+    for ref in _TABLE_REF.finditer(sql):
+        table = ref.group(1)
+        if table not in PER_ACTOR:
+            continue
+        before = sql[: ref.start()].rstrip()
+        if re.search(r"\bINSERT\s+INTO$", before, re.IGNORECASE):
+            columns = re.match(r"\s*\(([^)]*)\)", sql[ref.end() :])
+            names = {c.strip().lower() for c in columns.group(1).split(",")} if columns else set()
+            if "routing_key" not in names:
+                found.append(f"{name}: INSERT INTO {table} does not supply routing_key")
+        elif re.search(r"\bREFERENCES$", before, re.IGNORECASE):
+            continue  # DDL: a foreign key, not a statement reading rows
+        elif not _filters_on_routing_key(sql, table, _alias_after(sql, ref.end())):
+            found.append(f"{name}: {table} is read or written without a routing_key filter")
+    return found
+
+
+def _blocks(text: str) -> list[tuple[str, list[str]]]:
+    """The raw ``(name, lines)`` of every block of queries.sql, in file order."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        match = _HEADER.match(line.strip())
+        if match:
+            blocks.append((match.group(1), []))
+        elif blocks:
+            blocks[-1][1].append(line)
+    return blocks
+
+
+# --- the rule itself ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT * FROM {schema}.actors a WHERE a.routing_key = %(rk)s",
+        "SELECT * FROM {schema}.actors WHERE tenant_id = %(t)s AND routing_key = ANY(%(rks)s)",
+        "SELECT * FROM {schema}.events e WHERE %(rk)s = e.routing_key",
+        "DELETE FROM {schema}.outbox WHERE routing_key IN (1, 2) AND intent_id = %(id)s",
+        "UPDATE {schema}.outbox SET attempts = 1 WHERE routing_key = %(rk)s",
+        "INSERT INTO {schema}.receipts (routing_key, command_id) VALUES (%(rk)s, %(c)s)",
+        "SELECT 1 FROM {schema}.outbox o JOIN {schema}.actors a "
+        "ON a.routing_key = o.routing_key AND a.actor_id = o.actor_id WHERE o.routing_key = 1",
+    ],
+)
+def test_rule_accepts_keyed_statements(statement: str) -> None:
+    assert _violations("example", statement) == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT * FROM {schema}.actors a WHERE a.actor_id = %(id)s",
+        "SELECT routing_key FROM {schema}.actors WHERE actor_id = %(id)s",
+        "UPDATE {schema}.outbox SET routing_key = %(rk)s WHERE intent_id = %(id)s",
+        "DELETE FROM {schema}.receipts WHERE expires_at_ms < %(now)s",
+        "INSERT INTO {schema}.events (tenant_id, seq) VALUES (%(t)s, 1)",
+        "SELECT * FROM {schema}.events e WHERE e.seq = 1 -- AND e.routing_key = %(rk)s",
+        "SELECT * FROM {schema}.events e WHERE e.tag = 'routing_key = 1'",
+        "SELECT * FROM {schema}.outbox o JOIN {schema}.actors a ON a.actor_id = o.actor_id "
+        "WHERE o.routing_key = 1",
+        "SELECT * FROM {schema}.outbox o WHERE x.routing_key = 1",
+    ],
+)
+def test_rule_rejects_unkeyed_statements(statement: str) -> None:
+    assert _violations("example", statement) != []
+
+
+# --- the catalogue -----------------------------------------------------------------------------
+
+
+def test_catalogue_parses_every_block_of_the_file() -> None:
+    catalogue = raw_catalogue()
+    names = [name for name, _ in _blocks(QUERIES_SQL)]
+    assert len(names) == len(set(names)), "a block name is used twice"
+    assert names == list(catalogue)
+    assert len(catalogue) >= 20
+    for name, statement in catalogue.items():
+        assert statement.strip(), f"{name} has no statement"
+
+
+def test_every_block_has_a_one_line_description() -> None:
+    for name, lines in _blocks(QUERIES_SQL):
+        assert lines, f"{name} is empty"
+        first = lines[0]
+        assert first.startswith("-- "), f"{name}: the line after the header must describe it"
+        description = first.removeprefix("-- ").strip()
+        assert description and not description.endswith("--"), f"{name}: empty description"
+        assert len(lines) > 1 and not lines[1].lstrip().startswith("--"), (
+            f"{name}: the description must be exactly one comment line before the statement"
+        )
+
+
+def test_every_per_actor_statement_filters_on_routing_key() -> None:
+    catalogue = raw_catalogue()
+    assert set(CROSS_ACTOR) <= set(catalogue), "a whitelisted statement no longer exists"
+    violations = [
+        v
+        for name, sql in catalogue.items()
+        if name not in CROSS_ACTOR
+        for v in _violations(name, sql)
+    ]
+    assert violations == []
+
+
+def test_the_check_sees_the_turn_statements() -> None:
+    # Guard against a rule that silently matches nothing: these statements touch per-actor
+    # tables, so they are all subject to the check above.
+    touching = {
+        name
+        for name, sql in raw_catalogue().items()
+        if any(m.group(1) in PER_ACTOR for m in _TABLE_REF.finditer(sql))
+    }
+    assert {
+        "ensure_actor",
+        "lock_actor",
+        "admission_read",
+        "update_actor",
+        "insert_events",
+        "delete_timers",
+        "cancel_jobs_unstarted",
+        "cancel_jobs_started",
+        "insert_outbox",
+        "insert_receipts",
+        "query_actor",
+    } <= touching
+
+
+def test_every_referenced_table_exists() -> None:
+    tables = PER_ACTOR | GLOBAL
+    functions = {"now_ms", "stmt_ms", "fence_check"}
+    for name, sql in raw_catalogue().items():
+        for ref in _TABLE_REF.finditer(sql):
+            assert ref.group(1) in tables | functions, f"{name}: unknown {ref.group(0)}"
+
+
+def test_no_statement_notifies() -> None:
+    for name, sql in raw_catalogue().items():
+        if name in MAY_NOTIFY:
+            continue
+        assert not re.search(r"\bNOTIFY\b|pg_notify", sql, re.IGNORECASE), name
+
+
+# --- the migrations ----------------------------------------------------------------------------
+
+
+def _tables(migration_sql: str) -> dict[str, str]:
+    """``CREATE TABLE {schema}.<name> (<body>)`` bodies, parentheses balanced."""
+    found: dict[str, str] = {}
+    for match in re.finditer(r"CREATE TABLE \{schema\}\.([a-z_]+) \(", migration_sql):
+        depth, start = 1, match.end()
+        for i in range(start, len(migration_sql)):
+            depth += {"(": 1, ")": -1}.get(migration_sql[i], 0)
+            if depth == 0:
+                found[match.group(1)] = migration_sql[start:i]
+                break
+    return found
+
+
+def test_every_per_actor_primary_key_starts_with_routing_key() -> None:
+    migrations = known_migrations()
+    assert [m.id for m in migrations][:1] == ["0001_initial"]
+    tables: dict[str, str] = {}
+    for migration in migrations:
+        tables.update(_tables(_strip(migration.text)))
+        # A primary key changed later must keep routing_key first too.
+        for alter in re.finditer(
+            r"ALTER TABLE \{schema\}\.([a-z_]+)[^;]*PRIMARY KEY\s*\(\s*([a-z_]+)",
+            _strip(migration.text),
+        ):
+            if alter.group(1) in PER_ACTOR:
+                assert alter.group(2) == "routing_key", (migration.id, alter.group(0))
+    # The migration ledger itself is created by the migrations_bootstrap statement.
+    assert set(tables) | {"migrations"} == PER_ACTOR | GLOBAL, (
+        "classify a new table as per-actor or global"
+    )
+    for table in PER_ACTOR:
+        keys = re.findall(r"PRIMARY KEY\s*\(([^)]*)\)", tables[table])
+        assert len(keys) == 1, f"{table} must declare one table-level PRIMARY KEY"
+        columns = [c.strip() for c in keys[0].split(",")]
+        assert columns[0] == "routing_key", f"{table} primary key is {columns}"
+        for fk in re.findall(r"FOREIGN KEY\s*\(([^)]*)\)", tables[table]):
+            assert fk.split(",")[0].strip() == "routing_key", f"{table} foreign key ({fk})"
+
+
+def test_unique_indexes_on_per_actor_tables_include_routing_key() -> None:
+    # A distributed table can only enforce uniqueness that includes its distribution column.
+    for migration in known_migrations():
+        for index in re.finditer(
+            r"CREATE UNIQUE INDEX \w+ ON \{schema\}\.([a-z_]+)\s*\(([^)]*)\)",
+            _strip(migration.text),
+        ):
+            if index.group(1) in PER_ACTOR:
+                columns = [c.strip() for c in index.group(2).split(",")]
+                assert "routing_key" in columns, (migration.id, index.group(0))
+
+
+# --- names used by the code --------------------------------------------------------------------
+
+_USE = re.compile(r"\b(?:q|queries)\[\s*(['\"])([A-Za-z0-9_]+)\1\s*\]")
+
+
+def test_every_statement_name_used_in_the_code_exists() -> None:
+    catalogue = raw_catalogue()
+    used: dict[str, list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        for match in _USE.finditer(path.read_text("utf-8")):
+            used.setdefault(match.group(2), []).append(str(path.relative_to(SRC)))
+    assert len(used) >= 15, "the pattern no longer finds the statement lookups"
+    missing = {name: files for name, files in used.items() if name not in catalogue}
+    assert missing == {}
