@@ -522,3 +522,29 @@ async def test_TU17_paused_turn_times_out_then_replays(akter_test: Make) -> None
         assert await counter.with_command_id(cid).add(9) == 9
         row = await t.inspect(counter)
         assert row.state is not None and row.state["applied"] == [cid]
+
+
+async def test_bad_input_is_refused_before_any_turn(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        counter = t.get(Counter, "c")
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.add("many")  # type: ignore[arg-type]
+        assert reason(exc) == ("InvalidInput", None) and exc.value.field == "k"
+        assert "'k'" in exc.value.message
+        with pytest.raises(akter.ActorError) as exc:
+            await counter.add(1, 2)  # type: ignore[call-arg]
+        assert exc.value.reason == "InvalidInput"
+        with pytest.raises(akter.ActorError) as exc:
+            await t.runtime.call(Counter, "c", "nope", {})
+        assert reason(exc) == ("InvalidInput", "unknown_member")
+        with pytest.raises(akter.ActorError) as exc:
+            await t.runtime.call("Ghost", "c", "add", {"k": 1})
+        assert reason(exc) == ("InvalidInput", "unknown_type")
+        with pytest.raises(akter.ActorError) as exc:
+            await t.runtime.call(Counter, "c", "add", {"k": 1, "extra": 2})
+        assert exc.value.reason == "InvalidInput" and exc.value.field == "extra"
+        with pytest.raises(akter.ActorError) as exc:
+            await t.get(Counter, "bad\x00id").add(1)
+        assert exc.value.field == "id"
+        assert await count(t, "actors") == 0 and await count(t, "receipts") == 0
+        assert await t.runtime.call(Counter, "c", "add", {"k": 2}) == 2
