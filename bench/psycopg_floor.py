@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Probe: the pgbench turn script driven from Python (psycopg async), without akter.
+
+    python bench/psycopg_floor.py --url URL [--duration 5] [--clients 1] [--nactors 1]
+
+It runs ``bench/sql/actor_turn.sql``'s transaction (lock, update, insert receipt, commit) two
+ways on one connection per client: ``serial`` (one statement per round trip, as pgbench sends
+it: 5 round trips) and ``pipelined`` (BEGIN + lock in one flight, update + insert + COMMIT in a
+second: 2 round trips). It shows what the same driver costs per turn with no runtime on top, so
+that akter's numbers in ``turns.py`` can be split into driver and runtime time. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from akter._store.embedded import EmbeddedPostgres
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from turns import CpuWindow, _drop_schema, _latency_ms, _pgbench_schema
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+LOCK = "SELECT generation FROM generations WHERE actor_id = %s FOR UPDATE"
+UPDATE = (
+    "UPDATE actor_state SET state = jsonb_set(state, '{n}', to_jsonb((state->>'n')::bigint + 1)),"
+    " updated_at = now() WHERE actor_id = %s"
+)
+INSERT = "INSERT INTO receipts (actor_id, generation, result) VALUES (%s, 1, '{\"ok\": true}')"
+
+
+async def serial(conn: Conn, aid: int) -> None:
+    await conn.execute("BEGIN")
+    await conn.execute(LOCK, (aid,))
+    await conn.execute(UPDATE, (aid,))
+    await conn.execute(INSERT, (aid,))
+    await conn.execute("COMMIT")
+
+
+async def pipelined(conn: Conn, aid: int) -> None:
+    async with conn.pipeline():
+        await conn.execute("BEGIN")
+        cur = await conn.execute(LOCK, (aid,))
+    await cur.fetchone()
+    async with conn.pipeline():
+        await conn.execute(UPDATE, (aid,))
+        await conn.execute(INSERT, (aid,))
+        await conn.execute("COMMIT")
+
+
+async def measure(
+    url: str,
+    schema: str,
+    turn: Callable[[Conn, int], Awaitable[None]],
+    args: argparse.Namespace,
+) -> dict[str, float]:
+    conns: list[Conn] = []
+    for _ in range(args.clients):
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, prepare_threshold=2)
+        await conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+        conns.append(conn)
+    latencies: list[float] = []
+
+    async def client(conn: Conn, seed: int, until: float) -> None:
+        rng = random.Random(seed)
+        while (start := time.perf_counter()) < until:
+            await turn(conn, rng.randint(1, args.nactors))
+            latencies.append(time.perf_counter() - start)
+
+    try:
+        warm = time.perf_counter() + 1.0
+        await asyncio.gather(*(client(c, i, warm) for i, c in enumerate(conns)))
+        latencies.clear()
+        cpu = CpuWindow()
+        start = time.perf_counter()
+        until = start + args.duration
+        await asyncio.gather(*(client(c, 100 + i, until) for i, c in enumerate(conns)))
+        seconds = time.perf_counter() - start
+        usage = cpu.close()
+    finally:
+        for conn in conns:
+            await conn.close()
+    return {
+        "turns_per_s": len(latencies) / seconds,
+        **_latency_ms(latencies),
+        "client_cores": usage["bench_process_cores"],
+        "client_cpu_us_per_turn": usage["bench_process_cores"] * seconds / len(latencies) * 1e6,
+        "machine_busy_cores": usage["machine_busy_cores"],
+    }
+
+
+async def run(args: argparse.Namespace) -> None:
+    embedded: EmbeddedPostgres | None = None
+    data_dir = Path(tempfile.mkdtemp(prefix="akter-bench-pg-"))
+    url: str = args.url or ""
+    if not url:
+        embedded = EmbeddedPostgres(data_dir)
+        url = await asyncio.to_thread(embedded.start)
+    schema = "akter_bench_floor"
+    try:
+        print(
+            f"| psycopg {psycopg.__version__}, {args.clients} client(s), nactors={args.nactors} "
+            "| turns/s | p50 ms | p99 ms | client CPU µs/turn | client cores | machine busy |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for name, turn in (("serial (5 round trips)", serial), ("pipelined (2)", pipelined)):
+            await _pgbench_schema(url, schema)
+            r = await measure(url, schema, turn, args)
+            print(
+                f"| {name} | {r['turns_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
+                f"| {r['client_cpu_us_per_turn']:.0f} | {r['client_cores']:.2f} "
+                f"| {r['machine_busy_cores']:.2f} |",
+                flush=True,
+            )
+    finally:
+        await _drop_schema(url, schema)
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--url", help="PostgreSQL URL (default: start an embedded server)")
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=1)
+    parser.add_argument("--nactors", type=int, default=1)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
