@@ -350,6 +350,72 @@ def _latency_ms(samples_s: Sequence[float]) -> dict[str, float]:
     }
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _process_ticks() -> dict[int, tuple[str, int]]:
+    """Every process's command name and CPU ticks (utime + stime), from /proc."""
+    found: dict[int, tuple[str, int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        comm, _, rest = text.partition(" (")[2].rpartition(") ")
+        fields = rest.split()
+        found[int(entry.name)] = (comm, int(fields[11]) + int(fields[12]))
+    return found
+
+
+def _group(pid: int, comm: str) -> str:
+    if pid == os.getpid():
+        return "bench_process"
+    if comm == "pgbench":
+        return "pgbench"
+    if comm.startswith("postgres"):
+        return "postgres"
+    return "other"
+
+
+async def sample_cpu(duration: float) -> dict[str, Any]:
+    """CPU cores used per process group over the middle of a run that lasts ``duration`` s.
+
+    Two /proc snapshots, taken ``margin`` after the start and ``margin`` before the end, so that
+    the server's backends and pgbench are alive at both; processes that start or exit in between
+    are missed (there are none in a steady run).
+    """
+    margin = min(1.0, duration / 10)
+    await asyncio.sleep(margin)
+    t0, m0, p0 = time.perf_counter(), _machine_jiffies(), _process_ticks()
+    await asyncio.sleep(max(duration - 2 * margin, 0.1))
+    t1, m1, p1 = time.perf_counter(), _machine_jiffies(), _process_ticks()
+    wall = t1 - t0
+    groups: dict[str, float] = dict.fromkeys(("bench_process", "pgbench", "postgres", "other"), 0.0)
+    others: dict[str, float] = {}
+    for pid, (comm, ticks) in p1.items():
+        before = p0.get(pid)
+        if before is None or before[0] != comm:
+            continue
+        used = (ticks - before[1]) / _TICKS / wall
+        group = _group(pid, comm)
+        groups[group] += used
+        if group == "other" and used > 0.01:
+            others[comm] = others.get(comm, 0.0) + used
+    busy = (m1[0] - m0[0]) / max(m1[1] - m0[1], 1) * (os.cpu_count() or 1)
+    return {
+        "cpu_window_s": round(wall, 2),
+        "bench_process_cores": round(groups["bench_process"], 3),
+        "pgbench_cores": round(groups["pgbench"], 3),
+        "postgres_cores": round(groups["postgres"], 3),
+        "other_cores": round(groups["other"], 3),
+        "other_top": {k: round(v, 3) for k, v in sorted(others.items(), key=lambda kv: -kv[1])[:3]},
+        "machine_busy_cores": round(busy, 3),
+    }
+
+
 # --- database helpers -----------------------------------------------------------------------------
 
 
@@ -361,6 +427,24 @@ async def _checkpoint(url: str) -> None:
     async with await _connect(url) as conn:
         with contextlib.suppress(psycopg.Error):  # CHECKPOINT needs superuser or pg_checkpoint
             await conn.execute("CHECKPOINT")
+
+
+async def _settle(url: str, schema: str, analyze: bool) -> None:
+    """Before a timed akter run: optionally VACUUM ANALYZE akter's turn tables, then CHECKPOINT.
+
+    pgbench's ``actor_schema.sql`` ends with ``VACUUM ANALYZE`` of its tables; ``--analyze``
+    gives akter's tables the same treatment (otherwise they have no statistics until autovacuum
+    gets to them, and plans cached by the pool's connections were made on empty tables).
+    """
+    if analyze:
+        async with await _connect(url) as conn:
+            for table in ("actors", "receipts"):
+                await conn.execute(
+                    sql.SQL("VACUUM ANALYZE {}.{}").format(
+                        sql.Identifier(schema), sql.Identifier(table)
+                    )
+                )
+    await _checkpoint(url)
 
 
 async def _drop_schema(url: str, schema: str) -> None:
@@ -417,7 +501,7 @@ class Timed:
     errors: int
     seconds: float
     latencies: list[float]
-    cpu: dict[str, float]
+    cpu: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
@@ -427,7 +511,7 @@ class Timed:
             "seconds": round(self.seconds, 3),
             "turns_per_s": self.turns / self.seconds if self.seconds else 0.0,
             **_latency_ms(self.latencies),
-            **{k: round(v, 3) for k, v in self.cpu.items()},
+            **self.cpu,
             **self.extra,
         }
 
@@ -470,16 +554,17 @@ async def _timed_akter(
         batches = BatchCounter(runtime)
         setattr(runtime, "_bench_batches", batches)  # noqa: B010
     batches_before, commands_before = batches.batches, batches.commands
-    cpu = CpuWindow()
     start = time.perf_counter()
     until = start + duration
+    sampler = asyncio.create_task(sample_cpu(duration))
     await asyncio.gather(*(_call_loop(pick, until, latencies, errors) for pick in callers))
     seconds = time.perf_counter() - start
+    cpu = await sampler
     extra: dict[str, Any] = {"error_reasons": dict(Tally(errors))} if errors else {}
     n_batches = batches.batches - batches_before
     n_commands = batches.commands - commands_before
     extra["transactions_per_turn"] = n_batches / n_commands if n_commands else None
-    return Timed(len(latencies), len(errors), seconds, latencies, cpu.close(), extra)
+    return Timed(len(latencies), len(errors), seconds, latencies, cpu, extra)
 
 
 async def _fixed_calls(picks: Sequence[Callable[[], Any]], calls: int) -> int:
@@ -537,7 +622,7 @@ async def akter_sequential(
         handle = runtime.get(Counter, "seq-0")
         for _ in range(args.warmup):
             await handle.add(1)
-        await _checkpoint(url)
+        await _settle(url, schema, args.analyze)
         timed = await _timed_akter(runtime, [lambda: handle], args.duration)
         picks = [lambda: handle]
         counted = await _count_through_proxy(
@@ -562,6 +647,7 @@ async def akter_sequential(
         "callers": 1,
         "actors": 1,
         "prewarmed": True,
+        "analyzed": args.analyze,
         "pool_size": args.pool_size,
         "wire": counted,
         "wire_cold_first_call": cold,
@@ -584,7 +670,7 @@ async def akter_many(
 
         await asyncio.gather(*(prewarm() for _ in range(args.callers)))
         prewarm_s = time.perf_counter() - started
-        await _checkpoint(url)
+        await _settle(url, schema, args.analyze)
 
         def picker(seed: int) -> Callable[[], Any]:
             rng = random.Random(seed)
@@ -605,6 +691,7 @@ async def akter_many(
         "callers": args.callers,
         "actors": args.actors,
         "prewarmed": True,
+        "analyzed": args.analyze,
         "prewarm_turns_per_s": args.actors / prewarm_s,
         "pool_size": args.pool_size,
         "wire": counted,
@@ -680,14 +767,14 @@ async def pgbench_timed(
     prefix = logdir / "pgb"
     try:
         base = _pgbench_args(nactors, clients)
-        cpu = CpuWindow()
+        sampler = asyncio.create_task(sample_cpu(args.duration))
         code, out, command = await _run_pgbench(
             url,
             schema,
             [*base, "-T", str(int(args.duration)), "-l", f"--log-prefix={prefix}"],
             args.duration + 120,
         )
-        usage = cpu.close()
+        usage = await sampler
         if code != 0:
             raise RuntimeError(f"pgbench failed ({code}):\n{out}")
         latencies = await asyncio.to_thread(_pgbench_latencies, prefix)
@@ -704,7 +791,7 @@ async def pgbench_timed(
         raise RuntimeError(f"pgbench (counting) failed ({code}):\n{out_count}")
     wire = proxy.snapshot().minus(before).per_turn(per_client * clients)
     shown = [Path(command[0]).name, *command[1:-1]]
-    shown = [a for a in shown if not a.startswith("--log-prefix")]
+    shown = [a.replace(str(REPO_DIR) + "/", "") for a in shown if not a.startswith("--log-prefix")]
     return {
         "turns": turns,
         "errors": failed,
@@ -712,7 +799,7 @@ async def pgbench_timed(
         "turns_per_s": tps,
         "pgbench_latency_average_ms": _pgbench_number(r"^latency average = ([\d.]+) ms", out),
         **_latency_ms(latencies),
-        **{k: round(v, 3) for k, v in usage.items()},
+        **usage,
         "transactions_per_turn": 1.0,  # the script is one transaction
         "clients": clients,
         "actors": nactors,
@@ -733,10 +820,14 @@ ROWS: list[tuple[str, str, str]] = [
     ("transactions / turn (timed run)", "transactions_per_turn", "{:.3f}"),
     ("commits / turn (wire sample)", "wire.commits_per_turn", "{:.3f}"),
     ("client CPU (cores)", "client_cores", "{:.2f}"),
+    ("postgres CPU (cores)", "postgres_cores", "{:.2f}"),
+    ("other processes CPU (cores)", "other_cores", "{:.2f}"),
     ("machine busy (cores)", "machine_busy_cores", "{:.2f}"),
+    ("client CPU per turn (µs)", "client_us_per_turn", "{:,.0f}"),
+    ("postgres CPU per turn (µs)", "postgres_us_per_turn", "{:,.0f}"),
 ]
 RATIO_KEYS = {"turns_per_s", "p50_ms", "p99_ms", "wire.statements_per_turn"}
-RATIO_KEYS |= {"wire.round_trips_per_turn"}
+RATIO_KEYS |= {"wire.round_trips_per_turn", "client_us_per_turn", "postgres_us_per_turn"}
 
 
 def _get(record: dict[str, Any], key: str) -> Any:
@@ -771,6 +862,14 @@ def render(title: str, ours: dict[str, Any], theirs: dict[str, Any]) -> str:
             f"akter first call to a new actor: {cold['statements_per_turn']:.2f} statements, "
             f"{cold['round_trips_per_turn']:.2f} round trips"
         )
+    if ours.get("prewarm_turns_per_s"):
+        lines.append(
+            f"akter pre-warm (one first call per actor, {ours.get('callers')} callers): "
+            f"{ours['prewarm_turns_per_s']:,.0f} turns/s"
+        )
+    for side, record in (("akter", ours), ("pgbench", theirs)):
+        if record.get("other_top"):
+            lines.append(f"other CPU during the {side} run: {record['other_top']}")
     if ours.get("errors") or theirs.get("errors"):
         lines.append(f"errors: akter {ours.get('errors')}, pgbench {theirs.get('errors')}")
     return "\n".join(lines)
@@ -787,6 +886,14 @@ def _git_head() -> str:
     except OSError:
         return ""
     return out.stdout.strip()
+
+
+def _per_turn_cpu(result: dict[str, Any]) -> dict[str, Any]:
+    rate = result.get("turns_per_s") or 0.0
+    for key in ("client", "postgres"):
+        cores = result.get(f"{key}_cores")
+        result[f"{key}_us_per_turn"] = cores / rate * 1e6 if rate and cores is not None else None
+    return result
 
 
 def _loadavg() -> list[str]:
@@ -859,7 +966,8 @@ async def run(args: argparse.Namespace) -> int:
                         f"many: {args.callers} callers over {args.actors:,} pre-warmed actors "
                         f"vs pgbench -c {clients} -D nactors={nactors}"
                     )
-                title += f" ({args.duration:g} s, rep {rep})"
+                title += f" ({args.duration:g} s, rep {rep}"
+                title += ", akter tables analyzed)" if args.analyze else ")"
 
                 async def ours(scenario: str = scenario, schema: str = schema) -> dict[str, Any]:
                     try:
@@ -870,12 +978,12 @@ async def run(args: argparse.Namespace) -> int:
                     finally:
                         await _drop_schema(url, schema)
                     result["client_cores"] = result["bench_process_cores"]
-                    return result
+                    return _per_turn_cpu(result)
 
                 async def theirs(nactors: int = nactors, clients: int = clients) -> dict[str, Any]:
                     result = await pgbench_timed(url, pg_schema, proxy, nactors, clients, args)
-                    result["client_cores"] = result["pgbench_process_cores"]
-                    return result
+                    result["client_cores"] = result["pgbench_cores"]
+                    return _per_turn_cpu(result)
 
                 # Alternate which side goes first, so drift does not favour one side.
                 try:
@@ -933,6 +1041,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--actors", type=int, default=10_000, help="actors in 'many'")
     parser.add_argument("--pgbench-clients", type=int, default=64, help="pgbench -c in 'many'")
     parser.add_argument("--pool-size", type=int, default=20, help="akter pool size")
+    parser.add_argument(
+        "--analyze",
+        action="store_true",
+        help="VACUUM ANALYZE akter's tables after the warm-up (as pgbench's schema does)",
+    )
     parser.add_argument("--warmup", type=int, default=200, help="warm-up calls in 'sequential'")
     parser.add_argument("--count-turns", type=int, default=640, help="turns per wire-count sample")
     return parser.parse_args(argv)
