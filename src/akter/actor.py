@@ -8,6 +8,7 @@ callable) and the turn's capability surface (``self.state``, ``self.send`` ...).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
@@ -187,7 +188,7 @@ class Member:
         model = self.args_model.model_validate(payload)
         return {p.name: getattr(model, p.name) for p in self.params}
 
-    @property
+    @functools.cached_property
     def _signature(self) -> inspect.Signature:
         return inspect.signature(self.fn)
 

@@ -75,16 +75,20 @@ WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(t
 FOR UPDATE OF a;
 
 -- admission_read --
--- after the lock (a fresh snapshot): the pinned turn clock and the batch's existing receipts
-SELECT {schema}.now_ms(%(off)s) AS now_ms,
+-- after the lock (fresh snapshot): the turn clock and the batch's receipts, one key probe per id
+SELECT {schema}.now_ms(%(off)s::bigint) AS now_ms,
        coalesce((SELECT jsonb_agg(jsonb_build_object(
                     'command_id', r.command_id, 'command', r.command,
                     'payload_hash', r.payload_hash, 'caller_key', r.caller_key,
                     'outcome', r.outcome, 'expires_at_ms', r.expires_at_ms))
-                 FROM {schema}.receipts r
-                 WHERE r.routing_key = %(rk)s AND r.tenant_id = %(tenant)s
-                   AND r.actor_type = %(type)s AND r.actor_id = %(id)s
-                   AND r.command_id = ANY(%(command_ids)s::text[])), '[]'::jsonb) AS receipts;
+                 FROM unnest(%(command_ids)s::text[]) AS c(command_id)
+                 CROSS JOIN LATERAL (
+                     SELECT * FROM {schema}.receipts r
+                     WHERE r.routing_key = %(rk)s::bigint AND r.tenant_id = %(tenant)s::text
+                       AND r.actor_type = %(type)s::text AND r.actor_id = %(id)s::text
+                       AND r.command_id = c.command_id
+                     LIMIT 1  -- keeps the probe a parameterized full-key lookup (not flattened)
+                 ) r), '[]'::jsonb) AS receipts;
 
 -- update_actor --
 -- writes the batch's state under the locked version; raises 40001 unless exactly one row changed
