@@ -82,6 +82,17 @@ class Runtime:
         drain_deadline: float | timedelta = 30.0,
         data_dir: str | Path | None = None,
         hooks: Hooks | None = None,
+        notify: bool = False,
+        poll: float | timedelta = 1.0,
+        pass_limit: int = 256,
+        delivery_concurrency: int = 16,
+        max_backoff: float | timedelta = 256.0,
+        claim_lease: float | timedelta | None = None,
+        executor_concurrency: int = 64,
+        lease: float | timedelta = 60.0,
+        cancel_check: float | timedelta | None = None,
+        jobs: Sequence[Any] | None = None,
+        relay: bool = True,
     ) -> None:
         self.definitions: dict[str, ActorDefinition] = {}
         for actor in actors:
@@ -115,11 +126,98 @@ class Runtime:
             max_pending_commands=max_pending_commands,
         )
         self.drain_deadline = ms_from_duration(drain_deadline, "drain_deadline") / 1000
+        self._configure_relay(
+            notify=notify,
+            poll=poll,
+            pass_limit=pass_limit,
+            delivery_concurrency=delivery_concurrency,
+            max_backoff=max_backoff,
+            claim_lease=claim_lease,
+            executor_concurrency=executor_concurrency,
+            lease=lease,
+            cancel_check=cancel_check,
+            jobs=jobs,
+            relay=relay,
+        )
         self.readiness: Readiness = "starting"
         self.deployment: Deployment | None = None
         self._embedded: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+
+    def _configure_relay(
+        self,
+        *,
+        notify: bool,
+        poll: float | timedelta,
+        pass_limit: int,
+        delivery_concurrency: int,
+        max_backoff: float | timedelta,
+        claim_lease: float | timedelta | None,
+        executor_concurrency: int,
+        lease: float | timedelta,
+        cancel_check: float | timedelta | None,
+        jobs: Sequence[Any] | None,
+        relay: bool,
+    ) -> None:
+        def positive_ms(value: float | timedelta, what: str, low: int = 1) -> int:
+            try:
+                ms = ms_from_duration(value, what)
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(str(exc)) from None
+            if ms < low:
+                raise ConfigurationError(f"{what} must be at least {low} ms, got {ms} ms.")
+            return ms
+
+        for name, value, low, high in (
+            ("pass_limit", pass_limit, 1, 1_000_000),
+            ("delivery_concurrency", delivery_concurrency, 1, 1_000_000),
+            ("executor_concurrency", executor_concurrency, 1, 1_000_000),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigurationError(f"{name} must be an integer from {low} to {high}.")
+        self.notify = bool(notify)
+        self.poll_ms = positive_ms(poll, "poll")
+        self.pass_limit = pass_limit
+        self.delivery_concurrency = delivery_concurrency
+        self.max_backoff_ms = positive_ms(max_backoff, "max_backoff")
+        default_lease = (
+            max(
+                (
+                    d.policy.execution_timeout + d.policy.lock_wait
+                    for d in self.definitions.values()
+                ),
+                default=32_000,
+            )
+            + 5_000
+        )
+        self.claim_lease_ms = (
+            default_lease if claim_lease is None else positive_ms(claim_lease, "claim_lease")
+        )
+        self.executor_concurrency = executor_concurrency
+        self.job_lease_ms = positive_ms(lease, "lease", 3_000)
+        self.cancel_check_ms = (
+            self.job_lease_ms // 3
+            if cancel_check is None
+            else positive_ms(cancel_check, "cancel_check", 1_000)
+        )
+        if self.cancel_check_ms > self.job_lease_ms // 3:
+            raise ConfigurationError("cancel_check must be at most a third of the lease.")
+        #: The job types this runner executes, as (actor type, job name).
+        self.executes: set[tuple[str, str]] = set()
+        if jobs is None:
+            for definition in self.definitions.values():
+                self.executes.update((definition.name, name) for name in definition.jobs)
+        else:
+            from akter.jobs import Job
+
+            for job in jobs:
+                if not isinstance(job, Job) or job.owner is None:
+                    raise ConfigurationError(
+                        f"jobs= takes declared jobs (Order.charge), not {job!r}."
+                    )
+                self.executes.add((job.owner.name, job.name))
+        self.relay_enabled = bool(relay)
 
     # --- lifecycle ----------------------------------------------------------------------------
 

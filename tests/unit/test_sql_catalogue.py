@@ -34,7 +34,11 @@ from akter._store.migrate import known_migrations
 from akter._store.queries import raw_catalogue
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "akter"
-QUERIES_SQL = resources.files("akter._store").joinpath("queries.sql").read_text("utf-8")
+QUERIES_SQL = "\n".join(
+    f.read_text("utf-8")
+    for f in sorted(resources.files("akter._store").iterdir(), key=lambda f: f.name)
+    if f.name.startswith("queries") and f.name.endswith(".sql")
+)
 
 #: Tables holding one actor's rows (semantics §1.8): keyed by routing_key first.
 PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters"})

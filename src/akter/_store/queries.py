@@ -17,8 +17,10 @@ _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 @cache
 def raw_catalogue() -> dict[str, str]:
-    """Every statement of ``queries.sql`` by name, with ``{schema}`` placeholders."""
-    text = resources.files("akter._store").joinpath("queries.sql").read_text("utf-8")
+    """Every statement of ``queries*.sql`` by name, with ``{schema}`` placeholders."""
+    folder = resources.files("akter._store")
+    files = sorted(p.name for p in folder.iterdir() if p.name.startswith("queries"))
+    text = "\n".join(folder.joinpath(f).read_text("utf-8") for f in files if f.endswith(".sql"))
     blocks: dict[str, str] = {}
     name: str | None = None
     lines: list[str] = []
