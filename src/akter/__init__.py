@@ -18,6 +18,7 @@ from akter.errors import (
     JobFailure,
     ReadOnlyError,
 )
+from akter.events import EventRecord, EventStream
 from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
 from akter.runtime import Runtime
 
@@ -40,6 +41,8 @@ __all__ = [
     "DrainError",
     "EmptyState",
     "Event",
+    "EventRecord",
+    "EventStream",
     "Failed",
     "Job",
     "JobCall",

@@ -64,7 +64,20 @@ class Event(BaseModel):
 
     def __init_subclass__(cls, *, tag: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.event_tag = tag or cls.__name__
+        cls.event_tag = cls.__name__ if tag is None else tag
+        if not cls.event_tag or len(cls.event_tag) > 200:
+            raise DefinitionError(f"Event tag {cls.event_tag!r} must be 1–200 characters.")
+        # Process-wide fallback for decoding; tags are checked for uniqueness per Runtime over
+        # the events its actors declare (``events=[...]``).
+        _EVENTS[cls.event_tag] = cls
+
+    @classmethod
+    def registry(cls) -> dict[str, type[Event]]:
+        """Declared event classes by tag."""
+        return dict(_EVENTS)
+
+
+_EVENTS: dict[str, type[Event]] = {}
 
 
 # --- member declarations --------------------------------------------------------------------
@@ -206,6 +219,7 @@ class ActorDefinition:
     policy: ResolvedPolicy
     members: dict[str, Member] = field(default_factory=dict)
     jobs: dict[str, Any] = field(default_factory=dict)
+    events: tuple[type[Event], ...] = ()
     resolved: bool = False
 
     @property
@@ -282,7 +296,8 @@ class Actor(TurnApi[S], Generic[S]):
     """Base class of actors: ``class Order(akter.Actor[OrderState], name=..., ...)``.
 
     Class keywords: ``name=`` (default: the class name), ``singleton=True``, ``access=`` (an
-    access policy; default System-only), ``placement="tenant" | "actor"``, ``policy=``
+    access policy; default System-only), ``placement="tenant" | "actor"``, ``events=`` (the
+    event classes it emits; when given, emitting another class is refused), ``policy=``
     (:class:`akter.Policy`) or individual policy fields (``execution_timeout=5`` ...).
     """
 
@@ -296,6 +311,7 @@ class Actor(TurnApi[S], Generic[S]):
         access: AccessPolicy | None = None,
         placement: Literal["tenant", "actor"] = "tenant",
         policy: Policy | None = None,
+        events: tuple[type[Event], ...] | list[type[Event]] = (),
         **options: Any,
     ) -> None:
         unknown = set(options) - POLICY_FIELDS
@@ -323,7 +339,11 @@ class Actor(TurnApi[S], Generic[S]):
             placement=placement,
             access=access or default_access,
             policy=base.resolve(type_name),
+            events=tuple(events),
         )
+        for event in definition.events:
+            if not (isinstance(event, type) and issubclass(event, Event)):
+                raise DefinitionError(f"{type_name}: events= takes akter.Event subclasses.")
         _collect_members(cls, definition)
         cls.__akter_definition__ = definition
         try:

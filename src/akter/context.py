@@ -27,6 +27,7 @@ from akter.errors import CapabilityEscaped, ReadOnlyError, invalid_input
 
 if TYPE_CHECKING:
     from akter.actor import ActorDefinition, Event
+    from akter.events import EventStream
     from akter.jobs import Job
 
 S = TypeVar("S", bound=BaseModel, default=BaseModel)
@@ -346,6 +347,11 @@ class TurnApi(Generic[S]):
         ctx.writable("emit")
         if not isinstance(event, Event):
             raise TypeError(f"emit() takes an akter.Event, not {type(event).__name__}.")
+        declared = ctx.definition.events
+        if declared and type(event) not in declared:
+            raise TypeError(
+                f"{ctx.definition.name} does not declare {type(event).__name__} in events=[...]."
+            )
         ctx.staged.events.append(
             (type(event).event_tag, canonical_json(event.model_dump(mode="json")))
         )
@@ -485,12 +491,19 @@ class TurnApi(Generic[S]):
         )
         return ref
 
-    async def events(self, after: str | None = None, limit: int = 1000) -> list[Any]:
-        """In a query: committed events after a cursor (see :class:`akter.EventRecord`)."""
+    def events(self, after: str | None = None, limit: int = 1000) -> EventStream:
+        """Committed events after a cursor (exclusive), as :class:`akter.EventRecord`.
+
+        In a query, ``await self.events(after=self.cursor)`` reads one page; on a handle,
+        ``async for record in handle.events(after=cursor)`` replays and then follows live.
+        """
+        from akter.events import EventStream
+
         ctx = _ctx(self)
-        if ctx.events_reader is None:
-            raise ReadOnlyError("events() is available in queries only.")
-        return list(await ctx.events_reader(after, limit))
+        reader = ctx.events_reader
+        if reader is None:
+            raise ReadOnlyError("events() is available in queries and on handles only.")
+        return EventStream(lambda: reader(after, limit))
 
     def with_command_id(self, command_id: str) -> Self:
         """On a handle: pin the command id of the next call (idempotent retries)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from akter.actor import ActorDefinition
 from akter.callers import ActorRef
 from akter.errors import ActorError
+from akter.events import EventStream
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -50,6 +51,14 @@ class Handle:
     def ref(self) -> ActorRef:
         """The actor's address."""
         return self._ref
+
+    def events(self, after: str | None = None, limit: int = 1000) -> EventStream:
+        """``async for``: replay events after ``after``, then follow live; ``await``: one page."""
+        runtime, ref = self._runtime, self._ref
+        return EventStream(
+            lambda: runtime.read_events(ref, after, limit),
+            lambda: runtime.follow_events(ref, after),
+        )
 
     def with_command_id(self, command_id: str) -> Handle:
         """A handle whose next command call uses ``command_id`` (idempotent retries)."""

@@ -7,7 +7,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar, cast
 from pydantic import ValidationError
 
 from akter._engine.dispatcher import Dispatcher, routing_key_of
+from akter._engine.events import follow, read_events
 from akter._engine.hooks import Hooks
 from akter._engine.turn import Request, Result, TurnEngine
 from akter._ids import (
@@ -33,6 +34,7 @@ from akter.actor import AccessKind, Actor, ActorDefinition, Member, definition_o
 from akter.callers import ActorRef, Caller, current_caller
 from akter.context import IN_TURN, TurnContext, unwrap_read_only
 from akter.errors import ActorError, ConfigurationError, DefinitionError
+from akter.events import EventRecord
 
 log = logging.getLogger("akter.runtime")
 
@@ -103,6 +105,15 @@ class Runtime:
                 )
             definition.resolve()
             self.definitions[definition.name] = definition
+        self.event_types: dict[str, type[Any]] = {}
+        for definition in self.definitions.values():
+            for event in definition.events:
+                other = self.event_types.setdefault(event.event_tag, event)
+                if other is not event:
+                    raise DefinitionError(
+                        f"Event tag {event.event_tag!r} is used by {other.__qualname__!r} and "
+                        f"{event.__qualname__!r}; give one of them tag=... ."
+                    )
         self.window_ms = ms_from_duration(retry_window, "retry_window")
         if not _WINDOW_MIN_MS <= self.window_ms <= _WINDOW_MAX_MS:
             raise ConfigurationError("retry_window must be between 1 ms and 30 days.")
@@ -139,6 +150,14 @@ class Runtime:
             jobs=jobs,
             relay=relay,
         )
+        from akter._engine.events import EventBus
+        from akter._engine.jobs import JobExecutor
+        from akter._engine.relay import Relay
+
+        self.events = EventBus()
+        self.relay = Relay(self)
+        self.jobs = JobExecutor(self)
+        self.engine.on_commit = self._after_commit
         self.readiness: Readiness = "starting"
         self.deployment: Deployment | None = None
         self._embedded: Any = None
@@ -266,6 +285,9 @@ class Runtime:
                 await conn.close()
             await self.store.open()
             await self.clock.read()
+            await self.jobs.start()
+            if self.relay_enabled:
+                await self.relay.start()
             self._tasks.append(asyncio.create_task(self._hibernation(), name="akter.hibernation"))
         except BaseException:
             await self._close_resources()
@@ -280,7 +302,10 @@ class Runtime:
             return
         self.readiness = "draining"
         self.dispatcher.accepting = False
-        interrupted = await self.dispatcher.quiesce(time.monotonic() + self.drain_deadline)
+        deadline = time.monotonic() + self.drain_deadline
+        await self.relay.stop(deadline)
+        await self.jobs.stop()
+        interrupted = await self.dispatcher.quiesce(deadline)
         if interrupted:
             log.warning("Drain deadline expired", extra={"interrupted_turns": interrupted})
         await self._close_resources()
@@ -297,6 +322,24 @@ class Runtime:
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.stop)
             self._embedded = None
+
+    def _after_commit(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
+        """After a local commit: wake the relay, signal cancellations, publish events."""
+        now = self.clock.estimate()
+        due = any(
+            (r.at_ms is not None and r.at_ms <= now) or (r.at_ms is None and not r.delay_ms)
+            for r in writes.rows
+        )
+        running = [job_id for job_id, is_running in cancelled if is_running]
+        if running:
+            self.jobs.cancel_signal(running)
+        if due or len(running) < len(cancelled):
+            self.relay.wake()
+        if writes.rows or cancelled:
+            self.relay.poke_others()
+        if writes.events:
+            self.events.publish(act.ref)
+            self.relay.poke_others()
 
     async def _hibernation(self) -> None:
         while True:
@@ -352,6 +395,40 @@ class Runtime:
     def routing_key(self, ref: ActorRef) -> int:
         """The routing key of an address."""
         return routing_key_of(self.definition(ref.type), ref)
+
+    # --- events -------------------------------------------------------------------------------
+
+    async def read_events(
+        self, ref: ActorRef, after: str | None = None, limit: int = 1000
+    ) -> list[EventRecord]:
+        """Committed events of an actor after a cursor (access kind ``events``)."""
+        self._require_started()
+        definition = self.definition(ref.type)
+        await self._check_access_kind(definition, ref, current_caller(), "events")
+        return await read_events(self, ref, after, limit)
+
+    async def follow_events(
+        self, ref: ActorRef, after: str | None = None
+    ) -> AsyncIterator[EventRecord]:
+        """Replay after a cursor, then follow new commits live (access kind ``events``)."""
+        self._require_started()
+        definition = self.definition(ref.type)
+        await self._check_access_kind(definition, ref, current_caller(), "events")
+        async for record in follow(self, ref, after):
+            yield record
+
+    async def _check_access_kind(
+        self, definition: ActorDefinition, ref: ActorRef, caller: Caller, kind: AccessKind
+    ) -> None:
+        allowed = definition.access(caller, ref, "events", kind)
+        if inspect.isawaitable(allowed):
+            allowed = await allowed
+        if not allowed:
+            raise ActorError(
+                "Unauthorized",
+                f"{type(caller).__name__} may not read the {kind} of {ref.type}/{ref.id!r}.",
+                code="access_denied",
+            )
 
     # --- call paths ---------------------------------------------------------------------------
 
@@ -565,6 +642,7 @@ class Runtime:
             window_ms=self.window_ms,
             readonly=True,
             cursor=cursor,
+            events_reader=lambda after, limit: read_events(self, ref, after, limit),
         )
         instance = definition.cls.__new__(definition.cls)
         instance.__dict__["_akter_ctx"] = ctx

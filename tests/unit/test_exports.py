@@ -24,6 +24,8 @@ AKTER_ALL = [
     "DrainError",
     "EmptyState",
     "Event",
+    "EventRecord",
+    "EventStream",
     "Failed",
     "Job",
     "JobCall",

@@ -48,7 +48,9 @@ GLOBAL = frozenset({"deployment", "runners", "singletons", "migrations"})
 #: Statements allowed to touch per-actor tables without a routing_key filter, with the reason.
 #: None exists yet: the relay claim and the retention sweeps (semantics §3.2, §7) will belong
 #: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
-CROSS_ACTOR: dict[str, str] = {}
+CROSS_ACTOR: dict[str, str] = {
+    "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
+}
 
 #: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent
 #: after COMMIT (semantics §3.5), never part of a turn's transaction.

@@ -195,3 +195,86 @@ FROM {schema}.events
 WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
   AND actor_id = %(id)s
 ORDER BY seq;
+
+-- claim_intents --
+-- one claim per pass: due intents of hosted target types, per-bucket probes, SKIP LOCKED, leased
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+candidates AS MATERIALIZED (
+    SELECT p.routing_key, p.intent_id, p.due_at_ms
+    FROM generate_series(-128, 127) AS b(bucket)
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT o.routing_key, o.intent_id, o.due_at_ms
+        FROM {schema}.outbox o
+        WHERE o.bucket = b.bucket AND o.kind = 'intent' AND o.due_at_ms <= clock.now
+          AND o.target_type = ANY(%(types)s::text[])
+        ORDER BY o.due_at_ms
+        LIMIT %(probe)s
+    ) p
+    ORDER BY p.due_at_ms
+    LIMIT %(probe)s
+),
+locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts
+    FROM {schema}.outbox o
+    JOIN candidates c ON c.routing_key = o.routing_key AND c.intent_id = o.intent_id
+    CROSS JOIN clock
+    WHERE o.kind = 'intent' AND o.due_at_ms <= clock.now
+    ORDER BY o.due_at_ms
+    LIMIT %(free)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET attempts = l.attempts + 1,
+    due_at_ms = clock.now + greatest(%(lease)s::bigint,
+                                     least(1000::bigint << least(l.attempts, 31),
+                                           %(max_backoff)s::bigint))
+FROM locked l, clock
+WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
+          o.target_id, o.command, o.payload, o.caller, o.attempts, o.scheduled_at_ms,
+          o.timer_key, o.due_at_ms AS claimed_until,
+          (SELECT count(*) FROM candidates) AS candidates;
+
+-- settle_intent --
+-- a delivered intent ends: deleted only under the claim token it was claimed with
+DELETE FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
+  AND due_at_ms = %(token)s;
+
+-- backoff_intent --
+-- a failed delivery waits min(2^(attempts-1) s, max_backoff), only under its claim token
+UPDATE {schema}.outbox
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint)
+        + least(1000::bigint << least(greatest(attempts - 1, 0), 31), %(max_backoff)s::bigint),
+    last_error = %(error)s
+WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
+  AND due_at_ms = %(token)s
+RETURNING due_at_ms;
+
+-- release_intent --
+-- a stopping runner hands an undelivered claim back: due now, only under its claim token
+UPDATE {schema}.outbox
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint)
+WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
+  AND due_at_ms = %(token)s;
+
+-- read_events --
+-- one actor's retained events after a cursor, with the sequence bounds to detect gaps
+SELECT a.event_seq,
+       (SELECT min(e.seq) FROM {schema}.events e
+        WHERE e.routing_key = a.routing_key AND e.tenant_id = a.tenant_id
+          AND e.actor_type = a.actor_type AND e.actor_id = a.actor_id) AS first_seq,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                    'seq', e.seq, 'tag', e.tag, 'payload', e.payload,
+                    'command_id', e.command_id, 'emitted_at_ms', e.emitted_at_ms) ORDER BY e.seq)
+                 FROM (SELECT * FROM {schema}.events e
+                       WHERE e.routing_key = a.routing_key AND e.tenant_id = a.tenant_id
+                         AND e.actor_type = a.actor_type AND e.actor_id = a.actor_id
+                         AND e.seq > %(after)s::bigint
+                       ORDER BY e.seq LIMIT %(limit)s) e), '[]'::jsonb) AS events
+FROM {schema}.actors a
+WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
+  AND a.actor_id = %(id)s;

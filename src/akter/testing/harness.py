@@ -22,9 +22,12 @@ from akter._engine.hooks import Match, Pause
 from akter._ids import ms_from_duration
 from akter.actor import Actor
 from akter.callers import ActorRef
+from akter.errors import DrainError
 from akter.runtime import Runtime
 
 A = TypeVar("A", bound=Actor[Any])
+
+DRAIN_ROUNDS = 100
 
 
 @dataclass
@@ -124,11 +127,36 @@ class ActorTest:
         """Hold the next operation reaching ``point`` until released."""
         return self.runtimes[runtime].hooks.pause_next(point, match)
 
-    async def advance(self, by: float | timedelta) -> None:
-        """Move the framework clock of every runtime forward."""
+    async def advance(self, by: float | timedelta = 0) -> None:
+        """Move the framework clock of every runtime forward, then drain due work.
+
+        The leases of job attempts a runtime is executing move with the clock, so a jump never
+        steals a live lease (semantics §3.5.3).
+        """
         ms = ms_from_duration(by, "advance")
         for runtime in self.runtimes:
             runtime.clock.offset_ms += ms
+            if ms:
+                await runtime.jobs.shift(ms)
+        await self.drain()
+
+    async def drain(self, rounds: int = DRAIN_ROUNDS) -> None:
+        """Deliver due intents and run due jobs until a pass claims nothing while nothing ran.
+
+        Raises:
+            DrainError: the outbox did not settle within ``rounds`` passes.
+        """
+        for _ in range(rounds):
+            for runtime in self.runtimes:
+                await runtime.relay.wait_idle()
+                await runtime.jobs.wait_idle()
+            claimed = 0
+            for runtime in self.runtimes:
+                claimed += await runtime.relay.run_pass()
+            busy = any(rt.relay.in_flight or rt.jobs.running for rt in self.runtimes)
+            if claimed == 0 and not busy:
+                return
+        raise DrainError(f"Outbox did not settle after {rounds} drain rounds.")
 
     async def now_ms(self) -> int:
         """The framework clock."""

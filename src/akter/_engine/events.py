@@ -1,0 +1,139 @@
+"""Event reads with cursors and live feeds (semantics §6).
+
+A cursor is an actor's event sequence number as a decimal string. Reads are exclusive and
+ordered; a malformed cursor or one beyond ``event_seq`` is ``UnknownCursor``, one below the first
+retained event is ``RetentionGap``: events are never skipped silently. Live feeds replay after a
+cursor, then wait for local commits (at once), other runners' commits (``NOTIFY`` or one poll),
+and read again by sequence, so they never miss or repeat an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+
+from akter.callers import ActorRef
+from akter.errors import ActorError
+from akter.events import EventRecord, parse_cursor
+
+if TYPE_CHECKING:
+    from akter.runtime import Runtime
+
+MAX_PAGE = 10_000
+
+
+def _decode(runtime: Runtime, tag: str, payload: Any) -> Any:
+    from akter.actor import Event
+
+    klass = runtime.event_types.get(tag) or Event.registry().get(tag)
+    if klass is None:
+        return payload
+    try:
+        return klass.model_validate(payload)
+    except ValueError:
+        return payload
+
+
+class EventBus:
+    """In-process subscribers per actor, woken after local commits (and on NOTIFY)."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[tuple[str, str, str], set[asyncio.Event]] = {}
+
+    def subscribe(self, ref: ActorRef) -> asyncio.Event:
+        """A flag set whenever the actor may have new events."""
+        flag = asyncio.Event()
+        self._subscribers.setdefault((ref.tenant, ref.type, ref.id), set()).add(flag)
+        return flag
+
+    def unsubscribe(self, ref: ActorRef, flag: asyncio.Event) -> None:
+        """Stop waking ``flag``."""
+        key = (ref.tenant, ref.type, ref.id)
+        flags = self._subscribers.get(key)
+        if flags is not None:
+            flags.discard(flag)
+            if not flags:
+                del self._subscribers[key]
+
+    def publish(self, ref: ActorRef) -> None:
+        """The actor committed events on this runner."""
+        for flag in self._subscribers.get((ref.tenant, ref.type, ref.id), ()):
+            flag.set()
+
+    def wake_all(self) -> None:
+        """Another runner may have committed events: every follower reads again."""
+        for flags in self._subscribers.values():
+            for flag in flags:
+                flag.set()
+
+
+async def read_events(
+    runtime: Runtime, ref: ActorRef, after: str | int | None, limit: int = 1000
+) -> list[EventRecord]:
+    """Committed events of one actor after a cursor, oldest first."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ActorError("InvalidInput", f"limit must be from 1 to {MAX_PAGE}.", field="limit")
+    start = parse_cursor(after)
+    key = {
+        "rk": runtime.routing_key(ref),
+        "tenant": ref.tenant,
+        "type": ref.type,
+        "id": ref.id,
+        "after": start,
+        "limit": limit,
+    }
+    async with runtime.store.pool.connection() as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(runtime.store.queries["read_events"], key)
+        row = await cur.fetchone()
+    event_seq = int(row["event_seq"]) if row else 0
+    if start > event_seq:
+        raise ActorError(
+            "UnknownCursor",
+            f"Cursor {start} is beyond the last event ({event_seq}) of {ref.type}/{ref.id!r}.",
+        )
+    first = int(row["first_seq"]) if row and row["first_seq"] is not None else event_seq + 1
+    if start < first - 1:
+        raise ActorError(
+            "RetentionGap",
+            f"Events {start + 1}–{first - 1} of {ref.type}/{ref.id!r} were pruned; resume from "
+            f"cursor {first - 1} and reconcile from state.",
+        )
+    records = row["events"] if row else []
+    return [
+        EventRecord(
+            cursor=str(e["seq"]),
+            event=_decode(runtime, e["tag"], e["payload"]),
+            command_id=e["command_id"],
+            emitted_at=datetime.fromtimestamp(int(e["emitted_at_ms"]) / 1000, tz=UTC),
+            tag=e["tag"],
+        )
+        for e in records
+    ]
+
+
+async def follow(
+    runtime: Runtime, ref: ActorRef, after: str | int | None
+) -> AsyncIterator[EventRecord]:
+    """Replay after ``after``, then follow new commits live, without gap or repeat."""
+    cursor = parse_cursor(after)
+    flag = runtime.events.subscribe(ref)
+    try:
+        while True:
+            flag.clear()
+            batch = await read_events(runtime, ref, cursor, MAX_PAGE)
+            for record in batch:
+                cursor = int(record.cursor)
+                yield record
+            if len(batch) == MAX_PAGE:
+                continue
+            try:
+                await asyncio.wait_for(flag.wait(), runtime.poll_ms / 1000)
+            except TimeoutError:
+                pass
+    finally:
+        runtime.events.unsubscribe(ref, flag)

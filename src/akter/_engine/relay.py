@@ -1,0 +1,299 @@
+"""The relay: claims due outbox rows after commit and delivers them as commands (semantics §3).
+
+Correctness rests on polling with a due-time index, claims leased through ``due_at_ms`` and
+settles guarded by the claim token. Wakeups (in-process after a local commit, ``NOTIFY`` from other
+runners) only cut latency; a missed wake delays work by at most one poll.
+
+Per runner, passes are serialized. A pass claims intents up to the free delivery slots in one
+statement, then lets the job executor claim its rows. Each claimed intent is delivered by its own
+task with the intent id as command id; the receiver's receipt turns a redelivery into a replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from akter.callers import ActorRef, caller_from_json
+from akter.errors import InjectedCrash
+
+if TYPE_CHECKING:
+    from akter.runtime import Runtime
+
+log = logging.getLogger("akter.relay")
+
+_NOTIFY_EVERY = 0.05
+
+
+@dataclass
+class _Claim:
+    row: dict[str, Any]
+    token: int
+    dispatched: bool = False
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class Relay:
+    """Claims and delivers intents and timers for one runner."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self._wake = asyncio.Event()
+        self._pass_lock = asyncio.Lock()
+        self._claims: dict[tuple[int, str], _Claim] = {}
+        self._widen = 1
+        self._left_candidates = False
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._notify_pending = False
+        self._last_notify = 0.0
+        self.delivered = 0
+        self.retried = 0
+        self._released = 0
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the pass loop and, with ``notify=True``, the listener."""
+        self._tasks.append(asyncio.create_task(self._loop(), name="akter.relay"))
+        if self.rt.notify:
+            self._listener = await psycopg.AsyncConnection.connect(
+                self.rt.store.url, autocommit=True
+            )
+            await self._listener.execute(sql.SQL("LISTEN {}").format(self._channel()))
+            self._tasks.append(asyncio.create_task(self._listen(), name="akter.relay.listen"))
+
+    async def stop(self, deadline: float) -> int:
+        """Stop claiming; let dispatched deliveries finish until ``deadline``; release the rest.
+
+        Returns how many claims were released.
+        """
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        # Claims whose turn has not been dispatched are handed back at once; dispatched ones may
+        # finish (their turn is running) until the deadline.
+        for claim in list(self._claims.values()):
+            if not claim.dispatched and claim.task is not None:
+                claim.task.cancel()
+        pending = [c.task for c in self._claims.values() if c.task is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        leftovers = [c for c in self._claims.values() if c.task is not None and not c.task.done()]
+        for claim in leftovers:
+            assert claim.task is not None
+            claim.task.cancel()
+        await asyncio.gather(*(c.task for c in leftovers if c.task), return_exceptions=True)
+        return self._released
+
+    def wake(self) -> None:
+        """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
+        self._wake.set()
+
+    def poke_others(self) -> None:
+        """After a local commit with ``notify=True``: NOTIFY other runners, at most every 50 ms."""
+        if not self.rt.notify or self._notify_pending or self._stopping:
+            return
+        self._notify_pending = True
+        self._tasks.append(asyncio.create_task(self._notify(), name="akter.relay.notify"))
+
+    def _channel(self) -> sql.Identifier:
+        return sql.Identifier(f"{self.rt.schema}_wake")
+
+    async def _notify(self) -> None:
+        try:
+            wait = self._last_notify + _NOTIFY_EVERY - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._notify_pending = False
+            self._last_notify = time.monotonic()
+            # Sent on a pooled autocommit connection, strictly after the commit: never inside
+            # a turn transaction (design principle 5).
+            async with self.rt.store.pool.connection() as conn:
+                await conn.execute(sql.SQL("NOTIFY {}").format(self._channel()))
+        except (psycopg.Error, OSError) as exc:
+            self._notify_pending = False
+            log.warning("Wake notification failed", extra={"error": str(exc)})
+        finally:
+            task = asyncio.current_task()
+            if task in self._tasks:
+                self._tasks.remove(task)
+
+    async def _listen(self) -> None:
+        assert self._listener is not None
+        async for _ in self._listener.notifies():
+            self.wake()
+            self.rt.events.wake_all()
+
+    async def _loop(self) -> None:
+        poll = self.rt.poll_ms / 1000
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), poll * random.uniform(0.9, 1.1))
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.run_pass()
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "Relay pass failed; retrying at the next poll", extra={"error": str(exc)}
+                )
+
+    # --- passes -----------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Intent deliveries running on this runner."""
+        return len(self._claims)
+
+    async def wait_idle(self) -> None:
+        """Await every delivery started so far."""
+        while True:
+            tasks = [c.task for c in self._claims.values() if c.task is not None]
+            if not tasks:
+                return
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def run_pass(self) -> int:
+        """One pass: claim intents into free slots, then let the executor claim jobs."""
+        if self._stopping:
+            return 0
+        async with self._pass_lock:
+            claimed = await self._claim_intents()
+            claimed += await self.rt.jobs.run_pass()
+        return claimed
+
+    async def _claim_intents(self) -> int:
+        types = sorted(self.rt.definitions)
+        free = min(self.rt.delivery_concurrency - len(self._claims), self.rt.pass_limit)
+        if not types or free <= 0:
+            return 0
+        probe = 2 * free * self._widen
+        async with self.rt.store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self.rt.store.queries["claim_intents"],
+                {
+                    "off": self.rt.clock.offset_ms,
+                    "types": types,
+                    "probe": probe,
+                    "free": free,
+                    "lease": self.rt.claim_lease_ms,
+                    "max_backoff": self.rt.max_backoff_ms,
+                },
+            )
+            rows = await cur.fetchall()
+        candidates = int(rows[0]["candidates"]) if rows else 0
+        if len(rows) < free and candidates > len(rows):
+            self._widen = min(64, self._widen * 2)
+        else:
+            self._widen = 1
+        self._left_candidates = len(rows) == free
+        for row in rows:
+            claim = _Claim(row, int(row["claimed_until"]))
+            key = (int(row["routing_key"]), str(row["intent_id"]))
+            self._claims[key] = claim
+            claim.task = asyncio.create_task(
+                self._deliver(key, claim), name=f"akter.relay.deliver {row['intent_id']}"
+            )
+        return len(rows)
+
+    async def _deliver(self, key: tuple[int, str], claim: _Claim) -> None:
+        row = claim.row
+        params = {"rk": key[0], "intent_id": key[1], "token": claim.token}
+        try:
+            ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
+            info = {"ref": ref, "intent_id": key[1], "command": row["command"]}
+            await self.rt.hooks.at("after_claim", info)
+            try:
+                caller = caller_from_json(str(row["caller"]))
+                payload = json.loads(str(row["payload"]))
+                definition = self.rt.definition(ref.type)
+                claim.dispatched = True
+                result = await self.rt.deliver(
+                    ref,
+                    str(row["command"]),
+                    payload,
+                    key[1],
+                    caller,
+                    within=definition.policy.delivery_timeout / 1000,
+                )
+            except (ValueError, TypeError, KeyError) as exc:
+                await self._backoff(params, row, f"Undecodable row: {type(exc).__name__}: {exc}")
+                return
+            except Exception as exc:  # unknown type or command, invalid payload ...
+                await self._backoff(params, row, f"{type(exc).__name__}: {exc}")
+                return
+            if result.kind == "error":
+                error = result.error
+                reason = getattr(error, "reason", type(error).__name__)
+                await self._backoff(params, row, f"{reason}: {error}")
+                return
+            await self.rt.hooks.at("before_outbox_delete", info)
+            async with self.rt.store.pool.connection() as conn:
+                await conn.execute(self.rt.store.queries["settle_intent"], params)
+            self.delivered += 1
+        except InjectedCrash:
+            # Abandoned like a process death: the claim stays until its lease ends.
+            return
+        except asyncio.CancelledError:
+            await asyncio.shield(self._release(params))
+            raise
+        finally:
+            self._claims.pop(key, None)
+            if self._left_candidates and not self._stopping:
+                self._left_candidates = False
+                self.wake()
+
+    async def _backoff(self, params: dict[str, Any], row: dict[str, Any], error: str) -> None:
+        if self._stopping:
+            await self._release(params)
+            return
+        async with self.rt.store.pool.connection() as conn:
+            await conn.execute(
+                self.rt.store.queries["backoff_intent"],
+                {
+                    **params,
+                    "off": self.rt.clock.offset_ms,
+                    "max_backoff": self.rt.max_backoff_ms,
+                    "error": error[:2000],
+                },
+            )
+        self.retried += 1
+        log.warning(
+            "Outbox delivery failed; retrying with backoff",
+            extra={
+                "intent_id": params["intent_id"],
+                "target": f"{row['target_type']}/{row['target_id']}",
+                "command": row["command"],
+                "attempts": row["attempts"],
+                "reason": error,
+            },
+        )
+
+    async def _release(self, params: dict[str, Any]) -> None:
+        try:
+            async with self.rt.store.pool.connection() as conn:
+                await conn.execute(
+                    self.rt.store.queries["release_intent"],
+                    {**params, "off": self.rt.clock.offset_ms},
+                )
+            self._released += 1
+        except (psycopg.Error, OSError) as exc:
+            log.warning("Releasing an intent claim failed", extra={"error": str(exc)})
