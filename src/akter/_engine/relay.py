@@ -154,6 +154,9 @@ class Relay:
                 log.warning(
                     "Relay pass failed; retrying at the next poll", extra={"error": str(exc)}
                 )
+            except Exception:
+                # A bug, not an outage: say so loudly, keep the correctness path (polling) alive.
+                log.exception("Relay pass raised unexpectedly; retrying at the next poll")
 
     # --- passes -----------------------------------------------------------------------------
 
