@@ -121,6 +121,8 @@ class ActorError(AkterError):
             )
         if self.reason == "InvalidInput" and self.code in ("body_too_large",):
             return 413
+        if self.reason == "InvalidInput" and self.code == "unsupported_media_type":
+            return 415
         if self.reason == "InvalidInput" and self.code in ("unknown_type", "unknown_member"):
             return 404
         return HTTP_STATUS[self.reason]

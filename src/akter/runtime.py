@@ -468,8 +468,14 @@ class Runtime:
         payload: dict[str, Any],
         pinned: str | None,
         caller: Caller | None = None,
+        *,
+        retry: bool = True,
     ) -> Any:
-        """An external command: admission, then retries with one id until the deadline."""
+        """An external command: admission, then retries with one id until the deadline.
+
+        With ``retry=False`` (the HTTP path) a retryable refusal is raised at once, for the
+        remote caller to retry with the same id after ``retry_after``.
+        """
         self._require_started()
         caller = caller or current_caller()
         raw = pinned if pinned is not None else await self.mint_command_id()
@@ -495,7 +501,7 @@ class Runtime:
                 return result.value
             error = result.error
             assert error is not None
-            if not (isinstance(error, ActorError) and error.retryable):
+            if not (isinstance(error, ActorError) and error.retryable) or not retry:
                 raise error
             if error.reason == "Timeout":
                 raise error
@@ -579,6 +585,7 @@ class Runtime:
         tenant: str = "default",
         command_id: str | None = None,
         caller: Caller | None = None,
+        retry: bool = True,
     ) -> Any:
         """Call a command or query by name with a JSON payload (the HTTP path's entry)."""
         ref = self.ref(actor, id, tenant=tenant)
@@ -592,7 +599,7 @@ class Runtime:
         body = found.validate_payload(payload)
         if found.kind == "query":
             return await self._query(found, ref, body, caller)
-        return await self._command(found, ref, body, command_id, caller)
+        return await self._command(found, ref, body, command_id, caller, retry=retry)
 
     async def _query(
         self,

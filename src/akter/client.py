@@ -1,0 +1,352 @@
+"""The HTTP client: the same typed handles as in-process, over HTTP (httpx).
+
+``await client.get(Order, "o-1").place(1200)`` type-checks exactly like the in-process handle.
+Each command call mints one command id from the server's clock (``POST /command-ids``) and
+retries retryable refusals — and dropped responses — with that same id, honouring
+``retry_after``; the server's receipt turns a retry of a committed call into a replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+import httpx
+
+from akter.actor import Actor, ActorDefinition, Member, definition_of
+from akter.callers import ActorRef
+from akter.errors import ActorError, DeclaredError, Reason
+from akter.events import EventRecord, EventStream, parse_cursor
+
+A = TypeVar("A", bound=Actor[Any])
+
+_RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+
+class Client:
+    """An HTTP client of an akter app.
+
+    Args:
+        base_url: Where the app is served (``http://host:port`` or a mount prefix).
+        auth: A bearer token string, an ``httpx.Auth``, or ``None``.
+        headers: Extra headers (for example an API key header).
+        delivery_timeout: How long one call keeps retrying, in seconds.
+        transport: An httpx transport (tests: ``httpx.ASGITransport(app)``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        auth: str | httpx.Auth | None = None,
+        headers: dict[str, str] | None = None,
+        delivery_timeout: float = 30.0,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        extra = dict(headers or {})
+        if isinstance(auth, str):
+            extra["Authorization"] = f"Bearer {auth}"
+            auth = None
+        self.delivery_timeout = delivery_timeout
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            auth=auth,
+            headers=extra,
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    def get(self, actor: type[A], id: str = "", *, tenant: str | None = None) -> A:
+        """A typed remote handle (the tenant comes from the credentials, not from here)."""
+        definition = definition_of(actor)
+        definition.resolve()
+        return cast(A, RemoteHandle(self, definition, id, None))
+
+    async def mint_command_id(self) -> str:
+        """A command id minted against the server's clock."""
+        response = await self._http.post("/command-ids")
+        _raise_for(response)
+        return str(response.json()["command_id"])
+
+    async def _post(
+        self, path: str, body: dict[str, Any], command_id: str | None
+    ) -> httpx.Response:
+        headers = {"Idempotency-Key": command_id} if command_id else {}
+        return await self._http.post(path, json=body, headers=headers)
+
+    async def call_command(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        member: Member,
+        body: dict[str, Any],
+        pinned: str | None,
+    ) -> Any:
+        """POST a command, retrying with one id until the delivery timeout."""
+        command_id = pinned or await self.mint_command_id()
+        path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/{member.name}"
+        deadline = time.monotonic() + self.delivery_timeout
+        wait = 0.0
+        while True:
+            try:
+                response = await self._post(path, body, command_id)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                # The request may have been applied: retry with the same id (it will replay).
+                error: ActorError = ActorError(
+                    "ActorUnavailable",
+                    f"The request failed in transit ({type(exc).__name__}); retrying.",
+                    command_id=command_id,
+                )
+            else:
+                if response.status_code == 200:
+                    return member.result.validate_python(response.json())
+                error_or_declared = _error_of(response)
+                if isinstance(error_or_declared, DeclaredError):
+                    raise error_or_declared
+                error = error_or_declared
+                if not error.retryable:
+                    raise error
+            first = max(error.retry_after or 0.25, 0.05)
+            wait = first if wait == 0 else min(wait * 2, max(0.5, first))
+            if time.monotonic() + wait >= deadline:
+                raise ActorError(
+                    "Timeout",
+                    f"{definition.name}/{actor_id!r}.{member.name} did not complete within the "
+                    f"delivery timeout (last error: {error.reason}); retry with command id "
+                    f"{command_id!r}.",
+                    command_id=command_id,
+                )
+            await asyncio.sleep(wait)
+
+    async def call_query(
+        self, definition: ActorDefinition, actor_id: str, member: Member, body: dict[str, Any]
+    ) -> Any:
+        """POST a query."""
+        path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/queries/{member.name}"
+        response = await self._post(path, body, None)
+        if response.status_code == 200:
+            return member.result.validate_python(response.json())
+        error = _error_of(response)
+        raise error
+
+    async def read_events(
+        self, definition: ActorDefinition, actor_id: str, after: str | None, limit: int
+    ) -> list[EventRecord]:
+        """One page of events (replayed from the SSE stream until it goes quiet)."""
+        records: list[EventRecord] = []
+        stream = self.follow_events(definition, actor_id, after)
+        try:
+            while len(records) < limit:
+                try:
+                    records.append(await asyncio.wait_for(anext(stream), 0.5))
+                except (TimeoutError, StopAsyncIteration):
+                    break
+        finally:
+            await stream.aclose()
+        return records
+
+    async def follow_events(
+        self, definition: ActorDefinition, actor_id: str, after: str | None
+    ) -> AsyncGenerator[EventRecord, None]:
+        """Replay after ``after`` and follow live over SSE, resuming with Last-Event-ID."""
+        from datetime import datetime
+
+        cursor = str(parse_cursor(after))
+        path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/events"
+        while True:
+            headers = {"Last-Event-ID": cursor, "Accept": "text/event-stream"}
+            try:
+                async with self._http.stream("GET", path, headers=headers, timeout=None) as resp:
+                    if resp.status_code != 200:
+                        await resp.aread()
+                        error = _error_of(resp)
+                        raise error
+                    event: dict[str, str] = {}
+                    async for line in resp.aiter_lines():
+                        if line:
+                            field, _, value = line.partition(": ")
+                            event[field] = value
+                            continue
+                        if event.get("event") == "retention_gap":
+                            detail = json.loads(event.get("data", "{}"))
+                            raise ActorError("RetentionGap", str(detail.get("detail", "")))
+                        if "data" in event:
+                            data = json.loads(event["data"])
+                            cursor = str(data["cursor"])
+                            yield EventRecord(
+                                cursor=cursor,
+                                event=data["event"],
+                                command_id=data["command_id"],
+                                emitted_at=datetime.fromisoformat(data["emitted_at"]),
+                                tag=data["tag"],
+                            )
+                        event = {}
+            except (httpx.TransportError, httpx.TimeoutException):
+                await asyncio.sleep(0.5)  # reconnect and resume after the last cursor
+
+
+class RemoteHandle:
+    """A handle over HTTP; at type-check time it is the actor class itself."""
+
+    __slots__ = ("_client", "_command_id", "_definition", "_id")
+
+    def __init__(
+        self, client: Client, definition: ActorDefinition, actor_id: str, command_id: str | None
+    ) -> None:
+        self._client = client
+        self._definition = definition
+        self._id = actor_id
+        self._command_id = command_id
+
+    @property
+    def id(self) -> str:
+        """The actor id."""
+        return self._id
+
+    @property
+    def ref(self) -> ActorRef:
+        """The address (the tenant is the credential's; shown here as unknown)."""
+        return ActorRef("?", self._definition.name, self._id)
+
+    def with_command_id(self, command_id: str) -> RemoteHandle:
+        """Pin the command id of the next call."""
+        return RemoteHandle(self._client, self._definition, self._id, command_id)
+
+    def events(self, after: str | None = None, limit: int = 1000) -> EventStream:
+        """``async for``: replay and follow over SSE; ``await``: one page."""
+        client, definition, actor_id = self._client, self._definition, self._id
+        return EventStream(
+            lambda: client.read_events(definition, actor_id, after, limit),
+            lambda: client.follow_events(definition, actor_id, after),
+        )
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        member = self._definition.members.get(name)
+        if member is None or member.internal:
+            raise ActorError(
+                "InvalidInput",
+                f"Actor type {self._definition.name!r} has no public command or query {name!r}.",
+                code="unknown_member",
+            )
+        client, definition, actor_id, pinned = (
+            self._client,
+            self._definition,
+            self._id,
+            self._command_id,
+        )
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            body = member.bind(args, kwargs)
+            if member.kind == "query":
+                return await client.call_query(definition, actor_id, member, body)
+            return await client.call_command(definition, actor_id, member, body, pinned)
+
+        return call
+
+
+def _path_id(definition: ActorDefinition, actor_id: str) -> str:
+    from urllib.parse import quote
+
+    return "_" if definition.singleton else quote(actor_id, safe="")
+
+
+def _error_of(response: httpx.Response) -> ActorError | DeclaredError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    if response.status_code == 422 and "error" in body:
+        return DeclaredError.from_receipt(
+            str(body["error"]), dict(body.get("fields") or {}), body.get("detail")
+        )
+    reason = body.get("reason") or (
+        "ActorUnavailable" if response.status_code >= 500 else "InvalidInput"
+    )
+    retry_after = body.get("retry_after")
+    if retry_after is None and response.headers.get("retry-after", "").isdigit():
+        retry_after = float(response.headers["retry-after"])
+    retryable = body.get("retryable")
+    if retryable is None:
+        retryable = response.status_code in _RETRYABLE_STATUS
+    return ActorError(
+        cast(Reason, reason),
+        str(body.get("detail") or f"HTTP {response.status_code}"),
+        code=body.get("code"),
+        retryable=bool(retryable),
+        retry_after=retry_after,
+        command_id=body.get("command_id"),
+        field=body.get("field"),
+    )
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code != 200:
+        raise _error_of(response)
+
+
+class SyncClient:
+    """A blocking wrapper of :class:`Client`, generated over the async one (no duplicate code).
+
+    ``SyncClient(url).get(Order, "o-1").place(1200)`` runs the async call on a private loop.
+    """
+
+    def __init__(self, base_url: str, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._client = Client(base_url, **options)
+
+    def close(self) -> None:
+        """Close the client and its loop."""
+        self._loop.run_until_complete(self._client.aclose())
+        self._loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, actor: type[A], id: str = "") -> A:
+        """A blocking handle typed as the actor (its calls return values, not awaitables)."""
+        handle = self._client.get(actor, id)
+        return cast(A, _SyncHandle(self._loop, handle))
+
+
+class _SyncHandle:
+    def __init__(self, loop: asyncio.AbstractEventLoop, handle: Any) -> None:
+        self._loop = loop
+        self._handle = handle
+
+    def with_command_id(self, command_id: str) -> _SyncHandle:
+        return _SyncHandle(self._loop, self._handle.with_command_id(command_id))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        target = getattr(self._handle, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._loop.run_until_complete(target(*args, **kwargs))
+
+        return call

@@ -1,0 +1,324 @@
+"""The ASGI app (Starlette): commands, queries, event feeds and operations over HTTP.
+
+Routes (design §2.2)::
+
+    POST /actors/{Type}/{id}/{command}         body = arguments by name; Idempotency-Key = id
+    POST /actors/{Type}/{id}/queries/{query}   body = arguments by name
+    GET  /actors/{Type}/{id}/events            server-sent events; resumes with Last-Event-ID
+    POST /command-ids                          mints a command id from the database clock
+    GET  /ready                                readiness for probes
+    GET  /openapi.json, /docs                  the OpenAPI 3.1 document and a docs page
+
+Caller and tenant come only from the auth provider. Every refusal is problem+json with the
+``reason``; declared errors are 422 with their tag and fields. A singleton's id in a path is ``_``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from akter.actor import ActorDefinition
+from akter.callers import ActorRef, as_caller
+from akter.errors import ActorError, ConfigurationError, DeclaredError
+from akter.http.auth import AuthProvider, Identity, anonymous
+from akter.http.openapi import document
+from akter.http.problems import from_actor_error, from_declared, problem
+
+if TYPE_CHECKING:
+    from akter.runtime import Runtime
+
+log = logging.getLogger("akter.http")
+
+MAX_BODY_BYTES = 1_048_576
+_MIN_HTTP_WINDOW_MS = 60_000
+
+
+def app(
+    runtime: Runtime,
+    auth: AuthProvider | None = None,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    allowed_origins: Sequence[str] = (),
+    title: str = "akter",
+) -> Starlette:
+    """Build the ASGI app serving ``runtime`` (mount it in FastAPI/Starlette, or serve it).
+
+    Args:
+        runtime: The runtime whose actors are served (start it in the app's lifespan or before).
+        auth: The auth provider; ``None`` makes every request ``Anonymous`` in tenant "default",
+            so only actors with ``access=akter.public`` answer.
+        max_body_bytes: Largest accepted request body (413 beyond).
+        allowed_origins: Browser origins allowed besides the app's own.
+        title: The OpenAPI title.
+    """
+    if runtime.window_ms < _MIN_HTTP_WINDOW_MS:
+        raise ConfigurationError("Serving HTTP needs a retry window of at least 60 s.")
+    return _Api(runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title).app
+
+
+class _Api:
+    def __init__(
+        self,
+        runtime: Runtime,
+        auth: AuthProvider,
+        max_body: int,
+        origins: frozenset[str],
+        title: str,
+    ) -> None:
+        self.runtime = runtime
+        self.auth = auth
+        self.max_body = max_body
+        self.origins = origins
+        self.title = title
+        self.app = Starlette(
+            routes=[
+                Route("/actors/{type}/{id}/queries/{member}", self.query, methods=["POST"]),
+                Route("/actors/{type}/{id}/events", self.events, methods=["GET"]),
+                Route("/actors/{type}/{id}/{member}", self.command, methods=["POST"]),
+                Route("/command-ids", self.command_ids, methods=["POST"]),
+                Route("/ready", self.ready, methods=["GET"]),
+                Route("/openapi.json", self.openapi, methods=["GET"]),
+                Route("/docs", self.docs, methods=["GET"]),
+            ],
+            exception_handlers={HTTPException: self._http_error, Exception: self._crash},
+        )
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        reason = "InvalidInput"
+        return problem(exc.status_code, reason, str(exc.detail), code="no_route")
+
+    async def _crash(self, request: Request, exc: Exception) -> Response:
+        log.error("HTTP request failed", exc_info=exc, extra={"path": request.url.path})
+        return problem(500, "Defect", "The server failed to handle the request.")
+
+    def _check_origin(self, request: Request) -> None:
+        origin = request.headers.get("origin")
+        if not origin:
+            return
+        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if origin != own and origin not in self.origins:
+            raise ActorError(
+                "Unauthorized", f"Origin {origin!r} is not allowed.", code="origin_denied"
+            )
+
+    async def _identity(self, request: Request) -> Identity:
+        self._check_origin(request)
+        return await self.auth(request)
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json":
+            raise ActorError(
+                "InvalidInput",
+                "Send the arguments as a JSON object with Content-Type: application/json.",
+                code="unsupported_media_type",
+            )
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise _too_large(self.max_body)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body:
+                raise _too_large(self.max_body)
+            chunks.append(chunk)
+        try:
+            body = json.loads(b"".join(chunks) or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise ActorError(
+                "InvalidInput", "The body is not valid JSON.", code="malformed_json"
+            ) from None
+        if not isinstance(body, dict):
+            raise ActorError("InvalidInput", "The body must be a JSON object of arguments.")
+        return body
+
+    def _resolve(self, request: Request) -> tuple[ActorDefinition, str]:
+        definition = self.runtime.definition(request.path_params["type"])
+        raw = request.path_params["id"]
+        return definition, ("" if definition.singleton and raw == "_" else raw)
+
+    # --- routes -----------------------------------------------------------------------------
+
+    async def command(self, request: Request) -> Response:
+        try:
+            identity = await self._identity(request)
+            definition, actor_id = self._resolve(request)
+            member = definition.member(request.path_params["member"], "command")
+            command_id = request.headers.get("idempotency-key")
+            if not command_id:
+                raise ActorError(
+                    "InvalidInput",
+                    "Commands need an Idempotency-Key header holding a command id "
+                    "(mint one with POST /command-ids).",
+                    code="missing_idempotency_key",
+                )
+            body = await self._body(request)
+            with as_caller(identity.caller):
+                value = await self.runtime.call(
+                    definition.name,
+                    actor_id,
+                    member.name,
+                    body,
+                    tenant=identity.tenant,
+                    command_id=command_id,
+                    retry=False,
+                )
+            return JSONResponse(member.result.dump_python(value, mode="json"))
+        except ActorError as exc:
+            return from_actor_error(exc)
+        except DeclaredError as exc:
+            return from_declared(exc)
+
+    async def query(self, request: Request) -> Response:
+        try:
+            identity = await self._identity(request)
+            definition, actor_id = self._resolve(request)
+            member = definition.member(request.path_params["member"], "query")
+            body = await self._body(request)
+            with as_caller(identity.caller):
+                value = await self.runtime.call(
+                    definition.name, actor_id, member.name, body, tenant=identity.tenant
+                )
+            return JSONResponse(member.result.dump_python(value, mode="json"))
+        except ActorError as exc:
+            return from_actor_error(exc)
+
+    async def events(self, request: Request) -> Response:
+        try:
+            identity = await self._identity(request)
+            definition, actor_id = self._resolve(request)
+            ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
+            after = request.headers.get("last-event-id") or request.query_params.get("after")
+            with as_caller(identity.caller):
+                # Validate access and the cursor before the stream starts: refusals stay 4xx.
+                try:
+                    await self.runtime.read_events(ref, after, 1)
+                except ActorError as exc:
+                    if exc.reason != "RetentionGap":
+                        raise
+                    return _sse([_gap(exc)])
+        except ActorError as exc:
+            return from_actor_error(exc)
+        return StreamingResponse(
+            self._stream(ref, after, identity),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def _stream(
+        self, ref: ActorRef, after: str | None, identity: Identity
+    ) -> AsyncIterator[str]:
+        with as_caller(identity.caller):
+            try:
+                async for record in self.runtime.follow_events(ref, after):
+                    data = json.dumps(
+                        {
+                            "cursor": record.cursor,
+                            "tag": record.tag,
+                            "event": _jsonable(record.event),
+                            "command_id": record.command_id,
+                            "emitted_at": record.emitted_at.isoformat(),
+                        },
+                        separators=(",", ":"),
+                    )
+                    yield f"id: {record.cursor}\nevent: {record.tag}\ndata: {data}\n\n"
+            except ActorError as exc:
+                if exc.reason == "RetentionGap":
+                    yield _gap(exc)
+
+    async def command_ids(self, request: Request) -> Response:
+        try:
+            await self._identity(request)
+            return JSONResponse({"command_id": await self.runtime.mint_command_id()})
+        except ActorError as exc:
+            return from_actor_error(exc)
+
+    async def ready(self, request: Request) -> Response:
+        status = self.runtime.readiness
+        return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(document(self.runtime, self.title))
+
+    async def docs(self, request: Request) -> Response:
+        return HTMLResponse(_DOCS_PAGE.replace("{title}", self.title))
+
+
+def _too_large(limit: int) -> ActorError:
+    return ActorError(
+        "InvalidInput", f"The body is larger than {limit} bytes.", code="body_too_large"
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
+def _gap(exc: ActorError) -> str:
+    data = json.dumps({"reason": exc.reason, "detail": exc.message})
+    return f"event: retention_gap\ndata: {data}\n\n"
+
+
+def _sse(lines: list[str]) -> StreamingResponse:
+    async def once() -> AsyncIterator[str]:
+        for line in lines:
+            yield line
+
+    return StreamingResponse(once(), media_type="text/event-stream")
+
+
+_DOCS_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title} — API</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2rem;max-width:70rem}
+details{border:1px solid #ccc;border-radius:6px;margin:.5rem 0;padding:.5rem}
+summary{cursor:pointer;font-family:monospace} textarea{width:100%;height:6rem;font-family:monospace}
+pre{background:#f6f6f6;padding:.5rem;overflow:auto} .m{font-weight:bold;color:#05a}
+</style></head><body>
+<h1>{title}</h1><p>OpenAPI document: <a href="openapi.json">openapi.json</a></p>
+<div id="ops">Loading…</div>
+<script>
+async function main() {
+  const doc = await (await fetch("openapi.json")).json();
+  const root = document.getElementById("ops"); root.textContent = "";
+  for (const [path, item] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(item)) {
+      const d = document.createElement("details");
+      d.innerHTML = `<summary><span class="m">${method.toUpperCase()}</span> ${path}</summary>
+        <p>${op.summary || ""}</p><label>id <input class="id" value="demo"></label>
+        <p>body</p><textarea class="body">{}</textarea>
+        <p><button>Send</button></p><pre class="out"></pre>
+        <details><summary>schema</summary><pre>${JSON.stringify(op, null, 2)}</pre></details>`;
+      d.querySelector("button").onclick = async () => {
+        const url = path.replace("{id}", encodeURIComponent(d.querySelector(".id").value));
+        const headers = {"Content-Type": "application/json"};
+        if ((op.parameters || []).some(p => p.name === "Idempotency-Key")) {
+          const minted = await (await fetch("command-ids", {method: "POST"})).json();
+          headers["Idempotency-Key"] = minted.command_id;
+        }
+        const init = {method: method.toUpperCase(), headers};
+        if (method === "post") init.body = d.querySelector(".body").value;
+        const res = await fetch(url.replace(/^\\//, ""), init);
+        d.querySelector(".out").textContent = res.status + "\\n" + await res.text();
+      };
+      root.appendChild(d);
+    }
+  }
+}
+main();
+</script></body></html>
+"""
