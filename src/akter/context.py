@@ -97,6 +97,8 @@ class TurnContext:
         self.active = False
         self.mint_ordinal = 0
         self.poisoned: str | None = None
+        self.loop_runtime: Any = None
+        self.runner_id: str | None = None
 
     def check(self) -> None:
         """Refuse capabilities outside the handler's own task or after it ended."""
@@ -321,9 +323,28 @@ class TurnApi(Generic[S]):
         return str(_ctx(self).cursor)
 
     @property
+    def runtime(self) -> Any:
+        """In a singleton's ``run()`` loop: the runtime, to call actors through handles."""
+        ctx = _ctx(self)
+        if ctx.loop_runtime is None:
+            raise ReadOnlyError("self.runtime exists only in a singleton's run() loop.")
+        return ctx.loop_runtime
+
+    async def run(self) -> None:
+        """A singleton's background loop: override it; one runner at a time runs it.
+
+        It runs for the "default"-tenant instance on the runner holding the type's lease and is
+        cancelled when the lease cannot be refreshed in time. It has no state: change state by
+        calling commands through ``self.runtime.get(...)``.
+        """
+        return
+
+    @property
     def state(self) -> S:
         """The actor's state: writable in commands, read-only in queries."""
         ctx = _ctx(self)
+        if ctx.loop_runtime is not None:
+            raise ReadOnlyError("A singleton loop has no state; call a command to change it.")
         if ctx.readonly:
             return _read_only(ctx.state)  # type: ignore[no-any-return]
         return ctx.state  # type: ignore[return-value]

@@ -31,7 +31,7 @@ from akter._ids import (
 from akter._store.migrate import Deployment, migrate
 from akter._store.pool import Clock, Store
 from akter.actor import AccessKind, Actor, ActorDefinition, Member, definition_of
-from akter.callers import ActorRef, Caller, current_caller
+from akter.callers import ActorRef, Caller, System, current_caller
 from akter.context import IN_TURN, TurnContext, unwrap_read_only
 from akter.errors import ActorError, ConfigurationError, DefinitionError
 from akter.events import EventRecord
@@ -95,7 +95,11 @@ class Runtime:
         cancel_check: float | timedelta | None = None,
         jobs: Sequence[Any] | None = None,
         relay: bool = True,
+        maintenance: bool = True,
+        host_actors: bool = True,
     ) -> None:
+        self.maintenance = bool(maintenance)
+        self.hosts_actors = bool(host_actors)
         self.definitions: dict[str, ActorDefinition] = {}
         for actor in actors:
             definition = definition_of(actor)
@@ -153,10 +157,14 @@ class Runtime:
         from akter._engine.events import EventBus
         from akter._engine.jobs import JobExecutor
         from akter._engine.relay import Relay
+        from akter._engine.runners import Runners
+        from akter.telemetry import Metrics
 
         self.events = EventBus()
+        self.metrics = Metrics()
         self.relay = Relay(self)
         self.jobs = JobExecutor(self)
+        self.runners = Runners(self)
         self.engine.on_commit = self._after_commit
         self.readiness: Readiness = "starting"
         self.deployment: Deployment | None = None
@@ -288,6 +296,7 @@ class Runtime:
             await self.jobs.start()
             if self.relay_enabled:
                 await self.relay.start()
+            await self.runners.start()
             self._tasks.append(asyncio.create_task(self._hibernation(), name="akter.hibernation"))
         except BaseException:
             await self._close_resources()
@@ -306,6 +315,7 @@ class Runtime:
         await self.relay.stop(deadline)
         await self.jobs.stop()
         interrupted = await self.dispatcher.quiesce(deadline)
+        await self.runners.stop()
         if interrupted:
             log.warning("Drain deadline expired", extra={"interrupted_turns": interrupted})
         await self._close_resources()
@@ -345,6 +355,38 @@ class Runtime:
         while True:
             await asyncio.sleep(5.0)
             self.dispatcher.hibernate()
+
+    async def run_singleton_loop(self, actor_type: str, runner_id: str) -> None:
+        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner)."""
+        definition = self.definition(actor_type)
+        ref = ActorRef("default", definition.name, "")
+        ctx = TurnContext(
+            definition=definition,
+            ref=ref,
+            caller=System("process"),
+            command_id=None,
+            now_ms=self.clock.estimate(),
+            state=definition.default_state(),
+            window_ms=self.window_ms,
+            readonly=True,
+        )
+        ctx.loop_runtime = self
+        ctx.runner_id = runner_id
+        instance = definition.cls.__new__(definition.cls)
+        instance.__dict__["_akter_ctx"] = ctx
+        ctx.task = asyncio.current_task()
+        ctx.active = True
+        try:
+            await instance.run()
+        finally:
+            ctx.active = False
+
+    async def cleanup(self) -> Any:
+        """Run one retention sweep now (what the ``$maintenance`` owner does every 60 s)."""
+        from akter._engine.retention import sweep
+
+        self._require_started()
+        return await sweep(self)
 
     def _require_started(self) -> None:
         if not self._started:

@@ -8,6 +8,8 @@ builds :class:`~akter.testing.ActorTest` harnesses on it, each with a fresh sche
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,15 +27,25 @@ def akter_db(request: pytest.FixtureRequest) -> Iterator[str]:
         yield url
         return
     from akter._store.embedded import EmbeddedPostgres
+    from akter.errors import ConfigurationError
 
     data_dir = Path(str(request.config.rootpath)) / ".akter-test"
     data_dir.mkdir(exist_ok=True)
     server = EmbeddedPostgres(data_dir)
-    url = server.start()
+    private: Path | None = None
+    try:
+        url = server.start()
+    except ConfigurationError:
+        # Another test session owns that server: run a throwaway one for this session.
+        private = Path(tempfile.mkdtemp(prefix="akter-test-"))
+        server = EmbeddedPostgres(private)
+        url = server.start()
     try:
         yield url
     finally:
         server.stop()
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,0 +1,256 @@
+"""Runners: registry and heartbeats, singleton leases and background loops, maintenance.
+
+Semantics §8. A runner registers and heartbeats every 10 s; it is live while its heartbeat is
+younger than 35 s. Singleton background loops (an actor's ``async def run(self)``) and the
+reserved ``$maintenance`` duties (retention sweeps, runner pruning) are owned through a lease row
+refreshed every 10 s; the owner stops its loop once 30 s of local monotonic time have passed
+since its last successful refresh was *sent*, before any successor can acquire the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from akter import __version__
+
+if TYPE_CHECKING:
+    from akter.runtime import Runtime
+
+log = logging.getLogger("akter.runners")
+
+HEARTBEAT_MS = 10_000
+LIVE_MS = 35_000
+PRUNE_MS = 3_600_000
+LEASE_MS = 35_000
+REFRESH_MS = 10_000
+STOP_MARGIN_MS = 5_000
+MAINTENANCE = "$maintenance"
+SWEEP_EVERY_MS = 60_000
+
+
+@dataclass
+class _Lease:
+    """One singleton lease this runner tries to hold, and the loop it runs while it does."""
+
+    actor_type: str
+    body: Callable[[], Coroutine[Any, Any, None]]
+    owned: bool = False
+    confirmed_at: float = 0.0  # monotonic send time of the last successful acquire/refresh
+    task: asyncio.Task[None] | None = None
+    runs: int = 0
+    events: list[tuple[str, float]] = field(default_factory=list)
+
+
+class Runners:
+    """This runner's registration, its singleton leases and its maintenance duties."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.runner_id = str(uuid.uuid4())
+        self.http_address: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._leases: dict[str, _Lease] = {}
+        self.draining = False
+        self.heartbeat_ms = HEARTBEAT_MS
+        self.refresh_ms = REFRESH_MS
+        self.lease_ms = LEASE_MS
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register, then heartbeat and contend for leases in the background."""
+        await self.register()
+        for definition in self.rt.definitions.values():
+            run = getattr(definition.cls, "run", None)
+            if definition.singleton and callable(run) and not _is_base_run(run):
+                self._leases[definition.name] = _Lease(
+                    definition.name, self._singleton_body(definition.name)
+                )
+        if self.rt.maintenance:
+            self._leases[MAINTENANCE] = _Lease(MAINTENANCE, self._maintenance_body)
+        self._tasks.append(asyncio.create_task(self._heartbeats(), name="akter.runners.heartbeat"))
+        if self._leases:
+            self._tasks.append(asyncio.create_task(self._contend(), name="akter.runners.leases"))
+
+    async def stop(self) -> None:
+        """Stop loops, release held leases, mark draining, then unregister."""
+        self.draining = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for lease in self._leases.values():
+            await self._stop_loop(lease)
+            if lease.owned:
+                await self._execute(
+                    "release_singleton",
+                    {"actor_type": lease.actor_type, "runner_id": self.runner_id},
+                )
+                lease.owned = False
+        await self._execute("heartbeat_runner", {"runner_id": self.runner_id, "draining": True})
+        await self._execute("unregister_runner", {"runner_id": self.runner_id})
+
+    async def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            async with self.rt.store.pool.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(
+                    self.rt.store.queries[name], {"off": self.rt.clock.offset_ms, **params}
+                )
+                return await cur.fetchall() if cur.description else []
+        except (psycopg.Error, OSError) as exc:
+            log.warning("Runner bookkeeping failed", extra={"statement": name, "error": str(exc)})
+            return []
+
+    async def register(self) -> None:
+        """Write this runner's row."""
+        await self._execute(
+            "register_runner",
+            {
+                "runner_id": self.runner_id,
+                "http_address": self.http_address,
+                "actor_types": sorted(self.rt.definitions) if self.rt.hosts_actors else [],
+                "job_types": sorted(f"{t}.{j}" for t, j in self.rt.executes),
+                "version": __version__,
+            },
+        )
+
+    async def live(self) -> list[dict[str, Any]]:
+        """Live runners (heartbeat younger than 35 s)."""
+        return await self._execute("live_runners", {"live_ms": LIVE_MS})
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_ms / 1000)
+            try:
+                async with self.rt.store.pool.connection() as conn:
+                    cur = await conn.execute(
+                        self.rt.store.queries["heartbeat_runner"],
+                        {
+                            "off": self.rt.clock.offset_ms,
+                            "runner_id": self.runner_id,
+                            "draining": self.draining,
+                        },
+                    )
+                    alive = await cur.fetchone()
+                if alive is None:
+                    await self.register()
+                if self.rt.readiness == "storage":
+                    self.rt.readiness = "ready"
+            except (psycopg.Error, OSError) as exc:
+                log.warning("Runner heartbeat failed", extra={"error": str(exc)})
+                if self.rt.readiness == "ready":
+                    self.rt.readiness = "storage"
+
+    # --- leases -----------------------------------------------------------------------------
+
+    async def _contend(self) -> None:
+        while True:
+            for lease in self._leases.values():
+                await self._refresh(lease)
+            await asyncio.sleep(self.refresh_ms / 1000)
+
+    async def _refresh(self, lease: _Lease) -> None:
+        sent = time.monotonic()
+        rows: list[dict[str, Any]] = []
+        failed = False
+        try:
+            async with self.rt.store.pool.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(
+                    self.rt.store.queries["acquire_singleton"],
+                    {
+                        "off": self.rt.clock.offset_ms,
+                        "actor_type": lease.actor_type,
+                        "runner_id": self.runner_id,
+                        "lease_ms": self.lease_ms,
+                    },
+                )
+                rows = await cur.fetchall()
+        except (psycopg.Error, OSError) as exc:
+            failed = True
+            log.warning("Singleton lease refresh failed", extra={"error": str(exc)})
+        if rows:
+            lease.owned = True
+            lease.confirmed_at = sent
+            if lease.task is None or lease.task.done():
+                lease.runs += 1
+                lease.events.append(("started", time.monotonic()))
+                lease.task = asyncio.create_task(
+                    self._guarded(lease), name=f"akter.singleton {lease.actor_type}"
+                )
+        elif not failed:
+            # Another runner holds the lease: never run the loop here.
+            lease.owned = False
+            await self._stop_loop(lease)
+
+    async def _guarded(self, lease: _Lease) -> None:
+        """Run the loop body, stopping it once the lease is no longer known to be fresh."""
+        body = asyncio.create_task(lease.body(), name=f"akter.singleton.body {lease.actor_type}")
+        try:
+            while not body.done():
+                left = (
+                    lease.confirmed_at + (self.lease_ms - STOP_MARGIN_MS) / 1000 - time.monotonic()
+                )
+                if left <= 0:
+                    log.warning(
+                        "Singleton lease not refreshed in time; stopping its loop",
+                        extra={"actor_type": lease.actor_type},
+                    )
+                    lease.owned = False
+                    break
+                await asyncio.wait({body}, timeout=left)
+        finally:
+            if not body.done():
+                body.cancel()
+            await asyncio.gather(body, return_exceptions=True)
+            lease.events.append(("stopped", time.monotonic()))
+            if body.done() and not body.cancelled() and body.exception() is not None:
+                log.error(
+                    "Singleton loop failed",
+                    exc_info=body.exception(),
+                    extra={"actor_type": lease.actor_type},
+                )
+
+    async def _stop_loop(self, lease: _Lease) -> None:
+        if lease.task is not None and not lease.task.done():
+            lease.task.cancel()
+            await asyncio.gather(lease.task, return_exceptions=True)
+        lease.task = None
+
+    def owns(self, actor_type: str) -> bool:
+        """Whether this runner currently holds the lease of ``actor_type``."""
+        lease = self._leases.get(actor_type)
+        return bool(lease and lease.owned and lease.task is not None and not lease.task.done())
+
+    def _singleton_body(self, actor_type: str) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def body() -> None:
+            await self.rt.run_singleton_loop(actor_type, self.runner_id)
+
+        return body
+
+    async def _maintenance_body(self) -> None:
+        from akter._engine.retention import sweep
+
+        while True:
+            try:
+                await sweep(self.rt)
+                await self._execute("prune_runners", {"prune_ms": PRUNE_MS})
+            except (psycopg.Error, OSError) as exc:
+                log.warning("Maintenance sweep failed", extra={"error": str(exc)})
+            await asyncio.sleep(SWEEP_EVERY_MS / 1000)
+
+
+def _is_base_run(run: Any) -> bool:
+    from akter.actor import Actor
+
+    return getattr(run, "__qualname__", "") == getattr(Actor.run, "__qualname__", None)

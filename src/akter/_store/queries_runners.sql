@@ -1,0 +1,94 @@
+-- Runners, singleton leases and retention (semantics §7, §8).
+
+-- register_runner --
+-- announces this runner with the types it hosts and executes
+INSERT INTO {schema}.runners
+    (runner_id, started_at_ms, heartbeat_at_ms, http_address, actor_types, job_types, version,
+     draining)
+VALUES (%(runner_id)s, {schema}.now_ms(%(off)s::bigint), {schema}.now_ms(%(off)s::bigint),
+        %(http_address)s, %(actor_types)s::text[], %(job_types)s::text[], %(version)s, false)
+ON CONFLICT (runner_id) DO UPDATE
+SET heartbeat_at_ms = excluded.heartbeat_at_ms, http_address = excluded.http_address,
+    actor_types = excluded.actor_types, job_types = excluded.job_types, draining = false;
+
+-- heartbeat_runner --
+-- keeps this runner live; no row means it was pruned and must register again
+UPDATE {schema}.runners
+SET heartbeat_at_ms = {schema}.now_ms(%(off)s::bigint), draining = %(draining)s
+WHERE runner_id = %(runner_id)s
+RETURNING heartbeat_at_ms;
+
+-- unregister_runner --
+-- a drained runner leaves the registry
+DELETE FROM {schema}.runners WHERE runner_id = %(runner_id)s;
+
+-- live_runners --
+-- runners whose heartbeat is younger than the liveness window
+SELECT runner_id::text AS runner_id, started_at_ms, heartbeat_at_ms, http_address, actor_types,
+       job_types, version, draining
+FROM {schema}.runners
+WHERE heartbeat_at_ms > {schema}.now_ms(%(off)s::bigint) - %(live_ms)s::bigint
+ORDER BY started_at_ms, runner_id;
+
+-- prune_runners --
+-- forgets runners silent for longer than the prune age
+DELETE FROM {schema}.runners
+WHERE heartbeat_at_ms < {schema}.now_ms(%(off)s::bigint) - %(prune_ms)s::bigint
+RETURNING runner_id;
+
+-- acquire_singleton --
+-- takes or refreshes a singleton lease: only where it ended or this runner already owns it
+INSERT INTO {schema}.singletons AS s (actor_type, owner, lease_until_ms, acquired_at_ms)
+VALUES (%(actor_type)s, %(runner_id)s, {schema}.now_ms(%(off)s::bigint) + %(lease_ms)s::bigint,
+        {schema}.now_ms(%(off)s::bigint))
+ON CONFLICT (actor_type) DO UPDATE
+SET owner = excluded.owner, lease_until_ms = excluded.lease_until_ms,
+    acquired_at_ms = CASE WHEN s.owner = excluded.owner THEN s.acquired_at_ms
+                          ELSE excluded.acquired_at_ms END
+WHERE s.lease_until_ms <= {schema}.now_ms(%(off)s::bigint) OR s.owner = excluded.owner
+RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms;
+
+-- release_singleton --
+-- a stopping owner ends its lease at once so a survivor can take over
+UPDATE {schema}.singletons
+SET lease_until_ms = {schema}.now_ms(%(off)s::bigint)
+WHERE actor_type = %(actor_type)s AND owner = %(runner_id)s;
+
+-- prune_receipts --
+-- deletes a batch of a type's receipts past expiry + margin whose id no outbox row still carries
+WITH doomed AS (
+    SELECT r.routing_key, r.tenant_id, r.actor_type, r.actor_id, r.command_id
+    FROM {schema}.receipts r
+    WHERE r.actor_type = %(type)s AND r.expires_at_ms <= %(cutoff)s::bigint
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.outbox o
+          WHERE o.intent_id = r.command_id AND o.tenant_id = r.tenant_id
+            AND o.target_type = r.actor_type AND o.target_id = r.actor_id)
+    LIMIT %(batch)s
+    FOR UPDATE OF r SKIP LOCKED
+)
+DELETE FROM {schema}.receipts r
+USING doomed d
+WHERE r.routing_key = d.routing_key AND r.tenant_id = d.tenant_id
+  AND r.actor_type = d.actor_type AND r.actor_id = d.actor_id AND r.command_id = d.command_id
+RETURNING 1;
+
+-- prune_events --
+-- deletes a batch of a type's events: per actor only the prefix up to the newest expired seq
+WITH doomed AS (
+    SELECT e.routing_key, e.tenant_id, e.actor_type, e.actor_id, e.seq
+    FROM {schema}.events e
+    WHERE e.actor_type = %(type)s AND e.emitted_at_ms <= %(cutoff)s::bigint
+       OR (e.actor_type = %(type)s AND e.seq < (
+              SELECT max(x.seq) FROM {schema}.events x
+              WHERE x.routing_key = e.routing_key AND x.tenant_id = e.tenant_id
+                AND x.actor_type = e.actor_type AND x.actor_id = e.actor_id
+                AND x.emitted_at_ms <= %(cutoff)s::bigint))
+    LIMIT %(batch)s
+    FOR UPDATE OF e SKIP LOCKED
+)
+DELETE FROM {schema}.events e
+USING doomed d
+WHERE e.routing_key = d.routing_key AND e.tenant_id = d.tenant_id
+  AND e.actor_type = d.actor_type AND e.actor_id = d.actor_id AND e.seq = d.seq
+RETURNING 1;
