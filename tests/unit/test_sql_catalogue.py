@@ -50,6 +50,8 @@ GLOBAL = frozenset({"deployment", "runners", "singletons", "migrations"})
 #: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
 CROSS_ACTOR: dict[str, str] = {
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
+    "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
+    "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
 }
 
 #: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent
