@@ -21,6 +21,7 @@ from akter.errors import (
 from akter.events import EventRecord, EventStream
 from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
 from akter.runtime import Runtime
+from akter.schedules import schedule
 
 __version__ = "0.1.0"
 
@@ -61,4 +62,5 @@ __all__ = [
     "job",
     "public",
     "query",
+    "schedule",
 ]

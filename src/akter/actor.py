@@ -220,6 +220,7 @@ class ActorDefinition:
     members: dict[str, Member] = field(default_factory=dict)
     jobs: dict[str, Any] = field(default_factory=dict)
     events: tuple[type[Event], ...] = ()
+    schedules: list[Any] = field(default_factory=list)
     resolved: bool = False
 
     @property
@@ -400,6 +401,16 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
                 setattr(value, _OWNER_ATTR, definition)
     for job in definition.jobs.values():
         job.bind_owner(definition)
+    from dataclasses import replace
+
+    from akter.schedules import check_unique, check_zero_arg, entries_of
+
+    for member in definition.members.values():
+        entries = entries_of(member.fn)
+        if entries:
+            check_zero_arg(member.fn)
+            definition.schedules.extend(replace(e, command=member.name) for e in entries)
+    check_unique(definition.schedules, definition.name)
 
 
 def _check_member_name(type_name: str, attr: str, seen: dict[str, str], kind: str) -> None:

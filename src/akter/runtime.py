@@ -20,6 +20,7 @@ from akter._engine.events import follow, read_events
 from akter._engine.hooks import Hooks
 from akter._engine.turn import Request, Result, TurnEngine
 from akter._ids import (
+    canonical_json,
     ms_from_duration,
     parse_command_id,
     parse_framework_id,
@@ -293,9 +294,12 @@ class Runtime:
                 await conn.close()
             await self.store.open()
             await self.clock.read()
+            await self._ensure_singleton_ticks()
             await self.jobs.start()
             if self.relay_enabled:
                 await self.relay.start()
+            else:
+                await self.relay.listen()  # live event feeds still hear other runners
             await self.runners.start()
             self._tasks.append(asyncio.create_task(self._hibernation(), name="akter.hibernation"))
         except BaseException:
@@ -380,6 +384,34 @@ class Runtime:
             await instance.run()
         finally:
             ctx.active = False
+
+    async def _ensure_singleton_ticks(self) -> None:
+        """Every runner inserts its singletons' default instance and ticks, once per deployment."""
+        from akter._engine.turn import Activation, tick_rows
+
+        for definition in self.definitions.values():
+            if not (definition.singleton and definition.schedules and self.hosts_actors):
+                continue
+            ref = ActorRef("default", definition.name, "")
+            act = Activation(definition, ref, routing_key_of(definition, ref))
+            now = await self.clock.read()
+            q = self.store.queries
+            async with self.store.pool.connection() as conn, conn.transaction():
+                await conn.execute(
+                    q["ensure_actor"],
+                    {
+                        "rk": act.routing_key,
+                        "tenant": ref.tenant,
+                        "type": ref.type,
+                        "id": ref.id,
+                        "state": canonical_json(definition.default_state().model_dump(mode="json")),
+                        "state_version": 0,
+                        "off": self.clock.offset_ms,
+                    },
+                )
+                await conn.execute(
+                    q["insert_ticks"], tick_rows(definition, act, now, self.window_ms)
+                )
 
     async def cleanup(self) -> Any:
         """Run one retention sweep now (what the ``$maintenance`` owner does every 60 s)."""

@@ -344,7 +344,12 @@ async def test_a_second_start_is_a_no_op(akter_db: str, schema: str) -> None:
 
     await _start(akter_db, schema, [Tally])
 
-    assert await _snapshot(akter_db, schema) == before
+    after = await _snapshot(akter_db, schema)
+    # Runner bookkeeping (registry rows, lease times) changes with every start by design.
+    for volatile in ("runners", "singletons"):
+        before.pop(volatile, None)
+        after.pop(volatile, None)
+    assert after == before
 
 
 async def test_a_later_start_records_new_placements_only(akter_db: str, schema: str) -> None:

@@ -44,6 +44,7 @@ AKTER_ALL = [
     "job",
     "public",
     "query",
+    "schedule",
 ]
 
 TESTING_ALL = ["ActorTest", "Hooks", "Inspection", "POINTS", "Pause"]

@@ -97,7 +97,9 @@ async def read_events(
             f"Cursor {start} is beyond the last event ({event_seq}) of {ref.type}/{ref.id!r}.",
         )
     first = int(row["first_seq"]) if row and row["first_seq"] is not None else event_seq + 1
-    if start < first - 1:
+    # No cursor (or "0") starts at the oldest retained event (§6.2); any other cursor below the
+    # retained prefix is a gap the reader must hear about.
+    if start != 0 and start < first - 1:
         raise ActorError(
             "RetentionGap",
             f"Events {start + 1}–{first - 1} of {ref.type}/{ref.id!r} were pruned; resume from "

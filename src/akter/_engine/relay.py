@@ -66,7 +66,11 @@ class Relay:
     async def start(self) -> None:
         """Start the pass loop and, with ``notify=True``, the listener."""
         self._tasks.append(asyncio.create_task(self._loop(), name="akter.relay"))
-        if self.rt.notify:
+        await self.listen()
+
+    async def listen(self) -> None:
+        """With ``notify=True``: LISTEN for other runners' wakes (relay passes, event feeds)."""
+        if self.rt.notify and self._listener is None:
             self._listener = await psycopg.AsyncConnection.connect(
                 self.rt.store.url, autocommit=True
             )
@@ -224,14 +228,24 @@ class Relay:
             ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
             info = {"ref": ref, "intent_id": key[1], "command": row["command"]}
             await self.rt.hooks.at("after_claim", info)
+            entry = None
             try:
                 caller = caller_from_json(str(row["caller"]))
                 payload = json.loads(str(row["payload"]))
                 definition = self.rt.definition(ref.type)
+                command = str(row["command"])
+                if str(row["timer_key"] or "").startswith("$cron:"):
+                    entry = next(
+                        (e for e in definition.schedules if e.key == row["timer_key"]), None
+                    )
+                    if not await self._tick_due(params, row, definition, entry):
+                        return
+                    assert entry is not None
+                    command = entry.command
                 claim.dispatched = True
                 result = await self.rt.deliver(
                     ref,
-                    str(row["command"]),
+                    command,
                     payload,
                     key[1],
                     caller,
@@ -249,9 +263,13 @@ class Relay:
                 await self._backoff(params, row, f"{reason}: {error}")
                 return
             await self.rt.hooks.at("before_outbox_delete", info)
-            async with self.rt.store.pool.connection() as conn:
-                await conn.execute(self.rt.store.queries["settle_intent"], params)
+            if entry is not None:
+                await self._next_tick(params, entry)
+            else:
+                async with self.rt.store.pool.connection() as conn:
+                    await conn.execute(self.rt.store.queries["settle_intent"], params)
             self.delivered += 1
+            self.rt.metrics.count("akter.relay.delivered", kind="intent")
         except InjectedCrash:
             # Abandoned like a process death: the claim stays until its lease ends.
             return
@@ -263,6 +281,43 @@ class Relay:
             if self._left_candidates and not self._stopping:
                 self._left_candidates = False
                 self.wake()
+
+    async def _tick_due(
+        self, params: dict[str, Any], row: dict[str, Any], definition: Any, entry: Any
+    ) -> bool:
+        """Decide a claimed schedule tick (semantics §4.5): deliver it, or not."""
+        now = await self.rt.clock.read()
+        age = now - int(row["scheduled_at_ms"])
+        lag = definition.policy.max_schedule_lag
+        if entry is None:
+            # An entry this code no longer declares: a newer runner may own it while it is young.
+            if age > lag:
+                async with self.rt.store.pool.connection() as conn:
+                    await conn.execute(self.rt.store.queries["settle_intent"], params)
+            else:
+                await self._backoff(params, row, "Schedule entry not declared by this runner")
+            return False
+        if age > lag:
+            log.info(
+                "Schedule tick skipped: older than max_schedule_lag",
+                extra={"actor": row["target_type"], "entry": entry.key, "age_ms": age},
+            )
+            await self._next_tick(params, entry, now)
+            return False
+        return True
+
+    async def _next_tick(self, params: dict[str, Any], entry: Any, now: int | None = None) -> None:
+        """Rewrite a settled tick into the next one: first fire strictly after now, new id."""
+        from akter._ids import mint_framework_id
+        from akter.schedules import next_fire
+
+        now = now if now is not None else await self.rt.clock.read()
+        due = next_fire(entry, now)
+        async with self.rt.store.pool.connection() as conn:
+            await conn.execute(
+                self.rt.store.queries["rewrite_tick"],
+                {**params, "new_id": mint_framework_id(now, due, 0, self.rt.window_ms), "due": due},
+            )
 
     async def _backoff(self, params: dict[str, Any], row: dict[str, Any], error: str) -> None:
         if self._stopping:
@@ -279,6 +334,7 @@ class Relay:
                 },
             )
         self.retried += 1
+        self.rt.metrics.count("akter.relay.retried", kind="intent")
         log.warning(
             "Outbox delivery failed; retrying with backoff",
             extra={

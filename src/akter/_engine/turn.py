@@ -25,7 +25,7 @@ import psycopg
 from pydantic import BaseModel, ValidationError
 
 from akter._engine.hooks import Hooks
-from akter._ids import CommandId, bucket, canonical_json, child_id, is_uuid8
+from akter._ids import CommandId, bucket, canonical_json, child_id, is_uuid8, mint_framework_id
 from akter._store.pool import Clock, Connection, Store
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, caller_key
@@ -97,6 +97,7 @@ class Activation:
     event_seq: int = 0
     last_used: float = field(default_factory=time.monotonic)
     backoff: float = 0.0
+    ticks_ensured: bool = False
 
     @property
     def bucket(self) -> int:
@@ -345,6 +346,12 @@ class TurnEngine:
         nothing = not (state_changed or writes.rows or writes.timer_deletes)
         nothing = nothing and not (writes.job_cancels or receipt_rows or writes.events)
         cancelled: list[tuple[str, bool]] = []
+        # A cold activation of a created, scheduled actor makes sure its ticks exist (§2.6.5).
+        tick_params = None
+        if definition.schedules and not definition.singleton and not act.ticks_ensured:
+            if batch_created:
+                tick_params = tick_rows(definition, act, now_ms, self.window_ms)
+        nothing = nothing and tick_params is None
         async with conn.pipeline():
             if nothing:
                 end_cur = await conn.execute("ROLLBACK")
@@ -391,6 +398,8 @@ class TurnEngine:
                     await conn.execute(
                         self.q["insert_outbox"], _outbox_params(key, act, writes, off)
                     )
+                if tick_params is not None:
+                    await conn.execute(self.q["insert_ticks"], tick_params)
                 if receipt_rows:
                     await conn.execute(
                         self.q["insert_receipts"],
@@ -417,6 +426,8 @@ class TurnEngine:
             act.exists = False  # the ROLLBACK removed a row the admission may have inserted
         # The commit landed: from here on a crash leaves the caller retrying into a replay.
         if not nothing:
+            if tick_params is not None:
+                act.ticks_ensured = True
             if state_changed:
                 act.version = locked_version + 1
                 act.state = state
@@ -694,6 +705,28 @@ def _expired(request: Request) -> ActorError:
         "committed is unknown here. Query the actor, then mint a new id if needed.",
         command_id=request.command_id.raw,
     )
+
+
+def tick_rows(
+    definition: ActorDefinition, act: Activation, now_ms: int, window_ms: int
+) -> dict[str, Any]:
+    """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
+    from akter.callers import caller_to_json
+    from akter.schedules import next_fire
+
+    dues = [next_fire(entry, now_ms) for entry in definition.schedules]
+    return {
+        "rk": act.routing_key,
+        "tenant": act.ref.tenant,
+        "type": act.ref.type,
+        "id": act.ref.id,
+        "bucket": act.bucket,
+        "caller": caller_to_json(System(source="cron", ref=act.ref)),
+        "intent_ids": [mint_framework_id(now_ms, due, 0, window_ms) for due in dues],
+        "commands": [entry.command for entry in definition.schedules],
+        "dues": dues,
+        "keys": [entry.key for entry in definition.schedules],
+    }
 
 
 def _valid_mint(request: Request, act: Activation) -> bool:

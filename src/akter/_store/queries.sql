@@ -278,3 +278,22 @@ SELECT a.event_seq,
 FROM {schema}.actors a
 WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
   AND a.actor_id = %(id)s;
+
+-- insert_ticks --
+-- the actor's missing schedule ticks (at most one pending per entry, by the timer-key index)
+INSERT INTO {schema}.outbox
+    (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
+     target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms, timer_key)
+SELECT %(rk)s, t.intent_id, %(bucket)s, 'intent', %(tenant)s, %(type)s, %(id)s, %(type)s, %(id)s,
+       t.command, '{}', 0, %(caller)s, t.due, t.due, t.key
+FROM unnest(%(intent_ids)s::text[], %(commands)s::text[], %(dues)s::bigint[], %(keys)s::text[])
+    AS t(intent_id, command, due, key)
+ON CONFLICT DO NOTHING;
+
+-- rewrite_tick --
+-- a settled (or skipped) tick becomes the next one: new id, next fire time, under its claim token
+UPDATE {schema}.outbox
+SET intent_id = %(new_id)s, due_at_ms = %(due)s, scheduled_at_ms = %(due)s, attempts = 0,
+    last_error = NULL
+WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
+  AND due_at_ms = %(token)s;
