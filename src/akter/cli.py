@@ -132,6 +132,8 @@ def _require_running(directory: Path) -> str:
 
 def main() -> None:
     """Run the ``akter`` command line (the console script's entry point)."""
+    import akter._cli_runner  # noqa: F401 - registers serve, worker, migrate, inspect, outbox
+
     app()
 
 

@@ -187,7 +187,7 @@ class Relay:
         return claimed
 
     async def _claim_intents(self) -> int:
-        types = sorted(self.rt.definitions)
+        types = sorted(self.rt.definitions) if self.rt.hosts_actors else []
         free = min(self.rt.delivery_concurrency - len(self._claims), self.rt.pass_limit)
         if not types or free <= 0:
             return 0

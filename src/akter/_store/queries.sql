@@ -297,3 +297,11 @@ SET intent_id = %(new_id)s, due_at_ms = %(due)s, scheduled_at_ms = %(due)s, atte
     last_error = NULL
 WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
   AND due_at_ms = %(token)s;
+
+-- outbox_overview --
+-- operators' view of pending rows across actors, oldest due first
+SELECT intent_id, kind, tenant_id, target_type, target_id, command, due_at_ms, attempts,
+       last_error, running, cancelled_at_ms, timer_key
+FROM {schema}.outbox
+ORDER BY due_at_ms
+LIMIT %(limit)s;
