@@ -52,6 +52,7 @@ CROSS_ACTOR: dict[str, str] = {
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
     "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
     "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
+    "outbox_overview": "operators' read-only listing of pending rows (akter outbox)",
 }
 
 #: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent
