@@ -163,6 +163,7 @@ class Runtime:
 
         self.events = EventBus()
         self.metrics = Metrics()
+        self.engine.metrics = self.metrics
         self.relay = Relay(self)
         self.jobs = JobExecutor(self)
         self.runners = Runners(self)

@@ -7,7 +7,18 @@ No metric carries a tenant, actor id or command id: attributes are limited to ``
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+if TYPE_CHECKING:
+    from akter._engine.turn import Request, Result
+    from akter.callers import ActorRef
+
+tracer = trace.get_tracer("akter")
 
 ALLOWED_ATTRIBUTES = frozenset({"actor_type", "outcome", "kind", "job"})
 
@@ -50,3 +61,55 @@ class Metrics:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def turn_outcome(result: Result) -> str:
+    """The ``outcome`` attribute of ``akter.turns`` for one command's result."""
+    if result.replayed:
+        return "replay"
+    if result.kind == "ok":
+        return "success"
+    if result.kind == "declared":
+        return "failure"
+    reason = getattr(result.error, "reason", "")
+    return (
+        "defect" if reason == "Defect" else "retry" if reason == "ActorUnavailable" else "refused"
+    )
+
+
+def record_turns(
+    metrics: Metrics,
+    ref: ActorRef,
+    batch: Sequence[Request],
+    results: Sequence[Result],
+    started_ns: int,
+) -> None:
+    """Count one batch's turns and emit one server span per command (semantics §10.2)."""
+    ended = time.time_ns()
+    metrics.count("akter.turn.batches", actor_type=ref.type)
+    for request, result in zip(batch, results, strict=True):
+        outcome = turn_outcome(result)
+        metrics.count("akter.turns", actor_type=ref.type, outcome=outcome)
+        if result.replayed:
+            metrics.count("akter.receipts.replayed", actor_type=ref.type)
+        caller = request.caller
+        attributes: dict[str, Any] = {
+            "actor.type": ref.type,
+            "actor.tenant": ref.tenant,
+            "actor.id": ref.id,
+            "command.name": request.member.name,
+            "command.id": request.command_id.raw,
+            "caller.kind": type(caller).__name__,
+            "turn.trigger": getattr(caller, "source", "command")
+            if not request.external
+            else "command",
+            "turn.outcome": outcome,
+            "batch.size": len(batch),
+        }
+        span = tracer.start_span(
+            f"akter.{ref.type}/{request.member.name}",
+            kind=trace.SpanKind.SERVER,
+            start_time=started_ns,
+            attributes=attributes,
+        )
+        span.end(end_time=ended)

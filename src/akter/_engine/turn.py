@@ -24,6 +24,7 @@ from typing import Any, Literal
 import psycopg
 from pydantic import BaseModel, ValidationError
 
+from akter import telemetry
 from akter._engine.hooks import Hooks
 from akter._ids import CommandId, bucket, canonical_json, child_id, is_uuid8, mint_framework_id
 from akter._store.pool import Clock, Connection, Store
@@ -171,9 +172,16 @@ class TurnEngine:
         self.hooks = hooks
         self.window_ms = window_ms
         self.on_commit = on_commit
+        self.metrics = telemetry.Metrics()
 
     async def run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
         """Run a batch; a defect re-runs its commands one per transaction."""
+        started = time.time_ns()
+        results = await self._run(act, batch)
+        telemetry.record_turns(self.metrics, act.ref, batch, results, started)
+        return results
+
+    async def _run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
         try:
             return await self._run_batch(act, batch)
         except BatchDefect as defect:
@@ -442,6 +450,13 @@ class TurnEngine:
                 raise
         if self.on_commit is not None and not nothing:
             self.on_commit(act, writes, cancelled)
+        if not nothing:
+            if writes.events:
+                self.metrics.count("akter.events.appended", len(writes.events), actor_type=ref.type)
+            for row in writes.rows:
+                self.metrics.count("akter.outbox.staged", kind=row.kind)
+            if receipt_rows:
+                self.metrics.count("akter.receipts.written", len(receipt_rows), actor_type=ref.type)
         return [self._release(o, r, released_at) for o, r in zip(outcomes, batch, strict=True)]
 
     def _release(self, outcome: _Outcome, request: Request, released_at: int) -> Result:

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 from akter.actor import ActorDefinition
@@ -86,6 +92,7 @@ class _Api:
                 Route("/actors/{type}/{id}/{member}", self.command, methods=["POST"]),
                 Route("/command-ids", self.command_ids, methods=["POST"]),
                 Route("/ready", self.ready, methods=["GET"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
                 Route("/openapi.json", self.openapi, methods=["GET"]),
                 Route("/docs", self.docs, methods=["GET"]),
             ],
@@ -249,6 +256,11 @@ class _Api:
     async def ready(self, request: Request) -> Response:
         status = self.runtime.readiness
         return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        return PlainTextResponse(
+            self.runtime.metrics.render(), media_type="text/plain; version=0.0.4"
+        )
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(document(self.runtime, self.title))
