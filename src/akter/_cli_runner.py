@@ -251,3 +251,136 @@ def outbox_command(
             print(json.dumps(rows, default=str))
             return
         _print_outbox(rows)
+
+
+jobs_app = typer.Typer(name="jobs", help="List and cancel jobs.", no_args_is_help=True)
+letters_app = typer.Typer(
+    name="dead-letters", help="Dead letters: list, show, retry, discard.", no_args_is_help=True
+)
+app.add_typer(jobs_app)
+app.add_typer(letters_app)
+
+
+def _operate(target: str, work: Any) -> Any:
+    """Start the runtime quietly (no relay, no maintenance), run ``work(runtime)``, stop."""
+    runtime = load_runtime(target)
+    runtime.relay_enabled = False
+    runtime.maintenance = False
+    runtime.executes = set()
+
+    async def run() -> Any:
+        async with runtime:
+            return await work(runtime)
+
+    return asyncio.run(run())
+
+
+@jobs_app.command("list")
+def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) -> None:
+    """List job rows, oldest due first."""
+    with _refusals_exit():
+        runtime = load_runtime(target)
+        rows = _fetch(runtime, "jobs_overview", {"limit": limit})
+        if as_json:
+            print(json.dumps(rows, default=str))
+            return
+        table = Table("job id", "actor", "job", "attempts", "state", "last error", title="jobs")
+        for r in rows:
+            state = (
+                "cancelled"
+                if r["cancelled_at_ms"]
+                else "running"
+                if r["running"]
+                else "waiting"
+                if r["waiting"]
+                else "pending"
+            )
+            table.add_row(
+                str(r["job_id"])[-12:],
+                f"{r['actor_type']}/{r['actor_id']}",
+                r["job"],
+                str(r["attempts"]),
+                state,
+                str(r["last_error"] or "")[:50],
+            )
+        _stdout.print(table)
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(target: TargetArg, job_id: str) -> None:
+    """Cancel one job by id (never-run jobs are deleted; others settle as cancelled)."""
+    with _refusals_exit():
+        outcome = _operate(target, lambda rt: rt.cancel_job(job_id))
+        _stdout.print(outcome)
+        if outcome == "unknown":
+            raise typer.Exit(1)
+
+
+def _letter_json(letter: Any) -> dict[str, Any]:
+    return {
+        "job_id": letter.job_id,
+        "ref": letter.ref.to_json(),
+        "job": letter.job,
+        "payload": json.loads(letter.payload),
+        "attempts": letter.attempts,
+        "cause": letter.cause,
+        "ambiguous": letter.ambiguous,
+        "dead_at_ms": letter.dead_at_ms,
+    }
+
+
+@letters_app.command("list")
+def letters_list(target: TargetArg, as_json: JsonOption = False) -> None:
+    """List dead letters (never pruned)."""
+    with _refusals_exit():
+        letters = _operate(target, lambda rt: rt.dead_letters.list())
+        if as_json:
+            print(json.dumps([_letter_json(x) for x in letters], default=str))
+            return
+        table = Table(
+            "job id", "actor", "job", "attempts", "ambiguous", "cause", title="dead letters"
+        )
+        for x in letters:
+            table.add_row(
+                x.job_id[-12:],
+                f"{x.ref.type}/{x.ref.id}",
+                x.job,
+                str(x.attempts),
+                "yes" if x.ambiguous else "no",
+                x.cause[:60],
+            )
+        _stdout.print(table)
+
+
+@letters_app.command("show")
+def letters_show(target: TargetArg, job_id: str) -> None:
+    """Show one dead letter as JSON."""
+    with _refusals_exit():
+        letter = _operate(target, lambda rt: rt.dead_letters.show(job_id))
+        print(json.dumps(_letter_json(letter), default=str))
+
+
+@letters_app.command("retry")
+def letters_retry(target: TargetArg, job_id: str) -> None:
+    """Re-enqueue a dead letter as a new job (new id); warns when it was ambiguous."""
+    with _refusals_exit():
+
+        async def work(rt: Runtime) -> tuple[Any, str]:
+            letter = await rt.dead_letters.show(job_id)
+            return letter, await rt.dead_letters.retry(job_id)
+
+        letter, new_id = _operate(target, work)
+        if letter.ambiguous:
+            _stderr.print(
+                "[yellow]warning:[/yellow] this letter is ambiguous: the provider may already "
+                "have applied the call; the retry runs it again under a new job id."
+            )
+        print(new_id)
+
+
+@letters_app.command("discard")
+def letters_discard(target: TargetArg, job_id: str) -> None:
+    """Delete a dead letter."""
+    with _refusals_exit():
+        _operate(target, lambda rt: rt.dead_letters.discard(job_id))
+        _stdout.print("discarded")

@@ -167,6 +167,10 @@ class Runtime:
         self.relay = Relay(self)
         self.jobs = JobExecutor(self)
         self.runners = Runners(self)
+        from akter.dead_letters import DeadLetters
+
+        #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
+        self.dead_letters = DeadLetters(self)
         self.engine.on_commit = self._after_commit
         self.readiness: Readiness = "starting"
         self.deployment: Deployment | None = None
@@ -413,6 +417,29 @@ class Runtime:
                 await conn.execute(
                     q["insert_ticks"], tick_rows(definition, act, now, self.window_ms)
                 )
+
+    async def cancel_job(self, job_id: str) -> str:
+        """Cancel a job by id in its own transaction (``akter jobs cancel``).
+
+        Returns ``"deleted"`` (it never ran), ``"cancelled"`` (its attempt or report settles it)
+        or ``"unknown"`` (no such live job).
+        """
+        self._require_started()
+        q = self.store.queries
+        async with self.store.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(q["cancel_job_by_id_unstarted"], {"job_id": job_id})
+            if await cur.fetchall():
+                return "deleted"
+            cur = await conn.execute(
+                q["cancel_job_by_id_started"], {"job_id": job_id, "off": self.clock.offset_ms}
+            )
+            rows = await cur.fetchall()
+        if not rows:
+            return "unknown"
+        if any(bool(r[1]) for r in rows):
+            self.jobs.cancel_signal([job_id])
+        self.relay.wake()
+        return "cancelled"
 
     async def cleanup(self) -> Any:
         """Run one retention sweep now (what the ``$maintenance`` owner does every 60 s)."""

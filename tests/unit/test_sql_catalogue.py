@@ -53,6 +53,16 @@ CROSS_ACTOR: dict[str, str] = {
     "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
     "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
     "outbox_overview": "operators' read-only listing of pending rows (akter outbox)",
+    "jobs_overview": "operators' read-only listing of job rows (akter jobs list)",
+    "cancel_job_by_id_unstarted": "an operator cancels one job by its id (akter jobs cancel)",
+    "cancel_job_by_id_started": "an operator cancels one job by its id (akter jobs cancel)",
+    "claim_jobs": "the executor claims due uncapped job rows of every actor, by bucket, kind and "
+    "due_at_ms, limited to the job types it executes (semantics §5.5)",
+    "discover_capped_groups": "the executor finds capped (actor, job) groups with due rows, by "
+    "bucket, kind and due_at_ms; each group is then claimed by keyed statements (semantics §5.6)",
+    "dead_letters_list": "operator view of dead letters across actors (semantics §5.10)",
+    "dead_letter_find": "operator lookup of one dead letter by its job id, which is unique "
+    "across actors; later writes are keyed (semantics §5.10)",
 }
 
 #: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent

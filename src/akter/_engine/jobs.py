@@ -17,11 +17,33 @@ Interface used by the rest of the runtime (keep it stable):
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from akter._engine.job_attempt import Attempt, AttemptRunner
+from akter._engine.job_claims import (
+    ClaimedJob,
+    claim_group,
+    claim_uncapped,
+    discover_groups,
+    wake_waiting,
+)
+from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
+    from akter._store.pool import Store
+    from akter.jobs import Job
     from akter.runtime import Runtime
+
+log = logging.getLogger("akter.jobs")
+
+#: Largest factor by which a claim widens its per-bucket probe (semantics §3.2).
+MAX_WIDEN = 64
 
 
 class JobExecutor:
@@ -29,27 +51,221 @@ class JobExecutor:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self._attempts: dict[tuple[str, int], Attempt] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pass_lock = asyncio.Lock()
+        self._widen = 1
+        self._capped_first = False
+        self._stopping = False
+        #: Attempts that ended on this runner (a drain can tell that work finished mid-pass).
+        self.finished = 0
+        self.runner = AttemptRunner(
+            store=lambda: self.runtime.store,
+            offset=lambda: self.runtime.clock.offset_ms,
+            hooks=runtime.hooks,
+            lease_ms=runtime.job_lease_ms,
+            cancel_check_ms=runtime.cancel_check_ms,
+            wake=self._wake,
+        )
+
+    @property
+    def store(self) -> Store:
+        """The runtime's store."""
+        return self.runtime.store
+
+    # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start background work (none yet)."""
+        """Start background work: none; passes come from the relay loop and drains."""
+        self._stopping = False
 
     async def stop(self) -> None:
-        """Interrupt running attempts without settling them."""
-
-    async def run_pass(self) -> int:
-        """Claim and start due attempts; returns how many rows were claimed."""
-        return 0
-
-    async def wait_idle(self) -> None:
-        """Await every attempt started so far."""
+        """Interrupt running attempts without settling them; settles already started finish."""
+        self._stopping = True
+        for attempt in list(self._attempts.values()):
+            attempt.stopping.set()
+        pending = list(self._tasks)
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=self.runtime.drain_deadline)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     @property
     def running(self) -> int:
         """Attempts in flight on this runner."""
-        return 0
+        return len(self._tasks)
+
+    async def wait_idle(self) -> None:
+        """Await every attempt started so far."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def cancel_signal(self, job_ids: Iterable[str]) -> None:
-        """Cancellations committed on this runner for running jobs."""
+        """Cancellations committed on this runner for running jobs: their attempts renew now."""
+        wanted = set(job_ids)
+        for (job_id, _), attempt in self._attempts.items():
+            if job_id in wanted:
+                attempt.signal.set()
 
     async def shift(self, ms: int) -> None:
-        """Push the leases of this runner's running attempts by ``ms``."""
+        """Push the leases of this runner's running attempts by ``ms`` (test clock jumps)."""
+        attempts = [a for a in self._attempts.values() if not (a.row.cancelled or a.row.exhausted)]
+        if not attempts or ms <= 0:
+            return
+        async with self.store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self.store.queries["shift_job_leases"],
+                {
+                    "ms": ms,
+                    "rks": [a.row.routing_key for a in attempts],
+                    "job_ids": [a.row.intent_id for a in attempts],
+                    "attempts": [a.row.attempts for a in attempts],
+                },
+            )
+            moved = {str(r["intent_id"]): int(r["due_at_ms"]) for r in await cur.fetchall()}
+        for attempt in attempts:
+            if attempt.row.intent_id in moved:
+                attempt.lease_until = moved[attempt.row.intent_id]
+
+    # --- passes -------------------------------------------------------------------------------
+
+    def executed_jobs(self) -> list[Job[Any, Any]]:
+        """The declared jobs this runner executes (``runtime.executes``)."""
+        found: dict[tuple[str, str], Job[Any, Any]] = {}
+        declared: dict[tuple[str, str], Any] = getattr(self.runtime, "job_declarations", {})
+        for definition in self.runtime.definitions.values():
+            for name, job in definition.jobs.items():
+                found[(definition.name, name)] = job
+        found.update(declared)
+        return [found[key] for key in sorted(self.runtime.executes) if key in found]
+
+    async def run_pass(self) -> int:
+        """Claim and start due attempts; returns how many rows were claimed."""
+        async with self._pass_lock:
+            if self._stopping:
+                return 0
+            jobs = self.executed_jobs()
+            uncapped = [j for j in jobs if j.options.per_actor is None]
+            capped = [j for j in jobs if j.options.per_actor is not None]
+            order = [("uncapped", uncapped), ("capped", capped)]
+            if uncapped and capped:
+                if self._capped_first:
+                    order.reverse()
+                self._capped_first = not self._capped_first
+            claimed = 0
+            for kind, chosen in order:
+                free = self.runtime.executor_concurrency - self.running
+                if not chosen or free <= 0:
+                    continue
+                try:
+                    if kind == "uncapped":
+                        claimed += await self._claim_uncapped(chosen, free)
+                    else:
+                        claimed += await self._claim_capped(chosen, free)
+                except psycopg.Error as exc:
+                    log.warning(
+                        "Job claim failed; retrying at the next pass",
+                        extra={"error": f"{type(exc).__name__}: {exc}"},
+                    )
+            return claimed
+
+    async def _claim_uncapped(self, jobs: list[Job[Any, Any]], free: int) -> int:
+        rows, candidates = await claim_uncapped(
+            self.store,
+            off=self.runtime.clock.offset_ms,
+            jobs=jobs,
+            free=free,
+            probe=2 * free * self._widen,
+            lease_ms=self.runtime.job_lease_ms,
+        )
+        if len(rows) < free and candidates > len(rows):
+            self._widen = min(self._widen * 2, MAX_WIDEN)
+        else:
+            self._widen = 1
+        by_key = {(j.owner.name if j.owner else "", j.name): j for j in jobs}
+        for row in rows:
+            self._start(row, by_key[(row.actor_type, row.command)])
+        return len(rows)
+
+    async def _claim_capped(self, jobs: list[Job[Any, Any]], free: int) -> int:
+        off = self.runtime.clock.offset_ms
+        groups = await discover_groups(self.store, off=off, jobs=jobs, free=free)
+        by_key = {(j.owner.name if j.owner else "", j.name): j for j in jobs}
+        claimed = 0
+        for group in groups:
+            left = free - claimed
+            if left <= 0:
+                break
+            job = by_key[(group.actor_type, group.command)]
+            try:
+                rows = await claim_group(
+                    self.store,
+                    group,
+                    off=self.runtime.clock.offset_ms,
+                    job=job,
+                    free=left,
+                    lease_ms=self.runtime.job_lease_ms,
+                )
+            except psycopg.errors.LockNotAvailable:
+                continue  # a turn holds the actor: the group waits for a later pass
+            for row in rows:
+                self._start(row, job)
+            claimed += len(rows)
+        return claimed
+
+    # --- attempts -----------------------------------------------------------------------------
+
+    def _start(self, row: ClaimedJob, job: Job[Any, Any]) -> None:
+        attempt = Attempt(row=row, job=job)
+        key = (row.intent_id, row.attempts)
+        self._attempts[key] = attempt
+        task = asyncio.create_task(
+            self._run(attempt), name=f"akter.job {row.actor_type}.{row.command} #{row.attempts}"
+        )
+        attempt.task = task
+        self._tasks.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self.finished += 1
+            self._tasks.discard(finished)
+            if self._attempts.get(key) is attempt:
+                del self._attempts[key]
+
+        task.add_done_callback(done)
+
+    async def _run(self, attempt: Attempt) -> None:
+        row = attempt.row
+        try:
+            await self.runner.run(attempt)
+        except InjectedCrash:
+            return  # a simulated process death: no further write; the lease runs out
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Job attempt failed unexpectedly", extra=row.log_fields())
+        if attempt.job.options.per_actor is not None and not self._stopping:
+            await self._wake_group(attempt)
+
+    async def _wake_group(self, attempt: Attempt) -> None:
+        try:
+            woke = await wake_waiting(
+                self.store, attempt.row.group, off=self.runtime.clock.offset_ms
+            )
+        except psycopg.Error as exc:
+            # A missed wake only delays the waiting row until its fallback re-check.
+            log.warning(
+                "Waking a waiting job failed",
+                extra={**attempt.row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return
+        if woke:
+            self._wake()
+
+    def _wake(self) -> None:
+        relay = getattr(self.runtime, "relay", None)
+        wake = getattr(relay, "wake", None)
+        if callable(wake):
+            wake()

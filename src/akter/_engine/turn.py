@@ -780,7 +780,21 @@ def _outbox_params(
         "delays": [r.delay_ms for r in rows],
         "ats": [r.at_ms for r in rows],
         "timer_keys": [r.timer_key for r in rows],
+        "ords": _ordinals(rows),
     }
+
+
+def _ordinals(rows: list[StagedRow]) -> list[int]:
+    """Staging order (from 1) of each job row among this batch's rows of the same job."""
+    seen: dict[str, int] = {}
+    ords: list[int] = []
+    for row in rows:
+        if row.kind == "job":
+            seen[row.command] = seen.get(row.command, 0) + 1
+            ords.append(seen[row.command])
+        else:
+            ords.append(1)
+    return ords
 
 
 async def _rollback_quietly(conn: Connection) -> bool:

@@ -142,13 +142,21 @@ INSERT INTO {schema}.outbox
      ready_at_ms, timer_key)
 SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.target_type,
        o.target_id, o.command, o.payload, 0, o.caller, d.due, d.due,
-       CASE WHEN o.kind = 'job' THEN d.due END, o.timer_key
+       -- jobs of one (actor, job) get strictly increasing ready times in enqueue order (§5.3.4)
+       CASE WHEN o.kind = 'job' THEN greatest(d.due + o.ord - 1, coalesce((
+           SELECT max(x.ready_at_ms) FROM {schema}.outbox x
+           WHERE x.routing_key = %(rk)s AND x.tenant_id = %(tenant)s AND x.actor_type = %(type)s
+             AND x.actor_id = %(id)s AND x.kind = 'job' AND x.command = o.command
+             AND x.scheduled_at_ms <= d.due), d.due - 1) + o.ord) END,
+       o.timer_key
 FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
             %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
-            %(callers)s::text[], %(delays)s::bigint[], %(ats)s::bigint[], %(timer_keys)s::text[])
-    AS o(intent_id, kind, target_type, target_id, command, payload, caller, delay, at, timer_key)
+            %(callers)s::text[], %(delays)s::bigint[], %(ats)s::bigint[], %(timer_keys)s::text[],
+            %(ords)s::int[])
+    AS o(intent_id, kind, target_type, target_id, command, payload, caller, delay, at, timer_key,
+         ord)
 CROSS JOIN LATERAL (
-    SELECT coalesce(o.at, {schema}.stmt_ms(%(off)s) + coalesce(o.delay, 0)) AS due
+    SELECT coalesce(o.at, {schema}.stmt_ms(%(off)s::bigint) + coalesce(o.delay, 0)) AS due
 ) d
 RETURNING intent_id, kind, due_at_ms;
 
@@ -305,3 +313,27 @@ SELECT intent_id, kind, tenant_id, target_type, target_id, command, due_at_ms, a
 FROM {schema}.outbox
 ORDER BY due_at_ms
 LIMIT %(limit)s;
+
+-- jobs_overview --
+-- operators' view of job rows across actors, oldest due first
+SELECT intent_id AS job_id, tenant_id, actor_type, actor_id, command AS job, attempts, running,
+       waiting, ambiguous, maybe_applied, final_failure, cancelled_at_ms, due_at_ms, last_error
+FROM {schema}.outbox
+WHERE kind = 'job'
+ORDER BY due_at_ms
+LIMIT %(limit)s;
+
+-- cancel_job_by_id_unstarted --
+-- an operator's cancel deletes the job if it never ran (semantics §5.8.1), found by its id
+DELETE FROM {schema}.outbox
+WHERE intent_id = %(job_id)s AND kind = 'job' AND attempts = 0 AND NOT running
+RETURNING intent_id;
+
+-- cancel_job_by_id_started --
+-- otherwise marks it cancelled, freeing its key (semantics §5.8.2); an attempt notices at renewal
+UPDATE {schema}.outbox
+SET cancelled_at_ms = {schema}.now_ms(%(off)s::bigint), timer_key = NULL, waiting = false,
+    due_at_ms = CASE WHEN running THEN due_at_ms
+                     ELSE least(due_at_ms, {schema}.now_ms(%(off)s::bigint)) END
+WHERE intent_id = %(job_id)s AND kind = 'job' AND cancelled_at_ms IS NULL
+RETURNING intent_id, running;

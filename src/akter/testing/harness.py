@@ -134,10 +134,13 @@ class ActorTest:
         steals a live lease (semantics §3.5.3).
         """
         ms = ms_from_duration(by, "advance")
-        for runtime in self.runtimes:
-            runtime.clock.offset_ms += ms
-            if ms:
+        if ms:
+            # Leases move first: between two offsets another runner must not see a live lease
+            # as ended.
+            for runtime in self.runtimes:
                 await runtime.jobs.shift(ms)
+            for runtime in self.runtimes:
+                runtime.clock.offset_ms += ms
         await self.drain()
 
     async def drain(self, rounds: int = DRAIN_ROUNDS) -> None:
@@ -146,15 +149,26 @@ class ActorTest:
         Raises:
             DrainError: the outbox did not settle within ``rounds`` passes.
         """
+
+        def progress() -> tuple[int, ...]:
+            return tuple(
+                n
+                for rt in self.runtimes
+                for n in (rt.relay.delivered, rt.relay.retried, rt.jobs.finished)
+            )
+
         for _ in range(rounds):
             for runtime in self.runtimes:
                 await runtime.relay.wait_idle()
                 await runtime.jobs.wait_idle()
+            before = progress()
             claimed = 0
             for runtime in self.runtimes:
                 claimed += await runtime.relay.run_pass()
             busy = any(rt.relay.in_flight or rt.jobs.running for rt in self.runtimes)
-            if claimed == 0 and not busy:
+            # Work that finished during this round (a background pass, an attempt's settle)
+            # may have made new rows due after the pass looked: go round again.
+            if claimed == 0 and not busy and progress() == before:
                 return
         raise DrainError(f"Outbox did not settle after {rounds} drain rounds.")
 

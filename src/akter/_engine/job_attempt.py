@@ -1,0 +1,329 @@
+"""Running one job attempt under its lease (semantics §5.7).
+
+The attempt is measured on this runner from when its last claim or renewal was *sent*, so the
+database's lease, computed from a later instant, always ends after the local one: an attempt
+that outlives its local lease is interrupted (or never started) before another runner can take
+the row. While the executor runs, the lease is renewed every ``cancel_check``, or at once on
+this runner's cancellation signal; a renewal also reports a cancellation committed anywhere.
+Renewals are stopped and awaited before any settle write, so a late renewal cannot replace a
+failure's backoff with a fresh lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+from psycopg.rows import dict_row
+from pydantic import ValidationError
+
+from akter._engine import job_routes
+from akter._engine.job_claims import ClaimedJob
+from akter._engine.job_routes import RouteRejected
+from akter._engine.job_settle import (
+    Failed,
+    Failure,
+    Interrupted,
+    Rejected,
+    Reported,
+    Settler,
+    Succeeded,
+    Unattempted,
+)
+from akter.callers import System, caller_from_json
+from akter.errors import JobFailure
+from akter.jobs import JobCall
+
+if TYPE_CHECKING:
+    from akter._engine.hooks import Hooks
+    from akter._store.pool import Store
+    from akter.jobs import Job
+
+log = logging.getLogger("akter.jobs")
+
+Stop = Literal["lost", "cancelled", "deadline", "stopped"]
+
+
+@dataclass
+class Attempt:
+    """One attempt in flight on this runner: its claim and the signals that reach it.
+
+    Attributes:
+        row: The claim.
+        job: The job declaration.
+        signal: Set by this runner's cancellation of the job (one fired since the claim counts).
+        stopping: Set by a stopping runner: interrupt without settling.
+        lease_until: The database lease end last written (claim, renewal or clock shift).
+        confirmed: Monotonic send time of the last successful claim or renewal.
+        task: The task running the attempt.
+    """
+
+    row: ClaimedJob
+    job: Job[Any, Any]
+    signal: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    lease_until: int = 0
+    confirmed: float = 0.0
+    task: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.lease_until = self.row.claimed_until
+        self.confirmed = self.row.sent_at
+
+
+class AttemptRunner:
+    """Runs claimed rows: executes, renews, interrupts and settles (one per executor).
+
+    Args:
+        store: The runtime's store.
+        offset: Reads the framework clock's test offset.
+        hooks: Fault-injection points.
+        lease_ms: The executor lease.
+        cancel_check_ms: The renewal interval.
+        wake: Wakes the relay after a routed settle.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Callable[[], Store],
+        offset: Callable[[], int],
+        hooks: Hooks,
+        lease_ms: int,
+        cancel_check_ms: int,
+        wake: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self.offset = offset
+        self.hooks = hooks
+        self.lease_ms = lease_ms
+        self.cancel_check_ms = cancel_check_ms
+        self.wake = wake
+
+    @property
+    def store(self) -> Store:
+        """The runtime's current store (bound at start)."""
+        return self._store()
+
+    def settler(self, attempt: Attempt) -> Settler:
+        """The settler of one claim."""
+        return Settler(
+            store=self.store,
+            offset=self.offset,
+            hooks=self.hooks,
+            job=attempt.job,
+            row=attempt.row,
+            retry_every=self.cancel_check_ms / 1000,
+            wake=self.wake,
+        )
+
+    async def run(self, attempt: Attempt) -> bool:
+        """Run one claimed row and settle it; True iff the row reached a terminal settle."""
+        row = attempt.row
+        settler = self.settler(attempt)
+        if row.cancelled or row.exhausted:
+            return await settler.settle(Unattempted())
+        info = settler.info()
+        await self.hooks.at("after_claim", info)
+        await self.hooks.at("before_execute", info)
+        lease = self.lease_ms / 1000
+        if time.monotonic() - attempt.confirmed >= lease:
+            _warn(row, "Job attempt outlived its lease before it started")
+            return False
+        execution = asyncio.create_task(
+            self._execute(attempt), name=f"akter.job {row.actor_type}.{row.command} {row.intent_id}"
+        )
+        renewals = asyncio.create_task(self._renewals(attempt), name="akter.job renewals")
+        deadline = asyncio.create_task(self._deadline(attempt), name="akter.job deadline")
+        stopping = asyncio.create_task(attempt.stopping.wait(), name="akter.job stopping")
+        watchers: list[asyncio.Task[Any]] = [renewals, deadline, stopping]
+        try:
+            await asyncio.wait([execution, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Renewals are stopped and awaited before anything is settled.
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+            if not execution.done():
+                execution.cancel()
+            # Whatever the interrupted executor then returns or raises is ignored.
+            await asyncio.gather(execution, return_exceptions=True)
+        if not execution.cancelled() and execution.exception() is None:
+            reported = execution.result()
+            if not isinstance(reported, Failed):
+                await self.hooks.at("after_execute", info)
+            return await settler.settle(reported)
+        stop: Stop = "stopped"
+        for task in (renewals, deadline):
+            if task.done() and not task.cancelled() and task.exception() is None:
+                stop = task.result()
+                break
+        if stop == "cancelled":
+            return await settler.settle(Interrupted())
+        if stop == "lost":
+            _warn(row, "Job attempt lost its lease")
+        elif stop == "deadline":
+            _warn(row, "Job attempt outlived its lease; interrupted")
+        return False
+
+    # --- the executor -------------------------------------------------------------------------
+
+    async def _execute(self, attempt: Attempt) -> Reported:
+        """Run the executor under its timeout and classify its exit (semantics §5.2)."""
+        row, job = attempt.row, attempt.job
+        assert job.payload_model is not None
+        try:
+            payload = job.payload_model.model_validate_json(row.payload)
+        except ValidationError as exc:
+            return Failed(
+                Failure(
+                    f"The stored payload no longer validates: {_first_error(exc)}",
+                    ambiguous=False,
+                    not_started=True,
+                )
+            )
+        caller = caller_from_json(row.caller)
+        call = JobCall(
+            job_id=row.intent_id,
+            attempt=row.attempts,
+            principal=caller.on_behalf_of if isinstance(caller, System) else None,
+            ref=row.ref,
+        )
+        timeout_ms = job.options.timeout_ms
+        try:
+            async with asyncio.timeout(timeout_ms / 1000) as scope:
+                if job.is_async:
+                    value = await job.fn(call, payload)
+                else:
+                    value = await asyncio.to_thread(job.fn, call, payload)
+        except JobFailure as exc:
+            return Failed(Failure(_cause(exc), ambiguous=False, final=exc.final))
+        except TimeoutError as exc:
+            if scope.expired():
+                return Failed(Failure(f"Executor timed out after {timeout_ms} ms", ambiguous=True))
+            return Failed(Failure(_cause(exc), ambiguous=True))
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the runtime interrupted the attempt
+            return Failed(Failure(_cause(exc), ambiguous=True))
+        except Exception as exc:
+            return Failed(Failure(_cause(exc), ambiguous=True))
+        return _classify_value(attempt, value)
+
+    # --- the lease ----------------------------------------------------------------------------
+
+    async def _renewals(self, attempt: Attempt) -> Stop:
+        """Renew every ``cancel_check`` or at once on the local signal, until lost or cancelled."""
+        row = attempt.row
+        every = self.cancel_check_ms / 1000
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(attempt.signal.wait(), every)
+            attempt.signal.clear()
+            sent = time.monotonic()
+            try:
+                await self.hooks.at("before_renew", self.settler(attempt).info())
+                renewed = await _shielded(self._renew(attempt))
+            except psycopg.Error as exc:
+                log.warning(
+                    "Job lease renewal failed",
+                    extra={**row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
+                )
+                continue
+            if renewed is None:
+                return "lost"
+            cancelled, lease_until = renewed
+            attempt.confirmed = max(attempt.confirmed, sent)
+            attempt.lease_until = max(attempt.lease_until, lease_until)
+            if cancelled:
+                return "cancelled"
+
+    async def _renew(self, attempt: Attempt) -> tuple[bool, int] | None:
+        row = attempt.row
+        async with self.store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self.store.queries["renew_job"],
+                {
+                    **row.key,
+                    "attempt": row.attempts,
+                    "lease": self.lease_ms,
+                    "off": self.offset(),
+                },
+            )
+            found = await cur.fetchone()
+        if found is None:
+            return None
+        return bool(found["cancelled"]), int(found["due_at_ms"])
+
+    async def _deadline(self, attempt: Attempt) -> Stop:
+        """Return once the local lease (last confirmed send + lease) has passed."""
+        lease = self.lease_ms / 1000
+        while True:
+            left = attempt.confirmed + lease - time.monotonic()
+            if left <= 0:
+                return "deadline"
+            await asyncio.sleep(left + 0.001)
+
+
+async def _shielded(operation: Any) -> Any:
+    """Await a statement that must not be abandoned once sent: a cancel waits for its answer."""
+    task = asyncio.ensure_future(operation)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
+
+
+def _classify_value(attempt: Attempt, value: Any) -> Reported:
+    """A returned value: Succeeded with its routes, or Rejected when on_success refuses it."""
+    row, job = attempt.row, attempt.job
+    try:
+        cancelled = job_routes.cancelled(
+            job, row.intent_id, row.payload, row.attempts, {"kind": "Succeeded", "value": value}
+        )
+    except RouteRejected as exc:
+        cause = f"The on_cancelled route cannot accept the result: {exc}"
+        cancelled = _unknown_cancelled(attempt, cause)
+    try:
+        success = job_routes.success(job, value)
+    except RouteRejected as exc:
+        cause = f"The on_success route cannot accept the result: {exc}"
+        return Rejected(Failure(cause, ambiguous=True, final=True), cancelled)
+    return Succeeded(success, cancelled)
+
+
+def _unknown_cancelled(attempt: Attempt, cause: str) -> job_routes.Route | None:
+    row = attempt.row
+    try:
+        return job_routes.cancelled(
+            attempt.job,
+            row.intent_id,
+            row.payload,
+            row.attempts,
+            {"kind": "Unknown", "cause": cause},
+        )
+    except RouteRejected:
+        return None
+
+
+def _cause(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    return str(errors[0]["msg"]) if errors else str(exc)
+
+
+def _warn(row: ClaimedJob, message: str) -> None:
+    log.warning(message, extra=row.log_fields())

@@ -1,0 +1,219 @@
+"""Claiming job rows (semantics §5.5, §5.6): uncapped claims, capped groups and their wakes.
+
+A claim leases a row for one attempt and pre-marks it ambiguous, so a crash at any later
+point leaves it honestly ambiguous with no further bookkeeping. Uncapped rows are claimed by one
+cross-actor statement; capped rows group by (actor, job), and each group is claimed in its own
+transaction under the group lock, which keeps live attempts within ``per_actor`` across
+runners and waiting rows in enqueue order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+
+from akter.callers import ActorRef
+
+if TYPE_CHECKING:
+    from akter._store.pool import Store
+    from akter.jobs import Job
+
+#: Longest wait for a capped group's lock before the group is left for a later pass.
+GROUP_LOCK_WAIT = "2000ms"
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job row as a claim returned it.
+
+    Attributes:
+        attempts: ``N``: the attempt this claim runs (unchanged for a settle-only claim).
+        claimed_until: The lease end the claim wrote.
+        cancelled: Cancelled by a turn: settled with what is known, never attempted again.
+        exhausted: Its attempts ran out, or a failure was final, before this claim.
+        sent_at: Local monotonic time just before the claim was sent.
+    """
+
+    routing_key: int
+    intent_id: str
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    command: str
+    payload: str
+    payload_version: int
+    caller: str
+    attempts: int
+    last_error: str | None
+    ambiguous: bool
+    maybe_applied: bool
+    claimed_until: int
+    cancelled: bool
+    exhausted: bool
+    sent_at: float
+
+    @property
+    def ref(self) -> ActorRef:
+        """The actor that owns the job."""
+        return ActorRef(self.tenant_id, self.actor_type, self.actor_id)
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """The parameters naming the job row."""
+        return {"rk": self.routing_key, "job_id": self.intent_id}
+
+    @property
+    def group(self) -> Group:
+        """The (actor, job) group of the row."""
+        return Group(self.routing_key, self.tenant_id, self.actor_type, self.actor_id, self.command)
+
+    def log_fields(self) -> dict[str, Any]:
+        """The structured fields of every job log line (semantics §10.3)."""
+        return {
+            "actor": self.actor_type,
+            "id": self.actor_id,
+            "tenant": self.tenant_id,
+            "job": self.command,
+            "job_id": self.intent_id,
+            "attempt": self.attempts,
+        }
+
+
+@dataclass(frozen=True)
+class Group:
+    """One job type of one actor whose attempts run under a per-actor cap."""
+
+    routing_key: int
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    command: str
+
+    def params(self) -> dict[str, Any]:
+        """The parameters naming the group."""
+        return {
+            "rk": self.routing_key,
+            "tenant": self.tenant_id,
+            "type": self.actor_type,
+            "id": self.actor_id,
+            "job": self.command,
+        }
+
+
+def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
+    return ClaimedJob(
+        routing_key=int(row["routing_key"]),
+        intent_id=str(row["intent_id"]),
+        tenant_id=str(row["tenant_id"]),
+        actor_type=str(row["actor_type"]),
+        actor_id=str(row["actor_id"]),
+        command=str(row["command"]),
+        payload=str(row["payload"]),
+        payload_version=int(row["payload_version"]),
+        caller=str(row["caller"]),
+        attempts=int(row["attempts"]),
+        last_error=row["last_error"],
+        ambiguous=bool(row["ambiguous"]),
+        maybe_applied=bool(row["maybe_applied"]),
+        claimed_until=int(row["claimed_until"]),
+        cancelled=bool(row["cancelled"]),
+        exhausted=bool(row["exhausted"]),
+        sent_at=sent_at,
+    )
+
+
+async def claim_uncapped(
+    store: Store,
+    *,
+    off: int,
+    jobs: Sequence[Job[Any, Any]],
+    free: int,
+    probe: int,
+    lease_ms: int,
+) -> tuple[list[ClaimedJob], int]:
+    """Claim due rows of uncapped ``jobs``; returns the claims and the candidate count."""
+    params = {
+        "off": off,
+        "types": [j.owner.name if j.owner else "" for j in jobs],
+        "jobs": [j.name for j in jobs],
+        "max_attempts": [j.options.attempts for j in jobs],
+        "probe": probe,
+        "free": free,
+        "lease": lease_ms,
+    }
+    async with store.pool.connection() as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        sent_at = time.monotonic()
+        await cur.execute(store.queries["claim_jobs"], params)
+        rows = await cur.fetchall()
+    candidates = int(rows[0]["candidates"]) if rows else 0
+    return [_claimed(r, sent_at) for r in rows], candidates
+
+
+async def discover_groups(
+    store: Store, *, off: int, jobs: Sequence[Job[Any, Any]], free: int
+) -> list[Group]:
+    """The capped groups with due rows, by their earliest due time, at most ``free``."""
+    params = {
+        "off": off,
+        "types": [j.owner.name if j.owner else "" for j in jobs],
+        "jobs": [j.name for j in jobs],
+        "probe": 2 * free,
+        "free": free,
+    }
+    async with store.pool.connection() as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(store.queries["discover_capped_groups"], params)
+        rows = await cur.fetchall()
+    return [
+        Group(
+            int(r["routing_key"]),
+            str(r["tenant_id"]),
+            str(r["actor_type"]),
+            str(r["actor_id"]),
+            str(r["command"]),
+        )
+        for r in rows
+    ]
+
+
+async def claim_group(
+    store: Store, group: Group, *, off: int, job: Job[Any, Any], free: int, lease_ms: int
+) -> list[ClaimedJob]:
+    """Claim one capped group in its own transaction (semantics §5.6 steps 1-7)."""
+    q = store.queries
+    assert job.options.per_actor is not None
+    params = {
+        **group.params(),
+        "off": off,
+        "free": free,
+        "cap": job.options.per_actor,
+        "max_attempts": job.options.attempts,
+        "lease": lease_ms,
+    }
+    async with store.pool.connection() as conn, conn.transaction():
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+        await cur.execute(q["job_group_lock"], params)
+        await cur.execute(q["job_group_lock_running"], params)
+        sent_at = time.monotonic()
+        await cur.execute(q["claim_capped_group"], params)
+        rows = await cur.fetchall()
+        await cur.execute(q["defer_capped_group"], params)
+    return [_claimed(r, sent_at) for r in rows]
+
+
+async def wake_waiting(store: Store, group: Group, *, off: int) -> bool:
+    """Make the group's oldest waiting row due now, under the group lock; True if one woke."""
+    q = store.queries
+    params = {**group.params(), "off": off}
+    async with store.pool.connection() as conn, conn.transaction():
+        cur = conn.cursor()
+        await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+        await cur.execute(q["job_group_lock"], params)
+        await cur.execute(q["wake_waiting_job"], params)
+        return bool(await cur.fetchall())

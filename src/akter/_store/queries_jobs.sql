@@ -1,0 +1,331 @@
+-- The job executor's statements (semantics §5): claims, renewals, guarded settles, capped
+-- groups and dead letters. Same block format as queries.sql; loaded into the same catalogue.
+-- `now` is computed once per statement from statement_timestamp() (stmt_ms) plus the offset.
+
+-- claim_jobs --
+-- due job rows of the uncapped types this runner executes, probed per bucket, SKIP LOCKED, leased with ambiguity pre-marked
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+mine AS MATERIALIZED (
+    SELECT m.actor_type, m.job, m.max_attempts
+    FROM unnest(%(types)s::text[], %(jobs)s::text[], %(max_attempts)s::int[])
+        AS m(actor_type, job, max_attempts)
+),
+candidates AS MATERIALIZED (
+    SELECT p.routing_key, p.intent_id, p.due_at_ms
+    FROM generate_series(-128, 127) AS b(bucket)
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT o.routing_key, o.intent_id, o.due_at_ms
+        FROM {schema}.outbox o
+        WHERE o.bucket = b.bucket AND o.kind = 'job' AND o.due_at_ms <= clock.now
+          AND (o.actor_type, o.command) IN (SELECT actor_type, job FROM mine)
+        ORDER BY o.due_at_ms
+        LIMIT %(probe)s
+    ) p
+    ORDER BY p.due_at_ms
+    LIMIT %(probe)s
+),
+locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
+           o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled, m.max_attempts,
+           (o.cancelled_at_ms IS NULL AND o.attempts < m.max_attempts
+            AND NOT o.final_failure) AS attempting
+    FROM {schema}.outbox o
+    JOIN candidates c ON c.routing_key = o.routing_key AND c.intent_id = o.intent_id
+    JOIN mine m ON m.actor_type = o.actor_type AND m.job = o.command
+    CROSS JOIN clock
+    WHERE o.kind = 'job' AND o.due_at_ms <= clock.now
+    ORDER BY o.due_at_ms
+    LIMIT %(free)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = clock.now + %(lease)s::bigint,
+    waiting = false,
+    attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
+    running = l.attempting,
+    ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
+    maybe_applied = CASE WHEN l.attempting THEN l.maybe_applied OR (l.attempts > 0 AND l.ambiguous)
+                         ELSE l.maybe_applied END,
+    last_error = CASE WHEN l.attempting
+                      THEN 'Attempt ' || (l.attempts + 1) || ' ended without reporting an outcome'
+                      ELSE o.last_error END
+FROM locked l, clock
+WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.command,
+          o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
+          o.maybe_applied, o.due_at_ms AS claimed_until, l.cancelled,
+          (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
+          (SELECT count(*) FROM candidates) AS candidates;
+
+-- discover_capped_groups --
+-- the (actor, job) groups of this runner's capped job types with due rows, earliest first, no locks
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+mine AS MATERIALIZED (
+    SELECT m.actor_type, m.job
+    FROM unnest(%(types)s::text[], %(jobs)s::text[]) AS m(actor_type, job)
+)
+SELECT p.routing_key, p.tenant_id, p.actor_type, p.actor_id, p.command,
+       min(p.due_at_ms) AS due_at_ms
+FROM generate_series(-128, 127) AS b(bucket)
+CROSS JOIN clock
+CROSS JOIN LATERAL (
+    SELECT o.routing_key, o.tenant_id, o.actor_type, o.actor_id, o.command, o.due_at_ms
+    FROM {schema}.outbox o
+    WHERE o.bucket = b.bucket AND o.kind = 'job' AND o.due_at_ms <= clock.now
+      AND (o.actor_type, o.command) IN (SELECT actor_type, job FROM mine)
+    ORDER BY o.due_at_ms
+    LIMIT %(probe)s
+) p
+GROUP BY p.routing_key, p.tenant_id, p.actor_type, p.actor_id, p.command
+ORDER BY min(p.due_at_ms)
+LIMIT %(free)s;
+
+-- job_group_settings --
+-- transaction-local lock wait of one capped group's claim or wake
+SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- job_group_lock --
+-- the group lock: serializes a group's claims and wakes, conflicts with turns, not with key-share locks
+SELECT 1 FROM {schema}.actors
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s
+FOR NO KEY UPDATE;
+
+-- job_group_lock_running --
+-- waits for in-flight renewals and settles of the group's running rows
+SELECT intent_id FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s AND command = %(job)s AND kind = 'job' AND running
+FOR UPDATE;
+
+-- claim_capped_group --
+-- claims a group's due cancelled rows and its oldest ready rows up to the cap minus live attempts
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+live AS MATERIALIZED (
+    SELECT count(*) AS n
+    FROM {schema}.outbox o, clock
+    WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
+      AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
+      AND o.running AND o.due_at_ms > clock.now
+),
+settle AS MATERIALIZED (
+    SELECT o.routing_key, o.intent_id
+    FROM {schema}.outbox o, clock
+    WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
+      AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
+      AND o.cancelled_at_ms IS NOT NULL AND o.due_at_ms <= clock.now
+    ORDER BY o.due_at_ms, o.intent_id
+    LIMIT %(free)s
+    FOR UPDATE OF o SKIP LOCKED
+),
+next AS MATERIALIZED (
+    SELECT o.routing_key, o.intent_id
+    FROM {schema}.outbox o, clock
+    WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
+      AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
+      AND o.cancelled_at_ms IS NULL
+      AND (o.due_at_ms <= clock.now OR (o.waiting AND NOT o.running))
+    ORDER BY o.ready_at_ms, o.intent_id
+    LIMIT greatest(0, least(%(cap)s::bigint - (SELECT n FROM live),
+                            %(free)s::bigint - (SELECT count(*) FROM settle)))
+    FOR UPDATE OF o SKIP LOCKED
+),
+locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
+           o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled,
+           (o.cancelled_at_ms IS NULL AND o.attempts < %(max_attempts)s::int
+            AND NOT o.final_failure) AS attempting
+    FROM {schema}.outbox o
+    WHERE o.routing_key = %(rk)s
+      AND o.intent_id IN (SELECT intent_id FROM settle UNION ALL SELECT intent_id FROM next)
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = clock.now + %(lease)s::bigint,
+    waiting = false,
+    attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
+    running = l.attempting,
+    ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
+    maybe_applied = CASE WHEN l.attempting THEN l.maybe_applied OR (l.attempts > 0 AND l.ambiguous)
+                         ELSE l.maybe_applied END,
+    last_error = CASE WHEN l.attempting
+                      THEN 'Attempt ' || (l.attempts + 1) || ' ended without reporting an outcome'
+                      ELSE o.last_error END
+FROM locked l, clock
+WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.command,
+          o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
+          o.maybe_applied, o.due_at_ms AS claimed_until, l.cancelled,
+          (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
+              AS exhausted,
+          0::bigint AS candidates;
+
+-- defer_capped_group --
+-- every other due uncancelled row of the group waits a lease, off the due index, until woken
+UPDATE {schema}.outbox
+SET waiting = true, running = false, due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(lease)s::bigint
+WHERE routing_key = %(rk)s
+  AND intent_id IN (
+      SELECT o.intent_id FROM {schema}.outbox o
+      WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
+        AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
+        AND o.cancelled_at_ms IS NULL AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+      FOR UPDATE OF o SKIP LOCKED
+  )
+RETURNING intent_id;
+
+-- wake_waiting_job --
+-- makes the group's oldest waiting row due now; never pulls back the lease end of a row just claimed
+UPDATE {schema}.outbox
+SET due_at_ms = least(due_at_ms, {schema}.stmt_ms(%(off)s::bigint)), waiting = false
+WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NULL
+  AND intent_id IN (
+      SELECT o.intent_id FROM {schema}.outbox o
+      WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
+        AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
+        AND o.waiting AND NOT o.running AND o.cancelled_at_ms IS NULL
+      ORDER BY o.ready_at_ms, o.intent_id
+      LIMIT 1
+      FOR UPDATE OF o SKIP LOCKED
+  )
+RETURNING intent_id;
+
+-- renew_job --
+-- extends a running attempt's lease, never shortening it; only while the row is still at attempt N
+UPDATE {schema}.outbox
+SET due_at_ms = greatest(due_at_ms, {schema}.stmt_ms(%(off)s::bigint) + %(lease)s::bigint)
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND attempts = %(attempt)s
+RETURNING cancelled_at_ms IS NOT NULL AS cancelled, due_at_ms;
+
+-- shift_job_leases --
+-- a test clock jump pushes the lease ends of this runner's running attempts, never stealing one
+UPDATE {schema}.outbox o
+SET due_at_ms = o.due_at_ms + %(ms)s::bigint
+FROM unnest(%(rks)s::bigint[], %(job_ids)s::text[], %(attempts)s::int[]) AS u(rk, job_id, attempt)
+WHERE o.routing_key = u.rk AND o.intent_id = u.job_id AND o.attempts = u.attempt
+  AND o.kind = 'job' AND o.running
+RETURNING o.intent_id, o.due_at_ms;
+
+-- settle_job_delete --
+-- ends a job without a route, under its guard (kind, cancellation, optional attempt, newer live lease)
+DELETE FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND (cancelled_at_ms IS NOT NULL) = %(cancelled)s
+  AND (%(attempt)s::int IS NULL OR attempts = %(attempt)s::int)
+  AND NOT (%(after)s::int IS NOT NULL AND attempts > %(after)s::int AND running
+           AND due_at_ms > {schema}.stmt_ms(%(off)s::bigint))
+RETURNING intent_id;
+
+-- settle_job_route --
+-- rewrites a job into its route intent (command id = job id), under the same guard as settle_job_delete
+UPDATE {schema}.outbox
+SET kind = 'intent', command = %(command)s, payload = %(payload)s, payload_version = 0,
+    due_at_ms = {schema}.stmt_ms(%(off)s::bigint), scheduled_at_ms = {schema}.stmt_ms(%(off)s::bigint),
+    attempts = 0, last_error = NULL, ambiguous = false, running = false, timer_key = NULL
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND (cancelled_at_ms IS NOT NULL) = %(cancelled)s
+  AND (%(attempt)s::int IS NULL OR attempts = %(attempt)s::int)
+  AND NOT (%(after)s::int IS NOT NULL AND attempts > %(after)s::int AND running
+           AND due_at_ms > {schema}.stmt_ms(%(off)s::bigint))
+RETURNING intent_id;
+
+-- job_newer_live --
+-- whether a newer attempt of this (uncancelled or cancelled) job holds a live lease; no row when it ended
+SELECT (attempts > %(after)s::int AND running
+        AND due_at_ms > {schema}.stmt_ms(%(off)s::bigint)) AS live
+FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND (cancelled_at_ms IS NOT NULL) = %(cancelled)s;
+
+-- record_job_failure --
+-- records attempt N's failure and its backoff; a newer attempt or a settle that took the row is untouched
+UPDATE {schema}.outbox
+SET last_error = %(cause)s,
+    ambiguous = CASE WHEN %(not_started)s THEN maybe_applied ELSE %(ambiguous)s END,
+    running = false, final_failure = %(final)s,
+    due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(backoff)s::bigint
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND attempts = %(attempt)s
+RETURNING cancelled_at_ms IS NOT NULL AS cancelled, maybe_applied, ambiguous;
+
+-- cancelled_job_at --
+-- the cancelled row at attempt N, if a cancellation took it before a dead letter could
+SELECT maybe_applied FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND attempts = %(attempt)s AND cancelled_at_ms IS NOT NULL;
+
+-- insert_dead_letter --
+-- records a job's dead letter, in the transaction that ended its row
+INSERT INTO {schema}.dead_letters
+    (routing_key, job_id, tenant_id, actor_type, actor_id, job, payload, payload_version,
+     attempts, cause, ambiguous, dead_at_ms)
+VALUES (%(rk)s, %(job_id)s, %(tenant)s, %(type)s, %(id)s, %(job)s, %(payload)s,
+        %(payload_version)s, %(attempts)s, %(cause)s, %(ambiguous)s,
+        {schema}.stmt_ms(%(off)s::bigint));
+
+-- mark_dead_letter_ambiguous --
+-- a late success flips the job's dead letter to ambiguous; no second outcome is routed
+UPDATE {schema}.dead_letters SET ambiguous = true
+WHERE routing_key = %(rk)s AND job_id = %(job_id)s
+RETURNING job_id;
+
+-- insert_late_dead_letter --
+-- a success after the cancellation report was routed is recorded as an ambiguous dead letter
+INSERT INTO {schema}.dead_letters
+    (routing_key, job_id, tenant_id, actor_type, actor_id, job, payload, payload_version,
+     attempts, cause, ambiguous, dead_at_ms)
+SELECT %(rk)s, %(job_id)s, %(tenant)s, %(type)s, %(id)s, %(job)s, %(payload)s,
+       %(payload_version)s, %(attempts)s, 'Succeeded after it was cancelled', true,
+       {schema}.stmt_ms(%(off)s::bigint)
+WHERE EXISTS (
+    SELECT 1 FROM {schema}.outbox o
+    WHERE o.routing_key = %(rk)s AND o.intent_id = %(job_id)s AND o.kind = 'intent'
+      AND o.command = %(route)s
+    UNION ALL
+    SELECT 1 FROM {schema}.receipts r
+    WHERE r.routing_key = %(rk)s AND r.tenant_id = %(tenant)s AND r.actor_type = %(type)s
+      AND r.actor_id = %(id)s AND r.command_id = %(job_id)s AND r.command = %(route)s
+)
+ON CONFLICT (routing_key, job_id) DO UPDATE SET ambiguous = true
+RETURNING job_id;
+
+-- dead_letters_list --
+-- every dead letter, newest first (operator view across actors)
+SELECT routing_key, job_id, tenant_id, actor_type, actor_id, job, payload, payload_version,
+       attempts, cause, ambiguous, dead_at_ms
+FROM {schema}.dead_letters
+ORDER BY dead_at_ms DESC, job_id
+LIMIT %(limit)s;
+
+-- dead_letter_find --
+-- one dead letter by job id (operator lookup; job ids are unique across actors)
+SELECT routing_key, job_id, tenant_id, actor_type, actor_id, job, payload, payload_version,
+       attempts, cause, ambiguous, dead_at_ms
+FROM {schema}.dead_letters
+WHERE job_id = %(job_id)s;
+
+-- dead_letter_take --
+-- deletes one dead letter and returns it (retry and discard)
+DELETE FROM {schema}.dead_letters
+WHERE routing_key = %(rk)s AND job_id = %(job_id)s
+RETURNING routing_key, job_id, tenant_id, actor_type, actor_id, job, payload, payload_version,
+          attempts, cause, ambiguous, dead_at_ms;
+
+-- dead_letter_requeue --
+-- a retried dead letter becomes a new job row, due now, maybe applied as the letter was ambiguous
+INSERT INTO {schema}.outbox
+    (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
+     target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
+     ready_at_ms, maybe_applied)
+VALUES (%(rk)s, %(new_id)s, %(bucket)s, 'job', %(tenant)s, %(type)s, %(id)s, %(type)s, %(id)s,
+        %(job)s, %(payload)s, %(payload_version)s, %(caller)s,
+        {schema}.stmt_ms(%(off)s::bigint), {schema}.stmt_ms(%(off)s::bigint),
+        {schema}.stmt_ms(%(off)s::bigint), %(maybe_applied)s)
+RETURNING intent_id, due_at_ms;

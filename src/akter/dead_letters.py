@@ -1,0 +1,172 @@
+"""Dead letters: jobs that ran out of attempts, kept for an operator (semantics §5.10).
+
+Letters are never pruned. ``retry`` re-enqueues a letter's payload as a **new** job (the old id
+may already hold a route receipt) marked ``maybe_applied`` when the letter was ambiguous, and
+deletes the letter, in one transaction; ``discard`` deletes it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+
+from akter._ids import bucket, mint_framework_id
+from akter.callers import ActorRef, System, caller_to_json
+from akter.errors import ActorError
+
+if TYPE_CHECKING:
+    from akter.runtime import Runtime
+
+log = logging.getLogger("akter.dead_letters")
+
+
+@dataclass(frozen=True)
+class Letter:
+    """One dead letter.
+
+    Attributes:
+        job_id: The dead job's id.
+        ref: The actor that owns the job.
+        job: The job name.
+        payload: The job's stored payload (JSON text).
+        attempts: How many attempts it had.
+        cause: The last attempt's cause.
+        ambiguous: Whether the provider may have applied the call.
+        dead_at_ms: When it was dead-lettered (framework clock).
+    """
+
+    job_id: str
+    ref: ActorRef
+    job: str
+    payload: str
+    payload_version: int
+    attempts: int
+    cause: str
+    ambiguous: bool
+    dead_at_ms: int
+    routing_key: int
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Letter:
+        """Build a letter from a ``dead_letters`` row."""
+        return cls(
+            job_id=str(row["job_id"]),
+            ref=ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"])),
+            job=str(row["job"]),
+            payload=str(row["payload"]),
+            payload_version=int(row["payload_version"]),
+            attempts=int(row["attempts"]),
+            cause=str(row["cause"]),
+            ambiguous=bool(row["ambiguous"]),
+            dead_at_ms=int(row["dead_at_ms"]),
+            routing_key=int(row["routing_key"]),
+        )
+
+
+class DeadLetters:
+    """Operator access to dead letters: ``list``, ``show``, ``retry`` and ``discard``.
+
+    Args:
+        runtime: A started runtime on the deployment's database.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def list(self, limit: int = 1000) -> builtins.list[Letter]:
+        """The newest ``limit`` letters, newest first."""
+        store = self.runtime.store
+        async with store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(store.queries["dead_letters_list"], {"limit": limit})
+            return [Letter.from_row(r) for r in await cur.fetchall()]
+
+    async def show(self, job_id: str) -> Letter:
+        """One letter by its job id.
+
+        Raises:
+            ActorError: ``InvalidInput/unknown_dead_letter`` when there is no such letter.
+        """
+        store = self.runtime.store
+        async with store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(store.queries["dead_letter_find"], {"job_id": job_id})
+            row = await cur.fetchone()
+        if row is None:
+            raise _unknown(job_id)
+        return Letter.from_row(row)
+
+    async def retry(self, job_id: str) -> str:
+        """Re-enqueue a letter as a new job, due now, and delete the letter; returns the new id.
+
+        The new row is ``maybe_applied`` when the letter was ambiguous, so its attempts stay
+        honestly ambiguous. Its routes arrive with caller ``System("job", ref)``: the original
+        principal is not kept with the letter.
+        """
+        letter = await self.show(job_id)
+        runtime = self.runtime
+        store = runtime.store
+        now = await runtime.clock.read()
+        new_id = mint_framework_id(now, now, 0, runtime.window_ms)
+        caller = caller_to_json(System(source="job", ref=letter.ref))
+        async with store.pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                store.queries["dead_letter_take"],
+                {"rk": letter.routing_key, "job_id": job_id},
+            )
+            taken = await cur.fetchone()
+            if taken is None:
+                raise _unknown(job_id)
+            await cur.execute(
+                store.queries["dead_letter_requeue"],
+                {
+                    "rk": letter.routing_key,
+                    "new_id": new_id,
+                    "bucket": bucket(letter.routing_key),
+                    "tenant": letter.ref.tenant,
+                    "type": letter.ref.type,
+                    "id": letter.ref.id,
+                    "job": letter.job,
+                    "payload": letter.payload,
+                    "payload_version": letter.payload_version,
+                    "caller": caller,
+                    "maybe_applied": bool(taken["ambiguous"]),
+                    "off": runtime.clock.offset_ms,
+                },
+            )
+        if letter.ambiguous:
+            log.warning(
+                "Retried an ambiguous dead letter; the provider may already have applied it",
+                extra={"job_id": job_id, "new_job_id": new_id, "job": letter.job},
+            )
+        relay = getattr(runtime, "relay", None)
+        if relay is not None:
+            relay.wake()
+        return new_id
+
+    async def discard(self, job_id: str) -> Letter:
+        """Delete a letter; returns what it held."""
+        letter = await self.show(job_id)
+        store = self.runtime.store
+        async with store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                store.queries["dead_letter_take"], {"rk": letter.routing_key, "job_id": job_id}
+            )
+            if await cur.fetchone() is None:
+                raise _unknown(job_id)
+        return letter
+
+
+def _unknown(job_id: str) -> ActorError:
+    return ActorError(
+        "InvalidInput",
+        f"There is no dead letter with job id {job_id!r}; list them with 'akter dead-letters'.",
+        code="unknown_dead_letter",
+        field="job_id",
+    )
