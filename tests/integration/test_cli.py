@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -36,9 +37,19 @@ class Counter(akter.Actor[S], access=akter.public):
         self.later(after=3600, key="later").send(Counter.add, self.id, 0)
         return self.state.n
 
-    @akter.job()
+    @akter.command
+    async def pay(self, k: int) -> str:
+        return self.enqueue(Counter.work, Job(k=k))
+
+    @akter.job(attempts=1)
     async def work(call: akter.JobCall, payload: Job) -> int:
+        if payload.k < 0:
+            raise akter.JobFailure("declined by the provider", final=True)
         return payload.k
+
+    @work.on_success
+    async def worked(self, k: int) -> None:
+        self.state.n += k
 
 runtime = akter.Runtime(
     [Counter], database_url=os.environ["CLI_URL"], schema=os.environ["CLI_SCHEMA"]
@@ -136,3 +147,52 @@ def test_inspect_missing_actor_and_bad_targets(project: dict[str, str]) -> None:
     assert bad.returncode == 1 and "Cannot import" in bad.stderr
     worker = run(project, "worker", "cliapp:runtime", "--jobs", "Counter.nope")
     assert worker.returncode == 1 and "Unknown jobs" in worker.stderr
+
+
+async def test_dead_letters_list_show_retry_discard(project: dict[str, str]) -> None:
+    sys.path.insert(0, project["cwd"])
+    os.environ["CLI_URL"], os.environ["CLI_SCHEMA"] = project["CLI_URL"], project["schema"]
+    try:
+        cliapp = importlib.import_module("cliapp")  # the project's module, as the CLI imports it
+        runtime = cliapp.runtime
+        async with runtime:
+            first = await runtime.get(cliapp.Counter, "c").pay(-1)
+            second = await runtime.get(cliapp.Counter, "d").pay(-2)
+            for _ in range(50):
+                await runtime.relay.run_pass()
+                await runtime.jobs.wait_idle()
+                if len(await runtime.dead_letters.list()) == 2:
+                    break
+    finally:
+        sys.path.remove(project["cwd"])
+        sys.modules.pop("cliapp", None)
+
+    listed = run(project, "dead-letters", "list", "cliapp:runtime", "--json")
+    assert listed.returncode == 0, listed.stderr
+    letters = {x["job_id"]: x for x in json.loads(listed.stdout)}
+    assert set(letters) == {first, second}
+    assert letters[first]["ambiguous"] is False and letters[first]["attempts"] == 1
+    assert "declined by the provider" in letters[first]["cause"]
+
+    shown = run(project, "dead-letters", "show", "cliapp:runtime", first)
+    assert json.loads(shown.stdout)["payload"] == {"k": -1}
+
+    retried = run(project, "dead-letters", "retry", "cliapp:runtime", first)
+    assert retried.returncode == 0, retried.stderr
+    new_id = retried.stdout.strip()
+    assert new_id.startswith("v1.") and new_id != first
+    jobs = json.loads(run(project, "jobs", "list", "cliapp:runtime", "--json").stdout)
+    assert [(j["job_id"], j["maybe_applied"]) for j in jobs] == [(new_id, False)]
+
+    discarded = run(project, "dead-letters", "discard", "cliapp:runtime", second)
+    assert discarded.returncode == 0, discarded.stderr
+    remaining = json.loads(run(project, "dead-letters", "list", "cliapp:runtime", "--json").stdout)
+    assert remaining == []
+    missing = run(project, "dead-letters", "show", "cliapp:runtime", second)
+    assert missing.returncode == 1
+
+    cancelled = run(project, "jobs", "cancel", "cliapp:runtime", new_id)
+    assert (cancelled.returncode, cancelled.stdout.strip()) == (0, "deleted")
+    assert json.loads(run(project, "jobs", "list", "cliapp:runtime", "--json").stdout) == []
+    unknown = run(project, "jobs", "cancel", "cliapp:runtime", new_id)
+    assert unknown.returncode == 1
