@@ -20,7 +20,7 @@ from akter.errors import (
 )
 from akter.events import EventRecord, EventStream
 from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
-from akter.runtime import Runtime
+from akter.runtime import DrainReport, Runtime
 from akter.schedules import schedule
 
 __version__ = "0.1.0"
@@ -40,6 +40,7 @@ __all__ = [
     "DeclaredError",
     "DefinitionError",
     "DrainError",
+    "DrainReport",
     "EmptyState",
     "Event",
     "EventRecord",

@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +42,25 @@ log = logging.getLogger("akter.runtime")
 
 A = TypeVar("A", bound=Actor[Any])
 
-Readiness = Literal["starting", "ready", "draining", "drained", "storage", "unregistered"]
+Readiness = Literal["starting", "ready", "draining", "drained", "storage", "unregistered", "failed"]
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """How a graceful stop went (semantics §8.3).
+
+    Attributes:
+        status: ``clean``, or ``deadline_expired`` when turns had to be cancelled.
+        interrupted_turns: Mailboxes cancelled (rolled back) at the deadline.
+        interrupted_attempts: Job attempts interrupted without settling (taken over after lease).
+        released_claims: Intent claims handed back for another runner.
+    """
+
+    status: Literal["clean", "deadline_expired"]
+    interrupted_turns: int = 0
+    interrupted_attempts: int = 0
+    released_claims: int = 0
+
 
 _WINDOW_MIN_MS = 1
 _WINDOW_MAX_MS = 30 * 24 * 3600 * 1000
@@ -177,6 +196,10 @@ class Runtime:
         self._embedded: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._stopping = False
+        #: Set when a supervised background task died: the runtime refuses further work.
+        self.fatal: BaseException | None = None
+        self.last_drain: DrainReport | None = None
 
     def _configure_relay(
         self,
@@ -306,22 +329,26 @@ class Runtime:
             else:
                 await self.relay.listen()  # live event feeds still hear other runners
             await self.runners.start()
-            self._tasks.append(asyncio.create_task(self._hibernation(), name="akter.hibernation"))
+            self._tasks.append(
+                self.supervise(asyncio.create_task(self._hibernation(), name="akter.hibernation"))
+            )
         except BaseException:
             await self._close_resources()
             raise
         self._started = True
         self.readiness = "ready"
 
-    async def stop(self) -> None:
+    async def stop(self) -> DrainReport:
         """Drain: refuse new commands, let in-flight turns finish (bounded), release, close."""
         if not self._started:
             await self._close_resources()
-            return
+            return DrainReport("clean")
+        self._stopping = True
         self.readiness = "draining"
         self.dispatcher.accepting = False
         deadline = time.monotonic() + self.drain_deadline
-        await self.relay.stop(deadline)
+        released = await self.relay.stop(deadline)
+        attempts = self.jobs.running
         await self.jobs.stop()
         interrupted = await self.dispatcher.quiesce(deadline)
         await self.runners.stop()
@@ -329,7 +356,31 @@ class Runtime:
             log.warning("Drain deadline expired", extra={"interrupted_turns": interrupted})
         await self._close_resources()
         self._started = False
+        self._stopping = False
         self.readiness = "drained"
+        self.last_drain = DrainReport(
+            "deadline_expired" if interrupted else "clean", interrupted, attempts, released
+        )
+        return self.last_drain
+
+    def supervise(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+        """Watch a named background task: if it dies while the runtime runs, fail loudly."""
+
+        def done(finished: asyncio.Task[Any]) -> None:
+            if finished.cancelled() or self._stopping or not self._started:
+                return
+            error = finished.exception()
+            self.fatal = error or RuntimeError(f"{finished.get_name()} returned unexpectedly")
+            self.readiness = "failed"
+            self.dispatcher.accepting = False
+            log.critical(
+                "Background task stopped unexpectedly; the runtime has failed",
+                exc_info=error,
+                extra={"task": finished.get_name()},
+            )
+
+        task.add_done_callback(done)
+        return task
 
     async def _close_resources(self) -> None:
         for task in self._tasks:
@@ -449,6 +500,10 @@ class Runtime:
         return await sweep(self)
 
     def _require_started(self) -> None:
+        if self.fatal is not None:
+            raise ConfigurationError(
+                f"The runtime failed: a background task died ({self.fatal!r}); restart it."
+            )
         if not self._started:
             raise ConfigurationError("The runtime is not started; use 'async with runtime:'.")
 

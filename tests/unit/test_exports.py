@@ -22,6 +22,7 @@ AKTER_ALL = [
     "DeclaredError",
     "DefinitionError",
     "DrainError",
+    "DrainReport",
     "EmptyState",
     "Event",
     "EventRecord",

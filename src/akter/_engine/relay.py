@@ -65,7 +65,7 @@ class Relay:
 
     async def start(self) -> None:
         """Start the pass loop and, with ``notify=True``, the listener."""
-        self._tasks.append(asyncio.create_task(self._loop(), name="akter.relay"))
+        self._tasks.append(self.rt.supervise(asyncio.create_task(self._loop(), name="akter.relay")))
         await self.listen()
 
     async def listen(self) -> None:
@@ -75,7 +75,9 @@ class Relay:
                 self.rt.store.url, autocommit=True
             )
             await self._listener.execute(sql.SQL("LISTEN {}").format(self._channel()))
-            self._tasks.append(asyncio.create_task(self._listen(), name="akter.relay.listen"))
+            self._tasks.append(
+                self.rt.supervise(asyncio.create_task(self._listen(), name="akter.relay.listen"))
+            )
 
     async def stop(self, deadline: float) -> int:
         """Stop claiming; let dispatched deliveries finish until ``deadline``; release the rest.

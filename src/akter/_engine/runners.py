@@ -77,9 +77,15 @@ class Runners:
                 )
         if self.rt.maintenance:
             self._leases[MAINTENANCE] = _Lease(MAINTENANCE, self._maintenance_body)
-        self._tasks.append(asyncio.create_task(self._heartbeats(), name="akter.runners.heartbeat"))
+        self._tasks.append(
+            self.rt.supervise(
+                asyncio.create_task(self._heartbeats(), name="akter.runners.heartbeat")
+            )
+        )
         if self._leases:
-            self._tasks.append(asyncio.create_task(self._contend(), name="akter.runners.leases"))
+            self._tasks.append(
+                self.rt.supervise(asyncio.create_task(self._contend(), name="akter.runners.leases"))
+            )
 
     async def stop(self) -> None:
         """Stop loops, release held leases, mark draining, then unregister."""
