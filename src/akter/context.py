@@ -249,7 +249,8 @@ def _stage_intent(
     timed = delay_ms is not None or at_ms is not None or key is not None
     source = "timer" if timed else "actor"
     if delay_ms is not None:
-        due, slack = ctx.now_ms + delay_ms, member.owner.policy.execution_timeout
+        # The slack is the sender's execution timeout (semantics §1.4).
+        due, slack = ctx.now_ms + delay_ms, ctx.definition.policy.execution_timeout
     elif at_ms is not None:
         due, slack = at_ms, 0
     else:

@@ -179,18 +179,27 @@ class Relay:
                 return
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def run_pass(self) -> int:
-        """One pass: claim intents into free slots, then let the executor claim jobs."""
+    async def run_pass(self, *, drain: bool = False) -> int:
+        """One pass: claim intents into free slots, then let the executor claim jobs.
+
+        A test drain (``drain=True``) may fill up to ``pass_limit`` delivery slots at once, so
+        a backlog of thousands settles within the drain's round limit.
+        """
         if self._stopping:
             return 0
         async with self._pass_lock:
-            claimed = await self._claim_intents()
+            claimed = await self._claim_intents(drain)
             claimed += await self.rt.jobs.run_pass()
         return claimed
 
-    async def _claim_intents(self) -> int:
+    async def _claim_intents(self, drain: bool = False) -> int:
         types = sorted(self.rt.definitions) if self.rt.hosts_actors else []
-        free = min(self.rt.delivery_concurrency - len(self._claims), self.rt.pass_limit)
+        lane = (
+            max(self.rt.delivery_concurrency, self.rt.pass_limit)
+            if drain
+            else (self.rt.delivery_concurrency)
+        )
+        free = min(lane - len(self._claims), self.rt.pass_limit)
         if not types or free <= 0:
             return 0
         probe = 2 * free * self._widen

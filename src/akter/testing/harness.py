@@ -164,7 +164,7 @@ class ActorTest:
             before = progress()
             claimed = 0
             for runtime in self.runtimes:
-                claimed += await runtime.relay.run_pass()
+                claimed += await runtime.relay.run_pass(drain=True)
             busy = any(rt.relay.in_flight or rt.jobs.running for rt in self.runtimes)
             # Work that finished during this round (a background pass, an attempt's settle)
             # may have made new rows due after the pass looked: go round again.
