@@ -28,12 +28,38 @@ Then a second part, orders and inventory (tables of the outbox, stock and events
   one due sooner, and that one fires;
 * live event feeds: one task per order runs ``async for record in handle.events()`` and prints
   each event as it commits, on whichever runner it commits.
+
+Then a third part, payments as jobs (tables of each job's fate, the dead letters and the
+per-customer concurrency at the end):
+
+* each payment is a job (``self.enqueue(Customer.charge, payment, key=payment_id)``) run after
+  the turn commits by an executor that calls a scripted ``FakeProvider``, with the job id as the
+  idempotency key. Its outcome comes back to the customer through one route, under command
+  id = job id: ``on_success``, ``on_dead_letter`` or ``on_cancelled``;
+* the provider approves, declines (``akter.JobFailure``: known not applied, so a dead letter
+  that is *not* ambiguous), declines for good (``final=True``), resets the connection or hangs
+  past the 0.3 s timeout (the provider may have applied it: an *ambiguous* dead letter if every
+  attempt ends so);
+* card charges have ``per_actor=2``: at most two live provider calls per customer, the others
+  wait in FIFO order; other customers are not held back;
+* a bank transfer hangs on runner W1, which stops mid-call. W1 writes nothing more, so the
+  row stays running until its 3 s lease ends; runner W2 then runs attempt 2 under the same
+  job id;
+* a transfer is cancelled mid-call (``self.cancel_job(key)``): the runner running it sees the
+  cancellation at its next lease renewal, interrupts the call and reports it once, as
+  ``Cancelled(outcome=Unknown)``, which is ambiguous;
+* the operator's side: ``runtime.dead_letters`` lists the letters, retries one as a new job
+  and discards another (the same as ``akter dead-letters list|retry|discard``).
+
+Progress frames (``call.report``) are not published yet, so this part shows none. It prints a
+live log of provider calls and of akter's own job messages instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import sys
 import time
 import uuid
@@ -48,6 +74,15 @@ from rich.console import Console, Group
 from rich.table import Table
 
 import akter
+from akter.testing.provider import (
+    FakeProvider,
+    ProviderCall,
+    Step,
+    fail,
+    hang,
+    raises,
+    succeed,
+)
 
 HISTORY_LENGTH = 5
 CONCURRENT_DEPOSITS = 50
@@ -818,6 +853,676 @@ def render_orders(report: OrdersReport) -> Group:
     return Group(outbox, stock, orders, events)
 
 
+# --- part 3: payments, jobs, dead letters and cancellation ------------------------------------
+
+#: The job lease of the payments runners: the smallest allowed, so a takeover fits in the demo.
+LEASE = 3.0
+#: How often a running attempt renews its lease (and so sees a cancellation from elsewhere).
+CANCEL_CHECK = 1.0
+#: Relay and executor passes of the payments runners.
+PAYMENTS_POLL = 0.1
+#: A card charge's time limit per attempt: a provider that hangs is cut off after this.
+CHARGE_TIMEOUT = 0.3
+#: Live card charges per customer, across all runners (``per_actor``).
+CHARGE_CAP = 2
+#: Attempts of a card charge.
+CHARGE_ATTEMPTS = 3
+#: A bank transfer's time limit per attempt: longer than the lease, so renewals keep it.
+TRANSFER_TIMEOUT = 10.0
+
+
+class Provider(FakeProvider):
+    """The scripted fake provider, also telling a listener about each call as it ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listener: Callable[[ProviderCall], None] | None = None
+
+    async def __call__(self, call: akter.JobCall, key: str | None = None) -> Any:
+        try:
+            return await super().__call__(call, key)
+        finally:
+            if self.listener is not None:
+                self.listener(
+                    next(
+                        c
+                        for c in reversed(self.calls)
+                        if (c.job_id, c.attempt) == (call.job_id, call.attempt)
+                    )
+                )
+
+
+#: The payment provider every executor calls: a scripted fake that records each call.
+PROVIDER = Provider()
+
+
+class Payment(BaseModel):
+    """A job's payload: one payment to make with the provider."""
+
+    payment_id: str
+    cents: PositiveInt
+
+
+class Charged(BaseModel):
+    """A job's result: the provider's charge id, and which attempt got it."""
+
+    payment_id: str
+    charge_id: str
+    attempt: int
+
+
+class Outcome(BaseModel):
+    """One report a route delivered to the customer (its command id is the job id)."""
+
+    payment_id: str
+    job_id: str
+    route: Literal["on_success", "on_dead_letter", "on_cancelled"]
+    attempts: int
+    ambiguous: bool
+    detail: str  # the charge id, the cause, or the cancelled outcome
+
+
+class Wallet(BaseModel):
+    """The durable state of a customer: every report its jobs' routes delivered."""
+
+    outcomes: list[Outcome] = Field(default_factory=list)
+
+
+async def call_provider(call: akter.JobCall, payment: Payment) -> Charged:
+    """What both executors do: one provider call, with ``call.job_id`` as idempotency key."""
+    charge_id = await PROVIDER(call, key=payment.payment_id)
+    return Charged(payment_id=payment.payment_id, charge_id=str(charge_id), attempt=call.attempt)
+
+
+def cancelled_outcome(job_id: str, report: akter.Cancelled[Payment, Charged]) -> Outcome:
+    outcome = report.outcome
+    detail = (
+        f"Succeeded: {outcome.value.charge_id}"
+        if isinstance(outcome, akter.Succeeded)
+        else f"{outcome.kind}: {outcome.cause}"
+    )
+    return Outcome(
+        payment_id=report.job.payment_id,
+        job_id=job_id,
+        route="on_cancelled",
+        attempts=report.attempts,
+        ambiguous=report.ambiguous,
+        detail=detail,
+    )
+
+
+def dead_outcome(job_id: str, letter: akter.DeadLetter[Payment]) -> Outcome:
+    return Outcome(
+        payment_id=letter.job.payment_id,
+        job_id=job_id,
+        route="on_dead_letter",
+        attempts=letter.attempts,
+        ambiguous=letter.ambiguous,
+        detail=letter.cause,
+    )
+
+
+def success_outcome(job_id: str, result: Charged) -> Outcome:
+    return Outcome(
+        payment_id=result.payment_id,
+        job_id=job_id,
+        route="on_success",
+        attempts=result.attempt,
+        ambiguous=False,
+        detail=result.charge_id,
+    )
+
+
+class Customer(akter.Actor[Wallet]):
+    """A customer paying by card (a capped queue of charges) or by bank transfer."""
+
+    @akter.command
+    async def pay(self, payment_id: str, cents: PositiveInt) -> str:
+        # Staged with the turn: nothing runs unless it commits. The key lets us cancel it.
+        payment = Payment(payment_id=payment_id, cents=cents)
+        return self.enqueue(Customer.charge, payment, key=payment_id)
+
+    @akter.command
+    async def wire(self, payment_id: str, cents: PositiveInt) -> str:
+        payment = Payment(payment_id=payment_id, cents=cents)
+        return self.enqueue(Customer.transfer, payment, key=payment_id)
+
+    @akter.command
+    async def cancel_payment(self, payment_id: str) -> None:
+        self.cancel_job(payment_id)  # applied if this turn commits
+
+    @akter.query
+    async def outcomes(self) -> list[Outcome]:
+        return [o.model_copy() for o in self.state.outcomes]
+
+    # --- card charges: short timeout, three attempts, at most CHARGE_CAP live per customer ----
+
+    @akter.job(
+        attempts=CHARGE_ATTEMPTS,
+        backoff=(0.05, 0.2),
+        timeout=CHARGE_TIMEOUT,
+        per_actor=CHARGE_CAP,
+    )
+    async def charge(call: akter.JobCall, payment: Payment) -> Charged:
+        return await call_provider(call, payment)
+
+    @charge.on_success
+    async def charged(self, result: Charged) -> None:
+        self.state.outcomes.append(success_outcome(self.command_id, result))
+
+    @charge.on_dead_letter
+    async def charge_dead(self, letter: akter.DeadLetter[Payment]) -> None:
+        self.state.outcomes.append(dead_outcome(self.command_id, letter))
+
+    @charge.on_cancelled
+    async def charge_cancelled(self, report: akter.Cancelled[Payment, Charged]) -> None:
+        self.state.outcomes.append(cancelled_outcome(self.command_id, report))
+
+    # --- bank transfers: a long timeout (beyond the lease), two attempts, uncapped ------------
+
+    @akter.job(attempts=2, backoff=(0.05, 0.2), timeout=TRANSFER_TIMEOUT)
+    async def transfer(call: akter.JobCall, payment: Payment) -> Charged:
+        return await call_provider(call, payment)
+
+    @transfer.on_success
+    async def transferred(self, result: Charged) -> None:
+        self.state.outcomes.append(success_outcome(self.command_id, result))
+
+    @transfer.on_dead_letter
+    async def transfer_dead(self, letter: akter.DeadLetter[Payment]) -> None:
+        self.state.outcomes.append(dead_outcome(self.command_id, letter))
+
+    @transfer.on_cancelled
+    async def transfer_cancelled(self, report: akter.Cancelled[Payment, Charged]) -> None:
+        self.state.outcomes.append(cancelled_outcome(self.command_id, report))
+
+
+#: What the fake provider does on each call, by label.
+STEPS: dict[str, Callable[[str], Step]] = {
+    "approve": lambda pid: succeed(f"ch_{pid}", after=0.05),
+    "approve slowly": lambda pid: succeed(f"ch_{pid}", after=0.2),
+    "decline": lambda pid: fail("card declined: do not honor"),
+    "report stolen": lambda pid: fail("card reported stolen", final=True),
+    "hang": lambda pid: hang(),
+    "reset": lambda pid: raises(ConnectionError("provider connection reset")),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One payment of the scenario and what the provider will do on each of its calls."""
+
+    payment_id: str
+    customer: str
+    job: Literal["charge", "transfer"]
+    cents: int
+    steps: tuple[str, ...]  # keys of STEPS, one per provider call
+    story: str
+
+
+PLANS = [
+    Plan("A-1", "ana", "charge", 1_200, ("approve slowly",), "approves (slowly)"),
+    Plan("A-2", "ana", "charge", 2_500, ("hang", "approve"), "hangs once, then approves"),
+    Plan("A-3", "ana", "charge", 900, ("decline",) * 3, "declines every time"),
+    Plan("A-4", "ana", "charge", 4_000, ("report stolen",), "card stolen: final failure"),
+    Plan("A-5", "ana", "charge", 700, ("hang",) * 3, "hangs every time"),
+    Plan("A-6", "ana", "charge", 1_500, ("decline", "approve"), "declines once, then approves"),
+    Plan("B-1", "bo", "charge", 3_000, ("reset",) * 3, "connection reset every time"),
+    Plan("B-2", "bo", "charge", 800, ("reset", "approve"), "connection reset, then approves"),
+    Plan("B-3", "bo", "charge", 600, ("approve slowly",), "approves (slowly)"),
+    Plan("C-1", "cy", "transfer", 50_000, ("hang",), "hangs; cancelled mid-call"),
+    Plan(
+        "C-2",
+        "cy",
+        "transfer",
+        75_000,
+        ("hang", "approve"),
+        "hangs on runner W1, which stops; approves on W2",
+    ),
+]
+#: The dead letter the operator retries (after "the customer fixed their card"), and the
+#: one the operator discards.
+RETRIED, DISCARDED = "A-3", "A-4"
+
+
+@dataclass(frozen=True)
+class Letter:
+    """A dead letter as the operator saw it, and what the operator did with it."""
+
+    job_id: str
+    payment_id: str
+    attempts: int
+    ambiguous: bool
+    cause: str
+    action: str
+
+
+@dataclass
+class Fate:
+    """What became of one job: its route's report(s), its provider calls, its route receipts."""
+
+    plan: Plan
+    job_id: str
+    retry_of: str | None = None  # the dead job this one re-enqueued
+    outcomes: list[Outcome] = field(default_factory=list)
+    calls: list[tuple[int, str]] = field(default_factory=list)  # (attempt, provider outcome)
+    receipts: list[str] = field(default_factory=list)  # commands run under command id = job id
+
+
+@dataclass
+class PaymentsReport:
+    """What the payments part observed."""
+
+    fates: list[Fate] = field(default_factory=list)
+    letters: list[Letter] = field(default_factory=list)
+    letters_left: list[str] = field(default_factory=list)  # job ids still dead-lettered at the end
+    queue: dict[str, dict[str, int]] = field(default_factory=dict)  # customer → state → rows
+    stranded: dict[str, Any] = field(default_factory=dict)  # C-2's row once W1 stopped
+    concurrency: dict[str, int] = field(default_factory=dict)  # customer → most calls at once
+    overall_concurrency: int = 0  # most card charges at once, all customers together
+    printed: list[str] = field(default_factory=list)
+
+    def fate(self, payment_id: str, *, retry: bool = False) -> Fate:
+        """The fate of a payment's first job (or of its re-enqueued dead letter)."""
+        return next(
+            f
+            for f in self.fates
+            if f.plan.payment_id == payment_id and (f.retry_of is not None) == retry
+        )
+
+
+def most_at_once(calls: list[ProviderCall]) -> int:
+    """The most of ``calls`` that overlapped in time (like ``FakeProvider.max_concurrency``)."""
+    edges = sorted(
+        [(c.started, 1) for c in calls]
+        + [(c.ended if c.ended is not None else float("inf"), -1) for c in calls],
+    )
+    most = level = 0
+    for _, delta in edges:
+        level += delta
+        most = max(most, level)
+    return most
+
+
+class LiveLog(logging.Handler):
+    """Prints akter's own job messages (dead-lettered, interrupted, ...) as they happen."""
+
+    QUIET = frozenset({"Job attempt failed; retrying with backoff"})  # the calls show these
+
+    def __init__(self, demo: PaymentsDemo) -> None:
+        super().__init__(logging.INFO)
+        self.demo = demo
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.show(record)
+        except Exception:  # a log handler must never raise into the code that logged
+            self.handleError(record)
+
+    def show(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message in self.QUIET:
+            return
+        job_id = getattr(record, "job_id", None)
+        payment = self.demo.payment_of.get(str(job_id), "") if job_id else ""
+        if job_id and not payment:
+            return  # another run's job on the same database
+        attempt = getattr(record, "attempt", None)
+        where = f"{payment} #{attempt}" if attempt else payment
+        self.demo.say(f"{where:<8} {record.name}: {message}")
+
+
+class PaymentsDemo:
+    """Runs the payments scenario.
+
+    ``front`` takes the calls, relays, and executes card charges (``jobs=[Customer.charge]``).
+    Bank transfers run on a runner of their own: W1, stopped while a transfer hangs, then W2.
+    """
+
+    def __init__(self, front: akter.Runtime, echo: Callable[[str], None]) -> None:
+        self.front = front
+        self.echo = echo
+        self.tenant = f"pay-{uuid.uuid4().hex[:8]}"  # fresh customers on every run
+        self.report = PaymentsReport()
+        self.started = time.perf_counter()
+        self.steps: dict[str, list[Step]] = {}
+        self.payment_of: dict[str, str] = {}  # job id → payment id
+        self.jobs: dict[str, str] = {}  # payment id → its first job id
+
+    def customer(self, name: str) -> Customer:
+        return self.front.get(Customer, name, tenant=self.tenant)
+
+    def say(self, text: str) -> None:
+        line = f"  {time.perf_counter() - self.started:5.2f} s  {text}"
+        self.report.printed.append(line)
+        self.echo(line)
+
+    def transfer_runner(self) -> akter.Runtime:
+        return akter.Runtime(
+            actors=[Customer],
+            database_url=self.front.database_url,
+            schema=self.front.schema,
+            poll=PAYMENTS_POLL,
+            lease=LEASE,
+            cancel_check=CANCEL_CHECK,
+            jobs=[Customer.transfer],
+        )
+
+    def script(self) -> None:
+        PROVIDER.reset()
+        for plan in PLANS:
+            steps = [STEPS[label](plan.payment_id) for label in plan.steps]
+            self.steps[plan.payment_id] = steps
+            PROVIDER.script(*steps, key=plan.payment_id)
+
+    async def start(self, plan: Plan) -> str:
+        customer = self.customer(plan.customer)
+        command = customer.pay if plan.job == "charge" else customer.wire
+        job_id = await command(plan.payment_id, plan.cents)
+        self.jobs[plan.payment_id] = job_id
+        self.payment_of[job_id] = plan.payment_id
+        self.report.fates.append(Fate(plan, job_id))
+        return job_id
+
+    async def entered(self, payment_id: str) -> None:
+        """Wait (bounded) until the payment's first provider call has started."""
+        await asyncio.wait_for(self.steps[payment_id][0].entered.wait(), EXPECT_WITHIN)
+
+    def call_ended(self, call: ProviderCall) -> None:
+        """Print a provider call as it ends, with what its script told the provider to do."""
+        labels = {plan.payment_id: plan.steps for plan in PLANS}
+        nth = sum(1 for c in PROVIDER.calls[: PROVIDER.calls.index(call)] if c.key == call.key)
+        script = (*labels.get(call.key or "", ()), "approve")  # + the retried letter's call
+        took = (call.ended or call.started) - call.started
+        self.say(
+            f"{call.key} #{call.attempt:<5} provider: {script[nth]:<14} → "
+            f"{call.outcome} after {took:.2f} s"
+        )
+
+    async def queue_snapshot(self) -> None:
+        """The job rows of this run's customers, by state, read with SQL (``akter jobs list``)."""
+        query = sql.SQL(
+            "SELECT actor_id, count(*) FILTER (WHERE running) AS running,"
+            " count(*) FILTER (WHERE waiting AND NOT running) AS waiting,"
+            " count(*) FILTER (WHERE NOT running AND NOT waiting) AS pending"
+            " FROM {}.outbox WHERE kind = 'job' AND tenant_id = %s GROUP BY actor_id"
+        ).format(sql.Identifier(self.front.schema))
+        async with await psycopg.AsyncConnection.connect(self.front.database_url) as conn:
+            cur = await conn.execute(query, (self.tenant,))
+            for actor_id, running, waiting, pending in await cur.fetchall():
+                self.report.queue[str(actor_id)] = {
+                    "running": int(running),
+                    "waiting": int(waiting),
+                    "pending": int(pending),
+                }
+
+    async def job_row(self, job_id: str) -> dict[str, Any]:
+        """One job row's attempt columns, read with SQL."""
+        query = sql.SQL(
+            "SELECT attempts, running, ambiguous, maybe_applied, due_at_ms"
+            " - floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS lease_left_ms"
+            " FROM {}.outbox WHERE kind = 'job' AND intent_id = %s"
+        ).format(sql.Identifier(self.front.schema))
+        async with await psycopg.AsyncConnection.connect(self.front.database_url) as conn:
+            cur = await conn.execute(query, (job_id,))
+            names = [c.name for c in cur.description or ()]
+            row = await cur.fetchone()
+        if row is None:
+            raise LookupError(f"No job row {job_id!r}.")
+        return dict(zip(names, row, strict=True))
+
+    async def receipts(self) -> dict[str, list[str]]:
+        """The commands run under each job id as command id: the routes, one each."""
+        query = sql.SQL(
+            "SELECT command_id, command FROM {}.receipts WHERE tenant_id = %s"
+            " AND command_id = ANY(%s) ORDER BY command_id"
+        ).format(sql.Identifier(self.front.schema))
+        ids = [fate.job_id for fate in self.report.fates]
+        found: dict[str, list[str]] = {}
+        async with await psycopg.AsyncConnection.connect(self.front.database_url) as conn:
+            cur = await conn.execute(query, (self.tenant, ids))
+            for command_id, command in await cur.fetchall():
+                found.setdefault(str(command_id), []).append(str(command))
+        return found
+
+    async def outcomes(self) -> list[Outcome]:
+        names = sorted({plan.customer for plan in PLANS})
+        return [o for name in names for o in await self.customer(name).outcomes()]
+
+    async def reported(self, job_ids: list[str]) -> list[Outcome]:
+        """Wait (bounded) until every job of ``job_ids`` has had its route delivered."""
+        deadline = time.monotonic() + EXPECT_WITHIN
+        while True:
+            outcomes = await self.outcomes()
+            if {o.job_id for o in outcomes} >= set(job_ids):
+                return outcomes
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Payments still unreported after {EXPECT_WITHIN} s.")
+            await asyncio.sleep(0.05)
+
+    async def run(self) -> PaymentsReport:
+        self.script()
+        PROVIDER.listener = self.call_ended
+        try:
+            await self.scenario()
+        finally:
+            PROVIDER.listener = None
+        await self.collect()
+        return self.report
+
+    async def scenario(self) -> None:
+        cards = [plan for plan in PLANS if plan.job == "charge"]
+        c1, c2 = (next(p for p in PLANS if p.payment_id == pid) for pid in ("C-1", "C-2"))
+        async with self.transfer_runner():
+            self.say("(runner W1 starts: it executes bank transfers only)")
+            # 1. Card payments: each turn enqueues one charge; at most CHARGE_CAP run per
+            #    customer, the others wait their turn in FIFO order.
+            for plan in cards:
+                await self.start(plan)
+            await self.queue_snapshot()
+            # 2. A bank transfer whose provider call hangs on W1, and W1 stops mid-call: the
+            #    job has to wait for the attempt's lease to end before anyone runs it again.
+            await self.start(c2)
+            await self.entered("C-2")
+            await asyncio.sleep(0.3)
+            self.say("C-2      (runner W1 stops while C-2's provider call hangs)")
+        # W1 wrote nothing for the attempt it abandoned: the row still says "running", and
+        # ambiguous (claims pre-mark it), until its lease ends; then another runner takes it.
+        self.report.stranded = await self.job_row(self.jobs["C-2"])
+        left = self.report.stranded["lease_left_ms"] / 1000
+        self.say(
+            f"C-2      (its row: attempt {self.report.stranded['attempts']}, still running, "
+            f"ambiguous; the lease ends in {left:.1f} s)"
+        )
+        async with self.transfer_runner():
+            self.say("(runner W2 starts: it executes bank transfers only)")
+            # 3. A transfer cancelled mid-call: the cancelling turn commits on the front
+            #    runner; W2 sees it at its next lease renewal and interrupts the call.
+            await self.start(c1)
+            await self.entered("C-1")
+            await self.customer("cy").cancel_payment("C-1")
+            self.say("C-1      (cancel_payment('C-1') committed while the call hangs)")
+            await self.reported([fate.job_id for fate in self.report.fates])
+
+            # 4. The operator's view of the dead letters: retry one, discard another.
+            await self.operate()
+
+    async def operate(self) -> None:
+        letters = [x for x in await self.front.dead_letters.list() if x.ref.tenant == self.tenant]
+        actions: dict[str, str] = {}
+        retried = self.jobs[RETRIED]
+        PROVIDER.script(STEPS["approve"](RETRIED), key=RETRIED)
+        new_id = await self.front.dead_letters.retry(retried)
+        self.payment_of[new_id] = RETRIED
+        plan = next(p for p in PLANS if p.payment_id == RETRIED)
+        self.report.fates.append(Fate(plan, new_id, retry_of=retried))
+        actions[retried] = f"retried as job {short_id(new_id)}"
+        self.say(f"{RETRIED:<8} (operator: dead_letters.retry → new job {short_id(new_id)})")
+        discarded = self.jobs[DISCARDED]
+        await self.front.dead_letters.discard(discarded)
+        actions[discarded] = "discarded"
+        self.say(f"{DISCARDED:<8} (operator: dead_letters.discard)")
+        await self.reported([new_id])
+        for x in sorted(letters, key=lambda x: self.payment_of.get(x.job_id, "")):
+            self.report.letters.append(
+                Letter(
+                    job_id=x.job_id,
+                    payment_id=self.payment_of.get(x.job_id, "?"),
+                    attempts=x.attempts,
+                    ambiguous=x.ambiguous,
+                    cause=x.cause,
+                    action=actions.get(
+                        x.job_id,
+                        "kept: the provider may have applied it" if x.ambiguous else "kept",
+                    ),
+                )
+            )
+        self.report.letters_left = [
+            x.job_id for x in await self.front.dead_letters.list() if x.ref.tenant == self.tenant
+        ]
+
+    async def collect(self) -> None:
+        outcomes = await self.outcomes()
+        receipts = await self.receipts()
+        for fate in self.report.fates:
+            fate.outcomes = [o for o in outcomes if o.job_id == fate.job_id]
+            fate.calls = [(c.attempt, c.outcome) for c in PROVIDER.calls_for(fate.job_id)]
+            fate.receipts = receipts.get(fate.job_id, [])
+        charges = {f.job_id: f.plan.customer for f in self.report.fates if f.plan.job == "charge"}
+        card_calls = [c for c in PROVIDER.calls if c.job_id in charges]
+        for name in sorted(set(charges.values())):
+            self.report.concurrency[name] = most_at_once(
+                [c for c in card_calls if charges[c.job_id] == name]
+            )
+        self.report.overall_concurrency = most_at_once(card_calls)
+
+
+async def payments_main(
+    database_url: str | None = None,
+    *,
+    schema: str = "akter",
+    echo: Callable[[str], None] = print,
+) -> PaymentsReport:
+    """Run the payments scenario and return what it observed.
+
+    Args:
+        database_url: As for :func:`main`.
+        schema: The schema holding akter's tables.
+        echo: Prints one line of the live log (provider calls and akter's job messages).
+    """
+    async with akter.Runtime(
+        actors=[Customer],
+        database_url=database_url,
+        schema=schema,
+        poll=PAYMENTS_POLL,
+        lease=LEASE,
+        cancel_check=CANCEL_CHECK,
+        jobs=[Customer.charge],
+    ) as front:
+        demo = PaymentsDemo(front, echo)
+        logger = logging.getLogger("akter")
+        jobs_logger = logging.getLogger("akter.jobs")
+        handler, level = LiveLog(demo), jobs_logger.level
+        logger.addHandler(handler)
+        jobs_logger.setLevel(logging.INFO)
+        try:
+            return await demo.run()
+        finally:
+            jobs_logger.setLevel(level)
+            logger.removeHandler(handler)
+
+
+ROUTE_STYLE = {"on_success": "green", "on_dead_letter": "red", "on_cancelled": "yellow"}
+
+
+def render_payments(report: PaymentsReport) -> Group:
+    fates = Table(
+        title="akter demo: payments — each job's fate",
+        title_style="bold",
+        caption=(
+            "route = the one report delivered to the customer, under command id = job id; "
+            "ambiguous = the provider may have applied the call; provider calls = what the fake "
+            "provider recorded, attempt by attempt (interrupted = timed out, cancelled, or its "
+            "runner stopped)."
+        ),
+    )
+    for column in (
+        "payment",
+        "job",
+        "job id",
+        "the provider…",
+        "provider calls",
+        "route",
+        "attempts",
+        "ambiguous?",
+        "detail",
+    ):
+        fates.add_column(column, justify="right" if column == "attempts" else "left")
+    for fate in sorted(report.fates, key=lambda f: (f.retry_of is not None, f.plan.payment_id)):
+        plan = fate.plan
+        story = f"retried dead letter {short_id(fate.retry_of)}" if fate.retry_of else plan.story
+        calls = " · ".join(outcome for _, outcome in fate.calls) or "none"
+        first = [f"{plan.payment_id} ({plan.customer})", plan.job, short_id(fate.job_id), story]
+        if not fate.outcomes:
+            fates.add_row(*first, calls, "[dim]none[/dim]", "", "", "")
+        for i, o in enumerate(fate.outcomes):  # exactly one per job: routed once
+            style = ROUTE_STYLE[o.route]
+            ambiguous = (
+                "—"
+                if o.route == "on_success"
+                else "[bold red]yes[/bold red]"
+                if o.ambiguous
+                else "no"
+            )
+            fates.add_row(
+                *(first if i == 0 else [""] * 4),
+                calls if i == 0 else "",
+                f"[{style}]{o.route}[/{style}]",
+                str(o.attempts),
+                ambiguous,
+                o.detail,
+            )
+    letters = Table(
+        title="dead letters (runtime.dead_letters, or 'akter dead-letters list')",
+        title_style="bold",
+        caption="Never pruned. retry = the same payload as a new job (new id); discard = delete.",
+    )
+    for column in ("payment", "job id", "attempts", "ambiguous?", "cause", "operator"):
+        letters.add_column(column, justify="right" if column == "attempts" else "left")
+    for x in report.letters:
+        letters.add_row(
+            x.payment_id,
+            short_id(x.job_id),
+            str(x.attempts),
+            "[bold red]yes[/bold red]" if x.ambiguous else "no",
+            x.cause,
+            x.action,
+        )
+    caps = Table(
+        title=f"card charges per customer (per_actor={CHARGE_CAP})",
+        title_style="bold",
+        caption=(
+            f"most at once = the most overlapping provider calls; all customers together: "
+            f"{report.overall_concurrency}. Queue = job rows right after the card payments "
+            "were enqueued (waiting = deferred by the cap; pending = not claimed yet, or backing "
+            "off after a failure)."
+        ),
+    )
+    for column in ("customer", "payments", "provider calls", "most at once", "queue"):
+        caps.add_column(column, justify="left" if column in ("customer", "queue") else "right")
+    for name, most in report.concurrency.items():
+        mine = [f for f in report.fates if f.plan.customer == name and f.plan.job == "charge"]
+        queue = report.queue.get(name, {})
+        caps.add_row(
+            name,
+            str(len({f.plan.payment_id for f in mine})),
+            str(sum(len(f.calls) for f in mine)),
+            str(most),
+            ", ".join(f"{n} {state}" for state, n in queue.items() if n) or "—",
+        )
+    return Group(fates, letters, caps)
+
+
 def run() -> int:
     console = Console()
     if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
@@ -830,6 +1535,13 @@ def run() -> int:
     console.print("Live event feeds of orders A-1 and B-2, printed as events commit:")
     report = asyncio.run(orders_main(echo=lambda line: console.print(line, highlight=False)))
     console.print(render_orders(report))
+    console.rule("payments: jobs, retries, dead letters, cancellation and a capped queue")
+    console.print(
+        "Live log: each provider call as it ends, and akter's own job messages. "
+        "(Progress frames from call.report are not published yet, so none are shown.)"
+    )
+    payments = asyncio.run(payments_main(echo=lambda line: console.print(line, highlight=False)))
+    console.print(render_payments(payments))
     console.print(f"Done in {time.perf_counter() - started:.1f} s.", style="dim")
     return 0
 

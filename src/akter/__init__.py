@@ -4,6 +4,8 @@ An actor is ``(tenant, type, id)`` with durable state; every command runs as one
 (one PostgreSQL transaction) that commits state, receipt, events, intents and jobs together.
 """
 
+import logging
+
 from akter._policy import Policy
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
@@ -24,6 +26,10 @@ from akter.runtime import DrainReport, Runtime
 from akter.schedules import schedule
 
 __version__ = "0.1.0"
+
+# A library never configures logging; without a handler set up by the application, records are
+# dropped rather than printed (the application decides).
+logging.getLogger("akter").addHandler(logging.NullHandler())
 
 __all__ = [
     "Actor",

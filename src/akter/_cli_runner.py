@@ -103,14 +103,15 @@ def serve(
 def worker(
     target: TargetArg,
     jobs: Annotated[
-        str, typer.Option("--jobs", help="Comma-separated jobs to execute, as Type.job.")
+        str,
+        typer.Option("--jobs", help="Comma-separated jobs to execute, as Type.job (default: all)."),
     ] = "",
 ) -> None:
     """Run executors only: no actor types, no turns; claims only the listed jobs."""
     with _refusals_exit():
         runtime = load_runtime(target)
-        wanted = {j.strip() for j in jobs.split(",") if j.strip()}
         known = {f"{t}.{j}" for t, j in runtime.executes}
+        wanted = {j.strip() for j in jobs.split(",") if j.strip()} or known
         unknown = wanted - known
         if unknown:
             raise ConfigurationError(f"Unknown jobs {sorted(unknown)}; known: {sorted(known)}.")

@@ -12,17 +12,24 @@ import psycopg
 import pytest
 from examples.demo import (
     ANSWERED,
+    CHARGE_CAP,
+    CHARGE_TIMEOUT,
     CONCURRENT_DEPOSITS,
+    LEASE,
     PLACED,
     REMIND_AFTER,
     REMINDED,
     SHORT_REMIND_AFTER,
     OrdersReport,
+    PaymentsReport,
     Row,
     main,
     orders_main,
+    payments_main,
     render,
     render_orders,
+    render_payments,
+    short_id,
 )
 from rich.console import Console
 
@@ -187,5 +194,159 @@ def test_orders_render(orders: tuple[OrdersReport, float]) -> None:
         "no pending rows",
         "ReminderSent",
         "A-1 × 2",
+    ):
+        assert phrase in text, phrase
+
+
+# --- part 3: payments as jobs, dead letters, cancellation and caps -----------------------------
+
+
+@pytest.fixture(scope="module")
+def payments(akter_db: str) -> Iterator[tuple[PaymentsReport, float]]:
+    """One run of the payments part (it waits for a real lease to end), shared below."""
+    schema = f"demo_{uuid.uuid4().hex[:12]}"
+    started = time.perf_counter()
+    try:
+        report = asyncio.run(payments_main(akter_db, schema=schema, echo=lambda line: None))
+        yield report, time.perf_counter() - started
+    finally:
+        with psycopg.connect(akter_db, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def fates(report: PaymentsReport) -> dict[str, tuple[str, int, bool, str]]:
+    """Payment id → (route, attempts, ambiguous, detail) of its first job's one report."""
+    found: dict[str, tuple[str, int, bool, str]] = {}
+    for fate in report.fates:
+        if fate.retry_of is None:
+            (outcome,) = fate.outcomes  # exactly one report per job
+            found[fate.plan.payment_id] = (
+                outcome.route,
+                outcome.attempts,
+                outcome.ambiguous,
+                outcome.detail,
+            )
+    return found
+
+
+def test_payments_part_is_quick(payments: tuple[PaymentsReport, float]) -> None:
+    _, elapsed = payments
+    assert elapsed < 15  # the 3 s lease of the abandoned transfer is most of it
+
+
+def test_each_payment_has_its_fate(payments: tuple[PaymentsReport, float]) -> None:
+    report, _ = payments
+    declined = "JobFailure: card declined: do not honor"
+    cancelled = "Unknown: Cancelled while attempt 1 was running; the provider may have applied it"
+    assert fates(report) == {
+        "A-1": ("on_success", 1, False, "ch_A-1"),
+        "A-2": ("on_success", 2, False, "ch_A-2"),  # timed out, then approved
+        "A-3": ("on_dead_letter", 3, False, declined),
+        "A-4": ("on_dead_letter", 1, False, "JobFailure: card reported stolen"),  # final
+        "A-5": (
+            "on_dead_letter",
+            3,
+            True,
+            f"Executor timed out after {CHARGE_TIMEOUT * 1000:.0f} ms",
+        ),
+        "A-6": ("on_success", 2, False, "ch_A-6"),
+        "B-1": ("on_dead_letter", 3, True, "ConnectionError: provider connection reset"),
+        "B-2": ("on_success", 2, False, "ch_B-2"),
+        "B-3": ("on_success", 1, False, "ch_B-3"),
+        "C-1": ("on_cancelled", 1, True, cancelled),
+        "C-2": ("on_success", 2, False, "ch_C-2"),
+    }
+    # The provider saw each attempt once, under the job id as idempotency key.
+    calls = {f.plan.payment_id: f.calls for f in report.fates if f.retry_of is None}
+    assert calls["A-2"] == [(1, "interrupted"), (2, "succeeded")]
+    assert calls["A-3"] == [(1, "failed"), (2, "failed"), (3, "failed")]
+    assert calls["A-4"] == [(1, "failed")]  # final: no retry
+    assert calls["A-5"] == [(n, "interrupted") for n in (1, 2, 3)]
+    assert calls["B-1"] == [(n, "raised") for n in (1, 2, 3)]
+
+
+def test_routes_run_once_under_the_job_id(payments: tuple[PaymentsReport, float]) -> None:
+    report, _ = payments
+    route_command = {
+        ("charge", "on_success"): "charged",
+        ("charge", "on_dead_letter"): "charge_dead",
+        ("transfer", "on_success"): "transferred",
+        ("transfer", "on_cancelled"): "transfer_cancelled",
+    }
+    for fate in report.fates:
+        (outcome,) = fate.outcomes
+        assert outcome.job_id == fate.job_id
+        assert fate.receipts == [route_command[(fate.plan.job, outcome.route)]]
+
+
+def test_the_cancelled_transfer_is_reported_exactly_once(
+    payments: tuple[PaymentsReport, float],
+) -> None:
+    report, _ = payments
+    c1 = report.fate("C-1")
+    assert [o.route for o in c1.outcomes] == ["on_cancelled"]
+    assert c1.receipts == ["transfer_cancelled"]
+    assert c1.calls == [(1, "interrupted")]  # interrupted mid-call, never attempted again
+    assert c1.job_id not in {x.job_id for x in report.letters}  # no dead letter besides
+    assert any(
+        "C-1 #1" in line and "interrupted by its cancellation" in line for line in report.printed
+    )
+
+
+def test_an_abandoned_attempt_is_taken_over_after_its_lease(
+    payments: tuple[PaymentsReport, float],
+) -> None:
+    report, _ = payments
+    stranded = report.stranded
+    assert (stranded["attempts"], stranded["running"], stranded["ambiguous"]) == (1, True, True)
+    assert 0 < stranded["lease_left_ms"] <= LEASE * 1000
+    c2 = report.fate("C-2")
+    assert c2.calls == [(1, "interrupted"), (2, "succeeded")]
+    (outcome,) = c2.outcomes
+    assert (outcome.route, outcome.attempts, outcome.detail) == ("on_success", 2, "ch_C-2")
+
+
+def test_dead_letters_and_the_operator(payments: tuple[PaymentsReport, float]) -> None:
+    report, _ = payments
+    letters = {x.payment_id: (x.attempts, x.ambiguous, x.action) for x in report.letters}
+    retried = report.fate("A-3", retry=True)
+    assert letters == {
+        "A-3": (3, False, f"retried as job {short_id(retried.job_id)}"),
+        "A-4": (1, False, "discarded"),
+        "A-5": (3, True, "kept: the provider may have applied it"),
+        "B-1": (3, True, "kept: the provider may have applied it"),
+    }
+    # The retry is a new job with the stored payload; its success is routed under the new id.
+    assert retried.retry_of == report.fate("A-3").job_id != retried.job_id
+    assert [(o.route, o.detail) for o in retried.outcomes] == [("on_success", "ch_A-3")]
+    assert retried.receipts == ["charged"]
+    left = {x.payment_id for x in report.letters if x.job_id in report.letters_left}
+    assert left == {"A-5", "B-1"}
+
+
+def test_card_charges_are_capped_per_customer(payments: tuple[PaymentsReport, float]) -> None:
+    report, _ = payments
+    assert set(report.concurrency) == {"ana", "bo"}
+    assert all(most <= CHARGE_CAP for most in report.concurrency.values())
+    # ana's first two charges overlap (A-1 is slow), so the cap is reached, never passed.
+    assert report.concurrency["ana"] == CHARGE_CAP
+    # Right after the card payments were enqueued, no customer had more than the cap running.
+    assert report.queue["ana"]["running"] <= CHARGE_CAP
+    assert all(queue["running"] <= CHARGE_CAP for queue in report.queue.values())
+
+
+def test_payments_render(payments: tuple[PaymentsReport, float]) -> None:
+    report, _ = payments
+    console = Console(record=True, width=160)
+    console.print(render_payments(report))
+    text = console.export_text()
+    for phrase in (
+        "on_success",
+        "on_dead_letter",
+        "on_cancelled",
+        f"Executor timed out after {CHARGE_TIMEOUT * 1000:.0f} ms",
+        "discarded",
+        "retried as job …",
+        f"per_actor={CHARGE_CAP}",
     ):
         assert phrase in text, phrase
