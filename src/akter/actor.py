@@ -39,6 +39,29 @@ RESERVED_MEMBER_NAMES = frozenset(
 )  # fmt: skip
 
 
+def unstorable_text(value: Any, where: str = "") -> tuple[str, str] | None:
+    """The first string PostgreSQL cannot store (NUL, lone surrogate), as (path, reason)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return where or "value", "contains a NUL character, which PostgreSQL cannot store"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "value", "is not valid Unicode (a lone surrogate)"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = unstorable_text(k, where) or unstorable_text(v, f"{where}.{k}" if where else k)
+            if found is not None:
+                return found
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            found = unstorable_text(v, f"{where}.{i}" if where else str(i))
+            if found is not None:
+                return found
+    return None
+
+
 def public(caller: Caller, ref: ActorRef, member: str, kind: AccessKind) -> bool:
     """An access policy that allows every caller (``access=akter.public``)."""
     return True
@@ -194,7 +217,15 @@ class Member:
             model = self.args_model.model_validate(values)
         except ValidationError as exc:
             raise invalid_input_from(exc, f"arguments for {self.owner.name}.{self.name}") from None
-        return model.model_dump(mode="json")
+        payload = model.model_dump(mode="json")
+        problem = unstorable_text(payload)
+        if problem is not None:
+            where, why = problem
+            raise invalid_input(
+                f"Invalid arguments for {self.owner.name}.{self.name}: field {where!r} {why}.",
+                field=where,
+            )
+        return payload
 
     def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The Python values to call the handler with, from a validated payload."""

@@ -329,10 +329,10 @@ class SyncClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def get(self, actor: type[A], id: str = "") -> A:
-        """A blocking handle typed as the actor (its calls return values, not awaitables)."""
+    def get(self, actor: type[A], id: str = "") -> Any:
+        """A blocking handle: its calls return values, not awaitables (so it is typed ``Any``)."""
         handle = self._client.get(actor, id)
-        return cast(A, _SyncHandle(self._loop, handle))
+        return _SyncHandle(self._loop, handle)
 
 
 class _SyncHandle:

@@ -558,5 +558,10 @@ async def test_bad_input_is_refused_before_any_turn(akter_test: Make) -> None:
         with pytest.raises(akter.ActorError) as exc:
             await t.get(Counter, "bad\x00id").add(1)
         assert exc.value.field == "id"
+        # Text PostgreSQL cannot store is refused before the turn, not retried as unavailable.
+        for bad in ({"ks": [1], "meta": {"a\x00": 1}}, {"ks": [1], "meta": {"\ud800": 1}}):
+            with pytest.raises(akter.ActorError) as exc:
+                await t.runtime.call(Counter, "c", "add_all", bad)
+            assert exc.value.reason == "InvalidInput" and not exc.value.retryable
         assert await count(t, "actors") == 0 and await count(t, "receipts") == 0
         assert await t.runtime.call(Counter, "c", "add", {"k": 2}) == 2

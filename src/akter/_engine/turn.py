@@ -28,7 +28,7 @@ from akter import telemetry
 from akter._engine.hooks import Hooks
 from akter._ids import CommandId, bucket, canonical_json, child_id, is_uuid8, mint_framework_id
 from akter._store.pool import Clock, Connection, Store
-from akter.actor import ActorDefinition, Member
+from akter.actor import ActorDefinition, Member, unstorable_text
 from akter.callers import ActorRef, Caller, System, caller_key
 from akter.context import IN_TURN, StagedRow, TurnContext
 from akter.errors import ActorError, DeclaredError, InjectedCrash
@@ -687,7 +687,11 @@ class TurnEngine:
             ) from None
         try:
             new_state = definition.state_model.model_validate(ctx.state.model_dump(mode="python"))
-            state_json = canonical_json(new_state.model_dump(mode="json"))
+            dumped = new_state.model_dump(mode="json")
+            problem = unstorable_text(dumped)
+            if problem is not None:
+                raise ValueError(f"field {problem[0]!r} {problem[1]}")
+            state_json = canonical_json(dumped)
         except (ValidationError, ValueError) as exc:
             raise BatchDefect(index, f"The new state of {act.ref.type} is invalid: {exc}") from None
         size = len(state_json.encode())
