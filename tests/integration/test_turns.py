@@ -559,9 +559,12 @@ async def test_bad_input_is_refused_before_any_turn(akter_test: Make) -> None:
             await t.get(Counter, "bad\x00id").add(1)
         assert exc.value.field == "id"
         # Text PostgreSQL cannot store is refused before the turn, not retried as unavailable.
-        for bad in ({"ks": [1], "meta": {"a\x00": 1}}, {"ks": [1], "meta": {"\ud800": 1}}):
+        for command, bad in (
+            ("add_all", {"ks": [1], "meta": {"a\x00": 1}}),
+            ("defect", {"kind": "lone \ud800 surrogate"}),
+        ):
             with pytest.raises(akter.ActorError) as exc:
-                await t.runtime.call(Counter, "c", "add_all", bad)
+                await t.runtime.call(Counter, "c", command, bad)
             assert exc.value.reason == "InvalidInput" and not exc.value.retryable
         assert await count(t, "actors") == 0 and await count(t, "receipts") == 0
         assert await t.runtime.call(Counter, "c", "add", {"k": 2}) == 2
