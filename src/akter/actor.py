@@ -34,7 +34,7 @@ RESERVED_MEMBER_NAMES = frozenset(
     {
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
-        "events", "cursor", "with_command_id", "run", "runtime",
+        "events", "cursor", "with_command_id", "run", "runtime", "progress",
     }
 )  # fmt: skip
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -526,6 +526,10 @@ class TurnApi(Generic[S]):
         if reader is None:
             raise ReadOnlyError("events() is available in queries and on handles only.")
         return EventStream(lambda: reader(after, limit))
+
+    def progress(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        """On a handle: live progress frames of one of this actor's jobs."""
+        raise TypeError("progress() is a handle method; call it on runtime.get(...).")
 
     def with_command_id(self, command_id: str) -> Self:
         """On a handle: pin the command id of the next call (idempotent retries)."""

@@ -8,7 +8,7 @@ committed call into a replay.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from akter.actor import ActorDefinition
@@ -59,6 +59,10 @@ class Handle:
             lambda: runtime.read_events(ref, after, limit),
             lambda: runtime.follow_events(ref, after),
         )
+
+    def progress(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Live progress frames of one of this actor's jobs, then ``{"closed": true}``."""
+        return self._runtime.job_progress(self._ref, job_id)
 
     def with_command_id(self, command_id: str) -> Handle:
         """A handle whose next command call uses ``command_id`` (idempotent retries)."""

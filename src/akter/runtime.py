@@ -185,6 +185,8 @@ class Runtime:
         self.engine.metrics = self.metrics
         self.relay = Relay(self)
         self.jobs = JobExecutor(self)
+        #: Job progress frames published on this runner (semantics §5.11).
+        self.progress = self.jobs.progress
         self.runners = Runners(self)
         from akter.dead_letters import DeadLetters
 
@@ -573,6 +575,12 @@ class Runtime:
         await self._check_access_kind(definition, ref, current_caller(), "events")
         async for record in follow(self, ref, after):
             yield record
+
+    def job_progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Progress frames of a job, then a closing message (access kind ``progress``)."""
+        from akter._engine.progress import job_progress
+
+        return job_progress(self, ref, job_id)
 
     async def _check_access_kind(
         self, definition: ActorDefinition, ref: ActorRef, caller: Caller, kind: AccessKind

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
+from opentelemetry import trace
 from psycopg.rows import dict_row
 from pydantic import ValidationError
 
@@ -39,11 +40,14 @@ from akter._engine.job_settle import (
 from akter.callers import System, caller_from_json
 from akter.errors import JobFailure
 from akter.jobs import JobCall
+from akter.telemetry import tracer
 
 if TYPE_CHECKING:
     from akter._engine.hooks import Hooks
+    from akter._engine.progress import ProgressHub, ProgressSlot
     from akter._store.pool import Store
     from akter.jobs import Job
+    from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.jobs")
 
@@ -87,6 +91,8 @@ class AttemptRunner:
         lease_ms: The executor lease.
         cancel_check_ms: The renewal interval.
         wake: Wakes the relay after a routed settle.
+        progress: The runner's progress hub (frames reported by executors).
+        metrics: The runner's metrics (dead letters, job deliveries and retries).
     """
 
     def __init__(
@@ -98,6 +104,8 @@ class AttemptRunner:
         lease_ms: int,
         cancel_check_ms: int,
         wake: Callable[[], None],
+        progress: ProgressHub | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self.offset = offset
@@ -105,6 +113,8 @@ class AttemptRunner:
         self.lease_ms = lease_ms
         self.cancel_check_ms = cancel_check_ms
         self.wake = wake
+        self.progress = progress
+        self.metrics = metrics
 
     @property
     def store(self) -> Store:
@@ -121,10 +131,42 @@ class AttemptRunner:
             row=attempt.row,
             retry_every=self.cancel_check_ms / 1000,
             wake=self.wake,
+            metrics=self.metrics,
         )
 
     async def run(self, attempt: Attempt) -> bool:
-        """Run one claimed row and settle it; True iff the row reached a terminal settle."""
+        """Run one claimed row and settle it; True iff the row reached a terminal settle.
+
+        A terminal settle closes the job's progress (semantics §5.11); any other end leaves it
+        open for a later attempt.
+        """
+        slot = self._open_progress(attempt)
+        terminal = False
+        try:
+            terminal = await self._run(attempt, slot)
+            return terminal
+        finally:
+            if slot is not None:
+                if terminal:
+                    await slot.close()
+                else:
+                    slot.release()
+
+    def _open_progress(self, attempt: Attempt) -> ProgressSlot | None:
+        if self.progress is None:
+            return None
+        row = attempt.row
+        return self.progress.open(
+            ref=row.ref,
+            job_id=row.intent_id,
+            job=row.command,
+            attempt=row.attempts,
+            model=attempt.job.options.progress,
+            every_ms=attempt.job.options.progress_every_ms,
+            lease_until=lambda: attempt.lease_until,
+        )
+
+    async def _run(self, attempt: Attempt, slot: ProgressSlot | None) -> bool:
         row = attempt.row
         settler = self.settler(attempt)
         if row.cancelled or row.exhausted:
@@ -137,7 +179,8 @@ class AttemptRunner:
             _warn(row, "Job attempt outlived its lease before it started")
             return False
         execution = asyncio.create_task(
-            self._execute(attempt), name=f"akter.job {row.actor_type}.{row.command} {row.intent_id}"
+            self._execute(attempt, slot),
+            name=f"akter.job {row.actor_type}.{row.command} {row.intent_id}",
         )
         renewals = asyncio.create_task(self._renewals(attempt), name="akter.job renewals")
         deadline = asyncio.create_task(self._deadline(attempt), name="akter.job deadline")
@@ -154,6 +197,8 @@ class AttemptRunner:
                 execution.cancel()
             # Whatever the interrupted executor then returns or raises is ignored.
             await asyncio.gather(execution, return_exceptions=True)
+            if slot is not None:
+                slot.end()
         if not execution.cancelled() and execution.exception() is None:
             reported = execution.result()
             if not isinstance(reported, Failed):
@@ -174,7 +219,30 @@ class AttemptRunner:
 
     # --- the executor -------------------------------------------------------------------------
 
-    async def _execute(self, attempt: Attempt) -> Reported:
+    async def _execute(self, attempt: Attempt, slot: ProgressSlot | None) -> Reported:
+        """Run the executor in its client span (semantics §10.2) and classify its exit."""
+        row = attempt.row
+        attributes: dict[str, str | int] = {
+            "actor.type": row.actor_type,
+            "actor.tenant": row.tenant_id,
+            "actor.id": row.actor_id,
+            "job.name": row.command,
+            "job.id": row.intent_id,
+            "job.attempt": row.attempts,
+        }
+        with tracer.start_as_current_span(
+            f"akter.job/{row.actor_type}/{row.command}",
+            kind=trace.SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            reported = await self._classified(attempt, slot)
+            if isinstance(reported, Failed | Rejected):
+                span.set_status(trace.StatusCode.ERROR, reported.failure.cause)
+            return reported
+
+    async def _classified(self, attempt: Attempt, slot: ProgressSlot | None) -> Reported:
         """Run the executor under its timeout and classify its exit (semantics §5.2)."""
         row, job = attempt.row, attempt.job
         assert job.payload_model is not None
@@ -194,6 +262,7 @@ class AttemptRunner:
             attempt=row.attempts,
             principal=caller.on_behalf_of if isinstance(caller, System) else None,
             ref=row.ref,
+            report=slot.report if slot is not None else None,
         )
         timeout_ms = job.options.timeout_ms
         try:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from akter._engine.hooks import Hooks
     from akter._store.pool import Connection, Store
     from akter.jobs import Job
+    from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.jobs")
 
@@ -114,6 +115,7 @@ class Settler:
         row: The claim.
         retry_every: Seconds between a capped success's tries while a newer attempt is live.
         wake: Wakes the relay after a routed write.
+        metrics: Counts dead letters, job successes and backoffs (semantics §10.1).
     """
 
     def __init__(
@@ -126,8 +128,10 @@ class Settler:
         row: ClaimedJob,
         retry_every: float,
         wake: Callable[[], None],
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.offset = offset
         self.hooks = hooks
         self.job = job
@@ -167,6 +171,7 @@ class Settler:
 
     async def _succeeded(self, success: Route | None, cancelled: Route | None) -> bool:
         if await self._terminal(success, cancelled=False, attempt=None):
+            self._count("akter.relay.delivered", kind="job")
             return True
         route = cancelled if self.routes_cancelled else success
         if await self._terminal(route, cancelled=True, attempt=None):
@@ -203,6 +208,7 @@ class Settler:
             cause=failure.cause,
             ambiguous=ambiguous,
         )
+        self._count("akter.relay.retried", kind="job")
         return False
 
     async def _unattempted(self) -> bool:
@@ -279,6 +285,7 @@ class Settler:
             ambiguous=ambiguous,
             attempt=n,
         )
+        self._count("akter.job.dead_letters", actor_type=row.actor_type, job=row.command)
         if route is not None:
             self.wake()
         return True
@@ -399,6 +406,10 @@ class Settler:
             "job_id": self.row.intent_id,
             "attempt": self.row.attempts,
         }
+
+    def _count(self, name: str, **attributes: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count(name, 1, **attributes)
 
     def _log(self, level: int, message: str, **fields: Any) -> None:
         log.log(level, message, extra={**self.row.log_fields(), **fields})

@@ -12,7 +12,9 @@ Interface used by the rest of the runtime (keep it stable):
 - ``cancel_signal(job_ids)``: a turn on this runner committed the cancellation of these running
   jobs (semantics §5.8.3): their attempts notice at once;
 - ``shift(ms)``: ``ActorTest.advance`` moved the clock: push the leases of attempts this runner is
-  executing by ``ms`` so a clock jump never steals a live lease.
+  executing by ``ms`` so a clock jump never steals a live lease;
+- ``progress``: the runner's :class:`~akter._engine.progress.ProgressHub` (progress frames of its
+  attempts; ``subscribe(job_id)``); stopped with the executor.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from akter._engine.job_claims import (
     discover_groups,
     wake_waiting,
 )
+from akter._engine.progress import ProgressHub
 from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
@@ -59,6 +62,8 @@ class JobExecutor:
         self._stopping = False
         #: Attempts that ended on this runner (a drain can tell that work finished mid-pass).
         self.finished = 0
+        #: Progress frames of this runner's attempts and their subscribers (semantics §5.11).
+        self.progress = ProgressHub(runtime)
         self.runner = AttemptRunner(
             store=lambda: self.runtime.store,
             offset=lambda: self.runtime.clock.offset_ms,
@@ -66,6 +71,8 @@ class JobExecutor:
             lease_ms=runtime.job_lease_ms,
             cancel_check_ms=runtime.cancel_check_ms,
             wake=self._wake,
+            progress=self.progress,
+            metrics=runtime.metrics,
         )
 
     @property
@@ -78,6 +85,7 @@ class JobExecutor:
     async def start(self) -> None:
         """Start background work: none; passes come from the relay loop and drains."""
         self._stopping = False
+        self.progress.start()
 
     async def stop(self) -> None:
         """Interrupt running attempts without settling them; settles already started finish."""
@@ -85,12 +93,12 @@ class JobExecutor:
         for attempt in list(self._attempts.values()):
             attempt.stopping.set()
         pending = list(self._tasks)
-        if not pending:
-            return
-        _, late = await asyncio.wait(pending, timeout=self.runtime.drain_deadline)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=self.runtime.drain_deadline)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        await self.progress.stop()
 
     @property
     def running(self) -> int:

@@ -5,6 +5,7 @@ Routes (design §2.2)::
     POST /actors/{Type}/{id}/{command}         body = arguments by name; Idempotency-Key = id
     POST /actors/{Type}/{id}/queries/{query}   body = arguments by name
     GET  /actors/{Type}/{id}/events            server-sent events; resumes with Last-Event-ID
+    GET  /actors/{Type}/{id}/jobs/{job_id}/progress   server-sent progress frames, then the close
     POST /command-ids                          mints a command id from the database clock
     GET  /ready                                readiness for probes
     GET  /openapi.json, /docs                  the OpenAPI 3.1 document and a docs page
@@ -32,7 +33,8 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from akter.actor import ActorDefinition
+from akter._engine.progress import open_progress
+from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.http.auth import AuthProvider, Identity, anonymous
@@ -87,9 +89,14 @@ class _Api:
         self.title = title
         self.app = Starlette(
             routes=[
-                Route("/actors/{type}/{id}/queries/{member}", self.query, methods=["POST"]),
-                Route("/actors/{type}/{id}/events", self.events, methods=["GET"]),
-                Route("/actors/{type}/{id}/{member}", self.command, methods=["POST"]),
+                Route("/actors/{type}/{id:path}/queries/{member}", self.query, methods=["POST"]),
+                Route("/actors/{type}/{id:path}/events", self.events, methods=["GET"]),
+                Route(
+                    "/actors/{type}/{id:path}/jobs/{job_id}/progress",
+                    self.progress,
+                    methods=["GET"],
+                ),
+                Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
                 Route("/command-ids", self.command_ids, methods=["POST"]),
                 Route("/ready", self.ready, methods=["GET"]),
                 Route("/metrics", self.metrics, methods=["GET"]),
@@ -144,7 +151,7 @@ class _Api:
             chunks.append(chunk)
         try:
             body = json.loads(b"".join(chunks) or b"{}")
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise ActorError(
                 "InvalidInput", "The body is not valid JSON.", code="malformed_json"
             ) from None
@@ -163,7 +170,7 @@ class _Api:
         try:
             identity = await self._identity(request)
             definition, actor_id = self._resolve(request)
-            member = definition.member(request.path_params["member"], "command")
+            member = _public(definition.member(request.path_params["member"], "command"))
             command_id = request.headers.get("idempotency-key")
             if not command_id:
                 raise ActorError(
@@ -193,7 +200,7 @@ class _Api:
         try:
             identity = await self._identity(request)
             definition, actor_id = self._resolve(request)
-            member = definition.member(request.path_params["member"], "query")
+            member = _public(definition.member(request.path_params["member"], "query"))
             body = await self._body(request)
             with as_caller(identity.caller):
                 value = await self.runtime.call(
@@ -246,6 +253,28 @@ class _Api:
                 if exc.reason == "RetentionGap":
                     yield _gap(exc)
 
+    async def progress(self, request: Request) -> Response:
+        try:
+            identity = await self._identity(request)
+            definition, actor_id = self._resolve(request)
+            ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
+            with as_caller(identity.caller):
+                # Access is checked and the subscription taken before the stream starts.
+                messages = await open_progress(self.runtime, ref, request.path_params["job_id"])
+        except ActorError as exc:
+            return from_actor_error(exc)
+        return StreamingResponse(
+            self._progress_stream(messages),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def _progress_stream(self, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+        async for message in messages:
+            data = json.dumps(message, separators=(",", ":"))
+            event = "closed" if message.get("closed") else "progress"
+            yield f"event: {event}\ndata: {data}\n\n"
+
     async def command_ids(self, request: Request) -> Response:
         try:
             await self._identity(request)
@@ -267,6 +296,17 @@ class _Api:
 
     async def docs(self, request: Request) -> Response:
         return HTMLResponse(_DOCS_PAGE.replace("{title}", self.title))
+
+
+def _public(member: Member) -> Member:
+    """Internal commands do not exist for HTTP callers (semantics §9.4)."""
+    if member.internal:
+        raise ActorError(
+            "InvalidInput",
+            f"Actor type {member.owner.name!r} has no public command or query {member.name!r}.",
+            code="unknown_member",
+        )
+    return member
 
 
 def _too_large(limit: int) -> ActorError:
