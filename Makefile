@@ -36,7 +36,7 @@ test: lint typecheck
 	    $(BIN)/python -c "import psycopg; psycopg.connect('$(EXTERNAL_DATABASE_URL)', connect_timeout=3).close()" \
 	    >/dev/null 2>&1; then \
 	  echo '== pytest, pass 2: external PostgreSQL at $(EXTERNAL_DATABASE_URL) (not slow) =='; \
-	  paths=; for dir in tests/integration tests/faults; do \
+	  paths=; for dir in tests/integration tests/faults tests/e2e; do \
 	    if [ -d "$$dir" ]; then paths="$$paths $$dir"; fi; \
 	  done; \
 	  AKTER_TEST_DATABASE_URL='$(EXTERNAL_DATABASE_URL)' $(BIN)/pytest -q -m 'not slow' $$paths; \
