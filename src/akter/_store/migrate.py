@@ -17,7 +17,7 @@ from akter.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ async def _check_deployment(
             "placements": json.dumps(placements),
         },
     )
+    await conn.execute(queries["deployment_schema_version"], {"schema_version": SCHEMA_VERSION})
     cur = conn.cursor(row_factory=dict_row)
     await cur.execute(queries["deployment_get"])
     row = await cur.fetchone()

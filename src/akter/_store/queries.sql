@@ -41,6 +41,10 @@ VALUES (true, %(schema_version)s, %(retry_window_ms)s, %(deployment_id)s, %(plac
         {schema}.now_ms(0))
 ON CONFLICT (singleton) DO NOTHING;
 
+-- deployment_schema_version --
+-- the deployment row records the newest applied schema version
+UPDATE {schema}.deployment SET schema_version = greatest(schema_version, %(schema_version)s);
+
 -- deployment_record_placements --
 -- adds placements of types not yet recorded; recorded ones never change
 UPDATE {schema}.deployment SET placements = %(placements)s::jsonb || placements;
