@@ -443,7 +443,7 @@ async def test_JB12_unreachable_renewals_interrupt_at_the_local_deadline(
             await renew.wait()
             await t.runtime.jobs.wait_idle()  # ends at the local deadline
             interrupted = provider.calls[0].ended
-            assert interrupted is not None and 3.0 <= interrupted - sent <= 3.3
+            assert interrupted is not None and 2.95 <= interrupted - sent < 3.0  # before the lease
             (row,) = await jobs(t)
             assert (row["attempts"], row["running"], row["ambiguous"]) == (1, True, True)
             messages = [r.getMessage() for r in caplog.records]

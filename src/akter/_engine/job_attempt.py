@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("akter.jobs")
 
+#: How long before the local lease end an attempt stops (whole-ms flooring, timer jitter).
+DEADLINE_MARGIN_MS = 25
+
 Stop = Literal["lost", "cancelled", "deadline", "stopped"]
 
 
@@ -333,13 +336,17 @@ class AttemptRunner:
         return bool(found["cancelled"]), int(found["due_at_ms"])
 
     async def _deadline(self, attempt: Attempt) -> Stop:
-        """Return once the local lease (last confirmed send + lease) has passed."""
-        lease = self.lease_ms / 1000
+        """Return once the local lease (last confirmed send + lease − margin) has passed.
+
+        The database computes its lease end from its own statement time, floored to whole
+        milliseconds; the margin keeps the runner's stop strictly before it.
+        """
+        lease = (self.lease_ms - DEADLINE_MARGIN_MS) / 1000
         while True:
             left = attempt.confirmed + lease - time.monotonic()
             if left <= 0:
                 return "deadline"
-            await asyncio.sleep(left + 0.001)
+            await asyncio.sleep(left)
 
 
 async def _shielded(operation: Any) -> Any:

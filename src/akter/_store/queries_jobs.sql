@@ -185,7 +185,9 @@ RETURNING intent_id;
 UPDATE {schema}.outbox
 SET due_at_ms = least(due_at_ms, {schema}.stmt_ms(%(off)s::bigint)), waiting = false
 WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NULL
-  AND intent_id IN (
+  -- a scalar sub-select runs once (an InitPlan): with IN it could be re-run per visited row,
+  -- skip the row just updated and wake the next one too
+  AND intent_id = (
       SELECT o.intent_id FROM {schema}.outbox o
       WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
         AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
