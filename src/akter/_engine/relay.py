@@ -141,10 +141,34 @@ class Relay:
                 self._tasks.remove(task)
 
     async def _listen(self) -> None:
-        assert self._listener is not None
-        async for _ in self._listener.notifies():
-            self.wake()
-            self.rt.events.wake_all()
+        """Follow wakes; if the server drops the connection, reconnect with backoff.
+
+        Polling stays the correctness path meanwhile; after reconnecting, one wake covers the
+        notifications missed while the connection was down.
+        """
+        backoff = 0.1
+        while True:
+            try:
+                if self._listener is None or self._listener.closed:
+                    self._listener = await psycopg.AsyncConnection.connect(
+                        self.rt.store.url, autocommit=True
+                    )
+                    await self._listener.execute(sql.SQL("LISTEN {}").format(self._channel()))
+                    self.wake()
+                    self.rt.events.wake_all()
+                backoff = 0.1
+                async for _ in self._listener.notifies():
+                    self.wake()
+                    self.rt.events.wake_all()
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "Wake listener lost its connection; reconnecting", extra={"error": str(exc)}
+                )
+                if self._listener is not None:
+                    await self._listener.close()
+                    self._listener = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     async def _loop(self) -> None:
         poll = self.rt.poll_ms / 1000
@@ -284,6 +308,13 @@ class Relay:
         except InjectedCrash:
             # Abandoned like a process death: the claim stays until its lease ends.
             return
+        except (psycopg.Error, OSError) as exc:
+            # The settle or backoff write failed (an outage): the claim stays until its lease
+            # ends and the redelivery replays the receiver's receipt.
+            log.warning(
+                "Outbox settle failed; the claim expires and redelivery replays",
+                extra={"intent_id": key[1], "error": str(exc)},
+            )
         except asyncio.CancelledError:
             await asyncio.shield(self._release(params))
             raise

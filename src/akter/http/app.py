@@ -114,6 +114,9 @@ class _Api:
         return problem(exc.status_code, reason, str(exc.detail), code="no_route")
 
     async def _crash(self, request: Request, exc: Exception) -> Response:
+        if isinstance(exc, ConfigurationError):
+            # A failed or stopped runtime: another runner may serve the request.
+            return problem(503, "ActorUnavailable", str(exc), extra={"retryable": True})
         log.error("HTTP request failed", exc_info=exc, extra={"path": request.url.path})
         return problem(500, "Defect", "The server failed to handle the request.")
 
