@@ -241,6 +241,10 @@ class JobExecutor:
             self._tasks.discard(finished)
             if self._attempts.get(key) is attempt:
                 del self._attempts[key]
+            # A freed executor slot may let due rows start now (jobs without routes wake
+            # nothing else): ask for a pass instead of waiting for the poll.
+            if not self._stopping:
+                self.runtime.relay.wake()
 
         task.add_done_callback(done)
 

@@ -784,20 +784,24 @@ def _outbox_params(
         "delays": [r.delay_ms for r in rows],
         "ats": [r.at_ms for r in rows],
         "timer_keys": [r.timer_key for r in rows],
-        "ords": _ordinals(rows),
+        "ords": _ordinals(act.definition, rows),
     }
 
 
-def _ordinals(rows: list[StagedRow]) -> list[int]:
-    """Staging order (from 1) of each job row among this batch's rows of the same job."""
+def _ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:
+    """Staging order (from 1) of each capped job row among the batch's rows of the same job.
+
+    Uncapped jobs and intents get 0: their ready time is just their due time.
+    """
     seen: dict[str, int] = {}
     ords: list[int] = []
     for row in rows:
-        if row.kind == "job":
+        job = definition.jobs.get(row.command) if row.kind == "job" else None
+        if job is not None and job.options.per_actor is not None:
             seen[row.command] = seen.get(row.command, 0) + 1
             ords.append(seen[row.command])
         else:
-            ords.append(1)
+            ords.append(0)
     return ords
 
 

@@ -146,12 +146,19 @@ INSERT INTO {schema}.outbox
      ready_at_ms, timer_key)
 SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.target_type,
        o.target_id, o.command, o.payload, 0, o.caller, d.due, d.due,
-       -- jobs of one (actor, job) get strictly increasing ready times in enqueue order (§5.3.4)
-       CASE WHEN o.kind = 'job' THEN greatest(d.due + o.ord - 1, coalesce((
-           SELECT max(x.ready_at_ms) FROM {schema}.outbox x
-           WHERE x.routing_key = %(rk)s AND x.tenant_id = %(tenant)s AND x.actor_type = %(type)s
-             AND x.actor_id = %(id)s AND x.kind = 'job' AND x.command = o.command
-             AND x.scheduled_at_ms <= d.due), d.due - 1) + o.ord) END,
+       -- capped jobs of one (actor, job) get strictly increasing ready times in enqueue order
+       -- (§5.3.4); the two probes follow the running / not-running partial job indexes
+       CASE WHEN o.kind = 'job' AND o.ord > 0 THEN greatest(d.due + o.ord - 1, greatest(
+           (SELECT max(x.ready_at_ms) FROM {schema}.outbox x
+            WHERE x.routing_key = %(rk)s AND x.tenant_id = %(tenant)s
+              AND x.actor_type = %(type)s AND x.actor_id = %(id)s AND x.command = o.command
+              AND x.kind = 'job' AND NOT x.running AND x.scheduled_at_ms <= d.due),
+           (SELECT max(x.ready_at_ms) FROM {schema}.outbox x
+            WHERE x.routing_key = %(rk)s AND x.tenant_id = %(tenant)s
+              AND x.actor_type = %(type)s AND x.actor_id = %(id)s AND x.command = o.command
+              AND x.kind = 'job' AND x.running AND x.scheduled_at_ms <= d.due),
+           d.due - 1) + o.ord)
+            WHEN o.kind = 'job' THEN d.due END,
        o.timer_key
 FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
             %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
