@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -25,6 +26,7 @@ from akter.events import EventRecord, EventStream, parse_cursor
 A = TypeVar("A", bound=Actor[Any])
 
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
+_RESAMPLE_S = 60.0
 
 
 class Client:
@@ -53,6 +55,7 @@ class Client:
             extra["Authorization"] = f"Bearer {auth}"
             auth = None
         self.delivery_timeout = delivery_timeout
+        self._clock_sample: tuple[int, int, float] | None = None
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             auth=auth,
@@ -83,10 +86,25 @@ class Client:
         return cast(A, RemoteHandle(self, definition, id, None))
 
     async def mint_command_id(self) -> str:
-        """A command id minted against the server's clock."""
-        response = await self._http.post("/command-ids")
-        _raise_for(response)
-        return str(response.json()["command_id"])
+        """A command id on the server's clock, minted locally from a periodic server sample.
+
+        One ``POST /command-ids`` (at most every minute) gives the retry window and a lower
+        bound of the server clock (its ids are issued no later than its clock); between samples
+        ids are minted here, so a call is one request. An id that still reads as "future" is
+        refused as retryable, and the retry with the same id then succeeds.
+        """
+        sample = self._clock_sample
+        if sample is None or time.monotonic() - sample[2] > _RESAMPLE_S:
+            response = await self._http.post("/command-ids")
+            _raise_for(response)
+            raw = str(response.json()["command_id"])
+            _, issued_text, expires_text, _ = raw.split(".", 3)
+            issued = int(issued_text)
+            self._clock_sample = (issued, int(expires_text) - issued, time.monotonic())
+            return raw
+        issued_at, window, sampled = sample
+        now = issued_at + int((time.monotonic() - sampled) * 1000)
+        return f"v1.{now}.{now + window}.{uuid.uuid4()}"
 
     async def _post(
         self, path: str, body: dict[str, Any], command_id: str | None
