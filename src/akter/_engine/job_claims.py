@@ -148,7 +148,8 @@ async def claim_uncapped(
     async with store.pool.connection() as conn:
         cur = conn.cursor(row_factory=dict_row)
         sent_at = time.monotonic()
-        await cur.execute(store.queries["claim_jobs"], params)
+        # Planned per pass (no cached generic plan), like the intent claim: see relay.py.
+        await cur.execute(store.queries["claim_jobs"], params, prepare=False)
         rows = await cur.fetchall()
     candidates = int(rows[0]["candidates"]) if rows else 0
     return [_claimed(r, sent_at) for r in rows], candidates
@@ -167,7 +168,7 @@ async def discover_groups(
     }
     async with store.pool.connection() as conn:
         cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(store.queries["discover_capped_groups"], params)
+        await cur.execute(store.queries["discover_capped_groups"], params, prepare=False)
         rows = await cur.fetchall()
     return [
         Group(

@@ -239,6 +239,9 @@ class Relay:
                     "lease": self.rt.claim_lease_ms,
                     "max_backoff": self.rt.max_backoff_ms,
                 },
+                # Never a cached generic plan: one made while the outbox was small can scan a
+                # million sleeping timers per pass later (one claim took 101 s in the bench).
+                prepare=False,
             )
             rows = await cur.fetchall()
         candidates = int(rows[0]["candidates"]) if rows else 0
