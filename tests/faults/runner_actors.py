@@ -1,0 +1,107 @@
+"""Actors of the runner fault tests, their child processes and ``bench/drills.py``.
+
+``Beacon`` is a singleton whose background loop is the test instrument of RN-01: every beat
+inserts ``(run_id, runner_id, seq, at_ms)`` into ``<schema>.loop_beats`` with the database clock
+(``clock_timestamp()``), so the parent can check afterwards, from one clock shared by every
+process, which runner's loop ran when (see :mod:`tests.faults.runner_drill`).
+
+``Ledger`` and ``Inbox`` are the load of RN-04: every applied ``Ledger.add`` records its command
+id in durable state and stages two intents to the ``Inbox`` of the same id, one due at once and
+one a few seconds later, so a crash always leaves some of them pending in the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import psycopg
+from psycopg import sql
+from pydantic import BaseModel, Field
+
+import akter
+
+#: Seconds between two beats of a ``Beacon`` loop (a child sets it from its command line).
+BEAT = {"s": 0.05}
+
+#: Seconds after which ``Ledger.add``'s second intent is due.
+LATER_S = 3.0
+
+BEATS_DDL = """
+CREATE TABLE IF NOT EXISTS {schema}.loop_beats (
+    run_id text NOT NULL,
+    runner_id text NOT NULL,
+    seq int NOT NULL,
+    at_ms bigint NOT NULL,
+    PRIMARY KEY (run_id, seq)
+)
+"""
+
+
+def db_ms_sql() -> sql.SQL:
+    """The database clock in epoch ms (what akter's ``now_ms(0)`` computes)."""
+    return sql.SQL("floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+
+
+class Beacon(akter.Actor[akter.EmptyState], singleton=True):
+    """A singleton whose loop writes a beat row every ``BEAT["s"]`` seconds."""
+
+    @akter.command
+    async def ping(self) -> str:
+        """An ordinary command (a singleton's turns run on any runner)."""
+        return "pong"
+
+    async def run(self) -> None:
+        """Beat until cancelled: one row per beat, stamped with the database clock."""
+        runtime = self.runtime
+        run_id = uuid.uuid4().hex
+        insert = sql.SQL(
+            "INSERT INTO {}.loop_beats (run_id, runner_id, seq, at_ms) VALUES (%s, %s, %s, {})"
+        ).format(sql.Identifier(runtime.schema), db_ms_sql())
+        async with await psycopg.AsyncConnection.connect(
+            runtime.store.url, autocommit=True
+        ) as conn:
+            seq = 0
+            while True:
+                await conn.execute(insert, (run_id, runtime.runners.runner_id, seq))
+                seq += 1
+                await asyncio.sleep(BEAT["s"])
+
+
+class Applied(BaseModel):
+    """The command ids applied to a ledger, in order, and its total."""
+
+    total: int = 0
+    applied: list[str] = Field(default_factory=list)
+
+
+class Received(BaseModel):
+    """What an inbox was delivered: ``<command id of the add>:<now|later>``, in order."""
+
+    notes: list[str] = Field(default_factory=list)
+
+
+class Inbox(akter.Actor[Received]):
+    """Receives the ledger's intents."""
+
+    @akter.command
+    async def note(self, tag: str) -> int:
+        """Record one delivered intent."""
+        self.state.notes.append(tag)
+        return len(self.state.notes)
+
+
+class Ledger(akter.Actor[Applied]):
+    """Adds to a total; every application stages one intent now and one a little later."""
+
+    @akter.command
+    async def add(self, k: int) -> int:
+        """Add ``k``, record the command id, notify the inbox twice; returns the total."""
+        self.state.total += k
+        self.state.applied.append(self.command_id)
+        self.send(Inbox.note, self.ref.id, f"{self.command_id}:now")
+        self.later(after=timedelta(seconds=LATER_S)).send(
+            Inbox.note, self.ref.id, f"{self.command_id}:later"
+        )
+        return self.state.total
