@@ -26,6 +26,7 @@ import pytest
 
 from akter._engine.hooks import Hooks
 from akter.testing import ActorTest
+from tests.faults.child_process import ChildProcess
 from tests.faults.relay_actors import RUNS, Receiver, Sender
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(90)]
@@ -46,37 +47,11 @@ def _fresh_runs() -> None:
     RUNS.clear()
 
 
-class Child:
+class Child(ChildProcess):
     """A relay runner in a child process, spoken to over its stdin and stdout."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self._stderr = bytearray()
-        self._collector = asyncio.create_task(self._collect(), name="relay child stderr")
-
-    async def _collect(self) -> None:
-        # Always drained, so a chatty child never blocks on a full pipe.
-        assert self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(65536):
-            self._stderr += chunk
-
-    async def _diagnosis(self) -> str:
-        if self.proc.returncode is None:
-            return f"(still running; stderr so far)\n{self._stderr.decode(errors='replace')}"
-        await self._collector
-        return f"(exit {self.proc.returncode})\n{self._stderr.decode(errors='replace')}"
-
-    async def line(self, within: float = LINE_WITHIN) -> str:
-        """The next line the child prints, within a deadline."""
-        assert self.proc.stdout is not None
-        try:
-            raw = await asyncio.wait_for(self.proc.stdout.readline(), within)
-        except TimeoutError:
-            pytest.fail(f"no line from the child within {within} s {await self._diagnosis()}")
-        if not raw:
-            await self.proc.wait()
-            pytest.fail(f"the child ended without answering {await self._diagnosis()}")
-        return raw.decode().rstrip("\n")
+        super().__init__(proc, "relay child")
 
     async def send(self, line: str) -> None:
         """Write one command line."""

@@ -26,6 +26,7 @@ import pytest
 from akter.testing import ActorTest
 from akter.testing.harness import Inspection
 from tests.faults.actors import Counter
+from tests.faults.child_process import ChildProcess
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(60)]
 
@@ -36,37 +37,11 @@ REPO = Path(__file__).resolve().parents[2]
 LINE_WITHIN = 30.0
 
 
-class Child:
+class Child(ChildProcess):
     """A runner in a child process, spoken to over its stdin and stdout."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self._stderr = bytearray()
-        self._collector = asyncio.create_task(self._collect(), name="child stderr")
-
-    async def _collect(self) -> None:
-        # Always drained, so a chatty child never blocks on a full pipe.
-        assert self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(65536):
-            self._stderr += chunk
-
-    async def _diagnosis(self) -> str:
-        if self.proc.returncode is None:
-            return f"(still running; stderr so far)\n{self._stderr.decode(errors='replace')}"
-        await self._collector
-        return f"(exit {self.proc.returncode})\n{self._stderr.decode(errors='replace')}"
-
-    async def line(self, within: float = LINE_WITHIN) -> str:
-        """The next line the child prints, within a deadline."""
-        assert self.proc.stdout is not None
-        try:
-            raw = await asyncio.wait_for(self.proc.stdout.readline(), within)
-        except TimeoutError:
-            pytest.fail(f"no line from the child within {within} s {await self._diagnosis()}")
-        if not raw:
-            await self.proc.wait()
-            pytest.fail(f"the child ended without answering {await self._diagnosis()}")
-        return raw.decode().rstrip("\n")
+        super().__init__(proc, "child")
 
     async def send(self, request: dict[str, Any]) -> None:
         """Write one request line."""
