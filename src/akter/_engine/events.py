@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 
+from akter._waits import wait_event
 from akter.callers import ActorRef
 from akter.errors import ActorError
 from akter.events import EventRecord, parse_cursor
@@ -133,9 +134,6 @@ async def follow(
                 yield record
             if len(batch) == MAX_PAGE:
                 continue
-            try:
-                await asyncio.wait_for(flag.wait(), runtime.poll_ms / 1000)
-            except TimeoutError:
-                pass
+            await wait_event(flag, runtime.poll_ms / 1000)
     finally:
         runtime.events.unsubscribe(ref, flag)

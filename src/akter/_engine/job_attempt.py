@@ -37,6 +37,7 @@ from akter._engine.job_settle import (
     Succeeded,
     Unattempted,
 )
+from akter._waits import wait_event
 from akter.callers import System, caller_from_json
 from akter.errors import JobFailure
 from akter.jobs import JobCall
@@ -296,8 +297,7 @@ class AttemptRunner:
         row = attempt.row
         every = self.cancel_check_ms / 1000
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(attempt.signal.wait(), every)
+            await wait_event(attempt.signal, every)
             attempt.signal.clear()
             sent = time.monotonic()
             try:

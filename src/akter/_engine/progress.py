@@ -22,7 +22,6 @@ Messages (JSON-ready dicts)::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
@@ -37,6 +36,7 @@ from psycopg import sql
 from pydantic import BaseModel, ValidationError
 
 from akter._ids import canonical_json, parse_framework_id
+from akter._waits import wait_event
 from akter.callers import ActorRef, current_caller
 
 if TYPE_CHECKING:
@@ -225,8 +225,7 @@ class ProgressSlot:
         """After a terminal settle: let the last frame flush (≤ 100 ms), then close the job."""
         self.end()
         if self._pending is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), CLOSE_WAIT)
+            await wait_event(self._idle, CLOSE_WAIT)
         if self._timer is not None:
             # Still not due: publishing it now would break the interval; the close supersedes it.
             self._timer.cancel()
@@ -273,9 +272,7 @@ class Subscription:
             if self.stopped:
                 return None
             self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), within)
-            except TimeoutError:
+            if not await wait_event(self._ready, within):
                 return None
         return self._messages.popleft()
 
@@ -459,9 +456,7 @@ class ProgressHub:
         while not self._stopping:
             if not self._outgoing:
                 self._send.clear()
-                try:
-                    await asyncio.wait_for(self._send.wait(), 5.0)
-                except TimeoutError:
+                if not await wait_event(self._send, 5.0):
                     if not self._outgoing:
                         # Idle: no await between this check and the flag going down (in
                         # _sender), so the next publish starts a new sender.
