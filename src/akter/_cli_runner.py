@@ -2,7 +2,8 @@
 
 ``TARGET`` names the user's runtime as ``module:attribute`` (``app:runtime``), imported with the
 current directory on ``sys.path``. ``serve`` runs a runner (with ``--http`` also the ASGI app under
-uvicorn) until SIGTERM/SIGINT, then drains gracefully; ``worker`` runs executors only.
+uvicorn) until SIGTERM/SIGINT, then drains gracefully; ``worker`` runs executors only;
+``migrate`` shows a progress bar over the pending migrations.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -22,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from akter.callers import ActorRef
-from akter.cli import _refusals_exit, _stderr, app
+from akter.cli import Steps, _refusals_exit, _stderr, app
 from akter.errors import ConfigurationError
 from akter.runtime import Runtime
 
@@ -51,11 +53,24 @@ def load_runtime(target: str) -> Runtime:
     return runtime
 
 
-async def _run_until_signalled(runtime: Runtime, http: str | None) -> None:
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (call in the running loop)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _run_until_signalled(
+    runtime: Runtime,
+    http: str | None,
+    *,
+    stop: asyncio.Event | None = None,
+    banner: str = "",
+) -> None:
+    """Run the runtime (and uvicorn with ``http``) until ``stop`` is set; then drain."""
+    stop = stop or stop_on_signals()
     server = None
     if http:
         import uvicorn
@@ -77,6 +92,7 @@ async def _run_until_signalled(runtime: Runtime, http: str | None) -> None:
         _stderr.print(
             f"akter runner {runtime.runners.runner_id} ready"
             + (f", HTTP on {http}" if http else "")
+            + banner
         )
         await stop.wait()
         _stderr.print("draining…")
@@ -121,19 +137,71 @@ def worker(
 
 
 @app.command("migrate")
-def migrate_command(target: TargetArg) -> None:
+def migrate_command(target: TargetArg, as_json: JsonOption = False) -> None:
     """Apply pending migrations for the runtime's database and schema, then exit."""
     with _refusals_exit():
         runtime = load_runtime(target)
+        runtime.relay_enabled = False
+        runtime.maintenance = False
+        runtime.executes = set()
+        applied: list[str] = []
 
         async def run() -> None:
-            runtime.relay_enabled = False
-            runtime.maintenance = False
-            async with runtime:
-                pass
+            pending = await _pending_migrations(runtime)
+            total = None if pending is None else len(pending)
+            with Steps("migrating", total) as steps, _MigrationSteps(steps, applied):
+                async with runtime:
+                    pass
 
         asyncio.run(run())
+        if as_json:
+            print(json.dumps({"schema": runtime.schema, "applied": applied}))
+            return
         _stdout.print(f"schema {runtime.schema!r} is up to date")
+
+
+async def _pending_migrations(runtime: Runtime) -> list[str] | None:
+    """The ids of the migrations not yet applied; ``None`` when the database is not up yet."""
+    from akter._store.migrate import known_migrations
+
+    known = [m.id for m in known_migrations()]
+    url = runtime._database_url
+    if not url:
+        return None  # an embedded server the runtime starts itself: counted while applied
+    try:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            cur = await conn.execute(runtime.store.queries["migrations_applied"])
+            applied = {str(row[0]) for row in await cur.fetchall()}
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        applied = set()
+    return [m for m in known if m not in applied]
+
+
+class _MigrationSteps(logging.Handler):
+    """Advances a progress bar on each "Applied migration" record of the migrator."""
+
+    def __init__(self, steps: Steps, applied: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.steps = steps
+        self.applied = applied
+        self._logger = logging.getLogger("akter._store.migrate")
+        self._level = self._logger.level
+
+    def __enter__(self) -> _MigrationSteps:
+        self._logger.addHandler(self)
+        if not self._logger.isEnabledFor(logging.INFO):
+            self._logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        migration = getattr(record, "migration", None)
+        if migration is not None:
+            self.applied.append(str(migration))
+            self.steps.update(len(self.applied), message=str(migration))
 
 
 def _database_url(runtime: Runtime) -> str:
@@ -254,17 +322,9 @@ def outbox_command(
         _print_outbox(rows)
 
 
-jobs_app = typer.Typer(name="jobs", help="List and cancel jobs.", no_args_is_help=True)
-letters_app = typer.Typer(
-    name="dead-letters", help="Dead letters: list, show, retry, discard.", no_args_is_help=True
-)
-app.add_typer(jobs_app)
-app.add_typer(letters_app)
-
-
-def _operate(target: str, work: Any) -> Any:
+def _operate(target: str | Runtime, work: Any) -> Any:
     """Start the runtime quietly (no relay, no maintenance), run ``work(runtime)``, stop."""
-    runtime = load_runtime(target)
+    runtime = load_runtime(target) if isinstance(target, str) else target
     runtime.relay_enabled = False
     runtime.maintenance = False
     runtime.executes = set()
@@ -274,114 +334,3 @@ def _operate(target: str, work: Any) -> Any:
             return await work(runtime)
 
     return asyncio.run(run())
-
-
-@jobs_app.command("list")
-def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) -> None:
-    """List job rows, oldest due first."""
-    with _refusals_exit():
-        runtime = load_runtime(target)
-        rows = _fetch(runtime, "jobs_overview", {"limit": limit})
-        if as_json:
-            print(json.dumps(rows, default=str))
-            return
-        table = Table("job id", "actor", "job", "attempts", "state", "last error", title="jobs")
-        for r in rows:
-            state = (
-                "cancelled"
-                if r["cancelled_at_ms"]
-                else "running"
-                if r["running"]
-                else "waiting"
-                if r["waiting"]
-                else "pending"
-            )
-            table.add_row(
-                str(r["job_id"])[-12:],
-                f"{r['actor_type']}/{r['actor_id']}",
-                r["job"],
-                str(r["attempts"]),
-                state,
-                str(r["last_error"] or "")[:50],
-            )
-        _stdout.print(table)
-
-
-@jobs_app.command("cancel")
-def jobs_cancel(target: TargetArg, job_id: str) -> None:
-    """Cancel one job by id (never-run jobs are deleted; others settle as cancelled)."""
-    with _refusals_exit():
-        outcome = _operate(target, lambda rt: rt.cancel_job(job_id))
-        _stdout.print(outcome)
-        if outcome == "unknown":
-            raise typer.Exit(1)
-
-
-def _letter_json(letter: Any) -> dict[str, Any]:
-    return {
-        "job_id": letter.job_id,
-        "ref": letter.ref.to_json(),
-        "job": letter.job,
-        "payload": json.loads(letter.payload),
-        "attempts": letter.attempts,
-        "cause": letter.cause,
-        "ambiguous": letter.ambiguous,
-        "dead_at_ms": letter.dead_at_ms,
-    }
-
-
-@letters_app.command("list")
-def letters_list(target: TargetArg, as_json: JsonOption = False) -> None:
-    """List dead letters (never pruned)."""
-    with _refusals_exit():
-        letters = _operate(target, lambda rt: rt.dead_letters.list())
-        if as_json:
-            print(json.dumps([_letter_json(x) for x in letters], default=str))
-            return
-        table = Table(
-            "job id", "actor", "job", "attempts", "ambiguous", "cause", title="dead letters"
-        )
-        for x in letters:
-            table.add_row(
-                x.job_id[-12:],
-                f"{x.ref.type}/{x.ref.id}",
-                x.job,
-                str(x.attempts),
-                "yes" if x.ambiguous else "no",
-                x.cause[:60],
-            )
-        _stdout.print(table)
-
-
-@letters_app.command("show")
-def letters_show(target: TargetArg, job_id: str) -> None:
-    """Show one dead letter as JSON."""
-    with _refusals_exit():
-        letter = _operate(target, lambda rt: rt.dead_letters.show(job_id))
-        print(json.dumps(_letter_json(letter), default=str))
-
-
-@letters_app.command("retry")
-def letters_retry(target: TargetArg, job_id: str) -> None:
-    """Re-enqueue a dead letter as a new job (new id); warns when it was ambiguous."""
-    with _refusals_exit():
-
-        async def work(rt: Runtime) -> tuple[Any, str]:
-            letter = await rt.dead_letters.show(job_id)
-            return letter, await rt.dead_letters.retry(job_id)
-
-        letter, new_id = _operate(target, work)
-        if letter.ambiguous:
-            _stderr.print(
-                "[yellow]warning:[/yellow] this letter is ambiguous: the provider may already "
-                "have applied the call; the retry runs it again under a new job id."
-            )
-        print(new_id)
-
-
-@letters_app.command("discard")
-def letters_discard(target: TargetArg, job_id: str) -> None:
-    """Delete a dead letter."""
-    with _refusals_exit():
-        _operate(target, lambda rt: rt.dead_letters.discard(job_id))
-        _stdout.print("discarded")

@@ -28,6 +28,13 @@ A = TypeVar("A", bound=Actor[Any])
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
 _RESAMPLE_S = 60.0
 
+#: The default connection pool: wide enough that many concurrent callers on one client (a web
+#: handler fanning out, a load test) never queue behind httpx's default of 20 kept-alive
+#: connections, or hit its pool timeout.
+DEFAULT_LIMITS = httpx.Limits(
+    max_connections=512, max_keepalive_connections=256, keepalive_expiry=30.0
+)
+
 
 class Client:
     """An HTTP client of an akter app.
@@ -37,6 +44,11 @@ class Client:
         auth: A bearer token string, an ``httpx.Auth``, or ``None``.
         headers: Extra headers (for example an API key header).
         delivery_timeout: How long one call keeps retrying, in seconds.
+        timeout: One request's timeout, in seconds, or an ``httpx.Timeout``; event streams
+            have none.
+        limits: The connection pool's limits (default :data:`DEFAULT_LIMITS`: 512
+            connections, 256 kept alive). Requests beyond ``max_connections`` wait for a free
+            connection, at most the pool timeout.
         transport: An httpx transport (tests: ``httpx.ASGITransport(app)``).
     """
 
@@ -47,7 +59,8 @@ class Client:
         auth: str | httpx.Auth | None = None,
         headers: dict[str, str] | None = None,
         delivery_timeout: float = 30.0,
-        timeout: float = 30.0,
+        timeout: float | httpx.Timeout = 30.0,
+        limits: httpx.Limits = DEFAULT_LIMITS,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         extra = dict(headers or {})
@@ -61,6 +74,7 @@ class Client:
             auth=auth,
             headers=extra,
             timeout=timeout,
+            limits=limits,
             transport=transport,
         )
 
@@ -330,6 +344,7 @@ class SyncClient:
     """A blocking wrapper of :class:`Client`, generated over the async one (no duplicate code).
 
     ``SyncClient(url).get(Order, "o-1").place(1200)`` runs the async call on a private loop.
+    ``options`` are :class:`Client`'s keywords (``auth``, ``timeout``, ``limits``, ...).
     """
 
     def __init__(self, base_url: str, **options: Any) -> None:
