@@ -16,14 +16,17 @@ Everything runs against one server (default: a throwaway embedded PostgreSQL in 
    owner's lease (``tests.faults.runner_drill``). ``--timing scaled`` runs production's timings
    divided by ten (lease 3.5 s, refresh 1 s, stop margin 0.5 s); ``production`` runs 35 s / 10 s
    / 5 s.
-2. **Cron drill.** ``--actors`` actors of ``Minutely`` (``@akter.schedule(every=1 minute)``) are
-   created by a first command each in a runtime with ``relay=False`` whose clock offset puts
-   "now" 59 s before a minute boundary B, so every tick row is due at B. Then ``--runners`` runner
-   processes start with a clock offset that makes the database instant S (a few seconds ahead)
-   read as B: all ticks fall due together at S. Each handler records its command id and its
-   turn's clock (``self.now_ms``) in durable state and counts its runs in its process. Reported:
-   duplicates (receipts per tick id, handler runs per tick id, ticks per actor), ticks/s and
-   lateness = the handler's turn clock − the scheduled time B, p50/p99/max.
+2. **Cron drill.** ``--actors`` actors with one ``@akter.schedule(every=P)`` entry each are
+   created by a first command each (``--create-callers`` concurrent callers) in a runtime with
+   ``relay=False`` whose clock offset puts "now" P − 1 s before a period boundary B, so every tick
+   row is due at B. P is ``--period``: by default 1 minute (``Minutely``) up to 20,000 actors and
+   10 minutes (``TenMinutely``) above, so that both the creation and the drain fit in one period
+   (at ~1,000 first calls/s and ~640 ticks/s on 2 cores, 100,000 actors take ~100 s and ~160 s).
+   Then ``--runners`` runner processes start with a clock offset that makes the database instant
+   S (a few seconds ahead) read as B: all ticks fall due together at S. Each handler records its
+   command id and its turn's clock (``self.now_ms``) in durable state and counts its runs in its
+   process. Reported: duplicates (receipts per tick id, handler runs per tick id, ticks per
+   actor), ticks/s and lateness = the handler's turn clock − the scheduled time B, p50/p99/max.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ import akter  # noqa: E402
 from akter._store.embedded import EmbeddedPostgres  # noqa: E402
 
 MINUTE_MS = 60_000
+#: Above this many actors the cron drill's default period is 10 minutes instead of 1.
+MINUTELY_UP_TO = 20_000
 
 #: Handler runs per command id in this process (a cron runner child reports it).
 RUNS: Counter[str] = Counter()
@@ -94,6 +99,27 @@ class Minutely(akter.Actor[Fired]):
         self.state.n += 1
         self.state.ticks.append([self.command_id, self.now_ms])
         return self.state.n
+
+
+class TenMinutely(akter.Actor[Fired]):
+    """The same with a 10-minute schedule: creating or draining 100,000 takes over a minute."""
+
+    @akter.command
+    async def start(self) -> None:
+        """The first command: its commit creates the actor and inserts its tick row."""
+
+    @akter.schedule(every=timedelta(minutes=10))
+    @akter.command
+    async def tick(self) -> int:
+        """One scheduled run: count it here and durably."""
+        RUNS[self.command_id] += 1
+        self.state.n += 1
+        self.state.ticks.append([self.command_id, self.now_ms])
+        return self.state.n
+
+
+#: The cron drill's actor type per period in minutes.
+CRON_TYPES: dict[int, type[Minutely] | type[TenMinutely]] = {1: Minutely, 10: TenMinutely}
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -273,14 +299,17 @@ async def run_freeze(url: str, rounds: int, timing_name: str) -> dict[str, Any]:
 # --- cron drill ----------------------------------------------------------------------------------
 
 
-async def cron_runner(url: str, schema: str, offset_ms: int, report: Path, concurrency: int) -> int:
+async def cron_runner(
+    url: str, schema: str, offset_ms: int, report: Path, concurrency: int, period: int, actors: int
+) -> int:
     """Child: a runner with its relay on and a clock offset; reports its handler runs at exit."""
     runtime = akter.Runtime(
-        [Minutely],
+        [CRON_TYPES[period]],
         database_url=url,
         schema=schema,
         maintenance=False,
         delivery_concurrency=concurrency,
+        max_resident_actors=actors + 1_000,
     )
     runtime.clock.offset_ms = offset_ms
     # Instrument (this process only): how many claim statements, and how many rows each got.
@@ -312,32 +341,55 @@ async def cron_runner(url: str, schema: str, offset_ms: int, report: Path, concu
     return 0
 
 
-async def _create(url: str, schema: str, actors: int, boundary: int) -> float:
-    """Create the actors with the relay off, 'now' 59 s before ``boundary``; returns seconds."""
-    runtime = akter.Runtime([Minutely], database_url=url, schema=schema, relay=False)
-    runtime.clock.offset_ms = boundary - (MINUTE_MS - 1_000) - await _db_ms(url)
+async def _create(
+    url: str, schema: str, actors: int, boundary: int, period: int, callers: int
+) -> float:
+    """Create the actors with the relay off, 'now' P − 1 s before ``boundary``; returns seconds.
+
+    Each actor is created honestly, by its first command (the commit inserts its row and its
+    tick row), ``callers`` at a time.
+    """
+    cron = CRON_TYPES[period]
+    runtime = akter.Runtime(
+        [cron],
+        database_url=url,
+        schema=schema,
+        relay=False,
+        max_resident_actors=actors + 1_000,
+        max_pending_commands=max(10_000, 4 * callers),
+    )
+    runtime.clock.offset_ms = boundary - (period * MINUTE_MS - 1_000) - await _db_ms(url)
     started = time.monotonic()
     async with runtime:
         queue = iter(range(actors))
 
         async def creator() -> None:
             for i in queue:
-                await runtime.get(Minutely, f"m{i:05d}").start()
+                await runtime.get(cron, f"m{i:06d}").start()
 
-        await asyncio.gather(*(creator() for _ in range(64)))
+        await asyncio.gather(*(creator() for _ in range(callers)))
+        if await runtime.clock.read() >= boundary:
+            raise SystemExit(
+                f"creating {actors:,} actors outlasted the {period}-minute period, so their "
+                "ticks are not all due at one boundary (try --period 10 or fewer actors)"
+            )
     return time.monotonic() - started
 
 
-async def run_cron(url: str, actors: int, runners: int, concurrency: int) -> dict[str, Any]:
+async def run_cron(
+    url: str, actors: int, runners: int, concurrency: int, period: int, create_callers: int
+) -> dict[str, Any]:
     """One cron drill on a fresh schema: create, jump to the boundary, drain, check."""
+    period_ms = period * MINUTE_MS
+    cron = CRON_TYPES[period].__name__
     schema = f"akter_cron_{uuid.uuid4().hex[:10]}"
     tmp = Path(tempfile.mkdtemp(prefix="akter-cron-"))
     procs: list[asyncio.subprocess.Process] = []
     load_before = _loadavg()
     try:
         now = await _db_ms(url)
-        boundary = (now // MINUTE_MS + 10) * MINUTE_MS  # any boundary: offsets move the clock
-        create_s = await _create(url, schema, actors, boundary)
+        boundary = (now // period_ms + 10) * period_ms  # any boundary: offsets move the clock
+        create_s = await _create(url, schema, actors, boundary, period, create_callers)
         t = sql.Identifier(schema)
         cur_rows = await _rows(
             url,
@@ -366,6 +418,8 @@ async def run_cron(url: str, actors: int, runners: int, concurrency: int) -> dic
                     str(offset),
                     str(report),
                     str(concurrency),
+                    str(period),
+                    str(actors),
                     cwd=REPO_DIR,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
@@ -380,14 +434,18 @@ async def run_cron(url: str, actors: int, runners: int, concurrency: int) -> dic
             raise SystemExit("the runners started after the boundary; raise the lead time")
 
         # Wait until every tick is rewritten to the next boundary (its delivery is settled).
-        deadline = time.monotonic() + (start_at - await _db_ms(url)) / 1000 + 300
+        # Each poll scans the outbox, so polls get rarer with more actors (1 s at 100,000) so as
+        # not to load the server they measure; the drain's figures come from the handlers.
+        limit_s = 300 + actors // 200
+        deadline = time.monotonic() + (start_at - await _db_ms(url)) / 1000 + limit_s
+        poll_s = max(0.1, actors / 100_000)
         count_rewritten = sql.SQL(
             "SELECT count(*) FROM {}.outbox WHERE timer_key LIKE '$cron:%%' AND due_at_ms > %s"
         ).format(t)
         while (await _scalar(url, count_rewritten, (boundary,))) < actors:
             if time.monotonic() > deadline:
-                raise SystemExit("the ticks were not drained within 300 s of the boundary")
-            await asyncio.sleep(0.1)
+                raise SystemExit(f"the ticks were not drained within {limit_s} s of the boundary")
+            await asyncio.sleep(poll_s)
         for proc in procs:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.close()
@@ -407,15 +465,15 @@ async def run_cron(url: str, actors: int, runners: int, concurrency: int) -> dic
         receipts = await _rows(
             url,
             sql.SQL(
-                "SELECT command_id, count(*) FROM {}.receipts WHERE actor_type = 'Minutely'"
+                "SELECT command_id, count(*) FROM {}.receipts WHERE actor_type = %s"
                 " AND command = 'tick' GROUP BY command_id"
             ).format(t),
+            (cron,),
         )
         states = await _rows(
             url,
-            sql.SQL("SELECT actor_id, state FROM {}.actors WHERE actor_type = 'Minutely'").format(
-                t
-            ),
+            sql.SQL("SELECT actor_id, state FROM {}.actors WHERE actor_type = %s").format(t),
+            (cron,),
         )
         after = await _rows(
             url,
@@ -448,6 +506,9 @@ async def run_cron(url: str, actors: int, runners: int, concurrency: int) -> dic
     record = {
         "drill": "cron",
         "actors": actors,
+        "period_min": period,
+        "actor_type": cron,
+        "create_callers": create_callers,
         "runners": runners,
         "delivery_concurrency": concurrency,
         "create_s": round(create_s, 1),
@@ -462,7 +523,7 @@ async def run_cron(url: str, actors: int, runners: int, concurrency: int) -> dic
         "claims_and_rows_per_runner": claim_stats,
         "actors_not_fired_once": sum(1 for cid in ticks if fired_ids[cid] != 1),
         "rows_rewritten_with_new_id": sum(
-            1 for r in after if int(r[1]) >= boundary + MINUTE_MS and str(r[0]) not in ticks
+            1 for r in after if int(r[1]) >= boundary + period_ms and str(r[0]) not in ticks
         ),
         "drain_ms": last - boundary,
         "first_delivery_ms": first - boundary,
@@ -479,23 +540,24 @@ async def run_cron(url: str, actors: int, runners: int, concurrency: int) -> dic
     return record
 
 
-async def _rows(url: str, query: sql.Composed) -> list[tuple[Any, ...]]:
+async def _rows(url: str, query: sql.Composed, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     async with await _connect(url) as conn:
-        cur = await conn.execute(query)
+        cur = await conn.execute(query, params)
         return await cur.fetchall()
 
 
 def _print_cron(r: dict[str, Any]) -> None:
     print(
-        f"\n### Cron drill: {r['actors']:,} minutely actors due at one boundary, "
+        f"\n### Cron drill: {r['actors']:,} actors every {r['period_min']} min "
+        f"({r['actor_type']}) due at one boundary, "
         f"{r['runners']} runner(s), delivery_concurrency {r['delivery_concurrency']} "
-        f"(creation {r['create_s']} s; load average {r['loadavg_before']} → "
-        f"{r['loadavg_after']})\n"
+        f"(creation {r['create_s']} s by {r['create_callers']} callers; "
+        f"load average {r['loadavg_before']} → {r['loadavg_after']})\n"
     )
     lateness = (r["lateness_p50_ms"], r["lateness_p99_ms"], r["lateness_max_ms"])
     rows = [
         (
-            "boundary ticks fired / missing; next-boundary ticks (drain > 1 min)",
+            "boundary ticks fired / missing; next-boundary ticks (drain > 1 period)",
             f"{r['ticks_fired']:,} / {r['missing_ticks']} / {r['later_ticks']}",
         ),
         (
@@ -536,6 +598,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--timing", choices=["scaled", "production"], default="scaled")
     parser.add_argument("--actors", type=int, default=10_000)
+    parser.add_argument(
+        "--period",
+        type=int,
+        choices=sorted(CRON_TYPES),
+        help=f"cron period in minutes (default: 1 up to {MINUTELY_UP_TO:,} actors, else 10)",
+    )
+    parser.add_argument(
+        "--create-callers", type=int, default=64, help="concurrent first calls (default 64)"
+    )
     parser.add_argument("--runners", type=int, nargs="+", default=[1, 2])
     parser.add_argument(
         "--delivery-concurrency", type=int, default=16, help="per cron runner (default 16)"
@@ -571,8 +642,18 @@ async def run(args: argparse.Namespace) -> int:
         if args.only in (None, "freeze"):
             records.append(await run_freeze(url, args.freeze_rounds, args.timing))
         if args.only in (None, "cron"):
+            period = args.period or (1 if args.actors <= MINUTELY_UP_TO else 10)
             for runners in args.runners:
-                records.append(await run_cron(url, args.actors, runners, args.delivery_concurrency))
+                records.append(
+                    await run_cron(
+                        url,
+                        args.actors,
+                        runners,
+                        args.delivery_concurrency,
+                        period,
+                        args.create_callers,
+                    )
+                )
     finally:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
@@ -590,8 +671,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point (``cron-runner`` is the child mode of the cron drill)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["cron-runner"]:
-        url, schema, offset, report, concurrency = argv[1:6]
-        return asyncio.run(cron_runner(url, schema, int(offset), Path(report), int(concurrency)))
+        url, schema, offset, report, concurrency, period, actors = argv[1:8]
+        return asyncio.run(
+            cron_runner(
+                url, schema, int(offset), Path(report), int(concurrency), int(period), int(actors)
+            )
+        )
     return asyncio.run(run(parse_args(argv)))
 
 

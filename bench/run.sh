@@ -4,6 +4,7 @@
 #   bench/run.sh                                      # about 14 minutes with the defaults below
 #   DURATION=5 REPS=1 FLOOR=0 ANALYZE_PASS=0 RELAY=0 bench/run.sh   # quick look, about 1 minute
 #   TURNS=0 bench/run.sh                              # the relay benchmark alone, about 7 minutes
+#   TURNS=0 RELAY=0 SCALING=1 bench/run.sh            # 1 vs 2 runner processes alone, about 4 min
 #
 # For each server it runs `bench/turns.py` (scenarios "sequential" and "many", akter and pgbench
 # alternating first, REPS times); then one more pass with `--analyze` (akter's tables get the
@@ -13,7 +14,9 @@
 #   2. EXTERNAL_URL (default: the local PostgreSQL 15 service), if it answers.
 # TURNS=0 skips all of the above. Then, unless RELAY=0, `bench/relay.py` (intent delivery latency,
 # drain and sleeping timers beside bench/sql/claim_delete.sql under pgbench) on its own embedded
-# server; RELAY_EXTERNAL=1 also runs it against EXTERNAL_URL.
+# server; RELAY_EXTERNAL=1 also runs it against EXTERNAL_URL. SCALING=1 then runs
+# `bench/scaling.py` (commands/s with 1 and 2 runner processes beside pgbench) on its own embedded
+# server, DURATION seconds per run.
 # Output: bench/results/turns-<UTC>.jsonl (one JSON line per measurement) and .md (the tables);
 # the relay step writes bench/results/relay-<UTC>.{jsonl,md}.
 set -euo pipefail
@@ -29,6 +32,7 @@ TURNS=${TURNS:-1}          # 1: run the turn benchmark (turns.py, psycopg_floor.
 RELAY=${RELAY:-1}          # 1: run the relay benchmark (relay.py) on the embedded server
 RELAY_EXTERNAL=${RELAY_EXTERNAL:-0}  # 1: also run relay.py against EXTERNAL_URL
 RELAY_ARGS=${RELAY_ARGS:-}  # extra relay.py arguments, e.g. "--duration 5 --sleeping 200000"
+SCALING=${SCALING:-0}      # 1: run the scaling benchmark (scaling.py) on an embedded server
 EXTERNAL_URL=${EXTERNAL_URL:-postgresql://postgres@127.0.0.1:5432/test}
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -94,7 +98,13 @@ if [ "$RELAY" = 1 ]; then
     relay --url "$EXTERNAL_URL"
   fi
 fi
+if [ "$SCALING" = 1 ]; then
+  echo "## scaling: embedded PostgreSQL (temp directory)" | tee -a "$OUT.md"
+  $PY bench/scaling.py --seconds "$DURATION" --json "bench/results/scaling-$STAMP.jsonl" \
+    | tee -a "bench/results/scaling-$STAMP.md"
+fi
 echo "wall time: ${SECONDS}s" | tee -a "$OUT.md"
 echo "results: $OUT.md, $OUT.jsonl"
 [ "$RELAY" = 1 ] && echo "relay results: bench/results/relay-$STAMP.md, bench/results/relay-$STAMP.jsonl"
+[ "$SCALING" = 1 ] && echo "scaling results: bench/results/scaling-$STAMP.md, bench/results/scaling-$STAMP.jsonl"
 exit 0
