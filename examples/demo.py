@@ -53,19 +53,39 @@ per-customer concurrency at the end):
 
 Progress frames (``call.report``) are not published yet, so this part shows none. It prints a
 live log of provider calls and of akter's own job messages instead.
+
+Then a fourth part, nightly billing (tables of the tick, the bill, the registry and the loop's
+owners at the end), in a schema of its own that is dropped at the end:
+
+* ``Billing`` is a singleton (``singleton=True``) with a nightly ``@akter.schedule("0 2 * * *",
+  tz="Europe/Zurich")`` on its zero-argument ``bill`` command, which withdraws each account's fee
+  by intent, and an ``async def run(self)`` loop that records each step with its runner's id;
+* a nightly tick cannot fire in a short demo on the real clock, so every runner of this part is
+  started with the same ``Runtime(clock_offset=...)``: the framework clock reads a few seconds
+  before 02:00 in that zone. The tick row waits in the outbox until then; the relay delivers it
+  as ``bill`` with caller ``System(source="cron")`` and rewrites it for the next night;
+* a second runner process (``demo.py --runner``, R1) shares the database and starts first, so it
+  holds the loop's lease (``Runtime(singleton_lease=3.5)``; 35 s by default). The demo kills it
+  with SIGKILL: it releases nothing, and R2 (in this process) takes the loop over once R1's lease
+  has ended. The runner registry is shown before and after; the ledger's steps show the loop
+  ran on one runner at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg import sql
@@ -74,6 +94,8 @@ from rich.console import Console, Group
 from rich.table import Table
 
 import akter
+from akter.actor import definition_of
+from akter.schedules import next_fire
 from akter.testing.provider import (
     FakeProvider,
     ProviderCall,
@@ -1542,9 +1564,646 @@ def run() -> int:
     )
     payments = asyncio.run(payments_main(echo=lambda line: console.print(line, highlight=False)))
     console.print(render_payments(payments))
+    console.rule("nightly billing: a cron singleton, a second runner process, a kill, a takeover")
+    console.print(
+        "Live log: a runner in a child process (R1) holds the Billing loop; R2 runs here. "
+        "The nightly tick is delivered, then R1 is SIGKILLed and R2 takes over. "
+        "This part uses a schema of its own, dropped at the end."
+    )
+    billing = asyncio.run(billing_main(echo=lambda line: console.print(line, highlight=False)))
+    console.print(render_billing(billing))
     console.print(f"Done in {time.perf_counter() - started:.1f} s.", style="dim")
     return 0
 
 
+# --- part 4: a nightly-billing singleton, a second runner process, a kill and a takeover ------
+
+#: The singleton lease of part 4's runners (``Runtime(singleton_lease=...)``; 35 s by default):
+#: short, so a takeover fits in the demo. Refreshed every lease × 10/35 = 1 s.
+SINGLETON_LEASE = 3.5
+#: The nightly schedule, read in this zone.
+NIGHTLY = "0 2 * * *"
+ZONE = "Europe/Zurich"
+#: How long before 02:00 (local) the shifted clock starts: time for every runner to start.
+LEAD = 8.0
+#: How often the billing loop steps, and the relay passes of part 4's runners.
+STEP_EVERY = 0.25
+BILLING_POLL = 0.25
+#: Loop steps kept in the ledger (the oldest are dropped).
+MAX_STEPS = 400
+#: The nightly fee of each account, billed by intent (``Account.withdraw``), and what each
+#: account holds before the night.
+FEES = {"ada": 1_500, "ben": 900, "cem": 2_000}
+OPENING = {"ada": 10_000, "ben": 5_000, "cem": 2_500}
+#: Longest wait for a runner process's first line, and for the takeover after the kill.
+CHILD_WITHIN = 60.0
+TAKEOVER_WITHIN = SINGLETON_LEASE + 10.0
+#: This file: the runner process runs it with ``--runner``.
+DEMO_PATH = Path(__file__).resolve()
+
+
+class Invoice(BaseModel):
+    """One account billed in one night."""
+
+    account: str
+    cents: int
+
+
+class NightlyRun(BaseModel):
+    """One delivered tick of the nightly schedule, as the ``bill`` command recorded it."""
+
+    fired_at: str  # local time of the turn, in ZONE
+    command_id: str  # the tick row's intent id
+    caller: str  # who delivered it: System(source='cron')
+    at_ms: int
+    invoices: list[Invoice]
+
+
+class LoopStep(BaseModel):
+    """One step of the background loop: which runner ran it, and when (framework time)."""
+
+    runner: str
+    n: int  # the loop's step count on that runner
+    at_ms: int
+
+
+class Ledger(BaseModel):
+    """The durable state of the billing singleton."""
+
+    runs: list[NightlyRun] = Field(default_factory=list)
+    steps: list[LoopStep] = Field(default_factory=list)
+
+
+class Billing(akter.Actor[Ledger], singleton=True):
+    """Nightly billing: one actor per deployment, a cron tick, and a loop on one runner."""
+
+    @akter.schedule(NIGHTLY, tz=ZONE)
+    @akter.command
+    async def bill(self) -> int:
+        # Delivered by the relay of a runner hosting Billing, with the tick's id as command id.
+        caller = self.caller
+        source = caller.source if isinstance(caller, akter.System) else type(caller).__name__
+        invoices = [Invoice(account=a, cents=c) for a, c in sorted(FEES.items())]
+        for invoice in invoices:
+            self.send(Account.withdraw, invoice.account, invoice.cents)
+        local = self.now.astimezone(ZoneInfo(ZONE))
+        self.state.runs.append(
+            NightlyRun(
+                fired_at=local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + local.strftime(" %Z"),
+                command_id=self.command_id,
+                caller=f"System(source={source!r})",
+                at_ms=self.now_ms,
+                invoices=invoices,
+            )
+        )
+        return sum(invoice.cents for invoice in invoices)
+
+    @akter.command
+    async def step(self, runner: str, n: int) -> int:
+        self.state.steps = [
+            *self.state.steps,
+            LoopStep(runner=runner, n=n, at_ms=self.now_ms),
+        ][-MAX_STEPS:]
+        return n
+
+    @akter.query
+    async def ledger(self) -> Ledger:
+        return self.state.model_copy(deep=True)
+
+    async def run(self) -> None:
+        # On the runner holding the lease only; cancelled when the lease cannot be refreshed.
+        billing = self.runtime.get(Billing)
+        runner = str(self.runtime.runners.runner_id)
+        n = 0
+        while True:
+            n += 1
+            await billing.step(runner, n)
+            await asyncio.sleep(STEP_EVERY)
+
+
+def billing_runtime(
+    database_url: str | None,
+    schema: str,
+    offset_ms: int,
+    actors: list[type[akter.Actor[Any]]] | None = None,
+) -> akter.Runtime:
+    """A runner of part 4: every one shares the schema, the clock offset and the lease."""
+    return akter.Runtime(
+        actors=[Billing, Account] if actors is None else actors,
+        database_url=database_url,
+        schema=schema,
+        poll=BILLING_POLL,
+        singleton_lease=SINGLETON_LEASE,
+        clock_offset=timedelta(milliseconds=offset_ms),
+    )
+
+
+def clock_offset_ms(now_ms: int) -> int:
+    """How far to move the clock so that ``now_ms`` becomes LEAD seconds before a 02:00."""
+    (entry,) = definition_of(Billing).schedules
+    lead_ms = int(LEAD * 1000)
+    return next_fire(entry, now_ms + lead_ms) - lead_ms - now_ms
+
+
+def time_of_day(ms: int) -> str:
+    """Epoch ms as a time of day in ZONE, to the millisecond."""
+    return datetime.fromtimestamp(ms / 1000, ZoneInfo(ZONE)).strftime("%H:%M:%S.%f")[:-3]
+
+
+def local_time(ms: int, *, millis: bool = False) -> str:
+    """Epoch ms as a wall time in ZONE."""
+    wall = datetime.fromtimestamp(ms / 1000, ZoneInfo(ZONE))
+    text = wall.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if millis else f"{wall:%Y-%m-%d %H:%M:%S}"
+    return f"{text} {wall:%Z}"
+
+
+@dataclass(frozen=True)
+class RunnerRow:
+    """One row of the runner registry, as SQL read it at one moment."""
+
+    label: str
+    runner_id: str
+    actor_types: list[str]
+    job_types: list[str]
+    address: str | None
+    heartbeat_age: float  # seconds since its last heartbeat, on the framework clock
+    live: bool  # heartbeat younger than 35 s
+    owns_loop: bool  # the Billing lease names it and has not ended
+
+
+@dataclass
+class BillingReport:
+    """What part 4 observed, read from the database."""
+
+    offset_ms: int = 0
+    started_at: str = ""  # the shifted framework time when the runners started
+    tick: dict[str, Any] = field(default_factory=dict)  # the pending tick row, before it fired
+    next_tick: dict[str, Any] = field(default_factory=dict)  # the row after: the next night
+    receipts: list[dict[str, Any]] = field(default_factory=list)  # Billing.bill receipts
+    runs: list[NightlyRun] = field(default_factory=list)
+    balances: dict[str, tuple[int, int]] = field(default_factory=dict)  # before, after
+    registry: dict[str, list[RunnerRow]] = field(default_factory=dict)  # phase → rows
+    labels: dict[str, str] = field(default_factory=dict)  # runner id → label
+    child_pid: int = 0
+    child_exit: int | None = None
+    owner_runner: str = ""  # the child's runner id: the loop's first owner
+    survivor_runner: str = ""
+    killed_at_ms: int = 0
+    lease_at_kill: dict[str, Any] = field(default_factory=dict)  # the singletons row then
+    lease_after: dict[str, Any] = field(default_factory=dict)
+    steps: list[LoopStep] = field(default_factory=list)
+    printed: list[str] = field(default_factory=list)
+
+    def spans(self) -> list[tuple[str, int, int, int]]:
+        """The loop's runs, from the ledger: (runner, first step ms, last step ms, steps)."""
+        found: list[tuple[str, int, int, int]] = []
+        for step in self.steps:
+            if found and found[-1][0] == step.runner:
+                runner, first, _, n = found[-1]
+                found[-1] = (runner, first, step.at_ms, n + 1)
+            else:
+                found.append((step.runner, step.at_ms, step.at_ms, 1))
+        return found
+
+    def overlaps(self) -> bool:
+        """Whether two runners' loop runs overlapped in time (they must not)."""
+        spans = self.spans()
+        runners = [span[0] for span in spans]
+        if len(set(runners)) != len(runners):
+            return True  # a runner's steps interleaved with another's
+        return any(a[2] >= b[1] for a, b in itertools.pairwise(spans))
+
+    def first_step_of(self, runner: str) -> LoopStep | None:
+        return next((s for s in self.steps if s.runner == runner), None)
+
+    def last_step_of(self, runner: str) -> LoopStep | None:
+        return next((s for s in reversed(self.steps) if s.runner == runner), None)
+
+
+class RunnerProcess:
+    """A runner of part 4 in a child process (``demo.py --runner``); stderr is always drained."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._stderr = bytearray()
+        self._drain = asyncio.create_task(self._collect(), name="demo runner stderr")
+
+    @classmethod
+    async def spawn(cls, database_url: str, schema: str, offset_ms: int) -> RunnerProcess:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(DEMO_PATH),
+            "--runner",
+            database_url,
+            schema,
+            str(offset_ms),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        return cls(proc)
+
+    async def _collect(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := await self.proc.stderr.read(65536):
+            self._stderr += chunk
+
+    async def line(self, within: float = CHILD_WITHIN) -> str:
+        """The next line it prints, within a deadline."""
+        assert self.proc.stdout is not None
+        try:
+            raw = await asyncio.wait_for(self.proc.stdout.readline(), within)
+        except TimeoutError:
+            raise RuntimeError(f"The runner process said nothing for {within} s.") from None
+        if not raw:
+            await self.proc.wait()
+            await self._drain
+            raise RuntimeError(
+                f"The runner process ended (exit {self.proc.returncode}): "
+                + self._stderr.decode(errors="replace")[-2000:]
+            )
+        return raw.decode().rstrip("\n")
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no lease release, no goodbye."""
+        if self.proc.returncode is None:
+            self.proc.kill()
+
+    async def close(self) -> int:
+        """Kill it if it still runs, and reap it (always called)."""
+        self.kill()
+        code = await self.proc.wait()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        await self._drain
+        return code
+
+
+class BillingDemo:
+    """Runs part 4.
+
+    ``front`` (this process; it hosts ``Account`` only) opens the accounts. R1, a runner in a
+    child process, starts first and so holds the Billing lease; R2 (this process) waits. The
+    nightly tick is delivered, then R1 is killed with SIGKILL and R2 takes the loop over once
+    R1's lease has ended.
+    """
+
+    def __init__(self, front: akter.Runtime, offset_ms: int, echo: Callable[[str], None]) -> None:
+        self.front = front
+        self.offset_ms = offset_ms
+        self.echo = echo
+        self.report = BillingReport(offset_ms=offset_ms)
+        self.started = time.perf_counter()
+        self.survivor: akter.Runtime | None = None
+
+    def say(self, text: str) -> None:
+        line = f"  {time.perf_counter() - self.started:5.2f} s  {text}"
+        self.report.printed.append(line)
+        self.echo(line)
+
+    def label(self, runner_id: str) -> str:
+        return self.report.labels.get(runner_id, "another run's runner")
+
+    async def fetch(self, query: str, *params: Any) -> list[dict[str, Any]]:
+        """Rows of ``query``, with ``{schema}`` filled in; pass the offset to ``now_ms()``."""
+        text = sql.SQL(query).format(schema=sql.Identifier(self.front.schema))
+        async with await psycopg.AsyncConnection.connect(self.front.database_url) as conn:
+            cur = await conn.execute(text, params)
+            names = [c.name for c in cur.description or ()]
+            return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+
+    async def now_ms(self) -> int:
+        (row,) = await self.fetch("SELECT {schema}.now_ms(%s::bigint) AS now", self.offset_ms)
+        return int(row["now"])
+
+    async def tick_row(self) -> dict[str, Any]:
+        (row,) = await self.fetch(
+            "SELECT intent_id::text AS intent_id, timer_key, command, due_at_ms, attempts,"
+            " due_at_ms - {schema}.now_ms(%s::bigint) AS due_in_ms FROM {schema}.outbox"
+            " WHERE actor_type = 'Billing' AND timer_key LIKE '$cron:%%'",
+            self.offset_ms,
+        )
+        return row
+
+    async def lease_row(self) -> dict[str, Any]:
+        (row,) = await self.fetch(
+            "SELECT owner::text AS owner, lease_until_ms, acquired_at_ms,"
+            " lease_until_ms - {schema}.now_ms(%s::bigint) AS left_ms"
+            " FROM {schema}.singletons WHERE actor_type = 'Billing'",
+            self.offset_ms,
+        )
+        return row
+
+    async def registry(self, phase: str) -> None:
+        """The runner rows (``runners`` table), with their heartbeat age and the loop's owner."""
+        rows = await self.fetch(
+            "SELECT r.runner_id::text AS runner_id, r.actor_types, r.job_types, r.http_address,"
+            " {schema}.now_ms(%s::bigint) - r.heartbeat_at_ms AS age_ms,"
+            " s.owner IS NOT DISTINCT FROM r.runner_id"
+            "   AND s.lease_until_ms > {schema}.now_ms(%s::bigint) AS owns"
+            " FROM {schema}.runners r"
+            " LEFT JOIN {schema}.singletons s ON s.actor_type = 'Billing'"
+            " ORDER BY r.started_at_ms, r.runner_id",
+            self.offset_ms,
+            self.offset_ms,
+        )
+        self.report.registry[phase] = [
+            RunnerRow(
+                label=self.label(r["runner_id"]),
+                runner_id=r["runner_id"],
+                actor_types=list(r["actor_types"]),
+                job_types=list(r["job_types"]),
+                address=r["http_address"],
+                heartbeat_age=int(r["age_ms"]) / 1000,
+                live=int(r["age_ms"]) < 35_000,
+                owns_loop=bool(r["owns"]),
+            )
+            for r in rows
+        ]
+
+    async def ledger(self) -> Ledger:
+        assert self.survivor is not None
+        return await self.survivor.get(Billing).ledger()
+
+    async def until(self, what: str, check: Callable[[], Awaitable[bool]], within: float) -> None:
+        """Wait (bounded) until ``check`` holds."""
+        deadline = time.monotonic() + within
+        while not await check():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"The demo waited {within:.1f} s for {what}.")
+            await asyncio.sleep(0.05)
+
+    async def run(self) -> BillingReport:
+        report = self.report
+        report.labels[str(self.front.runners.runner_id)] = "front (this process)"
+        report.started_at = local_time(await self.now_ms(), millis=True)
+        self.say(f"framework clock moved ahead by {self.offset_ms / 3_600_000:.2f} h: it reads")
+        self.say(f"  {report.started_at}, {LEAD:.0f} s before the nightly {NIGHTLY!r} tick")
+        for name, cents in OPENING.items():
+            account = self.front.get(Account, name)
+            await account.open(name.title())
+            await account.deposit(cents)
+        child = await RunnerProcess.spawn(
+            self.front.database_url, self.front.schema, self.offset_ms
+        )
+        report.child_pid = child.proc.pid
+        try:
+            ready = (await child.line()).split()
+            if ready[:1] != ["READY"]:
+                raise RuntimeError(f"Unexpected line from the runner process: {ready}")
+            report.owner_runner = ready[1]
+            report.labels[report.owner_runner] = f"R1 (child process, pid {child.proc.pid})"
+            self.say(f"R1 started in a child process (pid {child.proc.pid}): it holds the lease")
+            async with billing_runtime(
+                self.front.database_url, self.front.schema, self.offset_ms
+            ) as survivor:
+                self.survivor = survivor
+                report.survivor_runner = str(survivor.runners.runner_id)
+                report.labels[report.survivor_runner] = "R2 (this process)"
+                self.say("R2 started in this process: it waits for the lease")
+                await self.scenario(child)
+        finally:
+            report.child_exit = await child.close()  # always killed (if still running) and reaped
+        return report
+
+    async def scenario(self, child: RunnerProcess) -> None:
+        report = self.report
+
+        async def r1_stepped() -> bool:
+            return any(s.runner == report.owner_runner for s in (await self.ledger()).steps)
+
+        await self.until("R1's first loop step", r1_stepped, CHILD_WITHIN)
+        # 1. The tick row, inserted by the first runner hosting Billing, due at 02:00 local.
+        report.tick = await self.tick_row()
+        if int(report.tick["due_in_ms"]) > LEAD * 1000:
+            raise RuntimeError(
+                f"The runners took more than {LEAD} s to start: the tick fired before it could "
+                "be shown. Run the demo again on a less busy machine."
+            )
+        await self.registry("1. before the kill")
+        lease = await self.lease_row()
+        self.say(
+            f"lease: owner {self.label(lease['owner'])}, ends in {int(lease['left_ms']) / 1000:.1f}"
+            f" s; tick row due {local_time(int(report.tick['due_at_ms']))}"
+            f" (in {int(report.tick['due_in_ms']) / 1000:.1f} s)"
+        )
+
+        # 2. The tick fires: the relay delivers 'bill' with caller System(source='cron'), then
+        #    rewrites the row to the next night; the withdrawals go out by intent.
+        async def billed() -> bool:
+            if not (await self.ledger()).runs:
+                return False
+            pending = await self.fetch(
+                "SELECT 1 FROM {schema}.outbox WHERE kind = 'intent' AND timer_key IS NULL"
+            )
+            return not pending and (await self.tick_row())["intent_id"] != report.tick["intent_id"]
+
+        await self.until("the nightly tick", billed, LEAD + CHILD_WITHIN)
+        (run, *_) = (await self.ledger()).runs
+        self.say(f"tick delivered at {run.fired_at} by {run.caller}: bill() → 3 withdrawals")
+        report.next_tick = await self.tick_row()
+
+        # 3. SIGKILL the lease owner: it releases nothing; its lease row stays until it ends.
+        child.kill()
+        await child.proc.wait()
+        report.killed_at_ms = await self.now_ms()
+        report.lease_at_kill = await self.lease_row()
+        self.say(
+            f"R1 killed (SIGKILL); its lease still runs for "
+            f"{int(report.lease_at_kill['left_ms']) / 1000:.2f} s"
+        )
+
+        async def taken_over() -> bool:
+            steps = (await self.ledger()).steps
+            return any(s.runner == report.survivor_runner for s in steps)
+
+        await self.until("R2 to take the loop over", taken_over, TAKEOVER_WITHIN)
+        ledger = await self.ledger()
+        report.steps = ledger.steps
+        first = report.first_step_of(report.survivor_runner)
+        assert first is not None
+        report.lease_after = await self.lease_row()
+        after_kill = (first.at_ms - report.killed_at_ms) / 1000
+        after_lease = (first.at_ms - int(report.lease_at_kill["lease_until_ms"])) / 1000
+        self.say(
+            f"R2 took the loop over: first step {after_kill:.2f} s after the kill, "
+            f"{after_lease:.2f} s after R1's lease ended"
+        )
+        await self.registry("2. after the kill")
+
+        # A few more steps on R2, then the durable evidence.
+        async def r2_stepping() -> bool:
+            steps = (await self.ledger()).steps
+            return sum(s.runner == report.survivor_runner for s in steps) >= 3
+
+        await self.until("R2's next steps", r2_stepping, EXPECT_WITHIN)
+        ledger = await self.ledger()
+        report.steps, report.runs = ledger.steps, ledger.runs
+        report.receipts = await self.fetch(
+            "SELECT command_id, command, caller_key FROM {schema}.receipts"
+            " WHERE actor_type = 'Billing' AND command = 'bill' ORDER BY command_id"
+        )
+        for name, cents in OPENING.items():
+            report.balances[name] = (cents, await self.front.get(Account, name).balance())
+
+
+async def billing_main(
+    database_url: str | None = None,
+    *,
+    schema: str | None = None,
+    keep_schema: bool = False,
+    echo: Callable[[str], None] = print,
+) -> BillingReport:
+    """Run part 4 and return what it observed.
+
+    Args:
+        database_url: As for :func:`main`. The runner process connects to the same server.
+        schema: The schema of part 4 (default: a fresh ``billing_<hex>``). Its runners' clocks
+            are shifted, and a singleton is one per schema, so it gets a schema of its own.
+        keep_schema: Keep the schema afterwards (otherwise it is dropped at the end).
+        echo: Prints one line of the live log.
+    """
+    schema = schema or f"billing_{uuid.uuid4().hex[:8]}"
+    # The shift is computed from the local clock (the database is local); only the lead of a
+    # few seconds depends on it. Every runner of the schema gets the same offset.
+    offset_ms = clock_offset_ms(int(time.time() * 1000))
+    front = billing_runtime(database_url, schema, offset_ms, actors=[Account])
+    async with front:
+        try:
+            return await BillingDemo(front, offset_ms, echo).run()
+        finally:
+            if not keep_schema:
+                async with await psycopg.AsyncConnection.connect(
+                    front.database_url, autocommit=True
+                ) as conn:
+                    await conn.execute(
+                        sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                    )
+
+
+async def runner_process(database_url: str, schema: str, offset_ms: int) -> int:
+    """The child of part 4 (``demo.py --runner URL SCHEMA OFFSET_MS``): R1.
+
+    Prints ``READY <runner id>`` once it runs the Billing loop (it is started first, so it gets
+    the lease); stops gracefully at end of input, or is killed.
+    """
+    async with billing_runtime(database_url, schema, offset_ms) as runtime:
+        deadline = time.monotonic() + CHILD_WITHIN
+        while not runtime.runners.owns("Billing"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"No Billing lease within {CHILD_WITHIN} s.")
+            await asyncio.sleep(0.01)
+        sys.stdout.write(f"READY {runtime.runners.runner_id}\n")
+        sys.stdout.flush()
+        while await asyncio.to_thread(sys.stdin.readline):
+            pass
+    return 0
+
+
+def render_billing(report: BillingReport) -> Group:
+    tick = Table(
+        title="akter demo: nightly billing — the cron tick, read with SQL",
+        title_style="bold",
+        caption=(
+            f"Every runner of this part runs with Runtime(clock_offset=…) = "
+            f"{report.offset_ms / 3_600_000:.2f} h: the framework clock read {report.started_at} "
+            f"at start, so the {NIGHTLY!r} ({ZONE}) tick is seconds away. One pending row per "
+            "entry; after a delivery it is rewritten with a new id for the next night."
+        ),
+    )
+    for column in ("when", "row id", "timer key", "command", "due at", "due in"):
+        tick.add_column(column)
+    for when, row in (("before it fired", report.tick), ("after", report.next_tick)):
+        if row:
+            tick.add_row(
+                when,
+                short_id(str(row["intent_id"])),
+                str(row["timer_key"]),
+                str(row["command"]),
+                local_time(int(row["due_at_ms"])),
+                f"{int(row['due_in_ms']) / 1000:,.1f} s",
+            )
+    runs = Table(
+        title="deliveries of Billing.bill (receipts and the ledger)",
+        title_style="bold",
+        caption="command id = the tick row's id; each withdrawal is an intent to Account.",
+    )
+    for column in ("command id", "caller", "fired at", "invoices", "receipts"):
+        runs.add_column(column)
+    for run in report.runs:
+        receipts = [r for r in report.receipts if r["command_id"] == run.command_id]
+        runs.add_row(
+            short_id(run.command_id),
+            run.caller,
+            run.fired_at,
+            ", ".join(f"{i.account} {i.cents:,}" for i in run.invoices),
+            str(len(receipts)),
+        )
+    balances = Table(title="accounts billed", title_style="bold")
+    for column in ("account", "before", "fee", "after"):
+        balances.add_column(column, justify="left" if column == "account" else "right")
+    for name, (before, after) in report.balances.items():
+        balances.add_row(name, f"{before:,}", f"{FEES[name]:,}", f"{after:,}")
+    registry = Table(
+        title="the runner registry (table runners)",
+        title_style="bold",
+        caption=(
+            "heartbeat = age of its last heartbeat (every 10 s); a runner is live below 35 s, so "
+            "the killed R1 is still listed (pruned after 1 h). loop = holds the Billing lease."
+        ),
+    )
+    for column in ("phase", "runner", "id", "hosts", "jobs", "address", "heartbeat", "loop"):
+        registry.add_column(column)
+    for phase, runners in report.registry.items():
+        for i, entry in enumerate(runners):
+            registry.add_row(
+                phase if i == 0 else "",
+                entry.label,
+                "…" + entry.runner_id[:8],
+                ", ".join(entry.actor_types) or "—",
+                ", ".join(entry.job_types) or "—",
+                entry.address or "—",
+                f"{entry.heartbeat_age:.1f} s ago" + ("" if entry.live else " (not live)"),
+                "[bold green]owner[/bold green]" if entry.owns_loop else "",
+                end_section=i == len(runners) - 1,
+            )
+    takeover = Table(
+        title=f"the Billing loop: who ran it (singleton_lease={SINGLETON_LEASE} s)",
+        title_style="bold",
+        caption=(
+            "From the ledger's loop steps (framework time of each step's turn): one runner at a "
+            f"time; R2 could only acquire the lease once R1's had ended. Overlap: "
+            f"{'YES' if report.overlaps() else 'none'}."
+        ),
+    )
+    for column in ("runner", "steps", "first step", "last step", "note"):
+        takeover.add_column(column, justify="right" if column == "steps" else "left")
+    lease_end = int(report.lease_at_kill.get("lease_until_ms", 0))
+    for runner, first, last, n in report.spans():
+        if runner == report.owner_runner:
+            note = (
+                f"SIGKILLed at {time_of_day(report.killed_at_ms)}; "
+                f"its lease ended at {time_of_day(lease_end)}"
+            )
+        elif runner == report.survivor_runner:
+            note = (
+                f"{(first - report.killed_at_ms) / 1000:.2f} s after the kill, "
+                f"{(first - lease_end) / 1000:.2f} s after the lease ended"
+            )
+        else:
+            note = ""
+        takeover.add_row(
+            report.labels.get(runner, runner[:8]),
+            str(n),
+            time_of_day(first),
+            time_of_day(last),
+            note,
+        )
+    return Group(tick, runs, balances, registry, takeover)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--runner"]:  # part 4's second runner process
+        url, schema_name, offset = sys.argv[2:5]
+        sys.exit(asyncio.run(runner_process(url, schema_name, int(offset))))
     sys.exit(run())

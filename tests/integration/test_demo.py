@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -15,23 +19,36 @@ from examples.demo import (
     CHARGE_CAP,
     CHARGE_TIMEOUT,
     CONCURRENT_DEPOSITS,
+    FEES,
+    LEAD,
     LEASE,
+    OPENING,
     PLACED,
     REMIND_AFTER,
     REMINDED,
     SHORT_REMIND_AFTER,
+    SINGLETON_LEASE,
+    ZONE,
+    Billing,
+    BillingReport,
+    Ledger,
     OrdersReport,
     PaymentsReport,
     Row,
+    billing_main,
     main,
     orders_main,
     payments_main,
     render,
+    render_billing,
     render_orders,
     render_payments,
     short_id,
 )
 from rich.console import Console
+
+from akter.actor import definition_of
+from akter.schedules import next_fire
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -348,5 +365,171 @@ def test_payments_render(payments: tuple[PaymentsReport, float]) -> None:
         "discarded",
         "retried as job …",
         f"per_actor={CHARGE_CAP}",
+    ):
+        assert phrase in text, phrase
+
+
+# --- part 4: a nightly-billing singleton, a runner process, a kill and a takeover --------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Billed:
+    """One run of part 4 and the durable rows it left (its schema is kept until the end)."""
+
+    report: BillingReport
+    elapsed: float
+    ledger: Ledger  # the Billing actor's stored state
+    receipts: list[dict[str, Any]]  # every Billing receipt
+    withdrawals: list[dict[str, Any]]  # Account receipts of the nightly withdrawals
+    lease: dict[str, Any]  # the Billing row of the singletons table, at the end
+    outbox: list[dict[str, Any]]  # what is still pending
+
+
+def fetch(conn: psycopg.Connection[Any], query: str, schema: str) -> list[dict[str, Any]]:
+    cur = conn.execute(query.format(schema=f'"{schema}"'))
+    names = [c.name for c in cur.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+@pytest.fixture(scope="module")
+def billing(akter_db: str) -> Iterator[Billed]:
+    """One run of part 4 (it waits for a real lease to end), shared by the tests below."""
+    schema = f"demo_{uuid.uuid4().hex[:12]}"
+    started = time.perf_counter()
+    try:
+        report = asyncio.run(
+            billing_main(akter_db, schema=schema, keep_schema=True, echo=lambda line: None)
+        )
+        elapsed = time.perf_counter() - started
+        with psycopg.connect(akter_db, autocommit=True) as conn:
+            (state,) = fetch(
+                conn, "SELECT state FROM {schema}.actors WHERE actor_type = 'Billing'", schema
+            )
+            receipts = fetch(
+                conn,
+                "SELECT command_id, command, caller_key FROM {schema}.receipts"
+                " WHERE actor_type = 'Billing' ORDER BY command_id",
+                schema,
+            )
+            withdrawals = fetch(
+                conn,
+                "SELECT actor_id, command_id, caller_key FROM {schema}.receipts"
+                " WHERE actor_type = 'Account' AND command = 'withdraw' ORDER BY actor_id",
+                schema,
+            )
+            (lease,) = fetch(
+                conn,
+                "SELECT owner::text AS owner, lease_until_ms, acquired_at_ms"
+                " FROM {schema}.singletons WHERE actor_type = 'Billing'",
+                schema,
+            )
+            outbox = fetch(
+                conn,
+                "SELECT kind, intent_id::text AS intent_id, timer_key, due_at_ms"
+                " FROM {schema}.outbox",
+                schema,
+            )
+        yield Billed(
+            report,
+            elapsed,
+            Ledger.model_validate(state["state"]),
+            receipts,
+            withdrawals,
+            lease,
+            outbox,
+        )
+    finally:
+        with psycopg.connect(akter_db, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def local(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, ZoneInfo(ZONE))
+
+
+def test_billing_part_is_quick(billing: Billed) -> None:
+    assert billing.elapsed < 25  # a clock lead of a few seconds, then one lease to wait out
+
+
+def test_the_nightly_tick_is_delivered_once_by_cron(billing: Billed) -> None:
+    report = billing.report
+    # The tick row was pending, due at 02:00 local time on the shifted clock, and fired: the
+    # one receipt of 'bill' carries its id and the cron caller; the row now waits for the next
+    # night under a new id.
+    (entry,) = definition_of(Billing).schedules
+    due_ms = int(report.tick["due_at_ms"])
+    assert next_fire(entry, due_ms - 1) == due_ms  # 02:00 local (03:00 on a spring-forward night)
+    assert (local(due_ms).minute, local(due_ms).second) == (0, 0)
+    assert 0 < int(report.tick["due_in_ms"]) <= LEAD * 1000  # the clock was moved to just before
+    assert report.tick["timer_key"] == f"$cron:{ZONE} 0 2 * * *"
+    bills = [r for r in billing.receipts if r["command"] == "bill"]
+    assert [r["command_id"] for r in bills] == [report.tick["intent_id"]]
+    assert '"cron"' in bills[0]["caller_key"]
+    (run,) = billing.ledger.runs
+    assert run.command_id == report.tick["intent_id"]
+    assert run.caller == "System(source='cron')"
+    assert run.at_ms >= due_ms
+    (pending,) = billing.outbox  # the next night's tick; the withdrawals were delivered
+    assert pending["timer_key"] == report.tick["timer_key"]
+    assert pending["intent_id"] != report.tick["intent_id"]
+    assert int(pending["due_at_ms"]) == next_fire(entry, due_ms)  # the next night
+    assert local(int(pending["due_at_ms"])).date() == local(due_ms).date() + timedelta(days=1)
+
+
+def test_the_bill_withdrew_each_fee_once(billing: Billed) -> None:
+    report = billing.report
+    assert [w["actor_id"] for w in billing.withdrawals] == sorted(FEES)
+    assert all('"actor"' in w["caller_key"] for w in billing.withdrawals)  # by intent
+    assert report.balances == {name: (OPENING[name], OPENING[name] - FEES[name]) for name in FEES}
+
+
+def test_the_survivor_takes_the_loop_over_after_the_lease(billing: Billed) -> None:
+    report = billing.report
+    assert report.child_exit == -9  # SIGKILL
+    spans = BillingReport(steps=billing.ledger.steps).spans()  # from the stored ledger
+    assert [runner for runner, *_ in spans] == [report.owner_runner, report.survivor_runner]
+    (_, first_1, last_1, n_1), (_, first_2, last_2, n_2) = spans
+    assert n_1 >= 1 and n_2 >= 1 and first_1 <= last_1
+    lease_end = int(report.lease_at_kill["lease_until_ms"])
+    assert report.lease_at_kill["owner"] == report.owner_runner
+    # The kill came while R1's lease ran; R1 stepped only before, R2 only once it had ended.
+    assert last_1 <= report.killed_at_ms < lease_end
+    assert lease_end <= first_2 <= last_2
+    # Within the lease left, one refresh interval (1 s) and some slack for a busy machine.
+    assert first_2 - report.killed_at_ms <= (SINGLETON_LEASE + 1 + 2) * 1000
+    # The durable lease row: R2 acquired it after R1's lease ended (then released it).
+    assert billing.lease["owner"] == report.survivor_runner
+    assert int(billing.lease["acquired_at_ms"]) >= lease_end
+    assert not BillingReport(steps=billing.ledger.steps).overlaps()
+
+
+def test_the_registry_before_and_after_the_kill(billing: Billed) -> None:
+    report = billing.report
+    before, after = (report.registry[phase] for phase in report.registry)
+    ids = [report.owner_runner, report.survivor_runner]
+    for rows in (before, after):
+        billing_rows = [row for row in rows if "Billing" in row.actor_types]
+        assert [row.runner_id for row in billing_rows] == ids
+        assert all(row.live for row in rows)  # R1 is silent, but its heartbeat is < 35 s old
+    assert [row.runner_id for row in before if row.owns_loop] == [report.owner_runner]
+    assert [row.runner_id for row in after if row.owns_loop] == [report.survivor_runner]
+    dead_before, dead_after = (
+        next(row for row in rows if row.runner_id == report.owner_runner)
+        for rows in (before, after)
+    )
+    assert dead_after.heartbeat_age > dead_before.heartbeat_age
+
+
+def test_billing_render(billing: Billed) -> None:
+    console = Console(record=True, width=160)
+    console.print(render_billing(billing.report))
+    text = console.export_text()
+    for phrase in (
+        "System(source='cron')",
+        f"$cron:{ZONE} 0 2 * * *",
+        "R1 (child process, pid",
+        "R2 (this process)",
+        "SIGKILLed at",
+        "Overlap: none",
     ):
         assert phrase in text, phrase

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -219,3 +221,97 @@ async def test_RT02_events_pruned_as_a_prefix(akter_test: Make) -> None:
         assert exc.value.reason == "RetentionGap"
         assert [r.cursor for r in await meter.events(after="0")] == ["3"]
         assert [r.cursor for r in await meter.events(after="2")] == ["3"]
+
+
+# --- Runtime(singleton_lease=...) ------------------------------------------------------------
+
+
+class Watch(akter.Actor[Ticks], singleton=True):
+    """A singleton whose loop records when it starts and stops on which runner."""
+
+    async def run(self) -> None:
+        runner = str(self.runtime.runners.runner_id)
+        WATCH.append((runner, "start", time.monotonic()))
+        for changed in CHANGED:
+            changed.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            WATCH.append((runner, "stop", time.monotonic()))
+
+
+WATCH: list[tuple[str, str, float]] = []
+CHANGED: list[asyncio.Event] = []  # set when a loop starts (the running test's event)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.999, 0, -1, timedelta(days=1, milliseconds=1), float("nan"), True, "35"],
+)
+def test_singleton_lease_is_validated(value: object) -> None:
+    with pytest.raises(akter.ConfigurationError, match="singleton_lease"):
+        akter.Runtime([Watch], singleton_lease=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [-0.001, timedelta(days=367), "1", True])
+def test_clock_offset_is_validated(value: object) -> None:
+    with pytest.raises(akter.ConfigurationError, match="clock_offset"):
+        akter.Runtime([Watch], clock_offset=value)  # type: ignore[arg-type]
+
+
+def test_singleton_lease_sets_the_refresh_and_the_default_is_35_s() -> None:
+    default = akter.Runtime([Watch])
+    assert (default.runners.lease_ms, default.runners.refresh_ms) == (35_000, 10_000)
+    assert default.clock.offset_ms == 0
+    short = akter.Runtime([Watch], singleton_lease=3.5, clock_offset=timedelta(hours=2))
+    assert (short.runners.lease_ms, short.runners.refresh_ms) == (3_500, 1_000)
+    assert short.clock.offset_ms == 7_200_000
+    assert akter.Runtime([Watch], singleton_lease=timedelta(days=1)).runners.lease_ms == 86_400_000
+    assert akter.Runtime([Watch], singleton_lease=1).runners.refresh_ms == 285
+
+
+async def wait_for(check: Callable[[], bool], within: float) -> None:
+    """Wait (bounded) until ``check`` holds, waking when a loop starts."""
+    changed = CHANGED[0]
+    deadline = time.monotonic() + within
+    while not check():
+        left = deadline - time.monotonic()
+        assert left > 0, f"not within {within} s"
+        changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), left)
+
+
+async def test_short_singleton_lease_lets_a_survivor_take_over(akter_test: Make) -> None:
+    WATCH.clear()
+    CHANGED[:] = [asyncio.Event()]
+    async with akter_test([Watch], singleton_lease=2, maintenance=False) as t:
+        first = t.runtime
+        await wait_for(lambda: len(WATCH) == 1, 10)
+        second = await t.add_runtime()
+        assert WATCH[0][0] == first.runners.runner_id
+        [held] = await t.rows(
+            "SELECT owner::text AS owner, lease_until_ms FROM {schema}.singletons"
+            " WHERE actor_type = 'Watch'"
+        )
+        assert held["owner"] == first.runners.runner_id
+        # The owner stops refreshing (as if its database calls hung): after one more refresh at
+        # most, it stops its own loop before its 2 s lease ends; the survivor acquires after.
+        first.runners.refresh_ms = 3_600_000
+        stopped = time.monotonic()
+        await wait_for(lambda: any(w[0] == second.runners.runner_id for w in WATCH), 10)
+        took = time.monotonic() - stopped
+        assert [(w[0], w[1]) for w in WATCH] == [
+            (first.runners.runner_id, "start"),
+            (first.runners.runner_id, "stop"),
+            (second.runners.runner_id, "start"),
+        ]
+        assert WATCH[1][2] <= WATCH[2][2]  # never two loops at once
+        assert took < 2 * 2 + 1  # within a lease, a refresh interval and the last refresh
+        [taken] = await t.rows(
+            "SELECT owner::text AS owner, lease_until_ms, acquired_at_ms FROM {schema}.singletons"
+            " WHERE actor_type = 'Watch'"
+        )
+        assert taken["owner"] == second.runners.runner_id
+        assert taken["acquired_at_ms"] >= held["lease_until_ms"]
+        assert second.runners.owns("Watch") and not first.runners.owns("Watch")
