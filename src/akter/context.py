@@ -41,6 +41,22 @@ IN_TURN: contextvars.ContextVar[TurnContext | None] = contextvars.ContextVar(
 )
 
 
+@dataclass(frozen=True)
+class LoopLease:
+    """The singleton lease a ``run()`` loop runs under: its fence.
+
+    Attributes:
+        actor_type: The singleton type (the ``singletons`` row's ``actor_type``).
+        owner: This runner's id (the row's ``owner``).
+        epoch: ``acquired_at_ms`` of the acquisition that started this loop; a takeover by
+            another runner writes a new one.
+    """
+
+    actor_type: str
+    owner: str
+    epoch: int
+
+
 @dataclass
 class StagedRow:
     """One outbox row staged by a turn (intent, timer or job)."""
@@ -99,6 +115,7 @@ class TurnContext:
         self.poisoned: str | None = None
         self.loop_runtime: Any = None
         self.runner_id: str | None = None
+        self.lease: LoopLease | None = None
 
     def check(self) -> None:
         """Refuse capabilities outside the handler's own task or after it ended."""
@@ -325,11 +342,27 @@ class TurnApi(Generic[S]):
 
     @property
     def runtime(self) -> Any:
-        """In a singleton's ``run()`` loop: the runtime, to call actors through handles."""
+        """In a singleton's ``run()`` loop: the runtime, whose handles are fenced on the lease.
+
+        ``self.runtime.get(...)`` and ``self.runtime.create(...)`` return handles whose commands
+        carry the loop's lease (:attr:`lease`); everything else is the runtime itself.
+        """
+        from akter.handles import FencedRuntime
+
         ctx = _ctx(self)
         if ctx.loop_runtime is None:
             raise ReadOnlyError("self.runtime exists only in a singleton's run() loop.")
-        return ctx.loop_runtime
+        if ctx.lease is None:
+            return ctx.loop_runtime
+        return FencedRuntime(ctx.loop_runtime, ctx.lease)
+
+    @property
+    def lease(self) -> LoopLease:
+        """In a singleton's ``run()`` loop: the lease it runs under (owner and epoch)."""
+        ctx = _ctx(self)
+        if ctx.lease is None:
+            raise ReadOnlyError("self.lease exists only in a singleton's run() loop.")
+        return ctx.lease
 
     async def run(self) -> None:
         """A singleton's background loop: override it; one runner at a time runs it.
@@ -337,6 +370,24 @@ class TurnApi(Generic[S]):
         It runs for the "default"-tenant instance on the runner holding the type's lease and is
         cancelled when the lease cannot be refreshed in time. It has no state: change state by
         calling commands through ``self.runtime.get(...)``.
+
+        Those commands are fenced in the database: the turn checks, before the handler runs,
+        that the lease is still this loop's (same owner and epoch, not ended) and holds the
+        lease row ``FOR SHARE`` until it commits, so a successor's acquisition waits for it.
+        A command from a loop whose lease was lost (the process was paused past its lease, say)
+        is refused with ``ActorError`` ``LeaseLost``, writes nothing and leaves its command id
+        unused. Queries need no fence and carry none.
+
+        The cancellation at lease − margin holds only while the process runs; after a pause
+        the loop may take one more step before it is cancelled. Fence your own writes the same
+        way, in their transaction, with :attr:`lease`::
+
+            SELECT 1 FROM <schema>.singletons
+            WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
+              AND acquired_at_ms = %(epoch)s AND lease_until_ms > <schema>.now_ms(0)
+            FOR SHARE
+
+        and write only if it returns a row.
         """
         return
 

@@ -5,6 +5,10 @@ Every error a caller can see derives from :class:`AkterError`. Framework refusal
 command id can help. User-declared business failures subclass :class:`DeclaredError`; they are
 stored in the receipt and replay as the same class with the same fields.
 
+``LeaseLost`` refuses a command sent from a singleton's ``run()`` loop whose lease is no longer
+the current one (another runner took it over, or it ended): the loop's handles are fenced on
+their lease, so a stale owner's command never commits and writes no receipt.
+
 Internal control-flow signals (an injected crash, an escaped capability inside the engine) derive
 from ``BaseException`` so that a handler's ``except Exception`` cannot swallow them.
 """
@@ -29,6 +33,7 @@ Reason = Literal[
     "Defect",
     "UnknownCursor",
     "RetentionGap",
+    "LeaseLost",
 ]
 
 #: HTTP status per reason (semantics §2.9); ``Unauthorized`` depends on its code.
@@ -45,6 +50,7 @@ HTTP_STATUS: dict[str, int] = {
     "Defect": 500,
     "UnknownCursor": 400,
     "RetentionGap": 410,
+    "LeaseLost": 409,
 }
 
 

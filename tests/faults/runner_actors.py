@@ -5,6 +5,12 @@ inserts ``(run_id, runner_id, seq, at_ms)`` into ``<schema>.loop_beats`` with th
 (``clock_timestamp()``), so the parent can check afterwards, from one clock shared by every
 process, which runner's loop ran when (see :mod:`tests.faults.runner_drill`).
 
+``FencedBeacon`` is its fenced variant (the freeze drill): its loop beats through a *command*
+sent with ``self.runtime``, so every beat is a turn fenced on the loop's lease. The beat is an
+event; a trigger that the drill installs (``FENCED_BEATS_DDL``) copies it into ``loop_beats``
+inside that turn, with the database clock at the insert, so a beat row exists only if the fenced
+turn committed. A refused beat (``LeaseLost``) ends the loop quietly.
+
 ``Ledger`` and ``Inbox`` are the load of RN-04: every applied ``Ledger.add`` records its command
 id in durable state and stages two intents to the ``Inbox`` of the same id, one due at once and
 one a few seconds later, so a crash always leaves some of them pending in the outbox.
@@ -39,6 +45,22 @@ CREATE TABLE IF NOT EXISTS {schema}.loop_beats (
 """
 
 
+#: Installed by the freeze drill for ``FencedBeacon``: each committed ``Beat`` event is a beat row.
+FENCED_BEATS_DDL = """
+CREATE OR REPLACE FUNCTION {schema}.fenced_beat() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {schema}.loop_beats (run_id, runner_id, seq, at_ms)
+    VALUES (NEW.payload->>'run_id', NEW.payload->>'runner_id', (NEW.payload->>'seq')::int,
+            floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS fenced_beat ON {schema}.events;
+CREATE TRIGGER fenced_beat AFTER INSERT ON {schema}.events
+    FOR EACH ROW WHEN (NEW.actor_type = 'FencedBeacon' AND NEW.tag = 'Beat')
+    EXECUTE FUNCTION {schema}.fenced_beat();
+"""
+
+
 def db_ms_sql() -> sql.SQL:
     """The database clock in epoch ms (what akter's ``now_ms(0)`` computes)."""
     return sql.SQL("floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
@@ -67,6 +89,44 @@ class Beacon(akter.Actor[akter.EmptyState], singleton=True):
                 await conn.execute(insert, (run_id, runtime.runners.runner_id, seq))
                 seq += 1
                 await asyncio.sleep(BEAT["s"])
+
+
+class Beat(akter.Event):
+    """One beat of a ``FencedBeacon`` loop run."""
+
+    run_id: str
+    runner_id: str
+    seq: int
+
+
+class FencedBeacon(
+    akter.Actor[akter.EmptyState], singleton=True, events=[Beat], execution_timeout=2.0
+):
+    """``Beacon`` whose beats are commands from the loop, fenced on its lease.
+
+    The short execution timeout also bounds how long a frozen owner's fenced turn can hold the
+    lease row (the fence's idle-in-transaction timeout), so a takeover never waits for a resume.
+    """
+
+    @akter.command
+    async def beat(self, run_id: str, runner_id: str, seq: int) -> None:
+        """Record one beat (an event; the drill's trigger turns it into a beat row)."""
+        self.emit(Beat(run_id=run_id, runner_id=runner_id, seq=seq))
+
+    async def run(self) -> None:
+        """Beat until cancelled, or until a beat is refused because the lease was lost."""
+        beacon = self.runtime.get(FencedBeacon)
+        run_id = uuid.uuid4().hex
+        seq = 0
+        while True:
+            try:
+                await beacon.beat(run_id, self.lease.owner, seq)
+            except akter.ActorError as exc:
+                if exc.reason == "LeaseLost":
+                    return  # a stale owner: its successor runs the loop
+                raise
+            seq += 1
+            await asyncio.sleep(BEAT["s"])
 
 
 class Applied(BaseModel):

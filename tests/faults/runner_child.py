@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python -m tests.faults.runner_child URL SCHEMA [--lease-ms N] [--refresh-ms N]
-        [--heartbeat-ms N] [--margin-ms N] [--beat-ms N]
+        [--heartbeat-ms N] [--margin-ms N] [--beat-ms N] [--fenced]
 
 It runs ``akter.Runtime([Beacon], maintenance=False, relay=False)`` on the given database and
 schema, with the singleton tunables of ``runtime.runners`` set *before* the runtime starts (so
@@ -14,6 +14,7 @@ even its first acquisition uses them). ``--margin-ms`` scales the loop guard's s
 Protocol on stdout: ``READY <runner_id>`` once started. End of input stops the runtime gracefully
 (its lease is released), prints ``STOPPED`` and exits with status 0. The loop itself reports
 nothing here: it writes its beats into ``<schema>.loop_beats`` (see ``runner_actors``).
+``--fenced`` hosts ``FencedBeacon`` instead, whose beats are fenced commands.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 
 import akter
 from akter._engine import runners as runners_module
-from tests.faults.runner_actors import BEAT, Beacon
+from tests.faults.runner_actors import BEAT, Beacon, FencedBeacon
 
 #: One tenth of production: lease 35 s, refresh 10 s, heartbeat 10 s, stop margin 5 s.
 SCALED = {"lease_ms": 3_500, "refresh_ms": 1_000, "heartbeat_ms": 1_000, "margin_ms": 500}
@@ -40,8 +41,9 @@ async def run(args: argparse.Namespace) -> int:
     """Host the singleton until end of input (or until killed)."""
     BEAT["s"] = args.beat_ms / 1000
     runners_module.STOP_MARGIN_MS = args.margin_ms
+    actor = FencedBeacon if args.fenced else Beacon
     runtime = akter.Runtime(
-        [Beacon], database_url=args.url, schema=args.schema, maintenance=False, relay=False
+        [actor], database_url=args.url, schema=args.schema, maintenance=False, relay=False
     )
     runtime.runners.lease_ms = args.lease_ms
     runtime.runners.refresh_ms = args.refresh_ms
@@ -64,6 +66,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--heartbeat-ms", type=int, default=SCALED["heartbeat_ms"])
     parser.add_argument("--margin-ms", type=int, default=SCALED["margin_ms"])
     parser.add_argument("--beat-ms", type=int, default=50)
+    parser.add_argument("--fenced", action="store_true", help="host FencedBeacon")
     return parser.parse_args(argv)
 
 

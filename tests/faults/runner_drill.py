@@ -38,7 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tests.faults.runner_actors import BEATS_DDL, db_ms_sql
+from tests.faults.runner_actors import BEATS_DDL, FENCED_BEATS_DDL, db_ms_sql
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,11 +102,16 @@ def _ddl(text: str, schema: str) -> sql.Composed:
     return sql.SQL(text.replace("{schema}", "{0}")).format(sql.Identifier(schema))
 
 
-async def prepare(url: str, schema: str) -> None:
-    """Create the beat table and the lease log in ``schema`` (akter's tables must exist)."""
+async def prepare(url: str, schema: str, *, fenced: bool = False) -> None:
+    """Create the beat table and the lease log in ``schema`` (akter's tables must exist).
+
+    ``fenced``: also the trigger turning ``FencedBeacon``'s committed beat events into beats.
+    """
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(_ddl(BEATS_DDL, schema))
         await conn.execute(_ddl(LEASE_LOG_DDL, schema))
+        if fenced:
+            await conn.execute(_ddl(FENCED_BEATS_DDL, schema))
 
 
 async def db_now(conn: psycopg.AsyncConnection[Any]) -> int:
@@ -339,8 +344,10 @@ class RunnerProc:
         self._collector = asyncio.create_task(self._collect(), name="runner stderr")
 
     @classmethod
-    async def spawn(cls, url: str, schema: str, timing: Timing) -> RunnerProc:
-        """Start a child; returns once it is READY."""
+    async def spawn(
+        cls, url: str, schema: str, timing: Timing, *, fenced: bool = False
+    ) -> RunnerProc:
+        """Start a child (hosting ``FencedBeacon`` if ``fenced``); returns once it is READY."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -348,6 +355,7 @@ class RunnerProc:
             url,
             schema,
             *timing.argv(),
+            *(["--fenced"] if fenced else []),
             cwd=REPO,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -521,6 +529,10 @@ class Freeze:
     successor: Run
     #: the frozen run's beats after SIGCONT, in ms after it (each one overlaps the successor)
     stale_beats_ms: list[int] = field(default_factory=list)
+    #: the successor's acquisition: its first lease write after the SIGSTOP (database clock)
+    acquired_ms: int | None = None
+    #: the frozen run's beats at or after that acquisition, in ms after it (fenced: none)
+    after_takeover_ms: list[int] = field(default_factory=list)
 
 
 async def freeze_drill(
@@ -531,21 +543,25 @@ async def freeze_drill(
     runners: int = 3,
     timing: Timing = SCALED,
     log: Callable[[str], None] = lambda _: None,
+    fenced: bool = False,
 ) -> tuple[Analysis, list[Freeze]]:
     """Freeze (SIGSTOP) the loop's owner until a successor runs, then resume it (SIGCONT).
 
     Not a refresh stall: the whole process stops, its loop guard included, so nothing in the
     process can stop the loop at lease − margin. What the resumed process does first is measured:
-    beats of the frozen run after SIGCONT ran beside the successor's loop.
+    beats of the frozen run after SIGCONT ran beside the successor's loop. With ``fenced`` the
+    runners host ``FencedBeacon``, whose beats are commands fenced on the loop's lease: the
+    resumed step's beat is refused, so no beat of the frozen run commits after the takeover.
     """
-    await prepare(url, schema)
+    actor_type = "FencedBeacon" if fenced else "Beacon"
+    await prepare(url, schema, fenced=fenced)
     procs: dict[str, RunnerProc] = {}
     freezes: list[Freeze] = []
     within = (timing.lease_ms + 3 * timing.refresh_ms) / 1000 + 15.0
     settle = 2 * timing.refresh_ms / 1000
     try:
         for child in await asyncio.gather(
-            *(RunnerProc.spawn(url, schema, timing) for _ in range(runners))
+            *(RunnerProc.spawn(url, schema, timing, fenced=fenced) for _ in range(runners))
         ):
             procs[child.runner_id] = child
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -573,11 +589,25 @@ async def freeze_drill(
     finally:
         for child in procs.values():
             await child.close()
-    beats, leases = await fetch(url, schema)
+    beats, leases = await fetch(url, schema, actor_type)
     for freeze in freezes:
         freeze.stale_beats_ms = [
             b.at_ms - freeze.cont_ms
             for b in beats
             if b.run_id == freeze.run_id and b.at_ms >= freeze.cont_ms
         ]
+        freeze.acquired_ms = next(
+            (
+                w.at_ms
+                for w in leases
+                if w.owner == freeze.successor.runner_id and w.at_ms > freeze.stop_ms
+            ),
+            None,
+        )
+        if freeze.acquired_ms is not None:
+            freeze.after_takeover_ms = [
+                b.at_ms - freeze.acquired_ms
+                for b in beats
+                if b.run_id == freeze.run_id and b.at_ms >= freeze.acquired_ms
+            ]
     return analyse(beats, leases, end_ms=end_ms), freezes

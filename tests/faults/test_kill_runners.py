@@ -7,6 +7,11 @@ exactly one survivor starts the loop, only after the dead owner's lease, and tha
 ever beat at once. The timings are production's divided by ten (lease 3.5 s, refresh 1 s, stop
 margin 0.5 s); the stop margin is a module constant, scaled in the children and here.
 
+The freeze case SIGSTOPs the owner past its lease and resumes it once a successor runs. Its loop
+body runs before its guard on resume, so the runners host ``FencedBeacon``, whose beats are
+commands fenced on the loop's lease: the resumed step's beat must be refused, and no beat of the
+frozen run may commit after the successor's acquisition.
+
 The stalled-refresh cases run in this process: the owner's lease statement is replaced by one
 that hangs (or fails) on the server, so the real refresh path stalls and only the loop guard can
 stop the loop in time.
@@ -48,6 +53,7 @@ from tests.faults.runner_drill import (
     analyse,
     db_now,
     fetch,
+    freeze_drill,
     prepare,
     singleton_drill,
     wait_for_run,
@@ -95,6 +101,31 @@ async def test_RN01_twenty_sigkills_of_the_owner(akter_test: MakeTest) -> None:
     async with akter_test([], maintenance=False) as t:
         analysis = await singleton_drill(t.database_url, t.schema, kills=20, timing=SCALED)
     assert_rn01(analysis, 20, SCALED)
+
+
+# --- RN-01: SIGSTOP of the loop's owner past its lease, fenced beats ------------------------------
+
+
+async def test_RN01_frozen_owner_commits_no_fenced_beat_after_its_successor_acquired(
+    akter_test: MakeTest,
+) -> None:
+    async with akter_test([], maintenance=False) as t:
+        analysis, freezes = await freeze_drill(
+            t.database_url, t.schema, rounds=2, timing=SCALED, fenced=True
+        )
+    assert analysis.problems() == []
+    assert len(freezes) == 2
+    for freeze in freezes:
+        assert freeze.successor.runner_id != freeze.victim
+        # The successor's acquisition came after the freeze, and before its loop's first beat.
+        assert freeze.acquired_ms is not None
+        assert freeze.stop_ms < freeze.acquired_ms <= freeze.successor.first_ms
+        frozen = [r for r in analysis.runs if r.run_id == freeze.run_id]
+        assert len(frozen) == 1 and frozen[0].runner_id == freeze.victim
+        # Every beat the frozen run committed came before its successor acquired the lease; the
+        # step it resumed into after SIGCONT was refused (LeaseLost) and wrote nothing.
+        assert frozen[0].last_ms < freeze.acquired_ms, (frozen[0], freeze.acquired_ms)
+        assert freeze.after_takeover_ms == [] and freeze.stale_beats_ms == []
 
 
 # --- RN-01: an owner whose refreshes stall -------------------------------------------------------

@@ -1,0 +1,345 @@
+"""A singleton loop's commands are fenced on its lease in the database (semantics §8.2).
+
+The loop guard stops a ``run()`` loop before its lease can end only while the process runs; a
+paused process resumes its loop body before its guard. So every command the loop sends through
+``self.runtime`` handles carries the loop's lease (owner, epoch), and its turn checks the
+``singletons`` row — ``FOR SHARE``, before the handler — so that either the command commits
+before a successor owns the lease, or it is refused with ``LeaseLost`` and writes nothing.
+
+The runner's own lease refreshes are stopped here once the loop runs: the tests drive the lease
+themselves, with the real ``acquire_singleton`` statement run for a second runner id on a clock
+moved past the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+from pydantic import BaseModel
+
+import akter
+from akter.context import LoopLease
+from akter.handles import FencedRuntime
+from akter.runtime import Runtime
+from akter.testing import ActorTest
+
+Make = Callable[..., ActorTest]
+
+#: Far enough past the default 35 s lease that any lease written before has ended.
+PAST_LEASE_MS = 36_000
+
+
+class Total(BaseModel):
+    total: int = 0
+
+
+@dataclass
+class Loop:
+    """One runner's ``Fenced`` loop, driven by the test: orders in, results out."""
+
+    started: asyncio.Queue[LoopLease] = field(default_factory=asyncio.Queue)
+    orders: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    results: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
+    runtimes: list[Any] = field(default_factory=list)
+
+
+LOOPS: dict[str, Loop] = {}
+
+
+class Fenced(akter.Actor[Total], singleton=True):
+    @akter.command
+    async def bump(self, n: int) -> int:
+        self.state.total += n
+        return self.state.total
+
+    @akter.query
+    async def total(self) -> int:
+        return self.state.total
+
+    async def run(self) -> None:
+        loop = LOOPS.setdefault(self.lease.owner, Loop())
+        loop.runtimes.append(self.runtime)
+        loop.started.put_nowait(self.lease)
+        handle = self.runtime.get(Fenced)
+        while True:
+            n = await loop.orders.get()
+            try:
+                result: object = await handle.bump(n)
+            except akter.ActorError as exc:
+                result = exc
+            loop.results.put_nowait(result)
+
+
+@pytest.fixture(autouse=True)
+def fresh_loops() -> None:
+    LOOPS.clear()
+
+
+async def owned_loop(t: ActorTest) -> tuple[Loop, LoopLease]:
+    """Wait for the first runtime's loop, then stop its background lease refreshes."""
+    runtime = t.runtime
+    for _ in range(1000):
+        if runtime.runners.runner_id in LOOPS:
+            break
+        await asyncio.sleep(0.01)  # polling an observable condition, not ordering by time
+    loop = LOOPS[runtime.runners.runner_id]
+    lease = await asyncio.wait_for(loop.started.get(), 10)
+    await hold_refreshes(runtime)
+    return loop, lease
+
+
+async def hold_refreshes(runtime: Runtime) -> None:
+    """Cancel the runner's lease task (it sleeps between refreshes): the test drives leases."""
+    for task in runtime.runners._tasks:
+        if task.get_name() == "akter.runners.leases":
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def order(loop: Loop, n: int) -> object:
+    """Have the loop send ``bump(n)`` through its fenced handle; its result or its error."""
+    loop.orders.put_nowait(n)
+    return await asyncio.wait_for(loop.results.get(), 30)
+
+
+async def lease_row(t: ActorTest) -> dict[str, Any]:
+    rows = await t.rows(
+        "SELECT owner::text AS owner, lease_until_ms, acquired_at_ms FROM {schema}.singletons"
+        " WHERE actor_type = 'Fenced'"
+    )
+    assert len(rows) == 1
+    return rows[0]
+
+
+async def acquire_as(
+    t: ActorTest, runner_id: str, ahead_ms: int, *, application_name: str = "fence-test"
+) -> list[dict[str, Any]]:
+    """Run the real ``acquire_singleton`` for another runner, on a clock ``ahead_ms`` ahead."""
+    async with await psycopg.AsyncConnection.connect(
+        t.database_url, autocommit=True, application_name=application_name
+    ) as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(
+            t.runtime.store.queries["acquire_singleton"],
+            {
+                "off": t.runtime.clock.offset_ms + ahead_ms,
+                "actor_type": "Fenced",
+                "runner_id": runner_id,
+                "lease_ms": t.runtime.runners.lease_ms,
+            },
+        )
+        return await cur.fetchall()
+
+
+def lease_lost(result: object) -> akter.ActorError:
+    assert isinstance(result, akter.ActorError), result
+    assert result.reason == "LeaseLost" and not result.retryable, result
+    assert result.status == 409
+    assert result.command_id is not None
+    return result
+
+
+async def test_a_fenced_command_from_the_loop_commits_while_the_lease_is_held(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Fenced], maintenance=False) as t:
+        loop, lease = await owned_loop(t)
+        row = await lease_row(t)
+        # self.lease is the acquisition that started the loop.
+        assert lease == LoopLease("Fenced", t.runtime.runners.runner_id, row["acquired_at_ms"])
+        assert row["owner"] == lease.owner
+        assert isinstance(loop.runtimes[0], FencedRuntime) and loop.runtimes[0].lease == lease
+        assert await order(loop, 2) == 2
+        assert await order(loop, 3) == 5
+        seen = await t.inspect(t.get(Fenced))
+        assert seen.state == {"total": 5} and len(seen.receipts) == 2
+        # Unfenced callers are unaffected, and queries from anywhere need no fence.
+        assert await t.get(Fenced).bump(1) == 6
+        assert await t.get(Fenced).total() == 6
+
+
+@pytest.mark.parametrize("how", ["taken", "expired"])
+async def test_a_command_from_a_loop_that_lost_its_lease_is_refused_and_writes_nothing(
+    akter_test: Make, how: str
+) -> None:
+    async with akter_test([Fenced], maintenance=False) as t:
+        loop, lease = await owned_loop(t)
+        assert await order(loop, 1) == 1
+        before = await t.inspect(t.get(Fenced))
+        if how == "taken":
+            # Another runner's acquisition, once the lease has ended on its clock.
+            successor = str(uuid.uuid4())
+            assert await acquire_as(t, successor, PAST_LEASE_MS)
+            assert (await lease_row(t))["owner"] == successor
+        else:
+            # Nobody took it over, but the lease has ended.
+            t.runtime.clock.offset_ms += PAST_LEASE_MS
+        # The loop runs on (the guard measures local time since the refresh was sent) ...
+        refused = lease_lost(await order(loop, 10))
+        assert refused.command_id is not None and str(lease.epoch) in refused.message
+        # ... but its command changed nothing and wrote no receipt: the id stays unused.
+        after = await t.inspect(t.get(Fenced))
+        assert after.state == before.state == {"total": 1}
+        assert after.version == before.version
+        assert [r["command_id"] for r in after.receipts] == [
+            r["command_id"] for r in before.receipts
+        ]
+        assert refused.command_id not in {r["command_id"] for r in after.receipts}
+        # Unfenced commands are not affected.
+        assert await t.get(Fenced).bump(100) == 101
+        if how == "expired":
+            # The owner refreshes its own lease again: same acquisition, same epoch, so the same
+            # loop's commands commit again (nobody else held the lease in between).
+            runners = t.runtime.runners
+            await runners._refresh(runners._leases["Fenced"])
+            assert (await lease_row(t))["acquired_at_ms"] == lease.epoch
+            assert loop.started.empty()  # the loop was not restarted
+            assert await order(loop, 1000) == 1101
+
+
+async def test_an_owner_that_takes_its_lease_back_restarts_its_loop_on_the_new_epoch(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Fenced], maintenance=False) as t:
+        loop, first = await owned_loop(t)
+        assert await acquire_as(t, str(uuid.uuid4()), PAST_LEASE_MS)
+        # Past the successor's lease too: the old owner acquires again, a new acquisition.
+        t.runtime.clock.offset_ms += 2 * PAST_LEASE_MS
+        runners = t.runtime.runners
+        await runners._refresh(runners._leases["Fenced"])
+        second = await asyncio.wait_for(loop.started.get(), 10)
+        row = await lease_row(t)
+        assert second.owner == first.owner == row["owner"]
+        assert second.epoch == row["acquired_at_ms"] != first.epoch
+        # The loop fenced on the old epoch was stopped; the new one's commands commit.
+        assert len(loop.runtimes) == 2
+        assert await order(loop, 7) == 7
+
+
+async def test_a_fenced_command_refused_in_a_batch_leaves_the_others_alone(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Fenced], maintenance=False) as t:
+        loop, _ = await owned_loop(t)
+        assert await acquire_as(t, str(uuid.uuid4()), PAST_LEASE_MS)
+        first = t.pause_next("before_handler")
+        batch = t.pause_next("before_commit", lambda info: len(info["batch"]) == 2)
+        one = asyncio.create_task(t.get(Fenced).bump(1))
+        await first.wait()
+        # Queued behind the paused turn: an unfenced command and the stale loop's command.
+        two = asyncio.create_task(t.get(Fenced).bump(10))
+        loop.orders.put_nowait(100)
+        for _ in range(1000):
+            if t.runtime.dispatcher.pending == 3:
+                break
+            await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
+        assert t.runtime.dispatcher.pending == 3
+        first.release()
+        info = await batch.wait()
+        assert [r.fence is not None for r in info["batch"]] == [False, True]
+        batch.release()
+        assert await one == 1 and await two == 11
+        refused = lease_lost(await asyncio.wait_for(loop.results.get(), 30))
+        seen = await t.inspect(t.get(Fenced))
+        assert seen.state == {"total": 11}
+        assert len(seen.receipts) == 2
+        assert refused.command_id not in {r["command_id"] for r in seen.receipts}
+
+
+async def test_a_successors_acquire_waits_for_a_fenced_turn_holding_the_lease(
+    akter_test: Make,
+) -> None:
+    async with (
+        akter_test([Fenced], maintenance=False) as t,
+        await psycopg.AsyncConnection.connect(t.database_url, autocommit=True) as watch,
+    ):
+        loop, lease = await owned_loop(t)
+        before_commit = t.pause_next("before_commit")
+        after_commit = t.pause_next("after_commit")
+        loop.orders.put_nowait(5)
+        await before_commit.wait()
+        # The fenced turn passed its check and holds the lease row FOR SHARE. The lease now
+        # ends (on the successor's clock) and a successor tries to acquire it: it must wait.
+        successor = str(uuid.uuid4())
+        name = f"fence-successor-{uuid.uuid4().hex[:8]}"
+        acquiring = asyncio.create_task(
+            acquire_as(t, successor, PAST_LEASE_MS, application_name=name)
+        )
+        waiting = None
+        for _ in range(2000):
+            cur = await watch.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = %s",
+                (name,),
+            )
+            waiting = await cur.fetchone()
+            if waiting is not None and waiting[0] == "Lock":
+                break
+            await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
+        assert waiting is not None and waiting[0] == "Lock", waiting
+        assert not acquiring.done()
+        assert (await lease_row(t))["owner"] == lease.owner
+        # The turn commits (and is held right after COMMIT): only now does the acquire go on.
+        before_commit.release()
+        await after_commit.wait()
+        rows = await asyncio.wait_for(acquiring, 30)
+        assert [r["owner"] for r in rows] == [successor]
+        committed = await t.inspect(t.get(Fenced))
+        assert committed.state == {"total": 5} and len(committed.receipts) == 1
+        after_commit.release()
+        assert await asyncio.wait_for(loop.results.get(), 30) == 5
+        # The next command of the old loop is refused: the successor owns the lease.
+        lease_lost(await order(loop, 1))
+        assert (await t.inspect(t.get(Fenced))).state == {"total": 5}
+
+
+async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused(
+    akter_test: Make,
+) -> None:
+    async with (
+        akter_test([Fenced], maintenance=False) as t,
+        await psycopg.AsyncConnection.connect(t.database_url, autocommit=True) as watch,
+        await psycopg.AsyncConnection.connect(t.database_url) as successor,
+    ):
+        loop, lease = await owned_loop(t)
+        # A successor's acquisition, not yet committed: it holds the lease row.
+        runner = str(uuid.uuid4())
+        cur = await successor.execute(
+            t.runtime.store.queries["acquire_singleton"],
+            {
+                "off": t.runtime.clock.offset_ms + PAST_LEASE_MS,
+                "actor_type": "Fenced",
+                "runner_id": runner,
+                "lease_ms": t.runtime.runners.lease_ms,
+            },
+        )
+        assert [str(r[0]) for r in await cur.fetchall()] == [runner]
+        loop.orders.put_nowait(3)
+        waiting = 0
+        for _ in range(2000):
+            cur = await watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s",
+                (f'%"{t.schema}".singletons%FOR SHARE%',),
+            )
+            row = await cur.fetchone()
+            waiting = row[0] if row else 0
+            if waiting:
+                break
+            await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
+        assert waiting == 1  # the fenced turn's check waits for the acquisition's outcome
+        assert loop.results.empty()
+        await successor.commit()
+        # It re-reads the row the successor committed: another owner, so the command is refused.
+        lease_lost(await asyncio.wait_for(loop.results.get(), 30))
+        seen = await t.inspect(t.get(Fenced))
+        assert not seen.exists and seen.receipts == []  # not even the actor row was written
+        assert (await lease_row(t))["owner"] == runner != lease.owner
