@@ -34,7 +34,7 @@ from akter._store.migrate import Deployment, migrate
 from akter._store.pool import Clock, Store
 from akter.actor import AccessKind, Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef, Caller, System, current_caller
-from akter.context import IN_TURN, TurnContext, unwrap_read_only
+from akter.context import IN_TURN, LoopLease, TurnContext, unwrap_read_only
 from akter.errors import ActorError, ConfigurationError, DefinitionError
 from akter.events import EventRecord
 
@@ -64,6 +64,9 @@ class DrainReport:
 
 _WINDOW_MIN_MS = 1
 _WINDOW_MAX_MS = 30 * 24 * 3600 * 1000
+_SINGLETON_LEASE_MIN_MS = 1_000
+_SINGLETON_LEASE_MAX_MS = 24 * 3600 * 1000
+_CLOCK_OFFSET_MAX_MS = 366 * 24 * 3600 * 1000
 
 
 class _RequestReplyInTurn(BaseException):
@@ -84,6 +87,15 @@ class Runtime:
         max_pending_commands: Commands queued on this runner before refusing new ones.
         pool_size: Largest number of pooled connections.
         drain_deadline: Longest graceful shutdown, in seconds.
+        singleton_lease: The lease on a singleton's ``run()`` loop (and ``$maintenance``), in
+            seconds or a ``timedelta``, 1 s to 1 day (default 35 s, semantics §8.2). The owner
+            refreshes it every lease × 10/35 and stops its loop min(5 s, lease ÷ 7) before it
+            could end; a dead owner's loop is taken over once its lease ends. Every runner of a
+            deployment should use the same value.
+        clock_offset: Moves this runner's framework clock ahead of the database clock, in
+            seconds or a ``timedelta`` (default 0; at most 366 days). The test offset of
+            semantics §1.7, for demos and drills that need a time of day (a nightly schedule):
+            every runner of the schema must use the same offset. Never set it in production.
 
     Use it as an async context manager::
 
@@ -117,6 +129,8 @@ class Runtime:
         relay: bool = True,
         maintenance: bool = True,
         host_actors: bool = True,
+        singleton_lease: float | timedelta = 35.0,
+        clock_offset: float | timedelta = 0.0,
     ) -> None:
         self.maintenance = bool(maintenance)
         self.hosts_actors = bool(host_actors)
@@ -148,12 +162,24 @@ class Runtime:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an integer ≥ 1, got {value!r}.")
+        try:
+            self.singleton_lease_ms = ms_from_duration(singleton_lease, "singleton_lease")
+            offset_ms = ms_from_duration(clock_offset, "clock_offset")
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(str(exc)) from None
+        if not _SINGLETON_LEASE_MIN_MS <= self.singleton_lease_ms <= _SINGLETON_LEASE_MAX_MS:
+            raise ConfigurationError(
+                f"singleton_lease must be between 1 s and 1 day, got {self.singleton_lease_ms} ms."
+            )
+        if offset_ms > _CLOCK_OFFSET_MAX_MS:
+            raise ConfigurationError(f"clock_offset must be at most 366 days, got {offset_ms} ms.")
         self._database_url = database_url or os.environ.get("AKTER_DATABASE_URL") or None
         self._data_dir = Path(data_dir) if data_dir else None
         self.schema = schema
         self.hooks = hooks or Hooks()
         self.store = Store("", schema, max_size=pool_size)  # URL bound at start()
         self.clock = Clock(self.store)
+        self.clock.offset_ms = offset_ms
         self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=self.window_ms)
         self.dispatcher = Dispatcher(
             self.engine,
@@ -418,8 +444,14 @@ class Runtime:
             await asyncio.sleep(5.0)
             self.dispatcher.hibernate()
 
-    async def run_singleton_loop(self, actor_type: str, runner_id: str) -> None:
-        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner)."""
+    async def run_singleton_loop(
+        self, actor_type: str, runner_id: str, epoch: int | None = None
+    ) -> None:
+        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner).
+
+        ``epoch`` is ``acquired_at_ms`` of the lease acquisition that started the loop: the
+        commands the loop sends through ``self.runtime`` handles are fenced on it.
+        """
         definition = self.definition(actor_type)
         ref = ActorRef("default", definition.name, "")
         ctx = TurnContext(
@@ -434,6 +466,8 @@ class Runtime:
         )
         ctx.loop_runtime = self
         ctx.runner_id = runner_id
+        if epoch is not None:
+            ctx.lease = LoopLease(definition.name, runner_id, epoch)
         instance = definition.cls.__new__(definition.cls)
         instance.__dict__["_akter_ctx"] = ctx
         ctx.task = asyncio.current_task()
@@ -635,11 +669,13 @@ class Runtime:
         caller: Caller | None = None,
         *,
         retry: bool = True,
+        fence: LoopLease | None = None,
     ) -> Any:
         """An external command: admission, then retries with one id until the deadline.
 
         With ``retry=False`` (the HTTP path) a retryable refusal is raised at once, for the
-        remote caller to retry with the same id after ``retry_after``.
+        remote caller to retry with the same id after ``retry_after``. ``fence`` (a singleton
+        loop's lease) makes the turn refuse the command with ``LeaseLost`` once it is stale.
         """
         self._require_started()
         caller = caller or current_caller()
@@ -660,7 +696,15 @@ class Runtime:
         wait = 0.0
         while True:
             result = await self._submit_and_wait(
-                member, ref, payload, digest, command_id, caller, external=True, deadline=deadline
+                member,
+                ref,
+                payload,
+                digest,
+                command_id,
+                caller,
+                external=True,
+                deadline=deadline,
+                fence=fence,
             )
             if result.kind == "ok":
                 return result.value
@@ -695,18 +739,22 @@ class Runtime:
         *,
         external: bool,
         deadline: float,
+        fence: LoopLease | None = None,
     ) -> Result:
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        request = Request(member, ref, payload, digest, command_id, caller, external, future)
+        request = Request(
+            member, ref, payload, digest, command_id, caller, external, future, fence=fence
+        )
         try:
             self.dispatcher.submit(member.owner, request)
         except ActorError as exc:
             return Result("error", error=exc)
         try:
             # The caller's deadline never cancels an admitted turn: shield it.
-            return await asyncio.wait_for(
-                asyncio.shield(future), max(0.0, deadline - time.monotonic())
-            )
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can drop the caller's own
+            # cancellation when the result arrives at the same moment (see akter._waits).
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await asyncio.shield(future)
         except TimeoutError:
             return Result(
                 "error",

@@ -1,17 +1,51 @@
-"""Metrics with the names of semantics §10.1, kept in-process and rendered for Prometheus.
+"""Metrics and spans with the names of semantics §10, kept in-process and rendered for Prometheus.
 
 No metric carries a tenant, actor id or command id: attributes are limited to ``actor_type``,
-``outcome``, ``kind`` and ``job``.
+``outcome``, ``kind`` and ``job``. Prometheus names replace ``.`` with ``_`` (counters get
+``_total``). Every runtime keeps its own :class:`Metrics`, the source of ``GET /metrics``; the same
+instruments are also recorded through the OpenTelemetry metrics API (the global meter provider, or
+the one given to :func:`use_meter_provider`), which costs a no-op call when none is configured.
+
+Metrics (semantics §10.1):
+
+- counters: ``akter.turns`` (``actor_type``, ``outcome`` = success, failure, defect, replay,
+  retry, refused), ``akter.turn.batches``, ``akter.receipts.written`` / ``.replayed`` /
+  ``.pruned``, ``akter.events.appended`` / ``.pruned``, ``akter.activations.started``
+  (``actor_type``); ``akter.outbox.staged``, ``akter.relay.delivered``, ``akter.relay.retried``
+  (``kind``); ``akter.job.dead_letters`` (``actor_type``, ``job``);
+- histograms: ``akter.turn.duration_ms`` (one observation per command: the duration of the batch
+  transaction it ran in), ``akter.turn.batch_size`` (per batch), ``akter.mailbox.age_ms`` (per
+  command: time from enqueue to the start of its batch), all by ``actor_type``;
+  ``akter.pool.wait_ms`` (connection acquisition, no attributes). Durations use
+  :data:`DURATION_BUCKETS_MS`, batch sizes :data:`BATCH_SIZE_BUCKETS`;
+- gauges: ``akter.activations`` (resident actors on this runner, ``actor_type``); sampled by the
+  ``$maintenance`` lease owner only, every ``sample_every`` (``akter._engine.sampling``):
+  ``akter.outbox.rows``, ``akter.relay.lag_ms`` (age of the oldest due unclaimed row, 0 if none),
+  ``akter.relay.stuck_rows`` (``attempts ≥ 8``), by ``kind``; and, extending §10.1,
+  ``akter.jobs.running`` (attempts running under a live lease, by ``actor_type`` and ``job``).
+
+Spans (semantics §10.2): ``akter.<Actor>/batch`` (+ ``batch.size``) is the parent of
+``akter.admission`` (the admission flight and fence), ``akter.commit`` (the commit flight) and one
+``akter.<Actor>/<command>`` server span per command (+ ``turn.outcome``); ``akter.relay.intent``
+(producer, + ``relay.attempt``, ``relay.timer``) wraps each intent or timer delivery, so the
+receiving batch becomes its child; ``akter.job/<Actor>/<job>`` wraps each job attempt. Without a
+configured tracer provider the batch span is a non-recording no-op and no child span or attribute
+is built.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextvars import Token
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 
 if TYPE_CHECKING:
@@ -22,45 +56,363 @@ tracer = trace.get_tracer("akter")
 
 ALLOWED_ATTRIBUTES = frozenset({"actor_type", "outcome", "kind", "job"})
 
+#: Histogram buckets of every ``*_ms`` metric (semantics §10.1).
+DURATION_BUCKETS_MS: tuple[float, ...] = (
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
+)  # fmt: skip
+#: Histogram buckets of ``akter.turn.batch_size`` (a batch holds 1 to 32 commands).
+BATCH_SIZE_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32)
+
+#: Every histogram and its bucket upper bounds.
+HISTOGRAMS: Mapping[str, tuple[float, ...]] = {
+    "akter.turn.duration_ms": DURATION_BUCKETS_MS,
+    "akter.turn.batch_size": BATCH_SIZE_BUCKETS,
+    "akter.mailbox.age_ms": DURATION_BUCKETS_MS,
+    "akter.pool.wait_ms": DURATION_BUCKETS_MS,
+}
+#: Gauges sampled by the ``$maintenance`` owner (the rest are kept by every runner).
+SAMPLED_GAUGES = frozenset(
+    {"akter.outbox.rows", "akter.relay.lag_ms", "akter.relay.stuck_rows", "akter.jobs.running"}
+)
+#: Every gauge.
+GAUGES = SAMPLED_GAUGES | {"akter.activations"}
+
+_Key = tuple[tuple[str, str], ...]
+_Token = Token[otel_context.Context]
+
+
+@dataclass(frozen=True)
+class HistogramValue:
+    """One histogram series: cumulative bucket counts (the last is ``+Inf``), sum and count."""
+
+    bounds: tuple[float, ...]
+    buckets: tuple[int, ...]
+    sum: float
+    count: int
+
+
+class _Histogram:
+    __slots__ = ("counts", "sum")
+
+    def __init__(self, size: int) -> None:
+        self.counts = [0] * (size + 1)
+        self.sum = 0.0
+
+
+def _bucket(bounds: Sequence[float], value: float) -> int:
+    # Prometheus buckets are upper-inclusive (le); bounds are few, a linear scan is cheapest.
+    for index, bound in enumerate(bounds):
+        if value <= bound:
+            return index
+    return len(bounds)
+
 
 class Metrics:
-    """Counters by name and attributes; ``render()`` gives the Prometheus text format."""
+    """One runtime's metrics; ``render()`` gives the Prometheus text format."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+        self._counters: dict[str, dict[_Key, float]] = defaultdict(dict)
+        self._histograms: dict[str, dict[_Key, _Histogram]] = defaultdict(dict)
+        self._gauges: dict[str, dict[_Key, float]] = defaultdict(dict)
+        _LIVE.add(self)
 
     def count(self, name: str, value: float = 1, **attributes: str) -> None:
         """Add ``value`` to a counter."""
-        bad = set(attributes) - ALLOWED_ATTRIBUTES
-        if bad:
-            raise ValueError(f"Metric attributes {sorted(bad)} are not allowed on {name!r}.")
+        _check(name, attributes)
         key = tuple(sorted(attributes.items()))
         with self._lock:
             series = self._counters[name]
             series[key] = series.get(key, 0) + value
+        _otel.add(name, value, attributes)
 
-    def value(self, name: str, **attributes: str) -> float:
-        """The current value of one series (0 if never counted)."""
+    def observe(self, name: str, value: float, **attributes: str) -> None:
+        """Record one observation of a histogram (one of :data:`HISTOGRAMS`)."""
+        bounds = HISTOGRAMS.get(name)
+        if bounds is None:
+            raise ValueError(f"{name!r} is not a histogram; use one of {sorted(HISTOGRAMS)}.")
+        _check(name, attributes)
         key = tuple(sorted(attributes.items()))
         with self._lock:
+            series = self._histograms[name]
+            histogram = series.get(key)
+            if histogram is None:
+                histogram = series[key] = _Histogram(len(bounds))
+            histogram.counts[_bucket(bounds, value)] += 1
+            histogram.sum += value
+        _otel.record(name, value, attributes)
+
+    def set(self, name: str, value: float, **attributes: str) -> None:
+        """Set one series of a gauge (one of :data:`GAUGES`)."""
+        _check_gauge(name, attributes)
+        with self._lock:
+            self._gauges[name][tuple(sorted(attributes.items()))] = value
+
+    def replace(self, name: str, series: Iterable[tuple[Mapping[str, str], float]]) -> None:
+        """Replace every series of a gauge: series not given again read 0."""
+        values: dict[_Key, float] = {}
+        for attributes, value in series:
+            _check_gauge(name, attributes)
+            values[tuple(sorted(attributes.items()))] = value
+        with self._lock:
+            previous = self._gauges[name]
+            self._gauges[name] = {**dict.fromkeys(previous, 0.0), **values}
+
+    def clear(self, names: Iterable[str]) -> None:
+        """Forget gauges (a runner that no longer owns the sampling reports none)."""
+        with self._lock:
+            for name in names:
+                self._gauges.pop(name, None)
+
+    def value(self, name: str, **attributes: str) -> float:
+        """The current value of one counter or gauge series (0 if never counted or set)."""
+        key = tuple(sorted(attributes.items()))
+        with self._lock:
+            if name in GAUGES:
+                return self._gauges.get(name, {}).get(key, 0)
             return self._counters.get(name, {}).get(key, 0)
 
+    def gauge(self, name: str, **attributes: str) -> float | None:
+        """One gauge series, or ``None`` when this runner does not report it."""
+        with self._lock:
+            return self._gauges.get(name, {}).get(tuple(sorted(attributes.items())))
+
+    def histogram(self, name: str, **attributes: str) -> HistogramValue:
+        """One histogram series (empty if never observed)."""
+        bounds = HISTOGRAMS[name]
+        with self._lock:
+            found = self._histograms.get(name, {}).get(tuple(sorted(attributes.items())))
+            counts = list(found.counts) if found else [0] * (len(bounds) + 1)
+            total = found.sum if found else 0.0
+        cumulative: list[int] = []
+        running = 0
+        for n in counts:
+            running += n
+            cumulative.append(running)
+        return HistogramValue(bounds, tuple(cumulative), total, running)
+
+    def _gauge_series(self, name: str) -> list[tuple[_Key, float]]:
+        with self._lock:
+            return list(self._gauges.get(name, {}).items())
+
     def render(self) -> str:
-        """Every counter in the Prometheus text exposition format (``.`` becomes ``_``)."""
+        """Every metric in the Prometheus text exposition format (``.`` becomes ``_``)."""
         lines: list[str] = []
         with self._lock:
             for name in sorted(self._counters):
                 prom = name.replace(".", "_") + "_total"
                 lines.append(f"# TYPE {prom} counter")
                 for key, value in sorted(self._counters[name].items()):
-                    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in key)
-                    lines.append(f"{prom}{{{labels}}} {value:g}" if labels else f"{prom} {value:g}")
+                    lines.append(f"{prom}{_labels(key)} {_number(value)}")
+            for name in sorted(self._histograms):
+                prom = name.replace(".", "_")
+                bounds = HISTOGRAMS[name]
+                lines.append(f"# TYPE {prom} histogram")
+                for key, histogram in sorted(self._histograms[name].items()):
+                    running = 0
+                    for bound, n in zip((*bounds, None), histogram.counts, strict=True):
+                        running += n
+                        le = "+Inf" if bound is None else _number(bound)
+                        lines.append(f"{prom}_bucket{_labels((*key, ('le', le)))} {running}")
+                    lines.append(f"{prom}_sum{_labels(key)} {_number(histogram.sum)}")
+                    lines.append(f"{prom}_count{_labels(key)} {running}")
+            for name in sorted(self._gauges):
+                if not self._gauges[name]:
+                    continue
+                prom = name.replace(".", "_")
+                lines.append(f"# TYPE {prom} gauge")
+                for key, value in sorted(self._gauges[name].items()):
+                    lines.append(f"{prom}{_labels(key)} {_number(value)}")
         return "\n".join(lines) + "\n"
+
+
+def _check(name: str, attributes: Mapping[str, str]) -> None:
+    if not ALLOWED_ATTRIBUTES.issuperset(attributes):
+        bad = sorted(set(attributes) - ALLOWED_ATTRIBUTES)
+        raise ValueError(f"Metric attributes {bad} are not allowed on {name!r}.")
+
+
+def _check_gauge(name: str, attributes: Mapping[str, str]) -> None:
+    if name not in GAUGES:
+        raise ValueError(f"{name!r} is not a gauge; use one of {sorted(GAUGES)}.")
+    _check(name, attributes)
+
+
+def _labels(key: _Key) -> str:
+    if not key:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in key) + "}"
+
+
+def _number(value: float) -> str:
+    # Exact integers as integers (":g" would print 1234567 as 1.23457e+06).
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(float(value))
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+# --- OpenTelemetry metrics ------------------------------------------------------------------------
+
+_LIVE: weakref.WeakSet[Metrics] = weakref.WeakSet()
+
+
+class _OtelInstruments:
+    """The same instruments through an OpenTelemetry meter (a no-op one unless configured).
+
+    Counters and histograms are shared by every :class:`Metrics` of the process (attributes tell
+    series apart); each gauge is one observable gauge summing the live runtimes' values.
+    """
+
+    def __init__(self, meter: otel_metrics.Meter) -> None:
+        self._meter = meter
+        self._lock = threading.Lock()
+        self._counters: dict[str, otel_metrics.Counter] = {}
+        self._histograms: dict[str, otel_metrics.Histogram] = {}
+        for name in sorted(GAUGES):
+            meter.create_observable_gauge(name, callbacks=[_observer(name)])
+
+    def add(self, name: str, value: float, attributes: Mapping[str, str]) -> None:
+        counter = self._counters.get(name)
+        if counter is None:
+            with self._lock:
+                counter = self._counters.get(name)
+                if counter is None:
+                    counter = self._counters[name] = self._meter.create_counter(name)
+        counter.add(value, attributes)
+
+    def record(self, name: str, value: float, attributes: Mapping[str, str]) -> None:
+        histogram = self._histograms.get(name)
+        if histogram is None:
+            with self._lock:
+                histogram = self._histograms.get(name)
+                if histogram is None:
+                    histogram = self._histograms[name] = self._meter.create_histogram(
+                        name,
+                        unit="ms" if name.endswith("_ms") else "",
+                        explicit_bucket_boundaries_advisory=list(HISTOGRAMS[name]),
+                    )
+        histogram.record(value, attributes)
+
+
+def _observer(
+    name: str,
+) -> Any:  # a CallbackT; the API types it as a union of callables and generators
+    def observe(options: otel_metrics.CallbackOptions) -> Iterator[otel_metrics.Observation]:
+        totals: dict[_Key, float] = {}
+        for metrics in list(_LIVE):
+            for key, value in metrics._gauge_series(name):
+                totals[key] = totals.get(key, 0.0) + value
+        for key, value in totals.items():
+            yield otel_metrics.Observation(value, dict(key))
+
+    return observe
+
+
+_otel = _OtelInstruments(otel_metrics.get_meter("akter"))
+
+
+def use_meter_provider(provider: otel_metrics.MeterProvider | None) -> None:
+    """Record through ``provider`` from now on (``None``: the global meter provider again).
+
+    For tests and for applications that keep a private provider rather than a global one.
+    """
+    global _otel
+    meter = (provider or otel_metrics.get_meter_provider()).get_meter("akter")
+    _otel = _OtelInstruments(meter)
+
+
+# --- spans ----------------------------------------------------------------------------------------
+
+
+def current_context() -> otel_context.Context:
+    """The OpenTelemetry context of the caller (a request's batch span becomes its child)."""
+    return otel_context.get_current()
+
+
+def start_batch(ref: ActorRef, batch: Sequence[Request]) -> tuple[trace.Span, _Token]:
+    """Start ``akter.<Actor>/batch`` and make it current; returns the span and a detach token."""
+    span = tracer.start_span(f"akter.{ref.type}/batch", context=batch[0].trace_context)
+    if span.is_recording():
+        span.set_attributes(
+            {
+                "actor.type": ref.type,
+                "actor.tenant": ref.tenant,
+                "actor.id": ref.id,
+                "batch.size": len(batch),
+            }
+        )
+    return span, otel_context.attach(trace.set_span_in_context(span))
+
+
+def end_batch(span: trace.Span, token: _Token) -> None:
+    """End the batch span and restore the context it replaced."""
+    otel_context.detach(token)
+    span.end()
+
+
+def child_span(name: str, ref: ActorRef, started_ns: int) -> None:
+    """Record a finished child of the current batch span (``akter.admission``, ``akter.commit``).
+
+    Nothing is built when the batch span does not record (no tracer provider configured).
+    """
+    if not trace.get_current_span().is_recording():
+        return
+    span = tracer.start_span(
+        name,
+        start_time=started_ns,
+        attributes={"actor.type": ref.type, "actor.tenant": ref.tenant, "actor.id": ref.id},
+    )
+    span.end()
+
+
+def start_delivery(row: Mapping[str, Any]) -> tuple[trace.Span, _Token]:
+    """Start ``akter.relay.intent`` (producer) for one claimed intent or timer; make it current.
+
+    The receiving batch span becomes its child. Attributes are built only when it records.
+    """
+    span = tracer.start_span("akter.relay.intent", kind=trace.SpanKind.PRODUCER)
+    if span.is_recording():
+        from akter.callers import caller_from_json
+
+        try:
+            caller: Any = caller_from_json(str(row["caller"]))
+        except (ValueError, TypeError, KeyError):
+            caller = None  # the delivery backs off as undecodable; the span still shows it
+        source = getattr(caller, "source", None)
+        span.set_attributes(
+            {
+                "actor.type": str(row["target_type"]),
+                "actor.tenant": str(row["tenant_id"]),
+                "actor.id": str(row["target_id"]),
+                "command.name": str(row["command"]),
+                "command.id": str(row["intent_id"]),
+                "caller.kind": type(caller).__name__ if caller is not None else "unknown",
+                "turn.trigger": source or "unknown",
+                "relay.attempt": int(row["attempts"]),
+                "relay.timer": source in ("timer", "cron"),
+            }
+        )
+    return span, otel_context.attach(trace.set_span_in_context(span))
+
+
+def delivery_failed(error: str) -> None:
+    """Mark the current delivery span failed (the intent backs off)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_status(trace.Status(trace.StatusCode.ERROR, error[:200]))
+
+
+def end_delivery(span: trace.Span, token: _Token) -> None:
+    """End a delivery span and restore the context it replaced."""
+    otel_context.detach(token)
+    span.end()
+
+
+# --- turns ----------------------------------------------------------------------------------------
 
 
 def turn_outcome(result: Result) -> str:
@@ -84,14 +436,25 @@ def record_turns(
     results: Sequence[Result],
     started_ns: int,
 ) -> None:
-    """Count one batch's turns and emit one server span per command (semantics §10.2)."""
+    """Count one batch's turns and emit one server span per command (semantics §10.2).
+
+    The command spans are children of the current span (the batch span) and are built only
+    when it records.
+    """
     ended = time.time_ns()
-    metrics.count("akter.turn.batches", actor_type=ref.type)
+    duration_ms = (ended - started_ns) / 1e6
+    actor_type = ref.type
+    metrics.count("akter.turn.batches", actor_type=actor_type)
+    metrics.observe("akter.turn.batch_size", len(batch), actor_type=actor_type)
+    recording = trace.get_current_span().is_recording()
     for request, result in zip(batch, results, strict=True):
         outcome = turn_outcome(result)
-        metrics.count("akter.turns", actor_type=ref.type, outcome=outcome)
+        metrics.count("akter.turns", actor_type=actor_type, outcome=outcome)
+        metrics.observe("akter.turn.duration_ms", duration_ms, actor_type=actor_type)
         if result.replayed:
-            metrics.count("akter.receipts.replayed", actor_type=ref.type)
+            metrics.count("akter.receipts.replayed", actor_type=actor_type)
+        if not recording:
+            continue
         caller = request.caller
         attributes: dict[str, Any] = {
             "actor.type": ref.type,

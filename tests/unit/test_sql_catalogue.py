@@ -63,6 +63,19 @@ CROSS_ACTOR: dict[str, str] = {
     "dead_letters_list": "operator view of dead letters across actors (semantics §5.10)",
     "dead_letter_find": "operator lookup of one dead letter by its job id, which is unique "
     "across actors; later writes are keyed (semantics §5.10)",
+    "sample_outbox": "the $maintenance owner samples outbox gauges across actors: rows, lag and "
+    "stuck rows by kind (semantics §10.1)",
+    "sample_running_jobs": "the $maintenance owner samples running job attempts across actors, "
+    "by kind, running and lease end (extends semantics §10.1)",
+    "console_types": "the operators' console counts actors per type across actors (read-only)",
+    "console_totals": "the operators' console counts outbox rows, jobs and dead letters "
+    "across actors (read-only)",
+    "console_actors": "the operators' console pages through one type's actors by (tenant, id) "
+    "(read-only, limited)",
+    "console_outbox": "the operators' console lists pending intents across actors by due time "
+    "(read-only, limited, like v_outbox)",
+    "console_jobs": "the operators' console lists job rows across actors (read-only, limited, "
+    "like v_jobs)",
 }
 
 #: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent

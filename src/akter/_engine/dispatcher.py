@@ -52,6 +52,7 @@ class Dispatcher:
         self.max_resident_actors = max_resident_actors
         self.max_pending_commands = max_pending_commands
         self._boxes: dict[tuple[str, str, str], _Mailbox] = {}
+        self._resident_by_type: dict[str, int] = {}
         self._pending = 0
         self.accepting = True
 
@@ -100,6 +101,8 @@ class Dispatcher:
                 )
             box = _Mailbox(Activation(definition, ref, routing_key_of(definition, ref)))
             self._boxes[key] = box
+            self._resident(ref.type, +1)
+            self.engine.metrics.count("akter.activations.started", actor_type=ref.type)
         box.queue.append(request)
         self._pending += 1
         if box.worker is None:
@@ -115,6 +118,7 @@ class Dispatcher:
                 if act.backoff:
                     await asyncio.sleep(act.backoff)
                 batch = _take_batch(box.queue)
+                self._observe_ages(act, batch)
                 try:
                     results = await self.engine.run(act, batch)
                 except BaseException as exc:
@@ -170,8 +174,23 @@ class Dispatcher:
             limit = box.activation.definition.policy.hibernate_after / 1000
             if idle and (force or now - box.activation.last_used >= limit):
                 del self._boxes[key]
+                self._resident(box.activation.ref.type, -1)
                 dropped += 1
         return dropped
+
+    def _resident(self, actor_type: str, change: int) -> None:
+        count = self._resident_by_type.get(actor_type, 0) + change
+        self._resident_by_type[actor_type] = count
+        self.engine.metrics.set("akter.activations", count, actor_type=actor_type)
+
+    def _observe_ages(self, act: Activation, batch: list[Request]) -> None:
+        """``akter.mailbox.age_ms``: how long each command waited before its batch began."""
+        now = time.monotonic()
+        metrics = self.engine.metrics
+        for request in batch:
+            metrics.observe(
+                "akter.mailbox.age_ms", (now - request.enqueued_at) * 1000, actor_type=act.ref.type
+            )
 
     def drop_caches(self) -> None:
         """Forget every cached state (tests, crashes)."""

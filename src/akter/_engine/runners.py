@@ -21,6 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from akter import __version__
+from akter._engine.sampling import Sampler
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -45,6 +46,7 @@ class _Lease:
     body: Callable[[], Coroutine[Any, Any, None]]
     owned: bool = False
     confirmed_at: float = 0.0  # monotonic send time of the last successful acquire/refresh
+    epoch: int | None = None  # acquired_at_ms of the acquisition the running loop is fenced on
     task: asyncio.Task[None] | None = None
     runs: int = 0
     events: list[tuple[str, float]] = field(default_factory=list)
@@ -61,8 +63,12 @@ class Runners:
         self._leases: dict[str, _Lease] = {}
         self.draining = False
         self.heartbeat_ms = HEARTBEAT_MS
-        self.refresh_ms = REFRESH_MS
-        self.lease_ms = LEASE_MS
+        # Runtime(singleton_lease=...): 35 s by default; refreshes every lease × 10/35 (10 s),
+        # and the loop guard stops min(5 s, lease ÷ 7) before the lease could end.
+        self.lease_ms: int = runtime.singleton_lease_ms
+        self.refresh_ms = max(1, self.lease_ms * REFRESH_MS // LEASE_MS)
+        #: Sampled gauges, taken while this runner owns $maintenance (``sampler.every_ms``).
+        self.sampler = Sampler(runtime)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -165,6 +171,16 @@ class Runners:
                 await self._refresh(lease)
             await asyncio.sleep(self.refresh_ms / 1000)
 
+    async def refresh_leases(self, *, owned: bool) -> None:
+        """One refresh round now: of the leases held (``owned``), else contend for the others.
+
+        ``ActorTest.advance`` runs it after a clock jump, holders first on every runner, as the
+        background refreshes would have during that time.
+        """
+        for lease in list(self._leases.values()):
+            if lease.owned == owned:
+                await self._refresh(lease)
+
     async def _refresh(self, lease: _Lease) -> None:
         sent = time.monotonic()
         rows: list[dict[str, Any]] = []
@@ -186,9 +202,14 @@ class Runners:
             failed = True
             log.warning("Singleton lease refresh failed", extra={"error": str(exc)})
         if rows:
+            epoch = rows[0]["acquired_at_ms"]
             lease.owned = True
             lease.confirmed_at = sent
+            if lease.task is not None and not lease.task.done() and lease.epoch != epoch:
+                # Lost and taken again since this loop started: its fence is stale, restart it.
+                await self._stop_loop(lease)
             if lease.task is None or lease.task.done():
+                lease.epoch = epoch
                 lease.runs += 1
                 lease.events.append(("started", time.monotonic()))
                 lease.task = asyncio.create_task(
@@ -240,20 +261,28 @@ class Runners:
 
     def _singleton_body(self, actor_type: str) -> Callable[[], Coroutine[Any, Any, None]]:
         async def body() -> None:
-            await self.rt.run_singleton_loop(actor_type, self.runner_id)
+            # Fenced on the acquisition that started this loop (set just before it started).
+            epoch = self._leases[actor_type].epoch
+            await self.rt.run_singleton_loop(actor_type, self.runner_id, epoch)
 
         return body
 
     async def _maintenance_body(self) -> None:
         from akter._engine.retention import sweep
 
-        while True:
-            try:
-                await sweep(self.rt)
-                await self._execute("prune_runners", {"prune_ms": PRUNE_MS})
-            except (psycopg.Error, OSError) as exc:
-                log.warning("Maintenance sweep failed", extra={"error": str(exc)})
-            await asyncio.sleep(SWEEP_EVERY_MS / 1000)
+        # Sampled gauges (semantics §10.1) on their own cadence, only while this body runs.
+        sampling = asyncio.create_task(self.sampler.run(), name="akter.maintenance.sampling")
+        try:
+            while True:
+                try:
+                    await sweep(self.rt)
+                    await self._execute("prune_runners", {"prune_ms": PRUNE_MS})
+                except (psycopg.Error, OSError) as exc:
+                    log.warning("Maintenance sweep failed", extra={"error": str(exc)})
+                await asyncio.sleep(SWEEP_EVERY_MS / 1000)
+        finally:
+            sampling.cancel()
+            await asyncio.gather(sampling, return_exceptions=True)
 
 
 def _is_base_run(run: Any) -> bool:

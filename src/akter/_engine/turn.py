@@ -5,7 +5,8 @@ Two pipelined round trips in the common case (design §5):
 1. admission: ``BEGIN``, transaction-local timeouts, the row insert for an actor the cache does
    not know, the locked read of the actor row (state shipped only when the cached version is
    stale), then — in a fresh snapshot taken after the lock — the pinned clock and the batch's
-   receipts;
+   receipts, and for each command of a singleton's ``run()`` loop its lease row ``FOR SHARE``
+   (the fence: a stale lease refuses that command with ``LeaseLost``);
 2. commit: the guarded state update, events, outbox writes, receipts, ``COMMIT`` and the
    release-check clock read.
 
@@ -30,7 +31,7 @@ from akter._ids import CommandId, bucket, canonical_json, child_id, is_uuid8, mi
 from akter._store.pool import Clock, Connection, Store
 from akter.actor import ActorDefinition, Member, unstorable_text
 from akter.callers import ActorRef, Caller, System, caller_key
-from akter.context import IN_TURN, StagedRow, TurnContext
+from akter.context import IN_TURN, LoopLease, StagedRow, TurnContext
 from akter.errors import ActorError, DeclaredError, InjectedCrash
 
 log = logging.getLogger("akter.turn")
@@ -52,6 +53,10 @@ class Request:
     external: bool
     future: asyncio.Future[Result]
     enqueued_at: float = field(default_factory=time.monotonic)
+    #: A singleton loop's lease: the turn refuses the command unless it is still current.
+    fence: LoopLease | None = None
+    #: The caller's OpenTelemetry context: the batch span becomes a child of the first request's.
+    trace_context: Any = field(default_factory=telemetry.current_context)
 
     @property
     def caller_key(self) -> str:
@@ -166,19 +171,45 @@ class TurnEngine:
         window_ms: int,
         on_commit: Any = None,
     ) -> None:
+        self._metrics = telemetry.Metrics()
         self.store = store
         self.q = store.queries
         self.clock = clock
         self.hooks = hooks
         self.window_ms = window_ms
         self.on_commit = on_commit
-        self.metrics = telemetry.Metrics()
+
+    # The runtime replaces both (its own metrics; a new store at start): the store's pool records
+    # its connection waits into the runner's metrics.
+    @property
+    def store(self) -> Store:
+        """The store turns run on."""
+        return self._store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._store = store
+        store.metrics = self._metrics
+
+    @property
+    def metrics(self) -> telemetry.Metrics:
+        """The runner's metrics."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, metrics: telemetry.Metrics) -> None:
+        self._metrics = metrics
+        self._store.metrics = metrics
 
     async def run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
         """Run a batch; a defect re-runs its commands one per transaction."""
         started = time.time_ns()
-        results = await self._run(act, batch)
-        telemetry.record_turns(self.metrics, act.ref, batch, results, started)
+        span, token = telemetry.start_batch(act.ref, batch)
+        try:
+            results = await self._run(act, batch)
+            telemetry.record_turns(self.metrics, act.ref, batch, results, started)
+        finally:
+            telemetry.end_batch(span, token)
         return results
 
     async def _run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
@@ -255,8 +286,8 @@ class TurnEngine:
             "error",
             error=ActorError(
                 "ActorUnavailable",
-                f"The turn for {request.ref.type}/{request.ref.id!r} did not commit ({why}); "
-                "retry with the same command id.",
+                f"The turn for {request.ref.type}/{request.ref.id!r} was not confirmed ({why}); "
+                "it may or may not have committed: retry with the same command id.",
                 command_id=request.command_id.raw,
             ),
         )
@@ -269,6 +300,7 @@ class TurnEngine:
         key = {"rk": act.routing_key, "tenant": ref.tenant, "type": ref.type, "id": ref.id}
         off = self.clock.offset_ms
         ensured = not act.exists
+        admission_ns = time.time_ns()
         # --- flight 1: admission -------------------------------------------------------------
         async with conn.pipeline():
             await conn.execute("BEGIN")
@@ -296,8 +328,15 @@ class TurnEngine:
                 self.q["admission_read"],
                 {**key, "off": off, "command_ids": [r.command_id.raw for r in batch]},
             )
+            # Commands of a singleton's loop: their lease, held FOR SHARE until the turn ends.
+            fence_curs = [
+                (i, await conn.execute(self.q["check_singleton_fence"], _fence_params(r, off)))
+                for i, r in enumerate(batch)
+                if r.fence is not None
+            ]
         locked = await lock_cur.fetchone()
         admission = await read_cur.fetchone()
+        stale = {i for i, cur in fence_curs if await cur.fetchone() is None}
         if locked is None:
             # The cache believed the row existed; insert it in the next attempt.
             act.drop_cache()
@@ -322,6 +361,7 @@ class TurnEngine:
         act.exists = True
         act.created = bool(created)
         act.event_seq = int(event_seq)  # type: ignore[call-overload]
+        telemetry.child_span("akter.admission", ref, admission_ns)
 
         # --- decisions and handlers ----------------------------------------------------------
         outcomes: list[_Outcome] = []
@@ -330,6 +370,9 @@ class TurnEngine:
         batch_created = act.created
         seq = act.event_seq
         for index, request in enumerate(batch):
+            if index in stale and request.command_id.raw not in receipts:
+                outcomes.append(_Outcome(Result("error", error=_lease_lost(request))))
+                continue
             outcome, new_state, ctx = await self._decide_and_run(
                 act, request, index, now_ms, receipts, state, batch_created, state_error
             )
@@ -360,6 +403,7 @@ class TurnEngine:
             if batch_created:
                 tick_params = tick_rows(definition, act, now_ms, self.window_ms)
         nothing = nothing and tick_params is None
+        commit_ns = time.time_ns()
         async with conn.pipeline():
             if nothing:
                 end_cur = await conn.execute("ROLLBACK")
@@ -423,6 +467,7 @@ class TurnEngine:
                     )
                 end_cur = await conn.execute("COMMIT")
             clock_cur = await conn.execute(self.q["clock_now"], {"off": off})
+        telemetry.child_span("akter.commit", ref, commit_ns)
         if not nothing:
             if end_cur.statusmessage != "COMMIT":
                 raise _Retryable(f"COMMIT answered {end_cur.statusmessage}")
@@ -722,6 +767,32 @@ def _expired(request: Request) -> ActorError:
         "CommandExpired",
         f"Command id {request.command_id.raw!r} has expired; whether an earlier attempt "
         "committed is unknown here. Query the actor, then mint a new id if needed.",
+        command_id=request.command_id.raw,
+    )
+
+
+def _fence_params(request: Request, off: int) -> dict[str, Any]:
+    fence = request.fence
+    assert fence is not None
+    return {
+        "actor_type": fence.actor_type,
+        "owner": fence.owner,
+        "epoch": fence.epoch,
+        "off": off,
+        # A live turn never idles that long; a frozen process must not hold off a takeover.
+        "idle_timeout": _ms_text(request.member.owner.policy.execution_timeout),
+    }
+
+
+def _lease_lost(request: Request) -> ActorError:
+    fence = request.fence
+    assert fence is not None
+    return ActorError(
+        "LeaseLost",
+        f"The lease of the {fence.actor_type!r} loop (runner {fence.owner!r}, epoch "
+        f"{fence.epoch}) is no longer current, so {request.ref.type}.{request.member.name} was "
+        f"not run and its id {request.command_id.raw!r} stays unused; end this loop step, the "
+        "loop runs again wherever the lease is held.",
         command_id=request.command_id.raw,
     )
 

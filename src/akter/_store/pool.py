@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from akter._store.queries import Queries
+
+if TYPE_CHECKING:
+    from akter.telemetry import Metrics
 
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
 
@@ -17,13 +21,26 @@ async def _configure(conn: Connection) -> None:
     await conn.set_autocommit(True)
 
 
+class _TimedPool(AsyncConnectionPool[Connection]):
+    """The pool, timing each connection acquisition into ``akter.pool.wait_ms``."""
+
+    metrics: Metrics | None = None
+
+    async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109
+        started = time.perf_counter()
+        conn = await super().getconn(timeout)
+        if self.metrics is not None:
+            self.metrics.observe("akter.pool.wait_ms", (time.perf_counter() - started) * 1000)
+        return conn
+
+
 class Store:
     """The runtime's view of PostgreSQL: a pool plus the statement catalogue."""
 
     def __init__(self, url: str, schema: str, *, min_size: int = 2, max_size: int = 20) -> None:
         self.url = url
         self.queries = Queries(schema)
-        self.pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+        self.pool: _TimedPool = _TimedPool(
             url,
             min_size=min_size,
             max_size=max_size,
@@ -33,6 +50,15 @@ class Store:
             name=f"akter-{schema}",
             timeout=30.0,
         )
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """Where connection waits are recorded (``akter.pool.wait_ms``); ``None``: nowhere."""
+        return self.pool.metrics
+
+    @metrics.setter
+    def metrics(self, metrics: Metrics | None) -> None:
+        self.pool.metrics = metrics
 
     async def open(self) -> None:
         """Open the pool and wait for its first connections."""

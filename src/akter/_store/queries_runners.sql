@@ -54,6 +54,15 @@ UPDATE {schema}.singletons
 SET lease_until_ms = {schema}.now_ms(%(off)s::bigint)
 WHERE actor_type = %(actor_type)s AND owner = %(runner_id)s;
 
+-- check_singleton_fence --
+-- a loop's fenced command: its lease still current (owner, epoch, not ended), held FOR SHARE so a successor's acquire waits for the turn, which may idle at most idle_timeout
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
+FROM {schema}.singletons
+WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
+  AND acquired_at_ms = %(epoch)s::bigint
+  AND lease_until_ms > {schema}.now_ms(%(off)s::bigint)
+FOR SHARE;
+
 -- prune_receipts --
 -- deletes a batch of a type's receipts past expiry + margin whose id no outbox row still carries
 WITH doomed AS (
@@ -92,3 +101,27 @@ USING doomed d
 WHERE e.routing_key = d.routing_key AND e.tenant_id = d.tenant_id
   AND e.actor_type = d.actor_type AND e.actor_id = d.actor_id AND e.seq = d.seq
 RETURNING 1;
+
+-- sample_outbox --
+-- sampled gauges (maintenance owner): per kind, outbox rows, age of the oldest due row (claimed rows are not due) and rows with attempts >= stuck
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+)
+SELECT k.kind,
+       count(o.kind) AS outbox_rows,
+       coalesce(clock.now - min(o.due_at_ms) FILTER (WHERE o.due_at_ms <= clock.now), 0)
+           AS lag_ms,
+       count(o.kind) FILTER (WHERE o.attempts >= %(stuck)s::integer) AS stuck_rows
+FROM (VALUES ('intent'), ('job')) AS k(kind)
+CROSS JOIN clock
+LEFT JOIN {schema}.outbox o ON o.kind = k.kind
+GROUP BY k.kind, clock.now
+ORDER BY k.kind;
+
+-- sample_running_jobs --
+-- sampled gauge (maintenance owner): job attempts running under a live lease, per actor type and job
+SELECT o.actor_type, o.command AS job, count(*) AS running
+FROM {schema}.outbox o
+WHERE o.kind = 'job' AND o.running AND o.due_at_ms > {schema}.stmt_ms(%(off)s::bigint)
+GROUP BY o.actor_type, o.command
+ORDER BY o.actor_type, o.command;

@@ -1,0 +1,91 @@
+"""Sampled gauges (semantics §10.1), computed only by the ``$maintenance`` lease owner.
+
+Every ``sample_every`` (15 s) the owner reads the outbox once: rows, relay lag (the age of the
+oldest due unclaimed row, 0 if none) and stuck rows (``attempts ≥ 8``) by ``kind``, and, extending
+§10.1, the job attempts running under a live lease (``akter.jobs.running`` by ``actor_type`` and
+``job``). A runner that loses (or releases) the lease stops reporting them, so a scrape of many
+runners sees each value once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg.rows import dict_row
+
+from akter.telemetry import SAMPLED_GAUGES
+
+if TYPE_CHECKING:
+    from akter.runtime import Runtime
+
+log = logging.getLogger("akter.sampling")
+
+SAMPLE_EVERY_MS = 15_000
+STUCK_ATTEMPTS = 8
+
+
+class Sampler:
+    """The sampled gauges of one runner; :meth:`run` is the owner's loop."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        #: The interval between samples (``sample_every``); read before each wait.
+        self.every_ms = SAMPLE_EVERY_MS
+        #: How many samples this runner has taken.
+        self.taken = 0
+        self._sampled = asyncio.Event()
+
+    async def sample(self) -> None:
+        """Read the outbox once and replace the sampled gauges of this runner's metrics."""
+        params = {"off": self.rt.clock.offset_ms, "stuck": STUCK_ATTEMPTS}
+        queries = self.rt.store.queries
+        async with self.rt.store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(queries["sample_outbox"], params)
+            kinds = await cur.fetchall()
+            await cur.execute(queries["sample_running_jobs"], params)
+            running = await cur.fetchall()
+        metrics = self.rt.metrics
+        for name, column in (
+            ("akter.outbox.rows", "outbox_rows"),
+            ("akter.relay.lag_ms", "lag_ms"),
+            ("akter.relay.stuck_rows", "stuck_rows"),
+        ):
+            metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
+        metrics.replace(
+            "akter.jobs.running",
+            (
+                ({"actor_type": str(r["actor_type"]), "job": str(r["job"])}, float(r["running"]))
+                for r in running
+            ),
+        )
+        self.taken += 1
+        self._sampled.set()
+        self._sampled = asyncio.Event()
+
+    async def wait_for(self, taken: int) -> None:
+        """Wait until this runner has taken ``taken`` samples (tests)."""
+        while self.taken < taken:
+            await self._sampled.wait()
+
+    def clear(self) -> None:
+        """Stop reporting the sampled gauges (the lease is gone)."""
+        self.rt.metrics.clear(SAMPLED_GAUGES)
+
+    async def run(self) -> None:
+        """Sample now and every ``every_ms`` while this runner owns ``$maintenance``."""
+        try:
+            while True:
+                try:
+                    await self.sample()
+                except (psycopg.Error, OSError) as exc:
+                    log.warning("Gauge sampling failed", extra={"error": str(exc)})
+                except Exception:
+                    # A bug, not an outage: say so loudly; gauges are not worth stopping for.
+                    log.exception("Gauge sampling raised unexpectedly")
+                await asyncio.sleep(self.every_ms / 1000)
+        finally:
+            self.clear()

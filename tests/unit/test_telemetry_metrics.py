@@ -1,0 +1,75 @@
+"""The in-process metrics and their Prometheus text (semantics §10.1), without a database."""
+
+from __future__ import annotations
+
+import pytest
+
+from akter.telemetry import DURATION_BUCKETS_MS, Metrics
+
+
+def test_histogram_buckets_are_upper_inclusive_and_cumulative() -> None:
+    metrics = Metrics()
+    for value in (0.4, 1, 1.5, 60_000, 60_001):
+        metrics.observe("akter.turn.duration_ms", value, actor_type="A")
+    found = metrics.histogram("akter.turn.duration_ms", actor_type="A")
+    assert found.bounds == DURATION_BUCKETS_MS
+    assert found.buckets == (2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4, 5)
+    assert found.count == 5 and found.sum == pytest.approx(120_003.9)
+    assert metrics.histogram("akter.turn.duration_ms", actor_type="B").count == 0
+
+
+def test_prometheus_text_of_every_metric_type() -> None:
+    metrics = Metrics()
+    metrics.count("akter.turns", actor_type="A", outcome="success")
+    metrics.count("akter.relay.delivered", 1_234_567, kind="intent")
+    metrics.observe("akter.turn.batch_size", 3, actor_type="A")
+    metrics.observe("akter.pool.wait_ms", 0.25)
+    metrics.set("akter.activations", 2, actor_type='A"b')
+    lines = metrics.render().splitlines()
+    assert lines[:4] == [
+        "# TYPE akter_relay_delivered_total counter",
+        'akter_relay_delivered_total{kind="intent"} 1234567',
+        "# TYPE akter_turns_total counter",
+        'akter_turns_total{actor_type="A",outcome="success"} 1',
+    ]
+    assert "# TYPE akter_pool_wait_ms histogram" in lines
+    assert 'akter_pool_wait_ms_bucket{le="1"} 1' in lines
+    assert "akter_pool_wait_ms_sum 0.25" in lines and "akter_pool_wait_ms_count 1" in lines
+    assert [ln for ln in lines if ln.startswith("akter_turn_batch_size")] == [
+        'akter_turn_batch_size_bucket{actor_type="A",le="1"} 0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="2"} 0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="4"} 1',
+        'akter_turn_batch_size_bucket{actor_type="A",le="8"} 1',
+        'akter_turn_batch_size_bucket{actor_type="A",le="16"} 1',
+        'akter_turn_batch_size_bucket{actor_type="A",le="32"} 1',
+        'akter_turn_batch_size_bucket{actor_type="A",le="+Inf"} 1',
+        'akter_turn_batch_size_sum{actor_type="A"} 3',
+        'akter_turn_batch_size_count{actor_type="A"} 1',
+    ]
+    assert lines[-2:] == [
+        "# TYPE akter_activations gauge",
+        'akter_activations{actor_type="A\\"b"} 2',
+    ]
+
+
+def test_gauge_replacement_and_clearing() -> None:
+    metrics = Metrics()
+    metrics.replace("akter.jobs.running", [({"actor_type": "A", "job": "j"}, 2)])
+    metrics.replace("akter.jobs.running", [({"actor_type": "A", "job": "k"}, 1)])
+    assert metrics.gauge("akter.jobs.running", actor_type="A", job="j") == 0  # settled: 0
+    assert metrics.gauge("akter.jobs.running", actor_type="A", job="k") == 1
+    metrics.clear(["akter.jobs.running"])
+    assert metrics.gauge("akter.jobs.running", actor_type="A", job="k") is None
+    assert "akter_jobs_running" not in metrics.render()
+
+
+def test_names_and_attributes_are_checked() -> None:
+    metrics = Metrics()
+    with pytest.raises(ValueError, match="not a histogram"):
+        metrics.observe("akter.turns", 1)
+    with pytest.raises(ValueError, match="not a gauge"):
+        metrics.set("akter.turns", 1)
+    with pytest.raises(ValueError, match="not allowed"):
+        metrics.set("akter.activations", 1, tenant="t")
+    with pytest.raises(ValueError, match="not allowed"):
+        metrics.replace("akter.outbox.rows", [({"command_id": "c"}, 1)])
