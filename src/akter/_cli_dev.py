@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from rich.markup import escape
 
 import akter
-from akter._cli_runner import JsonOption, TargetArg, _stdout, load_runtime
+from akter._cli_runner import JsonOption, TargetArg, _run_until_signalled, _stdout, load_runtime
 from akter._cli_runner import stop_on_signals as _stop_on_signals
 from akter._store.embedded import EmbeddedPostgres, default_data_dir
 from akter.cli import DataDirOption, Steps, _refusals_exit, _stderr, app
@@ -71,37 +71,18 @@ async def _dev(runtime: Runtime, http: str, data_dir: Path) -> None:
 
 
 async def _serve_dev(runtime: Runtime, http: str, stop: asyncio.Event) -> None:
-    """Run the runtime and uvicorn, with the local console, until ``stop``; then drain.
-
-    The same steps as ``akter serve --http`` (``_cli_runner._run_until_signalled``), whose app
-    has no console.
-    """
-    import uvicorn
-
-    from akter.http import app as http_app
-
+    """``akter serve --http`` with the local console, until ``stop``; then drain."""
     host, _, port = http.rpartition(":")
-    runtime.runners.http_address = http
-    asgi = http_app(runtime, console=Console.local())
-    config = uvicorn.Config(
-        asgi, host=host or "127.0.0.1", port=int(port), log_level="warning", lifespan="off"
-    )
-    server = uvicorn.Server(config)
     docs = f"http://{host or '127.0.0.1'}:{port}/docs"
     local = host if host in ("localhost", "127.0.0.1", "[::1]") else "127.0.0.1"
     console = f"http://{local}:{port}/console/"
-    async with runtime:
-        serving = asyncio.create_task(server.serve(), name="akter.dev.http")
-        _stderr.print(
-            f"akter runner {runtime.runners.runner_id} ready, HTTP on {http}; docs at {docs}; "
-            f"console at {console} (this machine only)",
-            markup=False,
-        )
-        await stop.wait()
-        _stderr.print("draining…")
-        server.should_exit = True
-        await serving
-    _stderr.print("drained")
+    await _run_until_signalled(
+        runtime,
+        http,
+        stop=stop,
+        banner=f"; docs at {docs}; console at {console} (this machine only)",
+        app_options={"console": Console.local()},
+    )
 
 
 # --- akter bench ------------------------------------------------------------------------------

@@ -68,8 +68,12 @@ async def _run_until_signalled(
     *,
     stop: asyncio.Event | None = None,
     banner: str = "",
+    app_options: dict[str, Any] | None = None,
 ) -> None:
-    """Run the runtime (and uvicorn with ``http``) until ``stop`` is set; then drain."""
+    """Run the runtime (and uvicorn with ``http``) until ``stop`` is set; then drain.
+
+    ``app_options`` go to :func:`akter.http.app` (``akter dev`` passes its local console).
+    """
     stop = stop or stop_on_signals()
     server = None
     if http:
@@ -80,7 +84,7 @@ async def _run_until_signalled(
         host, _, port = http.rpartition(":")
         runtime.runners.http_address = http
         config = uvicorn.Config(
-            http_app(runtime),
+            http_app(runtime, **(app_options or {})),
             host=host or "127.0.0.1",
             port=int(port),
             log_level="warning",
@@ -92,7 +96,8 @@ async def _run_until_signalled(
         _stderr.print(
             f"akter runner {runtime.runners.runner_id} ready"
             + (f", HTTP on {http}" if http else "")
-            + banner
+            + banner,
+            markup=False,
         )
         await stop.wait()
         _stderr.print("draining…")

@@ -469,3 +469,92 @@ class SseReader:
         """Every frame until the server closes the stream (fails if it stays open)."""
         async with asyncio.timeout(within):
             return [frame async for frame in self._frames]
+
+
+# --- the console's actor and operators ---------------------------------------------------------
+
+
+class Parcel(BaseModel):
+    to: Annotated[str, Field(max_length=64)]
+    steps: int = 0
+
+
+class Leg(BaseModel):
+    done: int
+    total: int
+    message: str = ""
+
+
+class Delivered(akter.Event, tag="e2e.Delivered"):
+    to: str
+
+
+@dataclass
+class CourierControl:
+    """What the Courier's jobs obey, fresh for every test (see the ``courier`` fixture)."""
+
+    fail: bool = True
+    #: One permit per reported step of ``trek``: the test hands them out one by one.
+    permits: asyncio.Queue[None] = field(default_factory=asyncio.Queue)
+
+
+COURIER = CourierControl()
+
+
+class Courier(akter.Actor[Purse], access=akter.public):
+    """An actor with a job that dead-letters while ``COURIER.fail`` and a gated progress job."""
+
+    @akter.command
+    async def ship(self, to: Annotated[str, Field(max_length=64)]) -> str:
+        """Enqueue ``deliver``; returns the job id."""
+        return self.enqueue(Courier.deliver, Parcel(to=to))
+
+    @akter.job(attempts=1, timeout=30)
+    async def deliver(call: akter.JobCall, payload: Parcel) -> str:
+        if COURIER.fail:
+            raise akter.JobFailure("the depot is closed", final=True)
+        return payload.to
+
+    @deliver.on_success
+    async def delivered(self, to: str) -> None:
+        self.state.memos.append(f"delivered to {to}")
+        self.emit(Delivered(to=to))
+
+    @akter.command
+    async def remind(self) -> None:
+        """Leave one pending timer (an hour away) and one intent (to the Account of this id)."""
+        self.later(after=3600, key="reminder").send(Courier.ship, self.id, "reminder")
+        self.send(Account.deposit, self.id, 1)
+
+    @akter.command
+    async def haul(self, steps: Annotated[int, Field(ge=1, le=10)]) -> str:
+        """Enqueue ``trek`` with ``steps`` gated steps; returns the job id."""
+        return self.enqueue(Courier.trek, Parcel(to="far away", steps=steps))
+
+    @akter.job(attempts=1, timeout=60, progress=Leg, progress_every=0.05)
+    async def trek(call: akter.JobCall, payload: Parcel) -> int:
+        for i in range(1, payload.steps + 1):
+            await COURIER.permits.get()
+            call.report(Leg(done=i, total=payload.steps, message=f"leg {i}"))
+        return payload.steps
+
+    @trek.on_success
+    async def trekked(self, steps: int) -> None:
+        self.state.balance += steps
+
+
+@pytest.fixture
+def courier() -> CourierControl:
+    """A fresh :data:`COURIER` for this test (its queue belongs to this test's loop)."""
+    global COURIER
+    COURIER = CourierControl()
+    return COURIER
+
+
+#: The subject the console tests' ``allow`` rule accepts.
+OPERATOR = "ops-admin"
+
+
+def operators_only(caller: akter.User | akter.Anonymous) -> bool:
+    """The console tests' rule: only the user ``OPERATOR``."""
+    return isinstance(caller, akter.User) and caller.subject == OPERATOR

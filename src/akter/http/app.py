@@ -9,6 +9,7 @@ Routes (design §2.2)::
     POST /command-ids                          mints a command id from the database clock
     GET  /ready                                readiness for probes
     GET  /openapi.json, /docs                  the OpenAPI 3.1 document and a docs page
+    /console/...                               the web console, only with ``console=``
 
 Caller and tenant come only from the auth provider. Every refusal is problem+json with the
 ``reason``; declared errors are 422 with their tag and fields. A singleton's id in a path is ``_``.
@@ -35,9 +36,10 @@ from starlette.routing import Route
 
 from akter._engine.progress import open_progress
 from akter.actor import ActorDefinition, Member
-from akter.callers import ActorRef, as_caller
+from akter.callers import ActorRef, Caller, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.http.auth import AuthProvider, Identity, anonymous
+from akter.http.console import Console
 from akter.http.openapi import document
 from akter.http.problems import from_actor_error, from_declared, problem
 
@@ -57,6 +59,7 @@ def app(
     max_body_bytes: int = MAX_BODY_BYTES,
     allowed_origins: Sequence[str] = (),
     title: str = "akter",
+    console: Console | None = None,
 ) -> Starlette:
     """Build the ASGI app serving ``runtime`` (mount it in FastAPI/Starlette, or serve it).
 
@@ -67,10 +70,24 @@ def app(
         max_body_bytes: Largest accepted request body (413 beyond).
         allowed_origins: Browser origins allowed besides the app's own.
         title: The OpenAPI title.
+        console: Serve the web console at ``/console`` for the callers its ``allow`` rule
+            accepts (see :class:`akter.http.console.Console`); ``None`` (the default) leaves
+            every ``/console`` path a 404. It shows every tenant's rows: never ``allow`` more
+            than operators.
     """
     if runtime.window_ms < _MIN_HTTP_WINDOW_MS:
         raise ConfigurationError("Serving HTTP needs a retry window of at least 60 s.")
-    return _Api(runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title).app
+    if console is not None and not isinstance(console, Console):
+        raise ConfigurationError(
+            f"console={console!r} is not a Console; pass akter.http.console.Console(allow=...) "
+            "with the rule that says who may operate it."
+        )
+    api = _Api(runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title)
+    if console is not None:
+        from akter.http.console.api import ConsoleApi
+
+        api.app.router.routes.extend(ConsoleApi(runtime, api.auth, console).routes())
+    return api.app
 
 
 class _Api:
@@ -235,26 +252,8 @@ class _Api:
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    async def _stream(
-        self, ref: ActorRef, after: str | None, identity: Identity
-    ) -> AsyncIterator[str]:
-        with as_caller(identity.caller):
-            try:
-                async for record in self.runtime.follow_events(ref, after):
-                    data = json.dumps(
-                        {
-                            "cursor": record.cursor,
-                            "tag": record.tag,
-                            "event": _jsonable(record.event),
-                            "command_id": record.command_id,
-                            "emitted_at": record.emitted_at.isoformat(),
-                        },
-                        separators=(",", ":"),
-                    )
-                    yield f"id: {record.cursor}\nevent: {record.tag}\ndata: {data}\n\n"
-            except ActorError as exc:
-                if exc.reason == "RetentionGap":
-                    yield _gap(exc)
+    def _stream(self, ref: ActorRef, after: str | None, identity: Identity) -> AsyncIterator[str]:
+        return event_stream(self.runtime, ref, after, identity.caller)
 
     async def progress(self, request: Request) -> Response:
         try:
@@ -267,16 +266,10 @@ class _Api:
         except ActorError as exc:
             return from_actor_error(exc)
         return StreamingResponse(
-            self._progress_stream(messages),
+            progress_stream(messages),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
-
-    async def _progress_stream(self, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-        async for message in messages:
-            data = json.dumps(message, separators=(",", ":"))
-            event = "closed" if message.get("closed") else "progress"
-            yield f"event: {event}\ndata: {data}\n\n"
 
     async def command_ids(self, request: Request) -> Response:
         try:
@@ -299,6 +292,37 @@ class _Api:
 
     async def docs(self, request: Request) -> Response:
         return HTMLResponse(_DOCS_PAGE.replace("{title}", self.title))
+
+
+async def event_stream(
+    runtime: Runtime, ref: ActorRef, after: str | None, caller: Caller
+) -> AsyncIterator[str]:
+    """An actor's events after ``after`` as server-sent events, live (also the console's feed)."""
+    with as_caller(caller):
+        try:
+            async for record in runtime.follow_events(ref, after):
+                data = json.dumps(
+                    {
+                        "cursor": record.cursor,
+                        "tag": record.tag,
+                        "event": _jsonable(record.event),
+                        "command_id": record.command_id,
+                        "emitted_at": record.emitted_at.isoformat(),
+                    },
+                    separators=(",", ":"),
+                )
+                yield f"id: {record.cursor}\nevent: {record.tag}\ndata: {data}\n\n"
+        except ActorError as exc:
+            if exc.reason == "RetentionGap":
+                yield _gap(exc)
+
+
+async def progress_stream(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    """A job's progress messages as server-sent events (also the console's feed)."""
+    async for message in messages:
+        data = json.dumps(message, separators=(",", ":"))
+        event = "closed" if message.get("closed") else "progress"
+        yield f"event: {event}\ndata: {data}\n\n"
 
 
 def _public(member: Member) -> Member:

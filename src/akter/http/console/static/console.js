@@ -1,0 +1,462 @@
+// The akter console: vanilla JS, no build step. Every value from the server is rendered with
+// textContent (never parsed as HTML). Every API request carries X-Akter-Console: 1 (the server's CSRF
+// defence) and the credentials typed into the sign-in form, kept in sessionStorage.
+"use strict";
+
+const AUTH_KEY = "akter.console.auth";
+const POLL_MS = 1000;
+// Progress feeds open at once. Each holds one of the six HTTP/1.1 connections a browser keeps
+// per server; the event feed and the polls need theirs.
+const MAX_PROGRESS_FEEDS = 3;
+const state = {
+  tab: "actors",
+  type: null,
+  actor: null, // {type, id, tenant}
+  after: null,
+  feed: null, // AbortController of the actor's event feed
+  progress: new Map(), // job id -> {abort, bar, label, closed, ended}
+  seen: new Map(), // job id -> job: rows stay, marked finished, after their progress closed
+  timer: null,
+};
+
+// --- plumbing -------------------------------------------------------------------------------
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function credentials() {
+  try {
+    return JSON.parse(sessionStorage.getItem(AUTH_KEY) || "null");
+  } catch (e) {
+    return null;
+  }
+}
+
+function headers() {
+  const result = { "X-Akter-Console": "1" };
+  const auth = credentials();
+  if (auth && auth.header && auth.value) result[auth.header] = auth.value;
+  return result;
+}
+
+class Refused extends Error {
+  constructor(status, problem) {
+    super((problem && problem.detail) || `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+async function api(path, options) {
+  const response = await fetch("api/" + path, { ...(options || {}), headers: headers() });
+  if (!response.ok) {
+    let problem = null;
+    try {
+      problem = await response.json();
+    } catch (e) {
+      problem = null;
+    }
+    throw new Refused(response.status, problem);
+  }
+  return response.json();
+}
+
+function query(params) {
+  const search = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) {
+    if (value !== null && value !== undefined) search.set(key, value);
+  }
+  return search.toString();
+}
+
+function status(text, bad) {
+  const node = document.getElementById("status");
+  node.textContent = text;
+  node.className = bad ? "error" : "";
+}
+
+function failed(error) {
+  if (error instanceof Refused && error.status === 401) {
+    showLogin("");
+    return;
+  }
+  if (error instanceof Refused && error.status === 403) {
+    showLogin(error.message);
+    return;
+  }
+  if (error.name !== "AbortError") status(error.message, true);
+}
+
+function showLogin(message) {
+  document.getElementById("login").hidden = false;
+  document.getElementById("login-error").textContent = message;
+}
+
+function when(iso) {
+  return iso ? new Date(iso).toLocaleString() : "";
+}
+
+function refText(ref) {
+  return `${ref.type}/${ref.id || "_"}` + (ref.tenant !== "default" ? ` @${ref.tenant}` : "");
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+// Server-sent events over fetch (EventSource cannot send the headers the console needs).
+async function sse(path, onFrame, signal) {
+  const response = await fetch("api/" + path, { headers: headers(), signal });
+  if (!response.ok) throw new Refused(response.status, null);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value.replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const frame = { event: "message", data: [], id: null };
+      for (const line of block.split("\n")) {
+        if (!line || line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const name = colon < 0 ? line : line.slice(0, colon);
+        let text = colon < 0 ? "" : line.slice(colon + 1);
+        if (text.startsWith(" ")) text = text.slice(1);
+        if (name === "data") frame.data.push(text);
+        else if (name === "event") frame.event = text;
+        else if (name === "id") frame.id = text;
+      }
+      if (frame.data.length) onFrame(frame.event, JSON.parse(frame.data.join("\n")), frame.id);
+    }
+  }
+}
+
+// --- actors ---------------------------------------------------------------------------------
+
+async function loadOverview() {
+  const overview = await api("overview");
+  document.getElementById("count-outbox").textContent = overview.outbox || "";
+  document.getElementById("count-jobs").textContent = overview.jobs || "";
+  document.getElementById("count-letters").textContent = overview.dead_letters || "";
+  const items = overview.types.map((t) =>
+    el(
+      "li",
+      {
+        class: t.type === state.type ? "active" : "",
+        dataset: { type: t.type },
+        onclick: () => selectType(t.type),
+      },
+      el("span", {}, t.type),
+      el("span", { class: "muted" }, String(t.actors)),
+    ),
+  );
+  document.getElementById("types").replaceChildren(...items);
+}
+
+async function selectType(type) {
+  state.type = type;
+  state.after = null;
+  document.getElementById("actors-title").textContent = `Actors of ${type}`;
+  document.querySelector("#actors tbody").replaceChildren();
+  for (const li of document.querySelectorAll("#types li")) {
+    li.classList.toggle("active", li.dataset.type === type);
+  }
+  await loadActors();
+}
+
+async function loadActors() {
+  const page = await api("actors?" + query({ type: state.type, after: state.after, limit: 50 }));
+  const rows = page.actors.map((a) =>
+    el(
+      "tr",
+      { dataset: { id: a.id, tenant: a.tenant }, onclick: () => openActor(page.type, a.id, a.tenant) },
+      el("td", {}, a.tenant),
+      el("td", { class: "mono" }, a.id || "_"),
+      el("td", {}, String(a.version)),
+      el("td", {}, String(a.event_seq)),
+      el("td", {}, when(a.updated_at)),
+    ),
+  );
+  document.querySelector("#actors tbody").append(...rows);
+  state.after = page.next;
+  document.getElementById("actors-more").hidden = !page.next;
+}
+
+async function openActor(type, id, tenant) {
+  if (state.feed) state.feed.abort();
+  state.actor = { type, id, tenant };
+  for (const tr of document.querySelectorAll("#actors tbody tr")) {
+    tr.classList.toggle("active", tr.dataset.id === id && tr.dataset.tenant === tenant);
+  }
+  const detail = await loadActor();
+  document.getElementById("events").replaceChildren(...detail.events.map((e) => eventItem(e, false)));
+  follow(String(detail.event_seq));
+}
+
+async function loadActor() {
+  const { type, id, tenant } = state.actor;
+  const detail = await api("actor?" + query({ type, id, tenant }));
+  document.getElementById("actor").hidden = false;
+  document.getElementById("actor-title").textContent = refText(detail.ref);
+  const facts = [
+    ["exists", detail.exists ? "yes" : "no"],
+    ["version", detail.version],
+    ["events", detail.event_seq],
+    ["receipts", detail.receipts],
+    ["updated", when(detail.updated_at)],
+  ];
+  document
+    .getElementById("actor-facts")
+    .replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { fact: k } }, String(v))]));
+  document.getElementById("actor-state").textContent = JSON.stringify(detail.state, null, 2);
+  fill(
+    document.querySelector("#actor-outbox tbody"),
+    detail.outbox.map((o) =>
+      el(
+        "tr",
+        {},
+        el("td", { class: "mono" }, o.id),
+        el("td", {}, o.role),
+        el("td", {}, `${o.target.type}/${o.target.id || "_"}`),
+        el("td", {}, o.command),
+        el("td", {}, String(o.attempts)),
+        el("td", {}, when(o.due_at)),
+      ),
+    ),
+  );
+  return detail;
+}
+
+function eventItem(e, fresh) {
+  return el(
+    "li",
+    { class: fresh ? "new" : "", dataset: { cursor: e.cursor } },
+    el("span", { class: "tag" }, e.tag),
+    " ",
+    el("span", { class: "mono" }, JSON.stringify(e.event)),
+    " ",
+    el("span", { class: "muted" }, when(e.emitted_at)),
+  );
+}
+
+function follow(after) {
+  const { type, id, tenant } = state.actor;
+  const controller = new AbortController();
+  state.feed = controller;
+  let cursor = after;
+  const live = document.getElementById("events-live");
+  const run = async () => {
+    while (!controller.signal.aborted) {
+      try {
+        live.hidden = false;
+        await sse(
+          "actor/events?" + query({ type, id, tenant, after: cursor }),
+          (event, data, frameId) => {
+            if (event === "retention_gap") return;
+            cursor = frameId || cursor;
+            const list = document.getElementById("events");
+            list.prepend(eventItem(data, true));
+            loadActor().catch(failed);
+          },
+          controller.signal,
+        );
+      } catch (error) {
+        if (controller.signal.aborted) return;
+        failed(error);
+      }
+      live.hidden = true;
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  };
+  run();
+}
+
+// --- outbox, jobs, dead letters --------------------------------------------------------------
+
+async function loadOutbox() {
+  const { outbox } = await api("outbox?limit=200");
+  fill(
+    document.querySelector("#outbox tbody"),
+    outbox.map((o) =>
+      el(
+        "tr",
+        {},
+        el("td", { class: "mono" }, o.id),
+        el("td", {}, o.role),
+        el("td", {}, refText(o.sender)),
+        el("td", {}, `${o.target.type}/${o.target.id || "_"}`),
+        el("td", {}, o.command),
+        el("td", {}, String(o.attempts)),
+        el("td", { class: "error" }, o.last_error || ""),
+        el("td", {}, when(o.due_at)),
+      ),
+    ),
+  );
+}
+
+function progressCell(job) {
+  let entry = state.progress.get(job.job_id);
+  const open = [...state.progress.values()].filter((e) => !e.ended).length;
+  if (!entry && job.status === "running" && open < MAX_PROGRESS_FEEDS) {
+    const bar = el("progress", { max: "1" });
+    const label = el("span", { class: "muted progress-label" }, "");
+    entry = { abort: new AbortController(), bar, label, closed: false, ended: false };
+    state.progress.set(job.job_id, entry);
+    watchProgress(job, entry);
+  }
+  if (!entry) return el("td", { class: "muted" }, job.status === "running" ? "…" : "");
+  return el("td", {}, entry.bar, " ", entry.label);
+}
+
+async function watchProgress(job, entry) {
+  const path = "jobs/progress?" + query({ type: job.ref.type, id: job.ref.id, tenant: job.ref.tenant, job_id: job.job_id });
+  try {
+    await sse(
+      path,
+      (event, message) => {
+        if (event === "closed") {
+          entry.closed = true;
+          entry.bar.value = entry.bar.max;
+          entry.label.textContent = "finished";
+          return;
+        }
+        const frame = message.frame || {};
+        if (typeof frame.done === "number" && typeof frame.total === "number" && frame.total > 0) {
+          entry.bar.max = frame.total;
+          entry.bar.value = frame.done;
+          entry.label.textContent = `${frame.done}/${frame.total}` + (frame.message ? ` ${frame.message}` : "");
+        } else {
+          entry.bar.removeAttribute("value");
+          entry.label.textContent = JSON.stringify(frame);
+        }
+      },
+      entry.abort.signal,
+    );
+  } catch (error) {
+    failed(error);
+  } finally {
+    entry.ended = true;
+    // A feed that ended without the close is opened again by the next poll, if still running.
+    if (!entry.closed && state.progress.get(job.job_id) === entry) state.progress.delete(job.job_id);
+  }
+}
+
+async function loadJobs() {
+  const { jobs } = await api("jobs?limit=200");
+  const current = new Set(jobs.map((j) => j.job_id));
+  for (const job of jobs) state.seen.set(job.job_id, job);
+  const rows = [];
+  for (const [jobId, job] of state.seen) {
+    const gone = !current.has(jobId);
+    const entry = state.progress.get(jobId);
+    if (gone && !entry) {
+      state.seen.delete(jobId); // left the outbox unwatched: nothing more to show
+      continue;
+    }
+    // A gone job with an open feed keeps its row: the feed ends with the job's close.
+    const shown = gone ? (entry.closed ? "finished" : "ending") : job.status;
+    rows.push(
+      el(
+        "tr",
+        { class: shown === "finished" ? "finished" : "", dataset: { job: jobId } },
+        el("td", { class: "mono" }, jobId),
+        el("td", {}, refText(job.ref)),
+        el("td", {}, job.job),
+        el("td", { class: "job-status" }, shown),
+        el("td", {}, String(job.attempts)),
+        progressCell(job),
+        el("td", { class: "error" }, job.last_error || ""),
+      ),
+    );
+  }
+  fill(document.querySelector("#jobs tbody"), rows);
+}
+
+async function loadLetters() {
+  const { dead_letters: letters } = await api("dead-letters?limit=200");
+  fill(
+    document.querySelector("#letters tbody"),
+    letters.map((d) =>
+      el(
+        "tr",
+        { dataset: { job: d.job_id } },
+        el("td", { class: "mono" }, d.job_id),
+        el("td", {}, refText(d.ref)),
+        el("td", {}, d.job),
+        el("td", {}, String(d.attempts)),
+        el("td", {}, d.ambiguous ? "yes" : "no"),
+        el("td", { class: "error" }, d.cause),
+        el("td", {}, when(d.dead_at)),
+        el(
+          "td",
+          {},
+          el("button", { type: "button", class: "retry", onclick: () => operate(d.job_id, "retry") }, "Retry"),
+          el("button", { type: "button", class: "discard", onclick: () => operate(d.job_id, "discard") }, "Discard"),
+        ),
+      ),
+    ),
+  );
+}
+
+async function operate(jobId, action) {
+  if (action === "discard" && !window.confirm(`Discard dead letter ${jobId}? This cannot be undone.`)) return;
+  try {
+    const result = await api(`dead-letters/${encodeURIComponent(jobId)}/${action}`, { method: "POST" });
+    status(action === "retry" ? `retried ${jobId} as job ${result.new_job_id}` : `discarded ${jobId}`);
+  } catch (error) {
+    failed(error);
+  }
+  await refresh();
+}
+
+// --- tabs and the refresh loop ---------------------------------------------------------------
+
+const loaders = { actors: loadOverview, outbox: loadOutbox, jobs: loadJobs, letters: loadLetters };
+
+async function refresh() {
+  try {
+    if (state.tab !== "actors") await loadOverview();
+    await loaders[state.tab]();
+    document.getElementById("login").hidden = true;
+    if (document.getElementById("status").className === "error") status("");
+  } catch (error) {
+    failed(error);
+  }
+}
+
+function showTab(tab) {
+  state.tab = tab;
+  for (const button of document.querySelectorAll(".tab")) button.classList.toggle("active", button.dataset.tab === tab);
+  for (const panel of document.querySelectorAll(".panel")) panel.hidden = panel.id !== `tab-${tab}`;
+  refresh();
+}
+
+function start() {
+  for (const button of document.querySelectorAll(".tab")) button.addEventListener("click", () => showTab(button.dataset.tab));
+  document.getElementById("actors-more").addEventListener("click", () => loadActors().catch(failed));
+  document.getElementById("login-submit").addEventListener("click", () => {
+    const header = document.getElementById("login-header").value.trim();
+    const value = document.getElementById("login-value").value.trim();
+    sessionStorage.setItem(AUTH_KEY, JSON.stringify({ header, value }));
+    if (state.actor) openActor(state.actor.type, state.actor.id, state.actor.tenant).catch(failed);
+    refresh();
+  });
+  showTab("actors");
+  state.timer = setInterval(refresh, POLL_MS);
+}
+
+document.addEventListener("DOMContentLoaded", start);
