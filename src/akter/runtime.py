@@ -712,6 +712,8 @@ class Runtime:
             assert error is not None
             if not (isinstance(error, ActorError) and error.retryable) or not retry:
                 raise error
+            if not self._started:
+                raise error  # the runtime stopped or died: the caller retries elsewhere
             if error.reason == "Timeout":
                 raise error
             first_wait = first_wait or max(error.retry_after or 0.05, 0.001)

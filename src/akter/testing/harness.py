@@ -1,13 +1,22 @@
 """``ActorTest``: the real runtime on a real PostgreSQL, a fresh schema per test.
 
 It adds database-clock control (``advance``), fault injection (``crash_next``/``pause_next``),
-durable-row inspection (``inspect``, ``rows``) and extra runtimes on the same schema (two
-runners in one process).
+durable-row inspection (``inspect``, ``rows``) and several runners in one process on the same
+schema: ``add_runtime``, or a cluster (``ActorTest(..., runners=3)`` / ``await
+t.cluster(runners=3)``) whose runners die like processes (``kill(i)``) and come back with a new
+runner id (``restart(i)``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
+import inspect
 import json
+import socket
+import time
+import urllib.parse
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +37,10 @@ from akter.runtime import Runtime
 A = TypeVar("A", bound=Actor[Any])
 
 DRAIN_ROUNDS = 100
+#: Where a killed runner's next connection attempts go: nowhere (no such socket directory).
+_DEAD_CONNINFO = "host=/nonexistent/akter-killed-runner dbname=killed connect_timeout=1"
+#: How long a kill waits for the server to see its connections end.
+_KILL_WAIT_S = 10.0
 
 
 @dataclass
@@ -48,8 +61,16 @@ class Inspection:
 class ActorTest:
     """A test harness around one or more runtimes sharing a fresh schema.
 
+    ``runners`` (default 1) runtimes start on entry, numbered from 0 in ``runtimes``; each is a
+    runner with its own runner id, pool and background work, sharing the schema and the clock
+    offset. ``get``/``create`` take ``runner=i``; ``crash_next``/``pause_next`` take
+    ``runtime=i``; ``advance``/``drain`` work across every live runner; ``kill(i)`` is a process
+    death of runner ``i`` and ``restart(i)`` starts a new runner in its slot.
+
     Example:
         ``async with ActorTest([Counter], database_url=url) as t: await t.get(Counter, "c").add(1)``
+
+        ``async with ActorTest([Counter], database_url=url, runners=3) as t: await t.kill(1)``
     """
 
     def __init__(
@@ -59,23 +80,55 @@ class ActorTest:
         database_url: str,
         schema: str | None = None,
         keep_schema: bool = False,
+        runners: int = 1,
         **runtime_options: Any,
     ) -> None:
+        if isinstance(runners, bool) or not isinstance(runners, int) or runners < 1:
+            raise ValueError(f"runners must be an integer ≥ 1, got {runners!r}.")
         self.actors = list(actors)
         self.database_url = database_url
         self.schema = schema or f"akter_t_{uuid.uuid4().hex[:12]}"
         self.keep_schema = keep_schema
+        self.runners = runners
         self.runtime_options = runtime_options
+        #: The runtimes by index (a killed one keeps its slot until ``restart``).
         self.runtimes: list[Runtime] = []
+        # Per runtime: how it was built (for restart) and the application_name tagging its
+        # connections (for kill).
+        self._specs: dict[Runtime, tuple[list[type[Actor[Any]]] | None, dict[str, Any]]] = {}
+        self._tags: dict[Runtime, str] = {}
+        self._killed: set[Runtime] = set()
 
     @property
     def runtime(self) -> Runtime:
-        """The first runtime."""
+        """The first runtime (``runtimes[0]``, even once killed)."""
         return self.runtimes[0]
 
+    @property
+    def live_runtimes(self) -> list[Runtime]:
+        """The runtimes that were not killed, in index order."""
+        return [rt for rt in self.runtimes if rt not in self._killed]
+
+    def killed(self, runner: int) -> bool:
+        """Whether runner ``runner`` was killed (and not restarted)."""
+        return self.runtimes[runner] in self._killed
+
     async def __aenter__(self) -> ActorTest:
-        await self.add_runtime()
+        await self.cluster(self.runners)
         return self
+
+    async def cluster(self, runners: int = 3, **options: Any) -> list[Runtime]:
+        """Grow the harness to ``runners`` runtimes (runners 0 … n−1) and return them all.
+
+        The added runtimes take the harness's actors and options, updated by ``options``; they
+        share the schema and the clock offset. ``ActorTest(..., runners=3)`` does the same on
+        entry.
+        """
+        if isinstance(runners, bool) or not isinstance(runners, int) or runners < 1:
+            raise ValueError(f"runners must be an integer ≥ 1, got {runners!r}.")
+        while len(self.runtimes) < runners:
+            await self.add_runtime(**options)
+        return self.runtimes
 
     async def __aexit__(
         self,
@@ -84,7 +137,8 @@ class ActorTest:
         tb: TracebackType | None,
     ) -> None:
         for runtime in reversed(self.runtimes):
-            await runtime.stop()
+            if runtime not in self._killed:
+                await runtime.stop()
         if not self.keep_schema:
             async with await psycopg.AsyncConnection.connect(
                 self.database_url, autocommit=True
@@ -95,27 +149,143 @@ class ActorTest:
         self, actors: Sequence[type[Actor[Any]]] | None = None, **options: Any
     ) -> Runtime:
         """Start another runtime (another runner) on the same database and schema."""
+        runtime = await self._start_runtime(actors, options)
+        self.runtimes.append(runtime)
+        return runtime
+
+    async def _start_runtime(
+        self, actors: Sequence[type[Actor[Any]]] | None, options: dict[str, Any]
+    ) -> Runtime:
+        # Every connection of the runtime carries its own application_name: a kill finds them
+        # all, on this side and on the server.
+        tag = f"akter-runner-{uuid.uuid4().hex[:16]}"
         runtime = Runtime(
             actors if actors is not None else self.actors,
-            database_url=self.database_url,
+            database_url=_tagged(self.database_url, tag),
             schema=self.schema,
             **{**self.runtime_options, **options},
         )
-        if self.runtimes:
-            runtime.clock.offset_ms = self.runtime.clock.offset_ms
+        offset = self._offset_ms()
+        if offset is not None:
+            runtime.clock.offset_ms = offset
         await runtime.start()
-        self.runtimes.append(runtime)
+        self._specs[runtime] = (list(actors) if actors is not None else None, dict(options))
+        self._tags[runtime] = tag
+        return runtime
+
+    def _offset_ms(self) -> int | None:
+        """The cluster's clock offset: a live runtime's, else the furthest one's."""
+        live = self.live_runtimes
+        if live:
+            return live[0].clock.offset_ms
+        return max((rt.clock.offset_ms for rt in self.runtimes), default=None)
+
+    def _live(self, runner: int) -> Runtime:
+        runtime = self.runtimes[runner]
+        if runtime in self._killed:
+            raise RuntimeError(f"Runner {runner} was killed; restart({runner}) it first.")
+        return runtime
+
+    def _any_live(self) -> Runtime:
+        live = self.live_runtimes
+        if not live:
+            raise RuntimeError("Every runner was killed; restart one first.")
+        return live[0]
+
+    # --- process death and restart ----------------------------------------------------------
+
+    async def kill(self, runner: int) -> None:
+        """Kill runner ``runner`` like a process death (SIGKILL), in-process.
+
+        In one step, with no graceful action: its connections are cut (each socket is shut
+        down, so the server sees them end and rolls back their open transactions; new
+        connections are impossible), then every background task is cancelled where it stands
+        — relay passes and deliveries, job attempts, mailboxes, heartbeats, singleton loops.
+        Nothing is drained, released, settled or unregistered: intent claims and job attempts
+        stay until their leases end (running attempts stay running and ambiguous), held
+        singleton leases stay until they end, and the runner's row stays until its liveness
+        expires (35 s of ``advance``). In-flight callers on the runner get a retryable
+        ``ActorUnavailable`` with their command id (retry it through another runner); new calls
+        are refused. The kill returns once the server shows none of its connections.
+
+        The runner keeps its slot in ``runtimes`` (excluded from ``advance``/``drain``) until
+        ``restart(runner)``.
+        """
+        runtime = self._live(runner)
+        tag = self._tags[runtime]
+        self._killed.add(runtime)
+        # --- the instant of death: no await until every task is cancelled -------------------
+        runtime._stopping = True  # its dying tasks are not reported as failures
+        runtime._started = False  # new calls are refused
+        runtime.readiness = "failed"
+        runtime.dispatcher.accepting = False
+        runtime.store.url = _DEAD_CONNINFO  # direct connections (relay, listener) fail
+        runtime.store.pool.conninfo = _DEAD_CONNINFO  # so do the pool's new connections
+        connections = _connections_tagged(tag)
+        for conn in connections:
+            _cut(conn)
+        tasks = _background_tasks(runtime)
+        for task in tasks:
+            task.cancel()
+        # --- after death: let the dead settle, with every database call failing ---------------
+        # Closing the pool fails callers waiting for a connection at once.
+        await runtime.store.pool.close(timeout=1.0)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # Tasks a dying task started while it unwound (none should survive either).
+        late = _background_tasks(runtime) - tasks
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        runtime.dispatcher.drop_caches()
+        for conn in connections + _connections_tagged(tag):
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+        await self._await_server_sees_death(tag)
+
+    async def _await_server_sees_death(self, tag: str) -> None:
+        """Terminate whatever server session of ``tag`` remains; wait until none does."""
+        deadline = time.monotonic() + _KILL_WAIT_S
+        async with await psycopg.AsyncConnection.connect(
+            self.database_url, autocommit=True
+        ) as conn:
+            while True:
+                cur = await conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                    (tag,),
+                )
+                if not await cur.fetchall():
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"The killed runner's sessions ({tag}) did not end.")
+                await asyncio.sleep(0.01)
+
+    async def restart(self, runner: int) -> Runtime:
+        """Start a new runtime (a new runner id) in slot ``runner``, same actors and options.
+
+        A killed runner is replaced; a live one is stopped gracefully first (SIGTERM, then a
+        new process). The new runtime shares the schema and the cluster's clock offset.
+        """
+        old = self.runtimes[runner]
+        if old not in self._killed:
+            await old.stop()
+        actors, options = self._specs[old]
+        self._killed.add(old)  # while replaced: never a live member of the cluster
+        runtime = await self._start_runtime(actors, options)
+        self.runtimes[runner] = runtime
+        self._killed.discard(old)
+        del self._specs[old], self._tags[old]
         return runtime
 
     # --- calls --------------------------------------------------------------------------------
 
-    def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
-        """A handle from the first runtime."""
-        return self.runtime.get(actor, id, tenant=tenant)
+    def get(self, actor: type[A], id: str = "", *, tenant: str = "default", runner: int = 0) -> A:
+        """A handle whose calls go through runner ``runner`` (the first runtime by default)."""
+        return self.runtimes[runner].get(actor, id, tenant=tenant)
 
-    async def create(self, actor: type[A], *, tenant: str = "default") -> A:
-        """A handle to a minted actor from the first runtime."""
-        return await self.runtime.create(actor, tenant=tenant)
+    async def create(self, actor: type[A], *, tenant: str = "default", runner: int = 0) -> A:
+        """A handle to a minted actor, through runner ``runner`` (the first by default)."""
+        return await self.runtimes[runner].create(actor, tenant=tenant)
 
     # --- faults and time ----------------------------------------------------------------------
 
@@ -128,19 +298,34 @@ class ActorTest:
         return self.runtimes[runtime].hooks.pause_next(point, match)
 
     async def advance(self, by: float | timedelta = 0) -> None:
-        """Move the framework clock of every runtime forward, then drain due work.
+        """Move the framework clock of every live runtime forward, then drain due work.
 
         The leases of job attempts a runtime is executing move with the clock, so a jump never
-        steals a live lease (semantics §3.5.3).
+        steals a live lease (semantics §3.5.3). After the jump every live runner does what its
+        background work would have done meanwhile: it heartbeats (it stays live while a killed
+        runner's heartbeat ages) and refreshes its singleton leases, holders first, then the
+        others contend (a killed holder's lease, once ended, is taken over). Killed runners are
+        left out.
         """
         ms = ms_from_duration(by, "advance")
+        live = self.live_runtimes
         if ms:
             # Leases move first: between two offsets another runner must not see a live lease
             # as ended.
-            for runtime in self.runtimes:
+            for runtime in live:
                 await runtime.jobs.shift(ms)
-            for runtime in self.runtimes:
+            for runtime in live:
                 runtime.clock.offset_ms += ms
+            running = [
+                rt
+                for rt in live
+                if rt.readiness in ("ready", "storage") and not rt.runners.draining
+            ]
+            for runtime in running:
+                await runtime.runners.register()
+            for owned in (True, False):
+                for runtime in running:
+                    await runtime.runners.refresh_leases(owned=owned)
         await self.drain()
 
     async def drain(self, rounds: int = DRAIN_ROUNDS) -> None:
@@ -149,23 +334,22 @@ class ActorTest:
         Raises:
             DrainError: the outbox did not settle within ``rounds`` passes.
         """
+        live = self.live_runtimes
 
         def progress() -> tuple[int, ...]:
             return tuple(
-                n
-                for rt in self.runtimes
-                for n in (rt.relay.delivered, rt.relay.retried, rt.jobs.finished)
+                n for rt in live for n in (rt.relay.delivered, rt.relay.retried, rt.jobs.finished)
             )
 
         for _ in range(rounds):
-            for runtime in self.runtimes:
+            for runtime in live:
                 await runtime.relay.wait_idle()
                 await runtime.jobs.wait_idle()
             before = progress()
             claimed = 0
-            for runtime in self.runtimes:
+            for runtime in live:
                 claimed += await runtime.relay.run_pass(drain=True)
-            busy = any(rt.relay.in_flight or rt.jobs.running for rt in self.runtimes)
+            busy = any(rt.relay.in_flight or rt.jobs.running for rt in live)
             # Work that finished during this round (a background pass, an attempt's settle)
             # may have made new rows due after the pass looked: go round again.
             if claimed == 0 and not busy and progress() == before:
@@ -173,8 +357,8 @@ class ActorTest:
         raise DrainError(f"Outbox did not settle after {rounds} drain rounds.")
 
     async def now_ms(self) -> int:
-        """The framework clock."""
-        return await self.runtime.clock.read()
+        """The framework clock (read through a live runner)."""
+        return await self._any_live().clock.read()
 
     # --- durable rows -------------------------------------------------------------------------
 
@@ -223,3 +407,92 @@ class ActorTest:
             outbox=outbox,
             events=events,
         )
+
+
+# --- process death ------------------------------------------------------------------------------
+
+
+def _tagged(url: str, tag: str) -> str:
+    """``url`` (a URI or key=value conninfo) with ``application_name`` set to ``tag``."""
+    if url.startswith(("postgresql://", "postgres://")):
+        parts = urllib.parse.urlsplit(url)
+        query = [
+            (k, v)
+            for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+            if k != "application_name"
+        ]
+        query.append(("application_name", tag))
+        return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+    return psycopg.conninfo.make_conninfo(url, application_name=tag)
+
+
+def _connections_tagged(tag: str) -> list[psycopg.AsyncConnection[Any]]:
+    """Every open connection of this process whose session is named ``tag``.
+
+    Pooled, the relay's own and listeners alike: the kill must not depend on where the runtime
+    keeps them.
+    """
+    found: list[psycopg.AsyncConnection[Any]] = []
+    for obj in gc.get_objects():
+        if isinstance(obj, psycopg.AsyncConnection) and not obj.closed:
+            with contextlib.suppress(psycopg.Error):
+                if obj.info.parameter_status("application_name") == tag:
+                    found.append(obj)
+    return found
+
+
+def _cut(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Shut the connection's socket down both ways (the descriptor stays open until closed).
+
+    The server reads end-of-file and ends the session, rolling back an open transaction; every
+    later use on this side fails like a broken network.
+    """
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.Error:
+        return
+    sock = socket.socket(fileno=fd)
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.detach()
+
+
+def _background_tasks(runtime: Runtime) -> set[asyncio.Task[Any]]:
+    """The unfinished tasks doing the runtime's own work.
+
+    A task belongs to the runtime when its coroutine is a method of one of its components (the
+    dispatcher's mailboxes, the relay's loop, passes, deliveries and settles, the executor's
+    attempts, the registry's heartbeats, lease contention and singleton loops, the progress
+    hub's tasks) or of an object holding the runtime, plus the runtime's own tasks. Callers'
+    tasks are not among them: they get the error their call ends with.
+    """
+    components: list[Any] = [
+        runtime.dispatcher,
+        runtime.engine,
+        runtime.relay,
+        runtime.jobs,
+        runtime.jobs.runner,
+        runtime.progress,
+        runtime.runners,
+        runtime.events,
+    ]
+    ids = {id(c) for c in components}
+    found = {task for task in runtime._tasks if not task.done()}
+    current = asyncio.current_task()
+    for task in asyncio.all_tasks():
+        if task.done() or task is current:
+            continue
+        frame = getattr(task.get_coro(), "cr_frame", None)
+        owner = frame.f_locals.get("self") if frame is not None else None
+        if owner is None or owner is runtime:
+            continue
+        # Static lookups: a handle answers any attribute name with a command.
+        if id(owner) in ids or any(
+            inspect.getattr_static(owner, name, None) is runtime
+            for name in ("rt", "_rt", "runtime")
+        ):
+            found.add(task)
+    return found

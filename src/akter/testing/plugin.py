@@ -2,7 +2,8 @@
 
 ``akter_db`` (session) is the database URL: ``$AKTER_TEST_DATABASE_URL`` when set, else an
 embedded PostgreSQL under ``<rootdir>/.akter-test`` started once per session. ``akter_test``
-builds :class:`~akter.testing.ActorTest` harnesses on it, each with a fresh schema.
+builds :class:`~akter.testing.ActorTest` harnesses on it, each with a fresh schema (a cluster
+with ``akter_test([Order], runners=3)``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def akter_db(request: pytest.FixtureRequest) -> Iterator[str]:
 def akter_test(akter_db: str) -> Callable[..., ActorTest]:
     """Build ActorTest harnesses, each on a fresh schema.
 
-    Example: ``async with akter_test([Order]) as t: ...``.
+    Example: ``async with akter_test([Order]) as t: ...``; several runners:
+    ``async with akter_test([Order], runners=3) as t: await t.kill(1)``.
     """
 
     def make(actors: Sequence[type[Any]], **options: Any) -> ActorTest:
