@@ -373,7 +373,8 @@ class TurnApi(Generic[S]):
 
         Those commands are fenced in the database: the turn checks, before the handler runs,
         that the lease is still this loop's (same owner and epoch, not ended) and holds the
-        lease row ``FOR SHARE`` until it commits, so a successor's acquisition waits for it.
+        lease row ``FOR KEY SHARE`` until it commits. The owner's refreshes pass that lock; a
+        successor's takeover locks the row ``FOR UPDATE`` first, so it waits for the turn.
         A command from a loop whose lease was lost (the process was paused past its lease, say)
         is refused with ``ActorError`` ``LeaseLost``, writes nothing and leaves its command id
         unused. Queries need no fence and carry none.
@@ -385,9 +386,10 @@ class TurnApi(Generic[S]):
             SELECT 1 FROM <schema>.singletons
             WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
               AND acquired_at_ms = %(epoch)s AND lease_until_ms > <schema>.now_ms(0)
-            FOR SHARE
+            FOR KEY SHARE
 
-        and write only if it returns a row.
+        and write only if it returns a row. (``now_ms(0)`` is the database clock; a runtime
+        with ``clock_offset=`` writes leases on its shifted clock, so pass that offset in ms.)
         """
         return
 

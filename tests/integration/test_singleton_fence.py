@@ -3,8 +3,10 @@
 The loop guard stops a ``run()`` loop before its lease can end only while the process runs; a
 paused process resumes its loop body before its guard. So every command the loop sends through
 ``self.runtime`` handles carries the loop's lease (owner, epoch), and its turn checks the
-``singletons`` row — ``FOR SHARE``, before the handler — so that either the command commits
-before a successor owns the lease, or it is refused with ``LeaseLost`` and writes nothing.
+``singletons`` row — ``FOR KEY SHARE``, before the handler — so that either the command commits
+before a successor owns the lease, or it is refused with ``LeaseLost`` and writes nothing. The
+owner's own refreshes and contenders for a live lease do not wait for fenced turns; only a
+takeover (which locks the row ``FOR UPDATE`` first) does.
 
 The runner's own lease refreshes are stopped here once the loop runs: the tests drive the lease
 themselves, with the real ``acquire_singleton`` statement run for a second runner id on a clock
@@ -267,7 +269,7 @@ async def test_a_successors_acquire_waits_for_a_fenced_turn_holding_the_lease(
         after_commit = t.pause_next("after_commit")
         loop.orders.put_nowait(5)
         await before_commit.wait()
-        # The fenced turn passed its check and holds the lease row FOR SHARE. The lease now
+        # The fenced turn passed its check and holds the lease row FOR KEY SHARE. The lease now
         # ends (on the successor's clock) and a successor tries to acquire it: it must wait.
         successor = str(uuid.uuid4())
         name = f"fence-successor-{uuid.uuid4().hex[:8]}"
@@ -328,7 +330,7 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
             cur = await watch.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                 " AND query LIKE %s",
-                (f'%"{t.schema}".singletons%FOR SHARE%',),
+                (f'%"{t.schema}".singletons%FOR KEY SHARE%',),
             )
             row = await cur.fetchone()
             waiting = row[0] if row else 0
@@ -343,3 +345,27 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
         seen = await t.inspect(t.get(Fenced))
         assert not seen.exists and seen.receipts == []  # not even the actor row was written
         assert (await lease_row(t))["owner"] == runner != lease.owner
+
+
+async def test_refreshes_and_contenders_for_a_live_lease_never_wait_for_a_fenced_turn(
+    akter_test: Make,
+) -> None:
+    # A loop that keeps fenced turns in flight must not starve its own lease refresh, and
+    # other runners' lease rounds must not queue behind it (review finding, 2026-11-30).
+    async with akter_test([Fenced], maintenance=False) as t:
+        loop, lease = await owned_loop(t)
+        before_commit = t.pause_next("before_commit")
+        loop.orders.put_nowait(7)
+        await before_commit.wait()  # the fenced turn holds the lease row FOR KEY SHARE
+        old_until = (await lease_row(t))["lease_until_ms"]
+        # The owner refreshes (same runner id, its clock 1 s on): extended at once, same epoch.
+        refreshed = await asyncio.wait_for(acquire_as(t, lease.owner, 1_000), 5)
+        assert [r["owner"] for r in refreshed] == [lease.owner]
+        assert refreshed[0]["acquired_at_ms"] == lease.epoch
+        assert refreshed[0]["lease_until_ms"] > old_until
+        # A contender while the lease is live: refused at once, without waiting on the row.
+        contender = await asyncio.wait_for(acquire_as(t, str(uuid.uuid4()), 0), 5)
+        assert contender == []
+        before_commit.release()
+        assert await asyncio.wait_for(loop.results.get(), 30) == 7
+        assert (await t.inspect(t.get(Fenced))).state == {"total": 7}

@@ -50,6 +50,9 @@ class _Lease:
     task: asyncio.Task[None] | None = None
     runs: int = 0
     events: list[tuple[str, float]] = field(default_factory=list)
+    # One refresh at a time: the background round and ActorTest.advance may both refresh, and two
+    # interleaved rounds could each start a loop.
+    refreshing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Runners:
@@ -182,14 +185,23 @@ class Runners:
                 await self._refresh(lease)
 
     async def _refresh(self, lease: _Lease) -> None:
+        async with lease.refreshing:
+            await self._refresh_once(lease)
+
+    async def _refresh_once(self, lease: _Lease) -> None:
         sent = time.monotonic()
         rows: list[dict[str, Any]] = []
         failed = False
+        queries = self.rt.store.queries
         try:
-            async with self.rt.store.pool.connection() as conn:
+            async with self.rt.store.pool.connection() as conn, conn.transaction():
                 cur = conn.cursor(row_factory=dict_row)
+                # A takeover waits for the old owner's fenced turns; never longer than half a
+                # refresh, so one stuck lease row cannot hold up this runner's other leases.
+                wait_ms = max(50, self.refresh_ms // 2)
+                await cur.execute(queries["singleton_lock_timeout"], {"lock_timeout": str(wait_ms)})
                 await cur.execute(
-                    self.rt.store.queries["acquire_singleton"],
+                    queries["acquire_singleton"],
                     {
                         "off": self.rt.clock.offset_ms,
                         "actor_type": lease.actor_type,
@@ -249,10 +261,12 @@ class Runners:
                 )
 
     async def _stop_loop(self, lease: _Lease) -> None:
-        if lease.task is not None and not lease.task.done():
-            lease.task.cancel()
-            await asyncio.gather(lease.task, return_exceptions=True)
-        lease.task = None
+        task = lease.task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if lease.task is task:  # a loop started meanwhile is not this call's to forget
+            lease.task = None
 
     def owns(self, actor_type: str) -> bool:
         """Whether this runner currently holds the lease of ``actor_type``."""

@@ -5,7 +5,7 @@ Two pipelined round trips in the common case (design §5):
 1. admission: ``BEGIN``, transaction-local timeouts, the row insert for an actor the cache does
    not know, the locked read of the actor row (state shipped only when the cached version is
    stale), then — in a fresh snapshot taken after the lock — the pinned clock and the batch's
-   receipts, and for each command of a singleton's ``run()`` loop its lease row ``FOR SHARE``
+   receipts, and for each command of a singleton's ``run()`` loop its lease row ``FOR KEY SHARE``
    (the fence: a stale lease refuses that command with ``LeaseLost``);
 2. commit: the guarded state update, events, outbox writes, receipts, ``COMMIT`` and the
    release-check clock read.
@@ -328,7 +328,7 @@ class TurnEngine:
                 self.q["admission_read"],
                 {**key, "off": off, "command_ids": [r.command_id.raw for r in batch]},
             )
-            # Commands of a singleton's loop: their lease, held FOR SHARE until the turn ends.
+            # Commands of a singleton's loop: their lease, held FOR KEY SHARE until the turn ends.
             fence_curs = [
                 (i, await conn.execute(self.q["check_singleton_fence"], _fence_params(r, off)))
                 for i, r in enumerate(batch)

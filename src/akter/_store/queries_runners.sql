@@ -36,16 +36,28 @@ DELETE FROM {schema}.runners
 WHERE heartbeat_at_ms < {schema}.now_ms(%(off)s::bigint) - %(prune_ms)s::bigint
 RETURNING runner_id;
 
+-- singleton_lock_timeout --
+-- bounds how long this transaction's lease round waits on a lease row (a takeover waiting for the old owner's fenced turns)
+SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+
 -- acquire_singleton --
--- takes or refreshes a singleton lease: only where it ended or this runner already owns it
+-- takes or refreshes a lease where it ended or this runner owns it, at one clock reading; a takeover first locks the row FOR UPDATE, so it waits for the fenced turns (FOR KEY SHARE) of the lease it replaces
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+), takeover AS MATERIALIZED (
+    SELECT 1 FROM {schema}.singletons t, clock
+    WHERE t.actor_type = %(actor_type)s AND t.owner IS DISTINCT FROM %(runner_id)s::uuid
+      AND t.lease_until_ms <= clock.now
+    FOR UPDATE OF t
+)
 INSERT INTO {schema}.singletons AS s (actor_type, owner, lease_until_ms, acquired_at_ms)
-VALUES (%(actor_type)s, %(runner_id)s, {schema}.now_ms(%(off)s::bigint) + %(lease_ms)s::bigint,
-        {schema}.now_ms(%(off)s::bigint))
+SELECT %(actor_type)s, %(runner_id)s::uuid, clock.now + %(lease_ms)s::bigint, clock.now
+FROM clock, (SELECT count(*) FROM takeover) AS gate
 ON CONFLICT (actor_type) DO UPDATE
 SET owner = excluded.owner, lease_until_ms = excluded.lease_until_ms,
     acquired_at_ms = CASE WHEN s.owner = excluded.owner THEN s.acquired_at_ms
                           ELSE excluded.acquired_at_ms END
-WHERE s.lease_until_ms <= {schema}.now_ms(%(off)s::bigint) OR s.owner = excluded.owner
+WHERE s.lease_until_ms <= excluded.acquired_at_ms OR s.owner = excluded.owner
 RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms;
 
 -- release_singleton --
@@ -55,13 +67,13 @@ SET lease_until_ms = {schema}.now_ms(%(off)s::bigint)
 WHERE actor_type = %(actor_type)s AND owner = %(runner_id)s;
 
 -- check_singleton_fence --
--- a loop's fenced command: its lease still current (owner, epoch, not ended), held FOR SHARE so a successor's acquire waits for the turn, which may idle at most idle_timeout
+-- a loop's fenced command: its lease still current (owner, epoch, not ended), held FOR KEY SHARE: the owner's refreshes pass, a successor's takeover (FOR UPDATE) waits for the turn, which may idle at most idle_timeout
 SELECT set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
 FROM {schema}.singletons
 WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
   AND acquired_at_ms = %(epoch)s::bigint
   AND lease_until_ms > {schema}.now_ms(%(off)s::bigint)
-FOR SHARE;
+FOR KEY SHARE;
 
 -- prune_receipts --
 -- deletes a batch of a type's receipts past expiry + margin whose id no outbox row still carries
