@@ -395,10 +395,11 @@ async def latency_run(
     claims = _claim_timer_of(recv_rt)
     mark = claims.mark()
     occupancy: list[int] = []
+    waits_before = _pool_waits(recv_rt)
 
     async def watch() -> None:
         while True:
-            occupancy.append(recv_rt.relay.in_flight)
+            occupancy.append(_slots_busy(recv_rt))
             await asyncio.sleep(0.01)
 
     start = time.perf_counter()
@@ -408,6 +409,7 @@ async def latency_run(
     elapsed = time.perf_counter() - start
     watcher.cancel()
     cpu = await sampler
+    waits = tuple(a - b for a, b in zip(_pool_waits(recv_rt), waits_before, strict=True))
     received_in_window = len(RECEIVED)
     backlog = await _pending(url, schema)
     committed = dict(COMMITTED)
@@ -428,6 +430,8 @@ async def latency_run(
         "undelivered": len(committed) - len(latencies),
         "delivery_concurrency": recv_rt.delivery_concurrency,
         "in_flight_mean": statistics.fmean(occupancy) if occupancy else None,
+        "pool_waits": int(waits[0]),
+        "pool_wait_ms_mean": waits[1] / waits[0] if waits[0] else None,
         **_latency_ms(latencies),
         "max_ms": max(latencies) * 1000 if latencies else None,
         **claims.summary(mark),
@@ -444,6 +448,25 @@ async def _wait_settled(
         if (also is None or also()) and await _pending(url, schema) == 0:
             return
         await asyncio.sleep(step)
+
+
+def _slots_busy(runtime: akter.Runtime) -> int:
+    """Delivery slots held: claims not yet delivered, or delivered but not yet settled.
+
+    A claim whose receiver committed and whose delete is under way (``settling``, a relay that
+    settles in groups) no longer holds a slot; before that change every claim held one.
+    """
+    claims = runtime.relay._claims.values()
+    return sum(1 for c in claims if not getattr(c, "settling", False))
+
+
+def _pool_waits(runtime: akter.Runtime) -> tuple[float, float]:
+    """Connection acquisitions of the runtime's pool so far: (count, total ms)."""
+    histograms = runtime.metrics._histograms.get("akter.pool.wait_ms", {})
+    return (
+        float(sum(sum(h.counts) for h in histograms.values())),
+        sum(h.sum for h in histograms.values()),
+    )
 
 
 def _claim_timer_of(runtime: akter.Runtime) -> ClaimTimer:
@@ -1000,7 +1023,8 @@ def _render_latency(
     for senders, (a, b) in rows.items():
         report.say(
             f"{senders} sender(s): relay slots busy {_f(a.get('in_flight_mean'), '{:.1f}')} of "
-            f"{a.get('delivery_concurrency')} on average. "
+            f"{a.get('delivery_concurrency')} on average; pool waits "
+            f"{a.get('pool_waits', 0):,}, mean {_f(a.get('pool_wait_ms_mean'))} ms. "
             f"CPU: akter process {a['bench_process_cores']:.2f} cores, "
             f"postgres {a['postgres_cores']:.2f}, rest of machine {_rest(a):.2f}, machine "
             f"{a['machine_busy_cores']:.2f}; pgbench client {b['pgbench_cores']:.2f}, postgres "

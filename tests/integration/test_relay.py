@@ -377,11 +377,11 @@ async def test_RL06_settle_under_an_expired_claim_token_changes_nothing(
         # The same statement, run directly with A's token, affects 0 rows.
         async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
             cur = await conn.execute(
-                t.runtime.store.queries["settle_intent"],
+                t.runtime.store.queries["settle_intents"],
                 {
-                    "rk": staged["routing_key"],
-                    "intent_id": staged["intent_id"],
-                    "token": claim_a["due_at_ms"],
+                    "rks": [staged["routing_key"]],
+                    "intent_ids": [staged["intent_id"]],
+                    "tokens": [claim_a["due_at_ms"]],
                 },
             )
             assert cur.rowcount == 0
@@ -971,3 +971,147 @@ async def test_RL15_endless_work_makes_the_drain_raise_after_100_rounds(akter_te
         assert [k for k, v in RUNS.items() if v > 1] == ["loop"]
         assert RUNS["loop"] == 1 + t.runtime.relay.delivered
         assert t.runtime.relay.delivered in (100, 101)
+
+
+# --- the delivery lane keeps up (docs/benchmarks.md, relay finding 2) ---------------------------
+
+
+async def test_lane_one_held_delivery_leaves_the_other_slots_turning_over(
+    akter_test: Make,
+) -> None:
+    # Polling is out of the picture (poll = 60 s, the first poll after 54 s): only the wakes of
+    # freed slots refill the lane. One delivery is held for the whole backlog; the other three
+    # slots deliver 60 intents around it, each slot refilled as soon as it frees.
+    async with akter_test(ALL, delivery_concurrency=4, poll=60) as t:
+        relay = t.runtime.relay
+        held = t.pause_next("after_claim", lambda info: info["ref"].id == "slow")
+        sender = t.get(Sender, "s1")
+        await sender.send_to("slow", 1)
+        await held.wait()
+        await sender.send_many([f"r{i % 20}" for i in range(60)], 1)
+
+        async def only_the_held_one_left() -> bool:
+            # Deleted rows, then their deliveries' ends (a settle returns after its delete).
+            return len(await outbox(t)) == 1 and relay.in_flight == 1
+
+        await until(only_the_held_one_left, within=30)
+        [row] = await outbox(t)
+        assert row["target_id"] == "slow" and row["attempts"] == 1
+        assert relay.delivered == 60
+        rows = await receipts(t)
+        assert len(rows) == 60 and RUNS == {r["command_id"]: 1 for r in rows}
+
+        held.release()
+
+        async def empty() -> bool:
+            return await outbox(t) == []
+
+        await until(empty)
+        await relay.wait_idle()
+        assert relay.delivered == 61 and relay.retried == 0
+        assert [d["k"] for d in await received(t, "slow")] == [1]
+
+
+async def test_lane_a_delete_held_by_a_lock_does_not_hold_its_slot(
+    akter_test: Make, akter_db: str
+) -> None:
+    # One delivery slot. The first receiver commits, then the delete of its row waits for a row
+    # lock held here. The slot already belongs to the next claim, so the next row is delivered
+    # meanwhile; its delete queues behind the held one. Then the lane stops: at most a lane's
+    # worth of delivered rows (one) may wait for their delete beyond the lane.
+    async with akter_test(ALL, delivery_concurrency=1, poll=60) as t:
+        relay = t.runtime.relay
+        committed = t.pause_next("before_outbox_delete")
+        sender = t.get(Sender, "s1")
+        await sender.send_to("first", 1)
+        info = await committed.wait()
+        async with await psycopg.AsyncConnection.connect(akter_db) as blocker:  # a transaction
+            await blocker.execute(
+                sql.SQL("SELECT 1 FROM {}.outbox WHERE intent_id = %s FOR UPDATE").format(
+                    sql.Identifier(t.schema)
+                ),
+                [info["intent_id"]],
+            )
+            await sender.send_many(["second", "third"], 2)
+            committed.release()
+
+            async def two_received() -> bool:
+                return len(await receipts(t)) == 2
+
+            await until(two_received)
+            # The last row is not claimed while both deletes wait (a pass now claims nothing).
+            assert await relay.run_pass() == 0
+            assert relay.delivered == 0 and relay.in_flight == 2
+            pending = {r["target_id"]: r["attempts"] for r in await outbox(t)}
+            assert pending["first"] == 1 and sorted(pending.values()) == [0, 1, 1]
+            await blocker.rollback()
+
+        async def empty() -> bool:
+            return await outbox(t) == [] and relay.in_flight == 0
+
+        await until(empty)
+        assert relay.delivered == 3 and relay.retried == 0
+        rows = await receipts(t)
+        assert sorted(r["actor_id"] for r in rows) == ["first", "second", "third"]
+        assert RUNS == {r["command_id"]: 1 for r in rows}
+
+
+async def test_lane_slots_freed_while_a_claim_is_in_flight_are_refilled_right_after_it(
+    akter_test: Make, akter_db: str
+) -> None:
+    # Four slots, no polling (poll = 60 s). A claim is held in flight by a table lock taken
+    # here; three slots free while it waits. The pass right after it refills them, although
+    # the one row that claim took stays held at after_claim: no delivery ending later is needed.
+    async with akter_test(ALL, delivery_concurrency=4, poll=60) as t:
+        relay = t.runtime.relay
+        sender = t.get(Sender, "s1")
+        deletes = [t.pause_next("before_outbox_delete") for _ in range(4)]
+        await sender.send_many(["a", "b", "c", "d"], 1)  # one claim fills all four slots
+        for pause in deletes:
+            await pause.wait()
+        behind = [f"e{i}" for i in range(8)]
+        await sender.send_many(behind, 2)  # no free slot: stays due
+        outbox_table = sql.Identifier(t.schema, "outbox")
+        waiting_claims = sql.SQL(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE 'WITH clock AS MATERIALIZED%%' AND position({} in query) > 0"
+        ).format(sql.Literal(f'"{t.schema}".stmt_ms'))
+        async with await psycopg.AsyncConnection.connect(akter_db) as blocker:  # a transaction
+            await blocker.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(outbox_table))
+            deletes[0].release()  # its slot frees: a claim of one row starts and waits
+
+            async def claim_waits() -> bool:
+                async with await psycopg.AsyncConnection.connect(akter_db) as probe:
+                    cur = await probe.execute(waiting_claims)
+                    return (await cur.fetchone()) == (1,)
+
+            await until(claim_waits)
+            for pause in deletes[1:]:
+                pause.release()  # three more slots free while the claim is in flight
+
+            async def settles_queued() -> bool:
+                return sum(1 for c in relay._claims.values() if c.settling) == 4
+
+            await until(settles_queued)
+            held = t.pause_next("after_claim")  # the row that claim takes is held
+            await blocker.rollback()
+        first = await held.wait()
+        assert first["ref"].id in behind
+
+        async def all_but_the_held_one_delivered() -> bool:
+            return len(await outbox(t)) == 1 and relay.in_flight == 1
+
+        await until(all_but_the_held_one_delivered)
+        assert len(await receipts(t)) == 4 + 7 and relay.delivered == 11
+        [row] = await outbox(t)
+        assert row["target_id"] == first["ref"].id
+        held.release()
+
+        async def empty() -> bool:
+            return await outbox(t) == []
+
+        await until(empty)
+        await relay.wait_idle()
+        assert relay.delivered == 12 and relay.retried == 0
+        rows = await receipts(t)
+        assert len(rows) == 12 and RUNS == {r["command_id"]: 1 for r in rows}

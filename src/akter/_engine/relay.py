@@ -7,15 +7,29 @@ runners) only cut latency; a missed wake delays work by at most one poll.
 Per runner, passes are serialized. A pass claims intents up to the free delivery slots in one
 statement, then lets the job executor claim its rows. Each claimed intent is delivered by its own
 task with the intent id as command id; the receiver's receipt turns a redelivery into a replay.
+
+Keeping the lane full under load (docs/benchmarks.md, relay finding 2):
+
+- every delivery that ends while the last claim took all the rows it asked for wakes the pass
+  loop, so slots freed while a claim is in flight are refilled by the pass right after it;
+- claims and settles run on two connections of the relay's own, not the pool's: under load the
+  pool's callers kept a claim or a settle waiting for a connection longer than the statement
+  took, and a settle never waits behind a claim;
+- deliveries that end together are deleted by one statement (a group commit); a delivery whose
+  receiver committed frees its slot while its delete is under way (its row is delivered, not
+  waiting), so the lane's slots hold receiver turns. At most a lane's worth of rows wait for
+  their delete this way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +37,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from akter import telemetry
+from akter._waits import wait_event
 from akter.callers import ActorRef, caller_from_json
 from akter.errors import InjectedCrash
 
@@ -39,7 +55,44 @@ class _Claim:
     row: dict[str, Any]
     token: int
     dispatched: bool = False
+    settling: bool = False  # the receiver committed; only the delete is left (slot freed)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class _OwnConnection:
+    """An autocommit connection of the relay's own, used by one statement at a time.
+
+    Opened on first use. A statement that failed or was interrupted may leave the connection
+    unusable, so it is closed and the next use opens a new one (an outage then fails that pass
+    or settle, as a pooled connection would).
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self._lock:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                conn = self._conn = await psycopg.AsyncConnection.connect(
+                    self._rt.store.url, autocommit=True
+                )
+            try:
+                yield conn
+            except BaseException:
+                self._conn = None
+                with contextlib.suppress(psycopg.Error, OSError):
+                    await asyncio.shield(conn.close())
+                raise
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
 
 
 class Relay:
@@ -57,6 +110,13 @@ class Relay:
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._notify_pending = False
         self._last_notify = 0.0
+        # Claims and settles skip the pool's queue of callers (module docstring).
+        self._claim_conn = _OwnConnection(runtime)
+        self._settle_conn = _OwnConnection(runtime)
+        # Settles waiting for the next group statement, each with the future its delivery awaits
+        # (resolved with None, or with the error the statement raised).
+        self._settles: list[tuple[dict[str, Any], asyncio.Future[BaseException | None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
         self.delivered = 0
         self.retried = 0
         self._released = 0
@@ -105,6 +165,11 @@ class Relay:
             assert claim.task is not None
             claim.task.cancel()
         await asyncio.gather(*(c.task for c in leftovers if c.task), return_exceptions=True)
+        if self._flusher is not None:
+            # A settle statement already sent finishes (its deliveries may be gone by now).
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self._claim_conn.close()
+        await self._settle_conn.close()
         return self._released
 
     def wake(self) -> None:
@@ -173,10 +238,7 @@ class Relay:
     async def _loop(self) -> None:
         poll = self.rt.poll_ms / 1000
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), poll * random.uniform(0.9, 1.1))
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, poll * random.uniform(0.9, 1.1))
             self._wake.clear()
             try:
                 await self.run_pass()
@@ -223,11 +285,15 @@ class Relay:
             if drain
             else (self.rt.delivery_concurrency)
         )
-        free = min(lane - len(self._claims), self.rt.pass_limit)
+        delivering = sum(1 for c in self._claims.values() if not c.settling)
+        settling = len(self._claims) - delivering
+        # A delivered row waiting for its delete frees its slot, up to a lane's worth of them:
+        # deletes that stall (a lock, an outage) then stop the lane instead of piling up.
+        free = min(lane - delivering - max(0, settling - lane), self.rt.pass_limit)
         if not types or free <= 0:
             return 0
         probe = 2 * free * self._widen
-        async with self.rt.store.pool.connection() as conn:
+        async with self._claim_conn.use() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 self.rt.store.queries["claim_intents"],
@@ -262,6 +328,7 @@ class Relay:
     async def _deliver(self, key: tuple[int, str], claim: _Claim) -> None:
         row = claim.row
         params = {"rk": key[0], "intent_id": key[1], "token": claim.token}
+        span, token = telemetry.start_delivery(row)
         try:
             ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
             info = {"ref": ref, "intent_id": key[1], "command": row["command"]}
@@ -301,11 +368,16 @@ class Relay:
                 await self._backoff(params, row, f"{reason}: {error}")
                 return
             await self.rt.hooks.at("before_outbox_delete", info)
+            # Delivered: the slot goes to the next claim while the row is deleted or rewritten.
+            claim.settling = True
+            self._slot_freed()
             if entry is not None:
-                await self._next_tick(params, entry)
+                # After the turn: its admission refreshed the clock estimate (a lower bound of
+                # the database clock, no round trip); the claim's clock keeps it ≥ the tick's
+                # scheduled time, so the next fire is strictly later than this one.
+                await self._next_tick(params, entry, max(int(row["now"]), self.rt.clock.estimate()))
             else:
-                async with self.rt.store.pool.connection() as conn:
-                    await conn.execute(self.rt.store.queries["settle_intent"], params)
+                await self._settle(params)
             self.delivered += 1
             self.rt.metrics.count("akter.relay.delivered", kind="intent")
         except InjectedCrash:
@@ -322,23 +394,33 @@ class Relay:
             await asyncio.shield(self._release(params))
             raise
         finally:
+            telemetry.end_delivery(span, token)
             self._claims.pop(key, None)
-            if self._left_candidates and not self._stopping:
-                self._left_candidates = False
-                self.wake()
+            self._slot_freed()
+
+    def _slot_freed(self) -> None:
+        """A slot is free: ask for a pass if the last claim took all the rows it asked for.
+
+        Every freed slot asks (not only the first after a claim), so slots freed while a claim
+        is in flight are refilled by the pass right after it.
+        """
+        if self._left_candidates and not self._stopping:
+            self.wake()
 
     async def _tick_due(
         self, params: dict[str, Any], row: dict[str, Any], definition: Any, entry: Any
     ) -> bool:
-        """Decide a claimed schedule tick (semantics §4.5): deliver it, or not."""
-        now = await self.rt.clock.read()
+        """Decide a claimed schedule tick (semantics §4.5): deliver it, or not.
+
+        Its age is measured at the claim statement's clock (no extra round trip).
+        """
+        now = int(row["now"])
         age = now - int(row["scheduled_at_ms"])
         lag = definition.policy.max_schedule_lag
         if entry is None:
             # An entry this code no longer declares: a newer runner may own it while it is young.
             if age > lag:
-                async with self.rt.store.pool.connection() as conn:
-                    await conn.execute(self.rt.store.queries["settle_intent"], params)
+                await self._settle(params)
             else:
                 await self._backoff(params, row, "Schedule entry not declared by this runner")
             return False
@@ -351,12 +433,15 @@ class Relay:
             return False
         return True
 
-    async def _next_tick(self, params: dict[str, Any], entry: Any, now: int | None = None) -> None:
-        """Rewrite a settled tick into the next one: first fire strictly after now, new id."""
+    async def _next_tick(self, params: dict[str, Any], entry: Any, now: int) -> None:
+        """Rewrite a settled tick into the next one: first fire strictly after ``now``, new id.
+
+        ``now`` is a framework clock value at or after the tick's scheduled time that costs no
+        round trip: the claim statement's clock, or the estimate the turn just refreshed.
+        """
         from akter._ids import mint_framework_id
         from akter.schedules import next_fire
 
-        now = now if now is not None else await self.rt.clock.read()
         due = next_fire(entry, now)
         async with self.rt.store.pool.connection() as conn:
             await conn.execute(
@@ -380,6 +465,7 @@ class Relay:
             )
         self.retried += 1
         self.rt.metrics.count("akter.relay.retried", kind="intent")
+        telemetry.delivery_failed(error)
         log.warning(
             "Outbox delivery failed; retrying with backoff",
             extra={
@@ -390,6 +476,48 @@ class Relay:
                 "reason": error,
             },
         )
+
+    # --- batched settles -------------------------------------------------------------------
+
+    async def _settle(self, params: dict[str, Any]) -> None:
+        """Delete one delivered intent under its claim token, in the next group statement.
+
+        Raises what that statement raised (an outage: the claim then stays until its lease ends).
+        """
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        self._settles.append((params, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_settles(), name="akter.relay.settle")
+        # Shielded: a delivery cancelled while it waits leaves the statement to its other rows.
+        error = await asyncio.shield(done)
+        if error is not None:
+            raise error
+
+    async def _flush_settles(self) -> None:
+        """Send the waiting settles, one statement per batch, until none waits."""
+        while self._settles:
+            batch, self._settles = self._settles, []
+            error: BaseException | None = None
+            try:
+                async with self._settle_conn.use() as conn:
+                    await conn.execute(
+                        self.rt.store.queries["settle_intents"],
+                        {
+                            "rks": [p["rk"] for p, _ in batch],
+                            "intent_ids": [p["intent_id"] for p, _ in batch],
+                            "tokens": [p["token"] for p, _ in batch],
+                        },
+                    )
+            except asyncio.CancelledError as exc:
+                # Not known to be deleted: the waiting deliveries release their claims.
+                error = exc
+                raise
+            except Exception as exc:  # an outage (or a bug): each delivery handles it as its own
+                error = exc
+            finally:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(error)
 
     async def _release(self, params: dict[str, Any]) -> None:
         try:

@@ -216,7 +216,7 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 ORDER BY seq;
 
 -- claim_intents --
--- one claim per pass: due intents of hosted target types, per-bucket probes, SKIP LOCKED, leased
+-- one claim per pass: due intents of hosted types, per-bucket probes, SKIP LOCKED, leased; returns its clock
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -254,14 +254,16 @@ FROM locked l, clock
 WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
 RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
           o.target_id, o.command, o.payload, o.caller, o.attempts, o.scheduled_at_ms,
-          o.timer_key, o.due_at_ms AS claimed_until,
+          o.timer_key, o.due_at_ms AS claimed_until, clock.now,
           (SELECT count(*) FROM candidates) AS candidates;
 
--- settle_intent --
--- a delivered intent ends: deleted only under the claim token it was claimed with
-DELETE FROM {schema}.outbox
-WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
-  AND due_at_ms = %(token)s;
+-- settle_intents --
+-- delivered intents end in one statement: each deleted only under its own claim token
+DELETE FROM {schema}.outbox o
+USING unnest(%(rks)s::bigint[], %(intent_ids)s::text[], %(tokens)s::bigint[])
+    AS s(routing_key, intent_id, token)
+WHERE o.routing_key = s.routing_key AND o.intent_id = s.intent_id AND o.kind = 'intent'
+  AND o.due_at_ms = s.token;
 
 -- backoff_intent --
 -- a failed delivery waits min(2^(attempts-1) s, max_backoff), only under its claim token
