@@ -3,8 +3,9 @@
 ``akter dev app:runtime`` starts the embedded PostgreSQL of ``--data-dir`` (default
 ``$AKTER_DATA_DIR`` or ``./.akter``), points the runtime at it, serves it over HTTP (default
 ``127.0.0.1:8000``) with the web console on for this machine (``Console.local()``: loopback
-requests to a loopback host name, as the anonymous caller) and prints the URLs of the docs page
-and the console; SIGINT or SIGTERM drains the runner, then stops the server.
+requests to a loopback host name, as the anonymous caller, with a per-process token) and prints
+the URLs of the docs page and the console (the token in its ``#token=`` fragment); SIGINT or
+SIGTERM drains the runner, then stops the server.
 
 ``akter bench`` runs a tiny built-in actor on the configured database (``--database-url``,
 ``$AKTER_DATABASE_URL``, else the embedded server) in its own schema (``--schema``, default
@@ -75,13 +76,15 @@ async def _serve_dev(runtime: Runtime, http: str, stop: asyncio.Event) -> None:
     host, _, port = http.rpartition(":")
     docs = f"http://{host or '127.0.0.1'}:{port}/docs"
     local = host if host in ("localhost", "127.0.0.1", "[::1]") else "127.0.0.1"
-    console = f"http://{local}:{port}/console/"
+    local_console = Console.local()
+    # The token rides in the fragment: browsers never send it to a server or write it to a log.
+    console = f"http://{local}:{port}/console/#token={local_console.token}"
     await _run_until_signalled(
         runtime,
         http,
         stop=stop,
         banner=f"; docs at {docs}; console at {console} (this machine only)",
-        app_options={"console": Console.local()},
+        app_options={"console": local_console},
     )
 
 

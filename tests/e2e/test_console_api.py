@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+import psycopg
 import pytest
 
 import akter
 import akter.http
 from akter.errors import ConfigurationError
-from akter.http.console import Console
+from akter.http.console import Console, api
 from akter.testing import ActorTest
 from tests.e2e.conftest import (
     ACTORS,
@@ -90,6 +92,17 @@ async def test_console_needs_a_console_object_with_a_rule(served: Serve) -> None
             akter.http.app(s.t.runtime, console=True)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="callable"):
             Console(allow=True)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="list of origins"):
+            Console(allow=operators_only, origins="https://ops.example.com")
+        with pytest.raises(ValueError, match="not an origin"):
+            Console(allow=operators_only, origins=["ops.example.com"])
+        assert Console(allow=operators_only, origins=["HTTPS://Ops.Example.com:443/"]).origins == {
+            "https://ops.example.com"
+        }
+        # Each local console has its own random token, which its repr does not show.
+        one, two = Console.local(), Console.local()
+        assert one.token and two.token and one.token != two.token and len(one.token) >= 32
+        assert one.token not in repr(one)
 
 
 async def test_the_page_and_its_assets_are_served_with_a_strict_policy(served: Serve) -> None:
@@ -140,8 +153,10 @@ async def test_console_refusals_401_403_csrf_and_origin(
         for headers in (
             {"Origin": "https://evil.example"},
             {"Origin": "null"},
+            {"Origin": own.replace(str(urlsplit(own).port), "1")},  # another port
             {"Sec-Fetch-Site": "cross-site"},
             {"Sec-Fetch-Site": "same-site"},
+            {"Sec-Fetch-Site": "cross-site", "Origin": own},  # the browser's verdict wins
         ):
             assert_problem(
                 await ops.post(f"/console/api/dead-letters/{job_id}/retry", headers=headers),
@@ -162,34 +177,137 @@ async def test_console_refusals_401_403_csrf_and_origin(
             "/console/api/overview", headers={"Origin": own, "Sec-Fetch-Site": "same-origin"}
         )
         assert fine.status_code == 200 and fine.headers["cache-control"] == "no-store"
+        # Behind a TLS-terminating proxy the browser's origin is https:// while the app sees
+        # http://: Sec-Fetch-Site decides, and without it the scheme is not compared.
+        tls = own.replace("http://", "https://")
+        for headers in (
+            {"Origin": tls, "Sec-Fetch-Site": "same-origin"},
+            {"Origin": tls},
+            {"Origin": "https://console.example", "Sec-Fetch-Site": "same-origin"},
+            {"Sec-Fetch-Site": "none"},  # typed into the address bar
+            {},  # not a browser: the header is the defence
+        ):
+            response = await ops.get("/console/api/overview", headers=headers)
+            assert response.status_code == 200, (headers, response.text)
 
 
-async def test_an_async_rule_and_the_loopback_guard(served: Serve) -> None:
+async def test_trusted_origins(served: Serve, courier: CourierControl) -> None:
+    trusted = Console(allow=operators_only, origins=["https://ops.example.com"])
+    async with served(CONSOLE_ACTORS, app_options=console_app(trusted), relay=False) as s:
+        job_id = await dead_letter(s.t, "c-1", "x")
+        ops = operator(s)
+        for site in ("cross-site", "same-site", None):
+            headers = {"Origin": "https://ops.example.com:443"}
+            if site:
+                headers["Sec-Fetch-Site"] = site
+            response = await ops.get("/console/api/overview", headers=headers)
+            assert response.status_code == 200, (headers, response.text)
+            other = {**headers, "Origin": "https://evil.example.com"}
+            assert_problem(
+                await ops.get("/console/api/overview", headers=other),
+                403,
+                "Unauthorized",
+                "origin_denied",
+            )
+        retried = await ops.post(
+            f"/console/api/dead-letters/{job_id}/retry",
+            headers={"Origin": "https://ops.example.com", "Sec-Fetch-Site": "cross-site"},
+        )
+        assert retried.status_code == 200, retried.text
+
+
+async def test_an_async_rule_and_anonymous_callers(served: Serve) -> None:
     seen: list[akter.User | akter.Anonymous] = []
 
     async def rule(caller: akter.User | akter.Anonymous) -> bool:
         seen.append(caller)
         return isinstance(caller, akter.Anonymous)
 
+    # Anonymous is refused before the rule is asked, unless the console opts in.
     async with served(CONSOLE_ACTORS, auth=None, app_options=console_app(Console(rule))) as s:
+        refused = await s.http(headers=HEADER).get("/console/api/overview")
+        assert (
+            "Anonymous may not use"
+            in assert_problem(refused, 403, "Unauthorized", "console_denied")["detail"]
+        )
+        assert seen == []
+    opted_in = console_app(Console(rule, anonymous=True))
+    async with served(CONSOLE_ACTORS, auth=None, app_options=opted_in) as s:
         assert (await s.http(headers=HEADER).get("/console/api/overview")).status_code == 200
         assert seen == [akter.Anonymous()]
-    async with served(CONSOLE_ACTORS, auth=None, app_options=console_app(Console.local())) as s:
-        local = s.http(headers=HEADER)
-        assert (await local.get("/console/api/overview")).status_code == 200
+
+
+async def test_the_local_console_needs_its_token_loopback_and_no_proxy(
+    served: Serve, courier: CourierControl
+) -> None:
+    local = Console.local()
+    assert local.token is not None
+    with_token = {**HEADER, "X-Akter-Console-Token": local.token}
+    async with served(CONSOLE_ACTORS, auth=None, app_options=console_app(local)) as s:
+        job_id = await dead_letter(s.t, "c-1", "x")
+        client = s.http(headers=with_token)
+        assert (await client.get("/console/api/overview")).status_code == 200
+        # Without the token, or with another: 401, and nothing is read or changed.
+        for headers, code in (
+            (HEADER, "console_token_missing"),
+            ({**HEADER, "X-Akter-Console-Token": ""}, "console_token_missing"),
+            ({**HEADER, "X-Akter-Console-Token": local.token[:-1]}, "console_token_invalid"),
+            (
+                {**HEADER, "X-Akter-Console-Token": Console.local().token or ""},
+                "console_token_invalid",
+            ),
+        ):
+            bare = s.http(headers=headers)
+            body = assert_problem(
+                await bare.get("/console/api/overview"), 401, "Unauthorized", code
+            )
+            assert "akter dev" in body["detail"]
+            assert_problem(
+                await bare.post(f"/console/api/dead-letters/{job_id}/discard"),
+                401,
+                "Unauthorized",
+                code,
+            )
+        assert [r["job_id"] for r in await letters(s.t)] == [job_id]
+        # Through a reverse proxy or a tunnel on this machine: refused, even with the token.
+        for name in ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP"):
+            proxied = await client.post(
+                f"/console/api/dead-letters/{job_id}/discard", headers={name: "for=192.0.2.7"}
+            )
+            body = assert_problem(proxied, 403, "Unauthorized", "console_proxied")
+            assert name.lower() in body["detail"]
+        assert [r["job_id"] for r in await letters(s.t)] == [job_id]
         # A DNS-rebinding page reaches loopback under its own host name: refused.
-        rebound = await local.get("/console/api/overview", headers={"Host": "evil.example"})
+        rebound = await client.get("/console/api/overview", headers={"Host": "evil.example"})
         assert_problem(rebound, 403, "Unauthorized", "console_denied")
         # A request from another machine (a client address that is not loopback): refused.
-        asgi = akter.http.app(s.t.runtime, console=Console.local())
+        asgi = akter.http.app(s.t.runtime, console=local)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=asgi, client=("192.0.2.7", 4000)),
             base_url="http://127.0.0.1",
-            headers=HEADER,
+            headers=with_token,
         ) as remote:
             assert_problem(
                 await remote.get("/console/api/overview"), 403, "Unauthorized", "console_denied"
             )
+
+
+async def test_console_statements_have_a_timeout(
+    served: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with served(CONSOLE_ACTORS, app_options=console_app()) as s:
+        await s.t.get(Account, "a-1").deposit(1)
+        monkeypatch.setattr(api, "STATEMENT_TIMEOUT_MS", 200)
+        table = s.t.runtime.store.queries.substitute("{schema}.actors")
+        async with await psycopg.AsyncConnection.connect(s.t.database_url) as blocker:
+            await blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            slow = await operator(s).get("/console/api/overview")
+            await blocker.rollback()
+        body = assert_problem(slow, 504, "Timeout", "console_query_timeout")
+        assert "200 ms" in body["detail"]
+        # The timeout was the console transaction's own: the pool's connections are unchanged.
+        assert (await operator(s).get("/console/api/overview")).status_code == 200
+        await s.t.get(Account, "a-1").deposit(1)
 
 
 # --- reads -----------------------------------------------------------------------------------
@@ -212,11 +330,34 @@ async def test_overview_counts_types_and_totals(served: Serve, courier: CourierC
         "singleton": False,
         "actors": 3,
         "tenants": 2,
+        "capped": False,
     }
     assert by_type["Registry"]["singleton"] is True and by_type["Registry"]["actors"] == 1
     assert by_type["Vault"]["actors"] == 0 and "tenants" not in by_type["Vault"]
     assert by_type["Courier"]["actors"] == 1
     assert (body["outbox"], body["jobs"], body["dead_letters"]) == (2, 1, 0)
+    assert body["capped"] == {"outbox": False, "jobs": False, "dead_letters": False}
+    assert body["count_cap"] == api.COUNT_CAP == 10_000
+
+
+async def test_overview_counts_stop_at_the_cap(
+    served: Serve, courier: CourierControl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "COUNT_CAP", 2)
+    async with served(CONSOLE_ACTORS, app_options=console_app(), relay=False) as s:
+        for actor_id in ("a-1", "a-2", "a-3"):
+            await s.t.get(Account, actor_id).deposit(10)
+        for _ in range(3):
+            await s.t.get(Courier, "c-1").haul(2)
+        body = (await operator(s).get("/console/api/overview")).json()
+    by_type = {entry["type"]: entry for entry in body["types"]}
+    # At most cap + 1 actor rows were read: the counts are lower bounds, marked capped.
+    assert sum(entry["actors"] for entry in body["types"]) <= 3
+    assert all(entry["capped"] for entry in body["types"])
+    assert by_type["Account"]["actors"] <= 2
+    assert (body["jobs"], body["capped"]["jobs"]) == (2, True)
+    assert (body["outbox"], body["capped"]["outbox"]) == (0, False)
+    assert body["count_cap"] == 2
 
 
 async def test_actors_of_a_type_are_paged_by_tenant_and_id(served: Serve) -> None:

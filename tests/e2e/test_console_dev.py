@@ -1,5 +1,8 @@
 """``akter dev`` serves the console to this machine: the URL is printed and the API answers.
 
+The printed URL carries the process's console token in its fragment; the API answers with that
+token and refuses without it.
+
 The data directory is made with ``tempfile.mkdtemp`` under /tmp, as in ``test_cli_dev``.
 """
 
@@ -50,7 +53,12 @@ def test_dev_serves_the_console_to_loopback(tmp_path: Path) -> None:
             assert line, f"akter dev exited early: {''.join(lines)}"
             lines.append(line)
         found = re.search(r"console at (\S+)", lines[-1])
-        assert found is not None and found.group(1) == f"{base}/console/", lines[-1]
+        assert found is not None, lines[-1]
+        url, _, fragment = found.group(1).partition("#")
+        assert url == f"{base}/console/", lines[-1]
+        assert fragment.startswith("token="), lines[-1]
+        secret = fragment.removeprefix("token=")
+        assert re.fullmatch(r"[A-Za-z0-9_-]{32,}", secret), secret
 
         deadline = time.monotonic() + 20
         while True:
@@ -66,7 +74,7 @@ def test_dev_serves_the_console_to_loopback(tmp_path: Path) -> None:
             f"{base}/actors/Counter/c1/add", json={"k": 3}, headers={"Idempotency-Key": cid}
         )
         assert added.status_code == 200, added.text
-        console = {"X-Akter-Console": "1"}
+        console = {"X-Akter-Console": "1", "X-Akter-Console-Token": secret}
         overview = httpx.get(f"{base}/console/api/overview", headers=console, timeout=5)
         assert overview.status_code == 200, overview.text
         assert [(t["type"], t["actors"]) for t in overview.json()["types"]] == [("Counter", 1)]
@@ -80,6 +88,19 @@ def test_dev_serves_the_console_to_loopback(tmp_path: Path) -> None:
         )
         assert rebound.status_code == 403
         assert httpx.get(f"{base}/console/api/overview").status_code == 403
+        # Without the token, or with another: 401; through a proxy on this machine: 403.
+        tokenless = httpx.get(f"{base}/console/api/overview", headers={"X-Akter-Console": "1"})
+        assert tokenless.status_code == 401, tokenless.text
+        assert tokenless.json()["code"] == "console_token_missing"
+        wrong = httpx.get(
+            f"{base}/console/api/overview",
+            headers={**console, "X-Akter-Console-Token": secret[::-1]},
+        )
+        assert wrong.status_code == 401 and wrong.json()["code"] == "console_token_invalid"
+        proxied = httpx.get(
+            f"{base}/console/api/overview", headers={**console, "X-Forwarded-For": "192.0.2.7"}
+        )
+        assert proxied.status_code == 403 and proxied.json()["code"] == "console_proxied"
 
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)

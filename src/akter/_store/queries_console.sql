@@ -2,18 +2,25 @@
 -- dead-letter statements it shares with the CLI (queries_jobs.sql). Columns and derived fields
 -- follow the inspection views of 0002_inspection_views.sql (v_actors, v_outbox, v_jobs).
 
+-- console_statement_timeout --
+-- bounds every console read: a transaction-local statement_timeout (milliseconds, as text)
+SELECT set_config('statement_timeout', %(timeout)s, true);
+
 -- console_types --
--- operators' count of actors and tenants per actor type, across actors
+-- operators' actors and tenants per type across actors, in a sample of at most cap rows (bounded)
 SELECT actor_type, count(*) AS actors, count(DISTINCT tenant_id) AS tenants
-FROM {schema}.actors
+FROM (SELECT actor_type, tenant_id FROM {schema}.actors LIMIT %(cap)s) AS sample
 GROUP BY actor_type
 ORDER BY actor_type;
 
 -- console_totals --
--- operators' totals of pending intents, job rows and dead letters, across actors
-SELECT (SELECT count(*) FROM {schema}.outbox o WHERE o.kind = 'intent') AS outbox,
-       (SELECT count(*) FROM {schema}.outbox j WHERE j.kind = 'job') AS jobs,
-       (SELECT count(*) FROM {schema}.dead_letters d) AS dead_letters;
+-- operators' totals of pending intents, job rows and dead letters across actors, each up to cap
+SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.outbox o WHERE o.kind = 'intent'
+                              LIMIT %(cap)s) AS i) AS outbox,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.outbox j WHERE j.kind = 'job'
+                              LIMIT %(cap)s) AS j) AS jobs,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.dead_letters d
+                              LIMIT %(cap)s) AS d) AS dead_letters;
 
 -- console_actors --
 -- one page of a type's actors after a (tenant, id) cursor, optionally in one tenant (like v_actors)

@@ -10,8 +10,10 @@ from a CDN); its JSON and server-sent-event routes live in :mod:`akter.http.cons
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from akter.callers import Anonymous, User
 
@@ -26,22 +28,49 @@ class Console:
     Args:
         allow: Called with the caller of every console request (after the auth provider);
             returns (or awaits to) whether that caller may see and operate the console.
+        anonymous: Also pass the ``Anonymous`` caller to ``allow``. By default an anonymous
+            console request is refused (403) before ``allow`` is called, whatever the rule says:
+            on an app without an auth provider every caller is ``Anonymous``, and a console
+            that admits ``Anonymous`` is open to whoever reaches the server, including a
+            DNS-rebinding page in an operator's browser. The ``Host`` is not checked for a
+            console built with ``allow``; set ``anonymous=True`` only when the network in
+            front of the app already restricts who reaches it.
+        origins: Extra origins (``"https://ops.example.com"``) trusted to call the console's
+            API, for a page reached through a proxy whose ``Host`` differs from the browser's
+            origin. The page's own origin needs no entry.
         loopback_only: Also refuse any request that does not come from a loopback address to a
-            loopback host name (``localhost``, ``127.0.0.1``, ``[::1]``); ``akter dev`` sets it.
+            loopback host name (``localhost``, ``127.0.0.1``, ``[::1]``), and any request that
+            carries a proxy's forwarding header (``Forwarded``, ``X-Forwarded-For``, ...).
+        token: A secret every API request must carry in the ``X-Akter-Console-Token`` header
+            (compared in constant time; missing or wrong is 401). ``Console.local()`` makes a
+            random one per process.
 
     Example:
         ``Console(allow=lambda caller: isinstance(caller, User) and caller.subject in ADMINS)``
     """
 
     allow: ConsoleRule
+    anonymous: bool = False
+    origins: Iterable[str] = ()
     loopback_only: bool = False
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not callable(self.allow):
             raise TypeError("Console(allow=...) needs a callable (caller) -> bool.")
+        if isinstance(self.origins, str):
+            raise TypeError("Console(origins=...) needs a list of origins, not one string.")
+        object.__setattr__(self, "origins", frozenset(_origin(o) for o in self.origins))
+        if self.token is not None and len(self.token) < 16:
+            raise ValueError("Console(token=...) needs at least 16 characters of secret.")
 
     async def allows(self, caller: User | Anonymous) -> bool:
-        """Whether ``allow`` accepts ``caller`` (anything but ``True`` refuses)."""
+        """Whether ``allow`` accepts ``caller`` (anything but ``True`` refuses).
+
+        ``Anonymous`` is refused without asking ``allow`` unless ``anonymous=True``.
+        """
+        if isinstance(caller, Anonymous) and not self.anonymous:
+            return False
         verdict = self.allow(caller)
         if inspect.isawaitable(verdict):
             verdict = await verdict
@@ -49,12 +78,31 @@ class Console:
 
     @classmethod
     def local(cls) -> Console:
-        """The development console: any caller, from loopback only (what ``akter dev`` uses)."""
-        return cls(allow=_anyone, loopback_only=True)
+        """The development console (what ``akter dev`` uses).
+
+        Any caller, ``Anonymous`` included, but only from loopback to a loopback host name,
+        never through a proxy, and only with this process's random ``token``: ``akter dev``
+        prints the console's URL with the token in its fragment (``#token=...``), which the
+        page keeps in the tab. The token is what stops a same-host reverse proxy or tunnel
+        from opening the console to the network.
+        """
+        return cls(
+            allow=_anyone, anonymous=True, loopback_only=True, token=secrets.token_urlsafe(32)
+        )
 
 
 def _anyone(caller: User | Anonymous) -> bool:
     return True
+
+
+def _origin(origin: str) -> str:
+    """``origin`` as browsers send it: ``scheme://host[:port]``, lower case, no default port."""
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise ValueError(f"Console(origins=...): {origin!r} is not an origin like https://host.")
+    host = parts.netloc.lower().rsplit("@", 1)[-1]
+    default = {"http": ":80", "https": ":443"}[parts.scheme]
+    return f"{parts.scheme}://{host.removesuffix(default)}"
 
 
 __all__ = ["Console", "ConsoleRule"]

@@ -16,24 +16,33 @@ Routes (present only when the app was built with ``console=``)::
     POST /console/api/dead-letters/{job_id}/discard  as ``akter dead-letters discard``
 
 Every API request must carry ``X-Akter-Console: 1`` (the page sets it; a cross-site page cannot
-send it without a CORS preflight this app never grants), must not come from another ``Origin``
-and, for ``Console.local()``, must be a loopback request to a loopback host name (which also
-defeats DNS rebinding). Then the app's auth provider establishes the caller (401 without
-credentials) and the console's ``allow`` rule accepts it or not (403). Reads and feeds then run
-as a ``System`` caller: the console sees every tenant and every actor type.
+send it without a CORS preflight this app never grants) and must come from the console's own page:
+``Sec-Fetch-Site`` ``same-origin`` or ``none``, or, from a browser that does not send it, an
+``Origin`` whose host and port are the ``Host``'s (the scheme is not compared, so a TLS-terminating
+proxy does not break it), or an origin listed in ``Console(origins=...)``; a refusal is 403. For
+``Console.local()`` the request must also be a loopback request to a loopback host name, carry no
+proxy forwarding header (403), and carry the process's token in ``X-Akter-Console-Token`` (401).
+Then the app's auth provider establishes the caller (401 without credentials) and the console's
+rule accepts it or not (403; ``Anonymous`` only with ``anonymous=True``). Reads and feeds then run
+as a ``System`` caller: the console sees every tenant and every actor type. Every console statement
+runs under a transaction-local ``statement_timeout`` (``STATEMENT_TIMEOUT_MS``; 504 past it) and
+the overview's counts stop at ``COUNT_CAP``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import ipaddress
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from psycopg.errors import QueryCanceled
 from psycopg.rows import dict_row
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -53,7 +62,15 @@ if TYPE_CHECKING:
 
 #: The header every console API request carries (the CSRF defence of a same-origin page).
 HEADER = "x-akter-console"
+#: The header carrying the console's secret token (``Console.local()``, ``akter dev``).
+TOKEN_HEADER = "x-akter-console-token"
+#: Headers a reverse proxy adds; ``Console.local()`` refuses requests that carry one.
+_FORWARDING = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip")
 DEFAULT_LIMIT = 100
+#: Counts shown by the overview stop here (the page shows "10,000+").
+COUNT_CAP = 10_000
+#: Every console statement runs under this transaction-local ``statement_timeout``.
+STATEMENT_TIMEOUT_MS = 2_000
 MAX_LIMIT = 500
 #: Events shown with an actor; newer ones arrive on the live feed.
 RECENT_EVENTS = 50
@@ -119,13 +136,21 @@ class ConsoleApi:
                 "Console requests need the 'X-Akter-Console: 1' header that the console sets.",
                 code="console_header_missing",
             )
+        if self.console.loopback_only:
+            forwarded = [name for name in _FORWARDING if name in request.headers]
+            if forwarded:
+                raise ActorError(
+                    "Unauthorized",
+                    f"This console only answers this machine directly, not through a proxy "
+                    f"(the request carries {', '.join(forwarded)}).",
+                    code="console_proxied",
+                )
         origin = request.headers.get("origin")
-        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        site = request.headers.get("sec-fetch-site", "same-origin")
-        if (origin is not None and origin != own) or site not in ("same-origin", "none"):
+        if not _same_origin(request, origin, self.console.origins):
             raise ActorError(
                 "Unauthorized",
-                f"Origin {origin or site!r} may not use the console; open it from this server.",
+                f"Origin {origin or request.headers.get('sec-fetch-site')!r} may not use the "
+                "console; open it from this server, or list the origin in Console(origins=...).",
                 code="origin_denied",
             )
         if self.console.loopback_only and not _loopback(request):
@@ -134,6 +159,21 @@ class ConsoleApi:
                 "This console only answers requests from this machine to localhost.",
                 code="console_denied",
             )
+        expected = self.console.token
+        if expected is not None:
+            given = request.headers.get(TOKEN_HEADER)
+            if not given:
+                raise _TokenRefused(
+                    "This console needs its token: open the console URL that 'akter dev' "
+                    "printed (it ends in #token=...).",
+                    code="console_token_missing",
+                )
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                raise _TokenRefused(
+                    "The console token is not this server's (it changes when 'akter dev' "
+                    "restarts): open the console URL it printed last.",
+                    code="console_token_invalid",
+                )
         identity = await self.auth(request)
         if not await self.console.allows(identity.caller):
             raise ActorError(
@@ -166,21 +206,44 @@ class ConsoleApi:
     # --- reads --------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        """``GET /console/api/overview``: actor types with counts, and the totals."""
+        """``GET /console/api/overview``: actor types with counts, and the totals.
+
+        Counts are bounded (``COUNT_CAP``): the per-type counts come from at most that many
+        rows of the actors table, and each total counts at most that many rows; a count that
+        reached the cap is reported as the cap with ``capped`` true (the page shows "10,000+").
+        """
         try:
             await self._operator(request)
-            types = {
-                name: {"type": name, "hosted": True, "singleton": d.singleton, "actors": 0}
+            cap = {"cap": COUNT_CAP + 1}
+            rows = await self._rows("console_types", cap)
+            sampled = sum(row["actors"] for row in rows) > COUNT_CAP
+            types: dict[str, dict[str, Any]] = {
+                name: {
+                    "type": name,
+                    "hosted": True,
+                    "singleton": d.singleton,
+                    "actors": 0,
+                    "capped": sampled,
+                }
                 for name, d in self.runtime.definitions.items()
             }
-            for row in await self._rows("console_types", {}):
+            for row in rows:
                 entry = types.setdefault(
                     row["actor_type"],
                     {"type": row["actor_type"], "hosted": False, "singleton": False},
                 )
-                entry.update(actors=row["actors"], tenants=row["tenants"])
-            (totals,) = await self._rows("console_totals", {})
-            return _json({"types": sorted(types.values(), key=lambda t: t["type"]), **totals})
+                entry.update(
+                    actors=min(row["actors"], COUNT_CAP), tenants=row["tenants"], capped=sampled
+                )
+            (totals,) = await self._rows("console_totals", cap)
+            return _json(
+                {
+                    "types": sorted(types.values(), key=lambda t: t["type"]),
+                    **{name: min(n, COUNT_CAP) for name, n in totals.items()},
+                    "capped": {name: n > COUNT_CAP for name, n in totals.items()},
+                    "count_cap": COUNT_CAP,
+                }
+            )
         except ActorError as exc:
             return from_actor_error(exc)
 
@@ -409,11 +472,71 @@ class ConsoleApi:
         }
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run a console statement under a transaction-local ``statement_timeout``."""
         store = self.runtime.store
-        async with store.pool.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(store.queries[name], params)
-            return await cur.fetchall()
+        try:
+            async with store.pool.connection() as conn, conn.transaction():
+                await conn.execute(
+                    store.queries["console_statement_timeout"],
+                    {"timeout": str(STATEMENT_TIMEOUT_MS)},
+                )
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(store.queries[name], params)
+                return await cur.fetchall()
+        except QueryCanceled:
+            raise ActorError(
+                "Timeout",
+                f"The console's query took longer than {STATEMENT_TIMEOUT_MS} ms and was "
+                "cancelled; try again, or use the inspection views (v_actors, v_outbox, v_jobs).",
+                code="console_query_timeout",
+                retryable=True,
+            ) from None
+
+
+class _TokenRefused(ActorError):
+    """A console request without this console's token: 401 (the page cannot sign in for it)."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__("Unauthorized", message, code=code)
+
+    @property
+    def status(self) -> int:
+        """Always 401: the request lacks the console's own credential."""
+        return 401
+
+
+def _same_origin(request: Request, origin: str | None, trusted: Iterable[str]) -> bool:
+    """Whether a browser sent this request from the console's own page (or a trusted origin).
+
+    ``Sec-Fetch-Site`` is the browser's own verdict and ignores what a TLS-terminating proxy
+    changes (scheme, port). Without it, the ``Origin``'s host and port must be the ``Host``'s
+    (the scheme is not compared, for the same reason). No ``Origin`` at all is a same-origin
+    ``GET`` or a non-browser client, which the custom header already vouches for.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site in ("same-origin", "none"):
+        return True
+    if origin is not None and _normal_origin(origin) in trusted:
+        return True
+    if site is not None:
+        return False  # same-site or cross-site, and not a trusted origin
+    if origin is None:
+        return True
+    theirs = _host_port(origin.lower().partition("://")[2]) if "://" in origin else ""
+    # "null" (a sandboxed frame, a file, a redirect across sites) has no host: refused.
+    return theirs != "" and theirs == _host_port(request.headers.get("host", "").lower())
+
+
+def _normal_origin(origin: str) -> str:
+    """``origin`` as :class:`Console` stores its ``origins``: lower case, no default port."""
+    scheme, _, host = origin.strip().lower().partition("://")
+    default = {"http": ":80", "https": ":443"}.get(scheme, "")
+    return f"{scheme}://{host.removesuffix(default) if default else host}"
+
+
+def _host_port(host: str) -> str:
+    """``host[:port]`` without a default port (80 or 443: the scheme is not compared)."""
+    return host.removesuffix(":80").removesuffix(":443")
 
 
 def _loopback(request: Request) -> bool:

@@ -1,10 +1,16 @@
 // The akter console: vanilla JS, no build step. Every value from the server is rendered with
 // textContent (never parsed as HTML). Every API request carries X-Akter-Console: 1 (the server's CSRF
-// defence) and the credentials typed into the sign-in form, kept in sessionStorage.
+// defence), the console token of `akter dev` (from the URL's #token= fragment) and the credentials
+// typed into the sign-in form; the token and the credentials are kept in sessionStorage.
 "use strict";
 
 const AUTH_KEY = "akter.console.auth";
-const POLL_MS = 1000;
+const TOKEN_KEY = "akter.console.token";
+// The next poll is scheduled only once the previous one finished, and none runs while the tab is
+// hidden.
+const POLL_MS = 2000;
+// Before an event feed that ended is opened again.
+const RECONNECT_MS = 1000;
 // Progress feeds open at once. Each holds one of the six HTTP/1.1 connections a browser keeps
 // per server; the event feed and the polls need theirs.
 const MAX_PROGRESS_FEEDS = 3;
@@ -16,7 +22,9 @@ const state = {
   feed: null, // AbortController of the actor's event feed
   progress: new Map(), // job id -> {abort, bar, label, closed, ended}
   seen: new Map(), // job id -> job: rows stay, marked finished, after their progress closed
-  timer: null,
+  timer: null, // the next poll
+  refreshing: null, // the refresh in progress
+  again: false, // refresh once more when the one in progress ends
 };
 
 // --- plumbing -------------------------------------------------------------------------------
@@ -44,8 +52,20 @@ function credentials() {
   }
 }
 
+// `akter dev` prints the console's URL with its token in the fragment, which never reaches a server
+// or a log: keep it in this tab and take it out of the address bar (and of the history).
+function takeToken() {
+  const fragment = new URLSearchParams(window.location.hash.slice(1));
+  const token = fragment.get("token");
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  history.replaceState(null, "", window.location.pathname + window.location.search);
+}
+
 function headers() {
   const result = { "X-Akter-Console": "1" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) result["X-Akter-Console-Token"] = token;
   const auth = credentials();
   if (auth && auth.header && auth.value) result[auth.header] = auth.value;
   return result;
@@ -55,20 +75,21 @@ class Refused extends Error {
   constructor(status, problem) {
     super((problem && problem.detail) || `HTTP ${status}`);
     this.status = status;
+    this.code = (problem && problem.code) || null;
+  }
+}
+
+async function problemOf(response) {
+  try {
+    return await response.json();
+  } catch (e) {
+    return null;
   }
 }
 
 async function api(path, options) {
   const response = await fetch("api/" + path, { ...(options || {}), headers: headers() });
-  if (!response.ok) {
-    let problem = null;
-    try {
-      problem = await response.json();
-    } catch (e) {
-      problem = null;
-    }
-    throw new Refused(response.status, problem);
-  }
+  if (!response.ok) throw new Refused(response.status, await problemOf(response));
   return response.json();
 }
 
@@ -87,15 +108,23 @@ function status(text, bad) {
 }
 
 function failed(error) {
-  if (error instanceof Refused && error.status === 401) {
+  const refused = error instanceof Refused;
+  // Without the console token, credentials would not help: say how to get the token.
+  if (refused && error.status === 401 && !(error.code || "").startsWith("console_token")) {
     showLogin("");
     return;
   }
-  if (error instanceof Refused && error.status === 403) {
+  // A caller the console's rule refused may sign in as someone else; other refusals (origin,
+  // proxy, missing header) are not about credentials.
+  if (refused && error.status === 403 && error.code === "console_denied") {
     showLogin(error.message);
     return;
   }
   if (error.name !== "AbortError") status(error.message, true);
+}
+
+function formatCount(n, capped) {
+  return Number(n).toLocaleString("en-US") + (capped ? "+" : "");
 }
 
 function showLogin(message) {
@@ -118,7 +147,7 @@ function fill(tbody, rows) {
 // Server-sent events over fetch (EventSource cannot send the headers the console needs).
 async function sse(path, onFrame, signal) {
   const response = await fetch("api/" + path, { headers: headers(), signal });
-  if (!response.ok) throw new Refused(response.status, null);
+  if (!response.ok) throw new Refused(response.status, await problemOf(response));
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {
@@ -149,9 +178,10 @@ async function sse(path, onFrame, signal) {
 
 async function loadOverview() {
   const overview = await api("overview");
-  document.getElementById("count-outbox").textContent = overview.outbox || "";
-  document.getElementById("count-jobs").textContent = overview.jobs || "";
-  document.getElementById("count-letters").textContent = overview.dead_letters || "";
+  const capped = overview.capped || {};
+  for (const [id, name] of [["count-outbox", "outbox"], ["count-jobs", "jobs"], ["count-letters", "dead_letters"]]) {
+    document.getElementById(id).textContent = overview[name] ? formatCount(overview[name], capped[name]) : "";
+  }
   const items = overview.types.map((t) =>
     el(
       "li",
@@ -161,7 +191,7 @@ async function loadOverview() {
         onclick: () => selectType(t.type),
       },
       el("span", {}, t.type),
-      el("span", { class: "muted" }, String(t.actors)),
+      el("span", { class: "muted" }, formatCount(t.actors, t.capped)),
     ),
   );
   document.getElementById("types").replaceChildren(...items);
@@ -279,7 +309,7 @@ function follow(after) {
         failed(error);
       }
       live.hidden = true;
-      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+      await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
     }
   };
   run();
@@ -393,27 +423,47 @@ async function loadLetters() {
     letters.map((d) =>
       el(
         "tr",
-        { dataset: { job: d.job_id } },
+        { class: d.ambiguous ? "ambiguous" : "", dataset: { job: d.job_id } },
         el("td", { class: "mono" }, d.job_id),
         el("td", {}, refText(d.ref)),
         el("td", {}, d.job),
         el("td", {}, String(d.attempts)),
-        el("td", {}, d.ambiguous ? "yes" : "no"),
+        d.ambiguous
+          ? el(
+              "td",
+              { class: "warning", title: "The job may have reached its provider before it died." },
+              "yes: may already have been applied",
+            )
+          : el("td", {}, "no"),
         el("td", { class: "error" }, d.cause),
         el("td", {}, when(d.dead_at)),
         el(
           "td",
           {},
-          el("button", { type: "button", class: "retry", onclick: () => operate(d.job_id, "retry") }, "Retry"),
-          el("button", { type: "button", class: "discard", onclick: () => operate(d.job_id, "discard") }, "Discard"),
+          el("button", { type: "button", class: "retry", onclick: () => operate(d, "retry") }, "Retry"),
+          el("button", { type: "button", class: "discard", onclick: () => operate(d, "discard") }, "Discard"),
         ),
       ),
     ),
   );
 }
 
-async function operate(jobId, action) {
-  if (action === "discard" && !window.confirm(`Discard dead letter ${jobId}? This cannot be undone.`)) return;
+function confirmed(letter, action) {
+  const jobId = letter.job_id;
+  if (action === "discard") return window.confirm(`Discard dead letter ${jobId}? This cannot be undone.`);
+  // As `akter dead-letters retry` warns: an ambiguous letter's call may have been applied.
+  if (letter.ambiguous) {
+    return window.confirm(
+      `Dead letter ${jobId} is ambiguous: the provider may already have applied the call. ` +
+        "Retrying runs it again under a new job id. Retry anyway?",
+    );
+  }
+  return true;
+}
+
+async function operate(letter, action) {
+  const jobId = letter.job_id;
+  if (!confirmed(letter, action)) return;
   try {
     const result = await api(`dead-letters/${encodeURIComponent(jobId)}/${action}`, { method: "POST" });
     status(action === "retry" ? `retried ${jobId} as job ${result.new_job_id}` : `discarded ${jobId}`);
@@ -427,7 +477,7 @@ async function operate(jobId, action) {
 
 const loaders = { actors: loadOverview, outbox: loadOutbox, jobs: loadJobs, letters: loadLetters };
 
-async function refresh() {
+async function refreshOnce() {
   try {
     if (state.tab !== "actors") await loadOverview();
     await loaders[state.tab]();
@@ -438,6 +488,44 @@ async function refresh() {
   }
 }
 
+// One refresh at a time: a refresh asked for while one runs makes that one run once more.
+function refresh() {
+  if (state.refreshing) {
+    state.again = true;
+    return state.refreshing;
+  }
+  state.refreshing = (async () => {
+    do {
+      state.again = false;
+      await refreshOnce();
+    } while (state.again);
+  })().finally(() => {
+    state.refreshing = null;
+  });
+  return state.refreshing;
+}
+
+// The next poll starts POLL_MS after the previous one ended; a hidden tab does not poll.
+function schedule() {
+  clearTimeout(state.timer);
+  state.timer = null;
+  if (document.visibilityState === "hidden") return;
+  state.timer = setTimeout(async () => {
+    state.timer = null;
+    await refresh();
+    schedule();
+  }, POLL_MS);
+}
+
+function visibilityChanged() {
+  if (document.visibilityState === "hidden") {
+    clearTimeout(state.timer);
+    state.timer = null;
+    return;
+  }
+  refresh().then(schedule);
+}
+
 function showTab(tab) {
   state.tab = tab;
   for (const button of document.querySelectorAll(".tab")) button.classList.toggle("active", button.dataset.tab === tab);
@@ -446,6 +534,7 @@ function showTab(tab) {
 }
 
 function start() {
+  takeToken();
   for (const button of document.querySelectorAll(".tab")) button.addEventListener("click", () => showTab(button.dataset.tab));
   document.getElementById("actors-more").addEventListener("click", () => loadActors().catch(failed));
   document.getElementById("login-submit").addEventListener("click", () => {
@@ -455,8 +544,9 @@ function start() {
     if (state.actor) openActor(state.actor.type, state.actor.id, state.actor.tenant).catch(failed);
     refresh();
   });
+  document.addEventListener("visibilitychange", visibilityChanged);
   showTab("actors");
-  state.timer = setInterval(refresh, POLL_MS);
+  schedule();
 }
 
 document.addEventListener("DOMContentLoaded", start);
