@@ -244,17 +244,8 @@ async def _outcome(rt: Runtime, ref: ActorRef, job_id: str, seen: _Sighting) -> 
 # --- akter dead-letters -----------------------------------------------------------------------
 
 
-def _letter_json(letter: Any) -> dict[str, Any]:
-    return {
-        "job_id": letter.job_id,
-        "ref": letter.ref.to_json(),
-        "job": letter.job,
-        "payload": json.loads(letter.payload),
-        "attempts": letter.attempts,
-        "cause": letter.cause,
-        "ambiguous": letter.ambiguous,
-        "dead_at_ms": letter.dead_at_ms,
-    }
+def _letter_json(letter: Letter) -> dict[str, Any]:
+    return letter.to_json()
 
 
 @letters_app.command("list")

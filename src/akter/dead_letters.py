@@ -8,6 +8,7 @@ deletes the letter, in one transaction; ``discard`` deletes it.
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,19 @@ class Letter:
             dead_at_ms=int(row["dead_at_ms"]),
             routing_key=int(row["routing_key"]),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The letter as JSON (``akter dead-letters show``, the console): payload decoded."""
+        return {
+            "job_id": self.job_id,
+            "ref": self.ref.to_json(),
+            "job": self.job,
+            "payload": json.loads(self.payload),
+            "attempts": self.attempts,
+            "cause": self.cause,
+            "ambiguous": self.ambiguous,
+            "dead_at_ms": self.dead_at_ms,
+        }
 
 
 class DeadLetters:

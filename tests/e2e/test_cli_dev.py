@@ -14,13 +14,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 
-from akter._store.embedded import is_running, running_url
+from akter._store.embedded import is_running, running_url, shutdown
 
 AKTER = str(Path(sys.executable).parent / "akter")
 
@@ -47,47 +50,70 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.timeout(120)
-def test_dev_serves_on_the_embedded_server_and_stops_both_on_sigterm(tmp_path: Path) -> None:
-    (tmp_path / "devapp.py").write_text(APP)
-    data_dir = Path(tempfile.mkdtemp(prefix="akter-dev-"))
+@dataclass
+class Dev:
+    """A running ``akter dev`` child: its process, base URL, data dir and stderr so far."""
+
+    proc: subprocess.Popen[str]
+    base: str
+    data_dir: Path
+    lines: list[str]
+
+
+@contextmanager
+def dev_process(workdir: Path, prefix: str) -> Iterator[Dev]:
+    """Start ``akter dev`` on ``APP`` with a fresh data dir; yield once it printed "ready".
+
+    Afterwards the child is killed if still running and its embedded server stopped and removed.
+    """
+    (workdir / "devapp.py").write_text(APP)
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AKTER_DATABASE_URL", "AKTER_DATA_DIR")}
+    argv = [AKTER, "dev", "devapp:runtime", "--http", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(
-        [
-            AKTER,
-            "dev",
-            "devapp:runtime",
-            "--http",
-            f"127.0.0.1:{port}",
-            "--data-dir",
-            str(data_dir),
-        ],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(tmp_path)},
+        [*argv, "--data-dir", str(data_dir)],
+        cwd=workdir,
+        env={**env, "PYTHONPATH": str(workdir)},
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert proc.stderr is not None
-        base = f"http://127.0.0.1:{port}"
         lines: list[str] = []
         while not any("ready" in line for line in lines):
             line = proc.stderr.readline()
             assert line, f"akter dev exited early: {''.join(lines)}"
             lines.append(line)
-        assert f"docs at {base}/docs" in lines[-1]
+        yield Dev(proc, f"http://127.0.0.1:{port}", data_dir, lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutdown(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def get_when_up(url: str, within: float = 20) -> httpx.Response:
+    """GET ``url``, retrying connection errors until ``within`` seconds have passed."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.TransportError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_dev_serves_on_the_embedded_server_and_stops_both_on_sigterm(tmp_path: Path) -> None:
+    with dev_process(tmp_path, "akter-dev-") as dev:
+        base, data_dir, proc = dev.base, dev.data_dir, dev.proc
+        assert f"docs at {base}/docs" in dev.lines[-1]
         url = running_url(data_dir)
         assert url is not None and is_running(data_dir)
 
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                ready = httpx.get(f"{base}/ready", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        ready = get_when_up(f"{base}/ready")
         assert ready.json() == {"status": "ready"}
         assert httpx.get(f"{base}/docs", timeout=5).status_code == 200
         cid = httpx.post(f"{base}/command-ids").json()["command_id"]
@@ -109,11 +135,3 @@ def test_dev_serves_on_the_embedded_server_and_stops_both_on_sigterm(tmp_path: P
         assert not is_running(data_dir) and running_url(data_dir) is None
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{base}/ready", timeout=2)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        from akter._store.embedded import shutdown
-
-        shutdown(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)

@@ -8,50 +8,20 @@ The data directory is made with ``tempfile.mkdtemp`` under /tmp, as in ``test_cl
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import signal
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.test_cli_dev import AKTER, APP, free_port
+from tests.e2e.test_cli_dev import dev_process, get_when_up
 
 
 @pytest.mark.timeout(120)
 def test_dev_serves_the_console_to_loopback(tmp_path: Path) -> None:
-    (tmp_path / "devapp.py").write_text(APP)
-    data_dir = Path(tempfile.mkdtemp(prefix="akter-dev-console-"))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("AKTER_DATABASE_URL", "AKTER_DATA_DIR")}
-    proc = subprocess.Popen(
-        [
-            AKTER,
-            "dev",
-            "devapp:runtime",
-            "--http",
-            f"127.0.0.1:{port}",
-            "--data-dir",
-            str(data_dir),
-        ],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(tmp_path)},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        base = f"http://127.0.0.1:{port}"
-        lines: list[str] = []
-        while not any("ready" in line for line in lines):
-            line = proc.stderr.readline()
-            assert line, f"akter dev exited early: {''.join(lines)}"
-            lines.append(line)
+    with dev_process(tmp_path, "akter-dev-console-") as dev:
+        base, lines, proc = dev.base, dev.lines, dev.proc
         found = re.search(r"console at (\S+)", lines[-1])
         assert found is not None, lines[-1]
         url, _, fragment = found.group(1).partition("#")
@@ -60,14 +30,7 @@ def test_dev_serves_the_console_to_loopback(tmp_path: Path) -> None:
         secret = fragment.removeprefix("token=")
         assert re.fullmatch(r"[A-Za-z0-9_-]{32,}", secret), secret
 
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                page = httpx.get(f"{base}/console/", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        page = get_when_up(f"{base}/console/")
         assert page.status_code == 200 and "akter console" in page.text
         cid = httpx.post(f"{base}/command-ids").json()["command_id"]
         added = httpx.post(
@@ -106,11 +69,3 @@ def test_dev_serves_the_console_to_loopback(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert "drained" in err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        from akter._store.embedded import shutdown
-
-        shutdown(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)

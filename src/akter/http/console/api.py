@@ -605,17 +605,7 @@ def _ref_json(tenant: str, actor_type: str, actor_id: str) -> dict[str, str]:
 
 def _letter(letter: Letter) -> dict[str, Any]:
     # The same fields as 'akter dead-letters show'.
-    return {
-        "job_id": letter.job_id,
-        "ref": letter.ref.to_json(),
-        "job": letter.job,
-        "payload": json.loads(letter.payload),
-        "attempts": letter.attempts,
-        "cause": letter.cause,
-        "ambiguous": letter.ambiguous,
-        "dead_at": _iso(letter.dead_at_ms),
-        "dead_at_ms": letter.dead_at_ms,
-    }
+    return {**letter.to_json(), "dead_at": _iso(letter.dead_at_ms)}
 
 
 def _json(body: dict[str, Any]) -> JSONResponse:
