@@ -533,6 +533,9 @@ class Freeze:
     acquired_ms: int | None = None
     #: the frozen run's beats at or after that acquisition, in ms after it (fenced: none)
     after_takeover_ms: list[int] = field(default_factory=list)
+    #: the freeze landed inside a turn of the shared actor: its row lock held off the successor's
+    #: beats until SIGCONT (a frozen process's open transaction outlives it; see docs)
+    blocked: bool = False
 
 
 async def freeze_drill(
@@ -572,14 +575,34 @@ async def freeze_drill(
                 victim = procs[current.runner_id]
                 stop_ms = await db_now(conn)
                 os.kill(victim.proc.pid, signal.SIGSTOP)
+                blocked = False
                 try:
-                    successor = await wait_for_run(conn, schema, stop_ms, within)
-                    await asyncio.sleep(settle / 2)
-                    cont_ms = await db_now(conn)
+                    # Fenced beats are turns of one shared actor: a freeze inside one of them
+                    # leaves its transaction open, holding the actor row, so the successor's
+                    # beats wait until the process runs again. Then resume it and wait on.
+                    first_wait = (timing.lease_ms + 3 * timing.refresh_ms) / 1000 + 2.0
+                    try:
+                        successor = await wait_for_run(conn, schema, stop_ms, first_wait)
+                        await asyncio.sleep(settle / 2)
+                        cont_ms = await db_now(conn)
+                    except DrillError:
+                        if not fenced:
+                            raise
+                        blocked = True
+                        cont_ms = await db_now(conn)
+                        os.kill(victim.proc.pid, signal.SIGCONT)
+                        successor = await wait_for_run(conn, schema, stop_ms, within)
                 finally:
                     os.kill(victim.proc.pid, signal.SIGCONT)
                 freezes.append(
-                    Freeze(current.runner_id, current.run_id, stop_ms, cont_ms, successor)
+                    Freeze(
+                        current.runner_id,
+                        current.run_id,
+                        stop_ms,
+                        cont_ms,
+                        successor,
+                        blocked=blocked,
+                    )
                 )
                 log(f"freeze {i + 1}/{rounds}: {current.runner_id[:8]} → {successor.runner_id[:8]}")
                 await asyncio.sleep(settle)

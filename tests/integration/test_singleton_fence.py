@@ -3,10 +3,11 @@
 The loop guard stops a ``run()`` loop before its lease can end only while the process runs; a
 paused process resumes its loop body before its guard. So every command the loop sends through
 ``self.runtime`` handles carries the loop's lease (owner, epoch), and its turn checks the
-``singletons`` row — ``FOR KEY SHARE``, before the handler — so that either the command commits
-before a successor owns the lease, or it is refused with ``LeaseLost`` and writes nothing. The
-owner's own refreshes and contenders for a live lease do not wait for fenced turns; only a
-takeover (which locks the row ``FOR UPDATE`` first) does.
+``singletons`` row before the handler and holds it ``FOR KEY SHARE`` in its commit flight, so that
+either the command commits before a successor owns the lease, or it is refused with
+``LeaseLost`` and writes nothing. The owner's own refreshes and contenders for a live lease do
+not wait for fenced turns; only a takeover (which locks the row ``FOR UPDATE`` first) waits, and
+only for commit flights, which never wait for the client.
 
 The runner's own lease refreshes are stopped here once the loop runs: the tests drive the lease
 themselves, with the real ``acquire_singleton`` statement run for a second runner id on a clock
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -257,50 +259,26 @@ async def test_a_fenced_command_refused_in_a_batch_leaves_the_others_alone(
         assert refused.command_id not in {r["command_id"] for r in seen.receipts}
 
 
-async def test_a_successors_acquire_waits_for_a_fenced_turn_holding_the_lease(
+async def test_a_fenced_turn_paused_before_commit_holds_off_no_takeover_and_is_refused(
     akter_test: Make,
 ) -> None:
-    async with (
-        akter_test([Fenced], maintenance=False) as t,
-        await psycopg.AsyncConnection.connect(t.database_url, autocommit=True) as watch,
-    ):
+    # A process frozen between a fenced turn's flights holds no lock on the lease row (psycopg's
+    # pipeline ends with a Flush, so the server's idle-in-transaction timeout never fires): a
+    # successor takes over at once, and the frozen turn's commit flight then fails its held
+    # check, so its retry is refused with LeaseLost and nothing is written.
+    async with akter_test([Fenced], maintenance=False) as t:
         loop, lease = await owned_loop(t)
         before_commit = t.pause_next("before_commit")
-        after_commit = t.pause_next("after_commit")
         loop.orders.put_nowait(5)
         await before_commit.wait()
-        # The fenced turn passed its check and holds the lease row FOR KEY SHARE. The lease now
-        # ends (on the successor's clock) and a successor tries to acquire it: it must wait.
         successor = str(uuid.uuid4())
-        name = f"fence-successor-{uuid.uuid4().hex[:8]}"
-        acquiring = asyncio.create_task(
-            acquire_as(t, successor, PAST_LEASE_MS, application_name=name)
-        )
-        waiting = None
-        for _ in range(2000):
-            cur = await watch.execute(
-                "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = %s",
-                (name,),
-            )
-            waiting = await cur.fetchone()
-            if waiting is not None and waiting[0] == "Lock":
-                break
-            await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
-        assert waiting is not None and waiting[0] == "Lock", waiting
-        assert not acquiring.done()
-        assert (await lease_row(t))["owner"] == lease.owner
-        # The turn commits (and is held right after COMMIT): only now does the acquire go on.
-        before_commit.release()
-        await after_commit.wait()
-        rows = await asyncio.wait_for(acquiring, 30)
+        rows = await asyncio.wait_for(acquire_as(t, successor, PAST_LEASE_MS), 10)
         assert [r["owner"] for r in rows] == [successor]
-        committed = await t.inspect(t.get(Fenced))
-        assert committed.state == {"total": 5} and len(committed.receipts) == 1
-        after_commit.release()
-        assert await asyncio.wait_for(loop.results.get(), 30) == 5
-        # The next command of the old loop is refused: the successor owns the lease.
-        lease_lost(await order(loop, 1))
-        assert (await t.inspect(t.get(Fenced))).state == {"total": 5}
+        before_commit.release()
+        lease_lost(await asyncio.wait_for(loop.results.get(), 30))
+        seen = await t.inspect(t.get(Fenced))
+        assert not seen.exists and seen.receipts == []
+        assert (await lease_row(t))["owner"] == successor != lease.owner
 
 
 async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused(
@@ -369,3 +347,31 @@ async def test_refreshes_and_contenders_for_a_live_lease_never_wait_for_a_fenced
         before_commit.release()
         assert await asyncio.wait_for(loop.results.get(), 30) == 7
         assert (await t.inspect(t.get(Fenced))).state == {"total": 7}
+
+
+async def test_a_fenced_turn_idling_past_its_lease_end_is_ended_so_a_takeover_proceeds(
+    akter_test: Make,
+) -> None:
+    # A process frozen inside a fenced turn holds the lease row. The server ends that session
+    # once it idles past the lease's end, so a successor takes over about when the lease ends,
+    # not after execution_timeout (30 s) — and the frozen turn never commits.
+    async with akter_test([Fenced], maintenance=False, singleton_lease=2) as t:
+        loop, _ = await owned_loop(t)
+        before_commit = t.pause_next("before_commit")
+        loop.orders.put_nowait(4)
+        await before_commit.wait()  # idle in transaction, holding the lease row FOR KEY SHARE
+        lease_until = (await lease_row(t))["lease_until_ms"]
+        successor = str(uuid.uuid4())
+        rows: list[dict[str, Any]] = []
+        started = time.monotonic()
+        while not rows:
+            assert time.monotonic() - started < 15, "no takeover"
+            rows = await asyncio.wait_for(acquire_as(t, successor, 0), 15)
+            if not rows:
+                await asyncio.sleep(0.05)  # polling an observable condition, not ordering by time
+        assert rows[0]["owner"] == successor
+        assert rows[0]["acquired_at_ms"] >= lease_until
+        assert rows[0]["acquired_at_ms"] - lease_until < 3_000  # not held until execution_timeout
+        before_commit.release()
+        seen = await t.inspect(t.get(Fenced))
+        assert not seen.exists and seen.receipts == []  # the frozen turn never committed

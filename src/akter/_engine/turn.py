@@ -5,7 +5,7 @@ Two pipelined round trips in the common case (design §5):
 1. admission: ``BEGIN``, transaction-local timeouts, the row insert for an actor the cache does
    not know, the locked read of the actor row (state shipped only when the cached version is
    stale), then — in a fresh snapshot taken after the lock — the pinned clock and the batch's
-   receipts, and for each command of a singleton's ``run()`` loop its lease row ``FOR KEY SHARE``
+   receipts, and for each command of a singleton's ``run()`` loop a check of its lease row
    (the fence: a stale lease refuses that command with ``LeaseLost``);
 2. commit: the guarded state update, events, outbox writes, receipts, ``COMMIT`` and the
    release-check clock read.
@@ -328,7 +328,8 @@ class TurnEngine:
                 self.q["admission_read"],
                 {**key, "off": off, "command_ids": [r.command_id.raw for r in batch]},
             )
-            # Commands of a singleton's loop: their lease, held FOR KEY SHARE until the turn ends.
+            # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
+            # between the flights must not hold off a takeover) and held in the commit flight.
             fence_curs = [
                 (i, await conn.execute(self.q["check_singleton_fence"], _fence_params(r, off)))
                 for i, r in enumerate(batch)
@@ -404,10 +405,20 @@ class TurnEngine:
                 tick_params = tick_rows(definition, act, now_ms, self.window_ms)
         nothing = nothing and tick_params is None
         commit_ns = time.time_ns()
+        fences = {
+            (r.fence.actor_type, r.fence.owner, r.fence.epoch): r
+            for i, r in enumerate(batch)
+            if r.fence is not None and i not in stale
+        }
         async with conn.pipeline():
             if nothing:
                 end_cur = await conn.execute("ROLLBACK")
             else:
+                # The fence through COMMIT: the whole flight is sent before the server runs it,
+                # so the lock is held for no client time. A lost lease fails the flight
+                # (serialization_failure); the retry's admission check refuses with LeaseLost.
+                for fenced in fences.values():
+                    await conn.execute(self.q["hold_singleton_fence"], _fence_params(fenced, off))
                 if state_changed:
                     await conn.execute(
                         self.q["update_actor"],
@@ -779,8 +790,6 @@ def _fence_params(request: Request, off: int) -> dict[str, Any]:
         "owner": fence.owner,
         "epoch": fence.epoch,
         "off": off,
-        # A live turn never idles that long; a frozen process must not hold off a takeover.
-        "idle_timeout": _ms_text(request.member.owner.policy.execution_timeout),
     }
 
 

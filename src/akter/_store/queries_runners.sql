@@ -67,13 +67,21 @@ SET lease_until_ms = {schema}.now_ms(%(off)s::bigint)
 WHERE actor_type = %(actor_type)s AND owner = %(runner_id)s;
 
 -- check_singleton_fence --
--- a loop's fenced command: its lease still current (owner, epoch, not ended), held FOR KEY SHARE: the owner's refreshes pass, a successor's takeover (FOR UPDATE) waits for the turn, which may idle at most idle_timeout
-SELECT set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
-FROM {schema}.singletons
+-- at admission, a loop's fenced command: its lease still current (owner, epoch, not ended); no lock, so a paused turn holds nothing
+SELECT 1 FROM {schema}.singletons
 WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
   AND acquired_at_ms = %(epoch)s::bigint
-  AND lease_until_ms > {schema}.now_ms(%(off)s::bigint)
-FOR KEY SHARE;
+  AND lease_until_ms > {schema}.now_ms(%(off)s::bigint);
+
+-- hold_singleton_fence --
+-- in the commit flight: that lease still current, held FOR KEY SHARE through COMMIT (a takeover's FOR UPDATE waits); else serialization_failure rolls the batch back
+SELECT {schema}.fence_check(count(*)) FROM (
+    SELECT 1 FROM {schema}.singletons
+    WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
+      AND acquired_at_ms = %(epoch)s::bigint
+      AND lease_until_ms > {schema}.now_ms(%(off)s::bigint)
+    FOR KEY SHARE
+) AS fence;
 
 -- prune_receipts --
 -- deletes a batch of a type's receipts past expiry + margin whose id no outbox row still carries
