@@ -372,9 +372,10 @@ class TurnApi(Generic[S]):
         calling commands through ``self.runtime.get(...)``.
 
         Those commands are fenced in the database: the turn checks, before the handler runs,
-        that the lease is still this loop's (same owner and epoch, not ended) and holds the
-        lease row ``FOR KEY SHARE`` until it commits. The owner's refreshes pass that lock; a
-        successor's takeover locks the row ``FOR UPDATE`` first, so it waits for the turn.
+        that the lease is still this loop's (same owner and epoch, not ended), and its commit
+        flight checks it again holding the lease row ``FOR KEY SHARE`` through ``COMMIT``. The
+        owner's refreshes pass that lock; a successor's takeover locks the row ``FOR UPDATE``
+        first, so it waits for a commit in flight (never for a paused client).
         A command from a loop whose lease was lost (the process was paused past its lease, say)
         is refused with ``ActorError`` ``LeaseLost``, writes nothing and leaves its command id
         unused. Queries need no fence and carry none.
