@@ -84,6 +84,14 @@ class Fired(BaseModel):
     ticks: list[list[Any]] = Field(default_factory=list)
 
 
+def _fire(actor: Minutely | TenMinutely) -> int:
+    """A tick's work, the same for both periods: count the run here and in the state."""
+    RUNS[actor.command_id] += 1
+    actor.state.n += 1
+    actor.state.ticks.append([actor.command_id, actor.now_ms])
+    return actor.state.n
+
+
 class Minutely(akter.Actor[Fired]):
     """An actor with a minutely schedule."""
 
@@ -95,10 +103,7 @@ class Minutely(akter.Actor[Fired]):
     @akter.command
     async def tick(self) -> int:
         """One scheduled run: count it here and durably."""
-        RUNS[self.command_id] += 1
-        self.state.n += 1
-        self.state.ticks.append([self.command_id, self.now_ms])
-        return self.state.n
+        return _fire(self)
 
 
 class TenMinutely(akter.Actor[Fired]):
@@ -112,10 +117,7 @@ class TenMinutely(akter.Actor[Fired]):
     @akter.command
     async def tick(self) -> int:
         """One scheduled run: count it here and durably."""
-        RUNS[self.command_id] += 1
-        self.state.n += 1
-        self.state.ticks.append([self.command_id, self.now_ms])
-        return self.state.n
+        return _fire(self)
 
 
 #: The cron drill's actor type per period in minutes.
