@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from akter._ids import canonical_json, child_id, mint_framework_id, validate_actor_id, validate_key
+from akter._json import Unstorable, check_finite, storable_json, unserializable_path
 from akter.callers import ActorRef, Caller, System, caller_to_json, principal_of
 from akter.errors import CapabilityEscaped, ReadOnlyError, invalid_input
 
@@ -428,9 +429,15 @@ class TurnApi(Generic[S]):
             raise TypeError(
                 f"{ctx.definition.name} does not declare {type(event).__name__} in events=[...]."
             )
-        ctx.staged.events.append(
-            (type(event).event_tag, canonical_json(event.model_dump(mode="json")))
-        )
+        tag = type(event).event_tag
+        # Refused here, inside the handler, with the field named: never in the commit flight.
+        where = f"event {tag}"
+        check_finite(event, where)
+        try:
+            dumped = event.model_dump(mode="json")
+        except ValueError as exc:  # pydantic cannot serialize a value an Any field holds
+            raise Unstorable(unserializable_path(event, where), str(exc)) from None
+        ctx.staged.events.append((tag, storable_json(dumped, where)))
 
     def send(
         self,

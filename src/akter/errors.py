@@ -211,7 +211,12 @@ class DeclaredError(AkterError):
     def __init__(self, message: str | None = None, /, **fields: Any) -> None:
         model = type(self)._fields_model
         validated = model.model_validate(fields)
-        self.fields: dict[str, Any] = validated.model_dump(mode="json")
+        try:
+            self.fields: dict[str, Any] = validated.model_dump(mode="json")
+        except ValueError as exc:  # a value an Any field holds that JSON cannot carry
+            from akter._json import Unstorable, unserializable_path
+
+            raise Unstorable(unserializable_path(validated, type(self).tag), str(exc)) from None
         for name in model.model_fields:
             object.__setattr__(self, name, getattr(validated, name))
         super().__init__(message or f"{type(self).tag}({self.fields})")

@@ -134,7 +134,15 @@ class Dispatcher:
                                 )
                             )
                     self._pending -= len(batch)
-                    raise
+                    if not isinstance(exc, Exception):
+                        raise
+                    # An engine bug must not kill the mailbox: its other commands still run.
+                    act.drop_cache()
+                    log.exception(
+                        "Turn failed unexpectedly",
+                        extra={"actor": act.ref.type, "id": act.ref.id, "tenant": act.ref.tenant},
+                    )
+                    continue
                 self._pending -= len(batch)
                 retry = any(
                     r.kind == "error"

@@ -16,6 +16,7 @@ Handlers run between the two, on private copies of the state, with nothing else 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -27,9 +28,16 @@ from pydantic import BaseModel, ValidationError
 
 from akter import telemetry
 from akter._engine.hooks import Hooks
-from akter._ids import CommandId, bucket, canonical_json, child_id, is_uuid8, mint_framework_id
+from akter._ids import CommandId, bucket, child_id, is_uuid8, mint_framework_id
+from akter._json import (
+    Unstorable,
+    check_finite,
+    storable_json,
+    stored_value,
+    unserializable_path,
+)
 from akter._store.pool import Clock, Connection, Store
-from akter.actor import ActorDefinition, Member, unstorable_text
+from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, caller_key
 from akter.context import IN_TURN, LoopLease, StagedRow, TurnContext
 from akter.errors import ActorError, DeclaredError, InjectedCrash
@@ -120,11 +128,13 @@ class Activation:
 
 @dataclass
 class _Outcome:
-    """Per command: the receipt to write (if any) and the caller's result."""
+    """Per command: the receipt to write (its stored JSON text, if any) and the caller's result."""
 
     result: Result
-    receipt: dict[str, Any] | None = None
+    receipt: str | None = None
     expires_ms: int = 0
+    #: A successful handler's new state, as stored JSON text.
+    state_json: str | None = None
 
 
 @dataclass
@@ -247,18 +257,21 @@ class TurnEngine:
         policy = act.definition.policy
         loop = asyncio.get_running_loop()
         deadline = loop.time() + policy.execution_timeout / 1000
-        conn: Connection | None = None
-        broken = False
         known = act.exists
         try:
             async with self.store.pool.connection() as conn:
                 try:
                     async with asyncio.timeout_at(deadline):
                         return await self._transaction(conn, act, batch)
-                except BaseException:
-                    # Whatever happened, the open transaction must not survive: roll back, and
-                    # if the connection cannot answer, let the pool discard it.
-                    broken = not await _rollback_quietly(conn)
+                except BaseException as exc:
+                    # Whatever happened, the open transaction must not survive. A server error
+                    # leaves the connection consistent: roll back and keep it. Anything that
+                    # can interrupt a pipeline between queued statements (a timeout, a
+                    # cancellation, a client-side error) leaves psycopg's prepared-statement
+                    # cache unsure ("prepared statement _pg3_N does not exist" later, on other
+                    # actors): close the connection so the pool replaces it.
+                    if not (_consistent(exc) and await _rollback_quietly(conn)):
+                        await _discard(conn)
                     if not known:
                         act.exists = False  # a row inserted by this admission is gone again
                     raise
@@ -277,9 +290,6 @@ class TurnEngine:
             act.drop_cache()
             reason = _describe_db_error(exc)
             return [self._unavailable(r, reason) for r in batch]
-        finally:
-            if broken and conn is not None and not conn.closed:
-                await conn.close()
 
     def _unavailable(self, request: Request, why: str) -> Result:
         return Result(
@@ -301,6 +311,9 @@ class TurnEngine:
         off = self.clock.offset_ms
         ensured = not act.exists
         admission_ns = time.time_ns()
+        # Everything a flight sends is built before the pipeline opens: an exception between
+        # two queued statements would leave the connection's prepared-statement cache unsure.
+        default_json = _default_state_json(definition) if ensured else ""
         # --- flight 1: admission -------------------------------------------------------------
         async with conn.pipeline():
             await conn.execute("BEGIN")
@@ -316,7 +329,7 @@ class TurnEngine:
                     self.q["ensure_actor"],
                     {
                         **key,
-                        "state": canonical_json(definition.default_state().model_dump(mode="json")),
+                        "state": default_json,
                         "state_version": 0,
                         "off": off,
                     },
@@ -368,6 +381,7 @@ class TurnEngine:
         outcomes: list[_Outcome] = []
         writes = _BatchWrites()
         state = act.state
+        new_state_json = act.state_json
         batch_created = act.created
         seq = act.event_seq
         for index, request in enumerate(batch):
@@ -379,7 +393,7 @@ class TurnEngine:
             )
             outcomes.append(outcome)
             if ctx is not None and outcome.result.kind == "ok":
-                state = new_state
+                state, new_state_json = new_state, outcome.state_json
                 writes.apply(ctx)
                 seq += len(ctx.staged.events)
                 if request.member.spec.creates or not definition.gated:
@@ -389,9 +403,6 @@ class TurnEngine:
 
         # --- flight 2: commit ----------------------------------------------------------------
         receipt_rows = [(o, r) for o, r in zip(outcomes, batch, strict=True) if o.receipt]
-        new_state_json = (
-            canonical_json(state.model_dump(mode="json")) if state is not None else None
-        )
         state_changed = (
             new_state_json != act.state_json or batch_created != act.created or seq != act.event_seq
         )
@@ -472,7 +483,7 @@ class TurnEngine:
                             "commands": [r.member.name for _, r in receipt_rows],
                             "payload_hashes": [r.payload_hash for _, r in receipt_rows],
                             "caller_keys": [r.caller_key for _, r in receipt_rows],
-                            "outcomes": [canonical_json(o.receipt) for o, _ in receipt_rows],
+                            "outcomes": [o.receipt for o, _ in receipt_rows],
                             "expires": [o.expires_ms for o, _ in receipt_rows],
                         },
                     )
@@ -531,7 +542,7 @@ class TurnEngine:
         model = act.definition.state_model
         if shipped is None:
             act.state = model()
-            act.state_json = canonical_json(act.state.model_dump(mode="json"))
+            act.state_json = _default_state_json(act.definition)
             return None
         if act.state_version > 0:
             return (
@@ -540,11 +551,11 @@ class TurnEngine:
             )
         try:
             act.state = model.model_validate(shipped)
-        except ValidationError as exc:
+            act.state_json = storable_json(act.state.model_dump(mode="json"), "state")
+        except (ValidationError, ValueError) as exc:
             act.state = None
             act.state_json = None
             return f"Stored state of {act.ref.type}/{act.ref.id!r} fails validation: {exc}"
-        act.state_json = canonical_json(act.state.model_dump(mode="json"))
         return None
 
     async def _decide_and_run(
@@ -660,17 +671,7 @@ class TurnEngine:
                     command_id=cid,
                 ),
             )
-        outcome = stored["outcome"]
-        if "ok" in outcome:
-            try:
-                value = request.member.result.validate_python(outcome["ok"])
-            except ValidationError:
-                value = outcome["ok"]
-            return Result("ok", value=value, replayed=True)
-        error = DeclaredError.from_receipt(
-            outcome["error"], outcome.get("fields", {}), outcome.get("message")
-        )
-        return Result("declared", error=error, replayed=True)
+        return _receipt_result(request.member, stored["outcome"], replayed=True)
 
     async def _run_handler(
         self, act: Activation, request: Request, index: int, now_ms: int, state: BaseModel
@@ -709,12 +710,18 @@ class TurnEngine:
                     f"{definition.name}.{member.name} raised {type(exc).__name__}, which it does "
                     "not declare in errors=.",
                 ) from None
-            receipt = {"error": type(exc).tag, "fields": exc.fields}
-            return (
-                _Outcome(Result("declared", error=exc), receipt, self._receipt_expiry(request)),
-                state,
-                None,
-            )
+            try:
+                check_finite(_error_fields(exc), "error")
+                receipt = storable_json({"error": type(exc).tag, "fields": exc.fields}, "error")
+            except Unstorable as bad:
+                raise BatchDefect(
+                    index,
+                    f"{definition.name}.{member.name} raised {type(exc).__name__} with a field "
+                    f"akter cannot store: {bad}.",
+                ) from None
+            # The caller sees what a replay of the receipt will show (plus the raised message).
+            outcome = _receipt_result(member, stored_value(receipt), message=str(exc))
+            return _Outcome(outcome, receipt, self._receipt_expiry(request)), state, None
         except (TimeoutError, asyncio.CancelledError, InjectedCrash):
             if ctx.poisoned:
                 raise BatchDefect(index, ctx.poisoned) from None
@@ -733,23 +740,37 @@ class TurnEngine:
         if ctx.poisoned:
             raise BatchDefect(index, ctx.poisoned)
         try:
+            check_finite(value, "result")
             checked = member.result.validate_python(value)
-            result_json = member.result.dump_python(checked, mode="json")
+            result_json = storable_json(member.result.dump_python(checked, mode="json"), "result")
+            receipt = '{"ok":' + result_json + "}"  # canonical: one key
         except ValidationError as exc:
             raise BatchDefect(
                 index,
                 f"{definition.name}.{member.name} returned a value that fails its annotation: "
                 f"{exc.errors()[0]['msg'] if exc.errors() else exc}",
             ) from None
+        except (ValueError, TypeError, RecursionError) as exc:  # Unstorable, serialization
+            raise BatchDefect(
+                index,
+                f"{definition.name}.{member.name} returned a value akter cannot store: "
+                f"{_named(exc, value, 'result')}.",
+            ) from None
         try:
-            new_state = definition.state_model.model_validate(ctx.state.model_dump(mode="python"))
-            dumped = new_state.model_dump(mode="json")
-            problem = unstorable_text(dumped)
-            if problem is not None:
-                raise ValueError(f"field {problem[0]!r} {problem[1]}")
-            state_json = canonical_json(dumped)
-        except (ValidationError, ValueError) as exc:
+            python_state = ctx.state.model_dump(mode="python")
+            check_finite(python_state, "state")
+            new_state = definition.state_model.model_validate(python_state)
+            state_json = storable_json(new_state.model_dump(mode="json"), "state")
+            # What the next turn sees is what a cold load of the stored row would decode.
+            new_state = definition.state_model.model_validate(stored_value(state_json))
+        except ValidationError as exc:
             raise BatchDefect(index, f"The new state of {act.ref.type} is invalid: {exc}") from None
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise BatchDefect(
+                index,
+                f"The new state of {act.ref.type}/{act.ref.id!r} cannot be stored: "
+                f"{_named(exc, ctx.state, 'state')}.",
+            ) from None
         size = len(state_json.encode())
         if size > definition.policy.max_state_bytes:
             raise BatchDefect(
@@ -762,15 +783,52 @@ class TurnEngine:
             raise BatchDefect(
                 index, f"The command's events total {event_bytes} bytes, over 1,048,576."
             )
-        receipt = {"ok": result_json}
-        return (
-            _Outcome(Result("ok", value=checked), receipt, self._receipt_expiry(request)),
-            new_state,
-            ctx,
-        )
+        # The reply is decoded from the receipt's stored JSON, exactly as a replay decodes it.
+        outcome = _receipt_result(member, stored_value(receipt))
+        expires = self._receipt_expiry(request)
+        return _Outcome(outcome, receipt, expires, state_json), new_state, ctx
 
     def _receipt_expiry(self, request: Request) -> int:
         return request.command_id.expires_ms
+
+
+def _receipt_result(
+    member: Member, outcome: dict[str, Any], *, replayed: bool = False, message: str | None = None
+) -> Result:
+    """The caller's result from a receipt's decoded outcome: first reply and replay alike."""
+    if "ok" in outcome:
+        try:
+            value = member.result.validate_python(outcome["ok"])
+        except ValidationError:
+            value = outcome["ok"]
+        return Result("ok", value=value, replayed=replayed)
+    error = DeclaredError.from_receipt(
+        outcome["error"], outcome.get("fields", {}), message or outcome.get("message")
+    )
+    return Result("declared", error=error, replayed=replayed)
+
+
+def _named(exc: BaseException, value: Any, path: str) -> str:
+    """An encoding failure's message, naming the path inside ``value`` where it can."""
+    if isinstance(exc, Unstorable):
+        return str(exc) if exc.path.startswith(path) else f"{path}: {exc}"
+    if isinstance(exc, RecursionError):
+        return f"{path} nests too deeply to encode"
+    return f"{unserializable_path(value, path)}: {exc}"
+
+
+def _error_fields(exc: DeclaredError) -> dict[str, Any]:
+    """A declared error's fields as the handler set them (before JSON mode turned NaN to null)."""
+    return {name: getattr(exc, name, None) for name in type(exc)._fields_model.model_fields}
+
+
+def _default_state_json(definition: ActorDefinition) -> str:
+    try:
+        return storable_json(definition.default_state().model_dump(mode="json"), "state")
+    except (ValueError, TypeError) as exc:
+        raise BatchDefect(
+            0, f"The default state of {definition.name} cannot be stored: {exc}."
+        ) from None
 
 
 def _expired(request: Request) -> ActorError:
@@ -883,6 +941,19 @@ def _ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:
         else:
             ords.append(0)
     return ords
+
+
+def _consistent(exc: BaseException) -> bool:
+    """Whether the connection's client-side state is known after ``exc`` (see ``_run_batch``)."""
+    if isinstance(exc, psycopg.Error):
+        return getattr(exc, "sqlstate", None) is not None  # the server answered
+    return isinstance(exc, BatchDefect | _Retryable | InjectedCrash)
+
+
+async def _discard(conn: Connection) -> None:
+    if not conn.closed:
+        with contextlib.suppress(psycopg.Error, OSError):
+            await asyncio.shield(conn.close())
 
 
 async def _rollback_quietly(conn: Connection) -> bool:

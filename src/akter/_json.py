@@ -1,0 +1,262 @@
+r"""Storable JSON: the one encoding of everything akter writes to PostgreSQL.
+
+State, events, outbox payloads, receipts and declared-error fields are all stored as ``jsonb``.
+``storable_json`` turns a JSON-mode value into the canonical text that is stored, or refuses it
+with :class:`Unstorable` naming the first path that PostgreSQL (or a later read) could not carry:
+
+- text with NUL (``jsonb`` rejects ``\\u0000``) or a lone surrogate (not UTF-8);
+- NaN and infinities (not JSON; never coerced to ``null``);
+- integers past the interpreter's int/str conversion limit (a later read could not decode them);
+- nesting deeper than :data:`MAX_DEPTH` containers (decoders recurse);
+- anything that is not a JSON value (a ``set``, ``object()``, ``bytes``).
+
+Floats keep their type through ``jsonb``: ``jsonb`` stores numbers as ``numeric`` and prints
+``1e+16`` back as ``10000000000000000``, which every decoder reads as an integer. A float written
+with a positive exponent is therefore written out in full with a ``.0`` (``numeric`` keeps the
+scale), so what a later read decodes is the float that was written. :func:`stored_value` is that
+read: the value a replay, a cold load or a consumer will see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import ipaddress
+import json
+import math
+import pathlib
+import re
+import sys
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel
+
+# Leaf types pydantic's JSON mode serializes (anything else in an ``Any`` field fails).
+_KNOWN = (
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    uuid.UUID,
+    Decimal,
+    enum.Enum,
+    pathlib.PurePath,
+    ipaddress.IPv4Address,
+    ipaddress.IPv6Address,
+    bytearray,
+)
+
+#: Deepest nesting of arrays and objects a stored value may have. pydantic's JSON parser stops
+#: at about 200 levels and its serializer at 254; the stdlib codecs at about 990.
+MAX_DEPTH = 200
+
+_encode = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+
+# A JSON string literal (skipped) or a number with a positive exponent (rewritten).
+_EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?e\+\d+)')
+
+
+class Unstorable(ValueError):
+    """A value akter was about to store cannot be stored; ``path`` names where."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def storable_json(value: Any, path: str = "value") -> str:
+    """The canonical JSON text of a JSON-mode ``value``, safe to store as ``jsonb``.
+
+    Keys are sorted, separators are compact, non-ASCII text is kept (as ``canonical_json``).
+
+    Args:
+        value: Dicts with string keys, lists, str, int, float, bool and ``None``.
+        path: How the caller names ``value`` in errors (``"result"``, ``"state"``, ...).
+
+    Returns:
+        The text to store.
+
+    Raises:
+        Unstorable: naming the first path that cannot be stored, and why.
+    """
+    try:
+        text = _encode(value)
+    except (ValueError, TypeError, RecursionError):
+        raise _problem(value, path) or Unstorable(path, "cannot be encoded as JSON") from None
+    if "\\u0000" in text or (len(text) > MAX_DEPTH and _deep(text)):
+        # Hints only (an escaped backslash before "u0000" looks alike, brackets may sit in
+        # strings): walk the value to be sure.
+        problem = _problem(value, path)
+        if problem is not None:
+            raise problem
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _problem(value, path) or Unstorable(path, "is not valid Unicode") from None
+    if "e+" in text:  # float.__repr__ writes every positive exponent as "e+NN"
+        text = _EXPONENT.sub(_full_float, text)
+    return text
+
+
+def stored_value(text: str) -> Any:
+    """Decode stored JSON text the way a read from PostgreSQL will."""
+    return json.loads(text)
+
+
+def storable(value: Any, path: str = "value") -> Any:
+    """``value`` as a later read of its stored JSON will see it (or :class:`Unstorable`)."""
+    if (
+        value is None
+        or type(value) in (str, bool)
+        or (type(value) is int and -(2**63) < value < 2**63)
+    ):
+        return storable_json(value, path) and value
+    return stored_value(storable_json(value, path))
+
+
+def check_finite(value: Any, path: str = "value") -> None:
+    """Refuse NaN and infinities anywhere in a Python value, before pydantic sees it.
+
+    pydantic's JSON mode turns a NaN or an infinity held by an ``Any`` field into ``null``, so
+    :func:`storable_json` alone would store a changed value. This check runs on the value as the
+    handler produced it (models, dataclasses and sets are looked into) at C speed.
+
+    Raises:
+        Unstorable: naming the first NaN or infinity.
+    """
+    try:
+        _finite(value)
+    except ValueError:
+        raise _nonfinite(value, path) or Unstorable(path, "holds NaN or an infinity") from None
+    except (TypeError, RecursionError):
+        pass  # not a JSON shape at all: the JSON-mode dump that follows says where
+
+
+def unserializable_path(value: Any, path: str = "value") -> str:
+    """Where a value pydantic could not serialize holds something no encoder knows (best effort)."""
+    found = _foreign(_inside(value), path, 0)
+    return found or path
+
+
+def _inside(o: Any) -> Any:
+    if isinstance(o, BaseModel):
+        return dict(o)
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+    if isinstance(o, set | frozenset):
+        return list(o)
+    return None  # a datetime, a UUID, an enum...: holds no float
+
+
+_finite = json.JSONEncoder(
+    allow_nan=False, skipkeys=True, check_circular=False, default=_inside
+).encode
+
+
+def _nonfinite(value: Any, path: str, depth: int = 0) -> Unstorable | None:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return Unstorable(path, "is NaN, which JSON cannot represent")
+        if math.isinf(value):
+            return Unstorable(path, "is an infinity, which JSON cannot represent")
+        return None
+    if depth > MAX_DEPTH or isinstance(value, str | bytes | int):
+        return None
+    inner = _inside(value)
+    if inner is not None:
+        return _nonfinite(inner, path, depth)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _nonfinite(item, f"{path}.{key}", depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _nonfinite(item, f"{path}.{index}", depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _foreign(value: Any, path: str, depth: int) -> str | None:
+    if value is None or depth > MAX_DEPTH or isinstance(value, str | bytes | int | float):
+        return None
+    inner = _inside(value)
+    if inner is not None:
+        return _foreign(inner, path, depth)
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None if isinstance(value, _KNOWN) else path
+    for key, item in items:
+        found = _foreign(item, f"{path}.{key}", depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _full_float(match: re.Match[str]) -> str:
+    number = match.group(1)
+    if number is None:
+        return match.group(0)
+    return format(Decimal(number), "f") + ".0"
+
+
+def _deep(text: str) -> bool:
+    return text.count("[") + text.count("{") > MAX_DEPTH
+
+
+def _problem(value: Any, path: str, depth: int = 0) -> Unstorable | None:
+    """The first unstorable path in ``value``, depth first, in key order."""
+    if depth > MAX_DEPTH:
+        return Unstorable(path, f"nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        if "\x00" in value:
+            return Unstorable(path, "contains a NUL character, which PostgreSQL cannot store")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return Unstorable(path, "is not valid Unicode (a lone surrogate)")
+        return None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        if abs(value).bit_length() > _INT_BITS:
+            return Unstorable(
+                path, f"is an integer of more than {sys.get_int_max_str_digits()} digits"
+            )
+        return None
+    if isinstance(value, float):
+        if math.isnan(value):
+            return Unstorable(path, "is NaN, which JSON cannot represent")
+        if math.isinf(value):
+            return Unstorable(path, "is an infinity, which JSON cannot represent")
+        return None
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            if not isinstance(key, str):
+                return Unstorable(path, f"has a key of type {type(key).__name__}, not str")
+            found = _problem(key, f"{path} key {key!r}", depth) or _problem(
+                value[key], f"{path}.{key}", depth + 1
+            )
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _problem(item, f"{path}.{index}", depth + 1)
+            if found is not None:
+                return found
+        return None
+    return Unstorable(path, f"is a {type(value).__name__}, which is not a JSON value")
+
+
+# Digits of an int's decimal text grow as bits * log10(2); stay inside the conversion limit.
+_INT_BITS = int((sys.get_int_max_str_digits() or 10**6) * 3.32) - 8
