@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,26 +40,119 @@ RESERVED_MEMBER_NAMES = frozenset(
 )  # fmt: skip
 
 
+#: How deeply an argument may nest arrays and objects: an argument that is a list of dicts
+#: nests 2 levels. pydantic's JSON serializer gives up near 255 levels and ``json`` near the
+#: interpreter's recursion limit; 64 leaves room for the state, receipt and event documents an
+#: argument is stored inside, and for the JSON parsers of other languages.
+MAX_ARGUMENT_DEPTH = 64
+#: Integers in arguments must fit a signed 64-bit integer: PostgreSQL's ``bigint`` and the
+#: integers of the JSON decoders of other languages. (``jsonb`` itself stores any size, but
+#: Python refuses to write an int of more than 4,300 digits as text.)
+ARGUMENT_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
 def unstorable_text(value: Any, where: str = "") -> tuple[str, str] | None:
     """The first string PostgreSQL cannot store (NUL, lone surrogate), as (path, reason)."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            return where or "value", "contains a NUL character, which PostgreSQL cannot store"
+    return _first_problem(value, where, arguments=False)
+
+
+def unstorable_argument(payload: dict[str, Any]) -> tuple[str, str] | None:
+    """The first part of a payload akter refuses to store, as (path, reason).
+
+    Beyond :func:`unstorable_text`: NaN and infinities (JSON has no such numbers; ``Any``
+    would store them as ``null``), integers outside :data:`ARGUMENT_INT_RANGE`, ``bytes`` that
+    are not UTF-8 (they are stored as JSON text) and arguments nesting deeper than
+    :data:`MAX_ARGUMENT_DEPTH` (reported at the argument itself). ``payload`` is the
+    python-mode dump of the arguments by name; the walk is iterative, so a deep value cannot
+    exhaust the stack.
+    """
+    return _first_problem(payload, "", arguments=True)
+
+
+def _first_problem(value: Any, where: str, *, arguments: bool) -> tuple[str, str] | None:
+    # (value, path, containers around it, whether it is a dict key); popped in document order.
+    stack: list[tuple[Any, str, int, bool]] = [(value, where, 0, False)]
+    low, high = ARGUMENT_INT_RANGE
+    while stack:
+        item, path, depth, is_key = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return path or "value", "contains a NUL character, which PostgreSQL cannot store"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "value", "is not valid Unicode (a lone surrogate)"
+        elif not arguments:
+            pass
+        elif isinstance(item, bytes | bytearray):
+            try:
+                stack.append((bytes(item).decode("utf-8"), path, depth, is_key))
+            except UnicodeDecodeError:
+                return path or "value", "holds bytes that are not UTF-8 (bytes are stored as text)"
+        elif isinstance(item, bool):
+            pass
+        elif isinstance(item, int) and not low <= item <= high:
+            return path or "value", (f"is an integer outside the signed 64-bit range {low}..{high}")
+        elif isinstance(item, float) and not math.isfinite(item):
+            return path or "value", f"is {item!r}: NaN and infinities are refused (JSON has none)"
+        if is_key or not isinstance(item, dict | list | tuple | set | frozenset):
+            continue
+        # The payload object is level 0, so an argument that is a list is level 1.
+        if arguments and depth > MAX_ARGUMENT_DEPTH:
+            why = f"nests deeper than {MAX_ARGUMENT_DEPTH} levels of arrays and objects"
+            return path.split(".", 1)[0], why
+        children: list[tuple[Any, str, int, bool]] = []
+        if isinstance(item, dict):
+            for k, v in item.items():
+                children.append((k, path, depth, True))
+                children.append((v, f"{path}.{k}" if path else str(k), depth + 1, False))
+        else:
+            for i, v in enumerate(item):
+                children.append((v, f"{path}.{i}" if path else str(i), depth + 1, False))
+        stack.extend(reversed(children))
+    return None
+
+
+def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:
+    """The JSON form of a validated model of arguments (or a job payload), as akter stores it.
+
+    Args:
+        model: The validated arguments.
+        what: What the model holds, for the message (``"arguments for Order.pay"``).
+
+    Returns:
+        ``model.model_dump(mode="json")``.
+
+    Raises:
+        ActorError: ``InvalidInput`` naming the field when a value cannot be stored faithfully
+            (:func:`unstorable_argument`) or cannot be written as JSON at all.
+    """
+    # The python-mode dump still holds NaN, big ints and raw bytes, which the JSON dump would
+    # turn into null, fail on or decode; it costs no recursion for deep values.
+    problem = unstorable_argument(model.model_dump(mode="python"))
+    if problem is None:
         try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return where or "value", "is not valid Unicode (a lone surrogate)"
-        return None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found = unstorable_text(k, where) or unstorable_text(v, f"{where}.{k}" if where else k)
-            if found is not None:
-                return found
-    if isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            found = unstorable_text(v, f"{where}.{i}" if where else str(i))
-            if found is not None:
-                return found
+            payload = model.model_dump(mode="json")
+        except (ValueError, TypeError) as exc:
+            raise invalid_input(
+                f"Invalid {what}: field {_failing_field(model)!r} cannot be written as JSON "
+                f"({exc}).",
+                field=_failing_field(model),
+            ) from None
+        # Text produced by the JSON dump itself (an Enum's value, a custom serializer).
+        problem = unstorable_text(payload)
+        if problem is None:
+            return payload
+    where, why = problem
+    raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
+
+
+def _failing_field(model: BaseModel) -> str | None:
+    for name in type(model).model_fields:
+        try:
+            model.model_dump(mode="json", include={name})
+        except (ValueError, TypeError):
+            return name
     return None
 
 
@@ -217,15 +311,7 @@ class Member:
             model = self.args_model.model_validate(values)
         except ValidationError as exc:
             raise invalid_input_from(exc, f"arguments for {self.owner.name}.{self.name}") from None
-        payload = model.model_dump(mode="json")
-        problem = unstorable_text(payload)
-        if problem is not None:
-            where, why = problem
-            raise invalid_input(
-                f"Invalid arguments for {self.owner.name}.{self.name}: field {where!r} {why}.",
-                field=where,
-            )
-        return payload
+        return storable_payload(model, f"arguments for {self.owner.name}.{self.name}")
 
     def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The Python values to call the handler with, from a validated payload."""
