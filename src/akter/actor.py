@@ -452,7 +452,7 @@ class Actor(TurnApi[S], Generic[S]):
         definition = ActorDefinition(
             cls=cls,
             name=type_name,
-            state_model=_state_model_of(cls),
+            state_model=_check_state_model(type_name, _state_model_of(cls)),
             singleton=bool(singleton),
             placement=placement,
             access=access or default_access,
@@ -487,6 +487,28 @@ def _state_model_of(cls: type) -> type[BaseModel]:
         if definition is not None:
             return typing.cast(ActorDefinition, definition).state_model
     return EmptyState
+
+
+def _check_state_model(type_name: str, model: type[BaseModel]) -> type[BaseModel]:
+    """Refuse a state model a new actor cannot start from (evolution E1).
+
+    Every actor starts from ``model()``: a required field would fail every cold command.
+    """
+    required = [name for name, info in model.model_fields.items() if info.is_required()]
+    if required:
+        raise DefinitionError(
+            f"{type_name}: the state model {model.__name__} has required field(s) "
+            f"{', '.join(repr(r) for r in required)}; every state field needs a default, since "
+            "a new actor starts from the defaults."
+        )
+    if model.__pydantic_complete__:  # else forward references: checked by the first turn
+        try:
+            model()
+        except ValidationError as exc:
+            raise DefinitionError(
+                f"{type_name}: the default state {model.__name__}() fails validation: {exc}"
+            ) from None
+    return model
 
 
 def _collect_members(cls: type, definition: ActorDefinition) -> None:
