@@ -313,6 +313,31 @@ class Member:
             raise invalid_input_from(exc, f"arguments for {self.owner.name}.{self.name}") from None
         return storable_payload(model, f"arguments for {self.owner.name}.{self.name}")
 
+    def validate_json_body(self, raw: bytes, body: dict[str, Any]) -> None:
+        """Check an HTTP body strictly: JSON ``true`` or ``"5"`` is not an ``int`` over HTTP.
+
+        In-process calls keep pydantic's Python (lax) semantics; a remote caller gets the
+        strict JSON mode, where only a JSON number is an ``int``. (JSON strict mode still
+        reads ISO strings as datetimes, UUIDs and bytes: JSON has no other way to send them.)
+
+        Args:
+            raw: The body as received.
+            body: The same body parsed (checked first, so a deep or unstorable value gets its
+                named refusal before the strict parser's own limits).
+
+        Raises:
+            ActorError: ``InvalidInput`` naming the field.
+        """
+        what = f"arguments for {self.owner.name}.{self.name}"
+        problem = unstorable_argument(body)
+        if problem is not None:
+            where, why = problem
+            raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
+        try:
+            self.args_model.model_validate_json(raw or b"{}", strict=True)
+        except ValidationError as exc:
+            raise invalid_input_from(exc, what) from None
+
     def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The Python values to call the handler with, from a validated payload."""
         model = self.args_model.model_validate(payload)
