@@ -53,7 +53,7 @@ ARGUMENT_INT_RANGE = (-(2**63), 2**63 - 1)
 
 def unstorable_text(value: Any, where: str = "") -> tuple[str, str] | None:
     """The first string PostgreSQL cannot store (NUL, lone surrogate), as (path, reason)."""
-    return _first_problem(value, where, arguments=False)
+    return _first_problem(value, where, arguments=False)[0]
 
 
 def unstorable_argument(payload: dict[str, Any]) -> tuple[str, str] | None:
@@ -66,51 +66,85 @@ def unstorable_argument(payload: dict[str, Any]) -> tuple[str, str] | None:
     python-mode dump of the arguments by name; the walk is iterative, so a deep value cannot
     exhaust the stack.
     """
-    return _first_problem(payload, "", arguments=True)
+    return _first_problem(payload, "", arguments=True)[0]
 
 
-def _first_problem(value: Any, where: str, *, arguments: bool) -> tuple[str, str] | None:
-    # (value, path, containers around it, whether it is a dict key); popped in document order.
-    stack: list[tuple[Any, str, int, bool]] = [(value, where, 0, False)]
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+_PLAIN = frozenset({str, int, float, bool, type(None), bytes, bytearray})
+_Node = tuple[Any, str] | None  # (parent node, path segment): paths are built only when needed
+
+
+def _path(node: _Node, where: str) -> str:
+    parts: list[str] = []
+    while node is not None:
+        node, segment = node
+        parts.append(segment)
+    if where:
+        parts.append(where)
+    return ".".join(reversed(parts)) or "value"
+
+
+def _first_problem(
+    value: Any, where: str, *, arguments: bool
+) -> tuple[tuple[str, str] | None, bool]:
+    """The first problem in document order, and whether a leaf other than plain JSON was seen.
+
+    Such a leaf (an enum, a datetime ...) becomes text only in the JSON dump, whose text the
+    caller then checks too.
+    """
+    # (item, path node, containers around it; -1 for a dict key, which is never descended)
+    stack: list[tuple[Any, _Node, int]] = [(value, None, 0)]
     low, high = ARGUMENT_INT_RANGE
+    foreign = False
     while stack:
-        item, path, depth, is_key = stack.pop()
-        if isinstance(item, str):
+        item, node, depth = stack.pop()
+        kind = type(item)
+        if kind is str or isinstance(item, str):
             if "\x00" in item:
-                return path or "value", "contains a NUL character, which PostgreSQL cannot store"
+                return (
+                    _path(node, where),
+                    "contains a NUL character, which PostgreSQL cannot store",
+                ), foreign
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                return path or "value", "is not valid Unicode (a lone surrogate)"
-        elif not arguments:
-            pass
-        elif isinstance(item, bytes | bytearray):
-            try:
-                stack.append((bytes(item).decode("utf-8"), path, depth, is_key))
-            except UnicodeDecodeError:
-                return path or "value", "holds bytes that are not UTF-8 (bytes are stored as text)"
-        elif isinstance(item, bool):
-            pass
-        elif isinstance(item, int) and not low <= item <= high:
-            return path or "value", (f"is an integer outside the signed 64-bit range {low}..{high}")
-        elif isinstance(item, float) and not math.isfinite(item):
-            return path or "value", f"is {item!r}: NaN and infinities are refused (JSON has none)"
-        if is_key or not isinstance(item, dict | list | tuple | set | frozenset):
+                return (_path(node, where), "is not valid Unicode (a lone surrogate)"), foreign
             continue
+        if not isinstance(item, _CONTAINERS):
+            if not arguments:
+                continue
+            foreign = foreign or kind not in _PLAIN
+            why = None
+            if isinstance(item, bytes | bytearray):
+                try:
+                    stack.append((bytes(item).decode("utf-8"), node, depth))
+                except UnicodeDecodeError:
+                    why = "holds bytes that are not UTF-8 (bytes are stored as text)"
+            elif kind is bool or isinstance(item, bool):
+                pass
+            elif isinstance(item, int) and not low <= item <= high:
+                why = f"is an integer outside the signed 64-bit range {low}..{high}"
+            elif isinstance(item, float) and not math.isfinite(item):
+                why = f"is {item!r}: NaN and infinities are refused (JSON has none)"
+            if why is not None:
+                return (_path(node, where), why), foreign
+            continue
+        if depth < 0:
+            continue  # a tuple used as a dict key: the JSON dump refuses it, naming the field
         # The payload object is level 0, so an argument that is a list is level 1.
         if arguments and depth > MAX_ARGUMENT_DEPTH:
             why = f"nests deeper than {MAX_ARGUMENT_DEPTH} levels of arrays and objects"
-            return path.split(".", 1)[0], why
-        children: list[tuple[Any, str, int, bool]] = []
+            return (_path(node, where).split(".", 1)[0], why), foreign
+        children: list[tuple[Any, _Node, int]] = []
         if isinstance(item, dict):
             for k, v in item.items():
-                children.append((k, path, depth, True))
-                children.append((v, f"{path}.{k}" if path else str(k), depth + 1, False))
+                children.append((k, node, -1))
+                children.append((v, (node, str(k)), depth + 1))
         else:
             for i, v in enumerate(item):
-                children.append((v, f"{path}.{i}" if path else str(i), depth + 1, False))
+                children.append((v, (node, str(i)), depth + 1))
         stack.extend(reversed(children))
-    return None
+    return None, foreign
 
 
 def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:
@@ -129,7 +163,7 @@ def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:
     """
     # The python-mode dump still holds NaN, big ints and raw bytes, which the JSON dump would
     # turn into null, fail on or decode; it costs no recursion for deep values.
-    problem = unstorable_argument(model.model_dump(mode="python"))
+    problem, foreign = _first_problem(model.model_dump(mode="python"), "", arguments=True)
     if problem is None:
         try:
             payload = model.model_dump(mode="json")
@@ -139,8 +173,8 @@ def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:
                 f"({exc}).",
                 field=_failing_field(model),
             ) from None
-        # Text produced by the JSON dump itself (an Enum's value, a custom serializer).
-        problem = unstorable_text(payload)
+        # Text made by the JSON dump itself (an enum's value, a custom serializer).
+        problem = unstorable_text(payload) if foreign else None
         if problem is None:
             return payload
     where, why = problem

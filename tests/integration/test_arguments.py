@@ -108,6 +108,10 @@ class Probe(akter.Actor[Box], access=akter.public, delivery_timeout=5):
             return [exc.reason, exc.field]
         return ["staged", None]
 
+    @akter.command
+    async def forward(self, v: Any) -> None:
+        self.send(Probe.anything, "other", v)
+
     @akter.query
     async def peek(self, v: Any) -> int:
         return self.state.n
@@ -242,6 +246,18 @@ async def test_h4_staging_a_bad_payload_fails_inside_the_handler(
             assert await written(t) == before
         row = await t.inspect(handle)
         assert row.outbox == [] and row.state == {"n": len(KINDS)}
+
+
+async def test_h4_a_staged_payload_passes_the_check_again_on_delivery(akter_test: Make) -> None:
+    # The relay re-validates the stored payload. Outbox payloads are text, so 1e23 comes back
+    # as the float it was; were they jsonb (numeric), it would read back as an int beyond
+    # 64 bits and the delivery would be refused, backing off forever.
+    async with akter_test([Probe], relay=False) as t:
+        await t.get(Probe, "p").forward(1e23)
+        await t.drain()
+        target = await t.inspect(t.get(Probe, "other"))
+        assert target.outbox == [] and target.state == {"n": 1}
+        assert await t.rows("SELECT * FROM {schema}.outbox") == []
 
 
 # --- the property: every argument value round-trips exactly or is refused ------------------
