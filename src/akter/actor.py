@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,26 +40,153 @@ RESERVED_MEMBER_NAMES = frozenset(
 )  # fmt: skip
 
 
+#: How deeply an argument may nest arrays and objects: an argument that is a list of dicts
+#: nests 2 levels. pydantic's JSON serializer gives up near 255 levels and ``json`` near the
+#: interpreter's recursion limit; 64 leaves room for the state, receipt and event documents an
+#: argument is stored inside, and for the JSON parsers of other languages.
+MAX_ARGUMENT_DEPTH = 64
+#: Integers in arguments must fit a signed 64-bit integer: PostgreSQL's ``bigint`` and the
+#: integers of the JSON decoders of other languages. (``jsonb`` itself stores any size, but
+#: Python refuses to write an int of more than 4,300 digits as text.)
+ARGUMENT_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
 def unstorable_text(value: Any, where: str = "") -> tuple[str, str] | None:
     """The first string PostgreSQL cannot store (NUL, lone surrogate), as (path, reason)."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            return where or "value", "contains a NUL character, which PostgreSQL cannot store"
+    return _first_problem(value, where, arguments=False)[0]
+
+
+def unstorable_argument(payload: dict[str, Any]) -> tuple[str, str] | None:
+    """The first part of a payload akter refuses to store, as (path, reason).
+
+    Beyond :func:`unstorable_text`: NaN and infinities (JSON has no such numbers; ``Any``
+    would store them as ``null``), integers outside :data:`ARGUMENT_INT_RANGE`, ``bytes`` that
+    are not UTF-8 (they are stored as JSON text) and arguments nesting deeper than
+    :data:`MAX_ARGUMENT_DEPTH` (reported at the argument itself). ``payload`` is the
+    python-mode dump of the arguments by name; the walk is iterative, so a deep value cannot
+    exhaust the stack.
+    """
+    return _first_problem(payload, "", arguments=True)[0]
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+_PLAIN = frozenset({str, int, float, bool, type(None), bytes, bytearray})
+_Node = tuple[Any, str] | None  # (parent node, path segment): paths are built only when needed
+
+
+def _path(node: _Node, where: str) -> str:
+    parts: list[str] = []
+    while node is not None:
+        node, segment = node
+        parts.append(segment)
+    if where:
+        parts.append(where)
+    return ".".join(reversed(parts)) or "value"
+
+
+def _first_problem(
+    value: Any, where: str, *, arguments: bool
+) -> tuple[tuple[str, str] | None, bool]:
+    """The first problem in document order, and whether a leaf other than plain JSON was seen.
+
+    Such a leaf (an enum, a datetime ...) becomes text only in the JSON dump, whose text the
+    caller then checks too.
+    """
+    # (item, path node, containers around it; -1 for a dict key, which is never descended)
+    stack: list[tuple[Any, _Node, int]] = [(value, None, 0)]
+    low, high = ARGUMENT_INT_RANGE
+    foreign = False
+    while stack:
+        item, node, depth = stack.pop()
+        kind = type(item)
+        if kind is str or isinstance(item, str):
+            if "\x00" in item:
+                return (
+                    _path(node, where),
+                    "contains a NUL character, which PostgreSQL cannot store",
+                ), foreign
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return (_path(node, where), "is not valid Unicode (a lone surrogate)"), foreign
+            continue
+        if not isinstance(item, _CONTAINERS):
+            if not arguments:
+                continue
+            foreign = foreign or kind not in _PLAIN
+            why = None
+            if isinstance(item, bytes | bytearray):
+                try:
+                    stack.append((bytes(item).decode("utf-8"), node, depth))
+                except UnicodeDecodeError:
+                    why = "holds bytes that are not UTF-8 (bytes are stored as text)"
+            elif kind is bool or isinstance(item, bool):
+                pass
+            elif isinstance(item, int) and not low <= item <= high:
+                why = f"is an integer outside the signed 64-bit range {low}..{high}"
+            elif isinstance(item, float) and not math.isfinite(item):
+                why = f"is {item!r}: NaN and infinities are refused (JSON has none)"
+            if why is not None:
+                return (_path(node, where), why), foreign
+            continue
+        if depth < 0:
+            continue  # a tuple used as a dict key: the JSON dump refuses it, naming the field
+        # The payload object is level 0, so an argument that is a list is level 1.
+        if arguments and depth > MAX_ARGUMENT_DEPTH:
+            why = f"nests deeper than {MAX_ARGUMENT_DEPTH} levels of arrays and objects"
+            return (_path(node, where).split(".", 1)[0], why), foreign
+        children: list[tuple[Any, _Node, int]] = []
+        if isinstance(item, dict):
+            for k, v in item.items():
+                children.append((k, node, -1))
+                children.append((v, (node, str(k)), depth + 1))
+        else:
+            for i, v in enumerate(item):
+                children.append((v, (node, str(i)), depth + 1))
+        stack.extend(reversed(children))
+    return None, foreign
+
+
+def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:
+    """The JSON form of a validated model of arguments (or a job payload), as akter stores it.
+
+    Args:
+        model: The validated arguments.
+        what: What the model holds, for the message (``"arguments for Order.pay"``).
+
+    Returns:
+        ``model.model_dump(mode="json")``.
+
+    Raises:
+        ActorError: ``InvalidInput`` naming the field when a value cannot be stored faithfully
+            (:func:`unstorable_argument`) or cannot be written as JSON at all.
+    """
+    # The python-mode dump still holds NaN, big ints and raw bytes, which the JSON dump would
+    # turn into null, fail on or decode; it costs no recursion for deep values.
+    problem, foreign = _first_problem(model.model_dump(mode="python"), "", arguments=True)
+    if problem is None:
         try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return where or "value", "is not valid Unicode (a lone surrogate)"
-        return None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found = unstorable_text(k, where) or unstorable_text(v, f"{where}.{k}" if where else k)
-            if found is not None:
-                return found
-    if isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            found = unstorable_text(v, f"{where}.{i}" if where else str(i))
-            if found is not None:
-                return found
+            payload = model.model_dump(mode="json")
+        except (ValueError, TypeError) as exc:
+            raise invalid_input(
+                f"Invalid {what}: field {_failing_field(model)!r} cannot be written as JSON "
+                f"({exc}).",
+                field=_failing_field(model),
+            ) from None
+        # Text made by the JSON dump itself (an enum's value, a custom serializer).
+        problem = unstorable_text(payload) if foreign else None
+        if problem is None:
+            return payload
+    where, why = problem
+    raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
+
+
+def _failing_field(model: BaseModel) -> str | None:
+    for name in type(model).model_fields:
+        try:
+            model.model_dump(mode="json", include={name})
+        except (ValueError, TypeError):
+            return name
     return None
 
 
@@ -217,15 +345,32 @@ class Member:
             model = self.args_model.model_validate(values)
         except ValidationError as exc:
             raise invalid_input_from(exc, f"arguments for {self.owner.name}.{self.name}") from None
-        payload = model.model_dump(mode="json")
-        problem = unstorable_text(payload)
+        return storable_payload(model, f"arguments for {self.owner.name}.{self.name}")
+
+    def validate_json_body(self, raw: bytes, body: dict[str, Any]) -> None:
+        """Check an HTTP body strictly: JSON ``true`` or ``"5"`` is not an ``int`` over HTTP.
+
+        In-process calls keep pydantic's Python (lax) semantics; a remote caller gets the
+        strict JSON mode, where only a JSON number is an ``int``. (JSON strict mode still
+        reads ISO strings as datetimes, UUIDs and bytes: JSON has no other way to send them.)
+
+        Args:
+            raw: The body as received.
+            body: The same body parsed (checked first, so a deep or unstorable value gets its
+                named refusal before the strict parser's own limits).
+
+        Raises:
+            ActorError: ``InvalidInput`` naming the field.
+        """
+        what = f"arguments for {self.owner.name}.{self.name}"
+        problem = unstorable_argument(body)
         if problem is not None:
             where, why = problem
-            raise invalid_input(
-                f"Invalid arguments for {self.owner.name}.{self.name}: field {where!r} {why}.",
-                field=where,
-            )
-        return payload
+            raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
+        try:
+            self.args_model.model_validate_json(raw or b"{}", strict=True)
+        except ValidationError as exc:
+            raise invalid_input_from(exc, what) from None
 
     def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The Python values to call the handler with, from a validated payload."""
@@ -366,7 +511,7 @@ class Actor(TurnApi[S], Generic[S]):
         definition = ActorDefinition(
             cls=cls,
             name=type_name,
-            state_model=_state_model_of(cls),
+            state_model=_check_state_model(type_name, _state_model_of(cls)),
             singleton=bool(singleton),
             placement=placement,
             access=access or default_access,
@@ -401,6 +546,28 @@ def _state_model_of(cls: type) -> type[BaseModel]:
         if definition is not None:
             return typing.cast(ActorDefinition, definition).state_model
     return EmptyState
+
+
+def _check_state_model(type_name: str, model: type[BaseModel]) -> type[BaseModel]:
+    """Refuse a state model a new actor cannot start from (evolution E1).
+
+    Every actor starts from ``model()``: a required field would fail every cold command.
+    """
+    required = [name for name, info in model.model_fields.items() if info.is_required()]
+    if required:
+        raise DefinitionError(
+            f"{type_name}: the state model {model.__name__} has required field(s) "
+            f"{', '.join(repr(r) for r in required)}; every state field needs a default, since "
+            "a new actor starts from the defaults."
+        )
+    if model.__pydantic_complete__:  # else forward references: checked by the first turn
+        try:
+            model()
+        except ValidationError as exc:
+            raise DefinitionError(
+                f"{type_name}: the default state {model.__name__}() fails validation: {exc}"
+            ) from None
+    return model
 
 
 def _collect_members(cls: type, definition: ActorDefinition) -> None:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
 from akter._ids import ms_from_duration
-from akter.actor import _MEMBER_ATTR, MemberSpec
+from akter.actor import _MEMBER_ATTR, MemberSpec, storable_payload
 from akter.callers import ActorRef
 from akter.errors import DefinitionError, invalid_input_from
 
@@ -209,7 +209,7 @@ class Job(Generic[PL, R]):
             )
         except ValidationError as exc:
             raise invalid_input_from(exc, f"payload for job {self.name}") from None
-        return model.model_dump(mode="json")
+        return storable_payload(model, f"payload for job {self.name}")
 
 
 def _ms(value: Duration, what: str, low: int = 1) -> int:

@@ -308,3 +308,51 @@ async def test_actor_ids_with_a_slash_are_reachable(served: Serve) -> None:
         raw = await send(s, "/actors/Account/team%2F7/deposit", {"cents": 1})
         assert (raw.status_code, raw.json()) == (200, 2), raw.text
         assert await s.client(ALICE).get(Account, "team/7").deposit(1) == 3
+
+
+# --- strict JSON over HTTP (hardening finding 10) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "raw", "field"),
+    [
+        pytest.param("deposit", b'{"cents": true}', "cents", id="true-for-int"),
+        pytest.param("deposit", b'{"cents": "5"}', "cents", id="string-for-int"),
+        pytest.param("deposit", b'{"cents": 5.0}', "cents", id="float-for-int"),
+        pytest.param("deposit", b'{"cents": NaN}', "cents", id="nan-for-int"),
+        pytest.param("deposit", b'{"cents": 1, "memo": 7}', "memo", id="int-for-str"),
+        pytest.param("whoami", b'{"pause": NaN}', "pause", id="nan-for-float"),
+        pytest.param("whoami", b'{"pause": "0.1"}', "pause", id="string-for-float"),
+        pytest.param(
+            "note", b'{"tenant": "t", "text": ' + b"[" * 70 + b"]" * 70 + b"}", "text", id="deep"
+        ),
+        pytest.param("deposit", b'{"cents": 1' + b"0" * 5000 + b"}", None, id="int-5000-digits"),
+    ],
+)
+async def test_h10_http_bodies_are_validated_in_strict_json_mode(
+    served: Serve, command: str, raw: bytes, field: str | None
+) -> None:
+    async with served() as s:
+        response = await send(s, f"/actors/Account/a1/{command}", content=raw, headers=JSON)
+        body = assert_problem(response, 400, "InvalidInput")
+        assert body.get("field") == field and body["retryable"] is False, body
+        assert RUNS[f"acme/Account/a1/{command}"] == 0
+        assert await written(s) == 0
+        # Queries are strict too; in-process calls keep Python's (lax) rules.
+        query = await send(s, "/actors/Account/a1/queries/last_callers", {"n": "2"}, key=None)
+        assert assert_problem(query, 400, "InvalidInput")["field"] == "n"
+        assert (
+            await s.t.get(Account, "a1", tenant="acme").deposit(True) == 1
+        )  # bool is an int in Python
+        ok = await send(s, "/actors/Account/a1/deposit", {"cents": 5})
+        assert (ok.status_code, ok.json()) == (200, 6), ok.text
+
+
+async def test_h10_405_carries_an_allow_header(served: Serve) -> None:
+    async with served() as s:
+        for path, allow in (("/actors/Account/a1/deposit", "POST"), ("/command-ids", "POST")):
+            response = await send(s, path, method="GET", key=None)
+            assert_problem(response, 405, "InvalidInput", "method_not_allowed")
+            assert response.headers["allow"] == allow
+        ready = await send(s, "/ready", method="POST", key=None)
+        assert ready.status_code == 405 and ready.headers["allow"] == "GET, HEAD"

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 
 import akter
 from akter.actor import definition_of
@@ -499,3 +499,42 @@ def test_event_tag_defaults_to_the_class_name() -> None:
         charge_id: str
 
     assert (Paid.event_tag, Refunded.event_tag) == ("Paid", "refunded.v1")
+
+
+# --- state models (evolution E1) ----------------------------------------------------------------
+
+
+class _Required(BaseModel):
+    owner: str
+    n: int = 0
+
+
+class _BadDefault(BaseModel):
+    n: int = 0
+
+    @model_validator(mode="after")
+    def _positive(self) -> _BadDefault:
+        if self.n <= 0:
+            raise ValueError("n must be positive")
+        return self
+
+
+def test_h5_state_model_with_a_required_field_is_a_definition_error() -> None:
+    # A new actor starts from State(): a required field used to fail every cold command with a
+    # retryable ActorUnavailable and every query with a raw ValidationError.
+    with pytest.raises(akter.DefinitionError, match=r"required field\(s\) 'owner'"):
+
+        class Owned(akter.Actor[_Required]):
+            @akter.command
+            async def touch(self) -> None:
+                return None
+
+    with pytest.raises(akter.DefinitionError, match="default state _BadDefault"):
+
+        class Positive(akter.Actor[_BadDefault]):
+            pass
+
+    class Fine(akter.Actor[Counter]):
+        pass
+
+    assert definition_of(Fine).default_state() == Counter()

@@ -127,8 +127,15 @@ class _Api:
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        reason = "InvalidInput"
-        return problem(exc.status_code, reason, str(exc.detail), code="no_route")
+        # A 405 carries Starlette's Allow header (RFC 9110 §15.5.6).
+        code = "method_not_allowed" if exc.status_code == 405 else "no_route"
+        return problem(
+            exc.status_code,
+            "InvalidInput",
+            str(exc.detail),
+            code=code,
+            headers=dict(exc.headers or {}),
+        )
 
     async def _crash(self, request: Request, exc: Exception) -> Response:
         if isinstance(exc, ConfigurationError):
@@ -151,7 +158,7 @@ class _Api:
         self._check_origin(request)
         return await self.auth(request)
 
-    async def _body(self, request: Request) -> dict[str, Any]:
+    async def _body(self, request: Request, member: Member) -> dict[str, Any]:
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/json":
             raise ActorError(
@@ -169,14 +176,21 @@ class _Api:
             if size > self.max_body:
                 raise _too_large(self.max_body)
             chunks.append(chunk)
+        raw = b"".join(chunks)
         try:
-            body = json.loads(b"".join(chunks) or b"{}")
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            body = json.loads(raw or b"{}", parse_int=_parse_int)
+        except RecursionError:
+            raise ActorError(
+                "InvalidInput", "The body nests too deeply to parse.", code="malformed_json"
+            ) from None
+        except (ValueError, UnicodeDecodeError):
             raise ActorError(
                 "InvalidInput", "The body is not valid JSON.", code="malformed_json"
             ) from None
         if not isinstance(body, dict):
             raise ActorError("InvalidInput", "The body must be a JSON object of arguments.")
+        # Strict JSON: `true` or "5" is no int over HTTP (in-process calls keep Python's rules).
+        member.validate_json_body(raw, body)
         return body
 
     def _resolve(self, request: Request) -> tuple[ActorDefinition, str]:
@@ -199,7 +213,7 @@ class _Api:
                     "(mint one with POST /command-ids).",
                     code="missing_idempotency_key",
                 )
-            body = await self._body(request)
+            body = await self._body(request, member)
             with as_caller(identity.caller):
                 value = await self.runtime.call(
                     definition.name,
@@ -221,7 +235,7 @@ class _Api:
             identity = await self._identity(request)
             definition, actor_id = self._resolve(request)
             member = _public(definition.member(request.path_params["member"], "query"))
-            body = await self._body(request)
+            body = await self._body(request, member)
             with as_caller(identity.caller):
                 value = await self.runtime.call(
                     definition.name, actor_id, member.name, body, tenant=identity.tenant
@@ -334,6 +348,18 @@ def _public(member: Member) -> Member:
             code="unknown_member",
         )
     return member
+
+
+def _parse_int(digits: str) -> int:
+    # Python refuses to read an int of more than 4,300 digits (a ValueError that would read as
+    # "not valid JSON"); arguments hold signed 64-bit integers anyway.
+    if len(digits.lstrip("-")) > 19:
+        raise ActorError(
+            "InvalidInput",
+            f"The body holds an integer of {len(digits.lstrip('-'))} digits; integers in "
+            "arguments must fit in a signed 64-bit integer.",
+        )
+    return int(digits)
 
 
 def _too_large(limit: int) -> ActorError:
