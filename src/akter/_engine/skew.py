@@ -5,8 +5,8 @@ lies further ahead of "now" than the lead its writer gives it (the bounds are li
 :class:`akter._store.pool.Clock`). When the database clock moves back (an NTP step, a failover
 to a host with another clock; ``clock_offset`` in drills), rows written before the move stay
 ahead by the whole jump, and a takeover that waits for them to end would stall that long. So a
-row further ahead than its lead + ``SKEW_MARGIN_MS`` is treated as ended, with a warning naming
-the skew:
+row further ahead than twice its lead + ``SKEW_MARGIN_MS`` (``Clock.skew_ms``) is treated as
+ended, with a warning naming the skew:
 
 - singleton leases: in ``acquire_singleton`` itself (every contender agrees, row by row);
 - runner heartbeats: in ``live_runners`` (not live) and ``prune_runners`` (forgotten);

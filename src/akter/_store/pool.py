@@ -98,12 +98,14 @@ class Clock:
       Intent rows with ``attempts = 0`` carry due times chosen by handlers (timers, ticks) and
       may lie arbitrarily far ahead: they are never taken as skewed.
 
-    A row further ahead than its lead + ``SKEW_MARGIN_MS`` was written before the database clock
-    moved back (NTP step, failover to a host with another clock; ``clock_offset`` in drills).
-    Left alone it would stall a takeover for the whole jump, so the claim and takeover
-    statements treat it as ended (with a warning that names the skew). This assumes every
-    runner uses the same ``singleton_lease``, executor ``lease`` and relay leases, as they
-    should. ``skew_ms(lead)`` is the bound the statements are given.
+    A row further ahead than twice its lead + ``SKEW_MARGIN_MS`` was written before the database
+    clock moved back (NTP step, failover to a host with another clock; ``clock_offset`` in
+    drills). Left alone it would stall a takeover for the whole jump, so the claim and takeover
+    statements treat it as ended (with a warning that names the skew). Twice: runners should
+    share ``singleton_lease``, the executor ``lease`` and the relay leases, but one configured
+    with up to twice another's (or a drill runner set a lease ahead) must not lose its live
+    rows. So a jump is absorbed within at most three leads + 2 s, instead of its whole length.
+    ``skew_ms(lead)`` is the bound the statements are given.
     """
 
     def __init__(self, store: Store) -> None:
@@ -152,4 +154,4 @@ class Clock:
         """How far ahead of now a row its writer leads by at most ``lead_ms`` may lie, unskewed."""
         if self.jumping:
             return _NO_SKEW_CHECK_MS
-        return lead_ms + SKEW_MARGIN_MS
+        return 2 * lead_ms + SKEW_MARGIN_MS
