@@ -5,7 +5,7 @@ as ``InvalidCommandId/future`` with its ``retry_after``, at once, not retried in
 one slightly ahead (estimate jitter) is waited for. A failure says "may or may not have
 committed" (code ``outcome_unknown``) only when the commit flight was sent and not answered; a
 failure before it (lock wait, handler, admission) says "it was not committed", and so does a
-delivery timeout none of whose attempts left its outcome unknown.
+delivery timeout none of whose attempts left its outcome unknown (with nothing in flight).
 """
 
 from __future__ import annotations
@@ -111,15 +111,28 @@ async def test_h9_a_turn_refused_at_the_lock_says_it_was_not_committed(akter_tes
             assert once.value.reason == "ActorUnavailable" and once.value.code is None
             assert "it was not committed" in once.value.message
             assert "may" not in once.value.message
-            # The handle's retries until the delivery timeout: still not committed.
-            with pytest.raises(akter.ActorError) as retried:
-                await t.get(Tally, "a").with_command_id(cid).add(5)
-            assert retried.value.reason == "Timeout" and retried.value.code is None
-            assert "it was not committed" in retried.value.message
-            assert "may" not in retried.value.message
             await holder.rollback()
         assert await receipts(t, cid) == []
         assert (await t.inspect(t.get(Tally, "a"))).state == {"n": 1}
+
+
+async def test_h9_a_delivery_timeout_after_refusals_says_it_was_not_committed(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Tally]) as t:
+        # Every attempt is refused before admission (the runner drains): nothing is ever in
+        # flight, so the handle's Timeout must not say the command may still commit.
+        t.runtime.dispatcher.accepting = False
+        cid = await t.runtime.mint_command_id()
+        with pytest.raises(akter.ActorError) as retried:
+            await t.get(Tally, "a").with_command_id(cid).add(5)
+        t.runtime.dispatcher.accepting = True
+        assert retried.value.reason == "Timeout" and retried.value.code is None
+        assert "last error: ActorUnavailable" in retried.value.message
+        assert "it was not committed" in retried.value.message
+        assert "may" not in retried.value.message
+        assert await receipts(t, cid) == []
+        assert await t.get(Tally, "a").with_command_id(cid).add(5) == 5  # the retry commits
 
 
 async def test_h9_a_handler_that_outlives_the_execution_timeout_was_not_committed(
