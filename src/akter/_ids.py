@@ -139,6 +139,13 @@ _PREFIX_RE = re.compile(r"v([0-9]+)\.")
 _V1_RE = re.compile(rf"v1\.{_MS}\.{_MS}\.{_UUID4}")
 _MAX_MS = 10**15 - 1
 _COMMAND_ID_FORMAT = "'v1.<issued_ms>.<expires_ms>.<uuid4>'"
+#: How far ahead of the database clock a command id may be for a handle to wait for it
+#: (``InvalidCommandId/future``). Ids minted from a clock estimate, here or by another process
+#: sampling the server, are at most a round trip or an NTP slew ahead: a handle waits and
+#: retries them within its delivery timeout. An id further ahead was minted on a clock that is
+#: wrong (or the database clock moved back): the handle raises the refusal at once, with
+#: ``retry_after``, rather than waiting or reporting a ``Timeout``.
+FUTURE_WAIT_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 
 import httpx
 
+from akter._ids import FUTURE_WAIT_MS
 from akter.actor import Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef
 from akter.errors import ActorError, DeclaredError, Reason
@@ -139,6 +140,7 @@ class Client:
         path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/{member.name}"
         deadline = time.monotonic() + self.delivery_timeout
         wait = 0.0
+        in_doubt = False  # some attempt may have committed (hardening 9)
         while True:
             try:
                 response = await self._post(path, body, command_id)
@@ -147,6 +149,7 @@ class Client:
                 error: ActorError = ActorError(
                     "ActorUnavailable",
                     f"The request failed in transit ({type(exc).__name__}); retrying.",
+                    code="outcome_unknown",
                     command_id=command_id,
                 )
             else:
@@ -158,14 +161,22 @@ class Client:
                 error = error_or_declared
                 if not error.retryable:
                     raise error
+            in_doubt = in_doubt or error.code == "outcome_unknown"
+            if error.reason == "InvalidCommandId" and (
+                (error.retry_after or 0) * 1000 > FUTURE_WAIT_MS
+                or time.monotonic() + (error.retry_after or 0) >= deadline
+            ):
+                raise error  # an id far in the future: refused, not a Timeout (akter._ids)
             first = max(error.retry_after or 0.25, 0.05)
             wait = first if wait == 0 else min(wait * 2, max(0.5, first))
             if time.monotonic() + wait >= deadline:
+                outcome = "it may have committed" if in_doubt else "it was not committed"
                 raise ActorError(
                     "Timeout",
                     f"{definition.name}/{actor_id!r}.{member.name} did not complete within the "
-                    f"delivery timeout (last error: {error.reason}); retry with command id "
-                    f"{command_id!r}.",
+                    f"delivery timeout (last error: {error.reason}); {outcome} — retry with "
+                    f"command id {command_id!r}.",
+                    code="outcome_unknown" if in_doubt else None,
                     command_id=command_id,
                 )
             await asyncio.sleep(wait)

@@ -21,6 +21,7 @@ from akter._engine.events import follow, read_events
 from akter._engine.hooks import Hooks
 from akter._engine.turn import Request, Result, TurnEngine
 from akter._ids import (
+    FUTURE_WAIT_MS,
     canonical_json,
     ms_from_duration,
     parse_command_id,
@@ -694,6 +695,7 @@ class Runtime:
         deadline = start + policy.delivery_timeout / 1000
         first_wait: float | None = None
         wait = 0.0
+        in_doubt = False  # some attempt's commit was sent and not answered
         while True:
             result = await self._submit_and_wait(
                 member,
@@ -716,16 +718,26 @@ class Runtime:
                 raise error  # the runtime stopped or died: the caller retries elsewhere
             if error.reason == "Timeout":
                 raise error
+            in_doubt = in_doubt or error.code == "outcome_unknown"
+            if error.reason == "InvalidCommandId" and (
+                (error.retry_after or 0) * 1000 > FUTURE_WAIT_MS
+                or time.monotonic() + (error.retry_after or 0) >= deadline
+            ):
+                raise error  # a pinned id far in the future: refused, not a Timeout (_ids)
             first_wait = first_wait or max(error.retry_after or 0.05, 0.001)
             wait = first_wait if wait == 0 else min(wait * 2, max(0.5, first_wait))
             now = time.monotonic()
             expiry_guard = (command_id.expires_ms - 1000 - self.clock.estimate()) / 1000
             if now + wait >= deadline or wait >= expiry_guard:
+                # Nothing of this command is in flight now: it may have committed only if an
+                # attempt's commit went unanswered (hardening 9).
+                outcome = "it may have committed" if in_doubt else "it was not committed"
                 raise ActorError(
                     "Timeout",
                     f"{ref.type}/{ref.id!r}.{member.name} did not complete within the delivery "
-                    f"timeout (last error: {error.reason}); it may still commit — retry with "
+                    f"timeout (last error: {error.reason}); {outcome} — retry with "
                     f"command id {command_id.raw!r}.",
+                    code="outcome_unknown" if in_doubt else None,
                     command_id=command_id.raw,
                 )
             await asyncio.sleep(wait)
@@ -764,6 +776,7 @@ class Runtime:
                     "Timeout",
                     f"{ref.type}/{ref.id!r}.{member.name} did not complete within the delivery "
                     f"timeout; it may still commit — retry with command id {command_id.raw!r}.",
+                    code="outcome_unknown",  # still queued or running: it may commit later
                     command_id=command_id.raw,
                 ),
             )

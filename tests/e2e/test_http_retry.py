@@ -68,3 +68,20 @@ async def test_lost_response_with_a_pinned_command_id(served: Serve) -> None:
         assert await account.with_command_id(cid).deposit(7) == 7  # and again: a replay
         assert RUNS["acme/Account/r1/deposit"] == 1
         assert await count(s.t, "receipts") == 1
+
+
+async def test_h8_a_pinned_id_far_in_the_future_is_refused_by_the_client_not_timed_out(
+    served: Serve,
+) -> None:
+    async with served() as s:
+        now = await s.t.now_ms()
+        issued = now + 600_000
+        cid = f"v1.{issued}.{issued + s.t.runtime.window_ms}.0190a3b4-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
+        account = s.client(ALICE).get(Account, "r1")
+        with pytest.raises(akter.ActorError) as raised:
+            await account.with_command_id(cid).deposit(1)
+        error = raised.value
+        assert (error.reason, error.code, error.retryable) == ("InvalidCommandId", "future", True)
+        assert error.retry_after is not None and 590 <= error.retry_after <= 600
+        assert RUNS["acme/Account/r1/deposit"] == 0
+        assert await count(s.t, "receipts") == 0

@@ -133,6 +133,9 @@ def assert_retryable(error: akter.ActorError, cid: str) -> None:
     """A cut commit is a retryable ``ActorUnavailable`` for that id, never an outcome."""
     assert error.reason == "ActorUnavailable", error
     assert error.retryable is True
+    # Cut in its commit flight, the turn's outcome is unknown to the runner (hardening 9).
+    assert error.code == "outcome_unknown", error
+    assert "may or may not have committed" in error.message
     assert error.command_id == cid
     assert error.retry_after is not None
 

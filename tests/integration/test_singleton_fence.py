@@ -139,6 +139,7 @@ async def acquire_as(
                 "actor_type": "Fenced",
                 "runner_id": runner_id,
                 "lease_ms": t.runtime.runners.lease_ms,
+                "skew_ms": t.runtime.clock.skew_ms(t.runtime.runners.lease_ms),
             },
         )
         return await cur.fetchall()
@@ -299,6 +300,7 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
                 "actor_type": "Fenced",
                 "runner_id": runner,
                 "lease_ms": t.runtime.runners.lease_ms,
+                "skew_ms": t.runtime.clock.skew_ms(t.runtime.runners.lease_ms),
             },
         )
         assert [str(r[0]) for r in await cur.fetchall()] == [runner]

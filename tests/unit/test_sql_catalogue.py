@@ -67,6 +67,11 @@ CROSS_ACTOR: dict[str, str] = {
     "stuck rows by kind (semantics §10.1)",
     "sample_running_jobs": "the $maintenance owner samples running job attempts across actors, "
     "by kind, running and lease end (extends semantics §10.1)",
+    "release_skewed_intents": "after a backward clock move, claimed intents of hosted types due "
+    "further ahead than any claim or backoff, by kind, attempts and due_at_ms (akter._engine.skew)",
+    "release_skewed_jobs": "after a backward clock move, running attempts of executed job types "
+    "whose lease lies further ahead than any lease, by kind, running and due_at_ms "
+    "(akter._engine.skew)",
     "console_types": "the operators' console counts actors per type across actors (read-only)",
     "console_totals": "the operators' console counts outbox rows, jobs and dead letters "
     "across actors (read-only)",

@@ -125,13 +125,7 @@ class Dispatcher:
                     for request in batch:
                         if not request.future.done():
                             request.future.set_exception(
-                                exc
-                                if isinstance(exc, ActorError)
-                                else ActorError(
-                                    "ActorUnavailable",
-                                    f"The turn was interrupted ({type(exc).__name__}); retry.",
-                                    command_id=request.command_id.raw,
-                                )
+                                exc if isinstance(exc, ActorError) else _interrupted(request, exc)
                             )
                     self._pending -= len(batch)
                     if not isinstance(exc, Exception):
@@ -231,3 +225,21 @@ def _take_batch(queue: deque[Request]) -> list[Request]:
         ids.add(nxt.command_id.raw)
         batch.append(queue.popleft())
     return batch
+
+
+def _interrupted(request: Request, exc: BaseException) -> ActorError:
+    """The error of a command whose turn was interrupted: unknown only past its commit send."""
+    what = f"The turn was interrupted ({type(exc).__name__})"
+    if request.commit_sent:
+        return ActorError(
+            "ActorUnavailable",
+            f"{what} after its commit was sent; it may or may not have committed: retry with "
+            "the same command id.",
+            code="outcome_unknown",
+            command_id=request.command_id.raw,
+        )
+    return ActorError(
+        "ActorUnavailable",
+        f"{what} before its commit; it was not committed: retry with the same command id.",
+        command_id=request.command_id.raw,
+    )

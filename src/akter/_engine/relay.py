@@ -38,6 +38,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from akter import telemetry
+from akter._engine.skew import SkewWatch
 from akter._waits import wait_event
 from akter.callers import ActorRef, caller_from_json
 from akter.errors import InjectedCrash
@@ -120,6 +121,7 @@ class Relay:
         self.delivered = 0
         self.retried = 0
         self._released = 0
+        self.skew = SkewWatch(runtime)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -274,6 +276,7 @@ class Relay:
         if self._stopping:
             return 0
         async with self._pass_lock:
+            await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
             claimed = await self._claim_intents(drain)
             claimed += await self.rt.jobs.run_pass()
         return claimed

@@ -141,7 +141,20 @@ class Runners:
 
     async def live(self) -> list[dict[str, Any]]:
         """Live runners (heartbeat younger than 35 s)."""
-        return await self._execute("live_runners", {"live_ms": LIVE_MS})
+        return await self._execute(
+            "live_runners", {"live_ms": LIVE_MS, "skew_ms": self.rt.clock.skew_ms(0)}
+        )
+
+    async def prune(self) -> None:
+        """Forget silent runners, and runners whose heartbeat is ahead of the clock (skew)."""
+        pruned = await self._execute("prune_runners", {"prune_ms": PRUNE_MS, "live_ms": LIVE_MS})
+        for row in pruned:
+            if row["ahead_ms"] > LIVE_MS:
+                log.warning(
+                    "Pruned a runner whose heartbeat is ahead of the database clock "
+                    "(the clock moved back)",
+                    extra={"pruned_runner_id": row["runner_id"], "skew_ms": row["ahead_ms"]},
+                )
 
     async def _heartbeats(self) -> None:
         while True:
@@ -207,12 +220,22 @@ class Runners:
                         "actor_type": lease.actor_type,
                         "runner_id": self.runner_id,
                         "lease_ms": self.lease_ms,
+                        "skew_ms": self.rt.clock.skew_ms(self.lease_ms),
                     },
                 )
                 rows = await cur.fetchall()
         except (psycopg.Error, OSError) as exc:
             failed = True
             log.warning("Singleton lease refresh failed", extra={"error": str(exc)})
+        if rows and rows[0]["skew_ms"] is not None:
+            log.warning(
+                "Took over a singleton lease ahead of the database clock (the clock moved back)",
+                extra={
+                    "actor_type": lease.actor_type,
+                    "runner_id": self.runner_id,
+                    "skew_ms": rows[0]["skew_ms"],
+                },
+            )
         if rows:
             epoch = rows[0]["acquired_at_ms"]
             lease.owned = True
@@ -290,7 +313,7 @@ class Runners:
             while True:
                 try:
                     await sweep(self.rt)
-                    await self._execute("prune_runners", {"prune_ms": PRUNE_MS})
+                    await self.prune()
                 except (psycopg.Error, OSError) as exc:
                     log.warning("Maintenance sweep failed", extra={"error": str(exc)})
                 await asyncio.sleep(SWEEP_EVERY_MS / 1000)

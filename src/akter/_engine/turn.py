@@ -65,6 +65,9 @@ class Request:
     fence: LoopLease | None = None
     #: The caller's OpenTelemetry context: the batch span becomes a child of the first request's.
     trace_context: Any = field(default_factory=telemetry.current_context)
+    #: Set once a commit flight carrying this command was sent: only then can a failure leave
+    #: its outcome unknown (an ``ActorUnavailable`` coded ``outcome_unknown``).
+    commit_sent: bool = False
 
     @property
     def caller_key(self) -> str:
@@ -279,25 +282,36 @@ class TurnEngine:
             raise
         except InjectedCrash:
             act.drop_cache()
-            return [self._unavailable(r, "injected crash") for r in batch]
+            return [self._unavailable(r, "injected crash", r.commit_sent) for r in batch]
         except TimeoutError:
             act.drop_cache()
-            return [
-                self._unavailable(r, f"execution timeout of {policy.execution_timeout} ms")
-                for r in batch
-            ]
+            why = f"execution timeout of {policy.execution_timeout} ms"
+            return [self._unavailable(r, why, r.commit_sent) for r in batch]
         except (psycopg.Error, _Retryable) as exc:
             act.drop_cache()
             reason = _describe_db_error(exc)
-            return [self._unavailable(r, reason) for r in batch]
+            unanswered = _commit_unanswered(exc)
+            return [self._unavailable(r, reason, r.commit_sent and unanswered) for r in batch]
 
-    def _unavailable(self, request: Request, why: str) -> Result:
+    def _unavailable(self, request: Request, why: str, in_doubt: bool) -> Result:
+        # Honest about the outcome (hardening 9): unknown only when the commit flight was sent
+        # and its answer lost; before that (lock wait, handler, admission) nothing committed.
+        turn = f"The turn for {request.ref.type}/{request.ref.id!r}"
+        if in_doubt:
+            message = (
+                f"{turn} was not confirmed ({why}); it may or may not have committed: retry "
+                "with the same command id."
+            )
+        else:
+            message = (
+                f"{turn} failed ({why}); it was not committed: retry with the same command id."
+            )
         return Result(
             "error",
             error=ActorError(
                 "ActorUnavailable",
-                f"The turn for {request.ref.type}/{request.ref.id!r} was not confirmed ({why}); "
-                "it may or may not have committed: retry with the same command id.",
+                message,
+                code="outcome_unknown" if in_doubt else None,
                 command_id=request.command_id.raw,
             ),
         )
@@ -421,6 +435,8 @@ class TurnEngine:
             for i, r in enumerate(batch)
             if r.fence is not None and i not in stale
         }
+        for request in batch:
+            request.commit_sent = not nothing  # from here a lost answer leaves it unknown
         async with conn.pipeline():
             if nothing:
                 end_cur = await conn.execute("ROLLBACK")
@@ -977,3 +993,22 @@ def _describe_db_error(exc: BaseException) -> str:
         state = getattr(exc, "sqlstate", None)
         return f"database error {state or type(exc).__name__}"
     return str(exc)
+
+
+#: SQLSTATE classes that do not prove the server rolled the transaction back: connection
+#: exceptions, resources, operator intervention (shutdown, cancel), system and internal errors.
+_UNPROVEN_CLASSES = frozenset({"08", "53", "57", "58", "XX"})
+
+
+def _commit_unanswered(exc: BaseException) -> bool:
+    """Whether a failure of a sent commit flight leaves its outcome unknown.
+
+    A server error (an SQLSTATE) in the flight aborted the transaction before or at ``COMMIT``,
+    so nothing committed; so did a ``COMMIT`` answered with anything but ``COMMIT``
+    (``_Retryable``). A lost connection, or an error of the classes above, proves nothing (the
+    release-check clock read after ``COMMIT`` can only fail that way: cancelled or cut off).
+    """
+    if isinstance(exc, _Retryable):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    return not state or state[:2] in _UNPROVEN_CLASSES

@@ -73,17 +73,47 @@ class Store:
         return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
 
 
+#: Slack beyond a row's longest possible lead before it counts as skewed (see ``Clock.skew_ms``).
+SKEW_MARGIN_MS = 2_000
+#: The skew bound while a test clock jump is under way: nothing counts as skewed.
+_NO_SKEW_CHECK_MS = 1 << 62
+
+
 class Clock:
     """The framework clock (semantics §1.7): database time in ms plus a test offset.
 
     ``read()`` asks the database. ``estimate()`` gives a lower bound of the database clock from
     the last sample without a round trip (used to mint command ids, where a value slightly in
     the past is harmless and one in the future would be refused as ``future``).
+
+    Clock skew. Every lease-like row is written from the clock at the moment of writing, so on a
+    correct clock it is never further ahead of "now" than the longest lead its writer gives it:
+
+    - a singleton lease (``lease_until_ms``): now + ``singleton_lease`` at each acquire/refresh;
+    - a runner heartbeat (``heartbeat_at_ms``): now, at each register/heartbeat (lead 0);
+    - a job attempt lease (running job row's ``due_at_ms``): now + the executor ``lease`` at the
+      claim, ``greatest(due, now + lease)`` at each renewal;
+    - a relay claim (intent row with ``attempts > 0``): now + max(``claim_lease``, backoff) at
+      the claim, now + backoff (≤ ``max_backoff``) after a failure, now at a release.
+      Intent rows with ``attempts = 0`` carry due times chosen by handlers (timers, ticks) and
+      may lie arbitrarily far ahead: they are never taken as skewed.
+
+    A row further ahead than twice its lead + ``SKEW_MARGIN_MS`` was written before the database
+    clock moved back (NTP step, failover to a host with another clock; ``clock_offset`` in
+    drills). Left alone it would stall a takeover for the whole jump, so the claim and takeover
+    statements treat it as ended (with a warning that names the skew). Twice: runners should
+    share ``singleton_lease``, the executor ``lease`` and the relay leases, but one configured
+    with up to twice another's (or a drill runner set a lease ahead) must not lose its live
+    rows. So a jump is absorbed within at most three leads + 2 s, instead of its whole length.
+    ``skew_ms(lead)`` is the bound the statements are given.
     """
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self.offset_ms = 0
+        #: Set by ``ActorTest.advance`` while it moves leases and offsets one runtime at a
+        #: time: between the two, a lease moved ahead must not read as skewed.
+        self.jumping = False
         self._base_db_ms = 0
         self._base_mono = 0.0
         self._sampled = False
@@ -119,3 +149,9 @@ class Clock:
             raise RuntimeError("The clock has not been sampled yet; start the runtime first.")
         elapsed = int((time.monotonic() - self._base_mono) * 1000)
         return self._base_db_ms + elapsed + self.offset_ms
+
+    def skew_ms(self, lead_ms: int) -> int:
+        """How far ahead of now a row its writer leads by at most ``lead_ms`` may lie, unskewed."""
+        if self.jumping:
+            return _NO_SKEW_CHECK_MS
+        return 2 * lead_ms + SKEW_MARGIN_MS

@@ -350,3 +350,24 @@ SET cancelled_at_ms = {schema}.now_ms(%(off)s::bigint), timer_key = NULL, waitin
                      ELSE least(due_at_ms, {schema}.now_ms(%(off)s::bigint)) END
 WHERE intent_id = %(job_id)s AND kind = 'job' AND cancelled_at_ms IS NULL
 RETURNING intent_id, running;
+
+-- release_skewed_intents --
+-- claimed intents of hosted types (attempts > 0) due further ahead than a claim or backoff can make them (skew_ms: written before the clock moved back) become due now; returns how far ahead each was
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+skewed AS (
+    SELECT o.routing_key, o.intent_id, o.due_at_ms - clock.now AS ahead_ms
+    FROM {schema}.outbox o
+    CROSS JOIN clock
+    WHERE o.kind = 'intent' AND o.attempts > 0
+      AND o.due_at_ms > clock.now + %(skew_ms)s::bigint
+      AND o.target_type = ANY(%(types)s::text[])
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = clock.now
+FROM skewed s, clock
+WHERE o.routing_key = s.routing_key AND o.intent_id = s.intent_id
+RETURNING o.intent_id, o.target_type, o.target_id, o.attempts, s.ahead_ms;

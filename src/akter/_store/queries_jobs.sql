@@ -331,3 +331,25 @@ VALUES (%(rk)s, %(new_id)s, %(bucket)s, 'job', %(tenant)s, %(type)s, %(id)s, %(t
         {schema}.stmt_ms(%(off)s::bigint), {schema}.stmt_ms(%(off)s::bigint),
         {schema}.stmt_ms(%(off)s::bigint), %(maybe_applied)s)
 RETURNING intent_id, due_at_ms;
+
+-- release_skewed_jobs --
+-- running attempts of the executed job types whose lease ends further ahead than a lease can (skew_ms: written before the clock moved back) end now, to be taken over like an ended lease; returns how far ahead each was
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+skewed AS (
+    SELECT o.routing_key, o.intent_id, o.due_at_ms - clock.now AS ahead_ms
+    FROM {schema}.outbox o
+    CROSS JOIN clock
+    WHERE o.kind = 'job' AND o.running AND o.due_at_ms > clock.now + %(skew_ms)s::bigint
+      AND (o.actor_type, o.command) IN (
+          SELECT m.actor_type, m.job
+          FROM unnest(%(types)s::text[], %(jobs)s::text[]) AS m(actor_type, job))
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = clock.now
+FROM skewed s, clock
+WHERE o.routing_key = s.routing_key AND o.intent_id = s.intent_id
+RETURNING o.intent_id, o.actor_type, o.actor_id, o.command, o.attempts, s.ahead_ms;

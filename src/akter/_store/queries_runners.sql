@@ -23,31 +23,38 @@ RETURNING heartbeat_at_ms;
 DELETE FROM {schema}.runners WHERE runner_id = %(runner_id)s;
 
 -- live_runners --
--- runners whose heartbeat is younger than the liveness window
+-- runners whose heartbeat is younger than the liveness window and not ahead of the clock (a heartbeat is written at "now": one further ahead than the skew margin predates a backward clock move)
 SELECT runner_id::text AS runner_id, started_at_ms, heartbeat_at_ms, http_address, actor_types,
        job_types, version, draining
 FROM {schema}.runners
 WHERE heartbeat_at_ms > {schema}.now_ms(%(off)s::bigint) - %(live_ms)s::bigint
+  AND heartbeat_at_ms <= {schema}.now_ms(%(off)s::bigint) + %(skew_ms)s::bigint
 ORDER BY started_at_ms, runner_id;
 
 -- prune_runners --
--- forgets runners silent for longer than the prune age
-DELETE FROM {schema}.runners
-WHERE heartbeat_at_ms < {schema}.now_ms(%(off)s::bigint) - %(prune_ms)s::bigint
-RETURNING runner_id;
+-- forgets runners silent for longer than the prune age, or whose heartbeat is further ahead of the clock than the liveness window (written before the clock moved back; a live runner registers again); returns how far ahead
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+DELETE FROM {schema}.runners r
+USING clock
+WHERE r.heartbeat_at_ms < clock.now - %(prune_ms)s::bigint
+   OR r.heartbeat_at_ms > clock.now + %(live_ms)s::bigint
+RETURNING r.runner_id::text AS runner_id, greatest(r.heartbeat_at_ms - clock.now, 0) AS ahead_ms;
 
 -- singleton_lock_timeout --
 -- bounds how long this transaction's lease round waits on a lease row (a takeover waiting for the old owner's fenced turns)
 SELECT set_config('lock_timeout', %(lock_timeout)s, true);
 
 -- acquire_singleton --
--- takes or refreshes a lease where it ended or this runner owns it, at one clock reading; a takeover first locks the row FOR UPDATE, so it waits for the fenced turns (FOR KEY SHARE) of the lease it replaces
+-- takes or refreshes a lease where it ended, ends further ahead of the clock than a lease can (skew_ms: written before the clock moved back), or this runner owns it, at one clock reading; a takeover first locks the row FOR UPDATE, so it waits for the fenced turns (FOR KEY SHARE) of the lease it replaces; returns how far ahead a skewed lease it replaced was
 WITH clock AS MATERIALIZED (
     SELECT {schema}.now_ms(%(off)s::bigint) AS now
 ), takeover AS MATERIALIZED (
-    SELECT 1 FROM {schema}.singletons t, clock
+    SELECT t.lease_until_ms - clock.now AS ahead_ms FROM {schema}.singletons t, clock
     WHERE t.actor_type = %(actor_type)s AND t.owner IS DISTINCT FROM %(runner_id)s::uuid
-      AND t.lease_until_ms <= clock.now
+      AND (t.lease_until_ms <= clock.now
+           OR t.lease_until_ms > clock.now + %(skew_ms)s::bigint)
     FOR UPDATE OF t
 )
 INSERT INTO {schema}.singletons AS s (actor_type, owner, lease_until_ms, acquired_at_ms)
@@ -58,7 +65,9 @@ SET owner = excluded.owner, lease_until_ms = excluded.lease_until_ms,
     acquired_at_ms = CASE WHEN s.owner = excluded.owner THEN s.acquired_at_ms
                           ELSE excluded.acquired_at_ms END
 WHERE s.lease_until_ms <= excluded.acquired_at_ms OR s.owner = excluded.owner
-RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms;
+   OR s.lease_until_ms > excluded.acquired_at_ms + %(skew_ms)s::bigint
+RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms,
+          (SELECT max(ahead_ms) FROM takeover WHERE ahead_ms > %(skew_ms)s::bigint) AS skew_ms;
 
 -- release_singleton --
 -- a stopping owner ends its lease at once so a survivor can take over
@@ -145,3 +154,13 @@ FROM {schema}.outbox o
 WHERE o.kind = 'job' AND o.running AND o.due_at_ms > {schema}.stmt_ms(%(off)s::bigint)
 GROUP BY o.actor_type, o.command
 ORDER BY o.actor_type, o.command;
+
+-- clock_skew_probe --
+-- the clock, and how far the newest heartbeat and lease end lie ahead of it (small tables; a backward clock move leaves them ahead)
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+SELECT clock.now,
+       (SELECT max(r.heartbeat_at_ms) FROM {schema}.runners r) - clock.now AS heartbeat_ahead_ms,
+       (SELECT max(s.lease_until_ms) FROM {schema}.singletons s) - clock.now AS lease_ahead_ms
+FROM clock;

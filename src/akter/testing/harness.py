@@ -311,21 +311,27 @@ class ActorTest:
         live = self.live_runtimes
         if ms:
             # Leases move first: between two offsets another runner must not see a live lease
-            # as ended.
+            # as ended, nor a moved one as written before a backward clock jump (skew).
             for runtime in live:
-                await runtime.jobs.shift(ms)
-            for runtime in live:
-                runtime.clock.offset_ms += ms
-            running = [
-                rt
-                for rt in live
-                if rt.readiness in ("ready", "storage") and not rt.runners.draining
-            ]
-            for runtime in running:
-                await runtime.runners.register()
-            for owned in (True, False):
+                runtime.clock.jumping = True
+            try:
+                for runtime in live:
+                    await runtime.jobs.shift(ms)
+                for runtime in live:
+                    runtime.clock.offset_ms += ms
+                running = [
+                    rt
+                    for rt in live
+                    if rt.readiness in ("ready", "storage") and not rt.runners.draining
+                ]
                 for runtime in running:
-                    await runtime.runners.refresh_leases(owned=owned)
+                    await runtime.runners.register()
+                for owned in (True, False):
+                    for runtime in running:
+                        await runtime.runners.refresh_leases(owned=owned)
+            finally:
+                for runtime in live:
+                    runtime.clock.jumping = False
         await self.drain()
 
     async def drain(self, rounds: int = DRAIN_ROUNDS) -> None:
