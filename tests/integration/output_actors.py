@@ -27,7 +27,7 @@ class Said(akter.Event):
     text: str = ""
 
 
-class Refused(akter.DeclaredError):
+class OutputRefused(akter.DeclaredError):
     sku: str = ""
     data: Any = None
     amount: float = 0.0
@@ -80,20 +80,20 @@ class Output(akter.Actor[Loose], access=akter.public, delivery_timeout=5):
         self.state.n += 1
         return self.state.n
 
-    @akter.command(errors=[Refused])
+    @akter.command(errors=[OutputRefused])
     async def refuse(self, key: str) -> int:
         self.state.n += 1
-        raise Refused(data=OUTPUTS[key])
+        raise OutputRefused(data=OUTPUTS[key])
 
-    @akter.command(errors=[Refused])
+    @akter.command(errors=[OutputRefused])
     async def refuse_sku(self, key: str) -> int:
         self.state.n += 1
-        raise Refused(sku=OUTPUTS[key])
+        raise OutputRefused(sku=OUTPUTS[key])
 
-    @akter.command(errors=[Refused])
+    @akter.command(errors=[OutputRefused])
     async def refuse_amount(self, key: str) -> int:
         self.state.n += 1
-        raise Refused(amount=OUTPUTS[key])
+        raise OutputRefused(amount=OUTPUTS[key])
 
     @akter.query
     async def peek(self) -> Loose:

@@ -972,14 +972,22 @@ async def _discard(conn: Connection) -> None:
             await asyncio.shield(conn.close())
 
 
+#: How long a rollback after a failed turn may take before the connection is discarded instead.
+ROLLBACK_WAIT_S = 2.0
+
+
 async def _rollback_quietly(conn: Connection) -> bool:
     """Roll back whatever is open; ``False`` when the connection is unusable."""
     if conn.closed or conn.broken:
         return False
+    status = conn.info.transaction_status
+    if status in (psycopg.pq.TransactionStatus.ACTIVE, psycopg.pq.TransactionStatus.UNKNOWN):
+        return False  # results of an aborted pipeline still pending: a ROLLBACK could hang
     try:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            await asyncio.shield(conn.execute("ROLLBACK"))
-    except (psycopg.Error, asyncio.CancelledError):
+        if status != psycopg.pq.TransactionStatus.IDLE:
+            async with asyncio.timeout(ROLLBACK_WAIT_S):
+                await asyncio.shield(conn.execute("ROLLBACK"))
+    except (psycopg.Error, asyncio.CancelledError, TimeoutError):
         return False
     return conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
