@@ -104,6 +104,25 @@ async def test_h1_twenty_nul_turns_leave_every_pooled_connection_healthy(
         assert await asyncio.gather(*(o.bump() for o in others)) == [4] * 20
 
 
+async def on_event_insert(t: ActorTest, setup: str, body: str) -> str:
+    """Install a BEFORE INSERT trigger on the events table; returns its qualified name."""
+    name = f"{{schema}}.on_event_{uuid.uuid4().hex[:8]}"
+    trigger = name.split(".")[1]
+    sql = f"""
+        {setup}
+        CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          {body}
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER {trigger} BEFORE INSERT ON {{schema}}.events
+          FOR EACH ROW EXECUTE FUNCTION {name}();
+        SELECT 1 AS done
+    """
+    await t.rows(sql.replace("{trigger}", name))
+    return name
+
+
 async def assert_pool_healthy(t: ActorTest, size: int) -> None:
     """Hold every pooled connection at once and have each run a trivial query."""
     pool = t.runtime.store.pool
@@ -128,38 +147,32 @@ async def test_h1_a_server_error_in_the_commit_flight_never_poisons_the_pool(
         # A trigger refuses every other "poison" event inside the commit flight (a sequence is
         # not rolled back): the server error arrives after prepared statements of the same
         # flight were sent, and the runtime's retry of the turn commits it.
-        trigger = f"refuse_{uuid.uuid4().hex[:8]}"
-        await t.rows(
-            f"""
-            CREATE SEQUENCE {{schema}}.{trigger}_n;
-            CREATE FUNCTION {{schema}}.{trigger}() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-              IF NEW.payload::text LIKE '%%poison%%'
-                 AND nextval('{{schema}}.{trigger}_n') %% 2 = 1 THEN
-                RAISE EXCEPTION 'refused';
-              END IF;
-              RETURN NEW;
-            END $$;
-            CREATE TRIGGER {trigger} BEFORE INSERT ON {{schema}}.events
-              FOR EACH ROW EXECUTE FUNCTION {{schema}}.{trigger}();
-            SELECT 1 AS done
-            """
+        # A trigger refuses every other "poison" event inside the commit flight (a sequence is
+        # not rolled back): the server error arrives after prepared statements of the same
+        # flight were sent, and the runtime's retry of the turn commits it.
+        trigger = await on_event_insert(
+            t,
+            "CREATE SEQUENCE {trigger}_n;",
+            """IF NEW.payload::text LIKE '%%poison%%'
+                  AND nextval('{trigger}_n') %% 2 = 1 THEN
+                 RAISE EXCEPTION 'refused';
+               END IF;""",
         )
         OUTPUTS["poison"] = "poison"
         OUTPUTS["fine"] = "fine"
-        for i in range(12):
+        for i in range(24):
             # Warm statements are prepared by now (prepare_threshold=2).
             assert await t.runtime.call(Output, f"w{i}", "say_text", {"key": "fine"}) == 1
             assert await t.runtime.call(Output, f"w{i}", "say_text", {"key": "poison"}) == 2
-        refused = await t.rows(f"SELECT last_value AS n FROM {{schema}}.{trigger}_n")
-        assert refused[0]["n"] >= 24  # every poison turn was refused once, then retried
+        refused = await t.rows(f"SELECT last_value AS n FROM {trigger}_n")
+        assert refused[0]["n"] >= 48  # every poison turn was refused once, then retried
         events = await t.rows("SELECT count(*) AS n FROM {schema}.events")
-        assert events[0]["n"] == 24
+        assert events[0]["n"] == 48
         await assert_pool_healthy(t, 4)
         results = await asyncio.gather(
-            *(t.runtime.call(Output, f"w{i}", "say_text", {"key": "fine"}) for i in range(12))
+            *(t.runtime.call(Output, f"w{i}", "say_text", {"key": "fine"}) for i in range(24))
         )
-        assert results == [3] * 12
+        assert results == [3] * 24
 
 
 # --- finding 2: deterministic serialisation failures ------------------------------------------
@@ -273,18 +286,8 @@ async def test_h1_a_turn_cancelled_inside_a_pipeline_never_returns_its_connectio
     not exist" on unrelated actors.
     """
     async with akter_test(ALL, pool_size=3) as t:
-        trigger = f"slow_{uuid.uuid4().hex[:8]}"
-        await t.rows(
-            f"""
-            CREATE FUNCTION {{schema}}.{trigger}() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-              IF NEW.payload::text LIKE '%%slow%%' THEN PERFORM pg_sleep(2); END IF;
-              RETURN NEW;
-            END $$;
-            CREATE TRIGGER {trigger} BEFORE INSERT ON {{schema}}.events
-              FOR EACH ROW EXECUTE FUNCTION {{schema}}.{trigger}();
-            SELECT 1 AS done
-            """
+        await on_event_insert(
+            t, "", "IF NEW.payload::text LIKE '%%slow%%' THEN PERFORM pg_sleep(2); END IF;"
         )
         OUTPUTS["slow"] = "slow"
         OUTPUTS["fine"] = "fine"

@@ -106,18 +106,18 @@ async def _one(t: ActorTest, target: str, value: Any) -> None:
     assert time.monotonic() - started < 1.0, "the runtime stalled after the example"
 
 
-def test_h_property_handler_outputs_commit_replayably_or_are_refused(akter_db: str) -> None:
+def _check_property(akter_db: str, **options: Any) -> None:
+    """Run the property on one runtime (its own event loop: Hypothesis drives it from sync code)."""
     loop = asyncio.new_event_loop()
     t = ActorTest(ALL, database_url=akter_db, relay=False)
     loop.run_until_complete(t.__aenter__())
     try:
 
         @settings(
-            max_examples=60,
             deadline=None,
-            derandomize=True,
             database=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            **options,
         )
         @given(target=_TARGETS, value=_VALUES)
         def example(target: str, value: Any) -> None:
@@ -127,27 +127,13 @@ def test_h_property_handler_outputs_commit_replayably_or_are_refused(akter_db: s
     finally:
         loop.run_until_complete(t.__aexit__(None, None, None))
         loop.close()
+
+
+def test_h_property_handler_outputs_commit_replayably_or_are_refused(akter_db: str) -> None:
+    _check_property(akter_db, max_examples=60, derandomize=True)
 
 
 @pytest.mark.slow
 def test_h_property_handler_outputs_many_examples(akter_db: str) -> None:
     """The same property with more (random) examples, for local runs (-m slow)."""
-    loop = asyncio.new_event_loop()
-    t = ActorTest(ALL, database_url=akter_db, relay=False)
-    loop.run_until_complete(t.__aenter__())
-    try:
-
-        @settings(
-            max_examples=600,
-            deadline=None,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        )
-        @given(target=_TARGETS, value=_VALUES)
-        def example(target: str, value: Any) -> None:
-            loop.run_until_complete(_one(t, target, value))
-
-        example()
-    finally:
-        loop.run_until_complete(t.__aexit__(None, None, None))
-        loop.close()
+    _check_property(akter_db, max_examples=600)

@@ -960,9 +960,14 @@ def _ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:
 
 
 def _consistent(exc: BaseException) -> bool:
-    """Whether the connection's client-side state is known after ``exc`` (see ``_run_batch``)."""
-    if isinstance(exc, psycopg.Error):
-        return getattr(exc, "sqlstate", None) is not None  # the server answered
+    """Whether the connection's client-side state is known after ``exc`` (see ``_run_batch``).
+
+    Only failures raised between the flights qualify. A server error inside a pipeline aborts
+    the statements queued behind it, and psycopg may already count one of them as prepared: the
+    connection then fails every later use of that statement ("prepared statement _pg3_N does
+    not exist") and the turns of whichever actors draw it back off until their delivery timeout.
+    Reconnecting costs milliseconds; such errors (lock waits, a refused write) are rare.
+    """
     return isinstance(exc, BatchDefect | _Retryable | InjectedCrash)
 
 
