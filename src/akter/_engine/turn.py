@@ -11,24 +11,35 @@ Two pipelined round trips in the common case (design §5):
    release-check clock read.
 
 Handlers run between the two, on private copies of the state, with nothing else held open.
+
+Both flights are one psycopg pipeline (``_Flights``): the admission flight ends with a Sync whose
+results are read without a Flush, so while the handlers run the server sees a transaction idle
+after a ReadyForQuery and its idle-in-transaction timer is armed. That is the server-side bound
+on a turn whose process froze (SIGSTOP, a VM pause) while holding the actor row lock:
+``transaction_timeout`` on PostgreSQL 17+, ``idle_in_transaction_session_timeout`` before, both
+set per turn to ``execution_timeout`` + ``SERVER_BOUND_GRACE_MS`` (a live process gives up at
+``execution_timeout`` first). The server then ends the frozen session and its locks; on resume
+the turn's commit fails and it is retried into a fresh turn (README, "Connections").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import psycopg
+from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ValidationError
 
 from akter import telemetry
 from akter._engine.hooks import Hooks
 from akter._ids import CommandId, bucket, canonical_json, child_id, is_uuid8, mint_framework_id
-from akter._store.pool import Clock, Connection, Store
+from akter._store.pool import TRANSACTION_TIMEOUT_SINCE, Clock, Connection, Store
 from akter.actor import ActorDefinition, Member, unstorable_text
 from akter.callers import ActorRef, Caller, System, caller_key
 from akter.context import IN_TURN, LoopLease, StagedRow, TurnContext
@@ -38,6 +49,8 @@ log = logging.getLogger("akter.turn")
 
 EVENT_BYTES_LIMIT = 1_048_576
 BATCH_LIMIT = 32
+#: The server ends a turn's session this long after its execution timeout (module docstring).
+SERVER_BOUND_GRACE_MS = 1_000
 
 
 @dataclass
@@ -178,6 +191,8 @@ class TurnEngine:
         self.hooks = hooks
         self.window_ms = window_ms
         self.on_commit = on_commit
+        #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
+        self.pool_wait = 2.0
 
     # The runtime replaces both (its own metrics; a new store at start): the store's pool records
     # its connection waits into the runner's metrics.
@@ -251,19 +266,27 @@ class TurnEngine:
         broken = False
         known = act.exists
         try:
-            async with self.store.pool.connection() as conn:
+            async with self.store.pool.connection(timeout=self.pool_wait) as conn:
+                flights = _Flights(conn)
                 try:
                     async with asyncio.timeout_at(deadline):
-                        return await self._transaction(conn, act, batch)
+                        return await self._transaction(conn, act, batch, flights)
                 except BaseException:
-                    # Whatever happened, the open transaction must not survive: roll back, and
-                    # if the connection cannot answer, let the pool discard it.
-                    broken = not await _rollback_quietly(conn)
+                    # Whatever happened, the open transaction must not survive: leave the
+                    # pipeline, roll back, and if the connection cannot answer, let the pool
+                    # discard it.
+                    broken = not await flights.leave() or not await _rollback_quietly(conn)
                     if not known:
                         act.exists = False  # a row inserted by this admission is gone again
                     raise
         except BatchDefect:
             raise
+        except PoolTimeout:
+            what = f"the turn of {act.ref.type}/{act.ref.id!r}"
+            return [
+                Result("error", error=self.store.exhausted(self.pool_wait, what, r.command_id.raw))
+                for r in batch
+            ]
         except InjectedCrash:
             act.drop_cache()
             return [self._unavailable(r, "injected crash") for r in batch]
@@ -293,7 +316,7 @@ class TurnEngine:
         )
 
     async def _transaction(
-        self, conn: Connection, act: Activation, batch: Sequence[Request]
+        self, conn: Connection, act: Activation, batch: Sequence[Request], flights: _Flights
     ) -> list[Result]:
         definition = act.definition
         ref = act.ref
@@ -302,13 +325,19 @@ class TurnEngine:
         ensured = not act.exists
         admission_ns = time.time_ns()
         # --- flight 1: admission -------------------------------------------------------------
-        async with conn.pipeline():
+        async with flights.admission():
             await conn.execute("BEGIN")
             await conn.execute(
                 self.q["turn_settings"],
                 {
                     "lock_timeout": _ms_text(definition.policy.lock_wait),
                     "statement_timeout": _ms_text(definition.policy.execution_timeout),
+                    "bound_setting": (
+                        "transaction_timeout"
+                        if self.store.server_version >= TRANSACTION_TIMEOUT_SINCE
+                        else "idle_in_transaction_session_timeout"
+                    ),
+                    "bound": _ms_text(definition.policy.execution_timeout + SERVER_BOUND_GRACE_MS),
                 },
             )
             if ensured:
@@ -410,7 +439,7 @@ class TurnEngine:
             for i, r in enumerate(batch)
             if r.fence is not None and i not in stale
         }
-        async with conn.pipeline():
+        async with flights.commit():
             if nothing:
                 end_cur = await conn.execute("ROLLBACK")
             else:
@@ -883,6 +912,49 @@ def _ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:
         else:
             ords.append(0)
     return ords
+
+
+class _Flights:
+    """One psycopg pipeline for both flights of a turn (module docstring).
+
+    ``admission()`` enters the pipeline and ends with ``sync()``: its results are read without
+    the Flush that leaving a pipeline sends, which would disarm the server's idle timer.
+    ``commit()`` leaves the pipeline, whose Sync ends the commit flight. ``leave()`` leaves it
+    after a failure in between.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._cm = conn.pipeline()
+        self._pipeline: psycopg.AsyncPipeline | None = None
+
+    @contextlib.asynccontextmanager
+    async def admission(self) -> AsyncIterator[None]:
+        self._pipeline = await self._cm.__aenter__()
+        yield
+        await self._pipeline.sync()
+
+    @contextlib.asynccontextmanager
+    async def commit(self) -> AsyncIterator[None]:
+        assert self._pipeline is not None
+        try:
+            yield
+        except BaseException as exc:
+            self._pipeline = None
+            await self._cm.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._pipeline = None
+        await self._cm.__aexit__(None, None, None)
+
+    async def leave(self) -> bool:
+        """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
+        if self._pipeline is None:
+            return True
+        self._pipeline = None
+        try:
+            await asyncio.shield(self._cm.__aexit__(None, None, None))
+        except (psycopg.Error, asyncio.CancelledError):
+            return False
+        return True
 
 
 async def _rollback_quietly(conn: Connection) -> bool:
