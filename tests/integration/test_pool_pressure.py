@@ -158,8 +158,9 @@ async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_fra
             assert len(refused) == 4, refused
             for outcome in refused:
                 assert_exhausted(outcome, POOL_WAIT)
-            # So are a query (its own bound) and another actor type's command.
+            # So are a query and an event read (the query bound) and another type's command.
             assert_exhausted(await timed(rt.get(Held, "q").peek()), QUERY_POOL_WAIT)
+            assert_exhausted(await timed(rt.read_events(rt.ref(Held, "q"))), QUERY_POOL_WAIT)
             assert_exhausted(await timed(rt.get(Other, "o").ping()), POOL_WAIT)
 
             # Meanwhile the framework's pool keeps the $maintenance lease and the heartbeats
