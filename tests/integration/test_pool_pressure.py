@@ -21,6 +21,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
+from akter._store.pool import Store
 from akter.testing import ActorTest
 
 MakeTest = Callable[..., ActorTest]
@@ -207,3 +208,32 @@ async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_fra
 def test_h6_pool_options_are_validated(option: str, value: Any, message: str) -> None:
     with pytest.raises(akter.ConfigurationError, match=message):
         akter.Runtime([Held], **{option: value})
+
+
+async def test_h6_a_cancelled_wait_for_a_pooled_connection_stays_cancelled(akter_db: str) -> None:
+    """A cancellation arriving as a connection is handed over is delivered, not dropped.
+
+    psycopg_pool waits with ``asyncio.wait_for``, which on Python 3.11 returns the connection and
+    drops the cancellation then; a small framework pool makes that moment common, and a
+    background loop that loses its cancellation keeps ``Runtime.stop()`` waiting forever.
+    """
+    store = Store(akter_db, "akter_pool_cancel", min_size=1, max_size=1, framework_size=1)
+    store.url = akter_db
+    await store.open()
+    try:
+        held = await store.pool.getconn()
+        waiter = asyncio.create_task(store.pool.getconn(timeout=10))
+        for _ in range(1000):  # loop steps until the waiter is queued for a connection
+            if store.pool.get_stats().get("requests_waiting"):
+                break
+            await asyncio.sleep(0)
+        assert store.pool.get_stats().get("requests_waiting") == 1
+        await store.pool.putconn(held)  # handed to the waiter ...
+        waiter.cancel()  # ... as its cancellation arrives
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        # The connection went back to the pool: it is there for the next caller.
+        async with store.pool.connection(timeout=1) as conn:
+            await conn.execute("SELECT 1")
+    finally:
+        await store.close()

@@ -15,6 +15,7 @@ Relay claims and settles and ``LISTEN`` use dedicated connections outside both p
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from typing import TYPE_CHECKING
@@ -43,7 +44,15 @@ class _TimedPool(AsyncConnectionPool[Connection]):
 
     async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109
         started = time.perf_counter()
+        task = asyncio.current_task()
+        requested = task.cancelling() if task is not None else 0
         conn = await super().getconn(timeout)
+        if task is not None and task.cancelling() > requested:
+            # psycopg_pool waits with asyncio.wait_for, which on Python 3.11 drops a cancellation
+            # that arrives as a connection is handed over (see akter._waits): a background loop
+            # would then never stop. Hand the connection back and deliver the cancellation.
+            await asyncio.shield(self.putconn(conn))
+            raise asyncio.CancelledError
         if self.metrics is not None:
             self.metrics.observe("akter.pool.wait_ms", (time.perf_counter() - started) * 1000)
         return conn
@@ -81,7 +90,7 @@ class Store:
         #: Connections for the framework's own statements only (module docstring).
         self.framework: _TimedPool = _TimedPool(
             url,
-            min_size=1,
+            min_size=framework_size,  # all open from the start: no framework call waits a connect
             max_size=framework_size,
             open=False,
             configure=_configure,
