@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast
 
+from psycopg_pool import PoolTimeout
 from pydantic import ValidationError
 
 from akter._engine.dispatcher import Dispatcher, routing_key_of
@@ -68,6 +69,7 @@ _WINDOW_MAX_MS = 30 * 24 * 3600 * 1000
 _SINGLETON_LEASE_MIN_MS = 1_000
 _SINGLETON_LEASE_MAX_MS = 24 * 3600 * 1000
 _CLOCK_OFFSET_MAX_MS = 366 * 24 * 3600 * 1000
+_POOL_WAIT_MAX_MS = 3600 * 1000
 
 
 class _RequestReplyInTurn(BaseException):
@@ -86,7 +88,14 @@ class Runtime:
             deployment's recorded window.
         max_resident_actors: Activations kept in memory before refusing new ones.
         max_pending_commands: Commands queued on this runner before refusing new ones.
-        pool_size: Largest number of pooled connections.
+        pool_size: Largest number of pooled connections for turns and queries (default 20).
+        framework_pool_size: Connections of the framework's own pool (default 3, 1 to 100):
+            heartbeats, singleton leases, relay backoffs, job claims and settles, retention.
+            User turns never take them.
+        pool_wait: The longest a turn waits for a pooled connection, in seconds or a
+            ``timedelta`` (default 2 s, 1 ms to 1 h); then its commands fail with a retryable
+            ``ActorError`` ``ActorUnavailable`` (code ``pool_exhausted``), not retried by handles.
+        query_pool_wait: The same bound for a query (default 2 s, 1 ms to 1 h).
         drain_deadline: Longest graceful shutdown, in seconds.
         singleton_lease: The lease on a singleton's ``run()`` loop (and ``$maintenance``), in
             seconds or a ``timedelta``, 1 s to 1 day (default 35 s, semantics §8.2). The owner
@@ -114,6 +123,9 @@ class Runtime:
         max_resident_actors: int = 10_000,
         max_pending_commands: int = 10_000,
         pool_size: int = 20,
+        framework_pool_size: int = 3,
+        pool_wait: float | timedelta = 2.0,
+        query_pool_wait: float | timedelta = 2.0,
         drain_deadline: float | timedelta = 30.0,
         data_dir: str | Path | None = None,
         hooks: Hooks | None = None,
@@ -174,14 +186,17 @@ class Runtime:
             )
         if offset_ms > _CLOCK_OFFSET_MAX_MS:
             raise ConfigurationError(f"clock_offset must be at most 366 days, got {offset_ms} ms.")
+        self._configure_pools(framework_pool_size, pool_wait, query_pool_wait)
         self._database_url = database_url or os.environ.get("AKTER_DATABASE_URL") or None
         self._data_dir = Path(data_dir) if data_dir else None
         self.schema = schema
         self.hooks = hooks or Hooks()
-        self.store = Store("", schema, max_size=pool_size)  # URL bound at start()
+        # URL bound at start()
+        self.store = Store("", schema, max_size=pool_size, framework_size=framework_pool_size)
         self.clock = Clock(self.store)
         self.clock.offset_ms = offset_ms
         self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=self.window_ms)
+        self.engine.pool_wait = self.pool_wait_ms / 1000
         self.dispatcher = Dispatcher(
             self.engine,
             max_resident_actors=max_resident_actors,
@@ -229,6 +244,33 @@ class Runtime:
         #: Set when a supervised background task died: the runtime refuses further work.
         self.fatal: BaseException | None = None
         self.last_drain: DrainReport | None = None
+
+    def _configure_pools(
+        self,
+        framework_pool_size: int,
+        pool_wait: float | timedelta,
+        query_pool_wait: float | timedelta,
+    ) -> None:
+        if (
+            isinstance(framework_pool_size, bool)
+            or not isinstance(framework_pool_size, int)
+            or not 1 <= framework_pool_size <= 100
+        ):
+            raise ConfigurationError(
+                "framework_pool_size must be an integer from 1 to 100, "
+                f"got {framework_pool_size!r}."
+            )
+        waits = []
+        for name, value in (("pool_wait", pool_wait), ("query_pool_wait", query_pool_wait)):
+            try:
+                ms = ms_from_duration(value, name)
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(str(exc)) from None
+            if not 1 <= ms <= _POOL_WAIT_MAX_MS:
+                raise ConfigurationError(f"{name} must be between 1 ms and 1 hour, got {ms} ms.")
+            waits.append(ms)
+        #: The longest a turn, and a query, waits for a pooled connection (ms).
+        self.pool_wait_ms, self.query_pool_wait_ms = waits
 
     def _configure_relay(
         self,
@@ -334,7 +376,12 @@ class Runtime:
             self._embedded = EmbeddedPostgres(self._data_dir or default_data_dir())
             url = await asyncio.to_thread(self._embedded.start)
         assert url is not None
-        self.store = Store(url, self.schema, max_size=self.store.pool.max_size)
+        self.store = Store(
+            url,
+            self.schema,
+            max_size=self.store.pool.max_size,
+            framework_size=self.store.framework.max_size,
+        )
         self.clock._store = self.store
         self.engine.store = self.store
         self.engine.q = self.store.queries
@@ -489,7 +536,7 @@ class Runtime:
             act = Activation(definition, ref, routing_key_of(definition, ref))
             now = await self.clock.read()
             q = self.store.queries
-            async with self.store.pool.connection() as conn, conn.transaction():
+            async with self.store.framework.connection() as conn, conn.transaction():
                 await conn.execute(
                     q["ensure_actor"],
                     {
@@ -716,8 +763,8 @@ class Runtime:
                 raise error
             if not self._started:
                 raise error  # the runtime stopped or died: the caller retries elsewhere
-            if error.reason == "Timeout":
-                raise error
+            if error.reason == "Timeout" or error.code == "pool_exhausted":
+                raise error  # pool_exhausted: the turn already waited pool_wait; shed the load
             in_doubt = in_doubt or error.code == "outcome_unknown"
             if error.reason == "InvalidCommandId" and (
                 (error.retry_after or 0) * 1000 > FUTURE_WAIT_MS
@@ -847,10 +894,14 @@ class Runtime:
             "type": ref.type,
             "id": ref.id,
         }
-        async with self.store.pool.connection() as conn:
-            cur = await conn.execute(self.store.queries["query_actor"], key)
-            row = await cur.fetchone()
-            now_ms = await self.clock.read_on(conn)
+        wait = self.query_pool_wait_ms / 1000
+        try:
+            async with self.store.pool.connection(timeout=wait) as conn:
+                cur = await conn.execute(self.store.queries["query_actor"], key)
+                row = await cur.fetchone()
+                now_ms = await self.clock.read_on(conn)
+        except PoolTimeout:
+            raise self.store.exhausted(wait, f"the query {ref.type}.{member.name}") from None
         if row is None or not row[1]:
             if definition.gated:
                 raise ActorError(

@@ -14,6 +14,9 @@ turn committed. A refused beat (``LeaseLost``) ends the loop quietly.
 ``Ledger`` and ``Inbox`` are the load of RN-04: every applied ``Ledger.add`` records its command
 id in durable state and stages two intents to the ``Inbox`` of the same id, one due at once and
 one a few seconds later, so a crash always leaves some of them pending in the outbox.
+
+``Tally`` is the frozen-turn drill's actor (``runner_child --tally``): its ``hold`` command waits
+inside its turn on a gate the child controls, so the parent can SIGSTOP the child mid-turn.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -165,3 +169,37 @@ class Ledger(akter.Actor[Applied]):
             Inbox.note, self.ref.id, f"{self.command_id}:later"
         )
         return self.state.total
+
+
+#: The freeze drill's gate: a child runner sets ``HOLD["gate"]`` to a coroutine function that
+#: ``Tally.hold`` awaits once inside its turn (holding the actor row lock) before it applies.
+HOLD: dict[str, Any] = {"gate": None}
+
+
+class Tallied(BaseModel):
+    """The command ids applied to a tally, in order."""
+
+    applied: list[str] = Field(default_factory=list)
+
+
+class Tally(akter.Actor[Tallied], execution_timeout=1.5, lock_wait=0.5):
+    """The actor of the frozen-turn drill (hardening finding 7).
+
+    Its short execution timeout makes the server-side bound on a frozen turn's transaction
+    (execution timeout + 1 s) short; its short lock wait makes a contender retry often.
+    """
+
+    @akter.command
+    async def add(self) -> list[str]:
+        """Apply this command id; returns every applied id."""
+        self.state.applied.append(self.command_id)
+        return list(self.state.applied)
+
+    @akter.command
+    async def hold(self) -> list[str]:
+        """Like ``add``, but first wait on the child's gate (once) inside the turn."""
+        gate, HOLD["gate"] = HOLD["gate"], None
+        if gate is not None:
+            await gate()
+        self.state.applied.append(self.command_id)
+        return list(self.state.applied)

@@ -16,6 +16,10 @@ The stalled-refresh cases run in this process: the owner's lease statement is re
 that hangs (or fails) on the server, so the real refresh path stalls and only the loop guard can
 stop the loop in time.
 
+Hardening finding 7: a child runner (``runner_child --tally``) is SIGSTOPped inside a turn, holding
+an actor row lock; the server must end that transaction within the turn's bound, so a command
+from another runner succeeds meanwhile, and the resumed turn must be refused without applying.
+
 RN-04: a child owns an embedded PostgreSQL in a temporary directory and runs a command load; it
 is SIGKILLed (alone, or with the whole server), and the next start on the same directory must
 show every acknowledged command, replay retries from their receipts and deliver the outbox.
@@ -42,9 +46,12 @@ import pytest
 
 import akter
 from akter._engine import runners as runners_module
+from akter._engine.turn import SERVER_BOUND_GRACE_MS
 from akter._store.embedded import EmbeddedPostgres, shutdown
+from akter.actor import definition_of
 from akter.testing import ActorTest
-from tests.faults.runner_actors import BEAT, LATER_S, Beacon, Inbox, Ledger
+from tests.faults.child_process import ChildProcess
+from tests.faults.runner_actors import BEAT, LATER_S, Beacon, Inbox, Ledger, Tally
 from tests.faults.runner_drill import (
     REPO,
     SCALED,
@@ -218,6 +225,98 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
     later = [r for r in analysis.runs if r.first_ms > stall_ms]
     assert {r.runner_id for r in later} == {successor.runner_id}, later
     assert successor.first_ms >= lease_end, (successor.first_ms, lease_end)
+
+
+# --- Hardening finding 7: a runner frozen mid-turn ------------------------------------------------
+
+
+class TallyChild(ChildProcess):
+    """``runner_child --tally``: a runner hosting ``Tally`` that holds a turn on request."""
+
+    @classmethod
+    async def spawn(cls, url: str, schema: str) -> TallyChild:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.faults.runner_child",
+            url,
+            schema,
+            "--tally",
+            cwd=REPO,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        child = cls(proc, "tally runner")
+        line = await child.line(60.0)
+        assert line.startswith("READY "), (line, await child.diagnosis())
+        return child
+
+    async def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
+
+async def test_h7_frozen_turn_ends_on_the_server_and_is_refused_after_resume(
+    akter_test: MakeTest,
+) -> None:
+    policy = definition_of(Tally).policy
+    lock_wait_s = policy.lock_wait / 1000
+    bound_s = (policy.execution_timeout + SERVER_BOUND_GRACE_MS) / 1000
+    async with akter_test([Tally], maintenance=False) as t:
+        child = await TallyChild.spawn(t.database_url, t.schema)
+        try:
+            await child.send("HOLD x")
+            held = await child.line()
+            assert held.startswith("HELD "), held
+            frozen_id = held.split()[1]
+            # Frozen inside the turn: its transaction holds the row lock of Tally/x.
+            os.kill(child.pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            mine = await t.runtime.mint_command_id()
+            handle = t.get(Tally, "x").with_command_id(mine)
+            async with asyncio.timeout(lock_wait_s + bound_s + 10):  # a failure, not a hang
+                applied = await handle.add()
+            took = time.monotonic() - frozen_at
+            # The server ended the frozen transaction within its bound; this runner's command
+            # got the lock within one more lock wait (and a retry backoff of at most 0.5 s).
+            assert applied == [mine]
+            assert took <= bound_s + lock_wait_s + 1.5, took
+            frozen = await t.inspect(handle)
+            assert frozen.state == {"applied": [mine]}
+            assert [r["command_id"] for r in frozen.receipts] == [mine]
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        try:
+            # Resumed: the frozen turn's session is gone, so its commit is refused.
+            await child.send("GO")
+            assert await child.line() == f"DONE {frozen_id} error ActorUnavailable"
+            after = await t.inspect(handle)
+            assert after.state == {"applied": [mine]}
+            assert [r["command_id"] for r in after.receipts] == [mine]
+            # Its retry with the same id applies it once, on the state the other runner wrote.
+            await child.send(f"RETRY x {frozen_id}")
+            assert await child.line() == f"DONE {frozen_id} ok {mine},{frozen_id}"
+            await child.send(f"RETRY x {frozen_id}")  # and a second retry replays
+            assert await child.line() == f"DONE {frozen_id} ok {mine},{frozen_id}"
+            final = await t.inspect(handle)
+            assert final.state == {"applied": [mine, frozen_id]}
+            assert sorted(r["command_id"] for r in final.receipts) == sorted([mine, frozen_id])
+        finally:
+            await child.stop()
+        assert child.proc.returncode == 0, await child.diagnosis()
 
 
 # --- RN-04: SIGKILL of the process owning the embedded database ----------------------------------

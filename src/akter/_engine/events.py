@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
+from psycopg_pool import PoolTimeout
 
 from akter._waits import wait_event
 from akter.callers import ActorRef
@@ -87,10 +88,14 @@ async def read_events(
         "after": start,
         "limit": limit,
     }
-    async with runtime.store.pool.connection() as conn:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(runtime.store.queries["read_events"], key)
-        row = await cur.fetchone()
+    wait = runtime.query_pool_wait_ms / 1000  # a read like a query: the query's pool bound
+    try:
+        async with runtime.store.pool.connection(timeout=wait) as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(runtime.store.queries["read_events"], key)
+            row = await cur.fetchone()
+    except PoolTimeout:
+        raise runtime.store.exhausted(wait, f"the events of {ref.type}/{ref.id!r}") from None
     event_seq = int(row["event_seq"]) if row else 0
     if start > event_seq:
         raise ActorError(

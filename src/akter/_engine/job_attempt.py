@@ -319,7 +319,7 @@ class AttemptRunner:
 
     async def _renew(self, attempt: Attempt) -> tuple[bool, int] | None:
         row = attempt.row
-        async with self.store.pool.connection() as conn:
+        async with self.store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 self.store.queries["renew_job"],

@@ -145,7 +145,7 @@ async def claim_uncapped(
         "free": free,
         "lease": lease_ms,
     }
-    async with store.pool.connection() as conn:
+    async with store.framework.connection() as conn:
         cur = conn.cursor(row_factory=dict_row)
         sent_at = time.monotonic()
         # Planned per pass (no cached generic plan), like the intent claim: see relay.py.
@@ -166,7 +166,7 @@ async def discover_groups(
         "probe": 2 * free,
         "free": free,
     }
-    async with store.pool.connection() as conn:
+    async with store.framework.connection() as conn:
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(store.queries["discover_capped_groups"], params, prepare=False)
         rows = await cur.fetchall()
@@ -196,7 +196,7 @@ async def claim_group(
         "max_attempts": job.options.attempts,
         "lease": lease_ms,
     }
-    async with store.pool.connection() as conn, conn.transaction():
+    async with store.framework.connection() as conn, conn.transaction():
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
         await cur.execute(q["job_group_lock"], params)
@@ -212,7 +212,7 @@ async def wake_waiting(store: Store, group: Group, *, off: int) -> bool:
     """Make the group's oldest waiting row due now, under the group lock; True if one woke."""
     q = store.queries
     params = {**group.params(), "off": off}
-    async with store.pool.connection() as conn, conn.transaction():
+    async with store.framework.connection() as conn, conn.transaction():
         cur = conn.cursor()
         await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
         await cur.execute(q["job_group_lock"], params)

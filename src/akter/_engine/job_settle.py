@@ -263,7 +263,7 @@ class Settler:
         row = self.row
         route = job_routes.dead_letter(self.job, row.intent_id, row.payload, n, cause, ambiguous)
         q = self.store.queries
-        async with self.store.pool.connection() as conn:
+        async with self.store.framework.connection() as conn:
             async with conn.transaction():
                 if not await self._write(conn, route, cancelled=cancelled, attempt=n, after=None):
                     return False
@@ -331,7 +331,7 @@ class Settler:
         """
         after = self.row.attempts if self.capped and attempt is None else None
         while True:
-            async with self.store.pool.connection() as conn:
+            async with self.store.framework.connection() as conn:
                 changed = await self._write(
                     conn, route, cancelled=cancelled, attempt=attempt, after=after
                 )
@@ -380,7 +380,7 @@ class Settler:
         return bool(await cur.fetchall())
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self.store.pool.connection() as conn:
+        async with self.store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self.store.queries[name], {**params, "off": self.offset()})
             return await cur.fetchall() if cur.description else []

@@ -122,7 +122,7 @@ class JobExecutor:
         attempts = [a for a in self._attempts.values() if not (a.row.cancelled or a.row.exhausted)]
         if not attempts or ms <= 0:
             return
-        async with self.store.pool.connection() as conn:
+        async with self.store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 self.store.queries["shift_job_leases"],

@@ -466,7 +466,7 @@ class ProgressHub:
                 (self._channel(), self._outgoing.popleft()) for _ in range(len(self._outgoing))
             ]
             try:
-                async with self.runtime.store.pool.connection() as conn:
+                async with self.runtime.store.framework.connection() as conn:
                     cur = conn.cursor()
                     await cur.executemany(sql.SQL("SELECT pg_notify(%s, %s)"), batch)
             except (psycopg.Error, OSError) as exc:

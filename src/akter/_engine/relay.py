@@ -197,7 +197,7 @@ class Relay:
             self._last_notify = time.monotonic()
             # Sent on a pooled autocommit connection, strictly after the commit: never inside
             # a turn transaction (design principle 5).
-            async with self.rt.store.pool.connection() as conn:
+            async with self.rt.store.framework.connection() as conn:
                 await conn.execute(sql.SQL("NOTIFY {}").format(self._channel()))
         except (psycopg.Error, OSError) as exc:
             self._notify_pending = False
@@ -446,7 +446,7 @@ class Relay:
         from akter.schedules import next_fire
 
         due = next_fire(entry, now)
-        async with self.rt.store.pool.connection() as conn:
+        async with self.rt.store.framework.connection() as conn:
             await conn.execute(
                 self.rt.store.queries["rewrite_tick"],
                 {**params, "new_id": mint_framework_id(now, due, 0, self.rt.window_ms), "due": due},
@@ -456,7 +456,7 @@ class Relay:
         if self._stopping:
             await self._release(params)
             return
-        async with self.rt.store.pool.connection() as conn:
+        async with self.rt.store.framework.connection() as conn:
             await conn.execute(
                 self.rt.store.queries["backoff_intent"],
                 {
@@ -524,7 +524,7 @@ class Relay:
 
     async def _release(self, params: dict[str, Any]) -> None:
         try:
-            async with self.rt.store.pool.connection() as conn:
+            async with self.rt.store.framework.connection() as conn:
                 await conn.execute(
                     self.rt.store.queries["release_intent"],
                     {**params, "off": self.rt.clock.offset_ms},

@@ -42,7 +42,7 @@ async def sweep(runtime: Runtime) -> SweepCounts:
             ("prune_events", now - policy.keep_events),
         ):
             while True:
-                async with runtime.store.pool.connection() as conn:
+                async with runtime.store.framework.connection() as conn:
                     cur = await conn.execute(
                         queries[name],
                         {"type": definition.name, "cutoff": cutoff, "batch": BATCH},

@@ -116,7 +116,7 @@ class Runners:
 
     async def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         try:
-            async with self.rt.store.pool.connection() as conn:
+            async with self.rt.store.framework.connection() as conn:
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(
                     self.rt.store.queries[name], {"off": self.rt.clock.offset_ms, **params}
@@ -160,7 +160,7 @@ class Runners:
         while True:
             await asyncio.sleep(self.heartbeat_ms / 1000)
             try:
-                async with self.rt.store.pool.connection() as conn:
+                async with self.rt.store.framework.connection() as conn:
                     cur = await conn.execute(
                         self.rt.store.queries["heartbeat_runner"],
                         {
@@ -207,7 +207,7 @@ class Runners:
         failed = False
         queries = self.rt.store.queries
         try:
-            async with self.rt.store.pool.connection() as conn, conn.transaction():
+            async with self.rt.store.framework.connection() as conn, conn.transaction():
                 cur = conn.cursor(row_factory=dict_row)
                 # A takeover waits for the old owner's fenced turns; never longer than half a
                 # refresh, so one stuck lease row cannot hold up this runner's other leases.

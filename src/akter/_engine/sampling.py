@@ -42,7 +42,7 @@ class Sampler:
         """Read the outbox once and replace the sampled gauges of this runner's metrics."""
         params = {"off": self.rt.clock.offset_ms, "stuck": STUCK_ATTEMPTS}
         queries = self.rt.store.queries
-        async with self.rt.store.pool.connection() as conn:
+        async with self.rt.store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(queries["sample_outbox"], params)
             kinds = await cur.fetchall()

@@ -11,6 +11,15 @@ Two pipelined round trips in the common case (design §5):
    release-check clock read.
 
 Handlers run between the two, on private copies of the state, with nothing else held open.
+
+Both flights are one psycopg pipeline (``_Flights``): the admission flight ends with a Sync whose
+results are read without a Flush, so while the handlers run the server sees a transaction idle
+after a ReadyForQuery and its idle-in-transaction timer is armed. That is the server-side bound
+on a turn whose process froze (SIGSTOP, a VM pause) while holding the actor row lock:
+``transaction_timeout`` on PostgreSQL 17+, ``idle_in_transaction_session_timeout`` before, both
+set per turn to ``execution_timeout`` + ``SERVER_BOUND_GRACE_MS`` (a live process gives up at
+``execution_timeout`` first). The server then ends the frozen session and its locks; on resume
+the turn's commit fails and it is retried into a fresh turn (README, "Connections").
 """
 
 from __future__ import annotations
@@ -19,11 +28,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import psycopg
+from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ValidationError
 
 from akter import telemetry
@@ -36,7 +46,7 @@ from akter._json import (
     stored_value,
     unserializable_path,
 )
-from akter._store.pool import Clock, Connection, Store
+from akter._store.pool import TRANSACTION_TIMEOUT_SINCE, Clock, Connection, Store
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, caller_key
 from akter.context import IN_TURN, LoopLease, StagedRow, TurnContext
@@ -46,6 +56,8 @@ log = logging.getLogger("akter.turn")
 
 EVENT_BYTES_LIMIT = 1_048_576
 BATCH_LIMIT = 32
+#: The server ends a turn's session this long after its execution timeout (module docstring).
+SERVER_BOUND_GRACE_MS = 1_000
 
 
 @dataclass
@@ -191,6 +203,8 @@ class TurnEngine:
         self.hooks = hooks
         self.window_ms = window_ms
         self.on_commit = on_commit
+        #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
+        self.pool_wait = 2.0
 
     # The runtime replaces both (its own metrics; a new store at start): the store's pool records
     # its connection waits into the runner's metrics.
@@ -262,24 +276,30 @@ class TurnEngine:
         deadline = loop.time() + policy.execution_timeout / 1000
         known = act.exists
         try:
-            async with self.store.pool.connection() as conn:
+            async with self.store.pool.connection(timeout=self.pool_wait) as conn:
+                flights = _Flights(conn)
                 try:
                     async with asyncio.timeout_at(deadline):
-                        return await self._transaction(conn, act, batch)
+                        return await self._transaction(conn, act, batch, flights)
                 except BaseException as exc:
-                    # Whatever happened, the open transaction must not survive. A server error
-                    # leaves the connection consistent: roll back and keep it. Anything that
-                    # can interrupt a pipeline between queued statements (a timeout, a
-                    # cancellation, a client-side error) leaves psycopg's prepared-statement
-                    # cache unsure ("prepared statement _pg3_N does not exist" later, on other
-                    # actors): close the connection so the pool replaces it.
-                    if not (_consistent(exc) and await _rollback_quietly(conn)):
+                    # Whatever happened, the open transaction must not survive: leave the
+                    # pipeline and roll back. Only a failure raised between the flights leaves
+                    # the connection in a known state (``_consistent``); after any other, close
+                    # it so the pool replaces it.
+                    left = await flights.leave()
+                    if not (left and _consistent(exc) and await _rollback_quietly(conn)):
                         await _discard(conn)
                     if not known:
                         act.exists = False  # a row inserted by this admission is gone again
                     raise
         except BatchDefect:
             raise
+        except PoolTimeout:
+            what = f"the turn of {act.ref.type}/{act.ref.id!r}"
+            return [
+                Result("error", error=self.store.exhausted(self.pool_wait, what, r.command_id.raw))
+                for r in batch
+            ]
         except InjectedCrash:
             act.drop_cache()
             return [self._unavailable(r, "injected crash", r.commit_sent) for r in batch]
@@ -317,7 +337,7 @@ class TurnEngine:
         )
 
     async def _transaction(
-        self, conn: Connection, act: Activation, batch: Sequence[Request]
+        self, conn: Connection, act: Activation, batch: Sequence[Request], flights: _Flights
     ) -> list[Result]:
         definition = act.definition
         ref = act.ref
@@ -329,13 +349,19 @@ class TurnEngine:
         # two queued statements would leave the connection's prepared-statement cache unsure.
         default_json = _default_state_json(definition) if ensured else ""
         # --- flight 1: admission -------------------------------------------------------------
-        async with conn.pipeline():
+        async with flights.admission():
             await conn.execute("BEGIN")
             await conn.execute(
                 self.q["turn_settings"],
                 {
                     "lock_timeout": _ms_text(definition.policy.lock_wait),
                     "statement_timeout": _ms_text(definition.policy.execution_timeout),
+                    "bound_setting": (
+                        "transaction_timeout"
+                        if self.store.server_version >= TRANSACTION_TIMEOUT_SINCE
+                        else "idle_in_transaction_session_timeout"
+                    ),
+                    "bound": _ms_text(definition.policy.execution_timeout + SERVER_BOUND_GRACE_MS),
                 },
             )
             if ensured:
@@ -437,7 +463,7 @@ class TurnEngine:
         }
         for request in batch:
             request.commit_sent = not nothing  # from here a lost answer leaves it unknown
-        async with conn.pipeline():
+        async with flights.commit():
             if nothing:
                 end_cur = await conn.execute("ROLLBACK")
             else:
@@ -979,6 +1005,49 @@ async def _discard(conn: Connection) -> None:
 
 #: How long a rollback after a failed turn may take before the connection is discarded instead.
 ROLLBACK_WAIT_S = 2.0
+
+
+class _Flights:
+    """One psycopg pipeline for both flights of a turn (module docstring).
+
+    ``admission()`` enters the pipeline and ends with ``sync()``: its results are read without
+    the Flush that leaving a pipeline sends, which would disarm the server's idle timer.
+    ``commit()`` leaves the pipeline, whose Sync ends the commit flight. ``leave()`` leaves it
+    after a failure in between.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._cm = conn.pipeline()
+        self._pipeline: psycopg.AsyncPipeline | None = None
+
+    @contextlib.asynccontextmanager
+    async def admission(self) -> AsyncIterator[None]:
+        self._pipeline = await self._cm.__aenter__()
+        yield
+        await self._pipeline.sync()
+
+    @contextlib.asynccontextmanager
+    async def commit(self) -> AsyncIterator[None]:
+        assert self._pipeline is not None
+        try:
+            yield
+        except BaseException as exc:
+            self._pipeline = None
+            await self._cm.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._pipeline = None
+        await self._cm.__aexit__(None, None, None)
+
+    async def leave(self) -> bool:
+        """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
+        if self._pipeline is None:
+            return True
+        self._pipeline = None
+        try:
+            await asyncio.shield(self._cm.__aexit__(None, None, None))
+        except (psycopg.Error, asyncio.CancelledError):
+            return False
+        return True
 
 
 async def _rollback_quietly(conn: Connection) -> bool:

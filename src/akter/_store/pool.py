@@ -1,7 +1,22 @@
-"""The connection pool: psycopg 3 async, autocommit connections, explicit transactions."""
+"""The connection pools: psycopg 3 async, autocommit connections, explicit transactions.
+
+Two pools per runner (README, "Connections"):
+
+- ``pool`` (``Runtime(pool_size=...)``) serves callers: turns and queries. A turn waits at most
+  ``pool_wait`` for a connection and a query ``query_pool_wait``; then the caller gets
+  ``ActorError`` ``ActorUnavailable`` (code ``pool_exhausted``), never a driver exception.
+- ``framework`` (``framework_pool_size``, default 3) serves the framework's own short statements:
+  heartbeats, singleton leases, the clock, relay backoffs, job claims, renewals and settles,
+  retention sweeps and sampling. User turns never take these connections, so a runner whose
+  turns hold every pooled connection still refreshes its leases and heartbeats.
+
+Relay claims and settles and ``LISTEN`` use dedicated connections outside both pools.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 from typing import TYPE_CHECKING
 
@@ -9,6 +24,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from akter._store.queries import Queries
+from akter.errors import ActorError
 
 if TYPE_CHECKING:
     from akter.telemetry import Metrics
@@ -28,21 +44,42 @@ class _TimedPool(AsyncConnectionPool[Connection]):
 
     async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109
         started = time.perf_counter()
+        task = asyncio.current_task()
+        requested = task.cancelling() if task is not None else 0
         conn = await super().getconn(timeout)
+        if task is not None and task.cancelling() > requested:
+            # psycopg_pool waits with asyncio.wait_for, which on Python 3.11 drops a cancellation
+            # that arrives as a connection is handed over (see akter._waits): a background loop
+            # would then never stop. Hand the connection back and deliver the cancellation.
+            await asyncio.shield(self.putconn(conn))
+            raise asyncio.CancelledError
         if self.metrics is not None:
             self.metrics.observe("akter.pool.wait_ms", (time.perf_counter() - started) * 1000)
         return conn
 
 
-class Store:
-    """The runtime's view of PostgreSQL: a pool plus the statement catalogue."""
+#: The server version from which a turn's transaction is bounded by ``transaction_timeout``.
+TRANSACTION_TIMEOUT_SINCE = 170_000
 
-    def __init__(self, url: str, schema: str, *, min_size: int = 2, max_size: int = 20) -> None:
+
+class Store:
+    """The runtime's view of PostgreSQL: the callers' pool, the framework's pool, the catalogue."""
+
+    def __init__(
+        self,
+        url: str,
+        schema: str,
+        *,
+        min_size: int = 2,
+        max_size: int = 20,
+        framework_size: int = 3,
+    ) -> None:
         self.url = url
         self.queries = Queries(schema)
+        #: Connections for callers' turns and queries.
         self.pool: _TimedPool = _TimedPool(
             url,
-            min_size=min_size,
+            min_size=min(min_size, max_size),
             max_size=max_size,
             open=False,
             configure=_configure,
@@ -50,6 +87,19 @@ class Store:
             name=f"akter-{schema}",
             timeout=30.0,
         )
+        #: Connections for the framework's own statements only (module docstring).
+        self.framework: _TimedPool = _TimedPool(
+            url,
+            min_size=framework_size,  # all open from the start: no framework call waits a connect
+            max_size=framework_size,
+            open=False,
+            configure=_configure,
+            kwargs={"autocommit": True, "prepare_threshold": 2},
+            name=f"akter-{schema}-framework",
+            timeout=30.0,
+        )
+        #: ``server_version_num`` of the server (known once open).
+        self.server_version = 0
 
     @property
     def metrics(self) -> Metrics | None:
@@ -61,12 +111,28 @@ class Store:
         self.pool.metrics = metrics
 
     async def open(self) -> None:
-        """Open the pool and wait for its first connections."""
+        """Open both pools and wait for their first connections."""
+        await self.framework.open(wait=True, timeout=30.0)
         await self.pool.open(wait=True, timeout=30.0)
+        async with self.framework.connection() as conn:
+            self.server_version = conn.info.server_version
 
     async def close(self) -> None:
-        """Close the pool."""
+        """Close both pools."""
         await self.pool.close()
+        await self.framework.close()
+
+    def exhausted(self, wait_s: float, what: str, command_id: str | None = None) -> ActorError:
+        """The refusal of a caller that got no pooled connection within ``wait_s`` seconds."""
+        return ActorError(
+            "ActorUnavailable",
+            f"No database connection for {what} within {wait_s:g} s: all {self.pool.max_size} "
+            "pooled connections of this runner are busy (pool_size). Nothing ran; retry after "
+            "retry_after, with the same command id for a command.",
+            code="pool_exhausted",
+            retry_after=0.5 * random.uniform(0.8, 1.2),
+            command_id=command_id,
+        )
 
     async def connect_direct(self) -> Connection:
         """A dedicated connection outside the pool (migrations, LISTEN)."""
@@ -119,8 +185,8 @@ class Clock:
         self._sampled = False
 
     async def read(self) -> int:
-        """One database round trip: the framework clock now."""
-        async with self._store.pool.connection() as conn:
+        """One database round trip (a framework connection): the framework clock now."""
+        async with self._store.framework.connection() as conn:
             return await self.read_on(conn)
 
     async def read_on(self, conn: Connection) -> int:

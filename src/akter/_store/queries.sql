@@ -54,9 +54,10 @@ UPDATE {schema}.deployment SET placements = %(placements)s::jsonb || placements;
 SELECT {schema}.now_ms(%(off)s) AS now_ms;
 
 -- turn_settings --
--- transaction-local lock wait and statement timeout of one turn
+-- transaction-local lock wait, statement timeout and server-side bound (transaction_timeout on 17+, else idle_in_transaction_session_timeout) of one turn
 SELECT set_config('lock_timeout', %(lock_timeout)s, true),
-       set_config('statement_timeout', %(statement_timeout)s, true);
+       set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config(%(bound_setting)s, %(bound)s, true);
 
 -- ensure_actor --
 -- inserts the fence row of a not-yet-known actor; an existing row is left alone

@@ -220,7 +220,8 @@ class ActorTest:
         runtime.readiness = "failed"
         runtime.dispatcher.accepting = False
         runtime.store.url = _DEAD_CONNINFO  # direct connections (relay, listener) fail
-        runtime.store.pool.conninfo = _DEAD_CONNINFO  # so do the pool's new connections
+        runtime.store.pool.conninfo = _DEAD_CONNINFO  # so do the pools' new connections
+        runtime.store.framework.conninfo = _DEAD_CONNINFO
         connections = _connections_tagged(tag)
         for conn in connections:
             _cut(conn)
@@ -230,6 +231,7 @@ class ActorTest:
         # --- after death: let the dead settle, with every database call failing ---------------
         # Closing the pool fails callers waiting for a connection at once.
         await runtime.store.pool.close(timeout=1.0)
+        await runtime.store.framework.close(timeout=1.0)
         await asyncio.gather(*tasks, return_exceptions=True)
         # Tasks a dying task started while it unwound (none should survive either).
         late = _background_tasks(runtime) - tasks
