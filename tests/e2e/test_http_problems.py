@@ -355,4 +355,6 @@ async def test_h10_405_carries_an_allow_header(served: Serve) -> None:
             assert_problem(response, 405, "InvalidInput", "method_not_allowed")
             assert response.headers["allow"] == allow
         ready = await send(s, "/ready", method="POST", key=None)
-        assert ready.status_code == 405 and ready.headers["allow"] == "GET, HEAD"
+        assert ready.status_code == 405
+        # Starlette lists a route's methods from a set: their order differs between processes.
+        assert sorted(m.strip() for m in ready.headers["allow"].split(",")) == ["GET", "HEAD"]
