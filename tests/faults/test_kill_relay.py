@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import pytest
 
 from akter._engine.hooks import Hooks
 from akter.testing import ActorTest
+from tests._support import until
 from tests.faults.child_process import ChildProcess
 from tests.faults.relay_actors import RUNS, Receiver, Sender
 
@@ -139,15 +140,6 @@ async def receivers(t: ActorTest) -> dict[str, dict[str, Any]]:
         str(r["actor_id"]): {"version": r["version"], "received": r["state"]["received"]}
         for r in rows
     }
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
-    """Return once ``check`` holds; polls an observable condition (not ordering by time)."""
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"the condition did not hold within {within} s")
-        await asyncio.sleep(0.01)
 
 
 def caller_key(sender: str = "s1") -> str:

@@ -50,6 +50,7 @@ from akter._engine.turn import SERVER_BOUND_GRACE_MS
 from akter._store.embedded import EmbeddedPostgres, shutdown
 from akter.actor import definition_of
 from akter.testing import ActorTest
+from tests._support import until
 from tests.faults.child_process import ChildProcess
 from tests.faults.runner_actors import BEAT, LATER_S, Beacon, Inbox, Ledger, Tally
 from tests.faults.runner_drill import (
@@ -180,12 +181,12 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
 
         stall_ms = await db_now(conn)
         monkeypatch.setitem(owner.store.queries._statements, "acquire_singleton", STALLS[stall])
-        deadline = time.monotonic() + within
         running = lease.task
         assert running is not None
-        while not running.done():  # owns() turns False already when the guard fires
-            assert time.monotonic() < deadline, "the stalled owner's loop never stopped"
-            await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
+        # Not owns(): that turns False already when the guard fires, before the loop ends.
+        await until(
+            running.done, within=within, what="the stalled owner's loop stopping", interval=0.005
+        )
         assert not owner.runners.owns("Beacon")
         stopped_mono = next(at for what, at in reversed(lease.events) if what == "stopped")
         # The guard measures from the last refresh that succeeded, by its send time; "stopped"
@@ -356,10 +357,12 @@ async def kill_server(postmaster: int) -> None:
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 15
-    while not all(gone(pid) for pid in victims):
-        assert time.monotonic() < deadline, f"server processes survived SIGKILL: {victims}"
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: all(gone(pid) for pid in victims),
+        within=15,
+        what=f"server processes {victims} gone after SIGKILL",
+        interval=0.05,
+    )
 
 
 class Load:

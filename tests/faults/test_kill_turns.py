@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 
 from akter.testing import ActorTest
 from akter.testing.harness import Inspection
+from tests._support import until
 from tests.faults.actors import Counter
 from tests.faults.child_process import ChildProcess
 
@@ -117,18 +117,16 @@ async def counts(t: ActorTest) -> dict[str, int]:
 
 async def until_lock_waiter(t: ActorTest, within: float = 10.0) -> None:
     """Return once some backend waits for a lock in a statement on the test's schema."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def waiters() -> int:
         rows = await t.rows(
             "SELECT count(*) AS n FROM pg_stat_activity"
             " WHERE wait_event_type = 'Lock' AND position(%(schema)s IN query) > 0",
             {"schema": t.schema},
         )
-        if rows[0]["n"]:
-            return
-        if time.monotonic() >= deadline:
-            pytest.fail(f"no turn waited for the actor row lock within {within} s")
-        await asyncio.sleep(0.01)  # polling an observable condition, not ordering by time
+        return int(rows[0]["n"])
+
+    await until(waiters, within=within, what="a turn waiting for the actor row lock")
 
 
 def applied_by(rows: Inspection) -> list[str]:

@@ -1,0 +1,5 @@
+"""Helpers shared by the test suites: one polling helper, one policy override."""
+
+from tests._support.polling import until
+
+__all__ = ["until"]
