@@ -13,6 +13,7 @@ import pytest
 import akter
 from akter._ids import bucket, payload_hash, placement_key, routing_key
 from akter.testing import ActorTest
+from tests._support import policy_override
 from tests.integration.actors import (
     _ESCAPED,
     _RUNTIME,
@@ -369,13 +370,8 @@ async def test_TU12_execution_timeout_rolls_back_and_retries(akter_test: Make) -
         counter = t.get(Counter, "timeout")
         RUNS.pop("slow", None)
         slow = akter.Policy(execution_timeout=0.3, delivery_timeout=5)
-        Counter.__akter_definition__.policy = slow.resolve("Counter")
-        try:
+        with policy_override(Counter, slow):
             assert await counter.slow_once("slow") == 1
-        finally:
-            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
-                "Counter"
-            )
         assert RUNS["slow"] == 2
         row = await t.inspect(counter)
         assert row.version == 1 and len(row.receipts) == 1
@@ -385,11 +381,8 @@ async def test_TU14_lock_wait_then_retry(akter_test: Make, akter_db: str) -> Non
     async with akter_test(ALL) as t:
         counter = t.get(Counter, "c")
         await counter.add(1)
-        Counter.__akter_definition__.policy = akter.Policy(
-            lock_wait=0.1, delivery_timeout=0.6
-        ).resolve("Counter")
         cid = await t.runtime.mint_command_id()
-        try:
+        with policy_override(Counter, akter.Policy(lock_wait=0.1, delivery_timeout=0.6)):
             async with await psycopg.AsyncConnection.connect(akter_db) as holder:
                 await holder.execute(
                     t.runtime.store.queries.substitute(
@@ -402,10 +395,6 @@ async def test_TU14_lock_wait_then_retry(akter_test: Make, akter_db: str) -> Non
                 assert "ActorUnavailable" in exc.value.message
                 assert len((await t.inspect(counter)).receipts) == 1
             assert await counter.with_command_id(cid).add(1) == 2
-        finally:
-            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
-                "Counter"
-            )
         assert len((await t.inspect(counter)).receipts) == 2
 
 
@@ -520,8 +509,7 @@ async def test_TU17_runner_at_capacity_and_timeout(akter_test: Make) -> None:
 
 async def test_TU17_paused_turn_times_out_then_replays(akter_test: Make) -> None:
     async with akter_test(ALL) as t:
-        Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=0.3).resolve("Counter")
-        try:
+        with policy_override(Counter, akter.Policy(delivery_timeout=0.3)):
             counter = t.get(Counter, "c")
             cid = await t.runtime.mint_command_id()
             pause = t.pause_next("before_commit")
@@ -529,10 +517,6 @@ async def test_TU17_paused_turn_times_out_then_replays(akter_test: Make) -> None
                 await counter.with_command_id(cid).add(9)
             assert exc.value.reason == "Timeout" and exc.value.command_id == cid
             pause.release()
-        finally:
-            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
-                "Counter"
-            )
         assert await counter.with_command_id(cid).add(9) == 9
         row = await t.inspect(counter)
         assert row.state is not None and row.state["applied"] == [cid]
