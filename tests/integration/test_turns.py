@@ -13,7 +13,7 @@ import pytest
 import akter
 from akter._ids import bucket, payload_hash, placement_key, routing_key
 from akter.testing import ActorTest
-from tests._support import policy_override
+from tests._support import policy_override, until_pending
 from tests.integration.actors import (
     _ESCAPED,
     _RUNTIME,
@@ -407,7 +407,7 @@ async def test_TU15_batches_isolate_declared_failures(akter_test: Make) -> None:
         await pause.wait()
         calls = [counter.add(1), counter.add(1), counter.take(100), counter.add(1), counter.add(1)]
         tasks = [asyncio.create_task(c) for c in calls]
-        await asyncio.sleep(0)  # let the five reach the mailbox behind the paused turn
+        await until_pending(t.runtime, 6)  # the five are in the mailbox behind the paused turn
         version_before = (await t.inspect(counter)).version
         pause.release()
         await first
@@ -428,7 +428,7 @@ async def test_TU15_defect_in_a_batch_reruns_one_by_one(akter_test: Make) -> Non
         await pause.wait()
         calls = [counter.add(1), counter.add(1), counter.defect("boom"), counter.add(1)]
         tasks = [asyncio.create_task(c) for c in calls]
-        await asyncio.sleep(0)
+        await until_pending(t.runtime, 5)
         pause.release()
         await first
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -445,7 +445,7 @@ async def test_TU15_duplicate_id_in_the_mailbox_replays(akter_test: Make) -> Non
         await pause.wait()
         cid = await t.runtime.mint_command_id()
         tasks = [asyncio.create_task(counter.with_command_id(cid).add(5)) for _ in range(2)]
-        await asyncio.sleep(0)
+        await until_pending(t.runtime, 3)
         pause.release()
         await first
         assert await asyncio.gather(*tasks) == [6, 6]
