@@ -136,14 +136,7 @@ class Runner(ChildProcess):
             *([] if plan.notify else ["--no-notify"]),
         )
         child = cls(slot, proc)
-        try:
-            line = await child.line(60.0)
-            if not line.startswith("READY "):
-                raise DrillError(f"unexpected first line {line!r} {await child.diagnosis()}")
-            child.runner_id = line.split()[1]
-        except BaseException:
-            await child.close()
-            raise
+        child.runner_id = (await child.ready())[0]
         return child
 
     async def stop(self, within: float = 30.0) -> str:

@@ -84,6 +84,20 @@ class ChildProcess:
             self.fail(f"the {self.name} ended without answering {await self.diagnosis()}")
         return raw.decode().rstrip("\n")
 
+    async def ready(self, within: float = 60.0) -> list[str]:
+        """Wait for the child's first line, ``READY ...``, and return its fields after the word.
+
+        A child that does not get ready is closed before the failure propagates.
+        """
+        try:
+            line = await self.line(within)
+            if not line.startswith("READY "):
+                self.fail(f"unexpected first line {line!r} {await self.diagnosis()}")
+            return line.split()[1:]
+        except BaseException:
+            await self.close()
+            raise
+
     async def send(self, line: str) -> None:
         """Write one line to the child's stdin."""
         assert self.proc.stdin is not None

@@ -352,14 +352,7 @@ class RunnerProc(ChildProcess):
             *(["--fenced"] if fenced else []),
         )
         child = cls(proc)
-        try:
-            line = await child.line(60.0)
-            if not line.startswith("READY "):
-                raise DrillError(f"unexpected first line {line!r} {await child.diagnosis()}")
-            child.runner_id = line.split()[1]
-        except BaseException:
-            await child.close()
-            raise
+        child.runner_id = (await child.ready())[0]
         return child
 
     async def stop(self, within: float = 30.0) -> None:

@@ -236,8 +236,7 @@ class TallyChild(ChildProcess):
     async def spawn(cls, url: str, schema: str) -> TallyChild:
         proc = await start_module("tests.faults.runner_child", url, schema, "--tally")
         child = cls(proc, "tally runner")
-        line = await child.line(60.0)
-        assert line.startswith("READY "), (line, await child.diagnosis())
+        await child.ready()
         return child
 
     async def stop(self) -> None:
