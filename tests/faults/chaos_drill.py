@@ -34,19 +34,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import psycopg
@@ -56,8 +54,8 @@ from akter._ids import mint_command_id
 from akter._store.embedded import EmbeddedPostgres
 from akter.client import Client
 from tests.faults.chaos_actors import Account, side_ddl, uuid_of
+from tests.faults.child_process import ChildProcess, start_module
 
-REPO = Path(__file__).resolve().parents[2]
 WINDOW_MS = 86_400_000  # the default retry window
 DB_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
@@ -112,22 +110,22 @@ FULL = Plan()
 # --- child runners ---------------------------------------------------------------------------
 
 
-class Runner:
+class Runner(ChildProcess):
     """A ``tests.faults.chaos_child`` process, spoken to over stdin and stdout."""
 
     def __init__(self, slot: int, proc: asyncio.subprocess.Process) -> None:
+        super().__init__(proc, "chaos child")
         self.slot = slot
-        self.proc = proc
         self.runner_id = ""
-        self.stderr = bytearray()
-        self._collector = asyncio.create_task(self._collect(), name="chaos child stderr")
+
+    def fail(self, message: str) -> NoReturn:
+        """A drill failure (the drill also runs outside pytest)."""
+        raise DrillError(message)
 
     @classmethod
     async def spawn(cls, slot: int, url: str, schema: str, socket: Path, plan: Plan) -> Runner:
         """Start a child; returns once it is READY."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
+        proc = await start_module(
             "tests.faults.chaos_child",
             url,
             schema,
@@ -136,73 +134,18 @@ class Runner:
             f"--lease={plan.job_lease_s}",
             f"--poll={plan.poll_s}",
             *([] if plan.notify else ["--no-notify"]),
-            cwd=REPO,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
         )
         child = cls(slot, proc)
-        try:
-            line = await child.line(60.0)
-            if not line.startswith("READY "):
-                raise DrillError(f"unexpected first line {line!r} {await child.diagnosis()}")
-            child.runner_id = line.split()[1]
-        except BaseException:
-            await child.close()
-            raise
+        child.runner_id = (await child.ready())[0]
         return child
-
-    async def _collect(self) -> None:
-        assert self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(65536):
-            self.stderr += chunk
-
-    async def diagnosis(self) -> str:
-        """Exit status and the end of stderr, for failure messages."""
-        if self.proc.returncode is None:
-            return f"(running; stderr)\n{self.stderr.decode(errors='replace')[-4000:]}"
-        await self._collector
-        return f"(exit {self.proc.returncode})\n{self.stderr.decode(errors='replace')[-4000:]}"
-
-    async def line(self, within: float) -> str:
-        """The next stdout line, within a deadline."""
-        assert self.proc.stdout is not None
-        try:
-            raw = await asyncio.wait_for(self.proc.stdout.readline(), within)
-        except TimeoutError:
-            raise DrillError(f"no line within {within} s {await self.diagnosis()}") from None
-        if not raw:
-            await self.proc.wait()
-            raise DrillError(f"the runner ended {await self.diagnosis()}")
-        return raw.decode().rstrip("\n")
-
-    async def kill(self) -> None:
-        """SIGKILL and reap."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        if await self.proc.wait() != -signal.SIGKILL:
-            raise DrillError(f"the runner did not die by SIGKILL {await self.diagnosis()}")
 
     async def stop(self, within: float = 30.0) -> str:
         """Graceful stop; returns the drain status the child reports."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        self.end_input()
         line = await self.line(within)
         if not line.startswith("STOPPED") or await self.proc.wait() != 0:
             raise DrillError(f"unclean stop: {line!r} {await self.diagnosis()}")
         return line.partition(" ")[2]
-
-    async def close(self) -> None:
-        """Make sure the child is dead and its pipes are drained."""
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        with contextlib.suppress(ConnectionError):
-            await self.proc.stdin.wait_closed()
-        await self.proc.stdout.read()
-        await self._collector
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -846,7 +789,7 @@ class Drill:
             if isinstance(outcome, BaseException):
                 # Ask the child for its asyncio tasks' stacks before it is killed.
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(runner.proc.pid, signal.SIGUSR1)
+                    runner.signal(signal.SIGUSR1)
                 await asyncio.sleep(1.0)
                 self.report.stops.append("hung")
                 tail = runner.stderr.decode(errors="replace")[-6000:]

@@ -20,28 +20,21 @@ executors' call log and the outbox lease log of :mod:`tests.faults.jobs_actors`)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
-import signal
-import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from akter.testing import ActorTest
-from tests.faults.child_process import ChildProcess
+from tests.faults.child_process import LINE_WITHIN, ChildProcess, start_module
 from tests.faults.jobs_actors import DB_MS, Crowd
 
-REPO = Path(__file__).resolve().parents[2]
 #: Longest wait for one protocol line (a child starts a runtime before its first line).
-LINE_WITHIN = 30.0
 
 
 class JobsChild(ChildProcess):
@@ -56,52 +49,21 @@ class JobsChild(ChildProcess):
         assert fields and fields[0] == word, (word, fields)
         return fields[1:]
 
-    async def kill(self) -> None:
-        """SIGKILL the child and reap it."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        assert await self.proc.wait() == -signal.SIGKILL
-
-    async def close(self) -> None:
-        """Make sure the child is dead and every pipe is drained and closed."""
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        with contextlib.suppress(ConnectionError):
-            await self.proc.stdin.wait_closed()
-        await self.proc.stdout.read()
-        await self._collector
-
 
 async def spawn(t: ActorTest, *options: str) -> JobsChild:
     """Start a child runner on the test's schema (not yet READY)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.faults.jobs_child",
-        t.database_url,
-        t.schema,
-        *options,
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    return JobsChild(
+        await start_module("tests.faults.jobs_child", t.database_url, t.schema, *options)
     )
-    return JobsChild(proc)
 
 
 @asynccontextmanager
 async def jobs_child(t: ActorTest, *options: str) -> AsyncIterator[JobsChild]:
     """A READY child runner; killed and reaped on exit."""
-    running = await spawn(t, *options)
-    try:
+    async with await spawn(t, *options) as running:
         (pid,) = await running.expect("READY")
         assert int(pid) == running.pid
         yield running
-    finally:
-        await running.close()
 
 
 async def db_ms(t: ActorTest) -> float:

@@ -21,26 +21,20 @@ before ``SIGKILL``; the lease's remaining time at the kill and the acquisition a
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import random
-import signal
-import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from tests.faults.child_process import ChildProcess, start_module
 from tests.faults.runner_actors import BEATS_DDL, FENCED_BEATS_DDL, db_ms_sql
-
-REPO = Path(__file__).resolve().parents[2]
 
 LEASE_LOG_DDL = """
 CREATE TABLE IF NOT EXISTS {schema}.lease_log (
@@ -334,94 +328,39 @@ def percentile(values: Sequence[float], q: float) -> float:
 # --- child runners -------------------------------------------------------------------------------
 
 
-class RunnerProc:
+class RunnerProc(ChildProcess):
     """A ``tests.faults.runner_child`` process, spoken to over its stdin and stdout."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
+        super().__init__(proc, "runner")
         self.runner_id = ""
-        self._stderr = bytearray()
-        self._collector = asyncio.create_task(self._collect(), name="runner stderr")
+
+    def fail(self, message: str) -> NoReturn:
+        """A drill failure (the drill also runs outside pytest)."""
+        raise DrillError(message)
 
     @classmethod
     async def spawn(
         cls, url: str, schema: str, timing: Timing, *, fenced: bool = False
     ) -> RunnerProc:
         """Start a child (hosting ``FencedBeacon`` if ``fenced``); returns once it is READY."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
+        proc = await start_module(
             "tests.faults.runner_child",
             url,
             schema,
             *timing.argv(),
             *(["--fenced"] if fenced else []),
-            cwd=REPO,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
         )
         child = cls(proc)
-        try:
-            line = await child.line(60.0)
-            if not line.startswith("READY "):
-                raise DrillError(f"unexpected first line {line!r} {await child.diagnosis()}")
-            child.runner_id = line.split()[1]
-        except BaseException:
-            await child.close()
-            raise
+        child.runner_id = (await child.ready())[0]
         return child
-
-    async def _collect(self) -> None:
-        assert self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(65536):
-            self._stderr += chunk
-
-    async def diagnosis(self) -> str:
-        """Exit status and stderr, for failure messages."""
-        if self.proc.returncode is None:
-            return f"(running; stderr)\n{self._stderr.decode(errors='replace')[-4000:]}"
-        await self._collector
-        return f"(exit {self.proc.returncode})\n{self._stderr.decode(errors='replace')[-4000:]}"
-
-    async def line(self, within: float) -> str:
-        """The next stdout line, within a deadline."""
-        assert self.proc.stdout is not None
-        try:
-            raw = await asyncio.wait_for(self.proc.stdout.readline(), within)
-        except TimeoutError:
-            raise DrillError(f"no line within {within} s {await self.diagnosis()}") from None
-        if not raw:
-            await self.proc.wait()
-            raise DrillError(f"the runner ended {await self.diagnosis()}")
-        return raw.decode().rstrip("\n")
-
-    async def kill(self) -> None:
-        """SIGKILL and reap."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        if await self.proc.wait() != -signal.SIGKILL:
-            raise DrillError(f"the runner did not die by SIGKILL {await self.diagnosis()}")
 
     async def stop(self, within: float = 30.0) -> None:
         """Graceful stop: end of input, then ``STOPPED`` and status 0."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        self.end_input()
         line = await self.line(within)
         if line != "STOPPED" or await self.proc.wait() != 0:
             raise DrillError(f"unclean stop: {line!r} {await self.diagnosis()}")
-
-    async def close(self) -> None:
-        """Make sure the child is dead and its pipes are drained and closed."""
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        with contextlib.suppress(ConnectionError):
-            await self.proc.stdin.wait_closed()
-        await self.proc.stdout.read()
-        await self._collector
 
 
 # --- the drill -----------------------------------------------------------------------------------
@@ -574,7 +513,7 @@ async def freeze_drill(
                 current = (await _runs_since(conn, schema, 0))[-1]
                 victim = procs[current.runner_id]
                 stop_ms = await db_now(conn)
-                os.kill(victim.proc.pid, signal.SIGSTOP)
+                victim.freeze()
                 blocked = False
                 try:
                     # Fenced beats are turns of one shared actor: a freeze inside one of them
@@ -590,10 +529,10 @@ async def freeze_drill(
                             raise
                         blocked = True
                         cont_ms = await db_now(conn)
-                        os.kill(victim.proc.pid, signal.SIGCONT)
+                        victim.resume()
                         successor = await wait_for_run(conn, schema, stop_ms, within)
                 finally:
-                    os.kill(victim.proc.pid, signal.SIGCONT)
+                    victim.resume()
                 freezes.append(
                     Freeze(
                         current.runner_id,

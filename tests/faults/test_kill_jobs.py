@@ -12,8 +12,6 @@ across processes, after the restart.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import pytest
 
 from akter.testing import ActorTest
+from tests._support import until
 from tests.faults.jobs_actors import ACTORS, RECORDER, Worker, install
 from tests.faults.jobs_drill import (
     Drill,
@@ -243,11 +242,20 @@ async def test_JB24_a_killed_attempt_holds_its_slot_until_its_lease_ends_then_go
         assert (rows[second]["attempts"], rows[second]["running"]) == (0, False)
 
         # Passes until both jobs are routed: nothing starts before the lease ends.
-        deadline = time.monotonic() + 3 * LEASE_S + 10
-        while await jobs(t):
-            assert time.monotonic() < deadline, await jobs(t)
-            await t.drain()
-            await asyncio.sleep(0.05)  # real time must pass the dead runner's lease
+        async def routed() -> list[dict[str, Any]]:
+            rows = await jobs(t)
+            if rows:
+                await t.drain()
+            return rows
+
+        # Real time must pass the dead runner's lease, hence the real-time bound.
+        await until(
+            routed,
+            within=3 * LEASE_S + 10,
+            what="both jobs routed",
+            holds=lambda rows: not rows,
+            interval=0.05,
+        )
 
         calls = await call_log(t)
         assert calls_of(calls) == [

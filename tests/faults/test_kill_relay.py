@@ -11,31 +11,24 @@ outcome polls durable rows under a deadline.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from akter._engine.hooks import Hooks
 from akter.testing import ActorTest
-from tests.faults.child_process import ChildProcess
+from tests._support import until
+from tests.faults.child_process import ChildProcess, start_module
 from tests.faults.relay_actors import RUNS, Receiver, Sender
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(90)]
 
 MakeTest = Callable[..., ActorTest]
 
-REPO = Path(__file__).resolve().parents[2]
-#: Longest wait for one protocol line (a child starts a runtime before its first line).
-LINE_WITHIN = 30.0
 #: The child's claim lease in the kill tests (seconds): short, so the lease really ends.
 CHILD_LEASE_S = 3
 #: The parent's default claim lease for a runtime hosting only Receiver: 30 s + 2 s + 5 s.
@@ -53,61 +46,22 @@ class Child(ChildProcess):
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         super().__init__(proc, "relay child")
 
-    async def send(self, line: str) -> None:
-        """Write one command line."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        await self.proc.stdin.drain()
-
     async def stop(self) -> dict[str, int]:
         """End the child's input: it stops gracefully and reports its relay counters."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        self.end_input()
         word, stats = (await self.line()).split(" ", 1)
         assert word == "STOPPED", word
         assert await self.proc.wait() == 0
         return {str(k): int(v) for k, v in json.loads(stats).items()}
 
-    async def kill(self) -> None:
-        """SIGKILL the child and reap it."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        assert await self.proc.wait() == -signal.SIGKILL
-
-    async def close(self) -> None:
-        """Make sure the child is dead and every pipe is drained and closed."""
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        with contextlib.suppress(ConnectionError):
-            await self.proc.stdin.wait_closed()
-        await self.proc.stdout.read()
-        await self._collector
-
 
 @asynccontextmanager
 async def relay_child(t: ActorTest, *options: str) -> AsyncIterator[Child]:
     """Start ``python -m tests.faults.relay_child URL SCHEMA OPTIONS``; killed on exit."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.faults.relay_child",
-        t.database_url,
-        t.schema,
-        *options,
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    running = Child(proc)
-    try:
+    proc = await start_module("tests.faults.relay_child", t.database_url, t.schema, *options)
+    async with Child(proc) as running:
         assert await running.line() == "READY"
         yield running
-    finally:
-        await running.close()
 
 
 # --- durable rows -------------------------------------------------------------------------------
@@ -139,15 +93,6 @@ async def receivers(t: ActorTest) -> dict[str, dict[str, Any]]:
         str(r["actor_id"]): {"version": r["version"], "received": r["state"]["received"]}
         for r in rows
     }
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
-    """Return once ``check`` holds; polls an observable condition (not ordering by time)."""
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"the condition did not hold within {within} s")
-        await asyncio.sleep(0.01)
 
 
 def caller_key(sender: str = "s1") -> str:

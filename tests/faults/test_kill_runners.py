@@ -32,7 +32,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -50,10 +49,10 @@ from akter._engine.turn import SERVER_BOUND_GRACE_MS
 from akter._store.embedded import EmbeddedPostgres, shutdown
 from akter.actor import definition_of
 from akter.testing import ActorTest
-from tests.faults.child_process import ChildProcess
+from tests._support import until
+from tests.faults.child_process import ChildProcess, start_module
 from tests.faults.runner_actors import BEAT, LATER_S, Beacon, Inbox, Ledger, Tally
 from tests.faults.runner_drill import (
-    REPO,
     SCALED,
     Analysis,
     Timing,
@@ -180,12 +179,12 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
 
         stall_ms = await db_now(conn)
         monkeypatch.setitem(owner.store.queries._statements, "acquire_singleton", STALLS[stall])
-        deadline = time.monotonic() + within
         running = lease.task
         assert running is not None
-        while not running.done():  # owns() turns False already when the guard fires
-            assert time.monotonic() < deadline, "the stalled owner's loop never stopped"
-            await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
+        # Not owns(): that turns False already when the guard fires, before the loop ends.
+        await until(
+            running.done, within=within, what="the stalled owner's loop stopping", interval=0.005
+        )
         assert not owner.runners.owns("Beacon")
         stopped_mono = next(at for what, at in reversed(lease.events) if what == "stopped")
         # The guard measures from the last refresh that succeeded, by its send time; "stopped"
@@ -235,38 +234,14 @@ class TallyChild(ChildProcess):
 
     @classmethod
     async def spawn(cls, url: str, schema: str) -> TallyChild:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.faults.runner_child",
-            url,
-            schema,
-            "--tally",
-            cwd=REPO,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await start_module("tests.faults.runner_child", url, schema, "--tally")
         child = cls(proc, "tally runner")
-        line = await child.line(60.0)
-        assert line.startswith("READY "), (line, await child.diagnosis())
+        await child.ready()
         return child
 
-    async def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        await self.proc.stdin.drain()
-
     async def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGCONT)
-        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
-            self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), 30)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
+        """Resume it and let it exit at end of input (SIGKILLed after 30 s)."""
+        await self.close(grace=30)
 
 
 async def test_h7_frozen_turn_ends_on_the_server_and_is_refused_after_resume(
@@ -283,7 +258,7 @@ async def test_h7_frozen_turn_ends_on_the_server_and_is_refused_after_resume(
             assert held.startswith("HELD "), held
             frozen_id = held.split()[1]
             # Frozen inside the turn: its transaction holds the row lock of Tally/x.
-            os.kill(child.pid, signal.SIGSTOP)
+            child.freeze()
             frozen_at = time.monotonic()
             mine = await t.runtime.mint_command_id()
             handle = t.get(Tally, "x").with_command_id(mine)
@@ -298,7 +273,7 @@ async def test_h7_frozen_turn_ends_on_the_server_and_is_refused_after_resume(
             assert frozen.state == {"applied": [mine]}
             assert [r["command_id"] for r in frozen.receipts] == [mine]
         finally:
-            os.kill(child.pid, signal.SIGCONT)
+            child.resume()
         try:
             # Resumed: the frozen turn's session is gone, so its commit is refused.
             await child.send("GO")
@@ -356,10 +331,12 @@ async def kill_server(postmaster: int) -> None:
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 15
-    while not all(gone(pid) for pid in victims):
-        assert time.monotonic() < deadline, f"server processes survived SIGKILL: {victims}"
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: all(gone(pid) for pid in victims),
+        within=15,
+        what=f"server processes {victims} gone after SIGKILL",
+        interval=0.05,
+    )
 
 
 class Load:
@@ -382,40 +359,25 @@ class Load:
 
 async def load_then_kill(data_dir: Path, *, server_too: bool) -> tuple[Load, int]:
     """Run the loaded child, SIGKILL it after ``LOAD`` acknowledgements; returns what it said."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.faults.runner_embedded",
-        str(data_dir),
-        cwd=REPO,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    proc = await start_module(
+        "tests.faults.runner_embedded", str(data_dir), stdin=asyncio.subprocess.DEVNULL
     )
-    assert proc.stdout is not None and proc.stderr is not None
     load = Load()
-    try:
-        ready = await asyncio.wait_for(proc.stdout.readline(), 90)
-        assert ready.startswith(b"READY "), (ready, await proc.stderr.read())
+    async with ChildProcess(proc, "loaded runner") as child:
+        ready = await child.line(90)
+        assert ready.startswith("READY "), (ready, await child.diagnosis())
         postmaster = int(ready.split()[1])
         while len(load.acked) < LOAD:
-            raw = await asyncio.wait_for(proc.stdout.readline(), 30)
-            assert raw, await proc.stderr.read()
-            load.take(raw.decode().rstrip("\n"))
-        os.kill(proc.pid, signal.SIGKILL)  # mid-load: calls are in flight
-        assert await proc.wait() == -signal.SIGKILL
+            load.take(await child.line(30))
+        await child.kill()  # mid-load: calls are in flight
         if server_too:
             await kill_server(postmaster)
         # Lines already written before the kill are acknowledgements too; a torn last line is
         # dropped (its reply never fully reached the caller).
+        assert proc.stdout is not None
         rest = (await proc.stdout.read()).decode()
         for line in rest.split("\n")[:-1]:
             load.take(line)
-        await proc.stderr.read()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     return load, postmaster
 
 

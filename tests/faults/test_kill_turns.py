@@ -10,31 +10,22 @@ lock waits, never from sleeps.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from akter.testing import ActorTest
 from akter.testing.harness import Inspection
+from tests._support import until
 from tests.faults.actors import Counter
-from tests.faults.child_process import ChildProcess
+from tests.faults.child_process import ChildProcess, start_module
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(60)]
 
 MakeTest = Callable[..., ActorTest]
-
-REPO = Path(__file__).resolve().parents[2]
-#: Longest wait for one protocol line (a child starts a runtime before its first line).
-LINE_WITHIN = 30.0
 
 
 class Child(ChildProcess):
@@ -43,11 +34,9 @@ class Child(ChildProcess):
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         super().__init__(proc, "child")
 
-    async def send(self, request: dict[str, Any]) -> None:
+    async def request(self, request: dict[str, Any]) -> None:
         """Write one request line."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-        await self.proc.stdin.drain()
+        await self.send(json.dumps(request))
 
     async def results(self) -> dict[str, int]:
         """Read one answer of ``serve-commands``: command id → returned total, all successes."""
@@ -58,50 +47,18 @@ class Child(ChildProcess):
 
     async def add(self, calls: dict[str, int]) -> dict[str, int]:
         """Run ``Counter.add`` calls (command id → k) concurrently in the child."""
-        await self.send({"calls": [{"cid": cid, "k": k} for cid, k in calls.items()]})
+        await self.request({"calls": [{"cid": cid, "k": k} for cid, k in calls.items()]})
         return await self.results()
-
-    async def kill(self) -> None:
-        """SIGKILL the child and reap it."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        assert await self.proc.wait() == -signal.SIGKILL
-
-    async def close(self) -> None:
-        """Make sure the child is dead and every pipe is drained and closed."""
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        with contextlib.suppress(ConnectionError):
-            await self.proc.stdin.wait_closed()
-        await self.proc.stdout.read()
-        await self._collector
 
 
 @asynccontextmanager
 async def child(t: ActorTest, *argv: str) -> AsyncIterator[Child]:
     """Start ``python -m tests.faults.child MODE URL SCHEMA ...``; always killed on exit."""
     mode, *rest = argv
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.faults.child",
-        mode,
-        t.database_url,
-        t.schema,
-        *rest,
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    running = Child(proc)
-    try:
+    async with Child(
+        await start_module("tests.faults.child", mode, t.database_url, t.schema, *rest)
+    ) as running:
         yield running
-    finally:
-        await running.close()
 
 
 async def counts(t: ActorTest) -> dict[str, int]:
@@ -117,18 +74,16 @@ async def counts(t: ActorTest) -> dict[str, int]:
 
 async def until_lock_waiter(t: ActorTest, within: float = 10.0) -> None:
     """Return once some backend waits for a lock in a statement on the test's schema."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def waiters() -> int:
         rows = await t.rows(
             "SELECT count(*) AS n FROM pg_stat_activity"
             " WHERE wait_event_type = 'Lock' AND position(%(schema)s IN query) > 0",
             {"schema": t.schema},
         )
-        if rows[0]["n"]:
-            return
-        if time.monotonic() >= deadline:
-            pytest.fail(f"no turn waited for the actor row lock within {within} s")
-        await asyncio.sleep(0.01)  # polling an observable condition, not ordering by time
+        return int(rows[0]["n"])
+
+    await until(waiters, within=within, what="a turn waiting for the actor row lock")
 
 
 def applied_by(rows: Inspection) -> list[str]:
@@ -258,7 +213,9 @@ async def test_two_processes_alternating_and_racing_apply_every_command_once(
             )
             try:
                 await held.wait()
-                await runner.send({"calls": [{"cid": c, "k": k} for c, k in child_burst.items()]})
+                await runner.request(
+                    {"calls": [{"cid": c, "k": k} for c, k in child_burst.items()]}
+                )
                 await until_lock_waiter(t)
             finally:
                 held.release()

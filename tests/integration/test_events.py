@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 import akter
 from akter.testing import ActorTest
+from tests._support import until_pending
 
 Make = Callable[..., ActorTest]
 
@@ -226,7 +227,7 @@ async def test_EV01_rolled_back_batch_keeps_only_committed_events(akter_test: Ma
         await pause.wait()
         calls = [feed.bump(2), feed.bump_then_break(5), feed.bump(1), feed.bump_then_refuse(2)]
         tasks = [asyncio.create_task(c) for c in calls]
-        await asyncio.sleep(0)  # let the four reach the mailbox behind the paused turn
+        await until_pending(t.runtime, 5)  # the four are in the mailbox behind the paused turn
         pause.release()
         assert await first == 1
         results = await asyncio.gather(*tasks, return_exceptions=True)

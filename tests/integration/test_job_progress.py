@@ -14,7 +14,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ import akter.http
 from akter._engine.progress import MAX_FRAME_BYTES, ProgressHub, job_progress
 from akter.callers import ActorRef
 from akter.testing import ActorTest
+from tests._support import until
 
 Make = Callable[..., ActorTest]
 
@@ -164,20 +165,6 @@ async def read_sse(http: httpx.AsyncClient, path: str) -> list[tuple[str, dict[s
     return events
 
 
-async def eventually(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:
-    """Wait until ``check`` holds (polled; for state the test cannot await directly)."""
-    deadline = time.monotonic() + within
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail("the condition did not hold in time")
-        await asyncio.sleep(0.01)
-
-
 @dataclass
 class Reader:
     """An in-process reader of a job's progress, timing each message."""
@@ -248,7 +235,7 @@ async def test_JB28_frames_are_validated_coalesced_paced_and_served_on_sse(
         ):
             sse = asyncio.create_task(read_sse(http, f"/actors/Reporter/r1/jobs/{job_id}/progress"))
             local = asyncio.create_task(reader.run(job_progress(runtime, reporter.ref, job_id)))
-            await eventually(lambda: runtime.jobs.progress.subscribers(job_id) == 2)
+            await until(lambda: runtime.jobs.progress.subscribers(job_id) == 2)
             publications = timed_publications(runtime.jobs.progress, monkeypatch)
             before = await t.now_ms()
             with caplog.at_level(logging.WARNING, logger="akter.progress"):
@@ -320,7 +307,7 @@ async def test_JB28_a_job_without_a_progress_model_drops_frames_and_still_closes
         job_id = await reporter.start_plain()
         reader = Reader()
         local = asyncio.create_task(reader.run(job_progress(t.runtime, reporter.ref, job_id)))
-        await eventually(lambda: t.runtime.jobs.progress.subscribers(job_id) == 1)
+        await until(lambda: t.runtime.jobs.progress.subscribers(job_id) == 1)
         with caplog.at_level(logging.WARNING, logger="akter.progress"):
             await t.advance(0)
             await asyncio.wait_for(local, 10)
@@ -385,7 +372,7 @@ async def test_JB28_frames_reach_another_runner_with_notify(
         local = asyncio.create_task(
             reader.run(job_progress(viewer, ActorRef("default", "Reporter", "r4"), job_id))
         )
-        await eventually(lambda: viewer.jobs.progress.subscribers(job_id) == 1)
+        await until(lambda: viewer.jobs.progress.subscribers(job_id) == 1)
         await asyncio.wait_for(viewer.jobs.progress.hearing.wait(), 10)
         assert await t.runtime.jobs.run_pass() == 1
         await asyncio.wait_for(reader.saw(4).wait(), 10)

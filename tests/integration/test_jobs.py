@@ -24,6 +24,7 @@ import akter
 from akter._ids import parse_framework_id
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, fail, gate, hang, raises, succeed
+from tests._support import until
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Rejecting, Shop
 
 Make = Callable[..., ActorTest]
@@ -59,7 +60,7 @@ async def receipts_for(t: ActorTest, command_id: str) -> list[dict[str, Any]]:
     )
 
 
-async def until(
+async def advance_until(
     t: ActorTest,
     check: Callable[[], Awaitable[bool]],
     *,
@@ -67,11 +68,14 @@ async def until(
     within: float = 20.0,
 ) -> None:
     """Advance the clock by ``step`` and drain, until ``check`` holds (bounded by ``within``)."""
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail("the condition did not hold in time")
+
+    async def advanced() -> bool:
+        if await check():
+            return True
         await t.advance(step)
+        return False
+
+    await until(advanced, within=within, interval=0)
 
 
 async def settled(t: ActorTest) -> bool:
@@ -167,7 +171,7 @@ async def test_JB06_typed_failures_dead_letter_unambiguously(
         shop = t.get(Shop, "s1")
         job_id = await shop.buy(1)
         with caplog.at_level(logging.INFO, logger="akter.jobs"):
-            await until(t, lambda: settled(t))
+            await advance_until(t, lambda: settled(t))
         assert provider.count == 2
         (report,) = await shop.reports()
         assert report["route"] == "dead_letter" and report["id"] == job_id
@@ -197,7 +201,7 @@ async def test_JB06_a_final_failure_dead_letters_at_once(
         provider.script(fail("no such card", final=True))
         shop = t.get(Shop, "s1")
         job_id = await shop.buy_four(1)
-        await until(t, lambda: settled(t))
+        await advance_until(t, lambda: settled(t))
         assert provider.count == 1
         (report,) = await shop.reports()
         assert (report["route"], report["id"], report["attempts"], report["ambiguous"]) == (
@@ -215,10 +219,10 @@ async def test_JB07_a_crash_after_a_failure_dead_letters_ambiguously(
         provider.script(fail("declined"))
         t.crash_next("before_execute", lambda info: info["attempt"] == 2)
         job_id = await t.get(Shop, "s1").buy(1)
-        await until(t, lambda: _attempts_are(t, 2, running=True))
+        await advance_until(t, lambda: _attempts_are(t, 2, running=True))
         assert provider.count == 1
         await t.advance(t.runtime.job_lease_ms / 1000 + 1)  # the crashed attempt's lease ends
-        await until(t, lambda: settled(t))
+        await advance_until(t, lambda: settled(t))
         assert provider.count == 1  # the exhausted row is settled without a new attempt
         (letter,) = await letters(t)
         assert (letter["job_id"], letter["attempts"], letter["ambiguous"]) == (job_id, 2, True)
@@ -233,7 +237,7 @@ async def test_JB07_a_single_attempt_defect_dead_letters_ambiguously(
         shop = t.get(Shop, "s1")
         job_id = await shop.buy_plain(1)
         provider.script(raises(RuntimeError("boom again")))
-        await until(t, lambda: settled(t))
+        await advance_until(t, lambda: settled(t))
         (letter,) = await letters(t)
         assert (letter["job_id"], letter["attempts"], letter["ambiguous"]) == (job_id, 2, True)
         assert letter["cause"] == "RuntimeError: boom again"
@@ -246,7 +250,7 @@ async def test_JB08_a_result_the_route_rejects_is_an_ambiguous_dead_letter(
         provider.script(succeed(1.5))
         r = t.get(Rejecting, "r1")
         job_id = await r.go()
-        await until(t, lambda: settled(t))
+        await advance_until(t, lambda: settled(t))
         assert provider.count == 1
         (report,) = await r.reports()
         assert report["route"] == "dead_letter" and report["id"] == job_id
@@ -267,7 +271,7 @@ async def test_JB08_a_failed_dead_letter_commit_is_finished_without_a_new_attemp
         (row,) = await jobs(t)
         assert (row["attempts"], row["final_failure"], row["running"]) == (1, True, False)
         assert await letters(t) == []
-        await until(t, lambda: settled(t))
+        await advance_until(t, lambda: settled(t))
         assert provider.count == 1
         (letter,) = await letters(t)
         assert (letter["job_id"], letter["attempts"], letter["ambiguous"]) == (job_id, 1, True)
@@ -281,7 +285,7 @@ async def test_JB09_timeouts_back_off_and_dead_letter(
         provider.default = hang()
         job_id = await t.get(Shop, "s1").buy_slow(1)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
-            await until(t, lambda: settled(t), step=0)
+            await advance_until(t, lambda: settled(t), step=0)
         assert provider.count == 4
         assert [c.attempt for c in provider.calls] == [1, 2, 3, 4]
         assert all(c.outcome == "interrupted" for c in provider.calls)
@@ -306,20 +310,6 @@ async def test_JB09_timeouts_back_off_and_dead_letter(
 async def _attempts_are(t: ActorTest, attempts: int, *, running: bool) -> bool:
     rows = await jobs(t)
     return len(rows) == 1 and (rows[0]["attempts"], rows[0]["running"]) == (attempts, running)
-
-
-async def _wait_rows(
-    t: ActorTest, check: Callable[[list[dict[str, Any]]], bool], within: float = 10.0
-) -> list[dict[str, Any]]:
-    """Poll the outbox (without moving the clock or draining) until ``check`` holds."""
-    deadline = time.monotonic() + within
-    while True:
-        rows = await outbox(t)
-        if check(rows):
-            return rows
-        if time.monotonic() > deadline:
-            pytest.fail(f"the outbox never reached the expected state: {rows}")
-        await asyncio.sleep(0.02)
 
 
 async def _pass(t: ActorTest, runtime: int = 0) -> int:
@@ -843,7 +833,7 @@ async def test_JB23_cap_one_runs_an_actors_attempts_one_at_a_time_in_order(
                 lambda: other.start_one(["x"]),
             ],
         )
-        drain = asyncio.create_task(until(t, lambda: settled(t), step=0))
+        drain = asyncio.create_task(advance_until(t, lambda: settled(t), step=0))
         await provider.wait_calls(2)
         assert sorted(c.key or "" for c in provider.calls) == ["a", "x"]  # h2 is not held back
         waiting = [r for r in await jobs(t) if r["waiting"]]
@@ -871,7 +861,7 @@ async def test_JB23_cap_two_across_three_runners(akter_test: Make, provider: Fak
         await hot.start_two(["hot"] * 6)
         for i in range(6):
             await t.get(Hot, f"o{i}").start_two([f"o{i}"])
-        await until(t, lambda: settled(t), step=0)
+        await advance_until(t, lambda: settled(t), step=0)
         assert provider.max_concurrency("hot") <= 2
         assert len({c.job_id for c in provider.calls}) == 18 == provider.count
         assert {c.attempt for c in provider.calls} == {1}
@@ -926,7 +916,7 @@ async def test_JB26_a_capped_dead_letter_while_a_claim_holds_the_group_lock(
             letter_pause.release()
             await asyncio.sleep(0.2)
             await conn.rollback()
-        await until(t, lambda: settled(t), step=0)
+        await advance_until(t, lambda: settled(t), step=0)
         assert [r["job_id"] for r in await letters(t)] == [ids[0][0]]
         assert [r["id"] for r in await hot.reports()] == [ids[0][0], ids[1][0]]
 
@@ -945,7 +935,7 @@ async def test_JB29_retry_and_discard_dead_letters(
         shop = t.get(Shop, "s1")
         retried = await shop.buy(1, tag="r")
         discarded = await shop.buy(2, tag="d")
-        await until(t, lambda: settled(t))
+        await advance_until(t, lambda: settled(t))
         letters_ = DeadLetters(t.runtime)
         assert {x.job_id: x.ambiguous for x in await letters_.list()} == {
             retried: True,

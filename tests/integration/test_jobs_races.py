@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, fail, gate, hang, succeed
+from tests._support import until
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Shop
 
 Make = Callable[..., ActorTest]
@@ -65,18 +66,16 @@ async def db_now(t: ActorTest, runtime: int = 0) -> int:
 
 async def until_lock_waiter(t: ActorTest, fragment: str, within: float = 10.0) -> None:
     """Return once a statement on the schema containing ``fragment`` waits for a lock."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def waiters() -> int:
         rows = await t.rows(
             "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             " AND position(%(schema)s IN query) > 0 AND position(%(fragment)s IN query) > 0",
             {"schema": t.schema, "fragment": fragment},
         )
-        if rows[0]["n"]:
-            return
-        if time.monotonic() >= deadline:
-            pytest.fail(f"no statement containing {fragment!r} waited for a lock in {within} s")
-        await asyncio.sleep(0.01)  # polling an observable condition, not ordering by time
+        return int(rows[0]["n"])
+
+    await until(waiters, within=within, what=f"a statement containing {fragment!r} waiting")
 
 
 @asynccontextmanager
@@ -103,12 +102,16 @@ def group_params(t: ActorTest, handle: Any, job: str) -> dict[str, Any]:
 
 async def settle_all(t: ActorTest, within: float = 20.0) -> None:
     """Drain until the outbox is empty (background relays may run too)."""
-    deadline = time.monotonic() + within
-    while await outbox(t):
-        if time.monotonic() > deadline:
-            pytest.fail(f"the outbox never emptied: {await outbox(t)}")
-        await t.drain()
-        await asyncio.sleep(0.02)
+
+    async def drained() -> list[dict[str, Any]]:
+        rows = await outbox(t)
+        if rows:
+            await t.drain()
+        return rows
+
+    await until(
+        drained, within=within, what="an empty outbox", holds=lambda rows: not rows, interval=0.02
+    )
 
 
 # --- JB-22: enqueue and cancel while three runners claim ----------------------------------------
@@ -442,10 +445,9 @@ async def test_lease_loss_a_partitioned_executor_stops_before_the_database_lease
                 (row,) = await outbox(t)
                 lease_end = int(row["due_at_ms"])
                 # Runner 1 keeps trying (real time) until the database lets it take over.
-                deadline = time.monotonic() + 10
-                while not await t.runtimes[1].jobs.run_pass():
-                    assert time.monotonic() < deadline
-                    await asyncio.sleep(0.005)
+                await until(
+                    t.runtimes[1].jobs.run_pass, what="runner 1 taking over", interval=0.005
+                )
                 await asyncio.wait_for(takeover_step.entered.wait(), 10)
                 (row,) = await outbox(t)
                 assert (row["attempts"], row["running"]) == (2, True)

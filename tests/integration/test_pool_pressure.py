@@ -23,6 +23,7 @@ from pydantic import BaseModel
 import akter
 from akter._store.pool import Store
 from akter.testing import ActorTest
+from tests._support import until
 
 MakeTest = Callable[..., ActorTest]
 
@@ -102,14 +103,6 @@ async def db_row(url: str, query: str, *params: Any) -> tuple[Any, ...]:
         return row
 
 
-async def until(check: Callable[[], Any], within: float, what: str) -> None:
-    """Poll an observable condition (a durable row) until it holds."""
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_framework(
     akter_test: MakeTest,
 ) -> None:
@@ -140,7 +133,7 @@ async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_fra
         async def owned() -> bool:
             return rt.runners.owns("$maintenance")
 
-        await until(owned, 10, "this runner never took $maintenance")
+        await until(owned, within=10, what="this runner owning $maintenance", interval=0.05)
         lease = rt.runners._leases["$maintenance"]
         runs = lease.runs
 
@@ -174,8 +167,13 @@ async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_fra
                 beat_ms, _ = await db_row(t.database_url, beat_sql, runner)
                 return bool(beat_ms > held_from + 2 * LEASE * 1000)
 
-            await until(refreshed, 3 * LEASE + 5, "the $maintenance lease was not refreshed")
-            await until(beating, 5, "heartbeats stopped")
+            await until(
+                refreshed,
+                within=3 * LEASE + 5,
+                what="a $maintenance lease refresh",
+                interval=0.05,
+            )
+            await until(beating, within=5, what="a new heartbeat", interval=0.05)
             assert rt.runners.owns("$maintenance")
             assert lease.runs == runs and [e for e, _ in lease.events].count("stopped") == 0
             assert GATE["inside"] == 2  # the refused commands never ran a handler

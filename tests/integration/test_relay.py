@@ -18,9 +18,8 @@ import asyncio
 import json
 import logging
 import re
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +29,7 @@ from psycopg import sql
 
 import akter
 from akter.testing import ActorTest
+from tests._support import until
 from tests.integration.relay_actors import (
     ALL,
     LOOPING,
@@ -133,15 +133,6 @@ def move_clock(t: ActorTest, by_ms: int) -> None:
     """
     for runtime in t.runtimes:
         runtime.clock.offset_ms += by_ms
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
-    """Return once ``check`` holds; polls an observable condition (not ordering by time)."""
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"the condition did not hold within {within} s")
-        await asyncio.sleep(0.01)
 
 
 def parse_id(intent_id: str) -> tuple[int, int]:

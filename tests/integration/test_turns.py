@@ -13,6 +13,7 @@ import pytest
 import akter
 from akter._ids import bucket, payload_hash, placement_key, routing_key
 from akter.testing import ActorTest
+from tests._support import policy_override, until_pending
 from tests.integration.actors import (
     _ESCAPED,
     _RUNTIME,
@@ -369,13 +370,8 @@ async def test_TU12_execution_timeout_rolls_back_and_retries(akter_test: Make) -
         counter = t.get(Counter, "timeout")
         RUNS.pop("slow", None)
         slow = akter.Policy(execution_timeout=0.3, delivery_timeout=5)
-        Counter.__akter_definition__.policy = slow.resolve("Counter")
-        try:
+        with policy_override(Counter, slow):
             assert await counter.slow_once("slow") == 1
-        finally:
-            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
-                "Counter"
-            )
         assert RUNS["slow"] == 2
         row = await t.inspect(counter)
         assert row.version == 1 and len(row.receipts) == 1
@@ -385,11 +381,8 @@ async def test_TU14_lock_wait_then_retry(akter_test: Make, akter_db: str) -> Non
     async with akter_test(ALL) as t:
         counter = t.get(Counter, "c")
         await counter.add(1)
-        Counter.__akter_definition__.policy = akter.Policy(
-            lock_wait=0.1, delivery_timeout=0.6
-        ).resolve("Counter")
         cid = await t.runtime.mint_command_id()
-        try:
+        with policy_override(Counter, akter.Policy(lock_wait=0.1, delivery_timeout=0.6)):
             async with await psycopg.AsyncConnection.connect(akter_db) as holder:
                 await holder.execute(
                     t.runtime.store.queries.substitute(
@@ -402,10 +395,6 @@ async def test_TU14_lock_wait_then_retry(akter_test: Make, akter_db: str) -> Non
                 assert "ActorUnavailable" in exc.value.message
                 assert len((await t.inspect(counter)).receipts) == 1
             assert await counter.with_command_id(cid).add(1) == 2
-        finally:
-            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
-                "Counter"
-            )
         assert len((await t.inspect(counter)).receipts) == 2
 
 
@@ -418,7 +407,7 @@ async def test_TU15_batches_isolate_declared_failures(akter_test: Make) -> None:
         await pause.wait()
         calls = [counter.add(1), counter.add(1), counter.take(100), counter.add(1), counter.add(1)]
         tasks = [asyncio.create_task(c) for c in calls]
-        await asyncio.sleep(0)  # let the five reach the mailbox behind the paused turn
+        await until_pending(t.runtime, 6)  # the five are in the mailbox behind the paused turn
         version_before = (await t.inspect(counter)).version
         pause.release()
         await first
@@ -439,7 +428,7 @@ async def test_TU15_defect_in_a_batch_reruns_one_by_one(akter_test: Make) -> Non
         await pause.wait()
         calls = [counter.add(1), counter.add(1), counter.defect("boom"), counter.add(1)]
         tasks = [asyncio.create_task(c) for c in calls]
-        await asyncio.sleep(0)
+        await until_pending(t.runtime, 5)
         pause.release()
         await first
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -456,7 +445,7 @@ async def test_TU15_duplicate_id_in_the_mailbox_replays(akter_test: Make) -> Non
         await pause.wait()
         cid = await t.runtime.mint_command_id()
         tasks = [asyncio.create_task(counter.with_command_id(cid).add(5)) for _ in range(2)]
-        await asyncio.sleep(0)
+        await until_pending(t.runtime, 3)
         pause.release()
         await first
         assert await asyncio.gather(*tasks) == [6, 6]
@@ -520,8 +509,7 @@ async def test_TU17_runner_at_capacity_and_timeout(akter_test: Make) -> None:
 
 async def test_TU17_paused_turn_times_out_then_replays(akter_test: Make) -> None:
     async with akter_test(ALL) as t:
-        Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=0.3).resolve("Counter")
-        try:
+        with policy_override(Counter, akter.Policy(delivery_timeout=0.3)):
             counter = t.get(Counter, "c")
             cid = await t.runtime.mint_command_id()
             pause = t.pause_next("before_commit")
@@ -529,10 +517,6 @@ async def test_TU17_paused_turn_times_out_then_replays(akter_test: Make) -> None
                 await counter.with_command_id(cid).add(9)
             assert exc.value.reason == "Timeout" and exc.value.command_id == cid
             pause.release()
-        finally:
-            Counter.__akter_definition__.policy = akter.Policy(delivery_timeout=5).resolve(
-                "Counter"
-            )
         assert await counter.with_command_id(cid).add(9) == 9
         row = await t.inspect(counter)
         assert row.state is not None and row.state["applied"] == [cid]
