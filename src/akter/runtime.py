@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -17,14 +16,15 @@ from typing import Any, Literal, TypeVar, cast
 from psycopg_pool import PoolTimeout
 from pydantic import ValidationError
 
+from akter._config import RuntimeConfig
 from akter._engine.dispatcher import Dispatcher, routing_key_of
 from akter._engine.events import follow, read_events
 from akter._engine.hooks import Hooks
+from akter._engine.services import Readiness, Registry, Services, Supervisor
 from akter._engine.turn import Request, Result, TurnEngine
 from akter._ids import (
     FUTURE_WAIT_MS,
     canonical_json,
-    ms_from_duration,
     parse_command_id,
     parse_framework_id,
     payload_hash,
@@ -34,17 +34,15 @@ from akter._ids import (
 )
 from akter._store.migrate import Deployment, migrate
 from akter._store.pool import Clock, Store
-from akter.actor import AccessKind, Actor, ActorDefinition, Member, definition_of
+from akter.actor import AccessKind, Actor, ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, current_caller
 from akter.context import IN_TURN, LoopLease, TurnContext, unwrap_read_only
-from akter.errors import ActorError, ConfigurationError, DefinitionError
+from akter.errors import ActorError
 from akter.events import EventRecord
 
 log = logging.getLogger("akter.runtime")
 
 A = TypeVar("A", bound=Actor[Any])
-
-Readiness = Literal["starting", "ready", "draining", "drained", "storage", "unregistered", "failed"]
 
 
 @dataclass(frozen=True)
@@ -145,65 +143,23 @@ class Runtime:
         singleton_lease: float | timedelta = 35.0,
         clock_offset: float | timedelta = 0.0,
     ) -> None:
-        self.maintenance = bool(maintenance)
-        self.hosts_actors = bool(host_actors)
-        self.definitions: dict[str, ActorDefinition] = {}
-        for actor in actors:
-            definition = definition_of(actor)
-            if definition.name in self.definitions:
-                raise DefinitionError(
-                    f"Two actor classes are named {definition.name!r}; give one of them name=... ."
-                )
-            definition.resolve()
-            self.definitions[definition.name] = definition
-        self.event_types: dict[str, type[Any]] = {}
-        for definition in self.definitions.values():
-            for event in definition.events:
-                other = self.event_types.setdefault(event.event_tag, event)
-                if other is not event:
-                    raise DefinitionError(
-                        f"Event tag {event.event_tag!r} is used by {other.__qualname__!r} and "
-                        f"{event.__qualname__!r}; give one of them tag=... ."
-                    )
-        self.window_ms = ms_from_duration(retry_window, "retry_window")
-        if not _WINDOW_MIN_MS <= self.window_ms <= _WINDOW_MAX_MS:
-            raise ConfigurationError("retry_window must be between 1 ms and 30 days.")
-        for name, value in (
-            ("max_resident_actors", max_resident_actors),
-            ("max_pending_commands", max_pending_commands),
-            ("pool_size", pool_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an integer ≥ 1, got {value!r}.")
-        try:
-            self.singleton_lease_ms = ms_from_duration(singleton_lease, "singleton_lease")
-            offset_ms = ms_from_duration(clock_offset, "clock_offset")
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(str(exc)) from None
-        if not _SINGLETON_LEASE_MIN_MS <= self.singleton_lease_ms <= _SINGLETON_LEASE_MAX_MS:
-            raise ConfigurationError(
-                f"singleton_lease must be between 1 s and 1 day, got {self.singleton_lease_ms} ms."
-            )
-        if offset_ms > _CLOCK_OFFSET_MAX_MS:
-            raise ConfigurationError(f"clock_offset must be at most 366 days, got {offset_ms} ms.")
-        self._configure_pools(framework_pool_size, pool_wait, query_pool_wait)
-        self._database_url = database_url or os.environ.get("AKTER_DATABASE_URL") or None
-        self._data_dir = Path(data_dir) if data_dir else None
-        self.schema = schema
-        self.hooks = hooks or Hooks()
-        # URL bound at start()
-        self.store = Store("", schema, max_size=pool_size, framework_size=framework_pool_size)
-        self.clock = Clock(self.store)
-        self.clock.offset_ms = offset_ms
-        self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=self.window_ms)
-        self.engine.pool_wait = self.pool_wait_ms / 1000
-        self.dispatcher = Dispatcher(
-            self.engine,
+        self.registry = Registry(actors)
+        self.definitions = self.registry.definitions
+        self.event_types = self.registry.event_types
+        #: The validated options (``akter._config.RuntimeConfig``).
+        self.config = config = RuntimeConfig.build(
+            self.definitions.values(),
+            database_url=database_url,
+            schema=schema,
+            retry_window=retry_window,
             max_resident_actors=max_resident_actors,
             max_pending_commands=max_pending_commands,
-        )
-        self.drain_deadline = ms_from_duration(drain_deadline, "drain_deadline") / 1000
-        self._configure_relay(
+            pool_size=pool_size,
+            framework_pool_size=framework_pool_size,
+            pool_wait=pool_wait,
+            query_pool_wait=query_pool_wait,
+            drain_deadline=drain_deadline,
+            data_dir=data_dir,
             notify=notify,
             poll=poll,
             pass_limit=pass_limit,
@@ -215,15 +171,39 @@ class Runtime:
             cancel_check=cancel_check,
             jobs=jobs,
             relay=relay,
+            maintenance=maintenance,
+            host_actors=host_actors,
+            singleton_lease=singleton_lease,
+            clock_offset=clock_offset,
+        )
+        self._compat_config(config)
+        self.hooks = hooks or Hooks()
+        # Built once; bound to the server's URL at start().
+        self.store = Store(
+            "", config.schema, max_size=config.pool_size, framework_size=config.framework_pool_size
+        )
+        self.clock = Clock(self.store)
+        self.clock.offset_ms = config.clock_offset_ms
+        from akter.telemetry import Metrics
+
+        self.metrics = Metrics()
+        self.supervisor = Supervisor(on_fatal=self._refuse_work)
+        self.services = Services(
+            config, self.store, self.clock, self.hooks, self.metrics, self.registry, self.supervisor
+        )
+        self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=self.window_ms)
+        self.engine.pool_wait = self.pool_wait_ms / 1000
+        self.dispatcher = Dispatcher(
+            self.engine,
+            max_resident_actors=max_resident_actors,
+            max_pending_commands=max_pending_commands,
         )
         from akter._engine.events import EventBus
         from akter._engine.jobs import JobExecutor
         from akter._engine.relay import Relay
         from akter._engine.runners import Runners
-        from akter.telemetry import Metrics
 
         self.events = EventBus()
-        self.metrics = Metrics()
         self.engine.metrics = self.metrics
         self.relay = Relay(self)
         self.jobs = JobExecutor(self)
@@ -235,116 +215,54 @@ class Runtime:
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(self)
         self.engine.on_commit = self._after_commit
-        self.readiness: Readiness = "starting"
         self.deployment: Deployment | None = None
         self._embedded: Any = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._started = False
-        self._stopping = False
-        #: Set when a supervised background task died: the runtime refuses further work.
-        self.fatal: BaseException | None = None
         self.last_drain: DrainReport | None = None
 
-    def _configure_pools(
-        self,
-        framework_pool_size: int,
-        pool_wait: float | timedelta,
-        query_pool_wait: float | timedelta,
-    ) -> None:
-        if (
-            isinstance(framework_pool_size, bool)
-            or not isinstance(framework_pool_size, int)
-            or not 1 <= framework_pool_size <= 100
-        ):
-            raise ConfigurationError(
-                "framework_pool_size must be an integer from 1 to 100, "
-                f"got {framework_pool_size!r}."
-            )
-        waits = []
-        for name, value in (("pool_wait", pool_wait), ("query_pool_wait", query_pool_wait)):
-            try:
-                ms = ms_from_duration(value, name)
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(str(exc)) from None
-            if not 1 <= ms <= _POOL_WAIT_MAX_MS:
-                raise ConfigurationError(f"{name} must be between 1 ms and 1 hour, got {ms} ms.")
-            waits.append(ms)
-        #: The longest a turn, and a query, waits for a pooled connection (ms).
-        self.pool_wait_ms, self.query_pool_wait_ms = waits
+    def _compat_config(self, config: RuntimeConfig) -> None:
+        # Transitional: components still read these from the runtime until they take Services.
+        self.maintenance = config.maintenance
+        self.hosts_actors = config.host_actors
+        self.window_ms = config.window_ms
+        self.singleton_lease_ms = config.singleton_lease_ms
+        self.pool_wait_ms = config.pool_wait_ms
+        self.query_pool_wait_ms = config.query_pool_wait_ms
+        self.schema = config.schema
+        self.drain_deadline = config.drain_deadline_ms / 1000
+        self.notify = config.notify
+        self.poll_ms = config.poll_ms
+        self.pass_limit = config.pass_limit
+        self.delivery_concurrency = config.delivery_concurrency
+        self.max_backoff_ms = config.max_backoff_ms
+        self.claim_lease_ms = config.claim_lease_ms
+        self.executor_concurrency = config.executor_concurrency
+        self.job_lease_ms = config.job_lease_ms
+        self.cancel_check_ms = config.cancel_check_ms
+        self.executes = set(config.executes)
+        self.relay_enabled = config.relay
+        self._database_url = config.database_url
 
-    def _configure_relay(
-        self,
-        *,
-        notify: bool,
-        poll: float | timedelta,
-        pass_limit: int,
-        delivery_concurrency: int,
-        max_backoff: float | timedelta,
-        claim_lease: float | timedelta | None,
-        executor_concurrency: int,
-        lease: float | timedelta,
-        cancel_check: float | timedelta | None,
-        jobs: Sequence[Any] | None,
-        relay: bool,
-    ) -> None:
-        def positive_ms(value: float | timedelta, what: str, low: int = 1) -> int:
-            try:
-                ms = ms_from_duration(value, what)
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(str(exc)) from None
-            if ms < low:
-                raise ConfigurationError(f"{what} must be at least {low} ms, got {ms} ms.")
-            return ms
+    def _refuse_work(self) -> None:
+        self.dispatcher.accepting = False
 
-        for name, value, low, high in (
-            ("pass_limit", pass_limit, 1, 1_000_000),
-            ("delivery_concurrency", delivery_concurrency, 1, 1_000_000),
-            ("executor_concurrency", executor_concurrency, 1, 1_000_000),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ConfigurationError(f"{name} must be an integer from {low} to {high}.")
-        self.notify = bool(notify)
-        self.poll_ms = positive_ms(poll, "poll")
-        self.pass_limit = pass_limit
-        self.delivery_concurrency = delivery_concurrency
-        self.max_backoff_ms = positive_ms(max_backoff, "max_backoff")
-        default_lease = (
-            max(
-                (
-                    d.policy.execution_timeout + d.policy.lock_wait
-                    for d in self.definitions.values()
-                ),
-                default=32_000,
-            )
-            + 5_000
-        )
-        self.claim_lease_ms = (
-            default_lease if claim_lease is None else positive_ms(claim_lease, "claim_lease")
-        )
-        self.executor_concurrency = executor_concurrency
-        self.job_lease_ms = positive_ms(lease, "lease", 3_000)
-        self.cancel_check_ms = (
-            self.job_lease_ms // 3
-            if cancel_check is None
-            else positive_ms(cancel_check, "cancel_check", 1_000)
-        )
-        if self.cancel_check_ms > self.job_lease_ms // 3:
-            raise ConfigurationError("cancel_check must be at most a third of the lease.")
-        #: The job types this runner executes, as (actor type, job name).
-        self.executes: set[tuple[str, str]] = set()
-        if jobs is None:
-            for definition in self.definitions.values():
-                self.executes.update((definition.name, name) for name in definition.jobs)
-        else:
-            from akter.jobs import Job
+    @property
+    def readiness(self) -> Readiness:
+        """Where the runner is in its life: ``starting``, ``ready``, ... ``failed``."""
+        return self.supervisor.readiness
 
-            for job in jobs:
-                if not isinstance(job, Job) or job.owner is None:
-                    raise ConfigurationError(
-                        f"jobs= takes declared jobs (Order.charge), not {job!r}."
-                    )
-                self.executes.add((job.owner.name, job.name))
-        self.relay_enabled = bool(relay)
+    @readiness.setter
+    def readiness(self, value: Readiness) -> None:
+        self.supervisor.readiness = value
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The error of a supervised background task that died, if one did."""
+        return self.supervisor.fatal
+
+    def supervise(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+        """Watch a named background task: if it dies while the runtime runs, fail loudly."""
+        return self.supervisor.supervise(task)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -367,24 +285,16 @@ class Runtime:
 
     async def start(self) -> None:
         """Connect (or start the embedded server), migrate, and start background work."""
-        if self._started:
+        if self.supervisor.started:
             return
-        url = self._database_url
+        url = self.config.database_url
         if url is None:
             from akter._store.embedded import EmbeddedPostgres, default_data_dir
 
-            self._embedded = EmbeddedPostgres(self._data_dir or default_data_dir())
+            self._embedded = EmbeddedPostgres(self.config.data_dir or default_data_dir())
             url = await asyncio.to_thread(self._embedded.start)
         assert url is not None
-        self.store = Store(
-            url,
-            self.schema,
-            max_size=self.store.pool.max_size,
-            framework_size=self.store.framework.max_size,
-        )
-        self.clock._store = self.store
-        self.engine.store = self.store
-        self.engine.q = self.store.queries
+        self.store.bind(url)
         try:
             conn = await self.store.connect_direct()
             try:
@@ -411,15 +321,15 @@ class Runtime:
         except BaseException:
             await self._close_resources()
             raise
-        self._started = True
+        self.supervisor.started = True
         self.readiness = "ready"
 
     async def stop(self) -> DrainReport:
         """Drain: refuse new commands, let in-flight turns finish (bounded), release, close."""
-        if not self._started:
+        if not self.supervisor.started:
             await self._close_resources()
             return DrainReport("clean")
-        self._stopping = True
+        self.supervisor.stopping = True
         self.readiness = "draining"
         self.dispatcher.accepting = False
         deadline = time.monotonic() + self.drain_deadline
@@ -431,32 +341,13 @@ class Runtime:
         if interrupted:
             log.warning("Drain deadline expired", extra={"interrupted_turns": interrupted})
         await self._close_resources()
-        self._started = False
-        self._stopping = False
+        self.supervisor.started = False
+        self.supervisor.stopping = False
         self.readiness = "drained"
         self.last_drain = DrainReport(
             "deadline_expired" if interrupted else "clean", interrupted, attempts, released
         )
         return self.last_drain
-
-    def supervise(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
-        """Watch a named background task: if it dies while the runtime runs, fail loudly."""
-
-        def done(finished: asyncio.Task[Any]) -> None:
-            if finished.cancelled() or self._stopping or not self._started:
-                return
-            error = finished.exception()
-            self.fatal = error or RuntimeError(f"{finished.get_name()} returned unexpectedly")
-            self.readiness = "failed"
-            self.dispatcher.accepting = False
-            log.critical(
-                "Background task stopped unexpectedly; the runtime has failed",
-                exc_info=error,
-                extra={"task": finished.get_name()},
-            )
-
-        task.add_done_callback(done)
-        return task
 
     async def _close_resources(self) -> None:
         for task in self._tasks:
@@ -584,26 +475,13 @@ class Runtime:
         return await sweep(self)
 
     def _require_started(self) -> None:
-        if self.fatal is not None:
-            raise ConfigurationError(
-                f"The runtime failed: a background task died ({self.fatal!r}); restart it."
-            )
-        if not self._started:
-            raise ConfigurationError("The runtime is not started; use 'async with runtime:'.")
+        self.supervisor.require_started()
 
     # --- addressing ---------------------------------------------------------------------------
 
     def definition(self, actor: type[Actor[Any]] | str) -> ActorDefinition:
         """The definition of a hosted actor type (by class or name)."""
-        name = actor if isinstance(actor, str) else definition_of(actor).name
-        found = self.definitions.get(name)
-        if found is None:
-            raise ActorError(
-                "InvalidInput",
-                f"Actor type {name!r} is not registered with this runtime.",
-                code="unknown_type",
-            )
-        return found
+        return self.registry.definition(actor)
 
     def ref(
         self, actor: type[Actor[Any]] | str, id: str = "", *, tenant: str = "default"
@@ -635,7 +513,7 @@ class Runtime:
 
     def routing_key(self, ref: ActorRef) -> int:
         """The routing key of an address."""
-        return routing_key_of(self.definition(ref.type), ref)
+        return self.registry.routing_key(ref)
 
     # --- events -------------------------------------------------------------------------------
 
@@ -761,7 +639,7 @@ class Runtime:
             assert error is not None
             if not (isinstance(error, ActorError) and error.retryable) or not retry:
                 raise error
-            if not self._started:
+            if not self.supervisor.started:
                 raise error  # the runtime stopped or died: the caller retries elsewhere
             if error.reason == "Timeout" or error.code == "pool_exhausted":
                 raise error  # pool_exhausted: the turn already waited pool_wait; shed the load

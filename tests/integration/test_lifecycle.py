@@ -111,4 +111,4 @@ async def test_a_dead_background_task_fails_the_runtime_loudly(
         assert "Background task stopped unexpectedly; the runtime has failed" in caplog.messages
         with pytest.raises(akter.ConfigurationError, match="relay bug"):
             await t.get(Shop, "s").note()
-        runtime.fatal = None  # let the harness stop it
+        runtime.supervisor.fatal = None  # let the harness stop it

@@ -110,6 +110,12 @@ class Store:
     def metrics(self, metrics: Metrics | None) -> None:
         self.pool.metrics = metrics
 
+    def bind(self, url: str) -> None:
+        """Point both pools at the server's URL (known at start: the embedded server's is late)."""
+        self.url = url
+        self.pool.conninfo = url
+        self.framework.conninfo = url
+
     async def open(self) -> None:
         """Open both pools and wait for their first connections."""
         await self.framework.open(wait=True, timeout=30.0)

@@ -215,8 +215,8 @@ class ActorTest:
         tag = self._tags[runtime]
         self._killed.add(runtime)
         # --- the instant of death: no await until every task is cancelled -------------------
-        runtime._stopping = True  # its dying tasks are not reported as failures
-        runtime._started = False  # new calls are refused
+        runtime.supervisor.stopping = True  # its dying tasks are not reported as failures
+        runtime.supervisor.started = False  # new calls are refused
         runtime.readiness = "failed"
         runtime.dispatcher.accepting = False
         runtime.store.url = _DEAD_CONNINFO  # direct connections (relay, listener) fail
