@@ -12,17 +12,19 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 import httpx
 
-from akter._ids import FUTURE_WAIT_MS
+from akter._retry import CommandRetry
 from akter.actor import Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef
+from akter.context import LoopLease
 from akter.errors import ActorError, DeclaredError, Reason
 from akter.events import EventRecord, EventStream, parse_cursor
+from akter.handles import BaseHandle
 
 A = TypeVar("A", bound=Actor[Any])
 
@@ -98,7 +100,7 @@ class Client:
         """A typed remote handle (the tenant comes from the credentials, not from here)."""
         definition = definition_of(actor)
         definition.resolve()
-        return cast(A, RemoteHandle(self, definition, id, None))
+        return cast(A, remote_handle(self, definition, id))
 
     async def mint_command_id(self) -> str:
         """A command id on the server's clock, minted locally from a periodic server sample.
@@ -138,9 +140,14 @@ class Client:
         """POST a command, retrying with one id until the delivery timeout."""
         command_id = pinned or await self.mint_command_id()
         path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/{member.name}"
-        deadline = time.monotonic() + self.delivery_timeout
-        wait = 0.0
-        in_doubt = False  # some attempt may have committed (hardening 9)
+        retries = CommandRetry(
+            f"{definition.name}/{actor_id!r}.{member.name}",
+            command_id,
+            time.monotonic() + self.delivery_timeout,
+            first_wait=0.25,
+            floor=0.05,
+            fixed_first=False,
+        )
         while True:
             try:
                 response = await self._post(path, body, command_id)
@@ -161,25 +168,7 @@ class Client:
                 error = error_or_declared
                 if not error.retryable:
                     raise error
-            in_doubt = in_doubt or error.code == "outcome_unknown"
-            if error.reason == "InvalidCommandId" and (
-                (error.retry_after or 0) * 1000 > FUTURE_WAIT_MS
-                or time.monotonic() + (error.retry_after or 0) >= deadline
-            ):
-                raise error  # an id far in the future: refused, not a Timeout (akter._ids)
-            first = max(error.retry_after or 0.25, 0.05)
-            wait = first if wait == 0 else min(wait * 2, max(0.5, first))
-            if time.monotonic() + wait >= deadline:
-                outcome = "it may have committed" if in_doubt else "it was not committed"
-                raise ActorError(
-                    "Timeout",
-                    f"{definition.name}/{actor_id!r}.{member.name} did not complete within the "
-                    f"delivery timeout (last error: {error.reason}); {outcome} — retry with "
-                    f"command id {command_id!r}.",
-                    code="outcome_unknown" if in_doubt else None,
-                    command_id=command_id,
-                )
-            await asyncio.sleep(wait)
+            await asyncio.sleep(retries.wait_after(error))
 
     async def call_query(
         self, definition: ActorDefinition, actor_id: str, member: Member, body: dict[str, Any]
@@ -248,65 +237,52 @@ class Client:
                 await asyncio.sleep(0.5)  # reconnect and resume after the last cursor
 
 
-class RemoteHandle:
-    """A handle over HTTP; at type-check time it is the actor class itself."""
+class _RemoteTransport:
+    """A remote handle's calls: HTTP requests through the client."""
 
-    __slots__ = ("_client", "_command_id", "_definition", "_id")
+    __slots__ = ("_client", "_definition")
 
-    def __init__(
-        self, client: Client, definition: ActorDefinition, actor_id: str, command_id: str | None
-    ) -> None:
+    def __init__(self, client: Client, definition: ActorDefinition) -> None:
         self._client = client
         self._definition = definition
-        self._id = actor_id
-        self._command_id = command_id
 
-    @property
-    def id(self) -> str:
-        """The actor id."""
-        return self._id
+    async def command(
+        self,
+        member: Member,
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+        fence: LoopLease | None,
+    ) -> Any:
+        """POST a command (with retries under one id)."""
+        return await self._client.call_command(self._definition, ref.id, member, body, pinned)
 
-    @property
-    def ref(self) -> ActorRef:
-        """The address (the tenant is the credential's; shown here as unknown)."""
-        return ActorRef("?", self._definition.name, self._id)
+    async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
+        """POST a query."""
+        return await self._client.call_query(self._definition, ref.id, member, body)
 
-    def with_command_id(self, command_id: str) -> RemoteHandle:
-        """Pin the command id of the next call."""
-        return RemoteHandle(self._client, self._definition, self._id, command_id)
-
-    def events(self, after: str | None = None, limit: int = 1000) -> EventStream:
-        """``async for``: replay and follow over SSE; ``await``: one page."""
-        client, definition, actor_id = self._client, self._definition, self._id
+    def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
+        """Replay and follow over SSE."""
+        client, definition = self._client, self._definition
         return EventStream(
-            lambda: client.read_events(definition, actor_id, after, limit),
-            lambda: client.follow_events(definition, actor_id, after),
+            lambda: client.read_events(definition, ref.id, after, limit),
+            lambda: client.follow_events(definition, ref.id, after),
         )
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        member = self._definition.members.get(name)
-        if member is None or member.internal:
-            raise ActorError(
-                "InvalidInput",
-                f"Actor type {self._definition.name!r} has no public command or query {name!r}.",
-                code="unknown_member",
-            )
-        client, definition, actor_id, pinned = (
-            self._client,
-            self._definition,
-            self._id,
-            self._command_id,
-        )
 
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            body = member.bind(args, kwargs)
-            if member.kind == "query":
-                return await client.call_query(definition, actor_id, member, body)
-            return await client.call_command(definition, actor_id, member, body, pinned)
+class RemoteHandle(BaseHandle):
+    """A handle over HTTP; at type-check time it is the actor class itself.
 
-        return call
+    Its ``ref`` shows the tenant as ``"?"``: the tenant is the credential's.
+    """
+
+    __slots__ = ()
+
+
+def remote_handle(client: Client, definition: ActorDefinition, actor_id: str) -> RemoteHandle:
+    """A handle to ``actor_id`` of a type served at the client's base URL."""
+    ref = ActorRef("?", definition.name, actor_id)
+    return RemoteHandle(_RemoteTransport(client, definition), definition, ref)
 
 
 def _path_id(definition: ActorDefinition, actor_id: str) -> str:

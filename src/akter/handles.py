@@ -1,7 +1,8 @@
-"""Typed in-process handles: ``runtime.get(Order, "o-1")`` type-checks as ``Order``.
+"""Typed handles: ``runtime.get(Order, "o-1")`` (and ``client.get``) type-check as ``Order``.
 
-A handle resolves attribute access to the actor's public commands and queries. Each command
-call mints one command id from the framework clock (or uses the pinned one) and retries
+A handle resolves attribute access to the actor's public commands and queries and hands each
+call to its ``Transport``: in-process (``LocalTransport``, the runtime's call paths) or HTTP
+(``akter.client``). Each command call mints one command id (or uses the pinned one) and retries
 retryable failures with that same id until ``delivery_timeout``; the receipt turns a retry of a
 committed call into a replay.
 
@@ -12,36 +13,59 @@ lease: their commands are refused with ``LeaseLost`` once that lease is no longe
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from akter._ids import uuid7
-from akter.actor import ActorDefinition
+from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef
 from akter.context import LoopLease
 from akter.errors import ActorError
-from akter.events import EventStream
+from akter.events import EventRecord, EventStream
 
 if TYPE_CHECKING:
+    from akter._engine.calls import Calls
     from akter.actor import Actor
-    from akter.runtime import Runtime
 
 A = TypeVar("A", bound="Actor[Any]")
 
 
-class Handle:
-    """A handle to one actor; at type-check time it is the actor class itself."""
+class Transport(Protocol):
+    """Where a handle's calls go."""
 
-    __slots__ = ("_command_id", "_definition", "_fence", "_ref", "_runtime")
+    async def command(
+        self,
+        member: Member,
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+        fence: LoopLease | None,
+    ) -> Any:
+        """Run a command (with retries under one command id)."""
+        ...
+
+    async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
+        """Run a query."""
+        ...
+
+    def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
+        """The actor's event feed after a cursor."""
+        ...
+
+
+class BaseHandle:
+    """A handle to one actor over some transport; at type-check time it is the actor class."""
+
+    __slots__ = ("_command_id", "_definition", "_fence", "_ref", "_transport")
 
     def __init__(
         self,
-        runtime: Runtime,
+        transport: Transport,
         definition: ActorDefinition,
         ref: ActorRef,
         command_id: str | None = None,
         fence: LoopLease | None = None,
     ) -> None:
-        self._runtime = runtime
+        self._transport = transport
         self._definition = definition
         self._ref = ref
         self._command_id = command_id
@@ -54,7 +78,7 @@ class Handle:
 
     @property
     def tenant(self) -> str:
-        """The actor's tenant."""
+        """The actor's tenant (``"?"`` over HTTP: the credential's)."""
         return self._ref.tenant
 
     @property
@@ -64,19 +88,11 @@ class Handle:
 
     def events(self, after: str | None = None, limit: int = 1000) -> EventStream:
         """``async for``: replay events after ``after``, then follow live; ``await``: one page."""
-        runtime, ref = self._runtime, self._ref
-        return EventStream(
-            lambda: runtime.read_events(ref, after, limit),
-            lambda: runtime.follow_events(ref, after),
-        )
+        return self._transport.events(self._ref, after, limit)
 
-    def progress(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
-        """Live progress frames of one of this actor's jobs, then ``{"closed": true}``."""
-        return self._runtime.job_progress(self._ref, job_id)
-
-    def with_command_id(self, command_id: str) -> Handle:
+    def with_command_id(self, command_id: str) -> Any:
         """A handle whose next command call uses ``command_id`` (idempotent retries)."""
-        return Handle(self._runtime, self._definition, self._ref, command_id, self._fence)
+        return type(self)(self._transport, self._definition, self._ref, command_id, self._fence)
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         if name.startswith("__"):
@@ -88,25 +104,106 @@ class Handle:
                 f"Actor type {self._definition.name!r} has no public command or query {name!r}.",
                 code="unknown_member",
             )
-        runtime, ref, pinned, fence = self._runtime, self._ref, self._command_id, self._fence
+        transport, ref, pinned, fence = self._transport, self._ref, self._command_id, self._fence
 
         if member.kind == "query":
 
             async def run_query(*args: Any, **kwargs: Any) -> Any:
-                return await runtime._query(member, ref, member.bind(args, kwargs))
+                return await transport.query(member, ref, member.bind(args, kwargs))
 
             return run_query
 
         async def run_command(*args: Any, **kwargs: Any) -> Any:
-            runtime._refuse_inside_turn()
-            return await runtime._command(
-                member, ref, member.bind(args, kwargs), pinned, fence=fence
-            )
+            return await transport.command(member, ref, member.bind(args, kwargs), pinned, fence)
 
         return run_command
 
     def __repr__(self) -> str:
         return f"<akter handle {self._ref.type}/{self._ref.id!r} tenant={self._ref.tenant!r}>"
+
+
+class Host(Protocol):
+    """What an in-process handle needs of its runtime."""
+
+    @property
+    def calls(self) -> Calls:
+        """The runtime's call paths."""
+        ...
+
+    def definition(self, actor: type[Any] | str) -> ActorDefinition:
+        """A hosted type's definition."""
+        ...
+
+    async def read_events(
+        self, ref: ActorRef, after: str | None = None, limit: int = 1000
+    ) -> list[EventRecord]:
+        """One page of committed events."""
+        ...
+
+    def follow_events(self, ref: ActorRef, after: str | None = None) -> AsyncIterator[EventRecord]:
+        """Replay, then follow live."""
+        ...
+
+    def job_progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        """A job's progress frames."""
+        ...
+
+
+class LocalTransport:
+    """Calls into this process's runtime."""
+
+    __slots__ = ("_host",)
+
+    def __init__(self, host: Host) -> None:
+        self._host = host
+
+    async def command(
+        self,
+        member: Member,
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+        fence: LoopLease | None,
+    ) -> Any:
+        """A command, refused from inside a running turn (request/reply)."""
+        from akter._engine.calls import refuse_inside_turn
+
+        refuse_inside_turn()
+        return await self._host.calls.command(member, ref, body, pinned, fence=fence)
+
+    async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
+        """A query against committed state."""
+        return await self._host.calls.query(member, ref, body)
+
+    def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
+        """The actor's event feed."""
+        host = self._host
+        return EventStream(
+            lambda: host.read_events(ref, after, limit), lambda: host.follow_events(ref, after)
+        )
+
+    def progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        """A job's progress frames."""
+        return self._host.job_progress(ref, job_id)
+
+
+class Handle(BaseHandle):
+    """An in-process handle (``runtime.get``)."""
+
+    __slots__ = ()
+    _transport: LocalTransport
+
+    def progress(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Live progress frames of one of this actor's jobs, then ``{"closed": true}``."""
+        return self._transport.progress(self._ref, job_id)
+
+
+def local_handle(
+    host: Host, actor: type[Any] | str, ref: ActorRef, fence: LoopLease | None = None
+) -> Any:
+    """An in-process handle to ``ref`` on ``host`` (``runtime.get``)."""
+    definition = host.definition(actor)
+    return Handle(LocalTransport(host), definition, ref, fence=fence)
 
 
 class FencedRuntime:
@@ -118,7 +215,7 @@ class FencedRuntime:
 
     __slots__ = ("_lease", "_runtime")
 
-    def __init__(self, runtime: Runtime, lease: LoopLease) -> None:
+    def __init__(self, runtime: Any, lease: LoopLease) -> None:
         self._runtime = runtime
         self._lease = lease
 
@@ -129,9 +226,8 @@ class FencedRuntime:
 
     def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
         """A typed handle to one actor whose commands are fenced on the loop's lease."""
-        runtime = self._runtime
-        ref = runtime.ref(actor, id, tenant=tenant)
-        return cast(A, Handle(runtime, runtime.definition(actor), ref, fence=self._lease))
+        ref = self._runtime.ref(actor, id, tenant=tenant)
+        return cast(A, local_handle(self._runtime, actor, ref, fence=self._lease))
 
     async def create(self, actor: type[A], *, tenant: str = "default") -> A:
         """A fenced handle to a new actor with a minted UUIDv7 id; nothing is written yet."""

@@ -1,9 +1,14 @@
-"""The runtime: wiring, lifecycle, the embedded database default, and the call paths."""
+"""The runtime: the facade users hold — wiring, lifecycle and addressing.
+
+What a runner does lives below it: the call paths (``_engine.calls``), the turn engine, the
+relay, the job executor, the runner registry, retention. Each receives ``Services`` (the
+validated ``RuntimeConfig``, the store, the clock, hooks, metrics, the registry and the
+supervisor) and the callbacks it needs; none of them sees this class.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -13,36 +18,35 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast
 
-from psycopg_pool import PoolTimeout
-from pydantic import ValidationError
-
 from akter._config import RuntimeConfig
-from akter._engine.dispatcher import Dispatcher, routing_key_of
-from akter._engine.events import follow, read_events
+from akter._engine.calls import Calls, check_access
+from akter._engine.dispatcher import Dispatcher
+from akter._engine.events import EventBus, follow, read_events
 from akter._engine.hooks import Hooks
+from akter._engine.jobs import JobExecutor
+from akter._engine.operations import cancel_job, seed_singleton_ticks
+from akter._engine.relay import Relay
+from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
-from akter._engine.turn import Request, Result, TurnEngine
-from akter._ids import (
-    FUTURE_WAIT_MS,
-    canonical_json,
-    parse_command_id,
-    parse_framework_id,
-    payload_hash,
-    uuid7,
-    validate_actor_id,
-    validate_tenant,
-)
+from akter._engine.turn import TurnEngine
+from akter._engine.wakes import CommitWakes
+from akter._ids import uuid7, validate_actor_id, validate_tenant
 from akter._store.migrate import Deployment, migrate
 from akter._store.pool import Clock, Store
-from akter.actor import AccessKind, Actor, ActorDefinition, Member
-from akter.callers import ActorRef, Caller, System, current_caller
-from akter.context import IN_TURN, LoopLease, TurnContext, unwrap_read_only
+from akter.actor import Actor, ActorDefinition
+from akter.callers import ActorRef, Caller, current_caller
+from akter.dead_letters import DeadLetters
 from akter.errors import ActorError
 from akter.events import EventRecord
+from akter.handles import local_handle
+from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.runtime")
 
 A = TypeVar("A", bound=Actor[Any])
+
+#: How often idle activations are dropped from memory.
+_HIBERNATE_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,6 @@ _SINGLETON_LEASE_MIN_MS = 1_000
 _SINGLETON_LEASE_MAX_MS = 24 * 3600 * 1000
 _CLOCK_OFFSET_MAX_MS = 366 * 24 * 3600 * 1000
 _POOL_WAIT_MAX_MS = 3600 * 1000
-
-
-class _RequestReplyInTurn(BaseException):
-    """A handle call from inside a turn (a deterministic defect of the calling turn)."""
 
 
 class Runtime:
@@ -145,8 +145,6 @@ class Runtime:
     ) -> None:
         self.registry = Registry(actors)
         self.definitions = self.registry.definitions
-        self.event_types = self.registry.event_types
-        #: The validated options (``akter._config.RuntimeConfig``).
         self.config = config = RuntimeConfig.build(
             self.definitions.values(),
             database_url=database_url,
@@ -176,7 +174,6 @@ class Runtime:
             singleton_lease=singleton_lease,
             clock_offset=clock_offset,
         )
-        self._compat_config(config)
         self.hooks = hooks or Hooks()
         # Built once; bound to the server's URL at start().
         self.store = Store(
@@ -184,37 +181,31 @@ class Runtime:
         )
         self.clock = Clock(self.store)
         self.clock.offset_ms = config.clock_offset_ms
-        from akter.telemetry import Metrics
-
         self.metrics = Metrics()
         self.supervisor = Supervisor(on_fatal=self._refuse_work)
-        self.services = Services(
+        self.services = services = Services(
             config, self.store, self.clock, self.hooks, self.metrics, self.registry, self.supervisor
         )
-        self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=self.window_ms)
-        self.engine.pool_wait = self.pool_wait_ms / 1000
+        self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=config.window_ms)
+        self.engine.pool_wait = config.pool_wait_ms / 1000
+        self.engine.metrics = self.metrics
         self.dispatcher = Dispatcher(
             self.engine,
-            max_resident_actors=max_resident_actors,
-            max_pending_commands=max_pending_commands,
+            max_resident_actors=config.max_resident_actors,
+            max_pending_commands=config.max_pending_commands,
         )
-        from akter._engine.events import EventBus
-        from akter._engine.jobs import JobExecutor
-        from akter._engine.relay import Relay
-        from akter._engine.runners import Runners
-
+        #: The call paths: commands, deliveries, queries, singleton loops.
+        self.calls = Calls(services, self.dispatcher, self.read_events)
+        self._compat_config(config)
         self.events = EventBus()
-        self.engine.metrics = self.metrics
         self.relay = Relay(self)
         self.jobs = JobExecutor(self)
         #: Job progress frames published on this runner (semantics §5.11).
         self.progress = self.jobs.progress
         self.runners = Runners(self)
-        from akter.dead_letters import DeadLetters
-
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(self)
-        self.engine.on_commit = self._after_commit
+        self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
         self.deployment: Deployment | None = None
         self._embedded: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -242,6 +233,14 @@ class Runtime:
         self.executes = set(config.executes)
         self.relay_enabled = config.relay
         self._database_url = config.database_url
+        self.event_types = self.registry.event_types
+        self.deliver = self.calls.deliver
+        self._require_started = self.supervisor.require_started
+
+    async def _check_access_kind(
+        self, definition: ActorDefinition, ref: ActorRef, caller: Caller, kind: Any
+    ) -> None:
+        await check_access(definition, ref, caller, kind)  # transitional (progress)
 
     def _refuse_work(self) -> None:
         self.dispatcher.accepting = False
@@ -308,7 +307,7 @@ class Runtime:
                 await conn.close()
             await self.store.open()
             await self.clock.read()
-            await self._ensure_singleton_ticks()
+            await seed_singleton_ticks(self.services)
             await self.jobs.start()
             if self.relay_enabled:
                 await self.relay.start()
@@ -360,89 +359,16 @@ class Runtime:
             await asyncio.to_thread(self._embedded.stop)
             self._embedded = None
 
-    def _after_commit(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
-        """After a local commit: wake the relay, signal cancellations, publish events."""
-        now = self.clock.estimate()
-        due = any(
-            (r.at_ms is not None and r.at_ms <= now) or (r.at_ms is None and not r.delay_ms)
-            for r in writes.rows
-        )
-        running = [job_id for job_id, is_running in cancelled if is_running]
-        if running:
-            self.jobs.cancel_signal(running)
-        if due or len(running) < len(cancelled):
-            self.relay.wake()
-        if writes.rows or cancelled:
-            self.relay.poke_others()
-        if writes.events:
-            self.events.publish(act.ref)
-            self.relay.poke_others()
-
     async def _hibernation(self) -> None:
         while True:
-            await asyncio.sleep(5.0)
+            await asyncio.sleep(_HIBERNATE_EVERY_S)
             self.dispatcher.hibernate()
 
     async def run_singleton_loop(
         self, actor_type: str, runner_id: str, epoch: int | None = None
     ) -> None:
-        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner).
-
-        ``epoch`` is ``acquired_at_ms`` of the lease acquisition that started the loop: the
-        commands the loop sends through ``self.runtime`` handles are fenced on it.
-        """
-        definition = self.definition(actor_type)
-        ref = ActorRef("default", definition.name, "")
-        ctx = TurnContext(
-            definition=definition,
-            ref=ref,
-            caller=System("process"),
-            command_id=None,
-            now_ms=self.clock.estimate(),
-            state=definition.default_state(),
-            window_ms=self.window_ms,
-            readonly=True,
-        )
-        ctx.loop_runtime = self
-        ctx.runner_id = runner_id
-        if epoch is not None:
-            ctx.lease = LoopLease(definition.name, runner_id, epoch)
-        instance = definition.cls.__new__(definition.cls)
-        instance.__dict__["_akter_ctx"] = ctx
-        ctx.task = asyncio.current_task()
-        ctx.active = True
-        try:
-            await instance.run()
-        finally:
-            ctx.active = False
-
-    async def _ensure_singleton_ticks(self) -> None:
-        """Every runner inserts its singletons' default instance and ticks, once per deployment."""
-        from akter._engine.turn import Activation, tick_rows
-
-        for definition in self.definitions.values():
-            if not (definition.singleton and definition.schedules and self.hosts_actors):
-                continue
-            ref = ActorRef("default", definition.name, "")
-            act = Activation(definition, ref, routing_key_of(definition, ref))
-            now = await self.clock.read()
-            q = self.store.queries
-            async with self.store.framework.connection() as conn, conn.transaction():
-                await conn.execute(
-                    q["ensure_actor"],
-                    {
-                        "rk": act.routing_key,
-                        "tenant": ref.tenant,
-                        "type": ref.type,
-                        "id": ref.id,
-                        "state": canonical_json(definition.default_state().model_dump(mode="json")),
-                        "state_version": 0,
-                        "off": self.clock.offset_ms,
-                    },
-                )
-                await conn.execute(
-                    q["insert_ticks"], tick_rows(definition, act, now, self.window_ms)
-                )
+        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner)."""
+        await self.calls.run_loop(actor_type, runner_id, epoch, self)
 
     async def cancel_job(self, job_id: str) -> str:
         """Cancel a job by id in its own transaction (``akter jobs cancel``).
@@ -450,32 +376,15 @@ class Runtime:
         Returns ``"deleted"`` (it never ran), ``"cancelled"`` (its attempt or report settles it)
         or ``"unknown"`` (no such live job).
         """
-        self._require_started()
-        q = self.store.queries
-        async with self.store.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(q["cancel_job_by_id_unstarted"], {"job_id": job_id})
-            if await cur.fetchall():
-                return "deleted"
-            cur = await conn.execute(
-                q["cancel_job_by_id_started"], {"job_id": job_id, "off": self.clock.offset_ms}
-            )
-            rows = await cur.fetchall()
-        if not rows:
-            return "unknown"
-        if any(bool(r[1]) for r in rows):
-            self.jobs.cancel_signal([job_id])
-        self.relay.wake()
-        return "cancelled"
+        self.supervisor.require_started()
+        return await cancel_job(self.services, job_id, self.jobs.cancel_signal, self.relay.wake)
 
     async def cleanup(self) -> Any:
         """Run one retention sweep now (what the ``$maintenance`` owner does every 60 s)."""
         from akter._engine.retention import sweep
 
-        self._require_started()
-        return await sweep(self)
-
-    def _require_started(self) -> None:
         self.supervisor.require_started()
+        return await sweep(self)
 
     # --- addressing ---------------------------------------------------------------------------
 
@@ -502,10 +411,7 @@ class Runtime:
 
     def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
         """A typed handle to one actor (``runtime.get(Billing)`` for a singleton)."""
-        from akter.handles import Handle
-
-        ref = self.ref(actor, id, tenant=tenant)
-        return cast(A, Handle(self, self.definition(actor), ref))
+        return cast(A, local_handle(self, actor, self.ref(actor, id, tenant=tenant)))
 
     async def create(self, actor: type[A], *, tenant: str = "default") -> A:
         """A handle to a new actor with a minted UUIDv7 id; nothing is written yet."""
@@ -515,24 +421,20 @@ class Runtime:
         """The routing key of an address."""
         return self.registry.routing_key(ref)
 
-    # --- events -------------------------------------------------------------------------------
+    # --- events and progress -------------------------------------------------------------------
 
     async def read_events(
         self, ref: ActorRef, after: str | None = None, limit: int = 1000
     ) -> list[EventRecord]:
         """Committed events of an actor after a cursor (access kind ``events``)."""
-        self._require_started()
-        definition = self.definition(ref.type)
-        await self._check_access_kind(definition, ref, current_caller(), "events")
+        await self._check_read(ref, "events")
         return await read_events(self, ref, after, limit)
 
     async def follow_events(
         self, ref: ActorRef, after: str | None = None
     ) -> AsyncIterator[EventRecord]:
         """Replay after a cursor, then follow new commits live (access kind ``events``)."""
-        self._require_started()
-        definition = self.definition(ref.type)
-        await self._check_access_kind(definition, ref, current_caller(), "events")
+        await self._check_read(ref, "events")
         async for record in follow(self, ref, after):
             yield record
 
@@ -542,191 +444,21 @@ class Runtime:
 
         return job_progress(self, ref, job_id)
 
-    async def _check_access_kind(
-        self, definition: ActorDefinition, ref: ActorRef, caller: Caller, kind: AccessKind
+    async def _check_read(
+        self,
+        ref: ActorRef,
+        kind: Literal["events", "progress"],
+        caller: Caller | None = None,
     ) -> None:
-        allowed = definition.access(caller, ref, "events", kind)
-        if inspect.isawaitable(allowed):
-            allowed = await allowed
-        if not allowed:
-            raise ActorError(
-                "Unauthorized",
-                f"{type(caller).__name__} may not read the {kind} of {ref.type}/{ref.id!r}.",
-                code="access_denied",
-            )
+        self.supervisor.require_started()
+        definition = self.definition(ref.type)
+        await check_access(definition, ref, caller or current_caller(), kind)
 
     # --- call paths ---------------------------------------------------------------------------
 
-    def _refuse_inside_turn(self) -> None:
-        ctx = IN_TURN.get()
-        if ctx is not None and ctx.active:
-            ctx.poisoned = (
-                "request/reply inside a turn: a handler called another actor through a handle; "
-                "use self.send(...) instead."
-            )
-            raise _RequestReplyInTurn(ctx.poisoned)
-
     async def mint_command_id(self) -> str:
         """A fresh command id from the framework clock."""
-        from akter._ids import mint_command_id
-
-        self._require_started()
-        return mint_command_id(self.clock.estimate(), self.window_ms)
-
-    async def _check_access(
-        self, member: Member, ref: ActorRef, caller: Caller, kind: AccessKind
-    ) -> None:
-        allowed = member.owner.access(caller, ref, member.name, kind)
-        if inspect.isawaitable(allowed):
-            allowed = await allowed
-        if not allowed:
-            raise ActorError(
-                "Unauthorized",
-                f"{type(caller).__name__} may not call {ref.type}.{member.name}.",
-                code="access_denied",
-            )
-
-    async def _command(
-        self,
-        member: Member,
-        ref: ActorRef,
-        payload: dict[str, Any],
-        pinned: str | None,
-        caller: Caller | None = None,
-        *,
-        retry: bool = True,
-        fence: LoopLease | None = None,
-    ) -> Any:
-        """An external command: admission, then retries with one id until the deadline.
-
-        With ``retry=False`` (the HTTP path) a retryable refusal is raised at once, for the
-        remote caller to retry with the same id after ``retry_after``. ``fence`` (a singleton
-        loop's lease) makes the turn refuse the command with ``LeaseLost`` once it is stale.
-        """
-        self._require_started()
-        caller = caller or current_caller()
-        raw = pinned if pinned is not None else await self.mint_command_id()
-        command_id = parse_command_id(raw, self.window_ms)
-        if member.internal:
-            raise ActorError(
-                "InvalidInput",
-                f"{ref.type}.{member.name} is internal and cannot be called from outside.",
-                code="unknown_member",
-            )
-        await self._check_access(member, ref, caller, "command")
-        digest = payload_hash(payload)
-        policy = member.owner.policy
-        start = time.monotonic()
-        deadline = start + policy.delivery_timeout / 1000
-        first_wait: float | None = None
-        wait = 0.0
-        in_doubt = False  # some attempt's commit was sent and not answered
-        while True:
-            result = await self._submit_and_wait(
-                member,
-                ref,
-                payload,
-                digest,
-                command_id,
-                caller,
-                external=True,
-                deadline=deadline,
-                fence=fence,
-            )
-            if result.kind == "ok":
-                return result.value
-            error = result.error
-            assert error is not None
-            if not (isinstance(error, ActorError) and error.retryable) or not retry:
-                raise error
-            if not self.supervisor.started:
-                raise error  # the runtime stopped or died: the caller retries elsewhere
-            if error.reason == "Timeout" or error.code == "pool_exhausted":
-                raise error  # pool_exhausted: the turn already waited pool_wait; shed the load
-            in_doubt = in_doubt or error.code == "outcome_unknown"
-            if error.reason == "InvalidCommandId" and (
-                (error.retry_after or 0) * 1000 > FUTURE_WAIT_MS
-                or time.monotonic() + (error.retry_after or 0) >= deadline
-            ):
-                raise error  # a pinned id far in the future: refused, not a Timeout (_ids)
-            first_wait = first_wait or max(error.retry_after or 0.05, 0.001)
-            wait = first_wait if wait == 0 else min(wait * 2, max(0.5, first_wait))
-            now = time.monotonic()
-            expiry_guard = (command_id.expires_ms - 1000 - self.clock.estimate()) / 1000
-            if now + wait >= deadline or wait >= expiry_guard:
-                # Nothing of this command is in flight now: it may have committed only if an
-                # attempt's commit went unanswered (hardening 9).
-                outcome = "it may have committed" if in_doubt else "it was not committed"
-                raise ActorError(
-                    "Timeout",
-                    f"{ref.type}/{ref.id!r}.{member.name} did not complete within the delivery "
-                    f"timeout (last error: {error.reason}); {outcome} — retry with "
-                    f"command id {command_id.raw!r}.",
-                    code="outcome_unknown" if in_doubt else None,
-                    command_id=command_id.raw,
-                )
-            await asyncio.sleep(wait)
-
-    async def _submit_and_wait(
-        self,
-        member: Member,
-        ref: ActorRef,
-        payload: dict[str, Any],
-        digest: str,
-        command_id: Any,
-        caller: Caller,
-        *,
-        external: bool,
-        deadline: float,
-        fence: LoopLease | None = None,
-    ) -> Result:
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        request = Request(
-            member, ref, payload, digest, command_id, caller, external, future, fence=fence
-        )
-        try:
-            self.dispatcher.submit(member.owner, request)
-        except ActorError as exc:
-            return Result("error", error=exc)
-        try:
-            # The caller's deadline never cancels an admitted turn: shield it.
-            # asyncio.timeout, not wait_for: on 3.11 wait_for can drop the caller's own
-            # cancellation when the result arrives at the same moment (see akter._waits).
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                return await asyncio.shield(future)
-        except TimeoutError:
-            return Result(
-                "error",
-                error=ActorError(
-                    "Timeout",
-                    f"{ref.type}/{ref.id!r}.{member.name} did not complete within the delivery "
-                    f"timeout; it may still commit — retry with command id {command_id.raw!r}.",
-                    code="outcome_unknown",  # still queued or running: it may commit later
-                    command_id=command_id.raw,
-                ),
-            )
-
-    async def deliver(
-        self,
-        ref: ActorRef,
-        command: str,
-        payload: dict[str, Any],
-        command_id: str,
-        caller: Caller,
-        *,
-        within: float | None = None,
-    ) -> Result:
-        """An internal delivery (relay): no access policy, no expiry, the id as given."""
-        self._require_started()
-        definition = self.definition(ref.type)
-        member = definition.member(command, "command")
-        body = member.validate_payload(payload)
-        parsed = parse_framework_id(command_id)
-        policy = definition.policy
-        deadline = time.monotonic() + (within or policy.delivery_timeout / 1000)
-        return await self._submit_and_wait(
-            member, ref, body, payload_hash(body), parsed, caller, external=False, deadline=deadline
-        )
+        return self.calls.mint_command_id()
 
     async def call(
         self,
@@ -751,76 +483,5 @@ class Runtime:
             )
         body = found.validate_payload(payload)
         if found.kind == "query":
-            return await self._query(found, ref, body, caller)
-        return await self._command(found, ref, body, command_id, caller, retry=retry)
-
-    async def _query(
-        self,
-        member: Member,
-        ref: ActorRef,
-        payload: dict[str, Any],
-        caller: Caller | None = None,
-    ) -> Any:
-        """A query: one unlocked read of committed state, a read-only view, no receipt."""
-        self._require_started()
-        caller = caller or current_caller()
-        await self._check_access(member, ref, caller, "query")
-        definition = member.owner
-        key = {
-            "rk": routing_key_of(definition, ref),
-            "tenant": ref.tenant,
-            "type": ref.type,
-            "id": ref.id,
-        }
-        wait = self.query_pool_wait_ms / 1000
-        try:
-            async with self.store.pool.connection(timeout=wait) as conn:
-                cur = await conn.execute(self.store.queries["query_actor"], key)
-                row = await cur.fetchone()
-                now_ms = await self.clock.read_on(conn)
-        except PoolTimeout:
-            raise self.store.exhausted(wait, f"the query {ref.type}.{member.name}") from None
-        if row is None or not row[1]:
-            if definition.gated:
-                raise ActorError(
-                    "NotCreated", f"{definition.name}/{ref.id!r} has not been created."
-                )
-        if row is None:
-            state = definition.default_state()
-            cursor = 0
-        else:
-            try:
-                state = definition.state_model.model_validate(row[3])
-            except ValidationError as exc:
-                raise ActorError(
-                    "Defect", f"Stored state of {ref.type}/{ref.id!r} fails validation: {exc}"
-                ) from None
-            cursor = int(row[2])  # type: ignore[call-overload]
-        ctx = TurnContext(
-            definition=definition,
-            ref=ref,
-            caller=caller,
-            command_id=None,
-            now_ms=now_ms,
-            state=state,
-            window_ms=self.window_ms,
-            readonly=True,
-            cursor=cursor,
-            events_reader=lambda after, limit: read_events(self, ref, after, limit),
-        )
-        instance = definition.cls.__new__(definition.cls)
-        instance.__dict__["_akter_ctx"] = ctx
-        ctx.task = asyncio.current_task()
-        ctx.active = True
-        try:
-            async with asyncio.timeout(definition.policy.execution_timeout / 1000):
-                value = await member.fn(instance, **member.arguments(payload))
-        finally:
-            ctx.active = False
-        await self._check_access(member, ref, caller, "query")
-        try:
-            return member.result.validate_python(unwrap_read_only(value))
-        except ValidationError as exc:
-            raise ActorError(
-                "Defect", f"{ref.type}.{member.name} returned a value that fails its annotation."
-            ) from exc
+            return await self.calls.query(found, ref, body, caller)
+        return await self.calls.command(found, ref, body, command_id, caller, retry=retry)

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from akter import __version__
 from akter._engine.sampling import Sampler
+from akter._version import __version__
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime

@@ -1,0 +1,308 @@
+"""The call paths into actors: commands, deliveries, queries and singleton loops.
+
+- ``command``: an external command (a handle, HTTP). Access check, one command id, then
+  ``submit`` and retries with that id until the delivery timeout (``akter._retry``).
+- ``deliver``: an internal delivery (the relay): no access policy, the framework id as given.
+- ``query``: one unlocked read of committed state, run against a read-only view.
+- ``run_loop``: a singleton's ``run()`` loop, on the lease owner.
+
+Commands and deliveries reach a turn through ``submit`` (the dispatcher's mailbox, then the turn
+engine); queries and loops run the actor's method in place through ``invoke``. Access is checked
+by ``check_access`` alone, for members and for event/progress reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from psycopg_pool import PoolTimeout
+from pydantic import ValidationError
+
+from akter._engine.dispatcher import Dispatcher
+from akter._engine.services import Services
+from akter._engine.turn import Request, Result
+from akter._ids import mint_command_id, parse_command_id, parse_framework_id, payload_hash
+from akter._retry import CommandRetry
+from akter.actor import AccessKind, ActorDefinition, Member
+from akter.callers import ActorRef, Caller, System, current_caller
+from akter.context import IN_TURN, LoopLease, TurnContext, unwrap_read_only
+from akter.errors import ActorError
+
+EventsReader = Callable[[ActorRef, "str | None", int], Awaitable[Any]]
+
+
+class RequestReplyInTurn(BaseException):
+    """A handler called another actor request/reply: the turn is poisoned (semantics §3.1)."""
+
+
+def refuse_inside_turn() -> None:
+    """Refuse a request/reply call from inside a running turn (use ``self.send``)."""
+    ctx = IN_TURN.get()
+    if ctx is not None and ctx.active:
+        ctx.poisoned = (
+            "request/reply inside a turn: a handler called another actor through a handle; "
+            "use self.send(...) instead."
+        )
+        raise RequestReplyInTurn(ctx.poisoned)
+
+
+async def check_access(
+    definition: ActorDefinition,
+    ref: ActorRef,
+    caller: Caller,
+    kind: AccessKind,
+    member: str | None = None,
+) -> None:
+    """Ask the type's access policy; ``member`` is ``None`` for event and progress reads."""
+    allowed = definition.access(caller, ref, member or "events", kind)
+    if inspect.isawaitable(allowed):
+        allowed = await allowed
+    if allowed:
+        return
+    if member is None:
+        detail = f"{type(caller).__name__} may not read the {kind} of {ref.type}/{ref.id!r}."
+    else:
+        detail = f"{type(caller).__name__} may not call {ref.type}.{member}."
+    raise ActorError("Unauthorized", detail, code="access_denied")
+
+
+async def invoke(
+    definition: ActorDefinition, ctx: TurnContext, method: Callable[..., Awaitable[Any]]
+) -> Any:
+    """Run ``method`` of a fresh, uninitialised actor instance bound to ``ctx``."""
+    instance = definition.cls.__new__(definition.cls)
+    instance.__dict__["_akter_ctx"] = ctx
+    ctx.task = asyncio.current_task()
+    ctx.active = True
+    try:
+        return await method(instance)
+    finally:
+        ctx.active = False
+
+
+class Calls:
+    """The call paths of one runner (module docstring)."""
+
+    def __init__(
+        self, services: Services, dispatcher: Dispatcher, read_events: EventsReader
+    ) -> None:
+        self._services = services
+        self._dispatcher = dispatcher
+        self._read_events = read_events
+
+    def mint_command_id(self) -> str:
+        """A fresh command id from the framework clock."""
+        self._services.supervisor.require_started()
+        return mint_command_id(self._services.clock.estimate(), self._services.config.window_ms)
+
+    async def command(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        pinned: str | None,
+        caller: Caller | None = None,
+        *,
+        retry: bool = True,
+        fence: LoopLease | None = None,
+    ) -> Any:
+        """An external command: admission, then retries with one id until the deadline.
+
+        With ``retry=False`` (the HTTP path) a retryable refusal is raised at once, for the
+        remote caller to retry with the same id after ``retry_after``. ``fence`` (a singleton
+        loop's lease) makes the turn refuse the command with ``LeaseLost`` once it is stale.
+        """
+        services = self._services
+        services.supervisor.require_started()
+        caller = caller or current_caller()
+        raw = pinned if pinned is not None else self.mint_command_id()
+        command_id = parse_command_id(raw, services.config.window_ms)
+        if member.internal:
+            raise ActorError(
+                "InvalidInput",
+                f"{ref.type}.{member.name} is internal and cannot be called from outside.",
+                code="unknown_member",
+            )
+        await check_access(member.owner, ref, caller, "command", member.name)
+        digest = payload_hash(payload)
+        deadline = time.monotonic() + member.owner.policy.delivery_timeout / 1000
+        retries = CommandRetry(
+            f"{ref.type}/{ref.id!r}.{member.name}",
+            command_id.raw,
+            deadline,
+            first_wait=0.05,
+            floor=0.001,
+            fixed_first=True,
+            expiry_guard=lambda: (command_id.expires_ms - 1000 - services.clock.estimate()) / 1000,
+        )
+        while True:
+            result = await self.submit(
+                member, ref, payload, digest, command_id, caller, True, deadline, fence
+            )
+            if result.kind == "ok":
+                return result.value
+            error = result.error
+            assert error is not None
+            if not (isinstance(error, ActorError) and error.retryable) or not retry:
+                raise error
+            if not services.supervisor.started:
+                raise error  # the runtime stopped or died: the caller retries elsewhere
+            if error.reason == "Timeout" or error.code == "pool_exhausted":
+                raise error  # pool_exhausted: the turn already waited pool_wait; shed the load
+            await asyncio.sleep(retries.wait_after(error))
+
+    async def deliver(
+        self,
+        ref: ActorRef,
+        command: str,
+        payload: dict[str, Any],
+        command_id: str,
+        caller: Caller,
+        *,
+        within: float | None = None,
+    ) -> Result:
+        """An internal delivery (relay): no access policy, no expiry, the id as given."""
+        self._services.supervisor.require_started()
+        definition = self._services.registry.definition(ref.type)
+        member = definition.member(command, "command")
+        body = member.validate_payload(payload)
+        parsed = parse_framework_id(command_id)
+        deadline = time.monotonic() + (within or definition.policy.delivery_timeout / 1000)
+        return await self.submit(
+            member, ref, body, payload_hash(body), parsed, caller, False, deadline
+        )
+
+    async def submit(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        digest: str,
+        command_id: Any,
+        caller: Caller,
+        external: bool,
+        deadline: float,
+        fence: LoopLease | None = None,
+    ) -> Result:
+        """Hand a command to its mailbox and wait for its result until ``deadline``."""
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        request = Request(
+            member, ref, payload, digest, command_id, caller, external, future, fence=fence
+        )
+        try:
+            self._dispatcher.submit(member.owner, request)
+        except ActorError as exc:
+            return Result("error", error=exc)
+        try:
+            # The caller's deadline never cancels an admitted turn: shield it.
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can drop the caller's own
+            # cancellation when the result arrives at the same moment (see akter._waits).
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            name, raw = member.name, command_id.raw
+            return Result(
+                "error",
+                error=ActorError(
+                    "Timeout",
+                    f"{ref.type}/{ref.id!r}.{name} did not complete within the delivery "
+                    f"timeout; it may still commit — retry with command id {raw!r}.",
+                    code="outcome_unknown",  # still queued or running: it may commit later
+                    command_id=raw,
+                ),
+            )
+
+    async def query(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        caller: Caller | None = None,
+    ) -> Any:
+        """A query: one unlocked read of committed state, a read-only view, no receipt."""
+        services = self._services
+        services.supervisor.require_started()
+        caller = caller or current_caller()
+        definition = member.owner
+        await check_access(definition, ref, caller, "query", member.name)
+        state, cursor, now_ms = await self._read_state(member, ref)
+        ctx = TurnContext(
+            definition=definition,
+            ref=ref,
+            caller=caller,
+            command_id=None,
+            now_ms=now_ms,
+            state=state,
+            window_ms=services.config.window_ms,
+            readonly=True,
+            cursor=cursor,
+            events_reader=lambda after, limit: self._read_events(ref, after, limit),
+        )
+        arguments = member.arguments(payload)
+        async with asyncio.timeout(definition.policy.execution_timeout / 1000):
+            value = await invoke(definition, ctx, lambda actor: member.fn(actor, **arguments))
+        await check_access(definition, ref, caller, "query", member.name)
+        try:
+            return member.result.validate_python(unwrap_read_only(value))
+        except ValidationError as exc:
+            raise ActorError(
+                "Defect", f"{ref.type}.{member.name} returned a value that fails its annotation."
+            ) from exc
+
+    async def _read_state(self, member: Member, ref: ActorRef) -> tuple[Any, int, int]:
+        """The committed state, event cursor and database time for a query."""
+        store, definition = self._services.store, member.owner
+        key = {
+            "rk": self._services.registry.routing_key(ref),
+            "tenant": ref.tenant,
+            "type": ref.type,
+            "id": ref.id,
+        }
+        wait = self._services.config.query_pool_wait_ms / 1000
+        try:
+            async with store.pool.connection(timeout=wait) as conn:
+                cur = await conn.execute(store.queries["query_actor"], key)
+                row = await cur.fetchone()
+                now_ms = await self._services.clock.read_on(conn)
+        except PoolTimeout:
+            raise store.exhausted(wait, f"the query {ref.type}.{member.name}") from None
+        if (row is None or not row[1]) and definition.gated:
+            raise ActorError("NotCreated", f"{definition.name}/{ref.id!r} has not been created.")
+        if row is None:
+            return definition.default_state(), 0, now_ms
+        try:
+            state = definition.state_model.model_validate(row[3])
+        except ValidationError as exc:
+            raise ActorError(
+                "Defect", f"Stored state of {ref.type}/{ref.id!r} fails validation: {exc}"
+            ) from None
+        return state, int(row[2]), now_ms  # type: ignore[call-overload]
+
+    async def run_loop(
+        self, actor_type: str, runner_id: str, epoch: int | None, facade: Any
+    ) -> None:
+        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner).
+
+        ``epoch`` is ``acquired_at_ms`` of the lease acquisition that started the loop: the
+        commands the loop sends through ``self.runtime`` (``facade``, fenced) carry it.
+        """
+        definition = self._services.registry.definition(actor_type)
+        ctx = TurnContext(
+            definition=definition,
+            ref=ActorRef("default", definition.name, ""),
+            caller=System("process"),
+            command_id=None,
+            now_ms=self._services.clock.estimate(),
+            state=definition.default_state(),
+            window_ms=self._services.config.window_ms,
+            readonly=True,
+        )
+        ctx.loop_runtime = facade
+        ctx.runner_id = runner_id
+        if epoch is not None:
+            ctx.lease = LoopLease(definition.name, runner_id, epoch)
+        await invoke(definition, ctx, lambda actor: actor.run())

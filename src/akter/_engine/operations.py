@@ -1,0 +1,70 @@
+"""Operator actions outside any turn: seeding singleton ticks, cancelling a job by id.
+
+Each runs in its own short transaction. Seeding happens once per start: every runner inserts its
+singletons' default instance and their schedule ticks (inserts that already exist are no-ops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from akter._engine.dispatcher import routing_key_of
+from akter._engine.services import Services
+from akter._engine.turn import Activation, tick_rows
+from akter._ids import canonical_json
+from akter.callers import ActorRef
+
+
+async def seed_singleton_ticks(services: Services) -> None:
+    """Insert each hosted singleton's default instance and ticks (idempotent)."""
+    if not services.config.host_actors:
+        return
+    store, clock = services.store, services.clock
+    for definition in services.registry.definitions.values():
+        if not (definition.singleton and definition.schedules):
+            continue
+        ref = ActorRef("default", definition.name, "")
+        act = Activation(definition, ref, routing_key_of(definition, ref))
+        now = await clock.read()
+        q = store.queries
+        async with store.framework.connection() as conn, conn.transaction():
+            await conn.execute(
+                q["ensure_actor"],
+                {
+                    "rk": act.routing_key,
+                    "tenant": ref.tenant,
+                    "type": ref.type,
+                    "id": ref.id,
+                    "state": canonical_json(definition.default_state().model_dump(mode="json")),
+                    "state_version": 0,
+                    "off": clock.offset_ms,
+                },
+            )
+            await conn.execute(
+                q["insert_ticks"], tick_rows(definition, act, now, services.config.window_ms)
+            )
+
+
+async def cancel_job(
+    services: Services,
+    job_id: str,
+    signal_running: Callable[[list[str]], None],
+    wake_relay: Callable[[], None],
+) -> str:
+    """Cancel a job by id: ``"deleted"`` (never ran), ``"cancelled"`` or ``"unknown"``."""
+    store = services.store
+    q = store.queries
+    async with store.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(q["cancel_job_by_id_unstarted"], {"job_id": job_id})
+        if await cur.fetchall():
+            return "deleted"
+        cur = await conn.execute(
+            q["cancel_job_by_id_started"], {"job_id": job_id, "off": services.clock.offset_ms}
+        )
+        rows = await cur.fetchall()
+    if not rows:
+        return "unknown"
+    if any(bool(r[1]) for r in rows):
+        signal_running([job_id])
+    wake_relay()
+    return "cancelled"

@@ -1,0 +1,52 @@
+"""After a local commit: who must hear of it (the relay, running attempts, event feeds).
+
+A turn's commit callback: a due intent wakes this runner's relay at once; cancelled running
+attempts get their signal; new rows and events poke the other runners (NOTIFY, when enabled).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from akter._store.pool import Clock
+from akter.callers import ActorRef
+
+
+class _Relay(Protocol):
+    def wake(self) -> None: ...
+    def poke_others(self) -> None: ...
+
+
+class _Jobs(Protocol):
+    def cancel_signal(self, job_ids: list[str]) -> None: ...
+
+
+class _Events(Protocol):
+    def publish(self, ref: ActorRef) -> None: ...
+
+
+class CommitWakes:
+    """The commit callback of a runner's turn engine (module docstring)."""
+
+    def __init__(self, clock: Clock, relay: _Relay, jobs: _Jobs, events: _Events) -> None:
+        self._clock = clock
+        self._relay = relay
+        self._jobs = jobs
+        self._events = events
+
+    def __call__(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
+        now = self._clock.estimate()
+        due = any(
+            (r.at_ms is not None and r.at_ms <= now) or (r.at_ms is None and not r.delay_ms)
+            for r in writes.rows
+        )
+        running = [job_id for job_id, is_running in cancelled if is_running]
+        if running:
+            self._jobs.cancel_signal(running)
+        if due or len(running) < len(cancelled):
+            self._relay.wake()
+        if writes.rows or cancelled:
+            self._relay.poke_others()
+        if writes.events:
+            self._events.publish(act.ref)
+            self._relay.poke_others()
