@@ -170,7 +170,7 @@ async def _pending_migrations(runtime: Runtime) -> list[str] | None:
     from akter._store.migrate import known_migrations
 
     known = [m.id for m in known_migrations()]
-    url = runtime._database_url
+    url = runtime.config.database_url
     if not url:
         return None  # an embedded server the runtime starts itself: counted while applied
     try:
@@ -210,7 +210,7 @@ class _MigrationSteps(logging.Handler):
 
 
 def _database_url(runtime: Runtime) -> str:
-    url = runtime._database_url
+    url = runtime.config.database_url
     if url:
         return url
     from akter._store.embedded import default_data_dir, running_url

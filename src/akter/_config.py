@@ -1,7 +1,7 @@
 """The runner's configuration: every ``Runtime(...)`` option, validated once, then frozen.
 
-``RuntimeConfig.build`` is the one place the keyword arguments of ``akter.Runtime`` are checked
-and turned into whole milliseconds; every component reads the frozen result (through
+``RuntimeConfig`` is the one place the keyword arguments of ``akter.Runtime`` are checked and
+turned into whole milliseconds; every component reads the frozen result (through
 ``Services.config``) and never the raw arguments. The README's option table lists the same
 options with the same bounds.
 """
@@ -9,11 +9,11 @@ options with the same bounds.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from akter._ids import ms_from_duration
 from akter.errors import ConfigurationError
@@ -34,149 +34,188 @@ _CLAIM_LEASE_FLOOR_MS = 32_000
 Duration = float | timedelta
 
 
-@dataclass(frozen=True)
-class RuntimeConfig:
-    """The validated options of one runner (``akter.Runtime``'s keyword arguments).
-
-    Durations are whole milliseconds. ``database_url`` is ``None`` for the embedded server.
-    """
+class RuntimeOptions(TypedDict, total=False):
+    """The keyword options of ``akter.Runtime`` (defaults and bounds: ``RuntimeConfig``)."""
 
     database_url: str | None
-    data_dir: Path | None
     schema: str
-    #: How long a command id stays valid (``retry_window``).
-    window_ms: int
+    retry_window: Duration
     max_resident_actors: int
     max_pending_commands: int
     pool_size: int
     framework_pool_size: int
-    #: The longest a turn, and a query, waits for a pooled connection.
-    pool_wait_ms: int
-    query_pool_wait_ms: int
-    drain_deadline_ms: int
+    pool_wait: Duration
+    query_pool_wait: Duration
+    drain_deadline: Duration
+    data_dir: str | Path | None
     notify: bool
-    poll_ms: int
+    poll: Duration
     pass_limit: int
     delivery_concurrency: int
-    max_backoff_ms: int
-    claim_lease_ms: int
+    max_backoff: Duration
+    claim_lease: Duration | None
     executor_concurrency: int
-    #: The executor's job attempt lease (``lease``).
-    job_lease_ms: int
-    cancel_check_ms: int
-    #: The job types this runner executes, as (actor type, job name).
-    executes: frozenset[tuple[str, str]]
+    lease: Duration
+    cancel_check: Duration | None
+    jobs: Sequence[Any] | None
     relay: bool
     maintenance: bool
     host_actors: bool
-    singleton_lease_ms: int
-    clock_offset_ms: int
+    singleton_lease: Duration
+    clock_offset: Duration
 
-    @classmethod
-    def build(
-        cls,
-        definitions: Iterable[ActorDefinition],
-        *,
-        database_url: str | None,
-        schema: str,
-        retry_window: Duration,
-        max_resident_actors: int,
-        max_pending_commands: int,
-        pool_size: int,
-        framework_pool_size: int,
-        pool_wait: Duration,
-        query_pool_wait: Duration,
-        drain_deadline: Duration,
-        data_dir: str | Path | None,
-        notify: bool,
-        poll: Duration,
-        pass_limit: int,
-        delivery_concurrency: int,
-        max_backoff: Duration,
-        claim_lease: Duration | None,
-        executor_concurrency: int,
-        lease: Duration,
-        cancel_check: Duration | None,
-        jobs: Sequence[Any] | None,
-        relay: bool,
-        maintenance: bool,
-        host_actors: bool,
-        singleton_lease: Duration,
-        clock_offset: Duration,
-    ) -> RuntimeConfig:
-        """Check every option; raise ``ConfigurationError`` naming the first one out of range."""
-        definitions = tuple(definitions)
-        window_ms = ms_from_duration(retry_window, "retry_window")
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """The validated options of one runner; ``ConfigurationError`` names the first bad one.
+
+    Durations are seconds (``int``/``float``) or a ``timedelta`` and are kept as whole
+    milliseconds in the ``*_ms`` fields, which are what components read.
+
+    Attributes:
+        database_url: A PostgreSQL URL; default ``$AKTER_DATABASE_URL``, else (``None``) an
+            embedded server under ``./.akter`` (or ``$AKTER_DATA_DIR``, or ``data_dir``),
+            started and stopped with the runtime.
+        schema: The schema holding akter's tables (default ``akter``).
+        retry_window: How long a command id stays valid (default 24 h, 1 ms to 30 days); must
+            match the deployment's recorded window.
+        max_resident_actors: Activations kept in memory before refusing new ones (≥ 1).
+        max_pending_commands: Commands queued on this runner before refusing new ones (≥ 1).
+        pool_size: Largest number of pooled connections for turns and queries (default 20).
+        framework_pool_size: Connections of the framework's own pool (default 3, 1 to 100):
+            heartbeats, singleton leases, relay backoffs, job claims and settles, retention.
+            User turns never take them.
+        pool_wait: The longest a turn waits for a pooled connection (default 2 s, 1 ms to 1 h);
+            then its commands fail with a retryable ``ActorError`` ``ActorUnavailable`` (code
+            ``pool_exhausted``), not retried by handles.
+        query_pool_wait: The same bound for a query (default 2 s, 1 ms to 1 h).
+        drain_deadline: Longest graceful shutdown (default 30 s).
+        data_dir: The embedded server's data directory.
+        notify: Wake other runners with ``NOTIFY`` after commits (default off: they poll).
+        poll: The relay's and executors' idle poll interval (default 1 s).
+        pass_limit: Rows a relay pass claims at most (default 256).
+        delivery_concurrency: Deliveries in flight per runner (default 16).
+        max_backoff: The longest wait between delivery retries (default 256 s).
+        claim_lease: How long a relay claim holds a row (default: the longest
+            ``execution_timeout + lock_wait`` of the hosted types, + 5 s).
+        executor_concurrency: Job attempts in flight per runner (default 64).
+        lease: The job attempt lease (default 60 s, at least 3 s).
+        cancel_check: How often a running attempt checks for cancellation (default lease ÷ 3,
+            at least 1 s, at most lease ÷ 3).
+        jobs: The declared jobs this runner executes (default: all of its types' jobs; ``[]``:
+            none).
+        relay: Run the relay on this runner (default on).
+        maintenance: Contend for the ``$maintenance`` singleton (retention; default on).
+        host_actors: Host the actor types' singleton loops and ticks (default on).
+        singleton_lease: The lease on a singleton's ``run()`` loop (and ``$maintenance``), 1 s
+            to 1 day (default 35 s, semantics §8.2). The owner refreshes it every lease × 10/35
+            and stops its loop min(5 s, lease ÷ 7) before it could end; a dead owner's loop is
+            taken over once its lease ends. Every runner of a deployment should use the same.
+        clock_offset: Moves this runner's framework clock ahead of the database clock (default
+            0; at most 366 days). The test offset of semantics §1.7, for demos and drills that
+            need a time of day: every runner of the schema must use the same offset. Never set
+            it in production.
+    """
+
+    definitions: InitVar[Sequence[ActorDefinition]] = ()
+    database_url: str | None = None
+    schema: str = "akter"
+    retry_window: Duration = timedelta(hours=24)
+    max_resident_actors: int = 10_000
+    max_pending_commands: int = 10_000
+    pool_size: int = 20
+    framework_pool_size: int = 3
+    pool_wait: Duration = 2.0
+    query_pool_wait: Duration = 2.0
+    drain_deadline: Duration = 30.0
+    data_dir: str | Path | None = None
+    notify: bool = False
+    poll: Duration = 1.0
+    pass_limit: int = 256
+    delivery_concurrency: int = 16
+    max_backoff: Duration = 256.0
+    claim_lease: Duration | None = None
+    executor_concurrency: int = 64
+    lease: Duration = 60.0
+    cancel_check: Duration | None = None
+    jobs: Sequence[Any] | None = None
+    relay: bool = True
+    maintenance: bool = True
+    host_actors: bool = True
+    singleton_lease: Duration = 35.0
+    clock_offset: Duration = 0.0
+    # --- derived, in whole milliseconds -------------------------------------------------------
+    window_ms: int = field(init=False)
+    pool_wait_ms: int = field(init=False)
+    query_pool_wait_ms: int = field(init=False)
+    drain_deadline_ms: int = field(init=False)
+    poll_ms: int = field(init=False)
+    max_backoff_ms: int = field(init=False)
+    claim_lease_ms: int = field(init=False)
+    job_lease_ms: int = field(init=False)
+    cancel_check_ms: int = field(init=False)
+    singleton_lease_ms: int = field(init=False)
+    clock_offset_ms: int = field(init=False)
+    #: The job types this runner executes, as (actor type, job name).
+    executes: frozenset[tuple[str, str]] = field(init=False)
+
+    def __post_init__(self, definitions: Sequence[ActorDefinition]) -> None:
+        self._set("database_url", self.database_url or os.environ.get("AKTER_DATABASE_URL"))
+        self._set("data_dir", Path(self.data_dir) if self.data_dir else None)
+        window_ms = ms_from_duration(self.retry_window, "retry_window")
         if not _WINDOW_MIN_MS <= window_ms <= _WINDOW_MAX_MS:
             raise ConfigurationError("retry_window must be between 1 ms and 30 days.")
-        for name, value in (
-            ("max_resident_actors", max_resident_actors),
-            ("max_pending_commands", max_pending_commands),
-            ("pool_size", pool_size),
-        ):
+        self._set("window_ms", window_ms)
+        for name in ("max_resident_actors", "max_pending_commands", "pool_size"):
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an integer ≥ 1, got {value!r}.")
-        singleton_lease_ms = _duration(singleton_lease, "singleton_lease")
-        offset_ms = _duration(clock_offset, "clock_offset")
-        if not _SINGLETON_LEASE_MIN_MS <= singleton_lease_ms <= _SINGLETON_LEASE_MAX_MS:
+        self._check_singletons()
+        _check_count("framework_pool_size", self.framework_pool_size, 1, 100, show=True)
+        self._set("pool_wait_ms", _bounded(self.pool_wait, "pool_wait"))
+        self._set("query_pool_wait_ms", _bounded(self.query_pool_wait, "query_pool_wait"))
+        self._set("drain_deadline_ms", ms_from_duration(self.drain_deadline, "drain_deadline"))
+        for name in ("pass_limit", "delivery_concurrency", "executor_concurrency"):
+            _check_count(name, getattr(self, name), 1, 1_000_000)
+        self._set("notify", bool(self.notify))
+        self._set("poll_ms", _at_least(self.poll, "poll", 1))
+        self._set("max_backoff_ms", _at_least(self.max_backoff, "max_backoff", 1))
+        claim = self.claim_lease
+        self._set(
+            "claim_lease_ms",
+            _default_claim_lease(definitions)
+            if claim is None
+            else _at_least(claim, "claim_lease", 1),
+        )
+        self._check_jobs()
+        self._set("executes", _executes(definitions, self.jobs))
+        for name in ("relay", "maintenance", "host_actors"):
+            self._set(name, bool(getattr(self, name)))
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _check_singletons(self) -> None:
+        lease_ms = _duration(self.singleton_lease, "singleton_lease")
+        offset_ms = _duration(self.clock_offset, "clock_offset")
+        if not _SINGLETON_LEASE_MIN_MS <= lease_ms <= _SINGLETON_LEASE_MAX_MS:
             raise ConfigurationError(
-                f"singleton_lease must be between 1 s and 1 day, got {singleton_lease_ms} ms."
+                f"singleton_lease must be between 1 s and 1 day, got {lease_ms} ms."
             )
         if offset_ms > _CLOCK_OFFSET_MAX_MS:
             raise ConfigurationError(f"clock_offset must be at most 366 days, got {offset_ms} ms.")
-        _check_count("framework_pool_size", framework_pool_size, 1, 100, show=True)
-        pool_wait_ms = _bounded(pool_wait, "pool_wait")
-        query_pool_wait_ms = _bounded(query_pool_wait, "query_pool_wait")
-        drain_deadline_ms = ms_from_duration(drain_deadline, "drain_deadline")
-        for name, value in (
-            ("pass_limit", pass_limit),
-            ("delivery_concurrency", delivery_concurrency),
-            ("executor_concurrency", executor_concurrency),
-        ):
-            _check_count(name, value, 1, 1_000_000)
-        poll_ms = _at_least(poll, "poll", 1)
-        max_backoff_ms = _at_least(max_backoff, "max_backoff", 1)
-        claim_lease_ms = (
-            _default_claim_lease(definitions)
-            if claim_lease is None
-            else _at_least(claim_lease, "claim_lease", 1)
-        )
-        job_lease_ms = _at_least(lease, "lease", 3_000)
-        cancel_check_ms = (
-            job_lease_ms // 3
-            if cancel_check is None
-            else _at_least(cancel_check, "cancel_check", 1_000)
-        )
-        if cancel_check_ms > job_lease_ms // 3:
+        self._set("singleton_lease_ms", lease_ms)
+        self._set("clock_offset_ms", offset_ms)
+
+    def _check_jobs(self) -> None:
+        lease_ms = _at_least(self.lease, "lease", 3_000)
+        cancel_ms = lease_ms // 3
+        if self.cancel_check is not None:
+            cancel_ms = _at_least(self.cancel_check, "cancel_check", 1_000)
+        if cancel_ms > lease_ms // 3:
             raise ConfigurationError("cancel_check must be at most a third of the lease.")
-        return cls(
-            database_url=database_url or os.environ.get("AKTER_DATABASE_URL") or None,
-            data_dir=Path(data_dir) if data_dir else None,
-            schema=schema,
-            window_ms=window_ms,
-            max_resident_actors=max_resident_actors,
-            max_pending_commands=max_pending_commands,
-            pool_size=pool_size,
-            framework_pool_size=framework_pool_size,
-            pool_wait_ms=pool_wait_ms,
-            query_pool_wait_ms=query_pool_wait_ms,
-            drain_deadline_ms=drain_deadline_ms,
-            notify=bool(notify),
-            poll_ms=poll_ms,
-            pass_limit=pass_limit,
-            delivery_concurrency=delivery_concurrency,
-            max_backoff_ms=max_backoff_ms,
-            claim_lease_ms=claim_lease_ms,
-            executor_concurrency=executor_concurrency,
-            job_lease_ms=job_lease_ms,
-            cancel_check_ms=cancel_check_ms,
-            executes=_executes(definitions, jobs),
-            relay=bool(relay),
-            maintenance=bool(maintenance),
-            host_actors=bool(host_actors),
-            singleton_lease_ms=singleton_lease_ms,
-            clock_offset_ms=offset_ms,
-        )
+        self._set("job_lease_ms", lease_ms)
+        self._set("cancel_check_ms", cancel_ms)
 
 
 def _duration(value: Duration, what: str) -> int:

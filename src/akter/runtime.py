@@ -13,12 +13,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, Unpack, cast
 
-from akter._config import RuntimeConfig
+from akter._config import RuntimeConfig, RuntimeOptions
 from akter._engine.calls import Calls, check_access
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.events import EventBus, follow, read_events
@@ -66,44 +65,16 @@ class DrainReport:
     released_claims: int = 0
 
 
-_WINDOW_MIN_MS = 1
-_WINDOW_MAX_MS = 30 * 24 * 3600 * 1000
-_SINGLETON_LEASE_MIN_MS = 1_000
-_SINGLETON_LEASE_MAX_MS = 24 * 3600 * 1000
-_CLOCK_OFFSET_MAX_MS = 366 * 24 * 3600 * 1000
-_POOL_WAIT_MAX_MS = 3600 * 1000
-
-
 class Runtime:
-    """An akter runner: call actors in-process, and (with later layers) relay and execute.
+    """An akter runner: hosts actors, runs their turns, relays messages, executes jobs.
 
     Args:
         actors: The actor classes this runtime hosts.
-        database_url: A PostgreSQL URL; default ``$AKTER_DATABASE_URL``, else an embedded server
-            under ``./.akter`` (or ``$AKTER_DATA_DIR``), started and stopped with the runtime.
-        schema: The schema holding akter's tables (default ``akter``).
-        retry_window: How long a command id stays valid (default 24 h); must match the
-            deployment's recorded window.
-        max_resident_actors: Activations kept in memory before refusing new ones.
-        max_pending_commands: Commands queued on this runner before refusing new ones.
-        pool_size: Largest number of pooled connections for turns and queries (default 20).
-        framework_pool_size: Connections of the framework's own pool (default 3, 1 to 100):
-            heartbeats, singleton leases, relay backoffs, job claims and settles, retention.
-            User turns never take them.
-        pool_wait: The longest a turn waits for a pooled connection, in seconds or a
-            ``timedelta`` (default 2 s, 1 ms to 1 h); then its commands fail with a retryable
-            ``ActorError`` ``ActorUnavailable`` (code ``pool_exhausted``), not retried by handles.
-        query_pool_wait: The same bound for a query (default 2 s, 1 ms to 1 h).
-        drain_deadline: Longest graceful shutdown, in seconds.
-        singleton_lease: The lease on a singleton's ``run()`` loop (and ``$maintenance``), in
-            seconds or a ``timedelta``, 1 s to 1 day (default 35 s, semantics §8.2). The owner
-            refreshes it every lease × 10/35 and stops its loop min(5 s, lease ÷ 7) before it
-            could end; a dead owner's loop is taken over once its lease ends. Every runner of a
-            deployment should use the same value.
-        clock_offset: Moves this runner's framework clock ahead of the database clock, in
-            seconds or a ``timedelta`` (default 0; at most 366 days). The test offset of
-            semantics §1.7, for demos and drills that need a time of day (a nightly schedule):
-            every runner of the schema must use the same offset. Never set it in production.
+        hooks: Fault points for tests (``akter.testing``).
+        **options: The runner's options (``akter._config.RuntimeConfig`` documents each, with
+            its default and bounds; the README's option table lists them): ``database_url``
+            (default ``$AKTER_DATABASE_URL``, else an embedded server), ``schema``,
+            ``retry_window``, ``pool_size``, ``pool_wait``, ``singleton_lease``, ...
 
     Use it as an async context manager::
 
@@ -115,65 +86,13 @@ class Runtime:
         self,
         actors: Sequence[type[Actor[Any]]] = (),
         *,
-        database_url: str | None = None,
-        schema: str = "akter",
-        retry_window: float | timedelta = timedelta(hours=24),
-        max_resident_actors: int = 10_000,
-        max_pending_commands: int = 10_000,
-        pool_size: int = 20,
-        framework_pool_size: int = 3,
-        pool_wait: float | timedelta = 2.0,
-        query_pool_wait: float | timedelta = 2.0,
-        drain_deadline: float | timedelta = 30.0,
-        data_dir: str | Path | None = None,
         hooks: Hooks | None = None,
-        notify: bool = False,
-        poll: float | timedelta = 1.0,
-        pass_limit: int = 256,
-        delivery_concurrency: int = 16,
-        max_backoff: float | timedelta = 256.0,
-        claim_lease: float | timedelta | None = None,
-        executor_concurrency: int = 64,
-        lease: float | timedelta = 60.0,
-        cancel_check: float | timedelta | None = None,
-        jobs: Sequence[Any] | None = None,
-        relay: bool = True,
-        maintenance: bool = True,
-        host_actors: bool = True,
-        singleton_lease: float | timedelta = 35.0,
-        clock_offset: float | timedelta = 0.0,
+        **options: Unpack[RuntimeOptions],
     ) -> None:
         self.registry = Registry(actors)
         self.definitions = self.registry.definitions
-        self.config = config = RuntimeConfig.build(
-            self.definitions.values(),
-            database_url=database_url,
-            schema=schema,
-            retry_window=retry_window,
-            max_resident_actors=max_resident_actors,
-            max_pending_commands=max_pending_commands,
-            pool_size=pool_size,
-            framework_pool_size=framework_pool_size,
-            pool_wait=pool_wait,
-            query_pool_wait=query_pool_wait,
-            drain_deadline=drain_deadline,
-            data_dir=data_dir,
-            notify=notify,
-            poll=poll,
-            pass_limit=pass_limit,
-            delivery_concurrency=delivery_concurrency,
-            max_backoff=max_backoff,
-            claim_lease=claim_lease,
-            executor_concurrency=executor_concurrency,
-            lease=lease,
-            cancel_check=cancel_check,
-            jobs=jobs,
-            relay=relay,
-            maintenance=maintenance,
-            host_actors=host_actors,
-            singleton_lease=singleton_lease,
-            clock_offset=clock_offset,
-        )
+        #: The validated options.
+        self.config = config = RuntimeConfig(tuple(self.definitions.values()), **options)
         self.hooks = hooks or Hooks()
         # Built once; bound to the server's URL at start().
         self.store = Store(
@@ -282,15 +201,19 @@ class Runtime:
     ) -> None:
         await self.stop()
 
+    def use_database(self, url: str) -> None:
+        """Use the server at ``url`` instead of the configured one (before start; ``akter dev``)."""
+        self._database_url = url
+
     async def start(self) -> None:
         """Connect (or start the embedded server), migrate, and start background work."""
         if self.supervisor.started:
             return
-        url = self.config.database_url
+        url = self._database_url
         if url is None:
             from akter._store.embedded import EmbeddedPostgres, default_data_dir
 
-            self._embedded = EmbeddedPostgres(self.config.data_dir or default_data_dir())
+            self._embedded = EmbeddedPostgres(Path(self.config.data_dir or default_data_dir()))
             url = await asyncio.to_thread(self._embedded.start)
         assert url is not None
         self.store.bind(url)
