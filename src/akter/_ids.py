@@ -455,6 +455,18 @@ def validate_tenant(t: object) -> str:
     return t
 
 
+def _utf8_text(value: object, what: str, field: str, span: str, low: int, high: int) -> str:
+    """``value`` if it is a str of ``low``..``high`` UTF-8 bytes; else ``InvalidInput``."""
+    if not isinstance(value, str):
+        raise invalid_input(f"{what} {_show(value)} is invalid: it must be a str.", field=field)
+    size = _utf8_length(value)
+    if size is None or not low <= size <= high:
+        raise invalid_input(
+            f"{what} {_show(value)} is invalid: it must be {span} of valid UTF-8.", field=field
+        )
+    return value
+
+
 def validate_actor_id(i: object) -> str:
     """Check a named actor id: 1-256 UTF-8 bytes without control characters.
 
@@ -467,21 +479,14 @@ def validate_actor_id(i: object) -> str:
     Raises:
         ActorError: ``InvalidInput`` (field ``id``) if the id is not valid.
     """
-    if not isinstance(i, str):
-        raise invalid_input(f"Actor id {_show(i)} is invalid: it must be a str.", field="id")
-    size = _utf8_length(i)
-    if size is None or not 1 <= size <= 256:
-        raise invalid_input(
-            f"Actor id {_show(i)} is invalid: it must be 1-256 bytes of valid UTF-8.",
-            field="id",
-        )
-    if _CONTROL_RE.search(i) is not None:
+    text = _utf8_text(i, "Actor id", "id", "1-256 bytes", 1, 256)
+    if _CONTROL_RE.search(text) is not None:
         raise invalid_input(
             f"Actor id {_show(i)} is invalid: it must not contain control characters "
             "(U+0000-U+001F, U+007F).",
             field="id",
         )
-    return i
+    return text
 
 
 def validate_subject(s: object) -> str:
@@ -496,15 +501,7 @@ def validate_subject(s: object) -> str:
     Raises:
         ActorError: ``InvalidInput`` (field ``subject``) if the subject is not valid.
     """
-    if not isinstance(s, str):
-        raise invalid_input(f"Subject {_show(s)} is invalid: it must be a str.", field="subject")
-    size = _utf8_length(s)
-    if size is None or size > 512:
-        raise invalid_input(
-            f"Subject {_show(s)} is invalid: it must be at most 512 bytes of valid UTF-8.",
-            field="subject",
-        )
-    return s
+    return _utf8_text(s, "Subject", "subject", "at most 512 bytes", 0, 512)
 
 
 def validate_key(key: object, what: str) -> str:

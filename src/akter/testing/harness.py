@@ -219,9 +219,7 @@ class ActorTest:
         runtime.supervisor.started = False  # new calls are refused
         runtime.readiness = "failed"
         runtime.dispatcher.accepting = False
-        runtime.store.url = _DEAD_CONNINFO  # direct connections (relay, listener) fail
-        runtime.store.pool.conninfo = _DEAD_CONNINFO  # so do the pools' new connections
-        runtime.store.framework.conninfo = _DEAD_CONNINFO
+        runtime.store.bind(_DEAD_CONNINFO)  # direct connections and the pools' new ones fail
         connections = _connections_tagged(tag)
         for conn in connections:
             _cut(conn)
