@@ -289,40 +289,44 @@ async def test_JB24_a_killed_attempt_holds_its_slot_until_its_lease_ends_then_go
 # --- caps under fire ----------------------------------------------------------------------------
 
 
-async def test_caps_under_fire_reduced(jobs_test: JobsTest) -> None:
-    """3 runner processes, 40 cold actors × 5 jobs and a hot actor with 200, one runner killed."""
-    drill = Drill(
-        runners=3,
-        cold_actors=40,
-        jobs_per_actor=5,
-        hot_jobs=200,
-        hold=0.05,
-        kill_at=0.3,
-        cold_bound=30.0,
-        hot_share=0.6,
-        within=120.0,
-    )
-    async with jobs_test() as t:
-        outcome = await caps_drill(t, drill)
-        print(describe(drill, outcome))
-        analyse(drill, outcome)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-async def test_caps_under_fire(jobs_test: JobsTest) -> None:
-    """3 runner processes, 200 cold actors × 10 jobs and a hot actor with 1,000, one killed."""
-    drill = Drill(
-        runners=3,
-        cold_actors=200,
-        jobs_per_actor=10,
-        hot_jobs=1_000,
-        hold=0.05,
-        kill_at=0.3,
-        cold_bound=120.0,
-        hot_share=0.6,
-        within=500.0,
-    )
+@pytest.mark.parametrize(
+    "drill",
+    [
+        # 3 runner processes, 40 cold actors × 5 jobs and a hot actor with 200, one runner killed.
+        pytest.param(
+            Drill(
+                runners=3,
+                cold_actors=40,
+                jobs_per_actor=5,
+                hot_jobs=200,
+                hold=0.05,
+                kill_at=0.3,
+                cold_bound=30.0,
+                hot_share=0.6,
+                within=120.0,
+            ),
+            id="reduced",
+        ),
+        # 3 runner processes, 200 cold actors × 10 jobs and a hot actor with 1,000, one killed.
+        pytest.param(
+            Drill(
+                runners=3,
+                cold_actors=200,
+                jobs_per_actor=10,
+                hot_jobs=1_000,
+                hold=0.05,
+                kill_at=0.3,
+                cold_bound=120.0,
+                hot_share=0.6,
+                within=500.0,
+            ),
+            id="full",
+            marks=[pytest.mark.slow, pytest.mark.timeout(600)],
+        ),
+    ],
+)
+async def test_caps_under_fire(jobs_test: JobsTest, drill: Drill) -> None:
+    """Per-actor caps and fairness while one of three runner processes is killed."""
     async with jobs_test() as t:
         outcome = await caps_drill(t, drill)
         print(describe(drill, outcome))
