@@ -52,7 +52,7 @@ from akter._engine.progress import open_progress
 from akter.callers import ActorRef, System, as_caller, principal_of
 from akter.dead_letters import Letter
 from akter.errors import ActorError
-from akter.http.app import _gap, event_stream, progress_stream
+from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider
 from akter.http.console import Console
 from akter.http.problems import from_actor_error
@@ -411,12 +411,12 @@ class ConsoleApi:
                 except ActorError as exc:
                     if exc.reason != "RetentionGap":
                         raise
-                    return _sse_once(_gap(exc))
+                    return once([gap(exc)], _SSE_HEADERS)
         except ActorError as exc:
             return from_actor_error(exc)
         return StreamingResponse(
             event_stream(self.runtime, ref, after, caller),
-            media_type="text/event-stream",
+            media_type=MEDIA_TYPE,
             headers=_SSE_HEADERS,
         )
 
@@ -430,7 +430,7 @@ class ConsoleApi:
         except ActorError as exc:
             return from_actor_error(exc)
         return StreamingResponse(
-            progress_stream(messages), media_type="text/event-stream", headers=_SSE_HEADERS
+            progress_stream(messages), media_type=MEDIA_TYPE, headers=_SSE_HEADERS
         )
 
     # --- operations ---------------------------------------------------------------------------
@@ -610,10 +610,3 @@ def _letter(letter: Letter) -> dict[str, Any]:
 
 def _json(body: dict[str, Any]) -> JSONResponse:
     return JSONResponse(body, headers=_API_HEADERS)
-
-
-def _sse_once(frame: str) -> StreamingResponse:
-    async def once() -> Any:
-        yield frame
-
-    return StreamingResponse(once(), media_type="text/event-stream", headers=_SSE_HEADERS)
