@@ -1,17 +1,14 @@
-"""The ``akter`` command line (typer).
+"""What every command module shares: the output consoles, refusals, progress, options, targets.
 
-One sub-app per area, each registered on :data:`app` with ``app.add_typer``: ``db`` here;
-``serve``, ``worker``, ``migrate``, ``inspect`` and ``outbox`` in ``_cli_runner``, ``jobs`` and
-``dead-letters`` in ``_cli_jobs``, ``dev`` and ``bench`` in ``_cli_dev``. Commands print results
-on stdout (plain, so that ``$(akter db url)`` works) and progress and errors on stderr through
-rich: a long operation shows a progress bar (:class:`Steps`) only when stderr is a terminal, and
-plain lines otherwise, so ``--json`` output is never corrupted. A refusal
-(:class:`~akter.errors.AkterError`) exits with code 1 and its one-sentence message, without a
-traceback.
+Results go to stdout (:data:`_stdout`, or plain ``print`` for JSON); progress and errors go to
+stderr (:data:`_stderr`). A refusal (:class:`~akter.errors.AkterError`) inside
+:func:`_refusals_exit` becomes its one-sentence message and exit code 1, without a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import os
 import sys
 import time
@@ -19,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,24 +30,24 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from akter._store.embedded import (
-    EmbeddedPostgres,
-    default_data_dir,
-    running_url,
-    server_bin,
-    shutdown,
-)
-from akter.errors import AkterError
-
-app = typer.Typer(
-    name="akter",
-    help="Durable actors on PostgreSQL.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from akter._store.embedded import default_data_dir, running_url
+from akter.errors import AkterError, ConfigurationError
+from akter.runtime import Runtime
 
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+_stdout = Console(highlight=False, soft_wrap=True)
+
+TargetArg = Annotated[str, typer.Argument(help="The runtime to use, as module:attribute.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Data directory of the embedded server [default: $AKTER_DATA_DIR or ./.akter].",
+        show_default=False,
+        file_okay=False,
+    ),
+]
 
 
 @contextmanager
@@ -154,94 +151,56 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-# --- akter db ---------------------------------------------------------------------------------
-
-db_app = typer.Typer(
-    name="db",
-    help="Run the embedded PostgreSQL server (data in $AKTER_DATA_DIR or ./.akter).",
-    no_args_is_help=True,
-)
-app.add_typer(db_app)
-
-DataDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--data-dir",
-        help="Data directory of the embedded server [default: $AKTER_DATA_DIR or ./.akter].",
-        show_default=False,
-        file_okay=False,
-    ),
-]
+# --- the user's runtime -----------------------------------------------------------------------
 
 
-@db_app.command("start")
-def db_start(data_dir: DataDirOption = None) -> None:
-    """Start the embedded PostgreSQL, leave it running in the background and print its URL."""
-    directory = data_dir or default_data_dir()
-    with _refusals_exit(), _stderr.status(f"Starting the embedded PostgreSQL in {directory} ..."):
-        server = EmbeddedPostgres(directory)
-        url = server.start()
-        server.detach()
-    typer.echo(url)
-    _stderr.print(
-        f"[green]Embedded PostgreSQL running[/green] for {escape(str(server.data_dir))}; "
-        "stop it with [bold]akter db stop[/bold]."
-    )
-
-
-@db_app.command("stop")
-def db_stop(data_dir: DataDirOption = None) -> None:
-    """Stop the embedded PostgreSQL of the data directory."""
-    directory = data_dir or default_data_dir()
-    with _refusals_exit(), _stderr.status("Stopping the embedded PostgreSQL ..."):
-        stopped = shutdown(directory)
-    if stopped:
-        _stderr.print(
-            f"[green]Stopped[/green] the embedded PostgreSQL for {escape(str(directory))}."
+def load_runtime(target: str) -> Runtime:
+    """Import ``module:attribute`` and check it is an :class:`akter.Runtime`."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(
+            f"Target {target!r} must look like module:attribute (app:runtime)."
         )
-    else:
-        _stderr.print(f"No embedded PostgreSQL was running for {escape(str(directory))}.")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"Cannot import {module_name!r}: {exc}.") from None
+    runtime = getattr(module, attribute, None)
+    if not isinstance(runtime, Runtime):
+        raise ConfigurationError(f"{target!r} is not an akter.Runtime (found {type(runtime)!r}).")
+    return runtime
 
 
-@db_app.command("url")
-def db_url(data_dir: DataDirOption = None) -> None:
-    """Print the URL of the running embedded PostgreSQL; exit code 1 if none runs."""
-    typer.echo(_require_running(data_dir or default_data_dir()))
+def quiet(runtime: Runtime) -> Runtime:
+    """``runtime`` set to start without its relay, maintenance and executors (operations only)."""
+    runtime.relay_enabled = False
+    runtime.maintenance = False
+    runtime.executes = set()
+    return runtime
 
 
-@db_app.command(
-    "psql",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
-def db_psql(ctx: typer.Context, data_dir: DataDirOption = None) -> None:
-    """Run psql against the running embedded PostgreSQL; extra arguments go to psql."""
-    url = _require_running(data_dir or default_data_dir())
-    with _refusals_exit():
-        psql = server_bin("psql")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(psql, [str(psql), f"--dbname={url}", *ctx.args])
+def operate(target: str | Runtime, work: Any) -> Any:
+    """Start the runtime quietly (no relay, no maintenance), run ``work(runtime)``, stop."""
+    runtime = quiet(load_runtime(target) if isinstance(target, str) else target)
+
+    async def run() -> Any:
+        async with runtime:
+            return await work(runtime)
+
+    return asyncio.run(run())
 
 
-def _require_running(directory: Path) -> str:
-    url = running_url(directory)
-    if url is None:
-        _stderr.print(
-            f"[bold red]error:[/bold red] No embedded PostgreSQL is running for "
-            f"{escape(str(directory))}; start it with [bold]akter db start[/bold]."
+def database_url(runtime: Runtime) -> str:
+    """The runtime's database URL, else the running embedded server's, for a read-only command."""
+    url = runtime._database_url
+    if url:
+        return url
+    found = running_url(default_data_dir())
+    if found is None:
+        raise ConfigurationError(
+            "No database URL and no running embedded server; set AKTER_DATABASE_URL or run "
+            "'akter db start'."
         )
-        raise typer.Exit(1)
-    return url
-
-
-def main() -> None:
-    """Run the ``akter`` command line (the console script's entry point)."""
-    # Importing the command modules registers their commands on ``app``.
-    import akter._cli_dev  # dev, bench
-    import akter._cli_jobs  # jobs, dead-letters
-    import akter._cli_runner  # noqa: F401 - serve, worker, migrate, inspect, outbox
-
-    app()
-
-
-__all__ = ["Steps", "app", "db_app", "main"]
+    return found

@@ -1,13 +1,10 @@
-"""CLI commands for jobs and dead letters: ``jobs list|cancel|watch``, ``dead-letters ...``.
+"""``akter jobs list|cancel|watch``: job rows, cancelling one, following one to its outcome.
 
 ``jobs watch`` follows one job's progress frames (semantics §5.11) until the job is terminal and
 exits with its outcome: ``0`` succeeded (or finished without a trace to tell more), ``2``
 dead-lettered, ``3`` cancelled; ``1`` is a refusal, as everywhere in the CLI (an unknown job, a
 malformed id). Frames published by another process reach it only when that runner was built
 with ``notify=True``; without it, the watch still ends when the job does.
-
-``dead-letters retry|discard`` take job ids, or ``--all`` (narrowed by ``--type`` and ``--job``),
-and show a progress bar over the letters.
 """
 
 from __future__ import annotations
@@ -16,37 +13,35 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from akter._cli_runner import JsonOption, TargetArg, _fetch, _operate, _stdout, load_runtime
 from akter._engine.progress import open_progress
+from akter._store.gateway.ops import actor_key, actor_outbox, actor_receipts, jobs_overview
 from akter.callers import ActorRef
-from akter.cli import Steps, _refusals_exit, _stderr, app
-from akter.dead_letters import Letter
+from akter.cli._common import (
+    JsonOption,
+    Steps,
+    TargetArg,
+    _refusals_exit,
+    _stderr,
+    _stdout,
+    database_url,
+    load_runtime,
+    operate,
+)
 from akter.errors import ActorError, ConfigurationError
 from akter.runtime import Runtime
 
 jobs_app = typer.Typer(name="jobs", help="List, watch and cancel jobs.", no_args_is_help=True)
-letters_app = typer.Typer(
-    name="dead-letters", help="Dead letters: list, show, retry, discard.", no_args_is_help=True
-)
-app.add_typer(jobs_app)
-app.add_typer(letters_app)
 
 #: ``jobs watch`` exit codes by outcome (a refusal is 1, as for every command).
 WATCH_EXIT = {"succeeded": 0, "finished": 0, "dead_lettered": 2, "cancelled": 3}
-#: Most letters one ``--all`` takes (newest first); run it again for the rest.
-_ALL_LIMIT = 100_000
 #: Longest wait for the progress listener (``LISTEN``) before ``jobs watch`` starts anyway.
 _LISTEN_WAIT = 10.0
-
-
-# --- akter jobs -------------------------------------------------------------------------------
 
 
 @jobs_app.command("list")
@@ -54,7 +49,7 @@ def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) 
     """List job rows, oldest due first."""
     with _refusals_exit():
         runtime = load_runtime(target)
-        rows = _fetch(runtime, "jobs_overview", {"limit": limit})
+        rows = jobs_overview(database_url(runtime), runtime.store.queries, limit)
         if as_json:
             print(json.dumps(rows, default=str))
             return
@@ -84,7 +79,7 @@ def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) 
 def jobs_cancel(target: TargetArg, job_id: str) -> None:
     """Cancel one job by id (never-run jobs are deleted; others settle as cancelled)."""
     with _refusals_exit():
-        outcome = _operate(target, lambda rt: rt.cancel_job(job_id))
+        outcome = operate(target, lambda rt: rt.cancel_job(job_id))
         _stdout.print(outcome)
         if outcome == "unknown":
             raise typer.Exit(1)
@@ -114,7 +109,7 @@ def jobs_watch(
         async def work(rt: Runtime) -> str:
             return await _watch(rt, rt.ref(actor_type, actor_id, tenant=tenant), job_id, as_json)
 
-        outcome = _operate(runtime, work)
+        outcome = operate(runtime, work)
         if not as_json:
             _stdout.print(outcome.replace("_", "-"))
         raise typer.Exit(WATCH_EXIT[outcome])
@@ -191,20 +186,14 @@ async def _track(rt: Runtime, ref: ActorRef, job_id: str, seen: _Sighting) -> No
 
 
 async def _look(rt: Runtime, ref: ActorRef, job_id: str, seen: _Sighting) -> None:
-    for row in await _actor_rows(rt, "inspect_outbox", ref):
+    for row in await actor_outbox(rt.store, _key(rt, ref)):
         if row["intent_id"] == job_id and row["kind"] == "job":
             seen.rows += 1
             seen.cancelled = seen.cancelled or row["cancelled_at_ms"] is not None
 
 
-async def _actor_rows(rt: Runtime, name: str, ref: ActorRef) -> list[dict[str, Any]]:
-    from psycopg.rows import dict_row
-
-    key = {"rk": rt.routing_key(ref), "tenant": ref.tenant, "type": ref.type, "id": ref.id}
-    async with rt.store.pool.connection() as conn:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(rt.store.queries[name], key)
-        return await cur.fetchall()
+def _key(rt: Runtime, ref: ActorRef) -> dict[str, Any]:
+    return actor_key(rt.routing_key(ref), ref.tenant, ref.type, ref.id)
 
 
 async def _outcome(rt: Runtime, ref: ActorRef, job_id: str, seen: _Sighting) -> str:
@@ -215,12 +204,12 @@ async def _outcome(rt: Runtime, ref: ActorRef, job_id: str, seen: _Sighting) -> 
     # A route is an intent (command id = job id) until delivered, then a receipt.
     commands = [
         str(r["command"])
-        for r in await _actor_rows(rt, "inspect_outbox", ref)
+        for r in await actor_outbox(rt.store, _key(rt, ref))
         if r["intent_id"] == job_id and r["kind"] != "job"
     ]
     commands += [
         str(r["command"])
-        for r in await _actor_rows(rt, "inspect_receipts", ref)
+        for r in await actor_receipts(rt.store, _key(rt, ref))
         if r["command_id"] == job_id
     ]
     kinds = {seen.routes.get(c) for c in commands}
@@ -241,170 +230,4 @@ async def _outcome(rt: Runtime, ref: ActorRef, job_id: str, seen: _Sighting) -> 
     )
 
 
-# --- akter dead-letters -----------------------------------------------------------------------
-
-
-def _letter_json(letter: Letter) -> dict[str, Any]:
-    return letter.to_json()
-
-
-@letters_app.command("list")
-def letters_list(target: TargetArg, as_json: JsonOption = False) -> None:
-    """List dead letters (never pruned)."""
-    with _refusals_exit():
-        letters = _operate(target, lambda rt: rt.dead_letters.list())
-        if as_json:
-            print(json.dumps([_letter_json(x) for x in letters], default=str))
-            return
-        table = Table(
-            "job id", "actor", "job", "attempts", "ambiguous", "cause", title="dead letters"
-        )
-        for x in letters:
-            table.add_row(
-                x.job_id[-12:],
-                f"{x.ref.type}/{x.ref.id}",
-                x.job,
-                str(x.attempts),
-                "yes" if x.ambiguous else "no",
-                x.cause[:60],
-            )
-        _stdout.print(table)
-
-
-@letters_app.command("show")
-def letters_show(target: TargetArg, job_id: str) -> None:
-    """Show one dead letter as JSON."""
-    with _refusals_exit():
-        letter = _operate(target, lambda rt: rt.dead_letters.show(job_id))
-        print(json.dumps(_letter_json(letter), default=str))
-
-
-JobIdsArg = Annotated[
-    list[str] | None, typer.Argument(help="Job ids of the letters (or use --all).")
-]
-AllOption = Annotated[bool, typer.Option("--all", help="Every letter (narrow with filters).")]
-TypeFilter = Annotated[
-    str | None, typer.Option("--type", help="With --all: only letters of this actor type.")
-]
-JobFilter = Annotated[
-    str | None, typer.Option("--job", help="With --all: only letters of this job name.")
-]
-
-
-@dataclass
-class _Selection:
-    ids: list[str]
-    every: bool
-    actor_type: str | None
-    job: str | None
-
-    def check(self) -> None:
-        if self.ids and self.every:
-            raise ConfigurationError("Name letters by job id or pass --all, not both.")
-        if not self.ids and not self.every:
-            raise ConfigurationError("Name the letters by job id, or pass --all.")
-        if (self.actor_type or self.job) and not self.every:
-            raise ConfigurationError("--type and --job narrow --all; pass --all with them.")
-
-    async def letters(self, rt: Runtime) -> list[Letter]:
-        """The named letters (all must exist), or every letter that matches the filters."""
-        if not self.every:
-            return [await rt.dead_letters.show(job_id) for job_id in dict.fromkeys(self.ids)]
-        return [
-            x
-            for x in await rt.dead_letters.list(limit=_ALL_LIMIT)
-            if (self.actor_type is None or x.ref.type == self.actor_type)
-            and (self.job is None or x.job == self.job)
-        ]
-
-
-@contextlib.contextmanager
-def _over(letters: list[Letter], description: str) -> Iterator[Steps]:
-    with Steps(description, len(letters)) as steps:
-        if not letters:
-            steps.note("no dead letters match")
-        yield steps
-
-
-async def _each(
-    rt: Runtime, letters: list[Letter], description: str, act: Any
-) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
-    """Apply ``act`` to each letter with a progress bar; letters gone meanwhile are skipped."""
-    done: list[tuple[Letter, Any]] = []
-    gone: list[Letter] = []
-    with _over(letters, description) as steps:
-        for letter in letters:
-            try:
-                done.append((letter, await act(letter.job_id)))
-            except ActorError as exc:
-                if exc.code != "unknown_dead_letter":
-                    raise
-                gone.append(letter)  # another operator took it first
-            steps.update(message=letter.job_id)
-    for letter in gone:
-        _stderr.print(
-            f"[yellow]warning:[/yellow] dead letter {letter.job_id} was already gone; skipped."
-        )
-    return done, gone
-
-
-@letters_app.command("retry")
-def letters_retry(
-    target: TargetArg,
-    job_ids: JobIdsArg = None,
-    every: AllOption = False,
-    actor_type: TypeFilter = None,
-    job: JobFilter = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Re-enqueue dead letters as new jobs (new ids, printed one per line); warns if ambiguous."""
-    with _refusals_exit():
-        selection = _Selection(list(job_ids or []), every, actor_type, job)
-        selection.check()
-
-        async def work(rt: Runtime) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
-            letters = await selection.letters(rt)
-            return await _each(rt, letters, "retrying dead letters", rt.dead_letters.retry)
-
-        done, _ = _operate(target, work)
-        ambiguous = [letter.job_id for letter, _ in done if letter.ambiguous]
-        if ambiguous:
-            _stderr.print(
-                f"[yellow]warning:[/yellow] {len(ambiguous)} of these letters "
-                f"({', '.join(ambiguous)}) are ambiguous: the provider may already have applied "
-                "the call; the retry runs it again under a new job id."
-            )
-        if as_json:
-            print(json.dumps([{"job_id": x.job_id, "new_job_id": new} for x, new in done]))
-            return
-        for _, new_id in done:
-            print(new_id)
-
-
-@letters_app.command("discard")
-def letters_discard(
-    target: TargetArg,
-    job_ids: JobIdsArg = None,
-    every: AllOption = False,
-    actor_type: TypeFilter = None,
-    job: JobFilter = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Delete dead letters (printed one per line as they are discarded)."""
-    with _refusals_exit():
-        selection = _Selection(list(job_ids or []), every, actor_type, job)
-        selection.check()
-
-        async def work(rt: Runtime) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
-            letters = await selection.letters(rt)
-            return await _each(rt, letters, "discarding dead letters", rt.dead_letters.discard)
-
-        done, _ = _operate(target, work)
-        if as_json:
-            print(json.dumps([x.job_id for x, _ in done]))
-            return
-        for letter, _ in done:
-            _stdout.print(f"discarded {letter.job_id}")
-
-
-__all__ = ["WATCH_EXIT", "jobs_app", "letters_app"]
+__all__ = ["WATCH_EXIT", "jobs_app"]
