@@ -1,8 +1,8 @@
 """What every command module shares: the output consoles, refusals, progress, options, targets.
 
-Results go to stdout (:data:`_stdout`, or plain ``print`` for JSON); progress and errors go to
-stderr (:data:`_stderr`). A refusal (:class:`~akter.errors.AkterError`) inside
-:func:`_refusals_exit` becomes its one-sentence message and exit code 1, without a traceback.
+Results go to stdout (:data:`stdout`, or plain ``print`` for JSON); progress and errors go to
+stderr (:data:`stderr`). A refusal (:class:`~akter.errors.AkterError`) inside
+:func:`refusals_exit` becomes its one-sentence message and exit code 1, without a traceback.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from akter._store.embedded import default_data_dir, running_url
 from akter.errors import AkterError, ConfigurationError
 from akter.runtime import Runtime
 
-_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
-_stdout = Console(highlight=False, soft_wrap=True)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+stdout = Console(highlight=False, soft_wrap=True)
 
 TargetArg = Annotated[str, typer.Argument(help="The runtime to use, as module:attribute.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -51,12 +51,12 @@ DataDirOption = Annotated[
 
 
 @contextmanager
-def _refusals_exit() -> Iterator[None]:
+def refusals_exit() -> Iterator[None]:
     """Turn an :class:`AkterError` into its message on stderr and exit code 1."""
     try:
         yield
     except AkterError as exc:
-        _stderr.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
+        stderr.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
         raise typer.Exit(1) from None
 
 
@@ -86,7 +86,7 @@ class Steps:
         self.description = description
         self.total = total
         self.done = 0.0
-        self.console = console or _stderr
+        self.console = console or stderr
         self.plain_every = plain_every
         self._printed: tuple[str, float] | None = None
         self._bar: Progress | None = None

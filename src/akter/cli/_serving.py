@@ -11,7 +11,7 @@ import asyncio
 import signal
 from typing import Any
 
-from akter.cli._common import _stderr
+from akter.cli._common import stderr
 from akter.runtime import Runtime
 
 
@@ -55,15 +55,15 @@ async def run_until_signalled(
         server = uvicorn.Server(config)
     async with runtime:
         serving = asyncio.create_task(server.serve()) if server else None
-        _stderr.print(
+        stderr.print(
             f"akter runner {runtime.runners.runner_id} ready"
             + (f", HTTP on {http}" if http else "")
             + banner,
             markup=False,
         )
         await stop.wait()
-        _stderr.print("draining…")
+        stderr.print("draining…")
         if server is not None and serving is not None:
             server.should_exit = True
             await serving
-    _stderr.print("drained")
+    stderr.print("drained")

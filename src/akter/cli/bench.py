@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from akter._store.gateway.ops import actor_key, committed_states
 from akter.actor import Actor, command
-from akter.cli._common import JsonOption, Steps, _refusals_exit, _stdout
+from akter.cli._common import JsonOption, Steps, refusals_exit, stdout
 from akter.errors import ActorError, ConfigurationError
 from akter.runtime import Runtime
 
@@ -58,7 +58,7 @@ def bench(
     as_json: JsonOption = False,
 ) -> None:
     """Measure turns per second and call latency of a tiny built-in actor on the database."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = Runtime(
             [BenchCounter],
             database_url=database_url,
@@ -71,7 +71,7 @@ def bench(
     if as_json:
         print(json.dumps(report))
         return
-    _stdout.print(
+    stdout.print(
         f"{report['turns']} turns in {report['seconds']:.2f} s: "
         f"[bold]{report['turns_per_second']:.0f} turns/s[/bold], "
         f"p50 {report['p50_ms']:.2f} ms, p99 {report['p99_ms']:.2f} ms "

@@ -21,7 +21,7 @@ from akter._store.embedded import (
     server_bin,
     shutdown,
 )
-from akter.cli._common import DataDirOption, _refusals_exit, _stderr
+from akter.cli._common import DataDirOption, refusals_exit, stderr
 
 db_app = typer.Typer(
     name="db",
@@ -34,12 +34,12 @@ db_app = typer.Typer(
 def db_start(data_dir: DataDirOption = None) -> None:
     """Start the embedded PostgreSQL, leave it running in the background and print its URL."""
     directory = data_dir or default_data_dir()
-    with _refusals_exit(), _stderr.status(f"Starting the embedded PostgreSQL in {directory} ..."):
+    with refusals_exit(), stderr.status(f"Starting the embedded PostgreSQL in {directory} ..."):
         server = EmbeddedPostgres(directory)
         url = server.start()
         server.detach()
     typer.echo(url)
-    _stderr.print(
+    stderr.print(
         f"[green]Embedded PostgreSQL running[/green] for {escape(str(server.data_dir))}; "
         "stop it with [bold]akter db stop[/bold]."
     )
@@ -49,14 +49,14 @@ def db_start(data_dir: DataDirOption = None) -> None:
 def db_stop(data_dir: DataDirOption = None) -> None:
     """Stop the embedded PostgreSQL of the data directory."""
     directory = data_dir or default_data_dir()
-    with _refusals_exit(), _stderr.status("Stopping the embedded PostgreSQL ..."):
+    with refusals_exit(), stderr.status("Stopping the embedded PostgreSQL ..."):
         stopped = shutdown(directory)
     if stopped:
-        _stderr.print(
+        stderr.print(
             f"[green]Stopped[/green] the embedded PostgreSQL for {escape(str(directory))}."
         )
     else:
-        _stderr.print(f"No embedded PostgreSQL was running for {escape(str(directory))}.")
+        stderr.print(f"No embedded PostgreSQL was running for {escape(str(directory))}.")
 
 
 @db_app.command("url")
@@ -72,7 +72,7 @@ def db_url(data_dir: DataDirOption = None) -> None:
 def db_psql(ctx: typer.Context, data_dir: DataDirOption = None) -> None:
     """Run psql against the running embedded PostgreSQL; extra arguments go to psql."""
     url = _require_running(data_dir or default_data_dir())
-    with _refusals_exit():
+    with refusals_exit():
         psql = server_bin("psql")
     sys.stdout.flush()
     sys.stderr.flush()
@@ -82,7 +82,7 @@ def db_psql(ctx: typer.Context, data_dir: DataDirOption = None) -> None:
 def _require_running(directory: Path) -> str:
     url = running_url(directory)
     if url is None:
-        _stderr.print(
+        stderr.print(
             f"[bold red]error:[/bold red] No embedded PostgreSQL is running for "
             f"{escape(str(directory))}; start it with [bold]akter db start[/bold]."
         )

@@ -20,10 +20,10 @@ from akter.cli._common import (
     JsonOption,
     Steps,
     TargetArg,
-    _refusals_exit,
-    _stderr,
-    _stdout,
     operate,
+    refusals_exit,
+    stderr,
+    stdout,
 )
 from akter.dead_letters import Letter
 from akter.errors import ActorError, ConfigurationError
@@ -44,7 +44,7 @@ def _letter_json(letter: Letter) -> dict[str, Any]:
 @letters_app.command("list")
 def letters_list(target: TargetArg, as_json: JsonOption = False) -> None:
     """List dead letters (never pruned)."""
-    with _refusals_exit():
+    with refusals_exit():
         letters = operate(target, lambda rt: rt.dead_letters.list())
         if as_json:
             print(json.dumps([_letter_json(x) for x in letters], default=str))
@@ -61,13 +61,13 @@ def letters_list(target: TargetArg, as_json: JsonOption = False) -> None:
                 "yes" if x.ambiguous else "no",
                 x.cause[:60],
             )
-        _stdout.print(table)
+        stdout.print(table)
 
 
 @letters_app.command("show")
 def letters_show(target: TargetArg, job_id: str) -> None:
     """Show one dead letter as JSON."""
-    with _refusals_exit():
+    with refusals_exit():
         letter = operate(target, lambda rt: rt.dead_letters.show(job_id))
         print(json.dumps(_letter_json(letter), default=str))
 
@@ -135,7 +135,7 @@ async def _each(
                 gone.append(letter)  # another operator took it first
             steps.update(message=letter.job_id)
     for letter in gone:
-        _stderr.print(
+        stderr.print(
             f"[yellow]warning:[/yellow] dead letter {letter.job_id} was already gone; skipped."
         )
     return done, gone
@@ -151,7 +151,7 @@ def letters_retry(
     as_json: JsonOption = False,
 ) -> None:
     """Re-enqueue dead letters as new jobs (new ids, printed one per line); warns if ambiguous."""
-    with _refusals_exit():
+    with refusals_exit():
         selection = _Selection(list(job_ids or []), every, actor_type, job)
         selection.check()
 
@@ -162,7 +162,7 @@ def letters_retry(
         done, _ = operate(target, work)
         ambiguous = [letter.job_id for letter, _ in done if letter.ambiguous]
         if ambiguous:
-            _stderr.print(
+            stderr.print(
                 f"[yellow]warning:[/yellow] {len(ambiguous)} of these letters "
                 f"({', '.join(ambiguous)}) are ambiguous: the provider may already have applied "
                 "the call; the retry runs it again under a new job id."
@@ -184,7 +184,7 @@ def letters_discard(
     as_json: JsonOption = False,
 ) -> None:
     """Delete dead letters (printed one per line as they are discarded)."""
-    with _refusals_exit():
+    with refusals_exit():
         selection = _Selection(list(job_ids or []), every, actor_type, job)
         selection.check()
 
@@ -197,7 +197,7 @@ def letters_discard(
             print(json.dumps([x.job_id for x, _ in done]))
             return
         for letter, _ in done:
-            _stdout.print(f"discarded {letter.job_id}")
+            stdout.print(f"discarded {letter.job_id}")
 
 
 __all__ = ["letters_app"]

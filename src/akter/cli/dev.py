@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from akter._store.embedded import EmbeddedPostgres, default_data_dir
-from akter.cli._common import DataDirOption, TargetArg, _refusals_exit, _stderr, load_runtime
+from akter.cli._common import DataDirOption, TargetArg, load_runtime, refusals_exit, stderr
 from akter.cli._serving import run_until_signalled, stop_on_signals
 from akter.http.console import Console
 from akter.runtime import Runtime
@@ -35,7 +35,7 @@ def dev(
     data_dir: DataDirOption = None,
 ) -> None:
     """Run the embedded PostgreSQL and serve the runtime over HTTP until SIGINT/SIGTERM."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = load_runtime(target)
         asyncio.run(_dev(runtime, http, data_dir or default_data_dir()))
 
@@ -43,11 +43,11 @@ def dev(
 async def _dev(runtime: Runtime, http: str, data_dir: Path) -> None:
     stop = stop_on_signals()  # from the start: a signal during startup still stops both
     if runtime._database_url:
-        _stderr.print(
+        stderr.print(
             "note: akter dev uses the embedded PostgreSQL; the runtime's database URL is ignored."
         )
     server = EmbeddedPostgres(data_dir)
-    with _stderr.status(f"Starting the embedded PostgreSQL in {escape(str(data_dir))} ..."):
+    with stderr.status(f"Starting the embedded PostgreSQL in {escape(str(data_dir))} ..."):
         url = await asyncio.to_thread(server.start)
     try:
         runtime._database_url = url
@@ -55,7 +55,7 @@ async def _dev(runtime: Runtime, http: str, data_dir: Path) -> None:
             await _serve_dev(runtime, http, stop)
     finally:
         await asyncio.to_thread(server.stop)
-        _stderr.print(f"Stopped the embedded PostgreSQL for {escape(str(server.data_dir))}.")
+        stderr.print(f"Stopped the embedded PostgreSQL for {escape(str(server.data_dir))}.")
 
 
 async def _serve_dev(runtime: Runtime, http: str, stop: asyncio.Event) -> None:

@@ -18,10 +18,10 @@ from akter.callers import ActorRef
 from akter.cli._common import (
     JsonOption,
     TargetArg,
-    _refusals_exit,
-    _stdout,
     database_url,
     load_runtime,
+    refusals_exit,
+    stdout,
 )
 
 inspection_app = typer.Typer()
@@ -48,7 +48,7 @@ def inspect_command(
     as_json: JsonOption = False,
 ) -> None:
     """Show an actor's durable rows: state, version, receipts and pending outbox."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = load_runtime(target)
         ref = runtime.ref(actor_type, actor_id, tenant=tenant)
         key = actor_key(runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
@@ -70,19 +70,19 @@ def inspect_command(
         if as_json:
             print(json.dumps(report, default=str))
             return
-        _stdout.print(f"[bold]{ref.type}/{ref.id!r}[/bold] tenant {ref.tenant!r}")
+        stdout.print(f"[bold]{ref.type}/{ref.id!r}[/bold] tenant {ref.tenant!r}")
         if not actor:
-            _stdout.print("no row: the actor has never committed a turn")
+            stdout.print("no row: the actor has never committed a turn")
             raise typer.Exit(1)
-        _stdout.print(
+        stdout.print(
             f"version {report['version']}  created {report['created']}  "
             f"events {report['event_seq']}"
         )
-        _stdout.print_json(data=report["state"])
+        stdout.print_json(data=report["state"])
         table = Table("command id", "command", "outcome", title="receipts")
         for r in report["receipts"]:
             table.add_row(r["command_id"], r["command"], json.dumps(r["outcome"])[:80])
-        _stdout.print(table)
+        stdout.print(table)
         _print_outbox(report["outbox"])
 
 
@@ -100,7 +100,7 @@ def _print_outbox(rows: list[dict[str, Any]]) -> None:
             str(o["attempts"]),
             str(o["last_error"] or "")[:60],
         )
-    _stdout.print(table)
+    stdout.print(table)
 
 
 @inspection_app.command("outbox")
@@ -110,7 +110,7 @@ def outbox_command(
     as_json: JsonOption = False,
 ) -> None:
     """List pending outbox rows (intents, timers, ticks and jobs), oldest due first."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = load_runtime(target)
         rows = outbox_overview(database_url(runtime), runtime.store.queries, limit)
         if as_json:

@@ -26,12 +26,12 @@ from akter.cli._common import (
     JsonOption,
     Steps,
     TargetArg,
-    _refusals_exit,
-    _stderr,
-    _stdout,
     database_url,
     load_runtime,
     operate,
+    refusals_exit,
+    stderr,
+    stdout,
 )
 from akter.errors import ActorError, ConfigurationError
 from akter.runtime import Runtime
@@ -47,7 +47,7 @@ _LISTEN_WAIT = 10.0
 @jobs_app.command("list")
 def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) -> None:
     """List job rows, oldest due first."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = load_runtime(target)
         rows = jobs_overview(database_url(runtime), runtime.store.queries, limit)
         if as_json:
@@ -72,15 +72,15 @@ def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) 
                 state,
                 str(r["last_error"] or "")[:50],
             )
-        _stdout.print(table)
+        stdout.print(table)
 
 
 @jobs_app.command("cancel")
 def jobs_cancel(target: TargetArg, job_id: str) -> None:
     """Cancel one job by id (never-run jobs are deleted; others settle as cancelled)."""
-    with _refusals_exit():
+    with refusals_exit():
         outcome = operate(target, lambda rt: rt.cancel_job(job_id))
-        _stdout.print(outcome)
+        stdout.print(outcome)
         if outcome == "unknown":
             raise typer.Exit(1)
 
@@ -102,7 +102,7 @@ def jobs_watch(
     route tells more), 2 dead-lettered (also a cancelled job that became an ambiguous dead
     letter), 3 cancelled, 1 unknown job or refusal.
     """
-    with _refusals_exit():
+    with refusals_exit():
         runtime = load_runtime(target)
         runtime.notify = True  # hear the frames of executors in other processes
 
@@ -111,7 +111,7 @@ def jobs_watch(
 
         outcome = operate(runtime, work)
         if not as_json:
-            _stdout.print(outcome.replace("_", "-"))
+            stdout.print(outcome.replace("_", "-"))
         raise typer.Exit(WATCH_EXIT[outcome])
 
 
@@ -139,7 +139,7 @@ async def _watch(rt: Runtime, ref: ActorRef, job_id: str, as_json: bool) -> str:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(rt.progress.hearing.wait(), _LISTEN_WAIT)
         await _look(rt, ref, job_id, seen)
-        _stderr.print(f"watching job {job_id} of {ref.type}/{ref.id!r}", markup=False)
+        stderr.print(f"watching job {job_id} of {ref.type}/{ref.id!r}", markup=False)
         with Steps(f"{ref.type}/{ref.id}", None, plain_every=0) as steps:
             async for message in messages:
                 if message.get("closed"):

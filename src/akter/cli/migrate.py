@@ -19,10 +19,10 @@ from akter.cli._common import (
     JsonOption,
     Steps,
     TargetArg,
-    _refusals_exit,
-    _stdout,
     load_runtime,
     quiet,
+    refusals_exit,
+    stdout,
 )
 from akter.runtime import Runtime
 
@@ -32,7 +32,7 @@ migrate_app = typer.Typer()
 @migrate_app.command("migrate")
 def migrate_command(target: TargetArg, as_json: JsonOption = False) -> None:
     """Apply pending migrations for the runtime's database and schema, then exit."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = quiet(load_runtime(target))
         applied: list[str] = []
 
@@ -47,7 +47,7 @@ def migrate_command(target: TargetArg, as_json: JsonOption = False) -> None:
         if as_json:
             print(json.dumps({"schema": runtime.schema, "applied": applied}))
             return
-        _stdout.print(f"schema {runtime.schema!r} is up to date")
+        stdout.print(f"schema {runtime.schema!r} is up to date")
 
 
 async def _pending_migrations(runtime: Runtime) -> list[str] | None:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from akter.cli._common import TargetArg, _refusals_exit, load_runtime
+from akter.cli._common import TargetArg, load_runtime, refusals_exit
 from akter.cli._serving import run_until_signalled
 from akter.errors import ConfigurationError
 
@@ -27,7 +27,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run a runner: turns, the relay, executors (and HTTP with --http) until SIGTERM."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = load_runtime(target)
         asyncio.run(run_until_signalled(runtime, http))
 
@@ -41,7 +41,7 @@ def worker(
     ] = "",
 ) -> None:
     """Run executors only: no actor types, no turns; claims only the listed jobs."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = load_runtime(target)
         known = {f"{t}.{j}" for t, j in runtime.executes}
         wanted = {j.strip() for j in jobs.split(",") if j.strip()} or known
