@@ -70,11 +70,12 @@ def dev_process(workdir: Path, prefix: str) -> Iterator[Dev]:
     data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AKTER_DATABASE_URL", "AKTER_DATA_DIR")}
+    pythonpath = env.get("PYTHONPATH")  # a worktree's src, if the tests run with one
     argv = [AKTER, "dev", "devapp:runtime", "--http", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(
         [*argv, "--data-dir", str(data_dir)],
         cwd=workdir,
-        env={**env, "PYTHONPATH": str(workdir)},
+        env={**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(workdir), pythonpath]))},
         stderr=subprocess.PIPE,
         text=True,
     )

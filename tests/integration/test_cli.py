@@ -31,8 +31,8 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from akter._cli_jobs import _show
 from akter.cli import Steps
+from akter.cli.jobs import _show
 
 AKTER = str(Path(sys.executable).parent / "akter")
 
@@ -106,7 +106,9 @@ runtime = akter.Runtime(
 def project(tmp_path: Path, akter_db: str) -> Iterator[dict[str, str]]:
     (tmp_path / "cliapp.py").write_text(APP)
     schema = f"cli_{uuid.uuid4().hex[:10]}"
-    env = {**os.environ, "CLI_URL": akter_db, "CLI_SCHEMA": schema, "PYTHONPATH": str(tmp_path)}
+    # The project's directory first, then any path the tests run with (a worktree's src).
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CLI_URL": akter_db, "CLI_SCHEMA": schema, "PYTHONPATH": path}
     yield {"cwd": str(tmp_path), "schema": schema, **env}
     with psycopg.connect(akter_db, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

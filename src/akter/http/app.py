@@ -36,10 +36,12 @@ from starlette.routing import Route
 
 from akter._engine.progress import open_progress
 from akter.actor import ActorDefinition, Member
-from akter.callers import ActorRef, Caller, as_caller
+from akter.callers import ActorRef, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
+from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider, Identity, anonymous
 from akter.http.console import Console
+from akter.http.console.api import ConsoleApi
 from akter.http.openapi import document
 from akter.http.problems import from_actor_error, from_declared, problem
 
@@ -84,8 +86,6 @@ def app(
         )
     api = _Api(runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title)
     if console is not None:
-        from akter.http.console.api import ConsoleApi
-
         api.app.router.routes.extend(ConsoleApi(runtime, api.auth, console).routes())
     return api.app
 
@@ -257,12 +257,12 @@ class _Api:
                 except ActorError as exc:
                     if exc.reason != "RetentionGap":
                         raise
-                    return _sse([_gap(exc)])
+                    return once([gap(exc)])
         except ActorError as exc:
             return from_actor_error(exc)
         return StreamingResponse(
             self._stream(ref, after, identity),
-            media_type="text/event-stream",
+            media_type=MEDIA_TYPE,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
@@ -281,7 +281,7 @@ class _Api:
             return from_actor_error(exc)
         return StreamingResponse(
             progress_stream(messages),
-            media_type="text/event-stream",
+            media_type=MEDIA_TYPE,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
@@ -306,37 +306,6 @@ class _Api:
 
     async def docs(self, request: Request) -> Response:
         return HTMLResponse(_DOCS_PAGE.replace("{title}", self.title))
-
-
-async def event_stream(
-    runtime: Runtime, ref: ActorRef, after: str | None, caller: Caller
-) -> AsyncIterator[str]:
-    """An actor's events after ``after`` as server-sent events, live (also the console's feed)."""
-    with as_caller(caller):
-        try:
-            async for record in runtime.follow_events(ref, after):
-                data = json.dumps(
-                    {
-                        "cursor": record.cursor,
-                        "tag": record.tag,
-                        "event": _jsonable(record.event),
-                        "command_id": record.command_id,
-                        "emitted_at": record.emitted_at.isoformat(),
-                    },
-                    separators=(",", ":"),
-                )
-                yield f"id: {record.cursor}\nevent: {record.tag}\ndata: {data}\n\n"
-        except ActorError as exc:
-            if exc.reason == "RetentionGap":
-                yield _gap(exc)
-
-
-async def progress_stream(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-    """A job's progress messages as server-sent events (also the console's feed)."""
-    async for message in messages:
-        data = json.dumps(message, separators=(",", ":"))
-        event = "closed" if message.get("closed") else "progress"
-        yield f"event: {event}\ndata: {data}\n\n"
 
 
 def _public(member: Member) -> Member:
@@ -366,24 +335,6 @@ def _too_large(limit: int) -> ActorError:
     return ActorError(
         "InvalidInput", f"The body is larger than {limit} bytes.", code="body_too_large"
     )
-
-
-def _jsonable(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    return dump(mode="json") if callable(dump) else value
-
-
-def _gap(exc: ActorError) -> str:
-    data = json.dumps({"reason": exc.reason, "detail": exc.message})
-    return f"event: retention_gap\ndata: {data}\n\n"
-
-
-def _sse(lines: list[str]) -> StreamingResponse:
-    async def once() -> AsyncIterator[str]:
-        for line in lines:
-            yield line
-
-    return StreamingResponse(once(), media_type="text/event-stream")
 
 
 _DOCS_PAGE = """<!doctype html>

@@ -70,20 +70,7 @@ def _operation(member: Member, components: dict[str, Any]) -> dict[str, Any]:
 
 def document(runtime: Runtime, title: str = "akter") -> dict[str, Any]:
     """The OpenAPI document of a runtime's public commands and queries (internal ones absent)."""
-    components: dict[str, Any] = {
-        "Problem": {
-            "type": "object",
-            "properties": {
-                "type": {"type": "string"},
-                "title": {"type": "string"},
-                "status": {"type": "integer"},
-                "detail": {"type": "string"},
-                "reason": {"type": "string"},
-                "code": {"type": "string"},
-            },
-            "required": ["status", "reason", "detail"],
-        }
-    }
+    components: dict[str, Any] = {"Problem": _problem_schema()}
     paths: dict[str, Any] = {}
     for definition in sorted(runtime.definitions.values(), key=lambda d: d.name):
         definition.resolve()
@@ -99,54 +86,85 @@ def document(runtime: Runtime, title: str = "akter") -> dict[str, Any]:
             if operation["summary"] is None:
                 del operation["summary"]
             paths[path] = {"post": operation}
-        paths[f"/actors/{definition.name}/{{id}}/events"] = {
-            "get": {
-                "operationId": f"{definition.name}.events",
-                "tags": [definition.name],
-                "summary": "Server-sent events: replay after Last-Event-ID, then follow live.",
-                "parameters": [
-                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
-                    {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
-                ],
-                "responses": {
-                    "200": {
-                        "description": "An event stream.",
-                        "content": {"text/event-stream": {}},
-                    },
-                    "default": {"description": "A refusal.", "content": _problem_ref()},
-                },
-            }
-        }
-    paths["/command-ids"] = {
-        "post": {
-            "operationId": "mint_command_id",
-            "summary": "Mint a command id from the server's clock (writes nothing).",
-            "responses": {
-                "200": {
-                    "description": "A fresh command id.",
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "properties": {"command_id": {"type": "string"}},
-                                "required": ["command_id"],
-                            }
-                        }
-                    },
-                }
-            },
-        }
-    }
-    paths["/ready"] = {
-        "get": {
-            "operationId": "ready",
-            "summary": "Readiness for probes.",
-            "responses": {"200": {"description": "Ready."}, "503": {"description": "Not ready."}},
-        }
-    }
+        paths[f"/actors/{definition.name}/{{id}}/events"] = _events_path(definition.name)
+    paths.update(_framework_paths())
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": "1"},
         "paths": paths,
         "components": {"schemas": components},
+    }
+
+
+def _problem_schema() -> dict[str, Any]:
+    """The schema of every refusal's problem+json body."""
+    return {
+        "type": "object",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "reason": {"type": "string"},
+            "code": {"type": "string"},
+        },
+        "required": ["status", "reason", "detail"],
+    }
+
+
+def _events_path(type_name: str) -> dict[str, Any]:
+    """The path item of an actor type's event feed."""
+    return {
+        "get": {
+            "operationId": f"{type_name}.events",
+            "tags": [type_name],
+            "summary": "Server-sent events: replay after Last-Event-ID, then follow live.",
+            "parameters": [
+                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
+            ],
+            "responses": {
+                "200": {
+                    "description": "An event stream.",
+                    "content": {"text/event-stream": {}},
+                },
+                "default": {"description": "A refusal.", "content": _problem_ref()},
+            },
+        }
+    }
+
+
+def _framework_paths() -> dict[str, Any]:
+    """The path items every app serves besides its actors: command ids and readiness."""
+    return {
+        "/command-ids": {
+            "post": {
+                "operationId": "mint_command_id",
+                "summary": "Mint a command id from the server's clock (writes nothing).",
+                "responses": {
+                    "200": {
+                        "description": "A fresh command id.",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {"command_id": {"type": "string"}},
+                                    "required": ["command_id"],
+                                }
+                            }
+                        },
+                    }
+                },
+            }
+        },
+        "/ready": {
+            "get": {
+                "operationId": "ready",
+                "summary": "Readiness for probes.",
+                "responses": {
+                    "200": {"description": "Ready."},
+                    "503": {"description": "Not ready."},
+                },
+            }
+        },
     }

@@ -15,57 +15,42 @@ Routes (present only when the app was built with ``console=``)::
     POST /console/api/dead-letters/{job_id}/retry    as ``akter dead-letters retry``
     POST /console/api/dead-letters/{job_id}/discard  as ``akter dead-letters discard``
 
-Every API request must carry ``X-Akter-Console: 1`` (the page sets it; a cross-site page cannot
-send it without a CORS preflight this app never grants) and must come from the console's own page:
-``Sec-Fetch-Site`` ``same-origin`` or ``none``, or, from a browser that does not send it, an
-``Origin`` whose host and port are the ``Host``'s (the scheme is not compared, so a TLS-terminating
-proxy does not break it), or an origin listed in ``Console(origins=...)``; a refusal is 403. For
-``Console.local()`` the request must also be a loopback request to a loopback host name, carry no
-proxy forwarding header (403), and carry the process's token in ``X-Akter-Console-Token`` (401).
-Then the app's auth provider establishes the caller (401 without credentials) and the console's
-rule accepts it or not (403; ``Anonymous`` only with ``anonymous=True``). Reads and feeds then run
-as a ``System`` caller: the console sees every tenant and every actor type. Every console statement
-runs under a transaction-local ``statement_timeout`` (``STATEMENT_TIMEOUT_MS``; 504 past it) and
-the overview's counts stop at ``COUNT_CAP``.
+Every API request first passes :func:`akter.http.console.guard.operator` (the console header,
+its own page as the sender, loopback and token for ``Console.local()``, then the auth provider and
+the console's rule: 401 or 403 otherwise). Reads and feeds then run as a ``System`` caller: the
+console sees every tenant and every actor type. Every console statement runs under a
+transaction-local ``statement_timeout`` (``STATEMENT_TIMEOUT_MS``; 504 past it, see
+:mod:`akter._store.gateway.ops`) and the overview's counts stop at ``COUNT_CAP``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hmac
-import ipaddress
 import json
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from psycopg.errors import QueryCanceled
-from psycopg.rows import dict_row
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from akter._engine.progress import open_progress
-from akter.callers import ActorRef, System, as_caller, principal_of
+from akter._store.gateway import ops
+from akter.callers import ActorRef, System, as_caller
 from akter.dead_letters import Letter
 from akter.errors import ActorError
-from akter.http.app import _gap, event_stream, progress_stream
+from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider
 from akter.http.console import Console
+from akter.http.console.guard import operator
 from akter.http.problems import from_actor_error
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
 
-#: The header every console API request carries (the CSRF defence of a same-origin page).
-HEADER = "x-akter-console"
-#: The header carrying the console's secret token (``Console.local()``, ``akter dev``).
-TOKEN_HEADER = "x-akter-console-token"
-#: Headers a reverse proxy adds; ``Console.local()`` refuses requests that carry one.
-_FORWARDING = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip")
 DEFAULT_LIMIT = 100
 #: Counts shown by the overview stop here (the page shows "10,000+").
 COUNT_CAP = 10_000
@@ -80,7 +65,6 @@ _ASSETS = {
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
-_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 _PAGE_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
@@ -129,59 +113,8 @@ class ConsoleApi:
     # --- the guard ----------------------------------------------------------------------------
 
     async def _operator(self, request: Request) -> System:
-        """The caller a console request runs as, once every check has passed."""
-        if request.headers.get(HEADER) != "1":
-            raise ActorError(
-                "Unauthorized",
-                "Console requests need the 'X-Akter-Console: 1' header that the console sets.",
-                code="console_header_missing",
-            )
-        if self.console.loopback_only:
-            forwarded = [name for name in _FORWARDING if name in request.headers]
-            if forwarded:
-                raise ActorError(
-                    "Unauthorized",
-                    f"This console only answers this machine directly, not through a proxy "
-                    f"(the request carries {', '.join(forwarded)}).",
-                    code="console_proxied",
-                )
-        origin = request.headers.get("origin")
-        if not _same_origin(request, origin, self.console.origins):
-            raise ActorError(
-                "Unauthorized",
-                f"Origin {origin or request.headers.get('sec-fetch-site')!r} may not use the "
-                "console; open it from this server, or list the origin in Console(origins=...).",
-                code="origin_denied",
-            )
-        if self.console.loopback_only and not _loopback(request):
-            raise ActorError(
-                "Unauthorized",
-                "This console only answers requests from this machine to localhost.",
-                code="console_denied",
-            )
-        expected = self.console.token
-        if expected is not None:
-            given = request.headers.get(TOKEN_HEADER)
-            if not given:
-                raise _TokenRefused(
-                    "This console needs its token: open the console URL that 'akter dev' "
-                    "printed (it ends in #token=...).",
-                    code="console_token_missing",
-                )
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                raise _TokenRefused(
-                    "The console token is not this server's (it changes when 'akter dev' "
-                    "restarts): open the console URL it printed last.",
-                    code="console_token_invalid",
-                )
-        identity = await self.auth(request)
-        if not await self.console.allows(identity.caller):
-            raise ActorError(
-                "Unauthorized",
-                f"{_who(identity.caller)} may not use the console; ask an operator for access.",
-                code="console_denied",
-            )
-        return System("process", on_behalf_of=principal_of(identity.caller))
+        """The caller a console request runs as, once every check has passed (:mod:`.guard`)."""
+        return await operator(request, self.auth, self.console)
 
     # --- the page -----------------------------------------------------------------------------
 
@@ -214,8 +147,8 @@ class ConsoleApi:
         """
         try:
             await self._operator(request)
-            cap = {"cap": COUNT_CAP + 1}
-            rows = await self._rows("console_types", cap)
+            store, cap = self.runtime.store, COUNT_CAP + 1
+            rows = await ops.console_types(store, cap, STATEMENT_TIMEOUT_MS)
             sampled = sum(row["actors"] for row in rows) > COUNT_CAP
             types: dict[str, dict[str, Any]] = {
                 name: {
@@ -235,7 +168,7 @@ class ConsoleApi:
                 entry.update(
                     actors=min(row["actors"], COUNT_CAP), tenants=row["tenants"], capped=sampled
                 )
-            (totals,) = await self._rows("console_totals", cap)
+            totals = await ops.console_totals(store, cap, STATEMENT_TIMEOUT_MS)
             return _json(
                 {
                     "types": sorted(types.values(), key=lambda t: t["type"]),
@@ -255,15 +188,13 @@ class ConsoleApi:
             tenant = request.query_params.get("tenant") or None
             after_tenant, after_id = _decode_cursor(request.query_params.get("after"))
             limit = _limit(request)
-            rows = await self._rows(
-                "console_actors",
-                {
-                    "type": definition.name,
-                    "tenant": tenant,
-                    "after_tenant": after_tenant,
-                    "after_id": after_id,
-                    "limit": limit + 1,
-                },
+            rows = await ops.console_actors(
+                self.runtime.store,
+                definition.name,
+                tenant,
+                (after_tenant, after_id),
+                limit + 1,
+                STATEMENT_TIMEOUT_MS,
             )
             page = rows[:limit]
             actors = [
@@ -290,10 +221,10 @@ class ConsoleApi:
             await self._operator(request)
             ref = self._ref(request)
             key = self._key(ref)
-            rows = await self._rows("console_actor", key)
-            events = await self._rows("console_recent_events", {**key, "limit": RECENT_EVENTS})
-            outbox = await self._rows("console_actor_outbox", key)
-            row = rows[0] if rows else None
+            store, timeout = self.runtime.store, STATEMENT_TIMEOUT_MS
+            row = await ops.console_actor(store, key, timeout)
+            events = await ops.console_recent_events(store, key, RECENT_EVENTS, timeout)
+            outbox = await ops.console_actor_outbox(store, key, timeout)
             body: dict[str, Any] = {
                 "ref": ref.to_json(),
                 "exists": row is not None,
@@ -337,7 +268,9 @@ class ConsoleApi:
         """``GET /console/api/outbox``: pending intents, timers and ticks."""
         try:
             await self._operator(request)
-            rows = await self._rows("console_outbox", {"limit": _limit(request)})
+            rows = await ops.console_outbox(
+                self.runtime.store, _limit(request), STATEMENT_TIMEOUT_MS
+            )
             return _json(
                 {
                     "outbox": [
@@ -364,7 +297,7 @@ class ConsoleApi:
         """``GET /console/api/jobs``: job rows and their status."""
         try:
             await self._operator(request)
-            rows = await self._rows("console_jobs", {"limit": _limit(request)})
+            rows = await ops.console_jobs(self.runtime.store, _limit(request), STATEMENT_TIMEOUT_MS)
             return _json(
                 {
                     "jobs": [
@@ -411,12 +344,12 @@ class ConsoleApi:
                 except ActorError as exc:
                     if exc.reason != "RetentionGap":
                         raise
-                    return _sse_once(_gap(exc))
+                    return once([gap(exc)], _SSE_HEADERS)
         except ActorError as exc:
             return from_actor_error(exc)
         return StreamingResponse(
             event_stream(self.runtime, ref, after, caller),
-            media_type="text/event-stream",
+            media_type=MEDIA_TYPE,
             headers=_SSE_HEADERS,
         )
 
@@ -430,7 +363,7 @@ class ConsoleApi:
         except ActorError as exc:
             return from_actor_error(exc)
         return StreamingResponse(
-            progress_stream(messages), media_type="text/event-stream", headers=_SSE_HEADERS
+            progress_stream(messages), media_type=MEDIA_TYPE, headers=_SSE_HEADERS
         )
 
     # --- operations ---------------------------------------------------------------------------
@@ -464,95 +397,7 @@ class ConsoleApi:
         return self.runtime.ref(definition.name, actor_id, tenant=tenant)
 
     def _key(self, ref: ActorRef) -> dict[str, Any]:
-        return {
-            "rk": self.runtime.routing_key(ref),
-            "tenant": ref.tenant,
-            "type": ref.type,
-            "id": ref.id,
-        }
-
-    async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Run a console statement under a transaction-local ``statement_timeout``."""
-        store = self.runtime.store
-        try:
-            async with store.pool.connection() as conn, conn.transaction():
-                await conn.execute(
-                    store.queries["console_statement_timeout"],
-                    {"timeout": str(STATEMENT_TIMEOUT_MS)},
-                )
-                cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(store.queries[name], params)
-                return await cur.fetchall()
-        except QueryCanceled:
-            raise ActorError(
-                "Timeout",
-                f"The console's query took longer than {STATEMENT_TIMEOUT_MS} ms and was "
-                "cancelled; try again, or use the inspection views (v_actors, v_outbox, v_jobs).",
-                code="console_query_timeout",
-                retryable=True,
-            ) from None
-
-
-class _TokenRefused(ActorError):
-    """A console request without this console's token: 401 (the page cannot sign in for it)."""
-
-    def __init__(self, message: str, *, code: str) -> None:
-        super().__init__("Unauthorized", message, code=code)
-
-    @property
-    def status(self) -> int:
-        """Always 401: the request lacks the console's own credential."""
-        return 401
-
-
-def _same_origin(request: Request, origin: str | None, trusted: Iterable[str]) -> bool:
-    """Whether a browser sent this request from the console's own page (or a trusted origin).
-
-    ``Sec-Fetch-Site`` is the browser's own verdict and ignores what a TLS-terminating proxy
-    changes (scheme, port). Without it, the ``Origin``'s host and port must be the ``Host``'s
-    (the scheme is not compared, for the same reason). No ``Origin`` at all is a same-origin
-    ``GET`` or a non-browser client, which the custom header already vouches for.
-    """
-    site = request.headers.get("sec-fetch-site")
-    if site in ("same-origin", "none"):
-        return True
-    if origin is not None and _normal_origin(origin) in trusted:
-        return True
-    if site is not None:
-        return False  # same-site or cross-site, and not a trusted origin
-    if origin is None:
-        return True
-    theirs = _host_port(origin.lower().partition("://")[2]) if "://" in origin else ""
-    # "null" (a sandboxed frame, a file, a redirect across sites) has no host: refused.
-    return theirs != "" and theirs == _host_port(request.headers.get("host", "").lower())
-
-
-def _normal_origin(origin: str) -> str:
-    """``origin`` as :class:`Console` stores its ``origins``: lower case, no default port."""
-    scheme, _, host = origin.strip().lower().partition("://")
-    default = {"http": ":80", "https": ":443"}.get(scheme, "")
-    return f"{scheme}://{host.removesuffix(default) if default else host}"
-
-
-def _host_port(host: str) -> str:
-    """``host[:port]`` without a default port (80 or 443: the scheme is not compared)."""
-    return host.removesuffix(":80").removesuffix(":443")
-
-
-def _loopback(request: Request) -> bool:
-    client = request.client.host if request.client else ""
-    try:
-        from_here = ipaddress.ip_address(client).is_loopback
-    except ValueError:
-        return False
-    host = request.headers.get("host", "").lower()
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    return from_here and name in _LOOPBACK_NAMES
-
-
-def _who(caller: Any) -> str:
-    subject = principal_of(caller)
-    return f"User {subject!r}" if subject else type(caller).__name__
+        return ops.actor_key(self.runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
 
 
 def _param(request: Request, name: str) -> str:
@@ -610,10 +455,3 @@ def _letter(letter: Letter) -> dict[str, Any]:
 
 def _json(body: dict[str, Any]) -> JSONResponse:
     return JSONResponse(body, headers=_API_HEADERS)
-
-
-def _sse_once(frame: str) -> StreamingResponse:
-    async def once() -> Any:
-        yield frame
-
-    return StreamingResponse(once(), media_type="text/event-stream", headers=_SSE_HEADERS)

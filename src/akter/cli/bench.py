@@ -1,17 +1,10 @@
-"""CLI commands for a developer's machine: ``dev`` and ``bench``.
+"""``akter bench``: turns per second and call latency of a tiny built-in actor.
 
-``akter dev app:runtime`` starts the embedded PostgreSQL of ``--data-dir`` (default
-``$AKTER_DATA_DIR`` or ``./.akter``), points the runtime at it, serves it over HTTP (default
-``127.0.0.1:8000``) with the web console on for this machine (``Console.local()``: loopback
-requests to a loopback host name, as the anonymous caller, with a per-process token) and prints
-the URLs of the docs page and the console (the token in its ``#token=`` fragment); SIGINT or
-SIGTERM drains the runner, then stops the server.
-
-``akter bench`` runs a tiny built-in actor on the configured database (``--database-url``,
-``$AKTER_DATABASE_URL``, else the embedded server) in its own schema (``--schema``, default
-``akter_bench``, kept between runs): ``--callers`` tasks call ``--actors`` actors for
-``--seconds``, then it prints turns per second and the p50/p99 latency of a call. It checks that
-the actors' committed counters grew by exactly the number of successful calls.
+It runs on the configured database (``--database-url``, ``$AKTER_DATABASE_URL``, else the
+embedded server) in its own schema (``--schema``, default ``akter_bench``, kept between runs):
+``--callers`` tasks call ``--actors`` actors for ``--seconds``, then it prints turns per second
+and the p50/p99 latency of a call. It checks that the actors' committed counters grew by exactly
+the number of successful calls.
 """
 
 from __future__ import annotations
@@ -20,92 +13,35 @@ import asyncio
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
-from rich.markup import escape
 
-import akter
-from akter._cli_runner import JsonOption, TargetArg, _run_until_signalled, _stdout, load_runtime
-from akter._cli_runner import stop_on_signals as _stop_on_signals
-from akter._store.embedded import EmbeddedPostgres, default_data_dir
-from akter.cli import DataDirOption, Steps, _refusals_exit, _stderr, app
+from akter._store.gateway.ops import actor_key, committed_states
+from akter.actor import Actor, command
+from akter.cli._common import JsonOption, Steps, refusals_exit, stdout
 from akter.errors import ActorError, ConfigurationError
-from akter.http.console import Console
 from akter.runtime import Runtime
 
-# --- akter dev --------------------------------------------------------------------------------
-
-
-@app.command("dev")
-def dev(
-    target: TargetArg,
-    http: Annotated[str, typer.Option("--http", help="Serve HTTP on HOST:PORT.")] = (
-        "127.0.0.1:8000"
-    ),
-    data_dir: DataDirOption = None,
-) -> None:
-    """Run the embedded PostgreSQL and serve the runtime over HTTP until SIGINT/SIGTERM."""
-    with _refusals_exit():
-        runtime = load_runtime(target)
-        asyncio.run(_dev(runtime, http, data_dir or default_data_dir()))
-
-
-async def _dev(runtime: Runtime, http: str, data_dir: Path) -> None:
-    stop = _stop_on_signals()  # from the start: a signal during startup still stops both
-    if runtime.config.database_url:
-        _stderr.print(
-            "note: akter dev uses the embedded PostgreSQL; the runtime's database URL is ignored."
-        )
-    server = EmbeddedPostgres(data_dir)
-    with _stderr.status(f"Starting the embedded PostgreSQL in {escape(str(data_dir))} ..."):
-        url = await asyncio.to_thread(server.start)
-    try:
-        runtime.use_database(url)
-        if not stop.is_set():
-            await _serve_dev(runtime, http, stop)
-    finally:
-        await asyncio.to_thread(server.stop)
-        _stderr.print(f"Stopped the embedded PostgreSQL for {escape(str(server.data_dir))}.")
-
-
-async def _serve_dev(runtime: Runtime, http: str, stop: asyncio.Event) -> None:
-    """``akter serve --http`` with the local console, until ``stop``; then drain."""
-    host, _, port = http.rpartition(":")
-    docs = f"http://{host or '127.0.0.1'}:{port}/docs"
-    local = host if host in ("localhost", "127.0.0.1", "[::1]") else "127.0.0.1"
-    local_console = Console.local()
-    # The token rides in the fragment: browsers never send it to a server or write it to a log.
-    console = f"http://{local}:{port}/console/#token={local_console.token}"
-    await _run_until_signalled(
-        runtime,
-        http,
-        stop=stop,
-        banner=f"; docs at {docs}; console at {console} (this machine only)",
-        app_options={"console": local_console},
-    )
-
-
-# --- akter bench ------------------------------------------------------------------------------
+bench_app = typer.Typer()
 
 
 class _Tally(BaseModel):
     n: int = 0
 
 
-class BenchCounter(akter.Actor[_Tally]):
+class BenchCounter(Actor[_Tally]):
     """The benchmark's actor: one integer, one command."""
 
-    @akter.command
+    @command
     async def add(self, k: int) -> int:
         """Add ``k``; return the new total."""
         self.state.n += k
         return self.state.n
 
 
-@app.command("bench")
+@bench_app.command("bench")
 def bench(
     callers: Annotated[int, typer.Option(min=1, max=4096, help="Concurrent callers.")] = 16,
     actors: Annotated[int, typer.Option(min=1, max=100_000, help="Actors called.")] = 64,
@@ -122,7 +58,7 @@ def bench(
     as_json: JsonOption = False,
 ) -> None:
     """Measure turns per second and call latency of a tiny built-in actor on the database."""
-    with _refusals_exit():
+    with refusals_exit():
         runtime = Runtime(
             [BenchCounter],
             database_url=database_url,
@@ -135,7 +71,7 @@ def bench(
     if as_json:
         print(json.dumps(report))
         return
-    _stdout.print(
+    stdout.print(
         f"{report['turns']} turns in {report['seconds']:.2f} s: "
         f"[bold]{report['turns_per_second']:.0f} turns/s[/bold], "
         f"p50 {report['p50_ms']:.2f} ms, p99 {report['p99_ms']:.2f} ms "
@@ -201,16 +137,10 @@ async def _bench(runtime: Runtime, callers: int, actors: int, seconds: float) ->
 
 async def _total(runtime: Runtime, actors: int) -> int:
     """The sum of the bench actors' committed counters."""
-    total = 0
-    async with runtime.store.pool.connection() as conn:
-        for a in range(actors):
-            ref = runtime.ref(BenchCounter, f"b{a}")
-            key = {"rk": runtime.routing_key(ref), "tenant": ref.tenant, "type": ref.type}
-            cur = await conn.execute(runtime.store.queries["query_actor"], {**key, "id": ref.id})
-            row = await cur.fetchone()
-            if row is not None:
-                total += int(row[3]["n"])  # type: ignore[index]
-    return total
+    refs = [runtime.ref(BenchCounter, f"b{a}") for a in range(actors)]
+    keys = [actor_key(runtime.routing_key(r), r.tenant, r.type, r.id) for r in refs]
+    states = await committed_states(runtime.store, keys)
+    return sum(int(state["n"]) for state in states if state is not None)
 
 
-__all__ = ["BenchCounter"]
+__all__ = ["BenchCounter", "bench_app"]

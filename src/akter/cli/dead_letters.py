@@ -1,0 +1,203 @@
+"""``akter dead-letters list|show|retry|discard``: the jobs that failed for good.
+
+``retry`` and ``discard`` take job ids, or ``--all`` (narrowed by ``--type`` and ``--job``),
+and show a progress bar over the letters; a letter another operator took meanwhile is skipped
+with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from akter.cli._common import (
+    JsonOption,
+    Steps,
+    TargetArg,
+    operate,
+    refusals_exit,
+    stderr,
+    stdout,
+)
+from akter.dead_letters import Letter
+from akter.errors import ActorError, ConfigurationError
+from akter.runtime import Runtime
+
+letters_app = typer.Typer(
+    name="dead-letters", help="Dead letters: list, show, retry, discard.", no_args_is_help=True
+)
+
+#: Most letters one ``--all`` takes (newest first); run it again for the rest.
+_ALL_LIMIT = 100_000
+
+
+def _letter_json(letter: Letter) -> dict[str, Any]:
+    return letter.to_json()
+
+
+@letters_app.command("list")
+def letters_list(target: TargetArg, as_json: JsonOption = False) -> None:
+    """List dead letters (never pruned)."""
+    with refusals_exit():
+        letters = operate(target, lambda rt: rt.dead_letters.list())
+        if as_json:
+            print(json.dumps([_letter_json(x) for x in letters], default=str))
+            return
+        table = Table(
+            "job id", "actor", "job", "attempts", "ambiguous", "cause", title="dead letters"
+        )
+        for x in letters:
+            table.add_row(
+                x.job_id[-12:],
+                f"{x.ref.type}/{x.ref.id}",
+                x.job,
+                str(x.attempts),
+                "yes" if x.ambiguous else "no",
+                x.cause[:60],
+            )
+        stdout.print(table)
+
+
+@letters_app.command("show")
+def letters_show(target: TargetArg, job_id: str) -> None:
+    """Show one dead letter as JSON."""
+    with refusals_exit():
+        letter = operate(target, lambda rt: rt.dead_letters.show(job_id))
+        print(json.dumps(_letter_json(letter), default=str))
+
+
+JobIdsArg = Annotated[
+    list[str] | None, typer.Argument(help="Job ids of the letters (or use --all).")
+]
+AllOption = Annotated[bool, typer.Option("--all", help="Every letter (narrow with filters).")]
+TypeFilter = Annotated[
+    str | None, typer.Option("--type", help="With --all: only letters of this actor type.")
+]
+JobFilter = Annotated[
+    str | None, typer.Option("--job", help="With --all: only letters of this job name.")
+]
+
+
+@dataclass
+class _Selection:
+    ids: list[str]
+    every: bool
+    actor_type: str | None
+    job: str | None
+
+    def check(self) -> None:
+        if self.ids and self.every:
+            raise ConfigurationError("Name letters by job id or pass --all, not both.")
+        if not self.ids and not self.every:
+            raise ConfigurationError("Name the letters by job id, or pass --all.")
+        if (self.actor_type or self.job) and not self.every:
+            raise ConfigurationError("--type and --job narrow --all; pass --all with them.")
+
+    async def letters(self, rt: Runtime) -> list[Letter]:
+        """The named letters (all must exist), or every letter that matches the filters."""
+        if not self.every:
+            return [await rt.dead_letters.show(job_id) for job_id in dict.fromkeys(self.ids)]
+        return [
+            x
+            for x in await rt.dead_letters.list(limit=_ALL_LIMIT)
+            if (self.actor_type is None or x.ref.type == self.actor_type)
+            and (self.job is None or x.job == self.job)
+        ]
+
+
+@contextlib.contextmanager
+def _over(letters: list[Letter], description: str) -> Iterator[Steps]:
+    with Steps(description, len(letters)) as steps:
+        if not letters:
+            steps.note("no dead letters match")
+        yield steps
+
+
+async def _each(
+    rt: Runtime, letters: list[Letter], description: str, act: Any
+) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
+    """Apply ``act`` to each letter with a progress bar; letters gone meanwhile are skipped."""
+    done: list[tuple[Letter, Any]] = []
+    gone: list[Letter] = []
+    with _over(letters, description) as steps:
+        for letter in letters:
+            try:
+                done.append((letter, await act(letter.job_id)))
+            except ActorError as exc:
+                if exc.code != "unknown_dead_letter":
+                    raise
+                gone.append(letter)  # another operator took it first
+            steps.update(message=letter.job_id)
+    for letter in gone:
+        stderr.print(
+            f"[yellow]warning:[/yellow] dead letter {letter.job_id} was already gone; skipped."
+        )
+    return done, gone
+
+
+@letters_app.command("retry")
+def letters_retry(
+    target: TargetArg,
+    job_ids: JobIdsArg = None,
+    every: AllOption = False,
+    actor_type: TypeFilter = None,
+    job: JobFilter = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Re-enqueue dead letters as new jobs (new ids, printed one per line); warns if ambiguous."""
+    with refusals_exit():
+        selection = _Selection(list(job_ids or []), every, actor_type, job)
+        selection.check()
+
+        async def work(rt: Runtime) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
+            letters = await selection.letters(rt)
+            return await _each(rt, letters, "retrying dead letters", rt.dead_letters.retry)
+
+        done, _ = operate(target, work)
+        ambiguous = [letter.job_id for letter, _ in done if letter.ambiguous]
+        if ambiguous:
+            stderr.print(
+                f"[yellow]warning:[/yellow] {len(ambiguous)} of these letters "
+                f"({', '.join(ambiguous)}) are ambiguous: the provider may already have applied "
+                "the call; the retry runs it again under a new job id."
+            )
+        if as_json:
+            print(json.dumps([{"job_id": x.job_id, "new_job_id": new} for x, new in done]))
+            return
+        for _, new_id in done:
+            print(new_id)
+
+
+@letters_app.command("discard")
+def letters_discard(
+    target: TargetArg,
+    job_ids: JobIdsArg = None,
+    every: AllOption = False,
+    actor_type: TypeFilter = None,
+    job: JobFilter = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete dead letters (printed one per line as they are discarded)."""
+    with refusals_exit():
+        selection = _Selection(list(job_ids or []), every, actor_type, job)
+        selection.check()
+
+        async def work(rt: Runtime) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
+            letters = await selection.letters(rt)
+            return await _each(rt, letters, "discarding dead letters", rt.dead_letters.discard)
+
+        done, _ = operate(target, work)
+        if as_json:
+            print(json.dumps([x.job_id for x, _ in done]))
+            return
+        for letter, _ in done:
+            stdout.print(f"discarded {letter.job_id}")
+
+
+__all__ = ["letters_app"]

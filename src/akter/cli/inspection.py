@@ -1,0 +1,122 @@
+"""``akter inspect`` and ``akter outbox``: a user's durable rows, read without starting it.
+
+Both read over a connection of their own to the runtime's database URL (else the running
+embedded server's): ``inspect`` shows one actor's state, version, receipts and pending outbox;
+``outbox`` lists pending rows across actors, oldest due first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from akter._store.gateway.ops import actor_key, inspect_actor, outbox_overview
+from akter.callers import ActorRef
+from akter.cli._common import (
+    JsonOption,
+    TargetArg,
+    database_url,
+    load_runtime,
+    refusals_exit,
+    stdout,
+)
+
+inspection_app = typer.Typer()
+
+#: The outbox columns ``inspect --json`` reports.
+_OUTBOX_FIELDS = (
+    "intent_id",
+    "kind",
+    "target_type",
+    "target_id",
+    "command",
+    "due_at_ms",
+    "attempts",
+    "last_error",
+)
+
+
+@inspection_app.command("inspect")
+def inspect_command(
+    target: TargetArg,
+    actor_type: Annotated[str, typer.Argument(help="The actor type.")],
+    actor_id: Annotated[str, typer.Argument(help="The actor id ('' for a singleton).")] = "",
+    tenant: Annotated[str, typer.Option(help="The tenant.")] = "default",
+    as_json: JsonOption = False,
+) -> None:
+    """Show an actor's durable rows: state, version, receipts and pending outbox."""
+    with refusals_exit():
+        runtime = load_runtime(target)
+        ref = runtime.ref(actor_type, actor_id, tenant=tenant)
+        key = actor_key(runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
+        rows = inspect_actor(database_url(runtime), runtime.store.queries, key)
+        actor = rows.actor
+        report: dict[str, Any] = {
+            "ref": ActorRef(ref.tenant, ref.type, ref.id).to_json(),
+            "exists": actor is not None,
+            "version": actor["version"] if actor else 0,
+            "created": actor["created"] if actor else False,
+            "event_seq": actor["event_seq"] if actor else 0,
+            "state": actor["state"] if actor else None,
+            "receipts": [
+                {"command_id": r["command_id"], "command": r["command"], "outcome": r["outcome"]}
+                for r in rows.receipts
+            ],
+            "outbox": [{k: o[k] for k in _OUTBOX_FIELDS} for o in rows.outbox],
+        }
+        if as_json:
+            print(json.dumps(report, default=str))
+            return
+        stdout.print(f"[bold]{ref.type}/{ref.id!r}[/bold] tenant {ref.tenant!r}")
+        if not actor:
+            stdout.print("no row: the actor has never committed a turn")
+            raise typer.Exit(1)
+        stdout.print(
+            f"version {report['version']}  created {report['created']}  "
+            f"events {report['event_seq']}"
+        )
+        stdout.print_json(data=report["state"])
+        table = Table("command id", "command", "outcome", title="receipts")
+        for r in report["receipts"]:
+            table.add_row(r["command_id"], r["command"], json.dumps(r["outcome"])[:80])
+        stdout.print(table)
+        _print_outbox(report["outbox"])
+
+
+def _print_outbox(rows: list[dict[str, Any]]) -> None:
+    table = Table(
+        "id", "kind", "target", "command", "due (ms)", "attempts", "last error", title="outbox"
+    )
+    for o in rows:
+        table.add_row(
+            str(o["intent_id"])[-12:],
+            o["kind"],
+            f"{o['target_type']}/{o['target_id']}",
+            o["command"],
+            str(o["due_at_ms"]),
+            str(o["attempts"]),
+            str(o["last_error"] or "")[:60],
+        )
+    stdout.print(table)
+
+
+@inspection_app.command("outbox")
+def outbox_command(
+    target: TargetArg,
+    limit: Annotated[int, typer.Option(help="Rows to show.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """List pending outbox rows (intents, timers, ticks and jobs), oldest due first."""
+    with refusals_exit():
+        runtime = load_runtime(target)
+        rows = outbox_overview(database_url(runtime), runtime.store.queries, limit)
+        if as_json:
+            print(json.dumps(rows, default=str))
+            return
+        _print_outbox(rows)
+
+
+__all__ = ["inspection_app"]

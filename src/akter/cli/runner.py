@@ -1,0 +1,56 @@
+"""``akter serve`` and ``akter worker``: run a user's runtime until SIGTERM/SIGINT.
+
+``TARGET`` names the user's runtime as ``module:attribute`` (``app:runtime``), imported with the
+current directory on ``sys.path``. ``serve`` runs a runner (with ``--http`` also the ASGI app under
+uvicorn) until SIGTERM/SIGINT, then drains gracefully; ``worker`` runs executors only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from akter.cli._common import TargetArg, load_runtime, refusals_exit
+from akter.cli._serving import run_until_signalled
+from akter.errors import ConfigurationError
+
+runner_app = typer.Typer()
+
+
+@runner_app.command("serve")
+def serve(
+    target: TargetArg,
+    http: Annotated[
+        str | None, typer.Option("--http", help="Also serve HTTP on HOST:PORT.")
+    ] = None,
+) -> None:
+    """Run a runner: turns, the relay, executors (and HTTP with --http) until SIGTERM."""
+    with refusals_exit():
+        runtime = load_runtime(target)
+        asyncio.run(run_until_signalled(runtime, http))
+
+
+@runner_app.command("worker")
+def worker(
+    target: TargetArg,
+    jobs: Annotated[
+        str,
+        typer.Option("--jobs", help="Comma-separated jobs to execute, as Type.job (default: all)."),
+    ] = "",
+) -> None:
+    """Run executors only: no actor types, no turns; claims only the listed jobs."""
+    with refusals_exit():
+        runtime = load_runtime(target)
+        known = {f"{t}.{j}" for t, j in runtime.executes}
+        wanted = {j.strip() for j in jobs.split(",") if j.strip()} or known
+        unknown = wanted - known
+        if unknown:
+            raise ConfigurationError(f"Unknown jobs {sorted(unknown)}; known: {sorted(known)}.")
+        runtime.hosts_actors = False
+        runtime.executes = {(t, j) for t, j in runtime.executes if f"{t}.{j}" in wanted}
+        asyncio.run(run_until_signalled(runtime, None))
+
+
+__all__ = ["runner_app"]
