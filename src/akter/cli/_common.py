@@ -194,7 +194,7 @@ def operate(target: str | Runtime, work: Any) -> Any:
 
 def database_url(runtime: Runtime) -> str:
     """The runtime's database URL, else the running embedded server's, for a read-only command."""
-    url = runtime._database_url
+    url = runtime.config.database_url
     if url:
         return url
     found = running_url(default_data_dir())

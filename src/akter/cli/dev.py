@@ -42,7 +42,7 @@ def dev(
 
 async def _dev(runtime: Runtime, http: str, data_dir: Path) -> None:
     stop = stop_on_signals()  # from the start: a signal during startup still stops both
-    if runtime._database_url:
+    if runtime.config.database_url:
         stderr.print(
             "note: akter dev uses the embedded PostgreSQL; the runtime's database URL is ignored."
         )
@@ -50,7 +50,7 @@ async def _dev(runtime: Runtime, http: str, data_dir: Path) -> None:
     with stderr.status(f"Starting the embedded PostgreSQL in {escape(str(data_dir))} ..."):
         url = await asyncio.to_thread(server.start)
     try:
-        runtime._database_url = url
+        runtime.use_database(url)
         if not stop.is_set():
             await _serve_dev(runtime, http, stop)
     finally:

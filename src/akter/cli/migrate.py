@@ -53,7 +53,7 @@ def migrate_command(target: TargetArg, as_json: JsonOption = False) -> None:
 async def _pending_migrations(runtime: Runtime) -> list[str] | None:
     """The ids of the migrations not yet applied; ``None`` when the database is not up yet."""
     known = [m.id for m in known_migrations()]
-    url = runtime._database_url
+    url = runtime.config.database_url
     if not url:
         return None  # an embedded server the runtime starts itself: counted while applied
     applied = await migrations_applied(url, runtime.store.queries)

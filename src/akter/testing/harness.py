@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 
 from akter._engine.hooks import Match, Pause
 from akter._ids import ms_from_duration
+from akter._store.gateway.ops import actor_history, actor_key
 from akter.actor import Actor
 from akter.callers import ActorRef
 from akter.errors import DrainError
@@ -381,25 +382,9 @@ class ActorTest:
     async def inspect(self, target: Any) -> Inspection:
         """The durable rows of an actor (a handle or an :class:`ActorRef`)."""
         ref: ActorRef = target if isinstance(target, ActorRef) else target.ref
-        q = self.runtime.store.queries
-        key = {
-            "rk": self.runtime.routing_key(ref),
-            "tenant": ref.tenant,
-            "type": ref.type,
-            "id": ref.id,
-        }
-        async with await psycopg.AsyncConnection.connect(
-            self.database_url, autocommit=True
-        ) as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q["query_actor"], key)
-            actor = await cur.fetchone()
-            await cur.execute(q["inspect_receipts"], key)
-            receipts = await cur.fetchall()
-            await cur.execute(q["inspect_outbox"], key)
-            outbox = await cur.fetchall()
-            await cur.execute(q["inspect_events"], key)
-            events = await cur.fetchall()
+        key = actor_key(self.runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
+        rows = await actor_history(self.database_url, self.runtime.store.queries, key)
+        actor, receipts, outbox, events = rows.actor, rows.receipts, rows.outbox, rows.events
         if actor is None:
             return Inspection(exists=False, receipts=receipts, outbox=outbox, events=events)
         return Inspection(

@@ -1,13 +1,14 @@
 """Operators' reads: what the CLI and the web console show of the durable rows.
 
-Nothing here writes, and nothing runs inside a turn. Three kinds of caller:
+Nothing here writes, and nothing runs inside a turn. Four kinds of caller:
 
 - the CLI's one-shot commands (``akter inspect``, ``outbox``, ``jobs list``) read synchronously
   over a connection of their own to a URL, without starting a runtime;
 - the CLI's commands that run a runtime (``akter migrate``, ``jobs watch``, ``bench``) read
   through its :class:`~akter._store.pool.Store` (``migrate`` before the schema may exist);
 - the console reads through the runtime's store, every statement under a transaction-local
-  ``statement_timeout``: past it the read is refused as ``ActorError`` ``Timeout`` (504).
+  ``statement_timeout``: past it the read is refused as ``ActorError`` ``Timeout`` (504);
+- the test kit (``ActorTest.inspect``) reads an actor's whole history over its own connection.
 
 An actor's rows are keyed by :func:`actor_key`. Rows come back as dicts by column name.
 """
@@ -103,6 +104,31 @@ async def actor_receipts(store: Store, key: Key) -> list[Row]:
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(store.queries["inspect_receipts"], key)
         return await cur.fetchall()
+
+
+@dataclass(frozen=True)
+class ActorHistory:
+    """Everything durable of one actor: its row, receipts, outbox rows and retained events."""
+
+    actor: Row | None
+    receipts: list[Row]
+    outbox: list[Row]
+    events: list[Row]
+
+
+async def actor_history(url: str, queries: Queries, key: Key) -> ActorHistory:
+    """One actor's durable rows over a connection of its own (the test kit's ``inspect``)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(queries["query_actor"], key)
+        actor = await cur.fetchone()
+        await cur.execute(queries["inspect_receipts"], key)
+        receipts = await cur.fetchall()
+        await cur.execute(queries["inspect_outbox"], key)
+        outbox = await cur.fetchall()
+        await cur.execute(queries["inspect_events"], key)
+        events = await cur.fetchall()
+    return ActorHistory(actor, receipts, outbox, events)
 
 
 async def committed_states(store: Store, keys: Iterable[Key]) -> list[Any]:
