@@ -9,6 +9,7 @@ import logging
 from akter._policy import Policy
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
+from akter.context import QueryView
 from akter.errors import (
     ActorError,
     AkterError,
@@ -56,6 +57,7 @@ __all__ = [
     "JobCall",
     "JobFailure",
     "Policy",
+    "QueryView",
     "ReadOnlyError",
     "Runtime",
     "Succeeded",

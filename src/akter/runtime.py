@@ -36,7 +36,7 @@ from akter._store.migrate import Deployment, migrate
 from akter._store.pool import Clock, Store
 from akter.actor import AccessKind, Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef, Caller, System, current_caller
-from akter.context import IN_TURN, LoopLease, TurnContext, unwrap_read_only
+from akter.context import IN_TURN, LoopContext, LoopLease, QueryContext, bind, unwrap_read_only
 from akter.errors import ActorError, ConfigurationError, DefinitionError
 from akter.events import EventRecord
 
@@ -502,24 +502,17 @@ class Runtime:
         """
         definition = self.definition(actor_type)
         ref = ActorRef("default", definition.name, "")
-        ctx = TurnContext(
+        ctx = LoopContext(
             definition=definition,
             ref=ref,
             caller=System("process"),
-            command_id=None,
             now_ms=self.clock.estimate(),
-            state=definition.default_state(),
-            window_ms=self.window_ms,
-            readonly=True,
+            runtime=self,
+            runner_id=runner_id,
+            lease=None if epoch is None else LoopLease(definition.name, runner_id, epoch),
         )
-        ctx.loop_runtime = self
-        ctx.runner_id = runner_id
-        if epoch is not None:
-            ctx.lease = LoopLease(definition.name, runner_id, epoch)
-        instance = definition.cls.__new__(definition.cls)
-        instance.__dict__["_akter_ctx"] = ctx
-        ctx.task = asyncio.current_task()
-        ctx.active = True
+        instance = bind(ctx)
+        ctx.activate()
         try:
             await instance.run()
         finally:
@@ -918,22 +911,17 @@ class Runtime:
                     "Defect", f"Stored state of {ref.type}/{ref.id!r} fails validation: {exc}"
                 ) from None
             cursor = int(row[2])  # type: ignore[call-overload]
-        ctx = TurnContext(
+        ctx = QueryContext(
             definition=definition,
             ref=ref,
             caller=caller,
-            command_id=None,
             now_ms=now_ms,
             state=state,
-            window_ms=self.window_ms,
-            readonly=True,
             cursor=cursor,
             events_reader=lambda after, limit: read_events(self, ref, after, limit),
         )
-        instance = definition.cls.__new__(definition.cls)
-        instance.__dict__["_akter_ctx"] = ctx
-        ctx.task = asyncio.current_task()
-        ctx.active = True
+        instance = bind(ctx)
+        ctx.activate()
         try:
             async with asyncio.timeout(definition.policy.execution_timeout / 1000):
                 value = await member.fn(instance, **member.arguments(payload))
