@@ -1,0 +1,263 @@
+"""Member declarations: what ``@command`` / ``@query`` record, and storable arguments.
+
+Below :mod:`akter.actor`, :mod:`akter.context` and :mod:`akter.jobs`: the decorators mark a
+function with a :class:`MemberSpec` (job routes mark theirs the same way), and
+:func:`storable_payload` is the one check that a validated model of arguments (or a job
+payload) can be stored as it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, overload
+
+from pydantic import BaseModel
+from typing_extensions import TypeVar
+
+from akter.errors import DeclaredError, DefinitionError, invalid_input
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """What a decorator recorded on a function."""
+
+    kind: Literal["command", "query"]
+    creates: bool = False
+    internal: bool = False
+    errors: tuple[type[DeclaredError], ...] = ()
+    route: tuple[str, Any] | None = None  # ("success" | "dead_letter" | "cancelled", Job)
+
+
+_MEMBER_ATTR = "__akter_member__"
+_OWNER_ATTR = "__akter_owner__"
+
+
+class MemberOwner(Protocol):
+    """What a job knows of the actor type it belongs to (an ``akter.ActorDefinition``)."""
+
+    @property
+    def name(self) -> str:
+        """The actor type's name."""
+        ...
+
+    @property
+    def members(self) -> Mapping[str, Any]:
+        """The type's resolved commands and queries by name."""
+        ...
+
+    def resolve(self) -> None:
+        """Resolve the members' annotations (deferred for forward references)."""
+        ...
+
+
+@overload
+def command(fn: F, /) -> F: ...
+@overload
+def command(
+    *,
+    creates: bool = False,
+    internal: bool = False,
+    errors: tuple[type[DeclaredError], ...] | list[type[DeclaredError]] = (),
+) -> Callable[[F], F]: ...
+def command(
+    fn: Any = None,
+    /,
+    *,
+    creates: bool = False,
+    internal: bool = False,
+    errors: tuple[type[DeclaredError], ...] | list[type[DeclaredError]] = (),
+) -> Any:
+    """Declare a command: a method that runs as one fenced turn.
+
+    Args:
+        fn: The handler (when used without parentheses).
+        creates: The command creates the actor (types with such commands are gated).
+        internal: Only ``System`` callers (the relay) may run it; absent from handles and HTTP.
+        errors: The declared errors it may raise; empty means any ``DeclaredError``.
+    """
+    for err in errors:
+        if not (isinstance(err, type) and issubclass(err, DeclaredError)):
+            raise DefinitionError(f"errors= takes DeclaredError subclasses, not {err!r}.")
+    spec = MemberSpec("command", creates=creates, internal=internal, errors=tuple(errors))
+
+    def mark(f: Any) -> Any:
+        if not inspect.iscoroutinefunction(f):
+            raise DefinitionError(f"@command {getattr(f, '__name__', f)!r} must be 'async def'.")
+        setattr(f, _MEMBER_ATTR, spec)
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+@overload
+def query(fn: F, /) -> F: ...
+@overload
+def query() -> Callable[[F], F]: ...
+def query(fn: Any = None, /) -> Any:
+    """Declare a query: a read-only method on committed state, without lock, turn or receipt."""
+
+    def mark(f: Any) -> Any:
+        if not inspect.iscoroutinefunction(f):
+            raise DefinitionError(f"@query {getattr(f, '__name__', f)!r} must be 'async def'.")
+        setattr(f, _MEMBER_ATTR, MemberSpec("query"))
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+# --- storable arguments ---------------------------------------------------------------------
+
+
+#: How deeply an argument may nest arrays and objects: an argument that is a list of dicts
+#: nests 2 levels. pydantic's JSON serializer gives up near 255 levels and ``json`` near the
+#: interpreter's recursion limit; 64 leaves room for the state, receipt and event documents an
+#: argument is stored inside, and for the JSON parsers of other languages.
+MAX_ARGUMENT_DEPTH = 64
+#: Integers in arguments must fit a signed 64-bit integer: PostgreSQL's ``bigint`` and the
+#: integers of the JSON decoders of other languages. (``jsonb`` itself stores any size, but
+#: Python refuses to write an int of more than 4,300 digits as text.)
+ARGUMENT_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
+def unstorable_text(value: Any, where: str = "") -> tuple[str, str] | None:
+    """The first string PostgreSQL cannot store (NUL, lone surrogate), as (path, reason)."""
+    return _first_problem(value, where, arguments=False)[0]
+
+
+def unstorable_argument(payload: dict[str, Any]) -> tuple[str, str] | None:
+    """The first part of a payload akter refuses to store, as (path, reason).
+
+    Beyond :func:`unstorable_text`: NaN and infinities (JSON has no such numbers; ``Any``
+    would store them as ``null``), integers outside :data:`ARGUMENT_INT_RANGE`, ``bytes`` that
+    are not UTF-8 (they are stored as JSON text) and arguments nesting deeper than
+    :data:`MAX_ARGUMENT_DEPTH` (reported at the argument itself). ``payload`` is the
+    python-mode dump of the arguments by name; the walk is iterative, so a deep value cannot
+    exhaust the stack.
+    """
+    return _first_problem(payload, "", arguments=True)[0]
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+_PLAIN = frozenset({str, int, float, bool, type(None), bytes, bytearray})
+_Node = tuple[Any, str] | None  # (parent node, path segment): paths are built only when needed
+
+
+def _path(node: _Node, where: str) -> str:
+    parts: list[str] = []
+    while node is not None:
+        node, segment = node
+        parts.append(segment)
+    if where:
+        parts.append(where)
+    return ".".join(reversed(parts)) or "value"
+
+
+def _first_problem(
+    value: Any, where: str, *, arguments: bool
+) -> tuple[tuple[str, str] | None, bool]:
+    """The first problem in document order, and whether a leaf other than plain JSON was seen.
+
+    Such a leaf (an enum, a datetime ...) becomes text only in the JSON dump, whose text the
+    caller then checks too.
+    """
+    # (item, path node, containers around it; -1 for a dict key, which is never descended)
+    stack: list[tuple[Any, _Node, int]] = [(value, None, 0)]
+    low, high = ARGUMENT_INT_RANGE
+    foreign = False
+    while stack:
+        item, node, depth = stack.pop()
+        kind = type(item)
+        if kind is str or isinstance(item, str):
+            if "\x00" in item:
+                return (
+                    _path(node, where),
+                    "contains a NUL character, which PostgreSQL cannot store",
+                ), foreign
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return (_path(node, where), "is not valid Unicode (a lone surrogate)"), foreign
+            continue
+        if not isinstance(item, _CONTAINERS):
+            if not arguments:
+                continue
+            foreign = foreign or kind not in _PLAIN
+            why = None
+            if isinstance(item, bytes | bytearray):
+                try:
+                    stack.append((bytes(item).decode("utf-8"), node, depth))
+                except UnicodeDecodeError:
+                    why = "holds bytes that are not UTF-8 (bytes are stored as text)"
+            elif kind is bool or isinstance(item, bool):
+                pass
+            elif isinstance(item, int) and not low <= item <= high:
+                why = f"is an integer outside the signed 64-bit range {low}..{high}"
+            elif isinstance(item, float) and not math.isfinite(item):
+                why = f"is {item!r}: NaN and infinities are refused (JSON has none)"
+            if why is not None:
+                return (_path(node, where), why), foreign
+            continue
+        if depth < 0:
+            continue  # a tuple used as a dict key: the JSON dump refuses it, naming the field
+        # The payload object is level 0, so an argument that is a list is level 1.
+        if arguments and depth > MAX_ARGUMENT_DEPTH:
+            why = f"nests deeper than {MAX_ARGUMENT_DEPTH} levels of arrays and objects"
+            return (_path(node, where).split(".", 1)[0], why), foreign
+        children: list[tuple[Any, _Node, int]] = []
+        if isinstance(item, dict):
+            for k, v in item.items():
+                children.append((k, node, -1))
+                children.append((v, (node, str(k)), depth + 1))
+        else:
+            for i, v in enumerate(item):
+                children.append((v, (node, str(i)), depth + 1))
+        stack.extend(reversed(children))
+    return None, foreign
+
+
+def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:
+    """The JSON form of a validated model of arguments (or a job payload), as akter stores it.
+
+    Args:
+        model: The validated arguments.
+        what: What the model holds, for the message (``"arguments for Order.pay"``).
+
+    Returns:
+        ``model.model_dump(mode="json")``.
+
+    Raises:
+        ActorError: ``InvalidInput`` naming the field when a value cannot be stored faithfully
+            (:func:`unstorable_argument`) or cannot be written as JSON at all.
+    """
+    # The python-mode dump still holds NaN, big ints and raw bytes, which the JSON dump would
+    # turn into null, fail on or decode; it costs no recursion for deep values.
+    problem, foreign = _first_problem(model.model_dump(mode="python"), "", arguments=True)
+    if problem is None:
+        try:
+            payload = model.model_dump(mode="json")
+        except (ValueError, TypeError) as exc:
+            raise invalid_input(
+                f"Invalid {what}: field {_failing_field(model)!r} cannot be written as JSON "
+                f"({exc}).",
+                field=_failing_field(model),
+            ) from None
+        # Text made by the JSON dump itself (an enum's value, a custom serializer).
+        problem = unstorable_text(payload) if foreign else None
+        if problem is None:
+            return payload
+    where, why = problem
+    raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
+
+
+def _failing_field(model: BaseModel) -> str | None:
+    for name in type(model).model_fields:
+        try:
+            model.model_dump(mode="json", include={name})
+        except (ValueError, TypeError):
+            return name
+    return None
