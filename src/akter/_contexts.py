@@ -160,6 +160,7 @@ class LoopContext(_Context):
         lease: LoopLease | None,
     ) -> None:
         super().__init__(definition=definition, ref=ref, caller=caller, now_ms=now_ms)
+        #: What ``self.runtime`` is: the runtime, fenced on ``lease`` when there is one.
         self.runtime = runtime
         self.runner_id = runner_id
         self.lease = lease

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, overload
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
+from akter._json import Node, dotted, first_problem, text_problem
 from akter.errors import DeclaredError, DefinitionError, invalid_input
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -144,80 +145,55 @@ def unstorable_argument(payload: dict[str, Any]) -> tuple[str, str] | None:
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
 _PLAIN = frozenset({str, int, float, bool, type(None), bytes, bytearray})
-_Node = tuple[Any, str] | None  # (parent node, path segment): paths are built only when needed
+_Problem = tuple[str, str]
 
 
-def _path(node: _Node, where: str) -> str:
-    parts: list[str] = []
-    while node is not None:
-        node, segment = node
-        parts.append(segment)
-    if where:
-        parts.append(where)
-    return ".".join(reversed(parts)) or "value"
+def _path(node: Node, where: str) -> str:
+    return (dotted(node, where) if where else dotted(node, "")[1:]) or "value"
 
 
-def _first_problem(
-    value: Any, where: str, *, arguments: bool
-) -> tuple[tuple[str, str] | None, bool]:
+def _first_problem(value: Any, where: str, *, arguments: bool) -> tuple[_Problem | None, bool]:
     """The first problem in document order, and whether a leaf other than plain JSON was seen.
 
     Such a leaf (an enum, a datetime ...) becomes text only in the JSON dump, whose text the
     caller then checks too.
     """
-    # (item, path node, containers around it; -1 for a dict key, which is never descended)
-    stack: list[tuple[Any, _Node, int]] = [(value, None, 0)]
     low, high = ARGUMENT_INT_RANGE
     foreign = False
-    while stack:
-        item, node, depth = stack.pop()
+
+    def check(item: Any, node: Node, depth: int, key: bool) -> _Problem | None:
+        nonlocal foreign
         kind = type(item)
         if kind is str or isinstance(item, str):
-            if "\x00" in item:
-                return (
-                    _path(node, where),
-                    "contains a NUL character, which PostgreSQL cannot store",
-                ), foreign
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return (_path(node, where), "is not valid Unicode (a lone surrogate)"), foreign
-            continue
+            why = text_problem(item)
+            return None if why is None else (_path(node, where), why)
         if not isinstance(item, _CONTAINERS):
             if not arguments:
-                continue
+                return None
             foreign = foreign or kind not in _PLAIN
-            why = None
             if isinstance(item, bytes | bytearray):
                 try:
-                    stack.append((bytes(item).decode("utf-8"), node, depth))
+                    why = text_problem(bytes(item).decode("utf-8"))
                 except UnicodeDecodeError:
                     why = "holds bytes that are not UTF-8 (bytes are stored as text)"
             elif kind is bool or isinstance(item, bool):
-                pass
+                why = None
             elif isinstance(item, int) and not low <= item <= high:
                 why = f"is an integer outside the signed 64-bit range {low}..{high}"
             elif isinstance(item, float) and not math.isfinite(item):
                 why = f"is {item!r}: NaN and infinities are refused (JSON has none)"
-            if why is not None:
-                return (_path(node, where), why), foreign
-            continue
-        if depth < 0:
-            continue  # a tuple used as a dict key: the JSON dump refuses it, naming the field
+            else:
+                why = None
+            return None if why is None else (_path(node, where), why)
+        if key:
+            return None  # a tuple used as a dict key: the JSON dump refuses it, naming the field
         # The payload object is level 0, so an argument that is a list is level 1.
         if arguments and depth > MAX_ARGUMENT_DEPTH:
             why = f"nests deeper than {MAX_ARGUMENT_DEPTH} levels of arrays and objects"
-            return (_path(node, where).split(".", 1)[0], why), foreign
-        children: list[tuple[Any, _Node, int]] = []
-        if isinstance(item, dict):
-            for k, v in item.items():
-                children.append((k, node, -1))
-                children.append((v, (node, str(k)), depth + 1))
-        else:
-            for i, v in enumerate(item):
-                children.append((v, (node, str(i)), depth + 1))
-        stack.extend(reversed(children))
-    return None, foreign
+            return _path(node, where).split(".", 1)[0], why
+        return None
+
+    return first_problem(value, check, containers=_CONTAINERS, keys=True), foreign
 
 
 def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:

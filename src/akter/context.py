@@ -256,14 +256,10 @@ class TurnApi(Generic[S]):
         ``self.runtime.get(...)`` and ``self.runtime.create(...)`` return handles whose commands
         carry the loop's lease (:attr:`lease`); everything else is the runtime itself.
         """
-        from akter.handles import FencedRuntime
-
         ctx = _ctx(self)
         if not isinstance(ctx, LoopContext):
             raise ReadOnlyError("self.runtime exists only in a singleton's run() loop.")
-        if ctx.lease is None:
-            return ctx.runtime
-        return FencedRuntime(ctx.runtime, ctx.lease)
+        return ctx.runtime
 
     @property
     def lease(self) -> LoopLease:

@@ -500,16 +500,19 @@ class Runtime:
         ``epoch`` is ``acquired_at_ms`` of the lease acquisition that started the loop: the
         commands the loop sends through ``self.runtime`` handles are fenced on it.
         """
+        from akter.handles import FencedRuntime
+
         definition = self.definition(actor_type)
         ref = ActorRef("default", definition.name, "")
+        lease = None if epoch is None else LoopLease(definition.name, runner_id, epoch)
         ctx = LoopContext(
             definition=definition,
             ref=ref,
             caller=System("process"),
             now_ms=self.clock.estimate(),
-            runtime=self,
+            runtime=self if lease is None else FencedRuntime(self, lease),
             runner_id=runner_id,
-            lease=None if epoch is None else LoopLease(definition.name, runner_id, epoch),
+            lease=lease,
         )
         instance = bind(ctx)
         ctx.activate()
