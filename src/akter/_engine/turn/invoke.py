@@ -12,12 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from akter._contexts import IN_TURN, CommandContext, bind
 from akter._engine.hooks import Hooks
 from akter._engine.turn.rules import receipt_result
 from akter._engine.turn.types import EVENT_BYTES_LIMIT, Activation, BatchDefect, Outcome, Request
 from akter._json import Unstorable, check_finite, storable_json, stored_value, unserializable_path
 from akter.actor import ActorDefinition, Member
-from akter.context import IN_TURN, CommandContext, bind
 from akter.errors import DeclaredError, InjectedCrash
 
 Ran = tuple[Outcome, BaseModel | None, CommandContext | None]

@@ -10,11 +10,11 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from akter import telemetry
+from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
 from akter._staging import CancelJob, CancelTimer, Staged, StagedRow
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, caller_key
-from akter.context import LoopLease
 
 #: The most a batch's events may total, in bytes of stored JSON.
 EVENT_BYTES_LIMIT = 1_048_576

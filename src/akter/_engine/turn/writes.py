@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from akter import telemetry
+from akter._contexts import LoopLease
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
 from akter._staging import StagedRow, framework_id
@@ -22,7 +23,6 @@ from akter._store.gateway import actors
 from akter._store.pool import Connection
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
-from akter.context import LoopLease
 
 
 @dataclass

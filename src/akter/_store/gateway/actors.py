@@ -1,15 +1,16 @@
 """The actor statements of a turn: every parameter dict of its two flights.
 
 Each function queues one or two statements on a connection that is inside the turn's psycopg
-pipeline and returns the cursor when the turn reads a result; nothing here waits for the server
-or reads a result itself, so the flights stay two round trips (see ``akter._engine.turn``). The
+pipeline (a single statement is returned as the driver's awaitable, with no frame of its own);
+nothing here waits for the server or reads a result itself, so the flights stay two round trips
+(see ``akter._engine.turn``). The
 statements, their parameters and their order are the turn's: ``key`` is the actor's
 ``{"rk", "tenant", "type", "id"}`` (:func:`actor_key`), ``off`` the clock offset in ms.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -56,47 +57,51 @@ async def begin_turn(
     )
 
 
-async def ensure_actor(conn: Connection, q: Queries, key: Key, state_json: str, off: int) -> None:
+def ensure_actor(
+    conn: Connection, q: Queries, key: Key, state_json: str, off: int
+) -> Awaitable[Cursor]:
     """Insert the row of an actor the cache does not know (an existing row is left alone)."""
-    await conn.execute(
+    return conn.execute(
         q["ensure_actor"], {**key, "state": state_json, "state_version": 0, "off": off}
     )
 
 
-async def lock_actor(conn: Connection, q: Queries, key: Key, cached_version: int | None) -> Cursor:
+def lock_actor(
+    conn: Connection, q: Queries, key: Key, cached_version: int | None
+) -> Awaitable[Cursor]:
     """Lock the actor row; its state is shipped only when ``cached_version`` is stale."""
-    return await conn.execute(q["lock_actor"], {**key, "cached_version": cached_version})
+    return conn.execute(q["lock_actor"], {**key, "cached_version": cached_version})
 
 
-async def read_admission(
+def read_admission(
     conn: Connection, q: Queries, key: Key, off: int, command_ids: list[str]
-) -> Cursor:
+) -> Awaitable[Cursor]:
     """The pinned clock and the receipts of ``command_ids``, in a snapshot after the lock."""
-    return await conn.execute(q["admission_read"], {**key, "off": off, "command_ids": command_ids})
+    return conn.execute(q["admission_read"], {**key, "off": off, "command_ids": command_ids})
 
 
 def _fence(actor_type: str, owner: str, epoch: int, off: int) -> dict[str, Any]:
     return {"actor_type": actor_type, "owner": owner, "epoch": epoch, "off": off}
 
 
-async def check_fence(
+def check_fence(
     conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
-) -> Cursor:
+) -> Awaitable[Cursor]:
     """Whether a singleton loop's lease is current (a row, or none)."""
-    return await conn.execute(q["check_singleton_fence"], _fence(actor_type, owner, epoch, off))
+    return conn.execute(q["check_singleton_fence"], _fence(actor_type, owner, epoch, off))
 
 
 # --- flight 2: commit ---------------------------------------------------------------------------
 
 
-async def hold_fence(
+def hold_fence(
     conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
-) -> None:
+) -> Awaitable[Cursor]:
     """Hold a loop's lease row through ``COMMIT`` (a lost lease fails the flight)."""
-    await conn.execute(q["hold_singleton_fence"], _fence(actor_type, owner, epoch, off))
+    return conn.execute(q["hold_singleton_fence"], _fence(actor_type, owner, epoch, off))
 
 
-async def update_actor(
+def update_actor(
     conn: Connection,
     q: Queries,
     key: Key,
@@ -107,9 +112,9 @@ async def update_actor(
     event_seq: int,
     now_ms: int,
     locked_version: int,
-) -> None:
+) -> Awaitable[Cursor]:
     """The guarded update of the actor row (its version must still be ``locked_version``)."""
-    await conn.execute(
+    return conn.execute(
         q["update_actor"],
         {
             **key,
@@ -123,16 +128,16 @@ async def update_actor(
     )
 
 
-async def insert_events(
+def insert_events(
     conn: Connection,
     q: Queries,
     key: Key,
     now_ms: int,
     first_seq: int,
     events: Sequence[tuple[str, str, str]],
-) -> None:
+) -> Awaitable[Cursor]:
     """Append ``(tag, payload JSON, command id)`` events numbered from ``first_seq``."""
-    await conn.execute(
+    return conn.execute(
         q["insert_events"],
         {
             **key,
@@ -145,9 +150,9 @@ async def insert_events(
     )
 
 
-async def delete_timers(conn: Connection, q: Queries, key: Key, keys: list[str]) -> None:
+def delete_timers(conn: Connection, q: Queries, key: Key, keys: list[str]) -> Awaitable[Cursor]:
     """Delete the actor's pending timers with ``keys``."""
-    await conn.execute(q["delete_timers"], {**key, "keys": keys})
+    return conn.execute(q["delete_timers"], {**key, "keys": keys})
 
 
 async def cancel_jobs(
@@ -158,7 +163,7 @@ async def cancel_jobs(
     return await conn.execute(q["cancel_jobs_started"], {**key, "keys": keys, "now": now_ms})
 
 
-async def insert_outbox(
+def insert_outbox(
     conn: Connection,
     q: Queries,
     key: Key,
@@ -167,9 +172,9 @@ async def insert_outbox(
     off: int,
     rows: Sequence[StagedRow],
     ordinals: list[int],
-) -> None:
+) -> Awaitable[Cursor]:
     """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``)."""
-    await conn.execute(
+    return conn.execute(
         q["insert_outbox"],
         {
             **key,
@@ -212,12 +217,12 @@ def tick_params(
     }
 
 
-async def insert_ticks(conn: Connection, q: Queries, params: Mapping[str, Any]) -> None:
+def insert_ticks(conn: Connection, q: Queries, params: Mapping[str, Any]) -> Awaitable[Cursor]:
     """Insert the ticks of :func:`tick_params` (existing ones are left alone)."""
-    await conn.execute(q["insert_ticks"], params)
+    return conn.execute(q["insert_ticks"], params)
 
 
-async def insert_receipts(
+def insert_receipts(
     conn: Connection,
     q: Queries,
     key: Key,
@@ -228,9 +233,9 @@ async def insert_receipts(
     caller_keys: list[str],
     outcomes: list[str | None],
     expires: list[int],
-) -> None:
+) -> Awaitable[Cursor]:
     """Write the receipts of the batch's commands (outcomes as stored JSON text)."""
-    await conn.execute(
+    return conn.execute(
         q["insert_receipts"],
         {
             **key,
@@ -244,11 +249,11 @@ async def insert_receipts(
     )
 
 
-async def end_turn(conn: Connection, commit: bool) -> Cursor:
+def end_turn(conn: Connection, commit: bool) -> Awaitable[Cursor]:
     """``COMMIT`` (or ``ROLLBACK`` when the turn writes nothing); its status is the cursor's."""
-    return await conn.execute("COMMIT" if commit else "ROLLBACK")
+    return conn.execute("COMMIT" if commit else "ROLLBACK")
 
 
-async def read_clock(conn: Connection, q: Queries, off: int) -> Cursor:
+def read_clock(conn: Connection, q: Queries, off: int) -> Awaitable[Cursor]:
     """The database clock (the release check's read, after the transaction ended)."""
-    return await conn.execute(q["clock_now"], {"off": off})
+    return conn.execute(q["clock_now"], {"off": off})
