@@ -21,7 +21,7 @@ from akter.callers import ActorRef, Caller, System, caller_to_json, principal_of
 from akter.errors import CapabilityEscaped
 
 if TYPE_CHECKING:
-    from akter.actor import ActorDefinition
+    from akter._members import ActorDefinition
 
 __all__ = [
     "IN_TURN",
@@ -168,7 +168,7 @@ class LoopContext(_Context):
 
 def bind(ctx: _Context) -> Any:
     """A fresh instance of the actor class with ``ctx`` behind its ``self`` (not yet active)."""
-    cls = ctx.definition.cls
+    cls: Any = ctx.definition.cls
     instance = cls.__new__(cls)
     instance.__dict__["_akter_ctx"] = ctx
     return instance

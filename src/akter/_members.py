@@ -1,26 +1,35 @@
-"""Member declarations: what ``@command`` / ``@query`` record, and storable arguments.
+"""Members of actor types: what ``@command`` / ``@query`` record, and what they resolve to.
 
 Below :mod:`akter.actor`, :mod:`akter.context` and :mod:`akter.jobs`: the decorators mark a
-function with a :class:`MemberSpec` (job routes mark theirs the same way), and
-:func:`storable_payload` is the one check that a validated model of arguments (or a job
-payload) can be stored as it is.
+function with a :class:`MemberSpec` (job routes mark theirs the same way);
+:class:`ActorDefinition` holds an actor type's resolved :class:`Member` objects, found with
+:func:`definition_of` and :func:`member_of`; :func:`storable_payload` is the one check that a
+validated model of arguments (or a job payload) can be stored as it is.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
+import typing
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from typing_extensions import TypeVar
 
+from akter._event_decl import Event
 from akter._json import Node, dotted, first_problem, text_problem
-from akter.errors import DeclaredError, DefinitionError, invalid_input
+from akter._policy import ResolvedPolicy
+from akter.callers import ActorRef, Caller
+from akter.errors import DeclaredError, DefinitionError, invalid_input, invalid_input_from
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+AccessKind = Literal["command", "query", "events", "progress"]
+AccessPolicy = Callable[[Caller, ActorRef, str, AccessKind], "bool | Awaitable[bool]"]
 
 
 @dataclass(frozen=True)
@@ -237,3 +246,186 @@ def _failing_field(model: BaseModel) -> str | None:
         except (ValueError, TypeError):
             return name
     return None
+
+
+class EmptyState(BaseModel):
+    """The state of an actor declared without a state model."""
+
+
+# --- resolved definitions -------------------------------------------------------------------
+
+
+@dataclass
+class Member:
+    """A resolved command or query of one actor type."""
+
+    name: str
+    kind: Literal["command", "query"]
+    fn: Callable[..., Awaitable[Any]]
+    spec: MemberSpec
+    owner: ActorDefinition
+    params: list[inspect.Parameter] = field(default_factory=list)
+    args_model: type[BaseModel] = EmptyState
+    result: TypeAdapter[Any] = field(default_factory=lambda: TypeAdapter(Any))
+
+    @property
+    def internal(self) -> bool:
+        """Whether only System callers may reach it."""
+        return self.spec.internal or self.spec.route is not None
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Bind a call's arguments by name, fill defaults and validate: the JSON payload."""
+        try:
+            bound = self._signature.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise invalid_input(
+                f"Invalid arguments for {self.owner.name}.{self.name}: {exc}."
+            ) from None
+        values = dict(bound.arguments)
+        values.pop(next(iter(self._signature.parameters)))
+        return self.validate_payload(values)
+
+    def validate_payload(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Validate a payload given by parameter name (HTTP bodies, outbox rows)."""
+        if not isinstance(values, dict):
+            raise invalid_input(f"The payload of {self.owner.name}.{self.name} must be an object.")
+        try:
+            model = self.args_model.model_validate(values)
+        except ValidationError as exc:
+            raise invalid_input_from(exc, f"arguments for {self.owner.name}.{self.name}") from None
+        return storable_payload(model, f"arguments for {self.owner.name}.{self.name}")
+
+    def validate_json_body(self, raw: bytes, body: dict[str, Any]) -> None:
+        """Check an HTTP body strictly: JSON ``true`` or ``"5"`` is not an ``int`` over HTTP.
+
+        In-process calls keep pydantic's Python (lax) semantics; a remote caller gets the
+        strict JSON mode, where only a JSON number is an ``int``. (JSON strict mode still
+        reads ISO strings as datetimes, UUIDs and bytes: JSON has no other way to send them.)
+
+        Args:
+            raw: The body as received.
+            body: The same body parsed (checked first, so a deep or unstorable value gets its
+                named refusal before the strict parser's own limits).
+
+        Raises:
+            ActorError: ``InvalidInput`` naming the field.
+        """
+        what = f"arguments for {self.owner.name}.{self.name}"
+        problem = unstorable_argument(body)
+        if problem is not None:
+            where, why = problem
+            raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
+        try:
+            self.args_model.model_validate_json(raw or b"{}", strict=True)
+        except ValidationError as exc:
+            raise invalid_input_from(exc, what) from None
+
+    def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The Python values to call the handler with, from a validated payload."""
+        model = self.args_model.model_validate(payload)
+        return {p.name: getattr(model, p.name) for p in self.params}
+
+    @functools.cached_property
+    def _signature(self) -> inspect.Signature:
+        return inspect.signature(self.fn)
+
+
+@dataclass
+class ActorDefinition:
+    """Everything the runtime needs to know about one actor type."""
+
+    cls: type[Any]  # the akter.Actor subclass
+    name: str
+    state_model: type[BaseModel]
+    singleton: bool
+    placement: Literal["tenant", "actor"]
+    access: AccessPolicy
+    policy: ResolvedPolicy
+    members: dict[str, Member] = field(default_factory=dict)
+    jobs: dict[str, Any] = field(default_factory=dict)
+    events: tuple[type[Event], ...] = ()
+    schedules: list[Any] = field(default_factory=list)
+    resolved: bool = False
+
+    @property
+    def gated(self) -> bool:
+        """Whether the type has ``creates=True`` commands."""
+        return any(m.spec.creates for m in self.members.values())
+
+    def member(self, name: str, kind: Literal["command", "query"] | None = None) -> Member:
+        """Look up a member by name, raising ``InvalidInput/unknown_member``."""
+        self.resolve()
+        found = self.members.get(name)
+        if found is None or (kind is not None and found.kind != kind):
+            what = kind or "member"
+            raise invalid_input(
+                f"Actor type {self.name!r} has no {what} {name!r}.", code="unknown_member"
+            )
+        return found
+
+    def default_state(self) -> BaseModel:
+        """A fresh default state."""
+        return self.state_model()
+
+    def resolve(self) -> None:
+        """Resolve annotations into validation models (deferred for forward references)."""
+        if self.resolved:
+            return
+        for member in self.members.values():
+            _resolve_member(member)
+        for job in self.jobs.values():
+            job.resolve()
+        self.resolved = True
+
+
+def _resolve_member(member: Member) -> None:
+    where = f"{member.owner.name}.{member.name}"
+    try:
+        hints = typing.get_type_hints(member.fn, include_extras=True)
+    except NameError as exc:
+        raise DefinitionError(f"{where}: cannot resolve an annotation ({exc}).") from None
+    sig = inspect.signature(member.fn)
+    params = list(sig.parameters.values())
+    if not params or params[0].name != "self":
+        raise DefinitionError(f"{where}: the first parameter must be 'self'.")
+    fields_: dict[str, Any] = {}
+    for p in params[1:]:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise DefinitionError(f"{where}: *args and **kwargs are not supported.")
+        if p.name not in hints:
+            raise DefinitionError(f"{where}: parameter {p.name!r} needs a type annotation.")
+        if p.name.startswith("_"):
+            raise DefinitionError(f"{where}: parameter {p.name!r} must not start with '_'.")
+        default = p.default if p.default is not inspect.Parameter.empty else ...
+        fields_[p.name] = (hints[p.name], default)
+    if "return" not in hints:
+        raise DefinitionError(f"{where}: the return type needs an annotation (use -> None).")
+    try:
+        member.args_model = create_model(
+            f"{member.owner.name}_{member.name}_args",
+            __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+            **fields_,
+        )
+        member.result = TypeAdapter(hints["return"])
+    except Exception as exc:  # pydantic schema errors
+        raise DefinitionError(f"{where}: unsupported annotation: {exc}") from None
+    member.params = params[1:]
+    if member.kind == "query" and member.params and member.spec.route is None:
+        pass  # queries may take arguments
+
+
+def definition_of(actor: Any) -> ActorDefinition:
+    """The definition of an actor class."""
+    definition = getattr(actor, "__akter_definition__", None)
+    if not isinstance(definition, ActorDefinition) or definition.cls is not actor:
+        raise DefinitionError(f"{actor!r} is not an akter.Actor subclass.")
+    return definition
+
+
+def member_of(fn: Any) -> Member:
+    """The resolved member behind ``Other.command`` (used by ``send`` and ``later().send``)."""
+    owner = getattr(fn, _OWNER_ATTR, None)
+    if not isinstance(owner, ActorDefinition):
+        raise invalid_input(f"{fn!r} is not a command of an akter actor.")
+    owner.resolve()
+    return owner.members[fn.__name__]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, Self
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar
@@ -25,18 +25,17 @@ from akter._contexts import (
     _Context,
     bind,
 )
+from akter._event_decl import Event
 from akter._ids import canonical_json, child_id, validate_actor_id, validate_key
 from akter._json import Unstorable, check_finite, storable_json, unserializable_path
+from akter._members import definition_of, member_of
 from akter._readonly import read_only as _read_only
 from akter._readonly import unwrap_read_only
 from akter._staging import CancelJob, CancelTimer, StagedRow, framework_id, parse_due
 from akter.callers import ActorRef, Caller
 from akter.errors import CapabilityEscaped, ReadOnlyError, invalid_input
-
-if TYPE_CHECKING:
-    from akter.actor import Event
-    from akter.events import EventStream
-    from akter.jobs import Job
+from akter.events import EventStream
+from akter.jobs import Job
 
 __all__ = [
     "IN_TURN",
@@ -112,8 +111,6 @@ def _stage_intent(
     *,
     mint: tuple[str, int] | None = None,
 ) -> None:
-    from akter.actor import member_of
-
     member = member_of(command)
     if member.kind != "command":
         raise invalid_input(f"{member.owner.name}.{member.name} is a query; send a command.")
@@ -321,8 +318,6 @@ class TurnApi(Generic[S]):
 
     def emit(self, event: Event) -> None:
         """Stage an event; it is appended with the next sequence number if the turn commits."""
-        from akter.actor import Event
-
         ctx = _writable(self, "emit")
         if not isinstance(event, Event):
             raise TypeError(f"emit() takes an akter.Event, not {type(event).__name__}.")
@@ -390,8 +385,6 @@ class TurnApi(Generic[S]):
     ) -> str:
         """Stage a job of this actor type; returns its id (the provider idempotency key)."""
         ctx = _writable(self, "enqueue")
-        from akter.jobs import Job
-
         if not isinstance(job, Job) or job.owner is not ctx.definition:
             raise invalid_input(
                 f"enqueue() takes a job of {ctx.definition.name!r} (e.g. "
@@ -430,8 +423,6 @@ class TurnApi(Generic[S]):
 
     def mint(self, child: type[Any]) -> ActorRef:
         """Mint the id of a new child actor, derived from this command's id (semantics §1.5)."""
-        from akter.actor import definition_of
-
         ctx = _writable(self, "mint")
         definition = definition_of(child)
         ordinal = ctx.mint_ordinal
@@ -457,8 +448,6 @@ class TurnApi(Generic[S]):
         **kwargs: P.kwargs,
     ) -> ActorRef:
         """Mint a child and stage its creating command as an intent carrying the mint proof."""
-        from akter.actor import member_of
-
         ctx = _writable(self, "create")
         member = member_of(command)
         ordinal = ctx.mint_ordinal
@@ -474,8 +463,6 @@ class TurnApi(Generic[S]):
         In a query, ``await self.events(after=self.cursor)`` reads one page; on a handle,
         ``async for record in handle.events(after=cursor)`` replays and then follows live.
         """
-        from akter.events import EventStream
-
         ctx = _ctx(self)
         reader = ctx.events_reader
         if reader is None:
