@@ -10,6 +10,7 @@ from akter._policy import Policy
 from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
+from akter.context import QueryView
 from akter.errors import (
     ActorError,
     AkterError,
@@ -55,6 +56,7 @@ __all__ = [
     "JobCall",
     "JobFailure",
     "Policy",
+    "QueryView",
     "ReadOnlyError",
     "Runtime",
     "Succeeded",

@@ -29,8 +29,9 @@ import pathlib
 import re
 import sys
 import uuid
+from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -139,7 +140,8 @@ def check_finite(value: Any, path: str = "value") -> None:
 
 def unserializable_path(value: Any, path: str = "value") -> str:
     """Where a value pydantic could not serialize holds something no encoder knows (best effort)."""
-    found = _foreign(_inside(value), path, 0)
+    inner = _inside(value)
+    found = None if inner is None else _foreign(inner, path)
     return found or path
 
 
@@ -158,48 +160,25 @@ _finite = json.JSONEncoder(
 ).encode
 
 
-def _nonfinite(value: Any, path: str, depth: int = 0) -> Unstorable | None:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return Unstorable(path, "is NaN, which JSON cannot represent")
-        if math.isinf(value):
-            return Unstorable(path, "is an infinity, which JSON cannot represent")
+def _nonfinite(value: Any, path: str) -> Unstorable | None:
+    def check(item: Any, node: Node, depth: int, key: bool) -> Unstorable | None:
+        if isinstance(item, float):
+            if math.isnan(item):
+                return Unstorable(dotted(node, path), "is NaN, which JSON cannot represent")
+            if math.isinf(item):
+                return Unstorable(dotted(node, path), "is an infinity, which JSON cannot represent")
         return None
-    if depth > MAX_DEPTH or isinstance(value, str | bytes | int):
-        return None
-    inner = _inside(value)
-    if inner is not None:
-        return _nonfinite(inner, path, depth)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _nonfinite(item, f"{path}.{key}", depth + 1)
-            if found is not None:
-                return found
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = _nonfinite(item, f"{path}.{index}", depth + 1)
-            if found is not None:
-                return found
-    return None
+
+    return first_problem(value, check, containers=_SEQUENCES, inside=_inside, descend=MAX_DEPTH)
 
 
-def _foreign(value: Any, path: str, depth: int) -> str | None:
-    if value is None or depth > MAX_DEPTH or isinstance(value, str | bytes | int | float):
-        return None
-    inner = _inside(value)
-    if inner is not None:
-        return _foreign(inner, path, depth)
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, list | tuple):
-        items = enumerate(value)
-    else:
-        return None if isinstance(value, _KNOWN) else path
-    for key, item in items:
-        found = _foreign(item, f"{path}.{key}", depth + 1)
-        if found is not None:
-            return found
-    return None
+def _foreign(value: Any, path: str) -> str | None:
+    def check(item: Any, node: Node, depth: int, key: bool) -> str | None:
+        if item is None or depth > MAX_DEPTH or isinstance(item, _NOT_FOREIGN):
+            return None
+        return dotted(node, path)
+
+    return first_problem(value, check, containers=_SEQUENCES, inside=_inside, descend=MAX_DEPTH)
 
 
 def _full_float(match: re.Match[str]) -> str:
@@ -213,49 +192,125 @@ def _deep(text: str) -> bool:
     return text.count("[") + text.count("{") > MAX_DEPTH
 
 
-def _problem(value: Any, path: str, depth: int = 0) -> Unstorable | None:
+def _problem(value: Any, path: str) -> Unstorable | None:
     """The first unstorable path in ``value``, depth first, in key order."""
-    if depth > MAX_DEPTH:
-        return Unstorable(path, f"nests deeper than {MAX_DEPTH} levels")
+
+    def check(item: Any, node: Node, depth: int, key: bool) -> Unstorable | None:
+        if key:
+            if not isinstance(item, str):
+                where = dotted(node, path)
+                return Unstorable(where, f"has a key of type {type(item).__name__}, not str")
+            why = text_problem(item)
+            return None if why is None else Unstorable(f"{dotted(node, path)} key {item!r}", why)
+        if depth > MAX_DEPTH:
+            return Unstorable(dotted(node, path), f"nests deeper than {MAX_DEPTH} levels")
+        why = _json_problem(item)
+        return None if why is None else Unstorable(dotted(node, path), why)
+
+    return first_problem(value, check, containers=(dict, list), sort_keys=True, keys=True)
+
+
+def _json_problem(value: Any) -> str | None:
+    """Why a value inside a JSON-mode document cannot be stored (containers: nothing yet)."""
     if isinstance(value, str):
-        if "\x00" in value:
-            return Unstorable(path, "contains a NUL character, which PostgreSQL cannot store")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return Unstorable(path, "is not valid Unicode (a lone surrogate)")
-        return None
-    if isinstance(value, bool) or value is None:
+        return text_problem(value)
+    if isinstance(value, bool) or value is None or isinstance(value, dict | list):
         return None
     if isinstance(value, int):
         if abs(value).bit_length() > _INT_BITS:
-            return Unstorable(
-                path, f"is an integer of more than {sys.get_int_max_str_digits()} digits"
-            )
+            return f"is an integer of more than {sys.get_int_max_str_digits()} digits"
         return None
     if isinstance(value, float):
         if math.isnan(value):
-            return Unstorable(path, "is NaN, which JSON cannot represent")
+            return "is NaN, which JSON cannot represent"
         if math.isinf(value):
-            return Unstorable(path, "is an infinity, which JSON cannot represent")
+            return "is an infinity, which JSON cannot represent"
         return None
-    if isinstance(value, dict):
-        for key in sorted(value, key=str):
-            if not isinstance(key, str):
-                return Unstorable(path, f"has a key of type {type(key).__name__}, not str")
-            found = _problem(key, f"{path} key {key!r}", depth) or _problem(
-                value[key], f"{path}.{key}", depth + 1
-            )
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _problem(item, f"{path}.{index}", depth + 1)
-            if found is not None:
-                return found
-        return None
-    return Unstorable(path, f"is a {type(value).__name__}, which is not a JSON value")
+    return f"is a {type(value).__name__}, which is not a JSON value"
+
+
+def text_problem(text: str) -> str | None:
+    """Why PostgreSQL cannot store ``text`` (a NUL, a lone surrogate), if it cannot."""
+    if "\x00" in text:
+        return "contains a NUL character, which PostgreSQL cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    return None
+
+
+# --- the walker -----------------------------------------------------------------------------------
+
+#: Where an item sits: ``(parent node, path segment)``, ``None`` at the root. Paths are built
+#: from it only when a problem is found.
+Node = tuple[Any, str] | None
+T = TypeVar("T")
+_SEQUENCES = (dict, list, tuple)
+_SCALARS = (str, bytes, int, float)
+_NOT_FOREIGN = _SCALARS + _SEQUENCES + _KNOWN
+
+
+def dotted(node: Node, root: str) -> str:
+    """The path of ``node`` below ``root``: ``root.seg.seg``."""
+    parts: list[str] = []
+    while node is not None:
+        node, segment = node
+        parts.append(segment)
+    parts.append(root)
+    return ".".join(reversed(parts))
+
+
+def first_problem(
+    value: Any,
+    check: Callable[[Any, Node, int, bool], T | None],
+    *,
+    containers: tuple[type, ...],
+    sort_keys: bool = False,
+    keys: bool = False,
+    inside: Callable[[Any], Any] | None = None,
+    descend: int | None = None,
+) -> T | None:
+    """Walk ``value`` depth first in document order; the first thing ``check`` reports.
+
+    The one walk behind every refusal of a value akter would store. It is iterative, so a
+    deep value cannot exhaust the stack.
+
+    Args:
+        value: What to walk.
+        check: Called as ``check(item, node, depth, is_key)`` for every item, before its
+            children (the root is at depth 0, a dict's keys at the dict's own depth); a
+            non-``None`` answer ends the walk and is returned.
+        containers: The types whose items are walked (dicts by key, the rest in order).
+        sort_keys: Walk dict keys in ``str`` order (as the stored JSON sorts them).
+        keys: Pass dict keys to ``check`` too, each just before its value; keys are never
+            descended.
+        inside: Gives what to walk instead of an item (a model's fields), or ``None``.
+        descend: The deepest level whose containers are descended (``None``: no limit).
+    """
+    stack: list[tuple[Any, Node, int, bool]] = [(value, None, 0, False)]
+    while stack:
+        item, node, depth, is_key = stack.pop()
+        if inside is not None:
+            inner = inside(item)
+            if inner is not None:
+                item = inner
+        found = check(item, node, depth, is_key)
+        if found is not None:
+            return found
+        if is_key or not isinstance(item, containers) or (descend is not None and depth > descend):
+            continue
+        children: list[tuple[Any, Node, int, bool]] = []
+        if isinstance(item, dict):
+            for k in sorted(item, key=str) if sort_keys else item:
+                if keys:
+                    children.append((k, node, depth, True))
+                children.append((item[k], (node, str(k)), depth + 1, False))
+        else:
+            for i, v in enumerate(cast(Iterable[Any], item)):
+                children.append((v, (node, str(i)), depth + 1, False))
+        stack.extend(reversed(children))
+    return None
 
 
 # Digits of an int's decimal text grow as bits * log10(2); stay inside the conversion limit.

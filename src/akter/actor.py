@@ -4,32 +4,70 @@ An actor class is a declaration. At run time the engine instantiates it once per
 turn context bound to it, so ``self`` inside a command is both the actor (its methods are
 callable) and the turn's capability surface (``self.state``, ``self.send`` ...). See
 :mod:`akter.context` for the capabilities themselves.
+
+The class keywords are checked and the members collected here; the member and definition types
+(``@command``, ``@query``, :class:`ActorDefinition`, :class:`Member`) live in
+:mod:`akter._members` and the event base in :mod:`akter._event_decl`, re-exported from here.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import math
 import typing
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, overload
+from typing import Any, ClassVar, Generic, Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
+from akter._event_decl import Event
 from akter._ids import ACTOR_TYPE_RE, MEMBER_NAME_RE
-from akter._policy import POLICY_FIELDS, Policy, ResolvedPolicy
+from akter._members import (
+    _MEMBER_ATTR,
+    _OWNER_ATTR,
+    ARGUMENT_INT_RANGE,
+    MAX_ARGUMENT_DEPTH,
+    AccessKind,
+    AccessPolicy,
+    ActorDefinition,
+    EmptyState,
+    Member,
+    MemberSpec,
+    command,
+    definition_of,
+    member_of,
+    query,
+    storable_payload,
+    unstorable_argument,
+    unstorable_text,
+)
+from akter._policy import POLICY_FIELDS, Policy
 from akter.callers import ActorRef, Caller, System
 from akter.context import TurnApi
-from akter.errors import DeclaredError, DefinitionError, invalid_input, invalid_input_from
+from akter.errors import DefinitionError
+
+__all__ = [
+    "ARGUMENT_INT_RANGE",
+    "MAX_ARGUMENT_DEPTH",
+    "RESERVED_MEMBER_NAMES",
+    "AccessKind",
+    "AccessPolicy",
+    "Actor",
+    "ActorDefinition",
+    "EmptyState",
+    "Event",
+    "Member",
+    "MemberSpec",
+    "command",
+    "default_access",
+    "definition_of",
+    "member_of",
+    "public",
+    "query",
+    "storable_payload",
+    "unstorable_argument",
+    "unstorable_text",
+]
 
 S = TypeVar("S", bound=BaseModel, default=BaseModel)
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-AccessKind = Literal["command", "query", "events", "progress"]
-AccessPolicy = Callable[[Caller, ActorRef, str, AccessKind], "bool | Awaitable[bool]"]
 
 RESERVED_MEMBER_NAMES = frozenset(
     {
@@ -40,156 +78,6 @@ RESERVED_MEMBER_NAMES = frozenset(
 )  # fmt: skip
 
 
-#: How deeply an argument may nest arrays and objects: an argument that is a list of dicts
-#: nests 2 levels. pydantic's JSON serializer gives up near 255 levels and ``json`` near the
-#: interpreter's recursion limit; 64 leaves room for the state, receipt and event documents an
-#: argument is stored inside, and for the JSON parsers of other languages.
-MAX_ARGUMENT_DEPTH = 64
-#: Integers in arguments must fit a signed 64-bit integer: PostgreSQL's ``bigint`` and the
-#: integers of the JSON decoders of other languages. (``jsonb`` itself stores any size, but
-#: Python refuses to write an int of more than 4,300 digits as text.)
-ARGUMENT_INT_RANGE = (-(2**63), 2**63 - 1)
-
-
-def unstorable_text(value: Any, where: str = "") -> tuple[str, str] | None:
-    """The first string PostgreSQL cannot store (NUL, lone surrogate), as (path, reason)."""
-    return _first_problem(value, where, arguments=False)[0]
-
-
-def unstorable_argument(payload: dict[str, Any]) -> tuple[str, str] | None:
-    """The first part of a payload akter refuses to store, as (path, reason).
-
-    Beyond :func:`unstorable_text`: NaN and infinities (JSON has no such numbers; ``Any``
-    would store them as ``null``), integers outside :data:`ARGUMENT_INT_RANGE`, ``bytes`` that
-    are not UTF-8 (they are stored as JSON text) and arguments nesting deeper than
-    :data:`MAX_ARGUMENT_DEPTH` (reported at the argument itself). ``payload`` is the
-    python-mode dump of the arguments by name; the walk is iterative, so a deep value cannot
-    exhaust the stack.
-    """
-    return _first_problem(payload, "", arguments=True)[0]
-
-
-_CONTAINERS = (dict, list, tuple, set, frozenset)
-_PLAIN = frozenset({str, int, float, bool, type(None), bytes, bytearray})
-_Node = tuple[Any, str] | None  # (parent node, path segment): paths are built only when needed
-
-
-def _path(node: _Node, where: str) -> str:
-    parts: list[str] = []
-    while node is not None:
-        node, segment = node
-        parts.append(segment)
-    if where:
-        parts.append(where)
-    return ".".join(reversed(parts)) or "value"
-
-
-def _first_problem(
-    value: Any, where: str, *, arguments: bool
-) -> tuple[tuple[str, str] | None, bool]:
-    """The first problem in document order, and whether a leaf other than plain JSON was seen.
-
-    Such a leaf (an enum, a datetime ...) becomes text only in the JSON dump, whose text the
-    caller then checks too.
-    """
-    # (item, path node, containers around it; -1 for a dict key, which is never descended)
-    stack: list[tuple[Any, _Node, int]] = [(value, None, 0)]
-    low, high = ARGUMENT_INT_RANGE
-    foreign = False
-    while stack:
-        item, node, depth = stack.pop()
-        kind = type(item)
-        if kind is str or isinstance(item, str):
-            if "\x00" in item:
-                return (
-                    _path(node, where),
-                    "contains a NUL character, which PostgreSQL cannot store",
-                ), foreign
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return (_path(node, where), "is not valid Unicode (a lone surrogate)"), foreign
-            continue
-        if not isinstance(item, _CONTAINERS):
-            if not arguments:
-                continue
-            foreign = foreign or kind not in _PLAIN
-            why = None
-            if isinstance(item, bytes | bytearray):
-                try:
-                    stack.append((bytes(item).decode("utf-8"), node, depth))
-                except UnicodeDecodeError:
-                    why = "holds bytes that are not UTF-8 (bytes are stored as text)"
-            elif kind is bool or isinstance(item, bool):
-                pass
-            elif isinstance(item, int) and not low <= item <= high:
-                why = f"is an integer outside the signed 64-bit range {low}..{high}"
-            elif isinstance(item, float) and not math.isfinite(item):
-                why = f"is {item!r}: NaN and infinities are refused (JSON has none)"
-            if why is not None:
-                return (_path(node, where), why), foreign
-            continue
-        if depth < 0:
-            continue  # a tuple used as a dict key: the JSON dump refuses it, naming the field
-        # The payload object is level 0, so an argument that is a list is level 1.
-        if arguments and depth > MAX_ARGUMENT_DEPTH:
-            why = f"nests deeper than {MAX_ARGUMENT_DEPTH} levels of arrays and objects"
-            return (_path(node, where).split(".", 1)[0], why), foreign
-        children: list[tuple[Any, _Node, int]] = []
-        if isinstance(item, dict):
-            for k, v in item.items():
-                children.append((k, node, -1))
-                children.append((v, (node, str(k)), depth + 1))
-        else:
-            for i, v in enumerate(item):
-                children.append((v, (node, str(i)), depth + 1))
-        stack.extend(reversed(children))
-    return None, foreign
-
-
-def storable_payload(model: BaseModel, what: str) -> dict[str, Any]:
-    """The JSON form of a validated model of arguments (or a job payload), as akter stores it.
-
-    Args:
-        model: The validated arguments.
-        what: What the model holds, for the message (``"arguments for Order.pay"``).
-
-    Returns:
-        ``model.model_dump(mode="json")``.
-
-    Raises:
-        ActorError: ``InvalidInput`` naming the field when a value cannot be stored faithfully
-            (:func:`unstorable_argument`) or cannot be written as JSON at all.
-    """
-    # The python-mode dump still holds NaN, big ints and raw bytes, which the JSON dump would
-    # turn into null, fail on or decode; it costs no recursion for deep values.
-    problem, foreign = _first_problem(model.model_dump(mode="python"), "", arguments=True)
-    if problem is None:
-        try:
-            payload = model.model_dump(mode="json")
-        except (ValueError, TypeError) as exc:
-            raise invalid_input(
-                f"Invalid {what}: field {_failing_field(model)!r} cannot be written as JSON "
-                f"({exc}).",
-                field=_failing_field(model),
-            ) from None
-        # Text made by the JSON dump itself (an enum's value, a custom serializer).
-        problem = unstorable_text(payload) if foreign else None
-        if problem is None:
-            return payload
-    where, why = problem
-    raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
-
-
-def _failing_field(model: BaseModel) -> str | None:
-    for name in type(model).model_fields:
-        try:
-            model.model_dump(mode="json", include={name})
-        except (ValueError, TypeError):
-            return name
-    return None
-
-
 def public(caller: Caller, ref: ActorRef, member: str, kind: AccessKind) -> bool:
     """An access policy that allows every caller (``access=akter.public``)."""
     return True
@@ -198,272 +86,6 @@ def public(caller: Caller, ref: ActorRef, member: str, kind: AccessKind) -> bool
 def default_access(caller: Caller, ref: ActorRef, member: str, kind: AccessKind) -> bool:
     """The secure default: only ``System`` callers."""
     return isinstance(caller, System)
-
-
-class EmptyState(BaseModel):
-    """The state of an actor declared without a state model."""
-
-
-class Event(BaseModel):
-    """Base of declared events: pydantic models emitted by turns with ``self.emit``.
-
-    The tag is the class name unless given with ``class Paid(akter.Event, tag="paid"):``.
-    """
-
-    model_config = ConfigDict(frozen=True)
-    event_tag: ClassVar[str] = "Event"
-
-    def __init_subclass__(cls, *, tag: str | None = None, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.event_tag = cls.__name__ if tag is None else tag
-        if not cls.event_tag or len(cls.event_tag) > 200:
-            raise DefinitionError(f"Event tag {cls.event_tag!r} must be 1–200 characters.")
-        # Process-wide fallback for decoding; tags are checked for uniqueness per Runtime over
-        # the events its actors declare (``events=[...]``).
-        _EVENTS[cls.event_tag] = cls
-
-    @classmethod
-    def registry(cls) -> dict[str, type[Event]]:
-        """Declared event classes by tag."""
-        return dict(_EVENTS)
-
-
-_EVENTS: dict[str, type[Event]] = {}
-
-
-# --- member declarations --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemberSpec:
-    """What a decorator recorded on a function."""
-
-    kind: Literal["command", "query"]
-    creates: bool = False
-    internal: bool = False
-    errors: tuple[type[DeclaredError], ...] = ()
-    route: tuple[str, Any] | None = None  # ("success" | "dead_letter" | "cancelled", Job)
-
-
-_MEMBER_ATTR = "__akter_member__"
-_OWNER_ATTR = "__akter_owner__"
-
-
-@overload
-def command(fn: F, /) -> F: ...
-@overload
-def command(
-    *,
-    creates: bool = False,
-    internal: bool = False,
-    errors: tuple[type[DeclaredError], ...] | list[type[DeclaredError]] = (),
-) -> Callable[[F], F]: ...
-def command(
-    fn: Any = None,
-    /,
-    *,
-    creates: bool = False,
-    internal: bool = False,
-    errors: tuple[type[DeclaredError], ...] | list[type[DeclaredError]] = (),
-) -> Any:
-    """Declare a command: a method that runs as one fenced turn.
-
-    Args:
-        fn: The handler (when used without parentheses).
-        creates: The command creates the actor (types with such commands are gated).
-        internal: Only ``System`` callers (the relay) may run it; absent from handles and HTTP.
-        errors: The declared errors it may raise; empty means any ``DeclaredError``.
-    """
-    for err in errors:
-        if not (isinstance(err, type) and issubclass(err, DeclaredError)):
-            raise DefinitionError(f"errors= takes DeclaredError subclasses, not {err!r}.")
-    spec = MemberSpec("command", creates=creates, internal=internal, errors=tuple(errors))
-
-    def mark(f: Any) -> Any:
-        if not inspect.iscoroutinefunction(f):
-            raise DefinitionError(f"@command {getattr(f, '__name__', f)!r} must be 'async def'.")
-        setattr(f, _MEMBER_ATTR, spec)
-        return f
-
-    return mark(fn) if fn is not None else mark
-
-
-@overload
-def query(fn: F, /) -> F: ...
-@overload
-def query() -> Callable[[F], F]: ...
-def query(fn: Any = None, /) -> Any:
-    """Declare a query: a read-only method on committed state, without lock, turn or receipt."""
-
-    def mark(f: Any) -> Any:
-        if not inspect.iscoroutinefunction(f):
-            raise DefinitionError(f"@query {getattr(f, '__name__', f)!r} must be 'async def'.")
-        setattr(f, _MEMBER_ATTR, MemberSpec("query"))
-        return f
-
-    return mark(fn) if fn is not None else mark
-
-
-# --- resolved definitions -------------------------------------------------------------------
-
-
-@dataclass
-class Member:
-    """A resolved command or query of one actor type."""
-
-    name: str
-    kind: Literal["command", "query"]
-    fn: Callable[..., Awaitable[Any]]
-    spec: MemberSpec
-    owner: ActorDefinition
-    params: list[inspect.Parameter] = field(default_factory=list)
-    args_model: type[BaseModel] = EmptyState
-    result: TypeAdapter[Any] = field(default_factory=lambda: TypeAdapter(Any))
-
-    @property
-    def internal(self) -> bool:
-        """Whether only System callers may reach it."""
-        return self.spec.internal or self.spec.route is not None
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Bind a call's arguments by name, fill defaults and validate: the JSON payload."""
-        try:
-            bound = self._signature.bind(None, *args, **kwargs)
-        except TypeError as exc:
-            raise invalid_input(
-                f"Invalid arguments for {self.owner.name}.{self.name}: {exc}."
-            ) from None
-        values = dict(bound.arguments)
-        values.pop(next(iter(self._signature.parameters)))
-        return self.validate_payload(values)
-
-    def validate_payload(self, values: dict[str, Any]) -> dict[str, Any]:
-        """Validate a payload given by parameter name (HTTP bodies, outbox rows)."""
-        if not isinstance(values, dict):
-            raise invalid_input(f"The payload of {self.owner.name}.{self.name} must be an object.")
-        try:
-            model = self.args_model.model_validate(values)
-        except ValidationError as exc:
-            raise invalid_input_from(exc, f"arguments for {self.owner.name}.{self.name}") from None
-        return storable_payload(model, f"arguments for {self.owner.name}.{self.name}")
-
-    def validate_json_body(self, raw: bytes, body: dict[str, Any]) -> None:
-        """Check an HTTP body strictly: JSON ``true`` or ``"5"`` is not an ``int`` over HTTP.
-
-        In-process calls keep pydantic's Python (lax) semantics; a remote caller gets the
-        strict JSON mode, where only a JSON number is an ``int``. (JSON strict mode still
-        reads ISO strings as datetimes, UUIDs and bytes: JSON has no other way to send them.)
-
-        Args:
-            raw: The body as received.
-            body: The same body parsed (checked first, so a deep or unstorable value gets its
-                named refusal before the strict parser's own limits).
-
-        Raises:
-            ActorError: ``InvalidInput`` naming the field.
-        """
-        what = f"arguments for {self.owner.name}.{self.name}"
-        problem = unstorable_argument(body)
-        if problem is not None:
-            where, why = problem
-            raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
-        try:
-            self.args_model.model_validate_json(raw or b"{}", strict=True)
-        except ValidationError as exc:
-            raise invalid_input_from(exc, what) from None
-
-    def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The Python values to call the handler with, from a validated payload."""
-        model = self.args_model.model_validate(payload)
-        return {p.name: getattr(model, p.name) for p in self.params}
-
-    @functools.cached_property
-    def _signature(self) -> inspect.Signature:
-        return inspect.signature(self.fn)
-
-
-@dataclass
-class ActorDefinition:
-    """Everything the runtime needs to know about one actor type."""
-
-    cls: type[Actor[Any]]
-    name: str
-    state_model: type[BaseModel]
-    singleton: bool
-    placement: Literal["tenant", "actor"]
-    access: AccessPolicy
-    policy: ResolvedPolicy
-    members: dict[str, Member] = field(default_factory=dict)
-    jobs: dict[str, Any] = field(default_factory=dict)
-    events: tuple[type[Event], ...] = ()
-    schedules: list[Any] = field(default_factory=list)
-    resolved: bool = False
-
-    @property
-    def gated(self) -> bool:
-        """Whether the type has ``creates=True`` commands."""
-        return any(m.spec.creates for m in self.members.values())
-
-    def member(self, name: str, kind: Literal["command", "query"] | None = None) -> Member:
-        """Look up a member by name, raising ``InvalidInput/unknown_member``."""
-        self.resolve()
-        found = self.members.get(name)
-        if found is None or (kind is not None and found.kind != kind):
-            what = kind or "member"
-            raise invalid_input(
-                f"Actor type {self.name!r} has no {what} {name!r}.", code="unknown_member"
-            )
-        return found
-
-    def default_state(self) -> BaseModel:
-        """A fresh default state."""
-        return self.state_model()
-
-    def resolve(self) -> None:
-        """Resolve annotations into validation models (deferred for forward references)."""
-        if self.resolved:
-            return
-        for member in self.members.values():
-            _resolve_member(member)
-        for job in self.jobs.values():
-            job.resolve()
-        self.resolved = True
-
-
-def _resolve_member(member: Member) -> None:
-    where = f"{member.owner.name}.{member.name}"
-    try:
-        hints = typing.get_type_hints(member.fn, include_extras=True)
-    except NameError as exc:
-        raise DefinitionError(f"{where}: cannot resolve an annotation ({exc}).") from None
-    sig = inspect.signature(member.fn)
-    params = list(sig.parameters.values())
-    if not params or params[0].name != "self":
-        raise DefinitionError(f"{where}: the first parameter must be 'self'.")
-    fields_: dict[str, Any] = {}
-    for p in params[1:]:
-        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise DefinitionError(f"{where}: *args and **kwargs are not supported.")
-        if p.name not in hints:
-            raise DefinitionError(f"{where}: parameter {p.name!r} needs a type annotation.")
-        if p.name.startswith("_"):
-            raise DefinitionError(f"{where}: parameter {p.name!r} must not start with '_'.")
-        default = p.default if p.default is not inspect.Parameter.empty else ...
-        fields_[p.name] = (hints[p.name], default)
-    if "return" not in hints:
-        raise DefinitionError(f"{where}: the return type needs an annotation (use -> None).")
-    try:
-        member.args_model = create_model(
-            f"{member.owner.name}_{member.name}_args",
-            __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
-            **fields_,
-        )
-        member.result = TypeAdapter(hints["return"])
-    except Exception as exc:  # pydantic schema errors
-        raise DefinitionError(f"{where}: unsupported annotation: {exc}") from None
-    member.params = params[1:]
-    if member.kind == "query" and member.params and member.spec.route is None:
-        pass  # queries may take arguments
 
 
 # --- the Actor base -------------------------------------------------------------------------
@@ -571,7 +193,7 @@ def _check_state_model(type_name: str, model: type[BaseModel]) -> type[BaseModel
 
 
 def _collect_members(cls: type, definition: ActorDefinition) -> None:
-    from akter.jobs import Job  # the job module imports this one
+    from akter.jobs import Job
 
     seen: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
@@ -621,20 +243,3 @@ def _check_member_name(type_name: str, attr: str, seen: dict[str, str], kind: st
     if attr in seen and seen[attr] != kind:
         raise DefinitionError(f"{type_name}.{attr}: the name is used twice ({seen[attr]}, {kind}).")
     seen[attr] = kind
-
-
-def definition_of(actor: type[Actor[Any]] | Any) -> ActorDefinition:
-    """The definition of an actor class."""
-    definition = getattr(actor, "__akter_definition__", None)
-    if not isinstance(definition, ActorDefinition) or definition.cls is not actor:
-        raise DefinitionError(f"{actor!r} is not an akter.Actor subclass.")
-    return definition
-
-
-def member_of(fn: Any) -> Member:
-    """The resolved member behind ``Other.command`` (used by ``send`` and ``later().send``)."""
-    owner = getattr(fn, _OWNER_ATTR, None)
-    if not isinstance(owner, ActorDefinition):
-        raise invalid_input(f"{fn!r} is not a command of an akter actor.")
-    owner.resolve()
-    return owner.members[fn.__name__]

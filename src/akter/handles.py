@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from akter._contexts import refuse_inside_turn
 from akter._ids import uuid7
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef
@@ -23,7 +24,6 @@ from akter.errors import ActorError
 from akter.events import EventRecord, EventStream
 
 if TYPE_CHECKING:
-    from akter._engine.calls import Calls
     from akter.actor import Actor
 
 A = TypeVar("A", bound="Actor[Any]")
@@ -122,6 +122,30 @@ class BaseHandle:
         return f"<akter handle {self._ref.type}/{self._ref.id!r} tenant={self._ref.tenant!r}>"
 
 
+class Calls(Protocol):
+    """The runtime's call paths an in-process handle uses (``akter._engine.calls.Calls``)."""
+
+    async def command(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        pinned: str | None,
+        caller: Any = None,
+        *,
+        retry: bool = True,
+        fence: LoopLease | None = None,
+    ) -> Any:
+        """A command with retries under one id."""
+        ...
+
+    async def query(
+        self, member: Member, ref: ActorRef, payload: dict[str, Any], caller: Any = None
+    ) -> Any:
+        """A query."""
+        ...
+
+
 class Host(Protocol):
     """What an in-process handle needs of its runtime."""
 
@@ -166,8 +190,6 @@ class LocalTransport:
         fence: LoopLease | None,
     ) -> Any:
         """A command, refused from inside a running turn (request/reply)."""
-        from akter._engine.calls import refuse_inside_turn
-
         refuse_inside_turn()
         return await self._host.calls.command(member, ref, body, pinned, fence=fence)
 

@@ -13,18 +13,15 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal
+from typing import Any, Generic, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
 from akter._ids import ms_from_duration
-from akter.actor import _MEMBER_ATTR, MemberSpec, storable_payload
+from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec, storable_payload
 from akter.callers import ActorRef
 from akter.errors import DefinitionError, invalid_input_from
-
-if TYPE_CHECKING:
-    from akter.actor import ActorDefinition
 
 PL = TypeVar("PL", bound=BaseModel)
 R = TypeVar("R", default=Any)
@@ -131,7 +128,7 @@ class Job(Generic[PL, R]):
         self.fn = fn
         self.options = options
         self.name: str = getattr(fn, "__name__", "job")
-        self.owner: ActorDefinition | None = None
+        self.owner: MemberOwner | None = None
         self.routes: dict[str, Callable[..., Any]] = {}
         self.payload_model: type[BaseModel] | None = None
         self.result: TypeAdapter[Any] = TypeAdapter(Any)
@@ -173,7 +170,7 @@ class Job(Generic[PL, R]):
         self._route("cancelled", fn)
         return fn
 
-    def bind_owner(self, definition: ActorDefinition) -> None:
+    def bind_owner(self, definition: MemberOwner) -> None:
         """Attach the job to its actor type and check its routes belong to it."""
         self.owner = definition
         for kind, fn in self.routes.items():

@@ -34,10 +34,11 @@ from akter._store.migrate import Deployment, migrate
 from akter._store.pool import Clock, Store
 from akter.actor import Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
+from akter.context import LoopLease
 from akter.dead_letters import DeadLetters
 from akter.errors import ActorError
 from akter.events import EventRecord
-from akter.handles import local_handle
+from akter.handles import FencedRuntime, local_handle
 from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.runtime")
@@ -290,8 +291,14 @@ class Runtime:
     async def run_singleton_loop(
         self, actor_type: str, runner_id: str, epoch: int | None = None
     ) -> None:
-        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner)."""
-        await self.calls.run_loop(actor_type, runner_id, epoch, self)
+        """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner).
+
+        ``epoch`` is ``acquired_at_ms`` of the lease acquisition that started the loop: the
+        commands the loop sends through ``self.runtime`` handles are fenced on it.
+        """
+        lease = None if epoch is None else LoopLease(actor_type, runner_id, epoch)
+        facade = self if lease is None else FencedRuntime(self, lease)
+        await self.calls.run_loop(actor_type, runner_id, lease, facade)
 
     async def cancel_job(self, job_id: str) -> str:
         """Cancel a job by id in its own transaction (``akter jobs cancel``).

@@ -49,7 +49,6 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 
 if TYPE_CHECKING:
-    from akter._engine.turn import Request, Result
     from akter.callers import ActorRef
 
 tracer = trace.get_tracer("akter")
@@ -333,16 +332,20 @@ def current_context() -> otel_context.Context:
     return otel_context.get_current()
 
 
-def start_batch(ref: ActorRef, batch: Sequence[Request]) -> tuple[trace.Span, _Token]:
-    """Start ``akter.<Actor>/batch`` and make it current; returns the span and a detach token."""
-    span = tracer.start_span(f"akter.{ref.type}/batch", context=batch[0].trace_context)
+def start_batch(ref: ActorRef, parent: Any, size: int) -> tuple[trace.Span, _Token]:
+    """Start ``akter.<Actor>/batch`` and make it current; returns the span and a detach token.
+
+    ``parent`` is the first request's caller context (:func:`current_context`), ``size`` the
+    number of commands in the batch.
+    """
+    span = tracer.start_span(f"akter.{ref.type}/batch", context=parent)
     if span.is_recording():
         span.set_attributes(
             {
                 "actor.type": ref.type,
                 "actor.tenant": ref.tenant,
                 "actor.id": ref.id,
-                "batch.size": len(batch),
+                "batch.size": size,
             }
         )
     return span, otel_context.attach(trace.set_span_in_context(span))
@@ -415,62 +418,80 @@ def end_delivery(span: trace.Span, token: _Token) -> None:
 # --- turns ----------------------------------------------------------------------------------------
 
 
-def turn_outcome(result: Result) -> str:
-    """The ``outcome`` attribute of ``akter.turns`` for one command's result."""
-    if result.replayed:
+def turn_outcome(kind: str, replayed: bool, reason: str | None) -> str:
+    """The ``outcome`` attribute of ``akter.turns`` for one command's result.
+
+    Args:
+        kind: The result's kind (``"ok"``, ``"declared"`` or ``"error"``).
+        replayed: Whether the result replays a receipt.
+        reason: An error result's ``ActorError.reason``, if any.
+    """
+    if replayed:
         return "replay"
-    if result.kind == "ok":
+    if kind == "ok":
         return "success"
-    if result.kind == "declared":
+    if kind == "declared":
         return "failure"
-    reason = getattr(result.error, "reason", "")
     return (
         "defect" if reason == "Defect" else "retry" if reason == "ActorUnavailable" else "refused"
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CommandSpan:
+    """What one command's server span shows (built only while the batch span records)."""
+
+    name: str
+    command_id: str
+    caller_kind: str
+    trigger: str
+
+
+def recording() -> bool:
+    """Whether the current span records (spans and their attributes are worth building)."""
+    return trace.get_current_span().is_recording()
+
+
 def record_turns(
     metrics: Metrics,
     ref: ActorRef,
-    batch: Sequence[Request],
-    results: Sequence[Result],
+    outcomes: Sequence[str],
     started_ns: int,
+    commands: Sequence[CommandSpan] | None = None,
 ) -> None:
     """Count one batch's turns and emit one server span per command (semantics §10.2).
 
-    The command spans are children of the current span (the batch span) and are built only
-    when it records.
+    ``outcomes`` holds each command's :func:`turn_outcome`. The command spans are children of
+    the current span (the batch span); pass ``commands`` (in batch order) only when
+    :func:`recording`.
     """
     ended = time.time_ns()
     duration_ms = (ended - started_ns) / 1e6
     actor_type = ref.type
+    size = len(outcomes)
     metrics.count("akter.turn.batches", actor_type=actor_type)
-    metrics.observe("akter.turn.batch_size", len(batch), actor_type=actor_type)
-    recording = trace.get_current_span().is_recording()
-    for request, result in zip(batch, results, strict=True):
-        outcome = turn_outcome(result)
+    metrics.observe("akter.turn.batch_size", size, actor_type=actor_type)
+    for outcome in outcomes:
         metrics.count("akter.turns", actor_type=actor_type, outcome=outcome)
         metrics.observe("akter.turn.duration_ms", duration_ms, actor_type=actor_type)
-        if result.replayed:
+        if outcome == "replay":
             metrics.count("akter.receipts.replayed", actor_type=actor_type)
-        if not recording:
-            continue
-        caller = request.caller
+    if commands is None:
+        return
+    for command, outcome in zip(commands, outcomes, strict=True):
         attributes: dict[str, Any] = {
             "actor.type": ref.type,
             "actor.tenant": ref.tenant,
             "actor.id": ref.id,
-            "command.name": request.member.name,
-            "command.id": request.command_id.raw,
-            "caller.kind": type(caller).__name__,
-            "turn.trigger": getattr(caller, "source", "command")
-            if not request.external
-            else "command",
+            "command.name": command.name,
+            "command.id": command.command_id,
+            "caller.kind": command.caller_kind,
+            "turn.trigger": command.trigger,
             "turn.outcome": outcome,
-            "batch.size": len(batch),
+            "batch.size": size,
         }
         span = tracer.start_span(
-            f"akter.{ref.type}/{request.member.name}",
+            f"akter.{ref.type}/{command.name}",
             kind=trace.SpanKind.SERVER,
             start_time=started_ns,
             attributes=attributes,

@@ -32,6 +32,7 @@ AKTER_ALL = [
     "JobCall",
     "JobFailure",
     "Policy",
+    "QueryView",
     "ReadOnlyError",
     "Runtime",
     "Succeeded",

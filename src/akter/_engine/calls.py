@@ -29,25 +29,10 @@ from akter._ids import mint_command_id, parse_command_id, parse_framework_id, pa
 from akter._retry import CommandRetry
 from akter.actor import AccessKind, ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, current_caller
-from akter.context import IN_TURN, LoopLease, TurnContext, unwrap_read_only
+from akter.context import LoopContext, LoopLease, QueryContext, bind, unwrap_read_only
 from akter.errors import ActorError
 
 EventsReader = Callable[[ActorRef, "str | None", int], Awaitable[Any]]
-
-
-class RequestReplyInTurn(BaseException):
-    """A handler called another actor request/reply: the turn is poisoned (semantics §3.1)."""
-
-
-def refuse_inside_turn() -> None:
-    """Refuse a request/reply call from inside a running turn (use ``self.send``)."""
-    ctx = IN_TURN.get()
-    if ctx is not None and ctx.active:
-        ctx.poisoned = (
-            "request/reply inside a turn: a handler called another actor through a handle; "
-            "use self.send(...) instead."
-        )
-        raise RequestReplyInTurn(ctx.poisoned)
 
 
 async def check_access(
@@ -70,14 +55,10 @@ async def check_access(
     raise ActorError("Unauthorized", detail, code="access_denied")
 
 
-async def invoke(
-    definition: ActorDefinition, ctx: TurnContext, method: Callable[..., Awaitable[Any]]
-) -> Any:
+async def invoke(ctx: QueryContext | LoopContext, method: Callable[[Any], Awaitable[Any]]) -> Any:
     """Run ``method`` of a fresh, uninitialised actor instance bound to ``ctx``."""
-    instance = definition.cls.__new__(definition.cls)
-    instance.__dict__["_akter_ctx"] = ctx
-    ctx.task = asyncio.current_task()
-    ctx.active = True
+    instance = bind(ctx)
+    ctx.activate()
     try:
         return await method(instance)
     finally:
@@ -230,21 +211,18 @@ class Calls:
         definition = member.owner
         await check_access(definition, ref, caller, "query", member.name)
         state, cursor, now_ms = await self._read_state(member, ref)
-        ctx = TurnContext(
+        ctx = QueryContext(
             definition=definition,
             ref=ref,
             caller=caller,
-            command_id=None,
             now_ms=now_ms,
             state=state,
-            window_ms=services.config.window_ms,
-            readonly=True,
             cursor=cursor,
             events_reader=lambda after, limit: self._read_events(ref, after, limit),
         )
         arguments = member.arguments(payload)
         async with asyncio.timeout(definition.policy.execution_timeout / 1000):
-            value = await invoke(definition, ctx, lambda actor: member.fn(actor, **arguments))
+            value = await invoke(ctx, lambda actor: member.fn(actor, **arguments))
         await check_access(definition, ref, caller, "query", member.name)
         try:
             return member.result.validate_python(unwrap_read_only(value))
@@ -283,26 +261,21 @@ class Calls:
         return state, int(row[2]), now_ms  # type: ignore[call-overload]
 
     async def run_loop(
-        self, actor_type: str, runner_id: str, epoch: int | None, facade: Any
+        self, actor_type: str, runner_id: str, lease: LoopLease | None, runtime: Any
     ) -> None:
         """Run a singleton's ``run()`` loop for its "default"-tenant instance (lease owner).
 
-        ``epoch`` is ``acquired_at_ms`` of the lease acquisition that started the loop: the
-        commands the loop sends through ``self.runtime`` (``facade``, fenced) carry it.
+        ``runtime`` is what the loop sees as ``self.runtime``: fenced on ``lease`` (the lease
+        acquisition that started the loop), so its commands are refused once it is stale.
         """
         definition = self._services.registry.definition(actor_type)
-        ctx = TurnContext(
+        ctx = LoopContext(
             definition=definition,
             ref=ActorRef("default", definition.name, ""),
             caller=System("process"),
-            command_id=None,
             now_ms=self._services.clock.estimate(),
-            state=definition.default_state(),
-            window_ms=self._services.config.window_ms,
-            readonly=True,
+            runtime=runtime,
+            runner_id=runner_id,
+            lease=lease,
         )
-        ctx.loop_runtime = facade
-        ctx.runner_id = runner_id
-        if epoch is not None:
-            ctx.lease = LoopLease(definition.name, runner_id, epoch)
-        await invoke(definition, ctx, lambda actor: actor.run())
+        await invoke(ctx, lambda actor: actor.run())

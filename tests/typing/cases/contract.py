@@ -114,6 +114,18 @@ class Order(akter.Actor[OrderState], access=akter.public, lock_wait=timedelta(se
     async def quote(self, currency: str = "EUR") -> Quote:
         return Quote(cents=self.state.cents, currency=currency)
 
+    @akter.query
+    async def summary(self: akter.QueryView[OrderState], verbose: bool = False) -> str:
+        # A query's self annotated as a view: what a query may read, and nothing it may not do.
+        assert_type(self.state, OrderState)
+        assert_type(self.id, str)
+        assert_type(self.ref, akter.ActorRef)
+        assert_type(self.principal, str | None)
+        assert_type(self.now, datetime)
+        assert_type(self.cursor, str)
+        assert_type(self.events(after=self.cursor), akter.EventStream)
+        return f"{self.state.status} {self.state.cents}" if verbose else self.state.status
+
 
 async def use(url: str) -> None:
     assert_type(Order.charge, akter.Job[Charge, str])
@@ -126,6 +138,7 @@ async def use(url: str) -> None:
         assert_type(await order.quote(), Quote)
         assert_type(await order.quote(currency="USD"), Quote)
         assert_type(await order.status(), str)
+        assert_type(await order.summary(verbose=True), str)
         await order.cancel()
 
         minted = await runtime.create(Order)

@@ -40,6 +40,14 @@ class Order(akter.Actor[Stock]):
         self.state.n = "many"  # E: assignment
         return 1  # E: return-value
 
+    @akter.query
+    async def peek(self: akter.QueryView[Stock]) -> int:
+        self.send(Inventory.reserve, "i-1", "sku", 1)  # E: attr-defined
+        self.later(after=5)  # E: attr-defined
+        self.enqueue(Order.charge, Charge(cents=1))  # E: attr-defined
+        self.state = Stock(n=1)  # E: misc
+        return self.state.n
+
     @akter.job(attempts=2)
     async def charge(call: akter.JobCall, req: Charge) -> str:
         return call.job_id

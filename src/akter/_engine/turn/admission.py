@@ -1,0 +1,174 @@
+"""Flight 1 of a turn: the actor row lock, the pinned clock, the receipts and the loop fences.
+
+The admission also refreshes the actor's cache inside the transaction when the locked row's
+version is not the cached one (the cache is never an authority).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from akter import telemetry
+from akter._engine.turn.flights import Flights
+from akter._engine.turn.types import (
+    SERVER_BOUND_GRACE_MS,
+    Activation,
+    BatchDefect,
+    Request,
+    Retryable,
+)
+from akter._json import storable_json
+from akter._store.gateway import actors
+from akter._store.pool import TRANSACTION_TIMEOUT_SINCE, Connection
+from akter._store.queries import Queries
+from akter.actor import ActorDefinition
+
+
+@dataclass
+class Admitted:
+    """What the admission flight established for the batch."""
+
+    now_ms: int
+    #: Stored receipts of the batch's command ids, by id.
+    receipts: dict[str, Any]
+    locked_version: int
+    #: Indexes of loop commands whose lease is no longer current.
+    stale: set[int]
+    #: Why the stored state cannot be used (the batch's handlers are defects), if it cannot.
+    state_error: str | None
+
+
+def bound_setting(server_version: int) -> str:
+    """The setting that ends a frozen turn's session on this server (``engine`` docstring)."""
+    if server_version >= TRANSACTION_TIMEOUT_SINCE:
+        return "transaction_timeout"
+    return "idle_in_transaction_session_timeout"
+
+
+async def admit(
+    conn: Connection,
+    flights: Flights,
+    q: Queries,
+    act: Activation,
+    batch: Sequence[Request],
+    *,
+    key: dict[str, Any],
+    off: int,
+    server_version: int,
+    observe: Callable[[int], None],
+) -> Admitted:
+    """Send flight 1 and read its answers; ``act``'s cache is refreshed when it was stale.
+
+    ``observe`` gets the pinned database clock (the runtime's clock estimate follows it).
+
+    Raises:
+        Retryable: The cache believed the actor row existed, and it does not.
+        BatchDefect: The default state cannot be stored.
+    """
+    policy = act.definition.policy
+    ensured = not act.exists
+    started_ns = time.time_ns()
+    # Everything a flight sends is built before the pipeline opens: an exception between
+    # two queued statements would leave the connection's prepared-statement cache unsure.
+    default_json = default_state_json(act.definition) if ensured else ""
+    command_ids = [r.command_id.raw for r in batch]
+    async with flights.admission():
+        await actors.begin_turn(
+            conn,
+            q,
+            lock_wait_ms=policy.lock_wait,
+            statement_timeout_ms=policy.execution_timeout,
+            bound_setting=bound_setting(server_version),
+            bound_ms=policy.execution_timeout + SERVER_BOUND_GRACE_MS,
+        )
+        if ensured:
+            await actors.ensure_actor(conn, q, key, default_json, off)
+        lock_cur = await actors.lock_actor(conn, q, key, act.version)
+        read_cur = await actors.read_admission(conn, q, key, off, command_ids)
+        # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
+        # between the flights must not hold off a takeover) and held in the commit flight.
+        fence_curs = [
+            (i, await actors.check_fence(conn, q, f.actor_type, f.owner, f.epoch, off))
+            for i, r in enumerate(batch)
+            if (f := r.fence) is not None
+        ]
+    locked = await lock_cur.fetchone()
+    admission = await read_cur.fetchone()
+    stale = {i for i, cur in fence_curs if await cur.fetchone() is None}
+    if locked is None:
+        # The cache believed the row existed; insert it in the next attempt.
+        act.drop_cache()
+        raise Retryable("actor row missing")
+    assert admission is not None
+    version, created, event_seq, shipped_state, shipped_sv = locked
+    now_ms = int(admission[0])  # type: ignore[call-overload]
+    observe(now_ms)
+    stored: list[dict[str, Any]] = admission[1]  # type: ignore[assignment]
+    locked_version = int(version)  # type: ignore[call-overload]
+    state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
+    telemetry.child_span("akter.admission", act.ref, started_ns)
+    receipts = {r["command_id"]: r for r in stored}
+    return Admitted(now_ms, receipts, locked_version, stale, state_error)
+
+
+def refresh(
+    act: Activation,
+    locked_version: int,
+    created: Any,
+    event_seq: Any,
+    shipped_state: Any,
+    shipped_sv: Any,
+) -> str | None:
+    """The fence on the cache: a stale cache is replaced by the locked row's values.
+
+    Returns why the stored state cannot be used, if it cannot.
+    """
+    state_error: str | None = None
+    if shipped_state is not None or act.version is None or act.version != locked_version:
+        act.state = None
+        act.version = locked_version
+        act.created = bool(created)
+        act.event_seq = int(event_seq)
+        act.state_version = int(shipped_sv or 0)
+        state_error = decode_state(act, shipped_state)
+    act.exists = True
+    act.created = bool(created)
+    act.event_seq = int(event_seq)
+    return state_error
+
+
+def decode_state(act: Activation, shipped: Any) -> str | None:
+    """Load shipped state into the cache (the default when none); why it failed, if it did."""
+    model = act.definition.state_model
+    if shipped is None:
+        act.state = model()
+        act.state_json = default_state_json(act.definition)
+        return None
+    if act.state_version > 0:
+        return (
+            f"Stored state of {act.ref.type}/{act.ref.id!r} has state_version "
+            f"{act.state_version}, newer than this code's 0."
+        )
+    try:
+        act.state = model.model_validate(shipped)
+        act.state_json = storable_json(act.state.model_dump(mode="json"), "state")
+    except (ValidationError, ValueError) as exc:
+        act.state = None
+        act.state_json = None
+        return f"Stored state of {act.ref.type}/{act.ref.id!r} fails validation: {exc}"
+    return None
+
+
+def default_state_json(definition: ActorDefinition) -> str:
+    """The stored JSON of the type's default state (a defect when it cannot be stored)."""
+    try:
+        return storable_json(definition.default_state().model_dump(mode="json"), "state")
+    except (ValueError, TypeError) as exc:
+        raise BatchDefect(
+            0, f"The default state of {definition.name} cannot be stored: {exc}."
+        ) from None

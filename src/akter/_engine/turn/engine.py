@@ -1,0 +1,345 @@
+"""The turn engine: one batch of one actor's commands in one fenced transaction.
+
+Two pipelined round trips in the common case (design §5):
+
+1. admission: ``BEGIN``, transaction-local timeouts, the row insert for an actor the cache does
+   not know, the locked read of the actor row (state shipped only when the cached version is
+   stale), then — in a fresh snapshot taken after the lock — the pinned clock and the batch's
+   receipts, and for each command of a singleton's ``run()`` loop a check of its lease row
+   (the fence: a stale lease refuses that command with ``LeaseLost``);
+2. commit: the guarded state update, events, outbox writes, receipts, ``COMMIT`` and the
+   release-check clock read.
+
+Handlers run between the two, on private copies of the state, with nothing else held open.
+
+Both flights are one psycopg pipeline (``flights.Flights``): the admission flight ends with a
+Sync whose results are read without a Flush, so while the handlers run the server sees a
+transaction idle after a ReadyForQuery and its idle-in-transaction timer is armed. That is the
+server-side bound on a turn whose process froze (SIGSTOP, a VM pause) while holding the actor
+row lock: ``transaction_timeout`` on PostgreSQL 17+, ``idle_in_transaction_session_timeout``
+before, both set per turn to ``execution_timeout`` + ``SERVER_BOUND_GRACE_MS`` (a live process
+gives up at ``execution_timeout`` first). The server then ends the frozen session and its locks;
+on resume the turn's commit fails and it is retried into a fresh turn (README, "Connections").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
+from pydantic import BaseModel
+
+from akter import telemetry
+from akter._engine.hooks import Hooks
+from akter._engine.turn import admission, rules, writes
+from akter._engine.turn.flights import (
+    Flights,
+    commit_unanswered,
+    consistent,
+    describe_db_error,
+    discard,
+    rollback_quietly,
+)
+from akter._engine.turn.invoke import Ran, run_handler
+from akter._engine.turn.types import (
+    Activation,
+    BatchDefect,
+    BatchRun,
+    BatchWrites,
+    Outcome,
+    Request,
+    Result,
+    Retryable,
+)
+from akter._store.gateway import actors
+from akter._store.pool import Clock, Connection, Store
+from akter.errors import ActorError, InjectedCrash
+
+log = logging.getLogger("akter.turn")
+
+
+class TurnEngine:
+    """Runs batches; owned by the dispatcher."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        hooks: Hooks,
+        *,
+        window_ms: int,
+        on_commit: Any = None,
+    ) -> None:
+        self._metrics = telemetry.Metrics()
+        self.store = store
+        self.q = store.queries
+        self.clock = clock
+        self.hooks = hooks
+        self.window_ms = window_ms
+        self.on_commit = on_commit
+        #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
+        self.pool_wait = 2.0
+
+    # The runtime replaces both (its own metrics; a new store at start): the store's pool records
+    # its connection waits into the runner's metrics.
+    @property
+    def store(self) -> Store:
+        """The store turns run on."""
+        return self._store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._store = store
+        store.metrics = self._metrics
+
+    @property
+    def metrics(self) -> telemetry.Metrics:
+        """The runner's metrics."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, metrics: telemetry.Metrics) -> None:
+        self._metrics = metrics
+        self._store.metrics = metrics
+
+    async def run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
+        """Run a batch; a defect re-runs its commands one per transaction."""
+        started = time.time_ns()
+        span, token = telemetry.start_batch(act.ref, batch[0].trace_context, len(batch))
+        try:
+            results = await self._run(act, batch)
+            _record(self.metrics, act, batch, results, started)
+        finally:
+            telemetry.end_batch(span, token)
+        return results
+
+    async def _run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
+        try:
+            return await self._run_batch(act, batch)
+        except BatchDefect as defect:
+            if len(batch) == 1:
+                return [_defect_result(act, batch[0], defect.message)]
+        results: list[Result] = []
+        for request in batch:
+            try:
+                results.extend(await self._run_batch(act, [request]))
+            except BatchDefect as defect:
+                results.append(_defect_result(act, request, defect.message))
+        return results
+
+    async def _run_batch(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
+        policy = act.definition.policy
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.execution_timeout / 1000
+        known = act.exists
+        try:
+            async with self.store.pool.connection(timeout=self.pool_wait) as conn:
+                flights = Flights(conn)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        return await self._transaction(conn, act, batch, flights)
+                except BaseException as exc:
+                    # Whatever happened, the open transaction must not survive: leave the
+                    # pipeline and roll back. Only a failure raised between the flights leaves
+                    # the connection in a known state (``consistent``); after any other, close
+                    # it so the pool replaces it.
+                    left = await flights.leave()
+                    if not (left and consistent(exc) and await rollback_quietly(conn)):
+                        await discard(conn)
+                    if not known:
+                        act.exists = False  # a row inserted by this admission is gone again
+                    raise
+        except BatchDefect:
+            raise
+        except PoolTimeout:
+            what = f"the turn of {act.ref.type}/{act.ref.id!r}"
+            return [
+                Result("error", error=self.store.exhausted(self.pool_wait, what, r.command_id.raw))
+                for r in batch
+            ]
+        except InjectedCrash:
+            act.drop_cache()
+            return [rules.unavailable(r, "injected crash", r.commit_sent) for r in batch]
+        except TimeoutError:
+            act.drop_cache()
+            why = f"execution timeout of {policy.execution_timeout} ms"
+            return [rules.unavailable(r, why, r.commit_sent) for r in batch]
+        except (psycopg.Error, Retryable) as exc:
+            act.drop_cache()
+            reason = describe_db_error(exc)
+            unanswered = commit_unanswered(exc)
+            return [rules.unavailable(r, reason, r.commit_sent and unanswered) for r in batch]
+
+    async def _transaction(
+        self, conn: Connection, act: Activation, batch: Sequence[Request], flights: Flights
+    ) -> list[Result]:
+        ref = act.ref
+        key = actors.actor_key(act.routing_key, ref.tenant, ref.type, ref.id)
+        off = self.clock.offset_ms
+        ensured = not act.exists
+        admitted = await admission.admit(
+            conn,
+            flights,
+            self.q,
+            act,
+            batch,
+            key=key,
+            off=off,
+            server_version=self.store.server_version,
+            observe=self.clock.observe,
+        )
+        now_ms = admitted.now_ms
+        ran = await self._run_commands(act, batch, admitted)
+        if self.hooks.armed("before_commit"):
+            await self.hooks.at("before_commit", {"ref": ref, "batch": batch})
+        todo = writes.plan(act, batch, ran, admitted.stale, now_ms, self.window_ms)
+        for request in batch:
+            request.commit_sent = not todo.nothing  # from here a lost answer leaves it unknown
+        sent = await writes.send(
+            conn,
+            flights,
+            self.q,
+            act,
+            todo,
+            ran,
+            key=key,
+            off=off,
+            now_ms=now_ms,
+            locked_version=admitted.locked_version,
+        )
+        cancelled, released_at = await writes.answers(sent, todo, now_ms)
+        if ensured and todo.nothing:
+            act.exists = False  # the ROLLBACK removed a row the admission may have inserted
+        # The commit landed: from here on a crash leaves the caller retrying into a replay.
+        if not todo.nothing:
+            _settle(act, todo, ran, admitted.locked_version)
+        if self.hooks.armed("after_commit"):
+            try:
+                await self.hooks.at("after_commit", {"ref": ref, "batch": batch})
+            except InjectedCrash:
+                act.drop_cache()
+                raise
+        if self.on_commit is not None and not todo.nothing:
+            self.on_commit(act, ran.writes, cancelled)
+        if not todo.nothing:
+            self._count_writes(act, ran.writes, len(todo.receipts))
+        return [
+            rules.release(o.result, r, released_at)
+            for o, r in zip(ran.outcomes, batch, strict=True)
+        ]
+
+    async def _run_commands(
+        self, act: Activation, batch: Sequence[Request], admitted: admission.Admitted
+    ) -> BatchRun:
+        """Decide each command and run the handlers of those that run, in order."""
+        definition = act.definition
+        ran = BatchRun([], BatchWrites(), act.state, act.state_json, act.created, act.event_seq)
+        for index, request in enumerate(batch):
+            if index in admitted.stale and request.command_id.raw not in admitted.receipts:
+                ran.outcomes.append(Outcome(Result("error", error=rules.lease_lost(request))))
+                continue
+            outcome, new_state, ctx = await self._decide_and_run(
+                act, request, index, admitted, ran.state, ran.created
+            )
+            ran.outcomes.append(outcome)
+            if ctx is not None and outcome.result.kind == "ok":
+                ran.state, ran.state_json = new_state, outcome.state_json
+                ran.writes.apply(ctx.staged, ctx.command_id)
+                ran.event_seq += len(ctx.staged.events)
+                if request.member.spec.creates or not definition.gated:
+                    ran.created = True
+        return ran
+
+    async def _decide_and_run(
+        self,
+        act: Activation,
+        request: Request,
+        index: int,
+        admitted: admission.Admitted,
+        state: BaseModel | None,
+        created: bool,
+    ) -> Ran:
+        now_ms = admitted.now_ms
+        decided = rules.decide(
+            request, act.definition, act.ref, now_ms, admitted.receipts, created, index
+        )
+        if decided is not None:
+            return Outcome(decided), state, None
+        if admitted.state_error is not None or state is None:
+            raise BatchDefect(
+                index, admitted.state_error or "The actor's state could not be loaded."
+            )
+        return await run_handler(
+            act, request, index, now_ms, state, window_ms=self.window_ms, hooks=self.hooks
+        )
+
+    def _count_writes(self, act: Activation, batch_writes: BatchWrites, receipts: int) -> None:
+        actor_type = act.ref.type
+        if batch_writes.events:
+            self.metrics.count(
+                "akter.events.appended", len(batch_writes.events), actor_type=actor_type
+            )
+        for row in batch_writes.rows:
+            self.metrics.count("akter.outbox.staged", kind=row.kind)
+        if receipts:
+            self.metrics.count("akter.receipts.written", receipts, actor_type=actor_type)
+
+
+def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: int) -> None:
+    """Bring the cache up to what the landed commit wrote."""
+    if todo.ticks is not None:
+        act.ticks_ensured = True
+    if todo.state_changed:
+        act.version = locked_version + 1
+        act.state = ran.state
+        act.state_json = ran.state_json
+        act.created = ran.created
+        act.event_seq = ran.event_seq
+
+
+def _defect_result(act: Activation, request: Request, message: str) -> Result:
+    log.error(
+        "Deterministic actor defect",
+        extra={
+            "actor": act.ref.type,
+            "id": act.ref.id,
+            "tenant": act.ref.tenant,
+            "command": request.member.name,
+            "command_id": request.command_id.raw,
+            "defect": message,
+        },
+    )
+    return Result(
+        "error",
+        error=ActorError("Defect", message, command_id=request.command_id.raw),
+    )
+
+
+def _record(
+    metrics: telemetry.Metrics,
+    act: Activation,
+    batch: Sequence[Request],
+    results: Sequence[Result],
+    started_ns: int,
+) -> None:
+    """Count the batch's turns; their server spans only when the batch span records."""
+    outcomes = [
+        telemetry.turn_outcome(r.kind, r.replayed, getattr(r.error, "reason", "")) for r in results
+    ]
+    commands = None
+    if telemetry.recording():
+        commands = [
+            telemetry.CommandSpan(
+                r.member.name,
+                r.command_id.raw,
+                type(r.caller).__name__,
+                "command" if r.external else getattr(r.caller, "source", "command"),
+            )
+            for r in batch
+        ]
+    telemetry.record_turns(metrics, act.ref, outcomes, started_ns, commands)

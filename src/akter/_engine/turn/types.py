@@ -1,0 +1,164 @@
+"""The values a turn works with: requests, results, the actor's cache and the staged writes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from akter import telemetry
+from akter._contexts import LoopLease
+from akter._ids import CommandId, bucket
+from akter._staging import CancelJob, CancelTimer, Staged, StagedRow
+from akter.actor import ActorDefinition, Member
+from akter.callers import ActorRef, Caller, caller_key
+
+#: The most a batch's events may total, in bytes of stored JSON.
+EVENT_BYTES_LIMIT = 1_048_576
+#: The most commands one batch carries.
+BATCH_LIMIT = 32
+#: The server ends a turn's session this long after its execution timeout (see ``engine``).
+SERVER_BOUND_GRACE_MS = 1_000
+
+
+@dataclass
+class Request:
+    """One command waiting in an actor's mailbox."""
+
+    member: Member
+    ref: ActorRef
+    payload: dict[str, Any]
+    payload_hash: str
+    command_id: CommandId
+    caller: Caller
+    external: bool
+    future: asyncio.Future[Result]
+    enqueued_at: float = field(default_factory=time.monotonic)
+    #: A singleton loop's lease: the turn refuses the command unless it is still current.
+    fence: LoopLease | None = None
+    #: The caller's OpenTelemetry context: the batch span becomes a child of the first request's.
+    trace_context: Any = field(default_factory=telemetry.current_context)
+    #: Set once a commit flight carrying this command was sent: only then can a failure leave
+    #: its outcome unknown (an ``ActorUnavailable`` coded ``outcome_unknown``).
+    commit_sent: bool = False
+
+    @property
+    def caller_key(self) -> str:
+        """The caller key stored in receipts."""
+        return caller_key(self.caller)
+
+
+@dataclass
+class Result:
+    """What one command's turn produced, as the caller will see it."""
+
+    kind: Literal["ok", "declared", "error"]
+    value: Any = None
+    error: BaseException | None = None
+    replayed: bool = False
+
+
+class BatchDefect(Exception):
+    """A defect aborted a batch: its commands are re-run one per transaction."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.message = message
+
+
+class Retryable(Exception):
+    """The batch failed in a retryable way."""
+
+
+@dataclass
+class Activation:
+    """The in-memory cache of one actor: a cache only, never an authority."""
+
+    definition: ActorDefinition
+    ref: ActorRef
+    routing_key: int
+    exists: bool = False
+    version: int | None = None
+    state: BaseModel | None = None
+    state_json: str | None = None
+    state_version: int = 0
+    created: bool = False
+    event_seq: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    backoff: float = 0.0
+    ticks_ensured: bool = False
+
+    @property
+    def bucket(self) -> int:
+        """The actor's bucket (``routing_key >> 56``)."""
+        return bucket(self.routing_key)
+
+    def drop_cache(self) -> None:
+        """Forget everything cached: the next turn reloads from the database."""
+        self.exists = False
+        self.version = None
+        self.state = None
+        self.state_json = None
+
+
+@dataclass
+class Outcome:
+    """Per command: the receipt to write (its stored JSON text, if any) and the caller's result."""
+
+    result: Result
+    receipt: str | None = None
+    expires_ms: int = 0
+    #: A successful handler's new state, as stored JSON text.
+    state_json: str | None = None
+
+
+@dataclass
+class BatchWrites:
+    """Staged work of the batch's successful commands, merged in order."""
+
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # tag, payload, command id
+    rows: list[StagedRow] = field(default_factory=list)
+    timer_deletes: list[str] = field(default_factory=list)
+    job_cancels: list[str] = field(default_factory=list)
+
+    def apply(self, staged: Staged, command_id: str) -> None:
+        """Merge one successful command's staged work (the last staging of a key wins)."""
+        for tag, payload in staged.events:
+            self.events.append((tag, payload, command_id))
+        for op in staged.ops:
+            if isinstance(op, StagedRow):
+                self.rows.append(op)
+            elif isinstance(op, CancelTimer):
+                # A cancellation drops earlier stagings of the key.
+                key = op.key
+                self.rows = [
+                    r for r in self.rows if not (r.kind == "intent" and r.timer_key == key)
+                ]
+                if key not in self.timer_deletes:
+                    self.timer_deletes.append(key)
+            elif isinstance(op, CancelJob):
+                key = op.key
+                self.rows = [r for r in self.rows if not (r.kind == "job" and r.timer_key == key)]
+                if key not in self.job_cancels:
+                    self.job_cancels.append(key)
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing was staged."""
+        return not (self.events or self.rows or self.timer_deletes or self.job_cancels)
+
+
+@dataclass
+class BatchRun:
+    """The batch after its decisions and handlers: outcomes, and the state the commit writes."""
+
+    outcomes: list[Outcome]
+    writes: BatchWrites
+    state: BaseModel | None
+    state_json: str | None
+    created: bool
+    event_seq: int

@@ -1,0 +1,208 @@
+"""Flight 2 of a turn: what the batch writes, and the commit flight that writes it.
+
+:func:`plan` decides, without the database, which statements the batch needs (nothing at all
+rolls back instead of committing); :func:`send` queues them in the turn's pipeline in their
+fixed order — loop fences, actor row, events, timer deletes, job cancels, outbox, ticks,
+receipts, ``COMMIT`` — followed by the release check's clock read; :func:`answers` reads the
+flight's results once the pipeline has synced.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from akter import telemetry
+from akter._contexts import LoopLease
+from akter._engine.turn.flights import Flights
+from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
+from akter._staging import StagedRow, framework_id
+from akter._store.gateway import actors
+from akter._store.pool import Connection
+from akter._store.queries import Queries
+from akter.actor import ActorDefinition
+
+
+@dataclass
+class Plan:
+    """What the commit flight of one batch writes."""
+
+    #: The commands that get a receipt, with their outcomes.
+    receipts: list[tuple[Outcome, Request]]
+    state_changed: bool
+    #: Leases of the batch's loop commands that passed the admission check, held to ``COMMIT``.
+    fences: list[LoopLease]
+    #: ``insert_ticks`` parameters when a cold scheduled actor makes sure of its ticks.
+    ticks: dict[str, Any] | None
+    #: The batch writes nothing: the flight rolls back.
+    nothing: bool
+
+
+def plan(
+    act: Activation,
+    batch: Sequence[Request],
+    ran: BatchRun,
+    stale: set[int],
+    now_ms: int,
+    window_ms: int,
+) -> Plan:
+    """Decide the commit flight's statements (pure: ``act`` is only read)."""
+    definition = act.definition
+    receipts = [(o, r) for o, r in zip(ran.outcomes, batch, strict=True) if o.receipt]
+    state_changed = (
+        ran.state_json != act.state_json
+        or ran.created != act.created
+        or ran.event_seq != act.event_seq
+    )
+    # A cold activation of a created, scheduled actor makes sure its ticks exist (§2.6.5).
+    ticks = None
+    if definition.schedules and not definition.singleton and not act.ticks_ensured:
+        if ran.created:
+            ticks = tick_rows(definition, act, now_ms, window_ms)
+    fences = {
+        (f.actor_type, f.owner, f.epoch): f
+        for i, r in enumerate(batch)
+        if (f := r.fence) is not None and i not in stale
+    }
+    nothing = not (state_changed or receipts or ticks is not None) and ran.writes.empty
+    return Plan(receipts, state_changed, list(fences.values()), ticks, nothing)
+
+
+@dataclass
+class Sent:
+    """The cursors of a sent commit flight, read by :func:`answers`."""
+
+    end: actors.Cursor
+    cancels: actors.Cursor | None
+    clock: actors.Cursor
+
+
+async def send(
+    conn: Connection,
+    flights: Flights,
+    q: Queries,
+    act: Activation,
+    todo: Plan,
+    ran: BatchRun,
+    *,
+    key: dict[str, Any],
+    off: int,
+    now_ms: int,
+    locked_version: int,
+) -> Sent:
+    """Queue the commit flight and sync the pipeline (the flight's one round trip)."""
+    started_ns = time.time_ns()
+    writes = ran.writes
+    cancels = None
+    async with flights.commit():
+        if todo.nothing:
+            end = await actors.end_turn(conn, commit=False)
+        else:
+            # The fence through COMMIT: the whole flight is sent before the server runs it,
+            # so the lock is held for no client time. A lost lease fails the flight
+            # (serialization_failure); the retry's admission check refuses with LeaseLost.
+            for f in todo.fences:
+                await actors.hold_fence(conn, q, f.actor_type, f.owner, f.epoch, off)
+            if todo.state_changed:
+                await actors.update_actor(
+                    conn,
+                    q,
+                    key,
+                    state_json=ran.state_json,
+                    state_version=act.state_version,
+                    created=ran.created,
+                    event_seq=ran.event_seq,
+                    now_ms=now_ms,
+                    locked_version=locked_version,
+                )
+            if writes.events:
+                await actors.insert_events(conn, q, key, now_ms, act.event_seq + 1, writes.events)
+            if writes.timer_deletes:
+                await actors.delete_timers(conn, q, key, writes.timer_deletes)
+            if writes.job_cancels:
+                cancels = await actors.cancel_jobs(conn, q, key, writes.job_cancels, now_ms)
+            if writes.rows:
+                ords = ordinals(act.definition, writes.rows)
+                await actors.insert_outbox(
+                    conn, q, key, bucket=act.bucket, off=off, rows=writes.rows, ordinals=ords
+                )
+            if todo.ticks is not None:
+                await actors.insert_ticks(conn, q, todo.ticks)
+            if todo.receipts:
+                await _insert_receipts(conn, q, key, todo.receipts)
+            end = await actors.end_turn(conn, commit=True)
+        clock = await actors.read_clock(conn, q, off)
+    telemetry.child_span("akter.commit", act.ref, started_ns)
+    return Sent(end, cancels, clock)
+
+
+async def _insert_receipts(
+    conn: Connection, q: Queries, key: dict[str, Any], rows: list[tuple[Outcome, Request]]
+) -> None:
+    await actors.insert_receipts(
+        conn,
+        q,
+        key,
+        command_ids=[r.command_id.raw for _, r in rows],
+        commands=[r.member.name for _, r in rows],
+        payload_hashes=[r.payload_hash for _, r in rows],
+        caller_keys=[r.caller_key for _, r in rows],
+        outcomes=[o.receipt for o, _ in rows],
+        expires=[o.expires_ms for o, _ in rows],
+    )
+
+
+async def answers(sent: Sent, todo: Plan, now_ms: int) -> tuple[list[tuple[str, bool]], int]:
+    """The cancelled jobs ``(job id, was running)`` and the release check's clock.
+
+    Raises:
+        Retryable: ``COMMIT`` was answered with something else (the server rolled back).
+    """
+    cancelled: list[tuple[str, bool]] = []
+    if not todo.nothing:
+        if sent.end.statusmessage != "COMMIT":
+            raise Retryable(f"COMMIT answered {sent.end.statusmessage}")
+        if sent.cancels is not None:
+            cancelled = [(str(r[0]), bool(r[1])) for r in await sent.cancels.fetchall()]
+    clock_row = await sent.clock.fetchone()
+    released_at = int(clock_row[0]) if clock_row else now_ms  # type: ignore[call-overload]
+    return cancelled, released_at
+
+
+def tick_rows(
+    definition: ActorDefinition, act: Activation, now_ms: int, window_ms: int
+) -> dict[str, Any]:
+    """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
+    from akter.callers import System, caller_to_json
+    from akter.schedules import next_fire
+
+    dues = [next_fire(entry, now_ms) for entry in definition.schedules]
+    ids = [framework_id(now_ms, None, due, 0, window_ms) for due in dues]  # absolute times
+    return actors.tick_params(
+        actors.actor_key(act.routing_key, act.ref.tenant, act.ref.type, act.ref.id),
+        bucket=act.bucket,
+        caller=caller_to_json(System(source="cron", ref=act.ref)),
+        intent_ids=ids,
+        commands=[entry.command for entry in definition.schedules],
+        dues=dues,
+        keys=[entry.key for entry in definition.schedules],
+    )
+
+
+def ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:
+    """Staging order (from 1) of each capped job row among the batch's rows of the same job.
+
+    Uncapped jobs and intents get 0: their ready time is just their due time.
+    """
+    seen: dict[str, int] = {}
+    ords: list[int] = []
+    for row in rows:
+        job = definition.jobs.get(row.command) if row.kind == "job" else None
+        if job is not None and job.options.per_actor is not None:
+            seen[row.command] = seen.get(row.command, 0) + 1
+            ords.append(seen[row.command])
+        else:
+            ords.append(0)
+    return ords

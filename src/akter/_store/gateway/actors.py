@@ -1,0 +1,259 @@
+"""The actor statements of a turn: every parameter dict of its two flights.
+
+Each function queues one or two statements on a connection that is inside the turn's psycopg
+pipeline (a single statement is returned as the driver's awaitable, with no frame of its own);
+nothing here waits for the server or reads a result itself, so the flights stay two round trips
+(see ``akter._engine.turn``). The
+statements, their parameters and their order are the turn's: ``key`` is the actor's
+``{"rk", "tenant", "type", "id"}`` (:func:`actor_key`), ``off`` the clock offset in ms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any
+
+import psycopg
+
+from akter._staging import StagedRow
+from akter._store.pool import Connection
+from akter._store.queries import Queries
+
+Cursor = psycopg.AsyncCursor[tuple[object, ...]]
+Key = Mapping[str, Any]
+
+
+def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> dict[str, Any]:
+    """The parameters that address one actor row."""
+    return {"rk": routing_key, "tenant": tenant, "type": actor_type, "id": actor_id}
+
+
+def _ms_text(ms: int) -> str:
+    return f"{max(ms, 1)}ms"
+
+
+# --- flight 1: admission ------------------------------------------------------------------------
+
+
+async def begin_turn(
+    conn: Connection,
+    q: Queries,
+    *,
+    lock_wait_ms: int,
+    statement_timeout_ms: int,
+    bound_setting: str,
+    bound_ms: int,
+) -> None:
+    """``BEGIN`` and the transaction-local timeouts (``bound_setting`` ends a frozen session)."""
+    await conn.execute("BEGIN")
+    await conn.execute(
+        q["turn_settings"],
+        {
+            "lock_timeout": _ms_text(lock_wait_ms),
+            "statement_timeout": _ms_text(statement_timeout_ms),
+            "bound_setting": bound_setting,
+            "bound": _ms_text(bound_ms),
+        },
+    )
+
+
+def ensure_actor(
+    conn: Connection, q: Queries, key: Key, state_json: str, off: int
+) -> Awaitable[Cursor]:
+    """Insert the row of an actor the cache does not know (an existing row is left alone)."""
+    return conn.execute(
+        q["ensure_actor"], {**key, "state": state_json, "state_version": 0, "off": off}
+    )
+
+
+def lock_actor(
+    conn: Connection, q: Queries, key: Key, cached_version: int | None
+) -> Awaitable[Cursor]:
+    """Lock the actor row; its state is shipped only when ``cached_version`` is stale."""
+    return conn.execute(q["lock_actor"], {**key, "cached_version": cached_version})
+
+
+def read_admission(
+    conn: Connection, q: Queries, key: Key, off: int, command_ids: list[str]
+) -> Awaitable[Cursor]:
+    """The pinned clock and the receipts of ``command_ids``, in a snapshot after the lock."""
+    return conn.execute(q["admission_read"], {**key, "off": off, "command_ids": command_ids})
+
+
+def _fence(actor_type: str, owner: str, epoch: int, off: int) -> dict[str, Any]:
+    return {"actor_type": actor_type, "owner": owner, "epoch": epoch, "off": off}
+
+
+def check_fence(
+    conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
+) -> Awaitable[Cursor]:
+    """Whether a singleton loop's lease is current (a row, or none)."""
+    return conn.execute(q["check_singleton_fence"], _fence(actor_type, owner, epoch, off))
+
+
+# --- flight 2: commit ---------------------------------------------------------------------------
+
+
+def hold_fence(
+    conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
+) -> Awaitable[Cursor]:
+    """Hold a loop's lease row through ``COMMIT`` (a lost lease fails the flight)."""
+    return conn.execute(q["hold_singleton_fence"], _fence(actor_type, owner, epoch, off))
+
+
+def update_actor(
+    conn: Connection,
+    q: Queries,
+    key: Key,
+    *,
+    state_json: str | None,
+    state_version: int,
+    created: bool,
+    event_seq: int,
+    now_ms: int,
+    locked_version: int,
+) -> Awaitable[Cursor]:
+    """The guarded update of the actor row (its version must still be ``locked_version``)."""
+    return conn.execute(
+        q["update_actor"],
+        {
+            **key,
+            "state": state_json,
+            "state_version": state_version,
+            "created": created,
+            "event_seq": event_seq,
+            "now": now_ms,
+            "locked_version": locked_version,
+        },
+    )
+
+
+def insert_events(
+    conn: Connection,
+    q: Queries,
+    key: Key,
+    now_ms: int,
+    first_seq: int,
+    events: Sequence[tuple[str, str, str]],
+) -> Awaitable[Cursor]:
+    """Append ``(tag, payload JSON, command id)`` events numbered from ``first_seq``."""
+    return conn.execute(
+        q["insert_events"],
+        {
+            **key,
+            "now": now_ms,
+            "seqs": list(range(first_seq, first_seq + len(events))),
+            "tags": [e[0] for e in events],
+            "payloads": [e[1] for e in events],
+            "command_ids": [e[2] for e in events],
+        },
+    )
+
+
+def delete_timers(conn: Connection, q: Queries, key: Key, keys: list[str]) -> Awaitable[Cursor]:
+    """Delete the actor's pending timers with ``keys``."""
+    return conn.execute(q["delete_timers"], {**key, "keys": keys})
+
+
+async def cancel_jobs(
+    conn: Connection, q: Queries, key: Key, keys: list[str], now_ms: int
+) -> Cursor:
+    """Cancel the actor's jobs with ``keys``; the cursor yields ``(job id, running)`` rows."""
+    await conn.execute(q["cancel_jobs_unstarted"], {**key, "keys": keys})
+    return await conn.execute(q["cancel_jobs_started"], {**key, "keys": keys, "now": now_ms})
+
+
+def insert_outbox(
+    conn: Connection,
+    q: Queries,
+    key: Key,
+    *,
+    bucket: int,
+    off: int,
+    rows: Sequence[StagedRow],
+    ordinals: list[int],
+) -> Awaitable[Cursor]:
+    """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``)."""
+    return conn.execute(
+        q["insert_outbox"],
+        {
+            **key,
+            "bucket": bucket,
+            "off": off,
+            "intent_ids": [r.intent_id for r in rows],
+            "kinds": [r.kind for r in rows],
+            "target_types": [r.target_type for r in rows],
+            "target_ids": [r.target_id for r in rows],
+            "commands": [r.command for r in rows],
+            "payloads": [r.payload for r in rows],
+            "callers": [r.caller for r in rows],
+            "delays": [r.delay_ms for r in rows],
+            "ats": [r.at_ms for r in rows],
+            "timer_keys": [r.timer_key for r in rows],
+            "ords": ordinals,
+        },
+    )
+
+
+def tick_params(
+    key: Key,
+    *,
+    bucket: int,
+    caller: str,
+    intent_ids: list[str],
+    commands: list[str],
+    dues: list[int],
+    keys: list[str],
+) -> dict[str, Any]:
+    """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
+    return {
+        **key,
+        "bucket": bucket,
+        "caller": caller,
+        "intent_ids": intent_ids,
+        "commands": commands,
+        "dues": dues,
+        "keys": keys,
+    }
+
+
+def insert_ticks(conn: Connection, q: Queries, params: Mapping[str, Any]) -> Awaitable[Cursor]:
+    """Insert the ticks of :func:`tick_params` (existing ones are left alone)."""
+    return conn.execute(q["insert_ticks"], params)
+
+
+def insert_receipts(
+    conn: Connection,
+    q: Queries,
+    key: Key,
+    *,
+    command_ids: list[str],
+    commands: list[str],
+    payload_hashes: list[str],
+    caller_keys: list[str],
+    outcomes: list[str | None],
+    expires: list[int],
+) -> Awaitable[Cursor]:
+    """Write the receipts of the batch's commands (outcomes as stored JSON text)."""
+    return conn.execute(
+        q["insert_receipts"],
+        {
+            **key,
+            "command_ids": command_ids,
+            "commands": commands,
+            "payload_hashes": payload_hashes,
+            "caller_keys": caller_keys,
+            "outcomes": outcomes,
+            "expires": expires,
+        },
+    )
+
+
+def end_turn(conn: Connection, commit: bool) -> Awaitable[Cursor]:
+    """``COMMIT`` (or ``ROLLBACK`` when the turn writes nothing); its status is the cursor's."""
+    return conn.execute("COMMIT" if commit else "ROLLBACK")
+
+
+def read_clock(conn: Connection, q: Queries, off: int) -> Awaitable[Cursor]:
+    """The database clock (the release check's read, after the transaction ended)."""
+    return conn.execute(q["clock_now"], {"off": off})
