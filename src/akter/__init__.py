@@ -7,6 +7,7 @@ An actor is ``(tenant, type, id)`` with durable state; every command runs as one
 import logging
 
 from akter._policy import Policy
+from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
 from akter.errors import (
@@ -24,8 +25,6 @@ from akter.events import EventRecord, EventStream
 from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
 from akter.runtime import DrainReport, Runtime
 from akter.schedules import schedule
-
-__version__ = "0.1.0"
 
 # A library never configures logging; without a handler set up by the application, records are
 # dropped rather than printed (the application decides).

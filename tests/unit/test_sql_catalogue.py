@@ -83,9 +83,12 @@ CROSS_ACTOR: dict[str, str] = {
     "like v_jobs)",
 }
 
-#: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent
-#: after COMMIT (semantics §3.5), never part of a turn's transaction.
-MAY_NOTIFY: dict[str, str] = {}
+#: Statements allowed to mention NOTIFY: each is its own autocommit statement sent after COMMIT
+#: (semantics §3.5), never part of a turn's transaction (akter._store.gateway.notify).
+MAY_NOTIFY: dict[str, str] = {
+    "notify_wake": "a relay or event-feed wake, sent on a framework connection after the commit",
+    "notify_progress": "a job progress message, sent on a framework connection, never in a turn",
+}
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
 _TABLE_REF = re.compile(r"\{schema\}\.([a-z_][a-z0-9_]*)")

@@ -1,0 +1,1 @@
+"""Store gateways: the statements of one area, with their parameters and connections."""
