@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import time
@@ -200,20 +201,29 @@ class Runtime:
         )
         from akter._engine.events import EventBus
         from akter._engine.jobs import JobExecutor
+        from akter._engine.progress import ProgressStreams
         from akter._engine.relay import Relay
         from akter._engine.runners import Runners
 
+        services = self.services
         self.events = EventBus()
         self.engine.metrics = self.metrics
-        self.relay = Relay(self)
-        self.jobs = JobExecutor(self)
+        self.jobs = JobExecutor(services, wake=lambda: self.relay.wake())
         #: Job progress frames published on this runner (semantics §5.11).
         self.progress = self.jobs.progress
-        self.runners = Runners(self)
+        self.progress_streams = ProgressStreams(services, self.progress, self._check_access_kind)
+        self.runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
+        self.relay = Relay(
+            services,
+            deliver=self.deliver,
+            events=self.events,
+            jobs=self.jobs,
+            runner_id=self.runners.runner_id,
+        )
         from akter.dead_letters import DeadLetters
 
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
-        self.dead_letters = DeadLetters(self)
+        self.dead_letters = DeadLetters(services, wake=self.relay.wake)
         self.engine.on_commit = self._after_commit
         self.deployment: Deployment | None = None
         self._embedded: Any = None
@@ -242,6 +252,21 @@ class Runtime:
         self.executes = set(config.executes)
         self.relay_enabled = config.relay
         self._database_url = config.database_url
+
+    def _sync_compat_config(self) -> None:
+        # Transitional: the CLI sets these attributes after construction (executor-only runners,
+        # `akter migrate`, `jobs watch`); components read them from services.config, so they are
+        # folded back in at start.
+        config = dataclasses.replace(
+            self.config,
+            notify=bool(self.notify),
+            host_actors=bool(self.hosts_actors),
+            executes=frozenset(self.executes),
+            relay=bool(self.relay_enabled),
+            maintenance=bool(self.maintenance),
+        )
+        self.config = config
+        object.__setattr__(self.services, "config", config)
 
     def _refuse_work(self) -> None:
         self.dispatcher.accepting = False
@@ -287,6 +312,7 @@ class Runtime:
         """Connect (or start the embedded server), migrate, and start background work."""
         if self.supervisor.started:
             return
+        self._sync_compat_config()
         url = self.config.database_url
         if url is None:
             from akter._store.embedded import EmbeddedPostgres, default_data_dir
@@ -472,7 +498,7 @@ class Runtime:
         from akter._engine.retention import sweep
 
         self._require_started()
-        return await sweep(self)
+        return await sweep(self.services)
 
     def _require_started(self) -> None:
         self.supervisor.require_started()
@@ -524,7 +550,7 @@ class Runtime:
         self._require_started()
         definition = self.definition(ref.type)
         await self._check_access_kind(definition, ref, current_caller(), "events")
-        return await read_events(self, ref, after, limit)
+        return await read_events(self.services, ref, after, limit)
 
     async def follow_events(
         self, ref: ActorRef, after: str | None = None
@@ -533,7 +559,7 @@ class Runtime:
         self._require_started()
         definition = self.definition(ref.type)
         await self._check_access_kind(definition, ref, current_caller(), "events")
-        async for record in follow(self, ref, after):
+        async for record in follow(self.services, self.events, ref, after):
             yield record
 
     def job_progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -806,7 +832,7 @@ class Runtime:
             window_ms=self.window_ms,
             readonly=True,
             cursor=cursor,
-            events_reader=lambda after, limit: read_events(self, ref, after, limit),
+            events_reader=lambda after, limit: read_events(self.services, ref, after, limit),
         )
         instance = definition.cls.__new__(definition.cls)
         instance.__dict__["_akter_ctx"] = ctx
