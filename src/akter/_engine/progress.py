@@ -41,7 +41,7 @@ from akter._engine.progress_slot import (
 )
 from akter._ids import parse_framework_id
 from akter._store.gateway.notify import Notifier
-from akter._store.gateway.outbox import OutboxGateway
+from akter._store.gateway.outbox import OutboxRows
 from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, current_caller
 
@@ -321,7 +321,7 @@ class ProgressStreams:
         #: The hub the readers subscribe to.
         self.hub = hub
         self._check_access = check_access
-        self._outbox = OutboxGateway(services.store, services.clock)
+        self._outbox = OutboxRows(services.store, services.clock)
 
     async def open(self, ref: ActorRef, job_id: str) -> ProgressStream:
         """Check access (kind ``progress``) and subscribe at once; iterate for the job's messages.

@@ -3,8 +3,9 @@
 Claims and settles run on two connections of the relay's own, outside both pools (README,
 "Connections"; ``akter._engine.relay``): under load the pool's callers kept a claim or a settle
 waiting for a connection longer than the statement took, and a settle never waits behind a
-claim. Backoffs, releases and tick rewrites use the framework pool. Also here: the seeding of a
-singleton's default row and schedule ticks at start, and the job-row lookup of progress feeds.
+claim. Backoffs, releases and tick rewrites use the framework pool. Also here (``OutboxRows``):
+the seeding of a singleton's default row and schedule ticks at start, and an actor's outbox rows
+for progress feeds.
 """
 
 from __future__ import annotations
@@ -76,7 +77,10 @@ class OwnConnection:
 
 
 class OutboxGateway:
-    """The relay's outbox statements (module docstring), on the framework clock's offset."""
+    """The relay's outbox statements (module docstring), on the framework clock's offset.
+
+    It owns the relay's two dedicated connections (opened on first use; ``close`` them).
+    """
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self._store = store
@@ -157,6 +161,17 @@ class OutboxGateway:
                 self._store.queries["release_intent"],
                 {**claim.params(), "off": self._clock.offset_ms},
             )
+
+
+class OutboxRows:
+    """Outbox statements outside the relay: seeding a singleton's ticks, an actor's rows.
+
+    Neither uses the relay's own connections, so any component may hold one.
+    """
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
 
     async def seed_ticks(
         self, actor: Mapping[str, Any], *, state: str, ticks: Mapping[str, Any]
