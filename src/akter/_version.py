@@ -1,3 +1,3 @@
-"""The package version (one source: the runner registry records it, the facade exports it)."""
+"""The package version, in a module of its own: components read it without the facade."""
 
 __version__ = "0.1.0"

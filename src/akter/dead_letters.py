@@ -10,17 +10,17 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import dict_row
-
-from akter._ids import bucket, mint_framework_id
+from akter._ids import mint_framework_id
+from akter._store.gateway.dead_letters import DeadLettersGateway
 from akter.callers import ActorRef, System, caller_to_json
 from akter.errors import ActorError
 
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.services import Services
 
 log = logging.getLogger("akter.dead_letters")
 
@@ -85,19 +85,18 @@ class DeadLetters:
     """Operator access to dead letters: ``list``, ``show``, ``retry`` and ``discard``.
 
     Args:
-        runtime: A started runtime on the deployment's database.
+        services: A runner's services (started on the deployment's database when called).
+        wake: Asks the relay for a pass (a retried letter's new job is due now).
     """
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, services: Services, *, wake: Callable[[], None] | None = None) -> None:
+        self._services = services
+        self._gateway = DeadLettersGateway(services.store, services.clock)
+        self._wake = wake
 
     async def list(self, limit: int = 1000) -> builtins.list[Letter]:
         """The newest ``limit`` letters, newest first."""
-        store = self.runtime.store
-        async with store.pool.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(store.queries["dead_letters_list"], {"limit": limit})
-            return [Letter.from_row(r) for r in await cur.fetchall()]
+        return [Letter.from_row(r) for r in await self._gateway.list(limit)]
 
     async def show(self, job_id: str) -> Letter:
         """One letter by its job id.
@@ -105,11 +104,7 @@ class DeadLetters:
         Raises:
             ActorError: ``InvalidInput/unknown_dead_letter`` when there is no such letter.
         """
-        store = self.runtime.store
-        async with store.pool.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(store.queries["dead_letter_find"], {"job_id": job_id})
-            row = await cur.fetchone()
+        row = await self._gateway.find(job_id)
         if row is None:
             raise _unknown(job_id)
         return Letter.from_row(row)
@@ -122,58 +117,36 @@ class DeadLetters:
         principal is not kept with the letter.
         """
         letter = await self.show(job_id)
-        runtime = self.runtime
-        store = runtime.store
-        now = await runtime.clock.read()
-        new_id = mint_framework_id(now, now, 0, runtime.window_ms)
-        caller = caller_to_json(System(source="job", ref=letter.ref))
-        async with store.pool.connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                store.queries["dead_letter_take"],
-                {"rk": letter.routing_key, "job_id": job_id},
-            )
-            taken = await cur.fetchone()
-            if taken is None:
-                raise _unknown(job_id)
-            await cur.execute(
-                store.queries["dead_letter_requeue"],
-                {
-                    "rk": letter.routing_key,
-                    "new_id": new_id,
-                    "bucket": bucket(letter.routing_key),
-                    "tenant": letter.ref.tenant,
-                    "type": letter.ref.type,
-                    "id": letter.ref.id,
-                    "job": letter.job,
-                    "payload": letter.payload,
-                    "payload_version": letter.payload_version,
-                    "caller": caller,
-                    "maybe_applied": bool(taken["ambiguous"]),
-                    "off": runtime.clock.offset_ms,
-                },
-            )
+        now = await self._services.clock.read()
+        new_id = mint_framework_id(now, now, 0, self._services.config.window_ms)
+        requeued = await self._gateway.requeue(
+            letter.routing_key,
+            job_id,
+            new_id=new_id,
+            tenant=letter.ref.tenant,
+            actor_type=letter.ref.type,
+            actor_id=letter.ref.id,
+            job=letter.job,
+            payload=letter.payload,
+            payload_version=letter.payload_version,
+            caller=caller_to_json(System(source="job", ref=letter.ref)),
+        )
+        if not requeued:
+            raise _unknown(job_id)
         if letter.ambiguous:
             log.warning(
                 "Retried an ambiguous dead letter; the provider may already have applied it",
                 extra={"job_id": job_id, "new_job_id": new_id, "job": letter.job},
             )
-        relay = getattr(runtime, "relay", None)
-        if relay is not None:
-            relay.wake()
+        if self._wake is not None:
+            self._wake()
         return new_id
 
     async def discard(self, job_id: str) -> Letter:
         """Delete a letter; returns what it held."""
         letter = await self.show(job_id)
-        store = self.runtime.store
-        async with store.pool.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                store.queries["dead_letter_take"], {"rk": letter.routing_key, "job_id": job_id}
-            )
-            if await cur.fetchone() is None:
-                raise _unknown(job_id)
+        if not await self._gateway.take(letter.routing_key, job_id):
+            raise _unknown(job_id)
         return letter
 
 

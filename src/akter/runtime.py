@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, cast
@@ -24,10 +24,11 @@ from akter._engine.events import EventBus, follow, read_events
 from akter._engine.hooks import Hooks
 from akter._engine.jobs import JobExecutor
 from akter._engine.operations import cancel_job, seed_singleton_ticks
+from akter._engine.progress import ProgressStreams
 from akter._engine.relay import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
-from akter._engine.turn import TurnEngine
+from akter._engine.turn import Result, TurnEngine
 from akter._engine.wakes import CommitWakes
 from akter._ids import uuid7, validate_actor_id, validate_tenant
 from akter._store.migrate import Deployment, migrate
@@ -36,7 +37,7 @@ from akter.actor import Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
 from akter.context import LoopLease
 from akter.dead_letters import DeadLetters
-from akter.errors import ActorError
+from akter.errors import ActorError, ConfigurationError
 from akter.events import EventRecord
 from akter.handles import FencedRuntime, local_handle
 from akter.telemetry import Metrics
@@ -116,51 +117,40 @@ class Runtime:
         )
         #: The call paths: commands, deliveries, queries, singleton loops.
         self.calls = Calls(services, self.dispatcher, self.read_events)
-        self._compat_config(config)
         self.events = EventBus()
-        self.relay = Relay(self)
-        self.jobs = JobExecutor(self)
+        self.jobs = JobExecutor(services, wake=lambda: self.relay.wake())
         #: Job progress frames published on this runner (semantics §5.11).
         self.progress = self.jobs.progress
-        self.runners = Runners(self)
+        self.progress_streams = ProgressStreams(services, self.progress, check_access)
+        self.runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
+        self.relay = Relay(
+            services,
+            deliver=self.calls.deliver,
+            events=self.events,
+            jobs=self.jobs,
+            runner_id=self.runners.runner_id,
+        )
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
-        self.dead_letters = DeadLetters(self)
+        self.dead_letters = DeadLetters(services, wake=self.relay.wake)
         self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
+        self._database_url = config.database_url
         self.deployment: Deployment | None = None
         self._embedded: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self.last_drain: DrainReport | None = None
 
-    def _compat_config(self, config: RuntimeConfig) -> None:
-        # Transitional: components still read these from the runtime until they take Services.
-        self.maintenance = config.maintenance
-        self.hosts_actors = config.host_actors
-        self.window_ms = config.window_ms
-        self.singleton_lease_ms = config.singleton_lease_ms
-        self.pool_wait_ms = config.pool_wait_ms
-        self.query_pool_wait_ms = config.query_pool_wait_ms
-        self.schema = config.schema
-        self.drain_deadline = config.drain_deadline_ms / 1000
-        self.notify = config.notify
-        self.poll_ms = config.poll_ms
-        self.pass_limit = config.pass_limit
-        self.delivery_concurrency = config.delivery_concurrency
-        self.max_backoff_ms = config.max_backoff_ms
-        self.claim_lease_ms = config.claim_lease_ms
-        self.executor_concurrency = config.executor_concurrency
-        self.job_lease_ms = config.job_lease_ms
-        self.cancel_check_ms = config.cancel_check_ms
-        self.executes = set(config.executes)
-        self.relay_enabled = config.relay
-        self._database_url = config.database_url
-        self.event_types = self.registry.event_types
-        self.deliver = self.calls.deliver
-        self._require_started = self.supervisor.require_started
+    def reconfigure(self, **changes: Unpack[RuntimeOptions]) -> None:
+        """Change options before the runtime starts (the CLI's worker and operator roles).
 
-    async def _check_access_kind(
-        self, definition: ActorDefinition, ref: ActorRef, caller: Caller, kind: Any
-    ) -> None:
-        await check_access(definition, ref, caller, kind)  # transitional (progress)
+        Raises:
+            ConfigurationError: If the runtime has started, or a changed option is invalid.
+        """
+        if self.supervisor.started:
+            raise ConfigurationError("reconfigure() is only possible before the runtime starts.")
+        definitions = tuple(self.definitions.values())
+        self.config = replace(self.config, definitions=definitions, **changes)
+        self.services.config = self.config
+        self._database_url = self.config.database_url
 
     def _refuse_work(self) -> None:
         self.dispatcher.accepting = False
@@ -184,6 +174,11 @@ class Runtime:
         return self.supervisor.supervise(task)
 
     # --- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> str:
+        """The schema holding akter's tables."""
+        return self.config.schema
 
     @property
     def database_url(self) -> str:
@@ -224,7 +219,7 @@ class Runtime:
                 self.deployment = await migrate(
                     conn,
                     self.store.queries,
-                    retry_window_ms=self.window_ms,
+                    retry_window_ms=self.config.window_ms,
                     placements={d.name: d.placement for d in self.definitions.values()},
                 )
             finally:
@@ -233,7 +228,7 @@ class Runtime:
             await self.clock.read()
             await seed_singleton_ticks(self.services)
             await self.jobs.start()
-            if self.relay_enabled:
+            if self.config.relay:
                 await self.relay.start()
             else:
                 await self.relay.listen()  # live event feeds still hear other runners
@@ -255,7 +250,7 @@ class Runtime:
         self.supervisor.stopping = True
         self.readiness = "draining"
         self.dispatcher.accepting = False
-        deadline = time.monotonic() + self.drain_deadline
+        deadline = time.monotonic() + self.config.drain_deadline_ms / 1000
         released = await self.relay.stop(deadline)
         attempts = self.jobs.running
         await self.jobs.stop()
@@ -314,7 +309,7 @@ class Runtime:
         from akter._engine.retention import sweep
 
         self.supervisor.require_started()
-        return await sweep(self)
+        return await sweep(self.services)
 
     # --- addressing ---------------------------------------------------------------------------
 
@@ -358,14 +353,14 @@ class Runtime:
     ) -> list[EventRecord]:
         """Committed events of an actor after a cursor (access kind ``events``)."""
         await self._check_read(ref, "events")
-        return await read_events(self, ref, after, limit)
+        return await read_events(self.services, ref, after, limit)
 
     async def follow_events(
         self, ref: ActorRef, after: str | None = None
     ) -> AsyncIterator[EventRecord]:
         """Replay after a cursor, then follow new commits live (access kind ``events``)."""
         await self._check_read(ref, "events")
-        async for record in follow(self, ref, after):
+        async for record in follow(self.services, self.events, ref, after):
             yield record
 
     def job_progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -389,6 +384,19 @@ class Runtime:
     async def mint_command_id(self) -> str:
         """A fresh command id from the framework clock."""
         return self.calls.mint_command_id()
+
+    async def deliver(
+        self,
+        ref: ActorRef,
+        command: str,
+        payload: dict[str, Any],
+        command_id: str,
+        caller: Caller,
+        *,
+        within: float | None = None,
+    ) -> Result:
+        """An internal delivery, as the relay makes it: no access policy, the id as given."""
+        return await self.calls.deliver(ref, command, payload, command_id, caller, within=within)
 
     async def call(
         self,

@@ -76,7 +76,8 @@ async def test_h8_a_pinned_id_far_in_the_future_is_refused_by_the_client_not_tim
     async with served() as s:
         now = await s.t.now_ms()
         issued = now + 600_000
-        cid = f"v1.{issued}.{issued + s.t.runtime.window_ms}.0190a3b4-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
+        expires = issued + s.t.runtime.config.window_ms
+        cid = f"v1.{issued}.{expires}.0190a3b4-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
         account = s.client(ALICE).get(Account, "r1")
         with pytest.raises(akter.ActorError) as raised:
             await account.with_command_id(cid).deposit(1)

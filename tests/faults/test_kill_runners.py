@@ -467,7 +467,7 @@ async def check_recovered(url: str, load: Load, in_flight: set[str]) -> None:
         # What is left was claimed by the dead runner: due again once its claim lease ends.
         claimed = await t.rows("SELECT attempts FROM {schema}.outbox")
         assert all(int(row["attempts"]) >= 1 for row in claimed)
-        await t.advance(timedelta(milliseconds=t.runtime.claim_lease_ms))
+        await t.advance(timedelta(milliseconds=t.runtime.config.claim_lease_ms))
         assert await t.rows("SELECT intent_id FROM {schema}.outbox") == []
         for lid, rows in after.items():
             inbox = await t.inspect(t.get(Inbox, lid))

@@ -141,7 +141,7 @@ async def test_h8_job_lease_written_ahead_is_taken_over(
             caplog, "Released job leases ahead of the database clock (it moved back)"
         )
         assert warning.released == 1 and warning.rows == [f"Shop.charge {job_id}"]
-        lease = t.runtime.job_lease_ms
+        lease = t.runtime.config.job_lease_ms
         assert AHEAD_MS <= warning.skew_ms <= AHEAD_MS + lease + 5_000
 
 

@@ -279,7 +279,7 @@ async def test_kill_with_a_claimed_intent_a_survivor_delivers_once(
             [True] if delivered_before else []
         )
 
-        await t.advance(past(t.runtimes[0].claim_lease_ms))
+        await t.advance(past(t.runtimes[0].config.claim_lease_ms))
         assert await outbox(t) == []
         receiver = await t.inspect(t.get(Counter, "r"))
         assert receiver.state == {"n": 3, "done": []} and receiver.version == 1

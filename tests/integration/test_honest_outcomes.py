@@ -72,7 +72,7 @@ async def test_h8_a_pinned_id_far_in_the_future_is_refused_as_future_not_a_timeo
     akter_test: Make,
 ) -> None:
     async with akter_test([Tally]) as t:
-        cid = future_id(await t.now_ms(), 600_000, t.runtime.window_ms)
+        cid = future_id(await t.now_ms(), 600_000, t.runtime.config.window_ms)
         started = time.monotonic()
         with pytest.raises(akter.ActorError) as raised:
             await t.get(Tally, "a").with_command_id(cid).add(1)
@@ -87,7 +87,7 @@ async def test_h8_a_pinned_id_far_in_the_future_is_refused_as_future_not_a_timeo
 
 async def test_h8_a_pinned_id_slightly_ahead_is_waited_for_and_commits(akter_test: Make) -> None:
     async with akter_test([Tally]) as t:
-        cid = future_id(await t.now_ms(), 300, t.runtime.window_ms)  # clock-estimate jitter
+        cid = future_id(await t.now_ms(), 300, t.runtime.config.window_ms)  # clock-estimate jitter
         assert await t.get(Tally, "a").with_command_id(cid).add(2) == 2
         assert await receipts(t, cid) == ["add"]
 

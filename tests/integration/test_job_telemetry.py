@@ -165,7 +165,7 @@ async def test_TE02_backoff_and_dead_letter_log_texts(
 
 async def _lose_lease(t: ActorTest) -> None:
     """Give runtime 1 a clock past runtime 0's lease (a takeover without waiting)."""
-    t.runtimes[1].clock.offset_ms += t.runtime.job_lease_ms + 1000
+    t.runtimes[1].clock.offset_ms += t.runtime.config.job_lease_ms + 1000
 
 
 async def test_TE02_lease_loss_log_text(

@@ -153,7 +153,7 @@ async def test_JB03_a_running_attempt_is_leased_and_pre_marked_ambiguous(
         assert row["intent_id"] == job_id
         assert row["running"] and row["attempts"] == 1 and row["ambiguous"]
         assert row["last_error"] == "Attempt 1 ended without reporting an outcome"
-        lease = t.runtime.job_lease_ms
+        lease = t.runtime.config.job_lease_ms
         assert before + lease <= row["due_at_ms"] <= after + lease
         step.release()
         await drain
@@ -221,7 +221,9 @@ async def test_JB07_a_crash_after_a_failure_dead_letters_ambiguously(
         job_id = await t.get(Shop, "s1").buy(1)
         await advance_until(t, lambda: _attempts_are(t, 2, running=True))
         assert provider.count == 1
-        await t.advance(t.runtime.job_lease_ms / 1000 + 1)  # the crashed attempt's lease ends
+        await t.advance(
+            t.runtime.config.job_lease_ms / 1000 + 1
+        )  # the crashed attempt's lease ends
         await advance_until(t, lambda: settled(t))
         assert provider.count == 1  # the exhausted row is settled without a new attempt
         (letter,) = await letters(t)
@@ -332,7 +334,7 @@ async def test_JB04_a_crash_before_execute_calls_nothing_and_attempt_2_is_maybe_
         assert provider.count == 0
         (row,) = await jobs(t)
         assert (row["attempts"], row["running"], row["maybe_applied"]) == (1, True, False)
-        drain = asyncio.create_task(t.advance(t.runtime.job_lease_ms / 1000 + 1))
+        drain = asyncio.create_task(t.advance(t.runtime.config.job_lease_ms / 1000 + 1))
         await asyncio.wait_for(step.entered.wait(), 10)
         (row,) = await jobs(t)
         assert (row["attempts"], row["running"], row["maybe_applied"]) == (2, True, True)
@@ -352,7 +354,7 @@ async def test_JB05_a_crash_after_execute_runs_the_executor_again_and_routes_onc
         job_id = await t.get(Shop, "s1").buy(1)
         await t.advance(0)
         assert provider.count == 1
-        await t.advance(t.runtime.job_lease_ms / 1000 + 1)
+        await t.advance(t.runtime.config.job_lease_ms / 1000 + 1)
         assert [(c.job_id, c.attempt) for c in provider.calls] == [(job_id, 1), (job_id, 2)]
         (receipt,) = await receipts_for(t, job_id)
         assert receipt["command"] == "charged" and receipt["outcome"] == {"ok": None}
@@ -371,7 +373,7 @@ async def test_JB05_a_crash_in_the_route_delivery_keeps_one_attempt_and_one_rece
         await t.advance(0)
         (row,) = await outbox(t)
         assert (row["kind"], row["intent_id"], row["command"]) == ("intent", job_id, "charged")
-        await t.advance(t.runtime.claim_lease_ms / 1000 + 1)
+        await t.advance(t.runtime.config.claim_lease_ms / 1000 + 1)
         assert provider.count == 1
         assert len(await receipts_for(t, job_id)) == 1
         assert [r["value"] for r in await shop.reports()] == [4]
@@ -470,7 +472,7 @@ async def test_JB12_an_attempt_held_past_its_lease_never_calls_the_executor(
 
 async def _lose_lease(t: ActorTest) -> None:
     """Give runtime 1 a clock past runtime 0's lease (a takeover without waiting)."""
-    t.runtimes[1].clock.offset_ms += t.runtime.job_lease_ms + 1000
+    t.runtimes[1].clock.offset_ms += t.runtime.config.job_lease_ms + 1000
 
 
 async def test_JB13_a_stale_failure_never_touches_the_newer_attempt(
@@ -936,7 +938,7 @@ async def test_JB29_retry_and_discard_dead_letters(
         retried = await shop.buy(1, tag="r")
         discarded = await shop.buy(2, tag="d")
         await advance_until(t, lambda: settled(t))
-        letters_ = DeadLetters(t.runtime)
+        letters_ = DeadLetters(t.runtime.services, wake=t.runtime.relay.wake)
         assert {x.job_id: x.ambiguous for x in await letters_.list()} == {
             retried: True,
             discarded: False,

@@ -256,7 +256,7 @@ async def test_JB25_a_claim_waits_for_an_older_attempts_renewal_and_starts_nothi
     akter_test: Make, provider: FakeProvider, renewal: str
 ) -> None:
     async with akter_test(ALL, relay=False) as t:
-        lease = t.runtime.job_lease_ms
+        lease = t.runtime.config.job_lease_ms
         # Runner 1's clock is just past attempt 1's lease end: only the renewal can keep it.
         await t.add_runtime()
         a, retried = gate(1), gate(3)
@@ -322,7 +322,7 @@ async def test_JB25_a_wake_racing_a_claim_of_the_oldest_waiting_row_wakes_the_ne
 ) -> None:
     async with akter_test(ALL, relay=False) as t:
         q = t.runtime.store.queries
-        lease = t.runtime.job_lease_ms
+        lease = t.runtime.config.job_lease_ms
         a = gate(1)
         provider.script(a, key="a")
         provider.default = succeed(2)
@@ -451,7 +451,7 @@ async def test_lease_loss_a_partitioned_executor_stops_before_the_database_lease
                 await asyncio.wait_for(takeover_step.entered.wait(), 10)
                 (row,) = await outbox(t)
                 assert (row["attempts"], row["running"]) == (2, True)
-                takeover = int(row["due_at_ms"]) - t.runtimes[1].job_lease_ms
+                takeover = int(row["due_at_ms"]) - t.runtimes[1].config.job_lease_ms
                 takeover_step.release()
                 await t.runtime.jobs.wait_idle()
                 await t.runtimes[1].jobs.wait_idle()
@@ -494,7 +494,7 @@ async def test_lease_loss_a_late_success_after_dead_lettering_marks_it_ambiguous
         await settle.wait()  # attempt 1 succeeded at the provider; nobody knows yet
 
         # Runner 1's clock passes the lease: attempt 2 takes over, fails finally, dead-letters.
-        t.runtimes[1].clock.offset_ms += t.runtime.job_lease_ms + 1000
+        t.runtimes[1].clock.offset_ms += t.runtime.config.job_lease_ms + 1000
         assert await t.runtimes[1].jobs.run_pass() == 1
         await t.runtimes[1].jobs.wait_idle()
         (letter,) = await letters(t)

@@ -240,7 +240,7 @@ async def test_TE02_relay_intent_span(akter_test: Make, spans: InMemorySpanExpor
         await t.drain()
         [crashed] = named(spans, "akter.relay.intent")
         assert attrs(crashed)["relay.attempt"] == 1 and not named(spans, "akter.Pong/got")
-        await t.advance(t.runtime.claim_lease_ms / 1000 + 1)
+        await t.advance(t.runtime.config.claim_lease_ms / 1000 + 1)
         [_, delivered] = sorted(named(spans, "akter.relay.intent"), key=lambda s: s.start_time or 0)
         assert delivered.kind == trace.SpanKind.PRODUCER
         assert attrs(delivered) == {

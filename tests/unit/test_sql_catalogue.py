@@ -20,6 +20,13 @@ table written ``{schema}.<table>``):
 Comments and string literals are removed before the check. Statements that need to reach many
 actors on purpose (relay claims, retention sweeps) must be listed in ``CROSS_ACTOR`` with the
 reason; semantics §9.8 allows them only for framework maintenance with explicit predicates.
+
+How the code "uses" a statement: a lookup ``queries["name"]`` or ``q["name"]`` with a literal
+name, in any module (the store gateways, ``akter._store.gateway``, hold them for the background
+components, which never reach the pools or the catalogue themselves). A computed name
+(``queries[name]``) is allowed only in the modules listed in ``DYNAMIC_LOOKUPS``, where every
+quoted catalogue name counts as a use. Every used name must exist, and every statement must be
+used.
 """
 
 from __future__ import annotations
@@ -83,9 +90,12 @@ CROSS_ACTOR: dict[str, str] = {
     "like v_jobs)",
 }
 
-#: Statements allowed to mention NOTIFY. None: a wakeup would have to be its own statement sent
-#: after COMMIT (semantics §3.5), never part of a turn's transaction.
-MAY_NOTIFY: dict[str, str] = {}
+#: Statements allowed to mention NOTIFY: each is its own autocommit statement sent after COMMIT
+#: (semantics §3.5), never part of a turn's transaction (akter._store.gateway.notify).
+MAY_NOTIFY: dict[str, str] = {
+    "notify_wake": "a relay or event-feed wake, sent on a framework connection after the commit",
+    "notify_progress": "a job progress message, sent on a framework connection, never in a turn",
+}
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
 _TABLE_REF = re.compile(r"\{schema\}\.([a-z_][a-z0-9_]*)")
@@ -336,14 +346,83 @@ def test_unique_indexes_on_per_actor_tables_include_routing_key() -> None:
 # --- names used by the code --------------------------------------------------------------------
 
 _USE = re.compile(r"\b(?:q|queries)\[\s*(['\"])([A-Za-z0-9_]+)\1\s*\]")
+#: A catalogue lookup whose name is not a literal (``queries[name]``).
+_DYNAMIC_USE = re.compile(r"\b(?:q|queries)\[\s*(?!['\"\s])([^\]]+)\]")
+_QUOTED = re.compile(r"(['\"])([a-z_][a-z0-9_]*)\1")
+#: Modules that still look statements up by a computed name, until their reads move into
+#: gateways (akter._store.gateway.ops): every quoted catalogue name in them counts as a use.
+DYNAMIC_LOOKUPS = frozenset({"_cli_jobs.py", "_cli_runner.py", "http/console/api.py"})
+#: The background components: they call gateway methods, never the pools or the catalogue.
+COMPONENTS = (
+    "_engine/events.py",
+    "_engine/job_attempt.py",
+    "_engine/job_claims.py",
+    "_engine/job_settle.py",
+    "_engine/jobs.py",
+    "_engine/progress.py",
+    "_engine/progress_slot.py",
+    "_engine/relay.py",
+    "_engine/retention.py",
+    "_engine/runners.py",
+    "_engine/sampling.py",
+    "_engine/skew.py",
+    "dead_letters.py",
+)
+
+
+def _sources() -> dict[str, str]:
+    return {
+        str(path.relative_to(SRC)): path.read_text("utf-8") for path in sorted(SRC.rglob("*.py"))
+    }
+
+
+def _uses() -> dict[str, list[str]]:
+    """Every catalogue name the code uses, with the modules using it (module docstring)."""
+    catalogue = raw_catalogue()
+    used: dict[str, list[str]] = {}
+    for module, text in _sources().items():
+        names = [m.group(2) for m in _USE.finditer(text)]
+        if module in DYNAMIC_LOOKUPS:
+            names += [m.group(2) for m in _QUOTED.finditer(text) if m.group(2) in catalogue]
+        for name in dict.fromkeys(names):
+            used.setdefault(name, []).append(module)
+    return used
 
 
 def test_every_statement_name_used_in_the_code_exists() -> None:
     catalogue = raw_catalogue()
-    used: dict[str, list[str]] = {}
-    for path in sorted(SRC.rglob("*.py")):
-        for match in _USE.finditer(path.read_text("utf-8")):
-            used.setdefault(match.group(2), []).append(str(path.relative_to(SRC)))
+    used = _uses()
     assert len(used) >= 15, "the pattern no longer finds the statement lookups"
     missing = {name: files for name, files in used.items() if name not in catalogue}
     assert missing == {}
+
+
+def test_every_catalogue_statement_is_used() -> None:
+    unused = sorted(set(raw_catalogue()) - set(_uses()))
+    assert unused == [], "a statement no code runs: delete it, or run it through a gateway"
+
+
+def test_statement_names_are_literal_outside_the_listed_modules() -> None:
+    # A computed name would hide a use from the two checks above.
+    dynamic = {
+        module: [m.group(0) for m in _DYNAMIC_USE.finditer(text)]
+        for module, text in _sources().items()
+        if module not in DYNAMIC_LOOKUPS and _DYNAMIC_USE.search(text)
+    }
+    assert dynamic == {}
+
+
+def test_the_dynamic_pattern_sees_computed_names() -> None:
+    assert _DYNAMIC_USE.search("store.queries[name]")
+    assert _DYNAMIC_USE.search("q[ kind ]")
+    assert not _DYNAMIC_USE.search('q["lock_actor"]')
+    assert not _DYNAMIC_USE.search("queries['clock_now']")
+
+
+def test_components_reach_the_store_only_through_gateways() -> None:
+    sources = _sources()
+    for module in COMPONENTS:
+        text = sources[module]
+        assert not _USE.search(text) and not _DYNAMIC_USE.search(text), module
+        assert ".connection(" not in text and "connect_direct" not in text, module
+        assert "psycopg.sql" not in text and "from psycopg import sql" not in text, module

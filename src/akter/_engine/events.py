@@ -14,24 +14,22 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import dict_row
-from psycopg_pool import PoolTimeout
-
+from akter._store.gateway.events import EventsGateway
 from akter._waits import wait_event
 from akter.callers import ActorRef
 from akter.errors import ActorError
 from akter.events import EventRecord, parse_cursor
 
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.services import Services
 
 MAX_PAGE = 10_000
 
 
-def _decode(runtime: Runtime, tag: str, payload: Any) -> Any:
+def _decode(services: Services, tag: str, payload: Any) -> Any:
     from akter.actor import Event
 
-    klass = runtime.event_types.get(tag) or Event.registry().get(tag)
+    klass = services.registry.event_types.get(tag) or Event.registry().get(tag)
     if klass is None:
         return payload
     try:
@@ -74,28 +72,25 @@ class EventBus:
 
 
 async def read_events(
-    runtime: Runtime, ref: ActorRef, after: str | int | None, limit: int = 1000
+    services: Services, ref: ActorRef, after: str | int | None, limit: int = 1000
 ) -> list[EventRecord]:
     """Committed events of one actor after a cursor, oldest first."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise ActorError("InvalidInput", f"limit must be from 1 to {MAX_PAGE}.", field="limit")
     start = parse_cursor(after)
     key = {
-        "rk": runtime.routing_key(ref),
+        "rk": services.registry.routing_key(ref),
         "tenant": ref.tenant,
         "type": ref.type,
         "id": ref.id,
-        "after": start,
-        "limit": limit,
     }
-    wait = runtime.query_pool_wait_ms / 1000  # a read like a query: the query's pool bound
-    try:
-        async with runtime.store.pool.connection(timeout=wait) as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(runtime.store.queries["read_events"], key)
-            row = await cur.fetchone()
-    except PoolTimeout:
-        raise runtime.store.exhausted(wait, f"the events of {ref.type}/{ref.id!r}") from None
+    row = await EventsGateway(services.store).read(
+        key,
+        after=start,
+        limit=limit,
+        wait_s=services.config.query_pool_wait_ms / 1000,  # a read like a query: its pool bound
+        what=f"the events of {ref.type}/{ref.id!r}",
+    )
     event_seq = int(row["event_seq"]) if row else 0
     if start > event_seq:
         raise ActorError(
@@ -115,7 +110,7 @@ async def read_events(
     return [
         EventRecord(
             cursor=str(e["seq"]),
-            event=_decode(runtime, e["tag"], e["payload"]),
+            event=_decode(services, e["tag"], e["payload"]),
             command_id=e["command_id"],
             emitted_at=datetime.fromtimestamp(int(e["emitted_at_ms"]) / 1000, tz=UTC),
             tag=e["tag"],
@@ -125,20 +120,23 @@ async def read_events(
 
 
 async def follow(
-    runtime: Runtime, ref: ActorRef, after: str | int | None
+    services: Services, bus: EventBus, ref: ActorRef, after: str | int | None
 ) -> AsyncIterator[EventRecord]:
-    """Replay after ``after``, then follow new commits live, without gap or repeat."""
+    """Replay after ``after``, then follow new commits live, without gap or repeat.
+
+    ``bus`` is the runner's event bus: it wakes the feed after local commits and on ``NOTIFY``.
+    """
     cursor = parse_cursor(after)
-    flag = runtime.events.subscribe(ref)
+    flag = bus.subscribe(ref)
     try:
         while True:
             flag.clear()
-            batch = await read_events(runtime, ref, cursor, MAX_PAGE)
+            batch = await read_events(services, ref, cursor, MAX_PAGE)
             for record in batch:
                 cursor = int(record.cursor)
                 yield record
             if len(batch) == MAX_PAGE:
                 continue
-            await wait_event(flag, runtime.poll_ms / 1000)
+            await wait_event(flag, services.config.poll_ms / 1000)
     finally:
-        runtime.events.unsubscribe(ref, flag)
+        bus.unsubscribe(ref, flag)

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from opentelemetry import trace
-from psycopg.rows import dict_row
 from pydantic import ValidationError
 
 from akter._engine import job_routes
@@ -45,8 +44,9 @@ from akter.telemetry import tracer
 
 if TYPE_CHECKING:
     from akter._engine.hooks import Hooks
-    from akter._engine.progress import ProgressHub, ProgressSlot
-    from akter._store.pool import Store
+    from akter._engine.progress import ProgressHub
+    from akter._engine.progress_slot import ProgressSlot
+    from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.telemetry import Metrics
 
@@ -89,8 +89,7 @@ class AttemptRunner:
     """Runs claimed rows: executes, renews, interrupts and settles (one per executor).
 
     Args:
-        store: The runtime's store.
-        offset: Reads the framework clock's test offset.
+        gateway: The executor's job statements.
         hooks: Fault-injection points.
         lease_ms: The executor lease.
         cancel_check_ms: The renewal interval.
@@ -102,8 +101,7 @@ class AttemptRunner:
     def __init__(
         self,
         *,
-        store: Callable[[], Store],
-        offset: Callable[[], int],
+        gateway: JobsGateway,
         hooks: Hooks,
         lease_ms: int,
         cancel_check_ms: int,
@@ -111,8 +109,7 @@ class AttemptRunner:
         progress: ProgressHub | None = None,
         metrics: Metrics | None = None,
     ) -> None:
-        self._store = store
-        self.offset = offset
+        self.gateway = gateway
         self.hooks = hooks
         self.lease_ms = lease_ms
         self.cancel_check_ms = cancel_check_ms
@@ -120,16 +117,10 @@ class AttemptRunner:
         self.progress = progress
         self.metrics = metrics
 
-    @property
-    def store(self) -> Store:
-        """The runtime's current store (bound at start)."""
-        return self._store()
-
     def settler(self, attempt: Attempt) -> Settler:
         """The settler of one claim."""
         return Settler(
-            store=self.store,
-            offset=self.offset,
+            gateway=self.gateway,
             hooks=self.hooks,
             job=attempt.job,
             row=attempt.row,
@@ -319,21 +310,7 @@ class AttemptRunner:
 
     async def _renew(self, attempt: Attempt) -> tuple[bool, int] | None:
         row = attempt.row
-        async with self.store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                self.store.queries["renew_job"],
-                {
-                    **row.key,
-                    "attempt": row.attempts,
-                    "lease": self.lease_ms,
-                    "off": self.offset(),
-                },
-            )
-            found = await cur.fetchone()
-        if found is None:
-            return None
-        return bool(found["cancelled"]), int(found["due_at_ms"])
+        return await self.gateway.renew(row, attempt=row.attempts, lease_ms=self.lease_ms)
 
     async def _deadline(self, attempt: Attempt) -> Stop:
         """Return once the local lease (last confirmed send + lease − margin) has passed.

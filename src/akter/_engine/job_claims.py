@@ -9,21 +9,15 @@ runners and waiting rows in enqueue order.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import dict_row
-
+from akter._store.gateway.jobs import Group, JobsGateway, JobType
 from akter.callers import ActorRef
 
 if TYPE_CHECKING:
-    from akter._store.pool import Store
     from akter.jobs import Job
-
-#: Longest wait for a capped group's lock before the group is left for a later pass.
-GROUP_LOCK_WAIT = "2000ms"
 
 
 @dataclass(frozen=True)
@@ -62,11 +56,6 @@ class ClaimedJob:
         return ActorRef(self.tenant_id, self.actor_type, self.actor_id)
 
     @property
-    def key(self) -> dict[str, Any]:
-        """The parameters naming the job row."""
-        return {"rk": self.routing_key, "job_id": self.intent_id}
-
-    @property
     def group(self) -> Group:
         """The (actor, job) group of the row."""
         return Group(self.routing_key, self.tenant_id, self.actor_type, self.actor_id, self.command)
@@ -80,27 +69,6 @@ class ClaimedJob:
             "job": self.command,
             "job_id": self.intent_id,
             "attempt": self.attempts,
-        }
-
-
-@dataclass(frozen=True)
-class Group:
-    """One job type of one actor whose attempts run under a per-actor cap."""
-
-    routing_key: int
-    tenant_id: str
-    actor_type: str
-    actor_id: str
-    command: str
-
-    def params(self) -> dict[str, Any]:
-        """The parameters naming the group."""
-        return {
-            "rk": self.routing_key,
-            "tenant": self.tenant_id,
-            "type": self.actor_type,
-            "id": self.actor_id,
-            "job": self.command,
         }
 
 
@@ -126,95 +94,49 @@ def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
     )
 
 
+def job_types(jobs: Sequence[Job[Any, Any]]) -> list[JobType]:
+    """The claim statements' view of executed jobs."""
+    return [JobType(j.owner.name if j.owner else "", j.name, j.options.attempts) for j in jobs]
+
+
 async def claim_uncapped(
-    store: Store,
+    gateway: JobsGateway,
     *,
-    off: int,
     jobs: Sequence[Job[Any, Any]],
     free: int,
     probe: int,
     lease_ms: int,
 ) -> tuple[list[ClaimedJob], int]:
     """Claim due rows of uncapped ``jobs``; returns the claims and the candidate count."""
-    params = {
-        "off": off,
-        "types": [j.owner.name if j.owner else "" for j in jobs],
-        "jobs": [j.name for j in jobs],
-        "max_attempts": [j.options.attempts for j in jobs],
-        "probe": probe,
-        "free": free,
-        "lease": lease_ms,
-    }
-    async with store.framework.connection() as conn:
-        cur = conn.cursor(row_factory=dict_row)
-        sent_at = time.monotonic()
-        # Planned per pass (no cached generic plan), like the intent claim: see relay.py.
-        await cur.execute(store.queries["claim_jobs"], params, prepare=False)
-        rows = await cur.fetchall()
+    rows, sent_at = await gateway.claim_uncapped(
+        job_types(jobs), free=free, probe=probe, lease_ms=lease_ms
+    )
     candidates = int(rows[0]["candidates"]) if rows else 0
     return [_claimed(r, sent_at) for r in rows], candidates
 
 
 async def discover_groups(
-    store: Store, *, off: int, jobs: Sequence[Job[Any, Any]], free: int
+    gateway: JobsGateway, *, jobs: Sequence[Job[Any, Any]], free: int
 ) -> list[Group]:
     """The capped groups with due rows, by their earliest due time, at most ``free``."""
-    params = {
-        "off": off,
-        "types": [j.owner.name if j.owner else "" for j in jobs],
-        "jobs": [j.name for j in jobs],
-        "probe": 2 * free,
-        "free": free,
-    }
-    async with store.framework.connection() as conn:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(store.queries["discover_capped_groups"], params, prepare=False)
-        rows = await cur.fetchall()
-    return [
-        Group(
-            int(r["routing_key"]),
-            str(r["tenant_id"]),
-            str(r["actor_type"]),
-            str(r["actor_id"]),
-            str(r["command"]),
-        )
-        for r in rows
-    ]
+    return await gateway.discover_groups(job_types(jobs), free=free)
 
 
 async def claim_group(
-    store: Store, group: Group, *, off: int, job: Job[Any, Any], free: int, lease_ms: int
+    gateway: JobsGateway, group: Group, *, job: Job[Any, Any], free: int, lease_ms: int
 ) -> list[ClaimedJob]:
     """Claim one capped group in its own transaction (semantics §5.6 steps 1-7)."""
-    q = store.queries
     assert job.options.per_actor is not None
-    params = {
-        **group.params(),
-        "off": off,
-        "free": free,
-        "cap": job.options.per_actor,
-        "max_attempts": job.options.attempts,
-        "lease": lease_ms,
-    }
-    async with store.framework.connection() as conn, conn.transaction():
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
-        await cur.execute(q["job_group_lock"], params)
-        await cur.execute(q["job_group_lock_running"], params)
-        sent_at = time.monotonic()
-        await cur.execute(q["claim_capped_group"], params)
-        rows = await cur.fetchall()
-        await cur.execute(q["defer_capped_group"], params)
+    rows, sent_at = await gateway.claim_group(
+        group,
+        free=free,
+        cap=job.options.per_actor,
+        max_attempts=job.options.attempts,
+        lease_ms=lease_ms,
+    )
     return [_claimed(r, sent_at) for r in rows]
 
 
-async def wake_waiting(store: Store, group: Group, *, off: int) -> bool:
+async def wake_waiting(gateway: JobsGateway, group: Group) -> bool:
     """Make the group's oldest waiting row due now, under the group lock; True if one woke."""
-    q = store.queries
-    params = {**group.params(), "off": off}
-    async with store.framework.connection() as conn, conn.transaction():
-        cur = conn.cursor()
-        await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
-        await cur.execute(q["job_group_lock"], params)
-        await cur.execute(q["wake_waiting_job"], params)
-        return bool(await cur.fetchall())
+    return await gateway.wake_waiting(group)

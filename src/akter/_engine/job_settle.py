@@ -25,15 +25,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
-from psycopg.rows import dict_row
 
 from akter._engine import job_routes
 from akter._engine.job_claims import ClaimedJob
 from akter._engine.job_routes import Route, RouteRejected
+from akter._store.gateway.jobs import RouteWrite
 
 if TYPE_CHECKING:
     from akter._engine.hooks import Hooks
-    from akter._store.pool import Connection, Store
+    from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.telemetry import Metrics
 
@@ -88,6 +88,10 @@ Reported = Succeeded | Rejected | Failed | Interrupted | Unattempted
 Known = Literal["Failed", "Unknown"]
 
 
+def _write(route: Route | None) -> RouteWrite | None:
+    return None if route is None else RouteWrite(route.command, route.payload)
+
+
 def known(ambiguous: bool, maybe_applied: bool) -> Known:
     """What a cancelled job without a result reports: ``Failed`` iff nothing can have applied."""
     return "Unknown" if ambiguous or maybe_applied else "Failed"
@@ -108,8 +112,7 @@ class Settler:
     """Settles one claim of one job.
 
     Args:
-        store: The runtime's store.
-        offset: Reads the framework clock's test offset for each statement.
+        gateway: The executor's job statements.
         hooks: Fault-injection points (``before_dead_letter_commit``).
         job: The job declaration.
         row: The claim.
@@ -121,8 +124,7 @@ class Settler:
     def __init__(
         self,
         *,
-        store: Store,
-        offset: Callable[[], int],
+        gateway: JobsGateway,
         hooks: Hooks,
         job: Job[Any, Any],
         row: ClaimedJob,
@@ -130,9 +132,8 @@ class Settler:
         wake: Callable[[], None],
         metrics: Metrics | None = None,
     ) -> None:
-        self.store = store
+        self.gateway = gateway
         self.metrics = metrics
-        self.offset = offset
         self.hooks = hooks
         self.job = job
         self.row = row
@@ -252,32 +253,26 @@ class Settler:
     async def _exhaust(self, n: int, cause: str, ambiguous: bool) -> bool:
         if await self._dead_letter(n, cause, ambiguous, cancelled=False):
             return True
-        rows = await self._fetch("cancelled_job_at", {**self.row.key, "attempt": n})
-        if not rows:
+        maybe_applied = await self.gateway.cancelled_at(self.row, attempt=n)
+        if maybe_applied is None:
             return False
-        return await self._settle_cancelled(
-            n, known(ambiguous, bool(rows[0]["maybe_applied"])), cause
-        )
+        return await self._settle_cancelled(n, known(ambiguous, maybe_applied), cause)
 
     async def _dead_letter(self, n: int, cause: str, ambiguous: bool, *, cancelled: bool) -> bool:
         row = self.row
         route = job_routes.dead_letter(self.job, row.intent_id, row.payload, n, cause, ambiguous)
-        q = self.store.queries
-        async with self.store.framework.connection() as conn:
-            async with conn.transaction():
-                if not await self._write(conn, route, cancelled=cancelled, attempt=n, after=None):
-                    return False
-                await conn.execute(
-                    q["insert_dead_letter"],
-                    {
-                        **self._letter_params(),
-                        "attempts": n,
-                        "cause": cause,
-                        "ambiguous": ambiguous,
-                    },
-                )
-                if self.hooks.armed("before_dead_letter_commit"):
-                    await self.hooks.at("before_dead_letter_commit", self.info())
+        armed = self.hooks.armed("before_dead_letter_commit")
+        written = await self.gateway.dead_letter(
+            row,
+            _write(route),
+            cancelled=cancelled,
+            attempt=n,
+            cause=cause,
+            ambiguous=ambiguous,
+            before_commit=self._before_dead_letter_commit if armed else None,
+        )
+        if not written:
+            return False
         self._log(
             logging.WARNING,
             "Job dead-lettered after its last attempt",
@@ -290,38 +285,32 @@ class Settler:
             self.wake()
         return True
 
+    async def _before_dead_letter_commit(self) -> None:
+        await self.hooks.at("before_dead_letter_commit", self.info())
+
     async def _late(self, cancelled: Route | None) -> None:
-        marked = await self._fetch("mark_dead_letter_ambiguous", self.row.key)
-        if marked:
+        if await self.gateway.mark_letter_ambiguous(self.row):
             self._log(logging.WARNING, "Job succeeded after it was dead-lettered")
             return
         if not self.routes_cancelled or cancelled is None:
             return
         route_command = self.job.routes["cancelled"].__name__
-        recorded = await self._fetch(
-            "insert_late_dead_letter",
-            {**self._letter_params(), "attempts": self.row.attempts, "route": route_command},
+        recorded = await self.gateway.insert_late_letter(
+            self.row, attempts=self.row.attempts, route=route_command
         )
         if recorded:
             self._log(logging.WARNING, "Job succeeded after its cancellation settled")
 
     async def _record(self, failure: Failure) -> tuple[bool, bool, bool] | None:
-        rows = await self._fetch(
-            "record_job_failure",
-            {
-                **self.row.key,
-                "attempt": self.row.attempts,
-                "cause": failure.cause,
-                "not_started": failure.not_started,
-                "ambiguous": failure.ambiguous,
-                "final": failure.final,
-                "backoff": backoff_ms(self.job, self.row.attempts),
-            },
+        return await self.gateway.record_failure(
+            self.row,
+            attempt=self.row.attempts,
+            cause=failure.cause,
+            not_started=failure.not_started,
+            ambiguous=failure.ambiguous,
+            final=failure.final,
+            backoff_ms=backoff_ms(self.job, self.row.attempts),
         )
-        if not rows:
-            return None
-        found = rows[0]
-        return bool(found["cancelled"]), bool(found["maybe_applied"]), bool(found["ambiguous"])
 
     async def _terminal(self, route: Route | None, *, cancelled: bool, attempt: int | None) -> bool:
         """End the row under its guard: rewrite into ``route`` or delete; True iff it changed.
@@ -331,23 +320,11 @@ class Settler:
         """
         after = self.row.attempts if self.capped and attempt is None else None
         while True:
-            async with self.store.framework.connection() as conn:
-                changed = await self._write(
-                    conn, route, cancelled=cancelled, attempt=attempt, after=after
-                )
-                if changed or after is None:
-                    break
-                cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(
-                    self.store.queries["job_newer_live"],
-                    {
-                        **self.row.key,
-                        "after": after,
-                        "cancelled": cancelled,
-                        "off": self.offset(),
-                    },
-                )
-                held = await cur.fetchone()
+            changed, held = await self.gateway.end(
+                self.row, _write(route), cancelled=cancelled, attempt=attempt, after=after
+            )
+            if changed or after is None:
+                break
             if held is None:
                 return False
             if held["live"]:
@@ -355,48 +332,6 @@ class Settler:
         if changed and route is not None:
             self.wake()
         return changed
-
-    async def _write(
-        self,
-        conn: Connection,
-        route: Route | None,
-        *,
-        cancelled: bool,
-        attempt: int | None,
-        after: int | None,
-    ) -> bool:
-        params: dict[str, Any] = {
-            **self.row.key,
-            "cancelled": cancelled,
-            "attempt": attempt,
-            "after": after,
-            "off": self.offset(),
-        }
-        if route is None:
-            cur = await conn.execute(self.store.queries["settle_job_delete"], params)
-        else:
-            params.update(command=route.command, payload=route.payload)
-            cur = await conn.execute(self.store.queries["settle_job_route"], params)
-        return bool(await cur.fetchall())
-
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self.store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(self.store.queries[name], {**params, "off": self.offset()})
-            return await cur.fetchall() if cur.description else []
-
-    def _letter_params(self) -> dict[str, Any]:
-        row = self.row
-        return {
-            **row.key,
-            "tenant": row.tenant_id,
-            "type": row.actor_type,
-            "id": row.actor_id,
-            "job": row.command,
-            "payload": row.payload,
-            "payload_version": row.payload_version,
-            "off": self.offset(),
-        }
 
     def info(self) -> dict[str, Any]:
         """What fault-injection matchers see."""

@@ -2,10 +2,10 @@
 
 Interface used by the rest of the runtime (keep it stable):
 
-- ``JobExecutor(runtime)``; ``await start()`` / ``await stop()`` (stop interrupts running
+- ``JobExecutor(services, wake=...)``; ``await start()`` / ``await stop()`` (stop interrupts running
   attempts *without* settling: their rows stay running and ambiguous, taken over after the lease);
 - ``await run_pass() -> int``: claim due job rows of the job types this runner executes
-  (``runtime.executes``), up to free executor slots, start their attempts as tasks; returns how
+  (``config.executes``), up to free executor slots, start their attempts as tasks; returns how
   many rows it claimed. Called by the relay loop on every pass and by ``ActorTest`` drains;
 - ``await wait_idle()``: await every attempt task started so far;
 - ``running -> int``: attempts in flight on this runner;
@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from akter._engine.job_attempt import Attempt, AttemptRunner
 from akter._engine.job_claims import (
@@ -36,12 +35,12 @@ from akter._engine.job_claims import (
     wake_waiting,
 )
 from akter._engine.progress import ProgressHub
+from akter._store.gateway.jobs import JobsGateway
 from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
-    from akter._store.pool import Store
+    from akter._engine.services import Services
     from akter.jobs import Job
-    from akter.runtime import Runtime
 
 log = logging.getLogger("akter.jobs")
 
@@ -50,10 +49,17 @@ MAX_WIDEN = 64
 
 
 class JobExecutor:
-    """Runs the job attempts of one runner."""
+    """Runs the job attempts of one runner.
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    Args:
+        services: The runner's services.
+        wake: Asks the relay for a pass (a freed slot, a woken group, a routed settle).
+    """
+
+    def __init__(self, services: Services, *, wake: Callable[[], None]) -> None:
+        self._services = services
+        self._relay_wake = wake
+        self.gateway = JobsGateway(services.store, services.clock)
         self._attempts: dict[tuple[str, int], Attempt] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pass_lock = asyncio.Lock()
@@ -63,22 +69,17 @@ class JobExecutor:
         #: Attempts that ended on this runner (a drain can tell that work finished mid-pass).
         self.finished = 0
         #: Progress frames of this runner's attempts and their subscribers (semantics §5.11).
-        self.progress = ProgressHub(runtime)
+        self.progress = ProgressHub(services)
+        config = services.config
         self.runner = AttemptRunner(
-            store=lambda: self.runtime.store,
-            offset=lambda: self.runtime.clock.offset_ms,
-            hooks=runtime.hooks,
-            lease_ms=runtime.job_lease_ms,
-            cancel_check_ms=runtime.cancel_check_ms,
+            gateway=self.gateway,
+            hooks=services.hooks,
+            lease_ms=config.job_lease_ms,
+            cancel_check_ms=config.cancel_check_ms,
             wake=self._wake,
             progress=self.progress,
-            metrics=runtime.metrics,
+            metrics=services.metrics,
         )
-
-    @property
-    def store(self) -> Store:
-        """The runtime's store."""
-        return self.runtime.store
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -94,7 +95,8 @@ class JobExecutor:
             attempt.stopping.set()
         pending = list(self._tasks)
         if pending:
-            _, late = await asyncio.wait(pending, timeout=self.runtime.drain_deadline)
+            deadline = self._services.config.drain_deadline_ms / 1000
+            _, late = await asyncio.wait(pending, timeout=deadline)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
@@ -122,18 +124,7 @@ class JobExecutor:
         attempts = [a for a in self._attempts.values() if not (a.row.cancelled or a.row.exhausted)]
         if not attempts or ms <= 0:
             return
-        async with self.store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                self.store.queries["shift_job_leases"],
-                {
-                    "ms": ms,
-                    "rks": [a.row.routing_key for a in attempts],
-                    "job_ids": [a.row.intent_id for a in attempts],
-                    "attempts": [a.row.attempts for a in attempts],
-                },
-            )
-            moved = {str(r["intent_id"]): int(r["due_at_ms"]) for r in await cur.fetchall()}
+        moved = await self.gateway.shift_leases(ms, [(a.row, a.row.attempts) for a in attempts])
         for attempt in attempts:
             if attempt.row.intent_id in moved:
                 attempt.lease_until = moved[attempt.row.intent_id]
@@ -141,14 +132,12 @@ class JobExecutor:
     # --- passes -------------------------------------------------------------------------------
 
     def executed_jobs(self) -> list[Job[Any, Any]]:
-        """The declared jobs this runner executes (``runtime.executes``)."""
+        """The declared jobs this runner executes (``config.executes``)."""
         found: dict[tuple[str, str], Job[Any, Any]] = {}
-        declared: dict[tuple[str, str], Any] = getattr(self.runtime, "job_declarations", {})
-        for definition in self.runtime.definitions.values():
+        for definition in self._services.registry.definitions.values():
             for name, job in definition.jobs.items():
                 found[(definition.name, name)] = job
-        found.update(declared)
-        return [found[key] for key in sorted(self.runtime.executes) if key in found]
+        return [found[key] for key in sorted(self._services.config.executes) if key in found]
 
     async def run_pass(self) -> int:
         """Claim and start due attempts; returns how many rows were claimed."""
@@ -165,7 +154,7 @@ class JobExecutor:
                 self._capped_first = not self._capped_first
             claimed = 0
             for kind, chosen in order:
-                free = self.runtime.executor_concurrency - self.running
+                free = self._services.config.executor_concurrency - self.running
                 if not chosen or free <= 0:
                     continue
                 try:
@@ -182,12 +171,11 @@ class JobExecutor:
 
     async def _claim_uncapped(self, jobs: list[Job[Any, Any]], free: int) -> int:
         rows, candidates = await claim_uncapped(
-            self.store,
-            off=self.runtime.clock.offset_ms,
+            self.gateway,
             jobs=jobs,
             free=free,
             probe=2 * free * self._widen,
-            lease_ms=self.runtime.job_lease_ms,
+            lease_ms=self._services.config.job_lease_ms,
         )
         if len(rows) < free and candidates > len(rows):
             self._widen = min(self._widen * 2, MAX_WIDEN)
@@ -199,8 +187,7 @@ class JobExecutor:
         return len(rows)
 
     async def _claim_capped(self, jobs: list[Job[Any, Any]], free: int) -> int:
-        off = self.runtime.clock.offset_ms
-        groups = await discover_groups(self.store, off=off, jobs=jobs, free=free)
+        groups = await discover_groups(self.gateway, jobs=jobs, free=free)
         by_key = {(j.owner.name if j.owner else "", j.name): j for j in jobs}
         claimed = 0
         for group in groups:
@@ -210,12 +197,11 @@ class JobExecutor:
             job = by_key[(group.actor_type, group.command)]
             try:
                 rows = await claim_group(
-                    self.store,
+                    self.gateway,
                     group,
-                    off=self.runtime.clock.offset_ms,
                     job=job,
                     free=left,
-                    lease_ms=self.runtime.job_lease_ms,
+                    lease_ms=self._services.config.job_lease_ms,
                 )
             except psycopg.errors.LockNotAvailable:
                 continue  # a turn holds the actor: the group waits for a later pass
@@ -244,7 +230,7 @@ class JobExecutor:
             # A freed executor slot may let due rows start now (jobs without routes wake
             # nothing else): ask for a pass instead of waiting for the poll.
             if not self._stopping:
-                self.runtime.relay.wake()
+                self._relay_wake()
 
         task.add_done_callback(done)
 
@@ -263,9 +249,7 @@ class JobExecutor:
 
     async def _wake_group(self, attempt: Attempt) -> None:
         try:
-            woke = await wake_waiting(
-                self.store, attempt.row.group, off=self.runtime.clock.offset_ms
-            )
+            woke = await wake_waiting(self.gateway, attempt.row.group)
         except psycopg.Error as exc:
             # A missed wake only delays the waiting row until its fallback re-check.
             log.warning(
@@ -277,7 +261,4 @@ class JobExecutor:
             self._wake()
 
     def _wake(self) -> None:
-        relay = getattr(self.runtime, "relay", None)
-        wake = getattr(relay, "wake", None)
-        if callable(wake):
-            wake()
+        self._relay_wake()

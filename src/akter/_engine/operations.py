@@ -12,6 +12,8 @@ from akter._engine.dispatcher import routing_key_of
 from akter._engine.services import Services
 from akter._engine.turn import Activation, tick_rows
 from akter._ids import canonical_json
+from akter._store.gateway.jobs import JobsGateway
+from akter._store.gateway.outbox import OutboxRows
 from akter.callers import ActorRef
 
 
@@ -19,30 +21,18 @@ async def seed_singleton_ticks(services: Services) -> None:
     """Insert each hosted singleton's default instance and ticks (idempotent)."""
     if not services.config.host_actors:
         return
-    store, clock = services.store, services.clock
+    rows = OutboxRows(services.store, services.clock)
     for definition in services.registry.definitions.values():
         if not (definition.singleton and definition.schedules):
             continue
         ref = ActorRef("default", definition.name, "")
         act = Activation(definition, ref, routing_key_of(definition, ref))
-        now = await clock.read()
-        q = store.queries
-        async with store.framework.connection() as conn, conn.transaction():
-            await conn.execute(
-                q["ensure_actor"],
-                {
-                    "rk": act.routing_key,
-                    "tenant": ref.tenant,
-                    "type": ref.type,
-                    "id": ref.id,
-                    "state": canonical_json(definition.default_state().model_dump(mode="json")),
-                    "state_version": 0,
-                    "off": clock.offset_ms,
-                },
-            )
-            await conn.execute(
-                q["insert_ticks"], tick_rows(definition, act, now, services.config.window_ms)
-            )
+        now = await services.clock.read()
+        await rows.seed_ticks(
+            {"rk": act.routing_key, "tenant": ref.tenant, "type": ref.type, "id": ref.id},
+            state=canonical_json(definition.default_state().model_dump(mode="json")),
+            ticks=tick_rows(definition, act, now, services.config.window_ms),
+        )
 
 
 async def cancel_job(
@@ -52,19 +42,9 @@ async def cancel_job(
     wake_relay: Callable[[], None],
 ) -> str:
     """Cancel a job by id: ``"deleted"`` (never ran), ``"cancelled"`` or ``"unknown"``."""
-    store = services.store
-    q = store.queries
-    async with store.pool.connection() as conn, conn.transaction():
-        cur = await conn.execute(q["cancel_job_by_id_unstarted"], {"job_id": job_id})
-        if await cur.fetchall():
-            return "deleted"
-        cur = await conn.execute(
-            q["cancel_job_by_id_started"], {"job_id": job_id, "off": services.clock.offset_ms}
-        )
-        rows = await cur.fetchall()
-    if not rows:
-        return "unknown"
-    if any(bool(r[1]) for r in rows):
+    cancelled = await JobsGateway(services.store, services.clock).cancel_by_id(job_id)
+    if cancelled.running:
         signal_running([job_id])
-    wake_relay()
-    return "cancelled"
+    if cancelled.outcome == "cancelled":
+        wake_relay()
+    return cancelled.outcome

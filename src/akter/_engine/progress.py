@@ -24,272 +24,53 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
-import time
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
-from psycopg import sql
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from akter._ids import canonical_json, parse_framework_id
+from akter._engine.progress_slot import (
+    MAX_FRAME_BYTES,
+    Message,
+    ProgressSlot,
+    Subscription,
+    TokenBucket,
+)
+from akter._ids import parse_framework_id
+from akter._store.gateway.notify import Notifier
+from akter._store.gateway.outbox import OutboxRows
 from akter._waits import wait_event
-from akter.callers import ActorRef, current_caller
+from akter.callers import ActorRef, Caller, current_caller
 
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.services import Services
+    from akter.actor import AccessKind, ActorDefinition
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "Message",
+    "ProgressHub",
+    "ProgressSlot",
+    "ProgressStream",
+    "ProgressStreams",
+    "Subscription",
+    "TokenBucket",
+    "job_progress",
+    "open_progress",
+]
 
 log = logging.getLogger("akter.progress")
 
-#: Largest frame, in bytes of canonical JSON.
-MAX_FRAME_BYTES = 4096
 #: Frames per second a runner publishes, with one second of burst.
 RUNNER_RATE = 2000
-#: Longest wait, after a terminal settle, for the last frame's flush before the close.
-CLOSE_WAIT = 0.1
-#: Messages a slow subscriber may lag behind before its oldest frames are dropped.
-SUBSCRIBER_BACKLOG = 256
 #: Longest wait, once a job is gone, for frames still travelling from another runner.
 GONE_GRACE = 0.2
 
-Message = dict[str, Any]
-
-
-class TokenBucket:
-    """``rate`` tokens per second, holding at most ``burst``."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._tokens = burst
-        self._at = time.monotonic()
-
-    def take(self) -> float:
-        """Take a token: 0.0 if one was taken, else the seconds until one is available."""
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return 0.0
-        return (1 - self._tokens) / self.rate
-
-
-class ProgressSlot:
-    """The progress of one attempt: validates, coalesces and paces its frames.
-
-    ``report`` may be called from any thread (a synchronous executor runs in a worker thread);
-    everything else runs on the event loop that opened the slot.
-    """
-
-    def __init__(
-        self,
-        hub: ProgressHub,
-        *,
-        ref: ActorRef,
-        job_id: str,
-        job: str,
-        attempt: int,
-        model: type[BaseModel] | None,
-        every_ms: int,
-        lease_until: Callable[[], int],
-    ) -> None:
-        self.hub = hub
-        self.ref = ref
-        self.job_id = job_id
-        self.job = job
-        self.attempt = attempt
-        self.model = model
-        self.every = every_ms / 1000
-        self.lease_until = lease_until
-        #: Accepted reports so far; the next accepted one gets ``seq + 1``.
-        self.seq = 0
-        self.ended = False
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.get_ident()
-        self._pending: tuple[int, Any] | None = None
-        self._last = float("-inf")
-        self._timer: asyncio.TimerHandle | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._released = False
-        self._warned: set[str] = set()
-
-    # --- the executor's side ------------------------------------------------------------------
-
-    def report(self, frame: BaseModel) -> None:
-        """Accept a frame, or drop it with a warning; never blocks or raises."""
-        try:
-            if self.ended:
-                self._drop("ended", "Progress frame dropped: the attempt has ended")
-                return
-            if self.model is None:
-                self._drop("no_model", "Progress frame dropped: the job declares no progress model")
-                return
-            try:
-                source = frame.model_dump() if isinstance(frame, BaseModel) else frame
-                data = self.model.model_validate(source).model_dump(mode="json")
-            except ValidationError as exc:
-                self._drop(
-                    "invalid",
-                    "Progress frame dropped: it fails the job's progress model",
-                    error=_first_error(exc),
-                )
-                return
-            size = len(canonical_json(data).encode("utf-8"))
-            if size > MAX_FRAME_BYTES:
-                self._drop(
-                    "too_large",
-                    "Progress frame dropped: larger than 4096 bytes",
-                    bytes=size,
-                )
-                return
-            if threading.get_ident() == self._thread:
-                self._accept(data)
-            else:
-                self._loop.call_soon_threadsafe(self._accept, data)
-        except Exception as exc:  # best-effort: a report never fails the executor
-            self._drop("error", "Progress frame dropped", error=f"{type(exc).__name__}: {exc}")
-
-    def _drop(self, why: str, message: str, **fields: Any) -> None:
-        # The first drop of each kind per attempt warns; repeats (a reporting loop) stay quiet.
-        level = logging.DEBUG if why in self._warned else logging.WARNING
-        self._warned.add(why)
-        log.log(level, message, extra={**self.log_fields(), **fields})
-
-    def log_fields(self) -> dict[str, Any]:
-        """The structured fields of the attempt's log lines (semantics §10.3)."""
-        return {
-            "actor": self.ref.type,
-            "id": self.ref.id,
-            "tenant": self.ref.tenant,
-            "job": self.job,
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-        }
-
-    # --- pacing (event loop) ------------------------------------------------------------------
-
-    def _accept(self, data: Any) -> None:
-        self.seq += 1
-        self._pending = (self.seq, data)
-        self._idle.clear()
-        if self._timer is None:
-            self._flush()
-
-    def _flush(self) -> None:
-        self._timer = None
-        if self._pending is None:
-            return
-        wait = self._last + self.every - time.monotonic()
-        if wait <= 0:
-            wait = self.hub.bucket.take()
-        if wait > 0:
-            self._timer = self._loop.call_later(wait, self._flush)
-            return
-        seq, data = self._pending
-        self._pending = None
-        self._last = time.monotonic()
-        self.hub.publish(
-            {
-                "ref": self.ref.to_json(),
-                "job_id": self.job_id,
-                "job": self.job,
-                "attempt": self.attempt,
-                "seq": seq,
-                "lease_until": self.lease_until(),
-                "frame": data,
-            }
-        )
-        self._idle.set()
-        if self._released:
-            self.hub.forget(self)
-
-    # --- the attempt's end --------------------------------------------------------------------
-
-    def end(self) -> None:
-        """The executor finished: later reports are dropped; a pending frame keeps its turn."""
-        self.ended = True
-
-    def release(self) -> None:
-        """The attempt ended without a terminal settle: the job's progress stays open."""
-        self.end()
-        self._released = True
-        if self._pending is None:
-            self.hub.forget(self)
-
-    async def close(self) -> None:
-        """After a terminal settle: let the last frame flush (≤ 100 ms), then close the job."""
-        self.end()
-        if self._pending is not None:
-            await wait_event(self._idle, CLOSE_WAIT)
-        if self._timer is not None:
-            # Still not due: publishing it now would break the interval; the close supersedes it.
-            self._timer.cancel()
-            self._timer = None
-            self._pending = None
-        self.hub.publish(
-            {
-                "ref": self.ref.to_json(),
-                "job_id": self.job_id,
-                "attempt": self.attempt,
-                "closed": True,
-            }
-        )
-        self.hub.forget(self)
-
-
-class Subscription:
-    """One reader of a job's progress messages on this runner (latest frames, then the close)."""
-
-    def __init__(self, hub: ProgressHub, job_id: str, ref: ActorRef | None) -> None:
-        self.hub = hub
-        self.job_id = job_id
-        self.ref = ref
-        self._messages: deque[Message] = deque(maxlen=SUBSCRIBER_BACKLOG)
-        self._ready = asyncio.Event()
-        #: The hub stopped: no message will come.
-        self.stopped = False
-
-    def offer(self, message: Message) -> None:
-        """A message for this job (from this runner or, with ``notify``, another one)."""
-        if self.ref is not None and message.get("ref") != self.ref.to_json():
-            return
-        self._messages.append(message)  # a lagging reader loses its oldest frames, not the close
-        self._ready.set()
-
-    def stop(self) -> None:
-        """End the subscription without a message (the runner is stopping)."""
-        self.stopped = True
-        self._ready.set()
-
-    async def get(self, within: float | None = None) -> Message | None:
-        """The next message; ``None`` after ``within`` seconds or once stopped."""
-        while not self._messages:
-            if self.stopped:
-                return None
-            self._ready.clear()
-            if not await wait_event(self._ready, within):
-                return None
-        return self._messages.popleft()
-
-    def close(self) -> None:
-        """Stop receiving messages."""
-        self.hub.unsubscribe(self)
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> Message:
-        message = await self.get()
-        if message is None:
-            raise StopAsyncIteration
-        if message.get("closed"):
-            self.stopped = True
-        return message
+#: Checks a caller's access of one kind to an actor (``Runtime``'s access policy check).
+CheckAccess = Callable[["ActorDefinition", ActorRef, Caller, "AccessKind"], Awaitable[None]]
 
 
 class ProgressHub:
@@ -299,8 +80,9 @@ class ProgressHub:
     anyone subscribes, listens there for other runners' messages.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self._notifier = Notifier(services.store)
         self.bucket = TokenBucket(RUNNER_RATE, RUNNER_RATE)
         self._subscribers: dict[str, set[Subscription]] = {}
         self._slots: dict[str, list[ProgressSlot]] = {}
@@ -378,7 +160,7 @@ class ProgressHub:
     def publish(self, message: Message) -> None:
         """Deliver a message to this runner's subscribers and, with ``notify``, to others."""
         self._deliver(message)
-        if self.runtime.notify and not self._stopping:
+        if self._services.config.notify and not self._stopping:
             # Unescaped, a message stays within NOTIFY's 8000-byte payload: a frame is at most
             # 4096 bytes of canonical JSON, which escapes the same characters.
             payload = json.dumps(
@@ -414,7 +196,7 @@ class ProgressHub:
         latest = self._latest.get(job_id)
         if latest is not None:
             subscription.offer(latest)
-        if self.runtime.notify and not self._listening:
+        if self._services.config.notify and not self._listening:
             self._listening = True
             self._spawn(self._listen(), "akter.progress.listen")
         return subscription
@@ -432,9 +214,6 @@ class ProgressHub:
         return len(self._subscribers.get(job_id, ()))
 
     # --- other runners (notify=True) ----------------------------------------------------------
-
-    def _channel(self) -> str:
-        return f"{self.runtime.schema}_progress"
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)
@@ -462,13 +241,9 @@ class ProgressHub:
                         # _sender), so the next publish starts a new sender.
                         return
                 continue
-            batch = [
-                (self._channel(), self._outgoing.popleft()) for _ in range(len(self._outgoing))
-            ]
+            batch = [self._outgoing.popleft() for _ in range(len(self._outgoing))]
             try:
-                async with self.runtime.store.framework.connection() as conn:
-                    cur = conn.cursor()
-                    await cur.executemany(sql.SQL("SELECT pg_notify(%s, %s)"), batch)
+                await self._notifier.notify_progress(batch)
             except (psycopg.Error, OSError) as exc:
                 log.warning(
                     "Progress notification failed; frames dropped",
@@ -479,9 +254,8 @@ class ProgressHub:
         """Hear other runners' messages while this hub runs; reconnect after a failure."""
         while not self._stopping:
             try:
-                conn = await self.runtime.store.connect_direct()
+                conn = await self._notifier.listen_progress()
                 try:
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel())))
                     self.hearing.set()
                     async for notice in conn.notifies():
                         self._heard(notice.payload)
@@ -493,7 +267,7 @@ class ProgressHub:
                     "Progress listener failed; reconnecting",
                     extra={"error": f"{type(exc).__name__}: {exc}"},
                 )
-                await asyncio.sleep(self.runtime.poll_ms / 1000)
+                await asyncio.sleep(self._services.config.poll_ms / 1000)
 
     def _heard(self, payload: str) -> None:
         try:
@@ -509,34 +283,82 @@ class ProgressHub:
 # --- readers ----------------------------------------------------------------------------------
 
 
-async def open_progress(runtime: Runtime, ref: ActorRef, job_id: str) -> ProgressStream:
-    """Check access (kind ``progress``) and subscribe at once; iterate for the job's messages.
+class ProgressSource(Protocol):
+    """What holds a runner's progress readers (a ``Runtime``)."""
 
-    The stream yields the latest frames of the job's attempts and ends after the closing
-    message. A job whose row is gone (never enqueued, or already ended) gets a closing message
-    with ``attempt`` ``None``; without ``notify`` only attempts running on this runner report
-    frames.
-
-    Raises:
-        ActorError: ``Unauthorized`` by the actor's access policy, ``InvalidCommandId`` for a
-            malformed job id, ``InvalidInput`` for an unknown actor type.
-    """
-    runtime._require_started()
-    definition = runtime.definition(ref.type)
-    parse_framework_id(job_id)
-    await runtime._check_access_kind(definition, ref, current_caller(), "progress")
-    hub: ProgressHub = runtime.jobs.progress
-    return ProgressStream(runtime, hub.subscribe(job_id, ref), ref, job_id)
+    @property
+    def progress_streams(self) -> ProgressStreams: ...
 
 
-async def job_progress(runtime: Runtime, ref: ActorRef, job_id: str) -> AsyncIterator[Message]:
+async def open_progress(source: ProgressSource, ref: ActorRef, job_id: str) -> ProgressStream:
+    """Check access (kind ``progress``) and subscribe at once (see :meth:`ProgressStreams.open`)."""
+    return await source.progress_streams.open(ref, job_id)
+
+
+async def job_progress(
+    source: ProgressSource, ref: ActorRef, job_id: str
+) -> AsyncIterator[Message]:
     """The job's progress messages, ending after its closing message (access kind ``progress``)."""
-    stream = await open_progress(runtime, ref, job_id)
+    stream = await open_progress(source, ref, job_id)
     try:
         async for message in stream:
             yield message
     finally:
         await stream.aclose()
+
+
+class ProgressStreams:
+    """Opens readers of this runner's progress hub.
+
+    Args:
+        services: The runner's services.
+        hub: The runner's progress hub (the job executor's).
+        check_access: The runtime's access check for a kind (here ``progress``).
+    """
+
+    def __init__(self, services: Services, hub: ProgressHub, check_access: CheckAccess) -> None:
+        self._services = services
+        #: The hub the readers subscribe to.
+        self.hub = hub
+        self._check_access = check_access
+        self._outbox = OutboxRows(services.store, services.clock)
+
+    async def open(self, ref: ActorRef, job_id: str) -> ProgressStream:
+        """Check access (kind ``progress``) and subscribe at once; iterate for the job's messages.
+
+        The stream yields the latest frames of the job's attempts and ends after the closing
+        message. A job whose row is gone (never enqueued, or already ended) gets a closing
+        message with ``attempt`` ``None``; without ``notify`` only attempts running on this
+        runner report frames.
+
+        Raises:
+            ActorError: ``Unauthorized`` by the actor's access policy, ``InvalidCommandId`` for
+                a malformed job id, ``InvalidInput`` for an unknown actor type.
+        """
+        self._services.supervisor.require_started()
+        definition = self._services.registry.definition(ref.type)
+        parse_framework_id(job_id)
+        await self._check_access(definition, ref, current_caller(), "progress")
+        return ProgressStream(self, self.hub.subscribe(job_id, ref), ref, job_id)
+
+    @property
+    def poll_s(self) -> float:
+        """How often a reader looks for a job that ended elsewhere."""
+        return self._services.config.poll_ms / 1000
+
+    async def pending(self, ref: ActorRef, job_id: str) -> bool:
+        """Whether the actor still holds the job's row (pending, running, backing off)."""
+        key = {
+            "rk": self._services.registry.routing_key(ref),
+            "tenant": ref.tenant,
+            "type": ref.type,
+            "id": ref.id,
+        }
+        try:
+            rows = await self._outbox.actor_rows(key)
+        except (psycopg.Error, OSError):
+            return True  # unknown: keep following, look again at the next poll
+        return any(row[0] == job_id and row[1] == "job" for row in rows)
 
 
 class ProgressStream:
@@ -547,10 +369,10 @@ class ProgressStream:
     """
 
     def __init__(
-        self, runtime: Runtime, subscription: Subscription, ref: ActorRef, job_id: str
+        self, streams: ProgressStreams, subscription: Subscription, ref: ActorRef, job_id: str
     ) -> None:
         self._subscription = subscription
-        self._messages = _follow(runtime, subscription, ref, job_id)
+        self._messages = _follow(streams, subscription, ref, job_id)
 
     def __aiter__(self) -> ProgressStream:
         return self
@@ -568,10 +390,10 @@ class ProgressStream:
 
 
 async def _follow(
-    runtime: Runtime, subscription: Subscription, ref: ActorRef, job_id: str
+    streams: ProgressStreams, subscription: Subscription, ref: ActorRef, job_id: str
 ) -> AsyncGenerator[Message, None]:
-    hub = subscription.hub
-    poll = runtime.poll_ms / 1000
+    hub = streams.hub
+    poll = streams.poll_s
     try:
         timeout = 0.0  # look for a finished job at once, then every poll
         while True:
@@ -584,7 +406,7 @@ async def _follow(
             if subscription.stopped:
                 return
             timeout = poll
-            if hub.live(job_id) or await _pending(runtime, ref, job_id):
+            if hub.live(job_id) or await streams.pending(ref, job_id):
                 continue
             # Gone: another runner's last frames and close may still be on their way.
             while (late := await subscription.get(GONE_GRACE)) is not None:
@@ -596,29 +418,3 @@ async def _follow(
             return
     finally:
         subscription.close()
-
-
-async def _pending(runtime: Runtime, ref: ActorRef, job_id: str) -> bool:
-    """Whether the actor still holds the job's row (pending, running, backing off)."""
-    key = {
-        "rk": runtime.routing_key(ref),
-        "tenant": ref.tenant,
-        "type": ref.type,
-        "id": ref.id,
-    }
-    try:
-        async with runtime.store.pool.connection() as conn:
-            cur = await conn.execute(runtime.store.queries["inspect_outbox"], key)
-            rows = await cur.fetchall()
-    except (psycopg.Error, OSError):
-        return True  # unknown: keep following, look again at the next poll
-    return any(row[0] == job_id and row[1] == "job" for row in rows)
-
-
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors()
-    if not errors:
-        return str(exc)
-    first = errors[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    return f"{where}: {first['msg']}" if where else str(first["msg"])

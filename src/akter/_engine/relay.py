@@ -24,27 +24,29 @@ Keeping the lane full under load (docs/benchmarks.md, relay finding 2):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
 
 from akter import telemetry
 from akter._engine.skew import SkewWatch
+from akter._store.gateway.notify import Notifier
+from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter._waits import wait_event
-from akter.callers import ActorRef, caller_from_json
+from akter.callers import ActorRef, Caller, caller_from_json
 from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.events import EventBus
+    from akter._engine.services import Services
+    from akter._store.pool import Connection
+    from akter.jobs import Job
 
 log = logging.getLogger("akter.relay")
 
@@ -60,47 +62,65 @@ class _Claim:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-class _OwnConnection:
-    """An autocommit connection of the relay's own, used by one statement at a time.
+class Delivered(Protocol):
+    """A delivery's outcome (``akter._engine.turn.Result``)."""
 
-    Opened on first use. A statement that failed or was interrupted may leave the connection
-    unusable, so it is closed and the next use opens a new one (an outage then fails that pass
-    or settle, as a pooled connection would).
-    """
+    @property
+    def kind(self) -> str: ...
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._lock = asyncio.Lock()
+    @property
+    def error(self) -> BaseException | None: ...
 
-    @contextlib.asynccontextmanager
-    async def use(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with self._lock:
-            conn = self._conn
-            if conn is None or conn.closed or conn.broken:
-                conn = self._conn = await psycopg.AsyncConnection.connect(
-                    self._rt.store.url, autocommit=True
-                )
-            try:
-                yield conn
-            except BaseException:
-                self._conn = None
-                with contextlib.suppress(psycopg.Error, OSError):
-                    await asyncio.shield(conn.close())
-                raise
 
-    async def close(self) -> None:
-        async with self._lock:
-            if self._conn is not None:
-                await self._conn.close()
-                self._conn = None
+class Deliver(Protocol):
+    """Delivers one intent as an internal command (``Runtime.deliver``)."""
+
+    def __call__(
+        self,
+        ref: ActorRef,
+        command: str,
+        payload: dict[str, Any],
+        command_id: str,
+        caller: Caller,
+        *,
+        within: float | None = None,
+    ) -> Awaitable[Delivered]: ...
+
+
+class JobPasses(Protocol):
+    """What the relay needs of the job executor."""
+
+    def run_pass(self) -> Awaitable[int]: ...
+
+    def executed_jobs(self) -> list[Job[Any, Any]]: ...
 
 
 class Relay:
-    """Claims and delivers intents and timers for one runner."""
+    """Claims and delivers intents and timers for one runner.
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
+    Args:
+        services: The runner's services.
+        deliver: Runs one claimed intent as an internal command (``Runtime.deliver``).
+        events: The runner's event bus: a wake from another runner wakes its live feeds.
+        jobs: The job executor: each pass lets it claim its rows.
+        runner_id: This runner's id (for the skew watch's warnings).
+    """
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        deliver: Deliver,
+        events: EventBus,
+        jobs: JobPasses,
+        runner_id: str,
+    ) -> None:
+        self._services = services
+        self._deliver_command = deliver
+        self._events = events
+        self._jobs = jobs
+        self._outbox = OutboxGateway(services.store, services.clock)
+        self._notifier = Notifier(services.store)
         self._wake = asyncio.Event()
         self._pass_lock = asyncio.Lock()
         self._claims: dict[tuple[int, str], _Claim] = {}
@@ -108,38 +128,32 @@ class Relay:
         self._left_candidates = False
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._listener: Connection | None = None
         self._notify_pending = False
         self._last_notify = 0.0
-        # Claims and settles skip the pool's queue of callers (module docstring).
-        self._claim_conn = _OwnConnection(runtime)
-        self._settle_conn = _OwnConnection(runtime)
         # Settles waiting for the next group statement, each with the future its delivery awaits
         # (resolved with None, or with the error the statement raised).
-        self._settles: list[tuple[dict[str, Any], asyncio.Future[BaseException | None]]] = []
+        self._settles: list[tuple[IntentClaim, asyncio.Future[BaseException | None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self.delivered = 0
         self.retried = 0
         self._released = 0
-        self.skew = SkewWatch(runtime)
+        self.skew = SkewWatch(services, executed_jobs=jobs.executed_jobs, runner_id=runner_id)
 
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the pass loop and, with ``notify=True``, the listener."""
-        self._tasks.append(self.rt.supervise(asyncio.create_task(self._loop(), name="akter.relay")))
+        supervise = self._services.supervisor.supervise
+        self._tasks.append(supervise(asyncio.create_task(self._loop(), name="akter.relay")))
         await self.listen()
 
     async def listen(self) -> None:
         """With ``notify=True``: LISTEN for other runners' wakes (relay passes, event feeds)."""
-        if self.rt.notify and self._listener is None:
-            self._listener = await psycopg.AsyncConnection.connect(
-                self.rt.store.url, autocommit=True
-            )
-            await self._listener.execute(sql.SQL("LISTEN {}").format(self._channel()))
-            self._tasks.append(
-                self.rt.supervise(asyncio.create_task(self._listen(), name="akter.relay.listen"))
-            )
+        if self._services.config.notify and self._listener is None:
+            self._listener = await self._notifier.listen_wake()
+            task = asyncio.create_task(self._listen(), name="akter.relay.listen")
+            self._tasks.append(self._services.supervisor.supervise(task))
 
     async def stop(self, deadline: float) -> int:
         """Stop claiming; let dispatched deliveries finish until ``deadline``; release the rest.
@@ -170,8 +184,7 @@ class Relay:
         if self._flusher is not None:
             # A settle statement already sent finishes (its deliveries may be gone by now).
             await asyncio.gather(self._flusher, return_exceptions=True)
-        await self._claim_conn.close()
-        await self._settle_conn.close()
+        await self._outbox.close()
         return self._released
 
     def wake(self) -> None:
@@ -180,13 +193,10 @@ class Relay:
 
     def poke_others(self) -> None:
         """After a local commit with ``notify=True``: NOTIFY other runners, at most every 50 ms."""
-        if not self.rt.notify or self._notify_pending or self._stopping:
+        if not self._services.config.notify or self._notify_pending or self._stopping:
             return
         self._notify_pending = True
         self._tasks.append(asyncio.create_task(self._notify(), name="akter.relay.notify"))
-
-    def _channel(self) -> sql.Identifier:
-        return sql.Identifier(f"{self.rt.schema}_wake")
 
     async def _notify(self) -> None:
         try:
@@ -197,8 +207,7 @@ class Relay:
             self._last_notify = time.monotonic()
             # Sent on a pooled autocommit connection, strictly after the commit: never inside
             # a turn transaction (design principle 5).
-            async with self.rt.store.framework.connection() as conn:
-                await conn.execute(sql.SQL("NOTIFY {}").format(self._channel()))
+            await self._notifier.notify_wake()
         except (psycopg.Error, OSError) as exc:
             self._notify_pending = False
             log.warning("Wake notification failed", extra={"error": str(exc)})
@@ -217,16 +226,13 @@ class Relay:
         while True:
             try:
                 if self._listener is None or self._listener.closed:
-                    self._listener = await psycopg.AsyncConnection.connect(
-                        self.rt.store.url, autocommit=True
-                    )
-                    await self._listener.execute(sql.SQL("LISTEN {}").format(self._channel()))
+                    self._listener = await self._notifier.listen_wake()
                     self.wake()
-                    self.rt.events.wake_all()
+                    self._events.wake_all()
                 backoff = 0.1
                 async for _ in self._listener.notifies():
                     self.wake()
-                    self.rt.events.wake_all()
+                    self._events.wake_all()
             except (psycopg.Error, OSError) as exc:
                 log.warning(
                     "Wake listener lost its connection; reconnecting", extra={"error": str(exc)}
@@ -238,7 +244,7 @@ class Relay:
                 backoff = min(backoff * 2, 5.0)
 
     async def _loop(self) -> None:
-        poll = self.rt.poll_ms / 1000
+        poll = self._services.config.poll_ms / 1000
         while True:
             await wait_event(self._wake, poll * random.uniform(0.9, 1.1))
             self._wake.clear()
@@ -278,41 +284,31 @@ class Relay:
         async with self._pass_lock:
             await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
             claimed = await self._claim_intents(drain)
-            claimed += await self.rt.jobs.run_pass()
+            claimed += await self._jobs.run_pass()
         return claimed
 
     async def _claim_intents(self, drain: bool = False) -> int:
-        types = sorted(self.rt.definitions) if self.rt.hosts_actors else []
+        config = self._services.config
+        types = sorted(self._services.registry.definitions) if config.host_actors else []
         lane = (
-            max(self.rt.delivery_concurrency, self.rt.pass_limit)
+            max(config.delivery_concurrency, config.pass_limit)
             if drain
-            else (self.rt.delivery_concurrency)
+            else (config.delivery_concurrency)
         )
         delivering = sum(1 for c in self._claims.values() if not c.settling)
         settling = len(self._claims) - delivering
         # A delivered row waiting for its delete frees its slot, up to a lane's worth of them:
         # deletes that stall (a lock, an outage) then stop the lane instead of piling up.
-        free = min(lane - delivering - max(0, settling - lane), self.rt.pass_limit)
+        free = min(lane - delivering - max(0, settling - lane), config.pass_limit)
         if not types or free <= 0:
             return 0
-        probe = 2 * free * self._widen
-        async with self._claim_conn.use() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                self.rt.store.queries["claim_intents"],
-                {
-                    "off": self.rt.clock.offset_ms,
-                    "types": types,
-                    "probe": probe,
-                    "free": free,
-                    "lease": self.rt.claim_lease_ms,
-                    "max_backoff": self.rt.max_backoff_ms,
-                },
-                # Never a cached generic plan: one made while the outbox was small can scan a
-                # million sleeping timers per pass later (one claim took 101 s in the bench).
-                prepare=False,
-            )
-            rows = await cur.fetchall()
+        rows = await self._outbox.claim(
+            types=types,
+            probe=2 * free * self._widen,
+            free=free,
+            lease_ms=config.claim_lease_ms,
+            max_backoff_ms=config.max_backoff_ms,
+        )
         candidates = int(rows[0]["candidates"]) if rows else 0
         if len(rows) < free and candidates > len(rows):
             self._widen = min(64, self._widen * 2)
@@ -330,17 +326,17 @@ class Relay:
 
     async def _deliver(self, key: tuple[int, str], claim: _Claim) -> None:
         row = claim.row
-        params = {"rk": key[0], "intent_id": key[1], "token": claim.token}
+        params = IntentClaim(key[0], key[1], claim.token)
         span, token = telemetry.start_delivery(row)
         try:
             ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
             info = {"ref": ref, "intent_id": key[1], "command": row["command"]}
-            await self.rt.hooks.at("after_claim", info)
+            await self._services.hooks.at("after_claim", info)
             entry = None
             try:
                 caller = caller_from_json(str(row["caller"]))
                 payload = json.loads(str(row["payload"]))
-                definition = self.rt.definition(ref.type)
+                definition = self._services.registry.definition(ref.type)
                 command = str(row["command"])
                 if str(row["timer_key"] or "").startswith("$cron:"):
                     entry = next(
@@ -351,7 +347,7 @@ class Relay:
                     assert entry is not None
                     command = entry.command
                 claim.dispatched = True
-                result = await self.rt.deliver(
+                result = await self._deliver_command(
                     ref,
                     command,
                     payload,
@@ -370,7 +366,7 @@ class Relay:
                 reason = getattr(error, "reason", type(error).__name__)
                 await self._backoff(params, row, f"{reason}: {error}")
                 return
-            await self.rt.hooks.at("before_outbox_delete", info)
+            await self._services.hooks.at("before_outbox_delete", info)
             # Delivered: the slot goes to the next claim while the row is deleted or rewritten.
             claim.settling = True
             self._slot_freed()
@@ -378,11 +374,12 @@ class Relay:
                 # After the turn: its admission refreshed the clock estimate (a lower bound of
                 # the database clock, no round trip); the claim's clock keeps it ≥ the tick's
                 # scheduled time, so the next fire is strictly later than this one.
-                await self._next_tick(params, entry, max(int(row["now"]), self.rt.clock.estimate()))
+                now = max(int(row["now"]), self._services.clock.estimate())
+                await self._next_tick(params, entry, now)
             else:
                 await self._settle(params)
             self.delivered += 1
-            self.rt.metrics.count("akter.relay.delivered", kind="intent")
+            self._services.metrics.count("akter.relay.delivered", kind="intent")
         except InjectedCrash:
             # Abandoned like a process death: the claim stays until its lease ends.
             return
@@ -411,7 +408,7 @@ class Relay:
             self.wake()
 
     async def _tick_due(
-        self, params: dict[str, Any], row: dict[str, Any], definition: Any, entry: Any
+        self, params: IntentClaim, row: dict[str, Any], definition: Any, entry: Any
     ) -> bool:
         """Decide a claimed schedule tick (semantics §4.5): deliver it, or not.
 
@@ -436,7 +433,7 @@ class Relay:
             return False
         return True
 
-    async def _next_tick(self, params: dict[str, Any], entry: Any, now: int) -> None:
+    async def _next_tick(self, params: IntentClaim, entry: Any, now: int) -> None:
         """Rewrite a settled tick into the next one: first fire strictly after ``now``, new id.
 
         ``now`` is a framework clock value at or after the tick's scheduled time that costs no
@@ -446,33 +443,25 @@ class Relay:
         from akter.schedules import next_fire
 
         due = next_fire(entry, now)
-        async with self.rt.store.framework.connection() as conn:
-            await conn.execute(
-                self.rt.store.queries["rewrite_tick"],
-                {**params, "new_id": mint_framework_id(now, due, 0, self.rt.window_ms), "due": due},
-            )
+        window_ms = self._services.config.window_ms
+        await self._outbox.rewrite_tick(
+            params, new_id=mint_framework_id(now, due, 0, window_ms), due=due
+        )
 
-    async def _backoff(self, params: dict[str, Any], row: dict[str, Any], error: str) -> None:
+    async def _backoff(self, params: IntentClaim, row: dict[str, Any], error: str) -> None:
         if self._stopping:
             await self._release(params)
             return
-        async with self.rt.store.framework.connection() as conn:
-            await conn.execute(
-                self.rt.store.queries["backoff_intent"],
-                {
-                    **params,
-                    "off": self.rt.clock.offset_ms,
-                    "max_backoff": self.rt.max_backoff_ms,
-                    "error": error[:2000],
-                },
-            )
+        await self._outbox.backoff(
+            params, max_backoff_ms=self._services.config.max_backoff_ms, error=error[:2000]
+        )
         self.retried += 1
-        self.rt.metrics.count("akter.relay.retried", kind="intent")
+        self._services.metrics.count("akter.relay.retried", kind="intent")
         telemetry.delivery_failed(error)
         log.warning(
             "Outbox delivery failed; retrying with backoff",
             extra={
-                "intent_id": params["intent_id"],
+                "intent_id": params.intent_id,
                 "target": f"{row['target_type']}/{row['target_id']}",
                 "command": row["command"],
                 "attempts": row["attempts"],
@@ -482,7 +471,7 @@ class Relay:
 
     # --- batched settles -------------------------------------------------------------------
 
-    async def _settle(self, params: dict[str, Any]) -> None:
+    async def _settle(self, params: IntentClaim) -> None:
         """Delete one delivered intent under its claim token, in the next group statement.
 
         Raises what that statement raised (an outage: the claim then stays until its lease ends).
@@ -502,15 +491,7 @@ class Relay:
             batch, self._settles = self._settles, []
             error: BaseException | None = None
             try:
-                async with self._settle_conn.use() as conn:
-                    await conn.execute(
-                        self.rt.store.queries["settle_intents"],
-                        {
-                            "rks": [p["rk"] for p, _ in batch],
-                            "intent_ids": [p["intent_id"] for p, _ in batch],
-                            "tokens": [p["token"] for p, _ in batch],
-                        },
-                    )
+                await self._outbox.settle([p for p, _ in batch])
             except asyncio.CancelledError as exc:
                 # Not known to be deleted: the waiting deliveries release their claims.
                 error = exc
@@ -522,13 +503,9 @@ class Relay:
                     if not done.done():
                         done.set_result(error)
 
-    async def _release(self, params: dict[str, Any]) -> None:
+    async def _release(self, params: IntentClaim) -> None:
         try:
-            async with self.rt.store.framework.connection() as conn:
-                await conn.execute(
-                    self.rt.store.queries["release_intent"],
-                    {**params, "off": self.rt.clock.offset_ms},
-                )
+            await self._outbox.release(params)
             self._released += 1
         except (psycopg.Error, OSError) as exc:
             log.warning("Releasing an intent claim failed", extra={"error": str(exc)})

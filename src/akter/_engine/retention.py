@@ -13,8 +13,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from akter._store.gateway.maintenance import MaintenanceGateway
+
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.services import Services
 
 log = logging.getLogger("akter.retention")
 
@@ -29,36 +31,27 @@ class SweepCounts:
     events: int = 0
 
 
-async def sweep(runtime: Runtime) -> SweepCounts:
+async def sweep(services: Services) -> SweepCounts:
     """One retention pass over every actor type this runtime hosts."""
     counts = SweepCounts()
-    queries = runtime.store.queries
-    now = await runtime.clock.read()
-    for definition in runtime.definitions.values():
+    gateway = MaintenanceGateway(services.store, services.clock)
+    now = await services.clock.read()
+    for definition in services.registry.definitions.values():
         policy = definition.policy
-        margin = max(policy.keep_receipts - runtime.window_ms, policy.delivery_timeout)
-        for name, cutoff in (
-            ("prune_receipts", now - margin),
-            ("prune_events", now - policy.keep_events),
-        ):
-            while True:
-                async with runtime.store.framework.connection() as conn:
-                    cur = await conn.execute(
-                        queries[name],
-                        {"type": definition.name, "cutoff": cutoff, "batch": BATCH},
-                    )
-                    deleted = len(await cur.fetchall())
-                if name == "prune_receipts":
-                    counts.receipts += deleted
-                else:
-                    counts.events += deleted
-                runtime.metrics.count(
-                    "akter.receipts.pruned" if name == "prune_receipts" else "akter.events.pruned",
-                    deleted,
-                    actor_type=definition.name,
-                )
-                if deleted < BATCH:
-                    break
+        margin = max(policy.keep_receipts - services.config.window_ms, policy.delivery_timeout)
+        name = definition.name
+        while True:
+            deleted = await gateway.prune_receipts(name, cutoff=now - margin, batch=BATCH)
+            counts.receipts += deleted
+            services.metrics.count("akter.receipts.pruned", deleted, actor_type=name)
+            if deleted < BATCH:
+                break
+        while True:
+            deleted = await gateway.prune_events(name, cutoff=now - policy.keep_events, batch=BATCH)
+            counts.events += deleted
+            services.metrics.count("akter.events.pruned", deleted, actor_type=name)
+            if deleted < BATCH:
+                break
     if counts.receipts or counts.events:
         log.info(
             "Retention sweep",

@@ -13,20 +13,25 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
 
 from akter._engine.sampling import Sampler
+from akter._store.gateway.runners import RunnersGateway
 from akter._version import __version__
 
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.services import Services
+
+#: Runs a singleton's ``run()`` loop: (actor type, runner id, lease epoch).
+SingletonLoop = Callable[[str, str, int | None], Coroutine[Any, Any, None]]
 
 log = logging.getLogger("akter.runners")
+
+T = TypeVar("T")
 
 HEARTBEAT_MS = 10_000
 LIVE_MS = 35_000
@@ -56,10 +61,17 @@ class _Lease:
 
 
 class Runners:
-    """This runner's registration, its singleton leases and its maintenance duties."""
+    """This runner's registration, its singleton leases and its maintenance duties.
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
+    Args:
+        services: The runner's services.
+        run_singleton_loop: Runs a singleton's loop while this runner holds its lease.
+    """
+
+    def __init__(self, services: Services, *, run_singleton_loop: SingletonLoop) -> None:
+        self._services = services
+        self._run_singleton_loop = run_singleton_loop
+        self._gateway = RunnersGateway(services.store, services.clock)
         self.runner_id = str(uuid.uuid4())
         self.http_address: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -68,32 +80,35 @@ class Runners:
         self.heartbeat_ms = HEARTBEAT_MS
         # Runtime(singleton_lease=...): 35 s by default; refreshes every lease × 10/35 (10 s),
         # and the loop guard stops min(5 s, lease ÷ 7) before the lease could end.
-        self.lease_ms: int = runtime.singleton_lease_ms
+        self.lease_ms: int = services.config.singleton_lease_ms
         self.refresh_ms = max(1, self.lease_ms * REFRESH_MS // LEASE_MS)
         #: Sampled gauges, taken while this runner owns $maintenance (``sampler.every_ms``).
-        self.sampler = Sampler(runtime)
+        self.sampler = Sampler(services)
 
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Register, then heartbeat and contend for leases in the background."""
         await self.register()
-        for definition in self.rt.definitions.values():
+        supervisor = self._services.supervisor
+        for definition in self._services.registry.definitions.values():
             run = getattr(definition.cls, "run", None)
             if definition.singleton and callable(run) and not _is_base_run(run):
                 self._leases[definition.name] = _Lease(
                     definition.name, self._singleton_body(definition.name)
                 )
-        if self.rt.maintenance:
+        if self._services.config.maintenance:
             self._leases[MAINTENANCE] = _Lease(MAINTENANCE, self._maintenance_body)
         self._tasks.append(
-            self.rt.supervise(
+            supervisor.supervise(
                 asyncio.create_task(self._heartbeats(), name="akter.runners.heartbeat")
             )
         )
         if self._leases:
             self._tasks.append(
-                self.rt.supervise(asyncio.create_task(self._contend(), name="akter.runners.leases"))
+                supervisor.supervise(
+                    asyncio.create_task(self._contend(), name="akter.runners.leases")
+                )
             )
 
     async def stop(self) -> None:
@@ -106,48 +121,43 @@ class Runners:
         for lease in self._leases.values():
             await self._stop_loop(lease)
             if lease.owned:
-                await self._execute(
+                await _quietly(
                     "release_singleton",
-                    {"actor_type": lease.actor_type, "runner_id": self.runner_id},
+                    self._gateway.release_singleton(lease.actor_type, self.runner_id),
+                    None,
                 )
                 lease.owned = False
-        await self._execute("heartbeat_runner", {"runner_id": self.runner_id, "draining": True})
-        await self._execute("unregister_runner", {"runner_id": self.runner_id})
-
-    async def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        try:
-            async with self.rt.store.framework.connection() as conn:
-                cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(
-                    self.rt.store.queries[name], {"off": self.rt.clock.offset_ms, **params}
-                )
-                return await cur.fetchall() if cur.description else []
-        except (psycopg.Error, OSError) as exc:
-            log.warning("Runner bookkeeping failed", extra={"statement": name, "error": str(exc)})
-            return []
+        await _quietly("heartbeat_runner", self._gateway.mark_draining(self.runner_id), None)
+        await _quietly("unregister_runner", self._gateway.unregister(self.runner_id), None)
 
     async def register(self) -> None:
         """Write this runner's row."""
-        await self._execute(
+        config = self._services.config
+        definitions = self._services.registry.definitions
+        await _quietly(
             "register_runner",
-            {
-                "runner_id": self.runner_id,
-                "http_address": self.http_address,
-                "actor_types": sorted(self.rt.definitions) if self.rt.hosts_actors else [],
-                "job_types": sorted(f"{t}.{j}" for t, j in self.rt.executes),
-                "version": __version__,
-            },
+            self._gateway.register(
+                self.runner_id,
+                http_address=self.http_address,
+                actor_types=sorted(definitions) if config.host_actors else [],
+                job_types=sorted(f"{t}.{j}" for t, j in config.executes),
+                version=__version__,
+            ),
+            None,
         )
 
     async def live(self) -> list[dict[str, Any]]:
         """Live runners (heartbeat younger than 35 s)."""
-        return await self._execute(
-            "live_runners", {"live_ms": LIVE_MS, "skew_ms": self.rt.clock.skew_ms(0)}
+        skew_ms = self._services.clock.skew_ms(0)
+        return await _quietly(
+            "live_runners", self._gateway.live(live_ms=LIVE_MS, skew_ms=skew_ms), []
         )
 
     async def prune(self) -> None:
         """Forget silent runners, and runners whose heartbeat is ahead of the clock (skew)."""
-        pruned = await self._execute("prune_runners", {"prune_ms": PRUNE_MS, "live_ms": LIVE_MS})
+        pruned = await _quietly(
+            "prune_runners", self._gateway.prune(prune_ms=PRUNE_MS, live_ms=LIVE_MS), []
+        )
         for row in pruned:
             if row["ahead_ms"] > LIVE_MS:
                 log.warning(
@@ -159,25 +169,17 @@ class Runners:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_ms / 1000)
+            supervisor = self._services.supervisor
             try:
-                async with self.rt.store.framework.connection() as conn:
-                    cur = await conn.execute(
-                        self.rt.store.queries["heartbeat_runner"],
-                        {
-                            "off": self.rt.clock.offset_ms,
-                            "runner_id": self.runner_id,
-                            "draining": self.draining,
-                        },
-                    )
-                    alive = await cur.fetchone()
-                if alive is None:
+                alive = await self._gateway.heartbeat(self.runner_id, draining=self.draining)
+                if not alive:
                     await self.register()
-                if self.rt.readiness == "storage":
-                    self.rt.readiness = "ready"
+                if supervisor.readiness == "storage":
+                    supervisor.readiness = "ready"
             except (psycopg.Error, OSError) as exc:
                 log.warning("Runner heartbeat failed", extra={"error": str(exc)})
-                if self.rt.readiness == "ready":
-                    self.rt.readiness = "storage"
+                if supervisor.readiness == "ready":
+                    supervisor.readiness = "storage"
 
     # --- leases -----------------------------------------------------------------------------
 
@@ -205,25 +207,16 @@ class Runners:
         sent = time.monotonic()
         rows: list[dict[str, Any]] = []
         failed = False
-        queries = self.rt.store.queries
         try:
-            async with self.rt.store.framework.connection() as conn, conn.transaction():
-                cur = conn.cursor(row_factory=dict_row)
+            rows = await self._gateway.acquire_singleton(
+                lease.actor_type,
+                self.runner_id,
+                lease_ms=self.lease_ms,
+                skew_ms=self._services.clock.skew_ms(self.lease_ms),
                 # A takeover waits for the old owner's fenced turns; never longer than half a
                 # refresh, so one stuck lease row cannot hold up this runner's other leases.
-                wait_ms = max(50, self.refresh_ms // 2)
-                await cur.execute(queries["singleton_lock_timeout"], {"lock_timeout": str(wait_ms)})
-                await cur.execute(
-                    queries["acquire_singleton"],
-                    {
-                        "off": self.rt.clock.offset_ms,
-                        "actor_type": lease.actor_type,
-                        "runner_id": self.runner_id,
-                        "lease_ms": self.lease_ms,
-                        "skew_ms": self.rt.clock.skew_ms(self.lease_ms),
-                    },
-                )
-                rows = await cur.fetchall()
+                lock_wait_ms=max(50, self.refresh_ms // 2),
+            )
         except (psycopg.Error, OSError) as exc:
             failed = True
             log.warning("Singleton lease refresh failed", extra={"error": str(exc)})
@@ -300,7 +293,7 @@ class Runners:
         async def body() -> None:
             # Fenced on the acquisition that started this loop (set just before it started).
             epoch = self._leases[actor_type].epoch
-            await self.rt.run_singleton_loop(actor_type, self.runner_id, epoch)
+            await self._run_singleton_loop(actor_type, self.runner_id, epoch)
 
         return body
 
@@ -308,11 +301,11 @@ class Runners:
         from akter._engine.retention import sweep
 
         # Sampled gauges (semantics §10.1) on their own cadence, only while this body runs.
-        sampling = asyncio.create_task(self.sampler.run(), name="akter.maintenance.sampling")
+        sampling = asyncio.create_task(self._sampling(), name="akter.maintenance.sampling")
         try:
             while True:
                 try:
-                    await sweep(self.rt)
+                    await sweep(self._services)
                     await self.prune()
                 except (psycopg.Error, OSError) as exc:
                     log.warning("Maintenance sweep failed", extra={"error": str(exc)})
@@ -320,6 +313,19 @@ class Runners:
         finally:
             sampling.cancel()
             await asyncio.gather(sampling, return_exceptions=True)
+
+    async def _sampling(self) -> None:
+        # A method of the registry (not the sampler's own), so the task counts as the runner's.
+        await self.sampler.run()
+
+
+async def _quietly(statement: str, write: Awaitable[T], failed: T) -> T:
+    """Await runner bookkeeping; an outage is logged and answered with ``failed``."""
+    try:
+        return await write
+    except (psycopg.Error, OSError) as exc:
+        log.warning("Runner bookkeeping failed", extra={"statement": statement, "error": str(exc)})
+        return failed
 
 
 def _is_base_run(run: Any) -> bool:

@@ -14,12 +14,12 @@ import logging
 from typing import TYPE_CHECKING
 
 import psycopg
-from psycopg.rows import dict_row
 
+from akter._store.gateway.maintenance import MaintenanceGateway
 from akter.telemetry import SAMPLED_GAUGES
 
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.services import Services
 
 log = logging.getLogger("akter.sampling")
 
@@ -30,8 +30,9 @@ STUCK_ATTEMPTS = 8
 class Sampler:
     """The sampled gauges of one runner; :meth:`run` is the owner's loop."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
+    def __init__(self, services: Services) -> None:
+        self._metrics = services.metrics
+        self._gateway = MaintenanceGateway(services.store, services.clock)
         #: The interval between samples (``sample_every``); read before each wait.
         self.every_ms = SAMPLE_EVERY_MS
         #: How many samples this runner has taken.
@@ -40,15 +41,8 @@ class Sampler:
 
     async def sample(self) -> None:
         """Read the outbox once and replace the sampled gauges of this runner's metrics."""
-        params = {"off": self.rt.clock.offset_ms, "stuck": STUCK_ATTEMPTS}
-        queries = self.rt.store.queries
-        async with self.rt.store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(queries["sample_outbox"], params)
-            kinds = await cur.fetchall()
-            await cur.execute(queries["sample_running_jobs"], params)
-            running = await cur.fetchall()
-        metrics = self.rt.metrics
+        kinds, running = await self._gateway.sample(stuck=STUCK_ATTEMPTS)
+        metrics = self._metrics
         for name, column in (
             ("akter.outbox.rows", "outbox_rows"),
             ("akter.relay.lag_ms", "lag_ms"),
@@ -73,7 +67,7 @@ class Sampler:
 
     def clear(self) -> None:
         """Stop reporting the sampled gauges (the lease is gone)."""
-        self.rt.metrics.clear(SAMPLED_GAUGES)
+        self._metrics.clear(SAMPLED_GAUGES)
 
     async def run(self) -> None:
         """Sample now and every ``every_ms`` while this runner owns ``$maintenance``."""

@@ -118,9 +118,13 @@ class Supervisor:
             raise ConfigurationError("The runtime is not started; use 'async with runtime:'.")
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Services:
-    """What a runner's components share (module docstring)."""
+    """What a runner's components share (module docstring).
+
+    ``config`` is replaced only before the runner starts (``Runtime.reconfigure``); components
+    read it when they act, never copy the role options (relay, executes, ...) at construction.
+    """
 
     config: RuntimeConfig
     store: Store

@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import dict_row
 
+from akter._store.gateway.skew import SkewGateway, SkewSession
 from akter._store.pool import SKEW_MARGIN_MS
 
 if TYPE_CHECKING:
-    from akter.runtime import Runtime
+    from akter._engine.services import Services
+    from akter.jobs import Job
 
 log = logging.getLogger("akter.clock")
 
@@ -51,10 +53,25 @@ _LISTED = 20
 
 
 class SkewWatch:
-    """One runner's clock-skew checks, run from its relay passes."""
+    """One runner's clock-skew checks, run from its relay passes.
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
+    Args:
+        services: The runner's services.
+        executed_jobs: The job types this runner executes (the executor's).
+        runner_id: This runner's id (named in the warning of a backward clock move).
+    """
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        executed_jobs: Callable[[], Sequence[Job[Any, Any]]],
+        runner_id: str,
+    ) -> None:
+        self._services = services
+        self._gateway = SkewGateway(services.store, services.clock)
+        self._executed_jobs = executed_jobs
+        self._runner_id = runner_id
         self._next_check = 0.0
         # The last probe: the framework clock and the monotonic time.
         self._last: tuple[int, float] | None = None
@@ -64,60 +81,60 @@ class SkewWatch:
     async def check(self, *, force: bool = False) -> None:
         """Probe for skew and release skewed rows, unless the last check is recent (``force``)."""
         started = time.monotonic()
-        clock = self.rt.clock
+        clock = self._services.clock
         if (started < self._next_check and not force) or clock.jumping:
             return
         self._next_check = started + SKEW_CHECK_MS / 1000
-        off = clock.offset_ms
         try:
-            async with self.rt.store.pool.connection() as conn:
-                cur = conn.cursor(row_factory=dict_row)
-                sent = time.monotonic()  # after the pool wait: only the round trip blurs it
-                await cur.execute(self.rt.store.queries["clock_skew_probe"], {"off": off})
-                probe = await cur.fetchone()
-                assert probe is not None
+            async with self._gateway.session() as session:
+                probe, sent = await session.probe()
                 self._judge(probe, sent)
-                jobs = self.rt.jobs.executed_jobs()
-                if jobs:
-                    rows = await self._release(
-                        cur,
-                        "release_skewed_jobs",
-                        {
-                            "off": off,
-                            "skew_ms": clock.skew_ms(self.rt.job_lease_ms),
-                            "types": [j.owner.name if j.owner else "" for j in jobs],
-                            "jobs": [j.name for j in jobs],
-                        },
-                    )
-                    if rows:
-                        self.suspected = True
-                        _warn(
-                            "Released job leases ahead of the database clock (it moved back)",
-                            rows,
-                            [f"{r['actor_type']}.{r['command']} {r['intent_id']}" for r in rows],
-                        )
-                types = sorted(self.rt.definitions) if self.rt.hosts_actors else []
-                if self.suspected and types:
-                    lead = max(self.rt.claim_lease_ms, self.rt.max_backoff_ms)
-                    rows = await self._release(
-                        cur,
-                        "release_skewed_intents",
-                        {"off": off, "skew_ms": clock.skew_ms(lead), "types": types},
-                    )
-                    if rows:
-                        _warn(
-                            "Released intent claims ahead of the database clock (it moved back)",
-                            rows,
-                            [str(r["intent_id"]) for r in rows],
-                        )
-                    if len(rows) < SKEW_BATCH:
-                        self.suspected = False
+                await self._release_jobs(session)
+                if self.suspected:
+                    await self._release_intents(session)
         except (psycopg.Error, OSError) as exc:
             log.warning("Clock skew check failed", extra={"error": str(exc)})
 
+    async def _release_jobs(self, session: SkewSession) -> None:
+        jobs = self._executed_jobs()
+        if not jobs:
+            return
+        config = self._services.config
+        rows = await session.release_jobs(
+            skew_ms=self._services.clock.skew_ms(config.job_lease_ms),
+            types=[j.owner.name if j.owner else "" for j in jobs],
+            jobs=[j.name for j in jobs],
+            limit=SKEW_BATCH,
+        )
+        if rows:
+            self.suspected = True
+            _warn(
+                "Released job leases ahead of the database clock (it moved back)",
+                rows,
+                [f"{r['actor_type']}.{r['command']} {r['intent_id']}" for r in rows],
+            )
+
+    async def _release_intents(self, session: SkewSession) -> None:
+        config = self._services.config
+        types = sorted(self._services.registry.definitions) if config.host_actors else []
+        if not types:
+            return
+        lead = max(config.claim_lease_ms, config.max_backoff_ms)
+        rows = await session.release_intents(
+            skew_ms=self._services.clock.skew_ms(lead), types=types, limit=SKEW_BATCH
+        )
+        if rows:
+            _warn(
+                "Released intent claims ahead of the database clock (it moved back)",
+                rows,
+                [str(r["intent_id"]) for r in rows],
+            )
+        if len(rows) < SKEW_BATCH:
+            self.suspected = False
+
     def _judge(self, probe: dict[str, Any], at: float) -> None:
         now = int(probe["now"])
-        clock = self.rt.clock
+        clock = self._services.clock
         # The framework clock, offset included: a drill's offset moved back is a clock moved
         # back; ActorTest.advance only moves it forward.
         last, self._last = self._last, (now, at)
@@ -128,20 +145,14 @@ class SkewWatch:
                 self.suspected = True
                 log.warning(
                     "The database clock moved back",
-                    extra={"runner_id": self.rt.runners.runner_id, "skew_ms": behind},
+                    extra={"runner_id": self._runner_id, "skew_ms": behind},
                 )
         heartbeat = probe["heartbeat_ahead_ms"]
         lease = probe["lease_ahead_ms"]
         if heartbeat is not None and heartbeat > clock.skew_ms(0):
             self.suspected = True
-        if lease is not None and lease > clock.skew_ms(self.rt.singleton_lease_ms):
+        if lease is not None and lease > clock.skew_ms(self._services.config.singleton_lease_ms):
             self.suspected = True
-
-    async def _release(
-        self, cur: psycopg.AsyncCursor[dict[str, Any]], name: str, params: dict[str, Any]
-    ) -> list[dict[str, Any]]:
-        await cur.execute(self.rt.store.queries[name], {**params, "limit": SKEW_BATCH})
-        return await cur.fetchall()
 
 
 def _warn(message: str, rows: list[dict[str, Any]], names: list[str]) -> None:

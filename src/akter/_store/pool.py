@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -26,8 +26,13 @@ from psycopg_pool import AsyncConnectionPool
 from akter._store.queries import Queries
 from akter.errors import ActorError
 
-if TYPE_CHECKING:
-    from akter.telemetry import Metrics
+
+class Metrics(Protocol):
+    """Where the pools record connection waits (``akter.telemetry.Metrics``)."""
+
+    def observe(self, name: str, value: float) -> None:
+        """Record one observation of histogram ``name``."""
+
 
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
 

@@ -1,4 +1,9 @@
-"""The named statement catalogue: ``queries.sql`` parsed once, per schema."""
+"""The named statement catalogue: ``queries*.sql`` parsed once, per schema.
+
+Placeholders substituted per schema: ``{schema}`` (the quoted schema name) and the quoted
+notification channels ``{wake_channel}`` (relay and event-feed wakes) and
+``{progress_channel}`` (job progress messages), named by :meth:`Queries.channel`.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from akter.errors import ConfigurationError
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: The notification channels of a schema, by placeholder name.
+_CHANNELS = {"wake_channel": "{}_wake", "progress_channel": "{}_progress"}
 
 
 @cache
@@ -59,9 +66,12 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = validate_schema_name(schema)
-        quoted = sql.Identifier(schema).as_string(None)
+        substitutions = {"{schema}": sql.Identifier(schema).as_string(None)}
+        for placeholder in _CHANNELS:
+            quoted = sql.Identifier(self.channel(placeholder)).as_string(None)
+            substitutions["{" + placeholder + "}"] = quoted
         self._statements = {
-            name: text.replace("{schema}", quoted) for name, text in raw_catalogue().items()
+            name: _substitute(text, substitutions) for name, text in raw_catalogue().items()
         }
 
     def __getitem__(self, name: str) -> LiteralString:
@@ -70,6 +80,10 @@ class Queries:
     def __contains__(self, name: object) -> bool:
         return name in self._statements
 
+    def channel(self, placeholder: str) -> str:
+        """The channel name of ``wake_channel`` or ``progress_channel`` for this schema."""
+        return _CHANNELS[placeholder].format(self.schema)
+
     def names(self) -> list[str]:
         """Every statement name."""
         return sorted(self._statements)
@@ -77,3 +91,9 @@ class Queries:
     def substitute(self, text: str) -> LiteralString:
         """Substitute the schema into another SQL text (migrations)."""
         return text.replace("{schema}", sql.Identifier(self.schema).as_string(None))
+
+
+def _substitute(text: str, substitutions: dict[str, str]) -> str:
+    for placeholder, value in substitutions.items():
+        text = text.replace(placeholder, value)
+    return text

@@ -175,9 +175,7 @@ def load_runtime(target: str) -> Runtime:
 
 def quiet(runtime: Runtime) -> Runtime:
     """``runtime`` set to start without its relay, maintenance and executors (operations only)."""
-    runtime.relay_enabled = False
-    runtime.maintenance = False
-    runtime.executes = set()
+    runtime.reconfigure(relay=False, maintenance=False, jobs=[])
     return runtime
 
 

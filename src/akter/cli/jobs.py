@@ -104,7 +104,7 @@ def jobs_watch(
     """
     with refusals_exit():
         runtime = load_runtime(target)
-        runtime.notify = True  # hear the frames of executors in other processes
+        runtime.reconfigure(notify=True)  # hear the frames of executors in other processes
 
         async def work(rt: Runtime) -> str:
             return await _watch(rt, rt.ref(actor_type, actor_id, tenant=tenant), job_id, as_json)
@@ -135,7 +135,7 @@ async def _watch(rt: Runtime, ref: ActorRef, job_id: str, as_json: bool) -> str:
     messages = await open_progress(rt, ref, job_id)
     tracker = asyncio.create_task(_track(rt, ref, job_id, seen), name="akter.cli.watch")
     try:
-        if rt.notify:
+        if rt.config.notify:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(rt.progress.hearing.wait(), _LISTEN_WAIT)
         await _look(rt, ref, job_id, seen)
@@ -180,7 +180,7 @@ def _show(steps: Steps, message: dict[str, Any]) -> None:
 async def _track(rt: Runtime, ref: ActorRef, job_id: str, seen: _Sighting) -> None:
     """Look at the job's row every poll: a cancellation may leave no other trace."""
     while True:
-        await asyncio.sleep(rt.poll_ms / 1000)
+        await asyncio.sleep(rt.config.poll_ms / 1000)
         with contextlib.suppress(Exception):  # best-effort: the outcome is decided at the end
             await _look(rt, ref, job_id, seen)
 

@@ -43,13 +43,17 @@ def worker(
     """Run executors only: no actor types, no turns; claims only the listed jobs."""
     with refusals_exit():
         runtime = load_runtime(target)
-        known = {f"{t}.{j}" for t, j in runtime.executes}
+        known = {f"{t}.{j}" for t, j in runtime.config.executes}
         wanted = {j.strip() for j in jobs.split(",") if j.strip()} or known
         unknown = wanted - known
         if unknown:
             raise ConfigurationError(f"Unknown jobs {sorted(unknown)}; known: {sorted(known)}.")
-        runtime.hosts_actors = False
-        runtime.executes = {(t, j) for t, j in runtime.executes if f"{t}.{j}" in wanted}
+        chosen = [
+            runtime.definition(t).jobs[j]
+            for t, j in runtime.config.executes
+            if f"{t}.{j}" in wanted
+        ]
+        runtime.reconfigure(host_actors=False, jobs=chosen)
         asyncio.run(run_until_signalled(runtime, None))
 
 

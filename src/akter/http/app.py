@@ -77,7 +77,7 @@ def app(
             every ``/console`` path a 404. It shows every tenant's rows: never ``allow`` more
             than operators.
     """
-    if runtime.window_ms < _MIN_HTTP_WINDOW_MS:
+    if runtime.config.window_ms < _MIN_HTTP_WINDOW_MS:
         raise ConfigurationError("Serving HTTP needs a retry window of at least 60 s.")
     if console is not None and not isinstance(console, Console):
         raise ConfigurationError(

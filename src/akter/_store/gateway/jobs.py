@@ -1,0 +1,397 @@
+"""The job executor's statements (semantics §5): claims, group locks, renewals and settles.
+
+Every statement runs on the framework pool (README, "Connections"): user turns never hold up a
+claim, a renewal or a settle. Capped groups are claimed and woken in their own transaction
+under the group lock, waiting at most ``GROUP_LOCK_WAIT`` for it. Also here: an operator's
+cancellation of one job by its id (``akter jobs cancel``), on the callers' pool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    from akter._store.pool import Clock, Connection, Store
+
+Row = dict[str, Any]
+
+#: Longest wait for a capped group's lock before the group is left for a later pass.
+GROUP_LOCK_WAIT = "2000ms"
+
+
+class JobRow(Protocol):
+    """What the settle statements need of a claimed job row."""
+
+    @property
+    def routing_key(self) -> int: ...
+    @property
+    def intent_id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def actor_type(self) -> str: ...
+    @property
+    def actor_id(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+    @property
+    def payload(self) -> str: ...
+    @property
+    def payload_version(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class JobType:
+    """One executed job type as the claim statements take it."""
+
+    actor_type: str
+    job: str
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """One job type of one actor whose attempts run under a per-actor cap."""
+
+    routing_key: int
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    command: str
+
+    def params(self) -> dict[str, Any]:
+        """The parameters naming the group."""
+        return {
+            "rk": self.routing_key,
+            "tenant": self.tenant_id,
+            "type": self.actor_type,
+            "id": self.actor_id,
+            "job": self.command,
+        }
+
+
+@dataclass(frozen=True)
+class RouteWrite:
+    """A settle that rewrites the job row into a route intent (command and canonical payload)."""
+
+    command: str
+    payload: str
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What an operator's cancellation by id did: ``deleted``, ``cancelled`` or ``unknown``."""
+
+    outcome: Literal["deleted", "cancelled", "unknown"]
+    #: An attempt of the job was running (its runner should be signalled).
+    running: bool = False
+
+
+def _key(row: JobRow) -> dict[str, Any]:
+    return {"rk": row.routing_key, "job_id": row.intent_id}
+
+
+class JobsGateway:
+    """The executor's statements (module docstring), on the framework clock's offset."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    @property
+    def _off(self) -> int:
+        return self._clock.offset_ms
+
+    # --- claims -------------------------------------------------------------------------------
+
+    async def claim_uncapped(
+        self, jobs: Sequence[JobType], *, free: int, probe: int, lease_ms: int
+    ) -> tuple[list[Row], float]:
+        """Claim due rows of uncapped ``jobs``; the rows and the monotonic time they were sent."""
+        params = {
+            "off": self._off,
+            "types": [j.actor_type for j in jobs],
+            "jobs": [j.job for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "probe": probe,
+            "free": free,
+            "lease": lease_ms,
+        }
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            sent_at = time.monotonic()
+            # Planned per pass (no cached generic plan), like the intent claim: see outbox.py.
+            await cur.execute(self._store.queries["claim_jobs"], params, prepare=False)
+            return await cur.fetchall(), sent_at
+
+    async def discover_groups(self, jobs: Sequence[JobType], *, free: int) -> list[Group]:
+        """The capped groups with due rows, by their earliest due time, at most ``free``."""
+        params = {
+            "off": self._off,
+            "types": [j.actor_type for j in jobs],
+            "jobs": [j.job for j in jobs],
+            "probe": 2 * free,
+            "free": free,
+        }
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["discover_capped_groups"], params, prepare=False)
+            rows = await cur.fetchall()
+        return [
+            Group(
+                int(r["routing_key"]),
+                str(r["tenant_id"]),
+                str(r["actor_type"]),
+                str(r["actor_id"]),
+                str(r["command"]),
+            )
+            for r in rows
+        ]
+
+    async def claim_group(
+        self, group: Group, *, free: int, cap: int, max_attempts: int, lease_ms: int
+    ) -> tuple[list[Row], float]:
+        """Claim one capped group in its own transaction (semantics §5.6 steps 1-7)."""
+        q = self._store.queries
+        params = {
+            **group.params(),
+            "off": self._off,
+            "free": free,
+            "cap": cap,
+            "max_attempts": max_attempts,
+            "lease": lease_ms,
+        }
+        async with self._store.framework.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+            await cur.execute(q["job_group_lock"], params)
+            await cur.execute(q["job_group_lock_running"], params)
+            sent_at = time.monotonic()
+            await cur.execute(q["claim_capped_group"], params)
+            rows = await cur.fetchall()
+            await cur.execute(q["defer_capped_group"], params)
+        return rows, sent_at
+
+    async def wake_waiting(self, group: Group) -> bool:
+        """Make the group's oldest waiting row due now, under the group lock; True if one woke."""
+        q = self._store.queries
+        params = {**group.params(), "off": self._off}
+        async with self._store.framework.connection() as conn, conn.transaction():
+            cur = conn.cursor()
+            await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+            await cur.execute(q["job_group_lock"], params)
+            await cur.execute(q["wake_waiting_job"], params)
+            return bool(await cur.fetchall())
+
+    # --- leases -------------------------------------------------------------------------------
+
+    async def shift_leases(self, ms: int, rows: Sequence[tuple[JobRow, int]]) -> dict[str, int]:
+        """Push the leases of running attempts ``(row, attempt)`` by ``ms``; new ends by job id."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["shift_job_leases"],
+                {
+                    "ms": ms,
+                    "rks": [row.routing_key for row, _ in rows],
+                    "job_ids": [row.intent_id for row, _ in rows],
+                    "attempts": [attempt for _, attempt in rows],
+                },
+            )
+            return {str(r["intent_id"]): int(r["due_at_ms"]) for r in await cur.fetchall()}
+
+    async def renew(self, row: JobRow, *, attempt: int, lease_ms: int) -> tuple[bool, int] | None:
+        """Renew an attempt's lease: (cancelled, lease end), or None if the row moved on."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["renew_job"],
+                {**_key(row), "attempt": attempt, "lease": lease_ms, "off": self._off},
+            )
+            found = await cur.fetchone()
+        if found is None:
+            return None
+        return bool(found["cancelled"]), int(found["due_at_ms"])
+
+    # --- settles ------------------------------------------------------------------------------
+
+    async def record_failure(
+        self,
+        row: JobRow,
+        *,
+        attempt: int,
+        cause: str,
+        not_started: bool,
+        ambiguous: bool,
+        final: bool,
+        backoff_ms: int,
+    ) -> tuple[bool, bool, bool] | None:
+        """Record a failed attempt: (cancelled, maybe_applied, ambiguous), or None if stale."""
+        params = {
+            **_key(row),
+            "attempt": attempt,
+            "cause": cause,
+            "not_started": not_started,
+            "ambiguous": ambiguous,
+            "final": final,
+            "backoff": backoff_ms,
+            "off": self._off,
+        }
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["record_job_failure"], params)
+            rows = await cur.fetchall()
+        if not rows:
+            return None
+        found = rows[0]
+        return bool(found["cancelled"]), bool(found["maybe_applied"]), bool(found["ambiguous"])
+
+    async def cancelled_at(self, row: JobRow, *, attempt: int) -> bool | None:
+        """``maybe_applied`` of the row if it is cancelled at ``attempt``; None if it is not."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["cancelled_job_at"],
+                {**_key(row), "attempt": attempt, "off": self._off},
+            )
+            rows = await cur.fetchall()
+        return bool(rows[0]["maybe_applied"]) if rows else None
+
+    async def mark_letter_ambiguous(self, row: JobRow) -> bool:
+        """Mark the job's dead letter ambiguous (a late success); True if there was one."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["mark_dead_letter_ambiguous"], {**_key(row), "off": self._off}
+            )
+            return bool(await cur.fetchall())
+
+    async def insert_late_letter(self, row: JobRow, *, attempts: int, route: str) -> bool:
+        """Record an ambiguous letter for a success after the cancellation's route; True if new."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["insert_late_dead_letter"],
+                {**self._letter(row), "attempts": attempts, "route": route, "off": self._off},
+            )
+            return bool(await cur.fetchall())
+
+    async def end(
+        self,
+        row: JobRow,
+        route: RouteWrite | None,
+        *,
+        cancelled: bool,
+        attempt: int | None,
+        after: int | None,
+    ) -> tuple[bool, Row | None]:
+        """End the row under its guard (rewrite into ``route``, or delete): (changed, held).
+
+        When nothing changed and ``after`` is set, ``held`` is the ``job_newer_live`` answer on
+        the same connection (None: no newer attempt holds the row).
+        """
+        async with self._store.framework.connection() as conn:
+            changed = await self._write(
+                conn, row, route, cancelled=cancelled, attempt=attempt, after=after
+            )
+            if changed or after is None:
+                return changed, None
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["job_newer_live"],
+                {**_key(row), "after": after, "cancelled": cancelled, "off": self._off},
+            )
+            return False, await cur.fetchone()
+
+    async def dead_letter(
+        self,
+        row: JobRow,
+        route: RouteWrite | None,
+        *,
+        cancelled: bool,
+        attempt: int,
+        cause: str,
+        ambiguous: bool,
+        before_commit: Callable[[], Awaitable[None]] | None = None,
+    ) -> bool:
+        """End the row and insert its dead letter in one transaction; True iff it committed.
+
+        ``before_commit`` runs inside the transaction, after both writes (a fault point).
+        """
+        async with self._store.framework.connection() as conn:
+            async with conn.transaction():
+                if not await self._write(
+                    conn, row, route, cancelled=cancelled, attempt=attempt, after=None
+                ):
+                    return False
+                await conn.execute(
+                    self._store.queries["insert_dead_letter"],
+                    {
+                        **self._letter(row),
+                        "off": self._off,
+                        "attempts": attempt,
+                        "cause": cause,
+                        "ambiguous": ambiguous,
+                    },
+                )
+                if before_commit is not None:
+                    await before_commit()
+        return True
+
+    async def _write(
+        self,
+        conn: Connection,
+        row: JobRow,
+        route: RouteWrite | None,
+        *,
+        cancelled: bool,
+        attempt: int | None,
+        after: int | None,
+    ) -> bool:
+        params: dict[str, Any] = {
+            **_key(row),
+            "cancelled": cancelled,
+            "attempt": attempt,
+            "after": after,
+            "off": self._off,
+        }
+        if route is None:
+            cur = await conn.execute(self._store.queries["settle_job_delete"], params)
+        else:
+            params.update(command=route.command, payload=route.payload)
+            cur = await conn.execute(self._store.queries["settle_job_route"], params)
+        return bool(await cur.fetchall())
+
+    @staticmethod
+    def _letter(row: JobRow) -> dict[str, Any]:
+        return {
+            **_key(row),
+            "tenant": row.tenant_id,
+            "type": row.actor_type,
+            "id": row.actor_id,
+            "job": row.command,
+            "payload": row.payload,
+            "payload_version": row.payload_version,
+        }
+
+    # --- operators ----------------------------------------------------------------------------
+
+    async def cancel_by_id(self, job_id: str) -> Cancelled:
+        """Cancel a job by id in its own transaction on a pooled connection (``akter jobs``)."""
+        q = self._store.queries
+        async with self._store.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(q["cancel_job_by_id_unstarted"], {"job_id": job_id})
+            if await cur.fetchall():
+                return Cancelled("deleted")
+            cur = await conn.execute(
+                q["cancel_job_by_id_started"], {"job_id": job_id, "off": self._off}
+            )
+            rows = await cur.fetchall()
+        if not rows:
+            return Cancelled("unknown")
+        return Cancelled("cancelled", running=any(bool(r[1]) for r in rows))

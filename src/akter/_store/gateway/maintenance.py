@@ -1,0 +1,54 @@
+"""The ``$maintenance`` owner's statements: retention sweeps (semantics §7) and sampled gauges.
+
+Both run on the framework pool, cross-actor by design (each is listed in the catalogue test's
+``CROSS_ACTOR`` with its predicate).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    from akter._store.pool import Clock, Store
+
+Row = dict[str, Any]
+
+
+class MaintenanceGateway:
+    """Retention batches and gauge samples, on the framework clock's offset."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def prune_receipts(self, actor_type: str, *, cutoff: int, batch: int) -> int:
+        """Delete one batch of a type's expired receipts; how many were deleted."""
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(
+                self._store.queries["prune_receipts"],
+                {"type": actor_type, "cutoff": cutoff, "batch": batch},
+            )
+            return len(await cur.fetchall())
+
+    async def prune_events(self, actor_type: str, *, cutoff: int, batch: int) -> int:
+        """Delete one batch of a type's events older than ``cutoff``; how many were deleted."""
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(
+                self._store.queries["prune_events"],
+                {"type": actor_type, "cutoff": cutoff, "batch": batch},
+            )
+            return len(await cur.fetchall())
+
+    async def sample(self, *, stuck: int) -> tuple[list[Row], list[Row]]:
+        """The outbox gauges by kind and the running attempts by job, on one connection."""
+        params = {"off": self._clock.offset_ms, "stuck": stuck}
+        queries = self._store.queries
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(queries["sample_outbox"], params)
+            kinds = await cur.fetchall()
+            await cur.execute(queries["sample_running_jobs"], params)
+            running = await cur.fetchall()
+        return kinds, running

@@ -1,0 +1,195 @@
+"""The relay's statements on the outbox: claims, settles, backoffs, releases and tick rewrites.
+
+Claims and settles run on two connections of the relay's own, outside both pools (README,
+"Connections"; ``akter._engine.relay``): under load the pool's callers kept a claim or a settle
+waiting for a connection longer than the statement took, and a settle never waits behind a
+claim. Backoffs, releases and tick rewrites use the framework pool. Also here (``OutboxRows``):
+the seeding of a singleton's default row and schedule ticks at start, and an actor's outbox rows
+for progress feeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    from akter._store.pool import Clock, Store
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class IntentClaim:
+    """One claimed outbox row: its key and the claim token that guards its settle."""
+
+    routing_key: int
+    intent_id: str
+    token: int
+
+    def params(self) -> dict[str, Any]:
+        """The statement parameters naming the claim."""
+        return {"rk": self.routing_key, "intent_id": self.intent_id, "token": self.token}
+
+
+class OwnConnection:
+    """An autocommit connection of the relay's own, used by one statement at a time.
+
+    Opened on first use. A statement that failed or was interrupted may leave the connection
+    unusable, so it is closed and the next use opens a new one (an outage then fails that pass
+    or settle, as a pooled connection would).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The connection, for one statement (opened or reopened as needed)."""
+        async with self._lock:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                conn = self._conn = await psycopg.AsyncConnection.connect(
+                    self._store.url, autocommit=True
+                )
+            try:
+                yield conn
+            except BaseException:
+                self._conn = None
+                with contextlib.suppress(psycopg.Error, OSError):
+                    await asyncio.shield(conn.close())
+                raise
+
+    async def close(self) -> None:
+        """Close the connection if open."""
+        async with self._lock:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
+
+
+class OutboxGateway:
+    """The relay's outbox statements (module docstring), on the framework clock's offset.
+
+    It owns the relay's two dedicated connections (opened on first use; ``close`` them).
+    """
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+        self._claim_conn = OwnConnection(store)
+        self._settle_conn = OwnConnection(store)
+
+    async def close(self) -> None:
+        """Close the relay's own connections."""
+        await self._claim_conn.close()
+        await self._settle_conn.close()
+
+    async def claim(
+        self,
+        *,
+        types: Sequence[str],
+        probe: int,
+        free: int,
+        lease_ms: int,
+        max_backoff_ms: int,
+    ) -> list[Row]:
+        """Claim up to ``free`` due intents of ``types`` (the relay's claim connection)."""
+        async with self._claim_conn.use() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["claim_intents"],
+                {
+                    "off": self._clock.offset_ms,
+                    "types": list(types),
+                    "probe": probe,
+                    "free": free,
+                    "lease": lease_ms,
+                    "max_backoff": max_backoff_ms,
+                },
+                # Never a cached generic plan: one made while the outbox was small can scan a
+                # million sleeping timers per pass later (one claim took 101 s in the bench).
+                prepare=False,
+            )
+            return await cur.fetchall()
+
+    async def settle(self, claims: Sequence[IntentClaim]) -> None:
+        """Delete delivered intents under their claim tokens, in one statement."""
+        async with self._settle_conn.use() as conn:
+            await conn.execute(
+                self._store.queries["settle_intents"],
+                {
+                    "rks": [c.routing_key for c in claims],
+                    "intent_ids": [c.intent_id for c in claims],
+                    "tokens": [c.token for c in claims],
+                },
+            )
+
+    async def rewrite_tick(self, claim: IntentClaim, *, new_id: str, due: int) -> None:
+        """Rewrite a delivered schedule tick into the next one (new id, next due time)."""
+        async with self._store.framework.connection() as conn:
+            await conn.execute(
+                self._store.queries["rewrite_tick"],
+                {**claim.params(), "new_id": new_id, "due": due},
+            )
+
+    async def backoff(self, claim: IntentClaim, *, max_backoff_ms: int, error: str) -> None:
+        """Record a failed delivery and make the row due again after its backoff."""
+        async with self._store.framework.connection() as conn:
+            await conn.execute(
+                self._store.queries["backoff_intent"],
+                {
+                    **claim.params(),
+                    "off": self._clock.offset_ms,
+                    "max_backoff": max_backoff_ms,
+                    "error": error,
+                },
+            )
+
+    async def release(self, claim: IntentClaim) -> None:
+        """Hand a claim back: the row is due now for any runner."""
+        async with self._store.framework.connection() as conn:
+            await conn.execute(
+                self._store.queries["release_intent"],
+                {**claim.params(), "off": self._clock.offset_ms},
+            )
+
+
+class OutboxRows:
+    """Outbox statements outside the relay: seeding a singleton's ticks, an actor's rows.
+
+    Neither uses the relay's own connections, so any component may hold one.
+    """
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def seed_ticks(
+        self, actor: Mapping[str, Any], *, state: str, ticks: Mapping[str, Any]
+    ) -> None:
+        """Insert a singleton's default row (``actor``: rk, tenant, type, id) and its ticks.
+
+        One framework transaction; ``ticks`` are the ``insert_ticks`` parameters (turn module).
+        """
+        q = self._store.queries
+        async with self._store.framework.connection() as conn, conn.transaction():
+            await conn.execute(
+                q["ensure_actor"],
+                {**actor, "state": state, "state_version": 0, "off": self._clock.offset_ms},
+            )
+            await conn.execute(q["insert_ticks"], ticks)
+
+    async def actor_rows(self, actor: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The actor's outbox rows (``actor``: rk, tenant, type, id), on a pooled connection."""
+        async with self._store.pool.connection() as conn:
+            cur = await conn.execute(self._store.queries["inspect_outbox"], actor)
+            return await cur.fetchall()

@@ -1,0 +1,114 @@
+"""The runner registry's statements (semantics §8): registration, heartbeats, singleton leases.
+
+Every statement runs on the framework pool, so a runner whose turns hold every pooled
+connection still heartbeats and refreshes its leases (README, "Connections"). Statements raise
+the driver's errors; the registry logs them and tries again at its next round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    from akter._store.pool import Clock, Store
+
+Row = dict[str, Any]
+
+
+class RunnersGateway:
+    """The registry's statements (module docstring), on the framework clock's offset."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def _run(self, statement: LiteralString, params: dict[str, Any]) -> list[Row]:
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(statement, {"off": self._clock.offset_ms, **params})
+            return await cur.fetchall() if cur.description else []
+
+    async def register(
+        self,
+        runner_id: str,
+        *,
+        http_address: str | None,
+        actor_types: Sequence[str],
+        job_types: Sequence[str],
+        version: str,
+    ) -> None:
+        """Write this runner's row (again, after it was pruned)."""
+        await self._run(
+            self._store.queries["register_runner"],
+            {
+                "runner_id": runner_id,
+                "http_address": http_address,
+                "actor_types": list(actor_types),
+                "job_types": list(job_types),
+                "version": version,
+            },
+        )
+
+    async def heartbeat(self, runner_id: str, *, draining: bool) -> bool:
+        """Refresh this runner's heartbeat; False when its row is gone (it must register)."""
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(
+                self._store.queries["heartbeat_runner"],
+                {"off": self._clock.offset_ms, "runner_id": runner_id, "draining": draining},
+            )
+            return await cur.fetchone() is not None
+
+    async def mark_draining(self, runner_id: str) -> None:
+        """Say this runner drains (its last heartbeat)."""
+        await self._run(
+            self._store.queries["heartbeat_runner"], {"runner_id": runner_id, "draining": True}
+        )
+
+    async def unregister(self, runner_id: str) -> None:
+        """Remove this runner's row."""
+        await self._run(self._store.queries["unregister_runner"], {"runner_id": runner_id})
+
+    async def live(self, *, live_ms: int, skew_ms: int) -> list[Row]:
+        """Runners whose heartbeat is younger than ``live_ms`` and not skewed ahead."""
+        return await self._run(
+            self._store.queries["live_runners"], {"live_ms": live_ms, "skew_ms": skew_ms}
+        )
+
+    async def prune(self, *, prune_ms: int, live_ms: int) -> list[Row]:
+        """Forget silent runners and runners ahead of the clock; the rows pruned."""
+        return await self._run(
+            self._store.queries["prune_runners"], {"prune_ms": prune_ms, "live_ms": live_ms}
+        )
+
+    async def acquire_singleton(
+        self, actor_type: str, runner_id: str, *, lease_ms: int, skew_ms: int, lock_wait_ms: int
+    ) -> list[Row]:
+        """Take or refresh a singleton lease in one transaction; one row iff this runner owns it.
+
+        A takeover waits at most ``lock_wait_ms`` for the old owner's fenced turns.
+        """
+        q = self._store.queries
+        async with self._store.framework.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(q["singleton_lock_timeout"], {"lock_timeout": str(lock_wait_ms)})
+            await cur.execute(
+                q["acquire_singleton"],
+                {
+                    "off": self._clock.offset_ms,
+                    "actor_type": actor_type,
+                    "runner_id": runner_id,
+                    "lease_ms": lease_ms,
+                    "skew_ms": skew_ms,
+                },
+            )
+            return await cur.fetchall()
+
+    async def release_singleton(self, actor_type: str, runner_id: str) -> None:
+        """End this runner's lease of ``actor_type`` at once (a stopping owner)."""
+        await self._run(
+            self._store.queries["release_singleton"],
+            {"actor_type": actor_type, "runner_id": runner_id},
+        )
