@@ -6,6 +6,7 @@ An actor is ``(tenant, type, id)`` with durable state; every command runs as one
 
 import logging
 
+from akter._drain import DrainReport
 from akter._policy import Policy
 from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
@@ -24,7 +25,7 @@ from akter.errors import (
 )
 from akter.events import EventRecord, EventStream
 from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
-from akter.runtime import DrainReport, Runtime
+from akter.runtime import Runtime
 from akter.schedules import schedule
 
 # A library never configures logging; without a handler set up by the application, records are

@@ -10,28 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, cast
 
 from akter._config import RuntimeConfig, RuntimeOptions
+from akter._drain import DrainReport
 from akter._engine.calls import Calls, check_access
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.events import EventBus, follow, read_events
 from akter._engine.hooks import Hooks
 from akter._engine.jobs import JobExecutor
-from akter._engine.operations import cancel_job, seed_singleton_ticks
+from akter._engine.lifecycle import Lifecycle
+from akter._engine.operations import cancel_job
 from akter._engine.progress import ProgressStreams
 from akter._engine.relay import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
 from akter._engine.turn import Result, TurnEngine
 from akter._engine.wakes import CommitWakes
-from akter._ids import uuid7, validate_actor_id, validate_tenant
-from akter._store.migrate import Deployment, migrate
+from akter._ids import uuid7
+from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
 from akter.actor import Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
@@ -45,26 +45,6 @@ from akter.telemetry import Metrics
 log = logging.getLogger("akter.runtime")
 
 A = TypeVar("A", bound=Actor[Any])
-
-#: How often idle activations are dropped from memory.
-_HIBERNATE_EVERY_S = 5.0
-
-
-@dataclass(frozen=True)
-class DrainReport:
-    """How a graceful stop went (semantics §8.3).
-
-    Attributes:
-        status: ``clean``, or ``deadline_expired`` when turns had to be cancelled.
-        interrupted_turns: Mailboxes cancelled (rolled back) at the deadline.
-        interrupted_attempts: Job attempts interrupted without settling (taken over after lease).
-        released_claims: Intent claims handed back for another runner.
-    """
-
-    status: Literal["clean", "deadline_expired"]
-    interrupted_turns: int = 0
-    interrupted_attempts: int = 0
-    released_claims: int = 0
 
 
 class Runtime:
@@ -133,10 +113,8 @@ class Runtime:
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(services, wake=self.relay.wake)
         self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
+        self._lifecycle = Lifecycle(services, self.dispatcher, self.jobs, self.relay, self.runners)
         self._database_url = config.database_url
-        self.deployment: Deployment | None = None
-        self._embedded: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
         self.last_drain: DrainReport | None = None
 
     def reconfigure(self, **changes: Unpack[RuntimeOptions]) -> None:
@@ -205,83 +183,27 @@ class Runtime:
         """Connect (or start the embedded server), migrate, and start background work."""
         if self.supervisor.started:
             return
-        url = self._database_url
-        if url is None:
-            from akter._store.embedded import EmbeddedPostgres, default_data_dir
-
-            self._embedded = EmbeddedPostgres(Path(self.config.data_dir or default_data_dir()))
-            url = await asyncio.to_thread(self._embedded.start)
-        assert url is not None
-        self.store.bind(url)
-        try:
-            conn = await self.store.connect_direct()
-            try:
-                self.deployment = await migrate(
-                    conn,
-                    self.store.queries,
-                    retry_window_ms=self.config.window_ms,
-                    placements={d.name: d.placement for d in self.definitions.values()},
-                )
-            finally:
-                await conn.close()
-            await self.store.open()
-            await self.clock.read()
-            await seed_singleton_ticks(self.services)
-            await self.jobs.start()
-            if self.config.relay:
-                await self.relay.start()
-            else:
-                await self.relay.listen()  # live event feeds still hear other runners
-            await self.runners.start()
-            self._tasks.append(
-                self.supervise(asyncio.create_task(self._hibernation(), name="akter.hibernation"))
-            )
-        except BaseException:
-            await self._close_resources()
-            raise
+        await self._lifecycle.start(self._database_url)
         self.supervisor.started = True
         self.readiness = "ready"
 
     async def stop(self) -> DrainReport:
         """Drain: refuse new commands, let in-flight turns finish (bounded), release, close."""
         if not self.supervisor.started:
-            await self._close_resources()
+            await self._lifecycle.close()
             return DrainReport("clean")
         self.supervisor.stopping = True
         self.readiness = "draining"
-        self.dispatcher.accepting = False
-        deadline = time.monotonic() + self.config.drain_deadline_ms / 1000
-        released = await self.relay.stop(deadline)
-        attempts = self.jobs.running
-        await self.jobs.stop()
-        interrupted = await self.dispatcher.quiesce(deadline)
-        await self.runners.stop()
-        if interrupted:
-            log.warning("Drain deadline expired", extra={"interrupted_turns": interrupted})
-        await self._close_resources()
+        self.last_drain = await self._lifecycle.drain()
         self.supervisor.started = False
         self.supervisor.stopping = False
         self.readiness = "drained"
-        self.last_drain = DrainReport(
-            "deadline_expired" if interrupted else "clean", interrupted, attempts, released
-        )
         return self.last_drain
 
-    async def _close_resources(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-        if self.store.url:
-            await self.store.close()
-        if self._embedded is not None:
-            await asyncio.to_thread(self._embedded.stop)
-            self._embedded = None
-
-    async def _hibernation(self) -> None:
-        while True:
-            await asyncio.sleep(_HIBERNATE_EVERY_S)
-            self.dispatcher.hibernate()
+    @property
+    def deployment(self) -> Deployment | None:
+        """The deployment row (retry window, placements) read at start."""
+        return self._lifecycle.deployment
 
     async def run_singleton_loop(
         self, actor_type: str, runner_id: str, epoch: int | None = None
@@ -321,18 +243,7 @@ class Runtime:
         self, actor: type[Actor[Any]] | str, id: str = "", *, tenant: str = "default"
     ) -> ActorRef:
         """Validate and build an actor address."""
-        definition = self.definition(actor)
-        tenant = validate_tenant(tenant)
-        if definition.singleton:
-            if id != "":
-                raise ActorError(
-                    "InvalidInput",
-                    f"{definition.name} is a singleton; get it without an id.",
-                    field="id",
-                )
-        else:
-            id = validate_actor_id(id)
-        return ActorRef(tenant, definition.name, id)
+        return self.registry.ref(actor, id, tenant=tenant)
 
     def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
         """A typed handle to one actor (``runtime.get(Billing)`` for a singleton)."""

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from akter._config import RuntimeConfig
 from akter._engine.dispatcher import routing_key_of
 from akter._engine.hooks import Hooks
+from akter._ids import validate_actor_id, validate_tenant
 from akter._store.pool import Clock, Store
 from akter.actor import ActorDefinition, definition_of
+from akter.callers import ActorRef
 from akter.errors import ActorError, ConfigurationError, DefinitionError
 
 if TYPE_CHECKING:
     from akter.actor import Actor
-    from akter.callers import ActorRef
     from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.runtime")
@@ -71,6 +72,25 @@ class Registry:
                 code="unknown_type",
             )
         return found
+
+    def ref(
+        self, actor: type[Actor[Any]] | str, id: str = "", *, tenant: str = "default"
+    ) -> ActorRef:
+        """Validate and build an actor address (a singleton has the id ``""``)."""
+        from akter.callers import ActorRef
+
+        definition = self.definition(actor)
+        tenant = validate_tenant(tenant)
+        if definition.singleton:
+            if id != "":
+                raise ActorError(
+                    "InvalidInput",
+                    f"{definition.name} is a singleton; get it without an id.",
+                    field="id",
+                )
+        else:
+            id = validate_actor_id(id)
+        return ActorRef(tenant, definition.name, id)
 
     def routing_key(self, ref: ActorRef) -> int:
         """The routing key of an address under its type's placement."""

@@ -469,9 +469,10 @@ def _background_tasks(runtime: Runtime) -> set[asyncio.Task[Any]]:
         runtime.progress,
         runtime.runners,
         runtime.events,
+        runtime._lifecycle,
     ]
     ids = {id(c) for c in components}
-    found = {task for task in runtime._tasks if not task.done()}
+    found = {task for task in runtime._lifecycle.tasks if not task.done()}
     current = asyncio.current_task()
     for task in asyncio.all_tasks():
         if task.done() or task is current:
