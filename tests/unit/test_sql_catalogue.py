@@ -22,11 +22,10 @@ actors on purpose (relay claims, retention sweeps) must be listed in ``CROSS_ACT
 reason; semantics §9.8 allows them only for framework maintenance with explicit predicates.
 
 How the code "uses" a statement: a lookup ``queries["name"]`` or ``q["name"]`` with a literal
-name, in any module (the store gateways, ``akter._store.gateway``, hold them for the background
-components, which never reach the pools or the catalogue themselves). A computed name
-(``queries[name]``) is allowed only in the modules listed in ``DYNAMIC_LOOKUPS``, where every
-quoted catalogue name counts as a use. Every used name must exist, and every statement must be
-used.
+name. Only the store (``akter._store``, its gateways in ``akter._store.gateway``) looks
+statements up or takes pooled connections; every other module calls gateway functions. A computed
+name (``queries[name]``) is refused everywhere, so these checks see every use. Every used name
+must exist, and every statement must be used.
 """
 
 from __future__ import annotations
@@ -348,26 +347,15 @@ def test_unique_indexes_on_per_actor_tables_include_routing_key() -> None:
 _USE = re.compile(r"\b(?:q|queries)\[\s*(['\"])([A-Za-z0-9_]+)\1\s*\]")
 #: A catalogue lookup whose name is not a literal (``queries[name]``).
 _DYNAMIC_USE = re.compile(r"\b(?:q|queries)\[\s*(?!['\"\s])([^\]]+)\]")
-_QUOTED = re.compile(r"(['\"])([a-z_][a-z0-9_]*)\1")
-#: Modules that still look statements up by a computed name, until their reads move into
-#: gateways (akter._store.gateway.ops): every quoted catalogue name in them counts as a use.
-DYNAMIC_LOOKUPS = frozenset({"_cli_jobs.py", "_cli_runner.py", "http/console/api.py"})
-#: The background components: they call gateway methods, never the pools or the catalogue.
-COMPONENTS = (
-    "_engine/events.py",
-    "_engine/job_attempt.py",
-    "_engine/job_claims.py",
-    "_engine/job_settle.py",
-    "_engine/jobs.py",
-    "_engine/progress.py",
-    "_engine/progress_slot.py",
-    "_engine/relay.py",
-    "_engine/retention.py",
-    "_engine/runners.py",
-    "_engine/sampling.py",
-    "_engine/skew.py",
-    "dead_letters.py",
-)
+#: The one module outside the store that takes a connection itself: the turn engine holds its
+#: transaction's connection across both pipelined flights (pool wait, discard on any error); its
+#: statements and parameters are still the gateway's (akter._store.gateway.actors).
+HOLDS_A_CONNECTION = frozenset({"_engine/turn/engine.py"})
+
+
+def _outside_the_store() -> list[str]:
+    """Every module but the store's own: they call gateways, never the pools or the catalogue."""
+    return [module for module in _sources() if not module.startswith("_store/")]
 
 
 def _sources() -> dict[str, str]:
@@ -378,12 +366,9 @@ def _sources() -> dict[str, str]:
 
 def _uses() -> dict[str, list[str]]:
     """Every catalogue name the code uses, with the modules using it (module docstring)."""
-    catalogue = raw_catalogue()
     used: dict[str, list[str]] = {}
     for module, text in _sources().items():
         names = [m.group(2) for m in _USE.finditer(text)]
-        if module in DYNAMIC_LOOKUPS:
-            names += [m.group(2) for m in _QUOTED.finditer(text) if m.group(2) in catalogue]
         for name in dict.fromkeys(names):
             used.setdefault(name, []).append(module)
     return used
@@ -402,12 +387,12 @@ def test_every_catalogue_statement_is_used() -> None:
     assert unused == [], "a statement no code runs: delete it, or run it through a gateway"
 
 
-def test_statement_names_are_literal_outside_the_listed_modules() -> None:
+def test_statement_names_are_literal_everywhere() -> None:
     # A computed name would hide a use from the two checks above.
     dynamic = {
         module: [m.group(0) for m in _DYNAMIC_USE.finditer(text)]
         for module, text in _sources().items()
-        if module not in DYNAMIC_LOOKUPS and _DYNAMIC_USE.search(text)
+        if _DYNAMIC_USE.search(text)
     }
     assert dynamic == {}
 
@@ -419,10 +404,14 @@ def test_the_dynamic_pattern_sees_computed_names() -> None:
     assert not _DYNAMIC_USE.search("queries['clock_now']")
 
 
-def test_components_reach_the_store_only_through_gateways() -> None:
+def test_only_the_store_touches_the_pools_and_the_catalogue() -> None:
     sources = _sources()
-    for module in COMPONENTS:
+    modules = _outside_the_store()
+    assert {"runtime.py", "_engine/relay.py", "cli/jobs.py", "http/console/api.py"} <= set(modules)
+    for module in modules:
         text = sources[module]
         assert not _USE.search(text) and not _DYNAMIC_USE.search(text), module
-        assert ".connection(" not in text and "connect_direct" not in text, module
+        assert "connect_direct" not in text, module
         assert "psycopg.sql" not in text and "from psycopg import sql" not in text, module
+        if module not in HOLDS_A_CONNECTION:
+            assert ".connection(" not in text, module

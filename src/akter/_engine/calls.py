@@ -19,7 +19,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from psycopg_pool import PoolTimeout
 from pydantic import ValidationError
 
 from akter._engine.dispatcher import Dispatcher
@@ -27,6 +26,7 @@ from akter._engine.services import Services
 from akter._engine.turn import Request, Result
 from akter._ids import mint_command_id, parse_command_id, parse_framework_id, payload_hash
 from akter._retry import CommandRetry
+from akter._store.gateway.actors import actor_key, committed
 from akter.actor import AccessKind, ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, current_caller
 from akter.context import LoopContext, LoopLease, QueryContext, bind, unwrap_read_only
@@ -233,21 +233,15 @@ class Calls:
 
     async def _read_state(self, member: Member, ref: ActorRef) -> tuple[Any, int, int]:
         """The committed state, event cursor and database time for a query."""
-        store, definition = self._services.store, member.owner
-        key = {
-            "rk": self._services.registry.routing_key(ref),
-            "tenant": ref.tenant,
-            "type": ref.type,
-            "id": ref.id,
-        }
-        wait = self._services.config.query_pool_wait_ms / 1000
-        try:
-            async with store.pool.connection(timeout=wait) as conn:
-                cur = await conn.execute(store.queries["query_actor"], key)
-                row = await cur.fetchone()
-                now_ms = await self._services.clock.read_on(conn)
-        except PoolTimeout:
-            raise store.exhausted(wait, f"the query {ref.type}.{member.name}") from None
+        services, definition = self._services, member.owner
+        key = actor_key(services.registry.routing_key(ref), ref.tenant, ref.type, ref.id)
+        row, now_ms = await committed(
+            services.store,
+            services.clock,
+            key,
+            wait_s=services.config.query_pool_wait_ms / 1000,
+            what=f"the query {ref.type}.{member.name}",
+        )
         if (row is None or not row[1]) and definition.gated:
             raise ActorError("NotCreated", f"{definition.name}/{ref.id!r} has not been created.")
         if row is None:
@@ -258,7 +252,7 @@ class Calls:
             raise ActorError(
                 "Defect", f"Stored state of {ref.type}/{ref.id!r} fails validation: {exc}"
             ) from None
-        return state, int(row[2]), now_ms  # type: ignore[call-overload]
+        return state, int(row[2]), now_ms
 
     async def run_loop(
         self, actor_type: str, runner_id: str, lease: LoopLease | None, runtime: Any

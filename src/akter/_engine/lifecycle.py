@@ -19,7 +19,7 @@ from akter._drain import DrainReport
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.operations import seed_singleton_ticks
 from akter._engine.services import Services
-from akter._store.migrate import Deployment, migrate
+from akter._store.migrate import Deployment, migrate_store
 
 log = logging.getLogger("akter.runtime")
 
@@ -96,17 +96,11 @@ class Lifecycle:
             raise
 
     async def _migrate(self) -> None:
-        store = self._services.store
-        conn = await store.connect_direct()
-        try:
-            self.deployment = await migrate(
-                conn,
-                store.queries,
-                retry_window_ms=self._services.config.window_ms,
-                placements={d.name: d.placement for d in self._services.definitions.values()},
-            )
-        finally:
-            await conn.close()
+        self.deployment = await migrate_store(
+            self._services.store,
+            retry_window_ms=self._services.config.window_ms,
+            placements={d.name: d.placement for d in self._services.definitions.values()},
+        )
 
     async def drain(self) -> DrainReport:
         """Refuse new commands, let in-flight work finish until the drain deadline, close."""

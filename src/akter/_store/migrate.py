@@ -8,11 +8,15 @@ import logging
 import uuid
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg.rows import dict_row
 
 from akter._store.queries import Queries
+
+if TYPE_CHECKING:
+    from akter._store.pool import Store
 from akter.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -95,6 +99,19 @@ async def migrate(
         return await _check_deployment(conn, queries, retry_window_ms, placements)
     finally:
         await conn.execute(queries["migrations_unlock"], {"lock_name": lock_name})
+
+
+async def migrate_store(
+    store: Store, *, retry_window_ms: int, placements: dict[str, str]
+) -> Deployment:
+    """:func:`migrate` over a direct connection of its own (the pools may not be open yet)."""
+    conn = await store.connect_direct()
+    try:
+        return await migrate(
+            conn, store.queries, retry_window_ms=retry_window_ms, placements=placements
+        )
+    finally:
+        await conn.close()
 
 
 async def _check_deployment(

@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 
 from akter._staging import StagedRow
-from akter._store.pool import Connection
+from akter._store.gateway.errors import wrap_errors
+from akter._store.pool import Clock, Connection, Store
 from akter._store.queries import Queries
 
 Cursor = psycopg.AsyncCursor[tuple[object, ...]]
@@ -257,3 +258,18 @@ def end_turn(conn: Connection, commit: bool) -> Awaitable[Cursor]:
 def read_clock(conn: Connection, q: Queries, off: int) -> Awaitable[Cursor]:
     """The database clock (the release check's read, after the transaction ended)."""
     return conn.execute(q["clock_now"], {"off": off})
+
+
+async def committed(
+    store: Store, clock: Clock, key: Key, *, wait_s: float, what: str
+) -> tuple[tuple[Any, ...] | None, int]:
+    """A query's read: the actor's committed row (or ``None``) and the framework clock.
+
+    Unlocked, on one pooled connection waited for at most ``wait_s`` (then ``pool_exhausted``).
+    """
+    with wrap_errors(store, wait_s=wait_s, what=what):
+        async with store.pool.connection(timeout=wait_s) as conn:
+            cur = await conn.execute(store.queries["query_actor"], key)
+            row = await cur.fetchone()
+            now_ms = await clock.read_on(conn)
+    return row, now_ms
