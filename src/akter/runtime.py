@@ -31,6 +31,7 @@ from akter._engine.services import Readiness, Registry, Services, Supervisor
 from akter._engine.turn import Result, TurnEngine
 from akter._engine.wakes import CommitWakes
 from akter._ids import uuid7
+from akter._local_clock import LocalClock
 from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
 from akter.actor import Actor, ActorDefinition
@@ -53,6 +54,8 @@ class Runtime:
     Args:
         actors: The actor classes this runtime hosts.
         hooks: Fault points for tests (``akter.testing``).
+        local_clock: The local monotonic clock of job lease deadlines (tests pass
+            ``akter.testing.ManualClock()``; default the process's own).
         **options: The runner's options (``akter._config.RuntimeConfig`` documents each, with
             its default and bounds; the README's option table lists them): ``database_url``
             (default ``$AKTER_DATABASE_URL``, else an embedded server), ``schema``,
@@ -69,6 +72,7 @@ class Runtime:
         actors: Sequence[type[Actor[Any]]] = (),
         *,
         hooks: Hooks | None = None,
+        local_clock: LocalClock | None = None,
         **options: Unpack[RuntimeOptions],
     ) -> None:
         self.registry = Registry(actors)
@@ -87,6 +91,8 @@ class Runtime:
         self.services = services = Services(
             config, self.store, self.clock, self.hooks, self.metrics, self.registry, self.supervisor
         )
+        if local_clock is not None:
+            services.local = local_clock
         self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=config.window_ms)
         self.engine.pool_wait = config.pool_wait_ms / 1000
         self.engine.metrics = self.metrics

@@ -21,8 +21,9 @@ import psycopg
 import pytest
 
 import akter
+from akter._engine.job_attempt import DEADLINE_MARGIN_MS
 from akter._ids import parse_framework_id
-from akter.testing import ActorTest
+from akter.testing import ActorTest, ManualClock
 from akter.testing.provider import FakeProvider, fail, gate, hang, raises, succeed
 from tests._support import until
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Rejecting, Shop
@@ -424,18 +425,24 @@ async def test_JB11_a_long_attempt_is_renewed_and_never_taken_over(
 async def test_JB12_unreachable_renewals_interrupt_at_the_local_deadline(
     akter_test: Make, provider: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with akter_test(ALL, relay=False, lease=3, cancel_check=1) as t:
+    local = ManualClock()  # the attempt's lease deadline is measured on this clock
+    async with akter_test(ALL, relay=False, lease=3, cancel_check=1, local_clock=local) as t:
         await t.add_runtime()
         provider.script(hang(), succeed(12))
         renew = t.pause_next("before_renew")
         job_id = await t.get(Shop, "s1").buy(1)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
-            sent = time.monotonic()
+            claim_sent = local.now()
             assert await _pass(t) == 1
-            await renew.wait()
+            await renew.wait()  # no renewal will be confirmed
+            # The deadline: the claim's send time + the lease − the margin, before the server's.
+            deadline = claim_sent + 3 - DEADLINE_MARGIN_MS / 1000
+            assert local.next_wake() == deadline
+            await local.advance(deadline - local.now() - 0.001)
+            assert provider.calls[0].outcome == "running"  # a millisecond before it
+            await local.advance(0.001)
             await t.runtime.jobs.wait_idle()  # ends at the local deadline
-            interrupted = provider.calls[0].ended
-            assert interrupted is not None and 2.95 <= interrupted - sent < 3.0  # before the lease
+            assert provider.calls[0].outcome == "interrupted"
             (row,) = await jobs(t)
             assert (row["attempts"], row["running"], row["ambiguous"]) == (1, True, True)
             messages = [r.getMessage() for r in caplog.records]
@@ -443,14 +450,14 @@ async def test_JB12_unreachable_renewals_interrupt_at_the_local_deadline(
             renew.release()
             await t.advance(3)
         assert [(c.job_id, c.attempt) for c in provider.calls] == [(job_id, 1), (job_id, 2)]
-        assert provider.calls[0].outcome == "interrupted"
         assert [r["command"] for r in await receipts_for(t, job_id)] == ["charged"]
 
 
 async def test_JB12_an_attempt_held_past_its_lease_never_calls_the_executor(
     akter_test: Make, provider: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with akter_test(ALL, relay=False, lease=3, cancel_check=1) as t:
+    local = ManualClock()
+    async with akter_test(ALL, relay=False, lease=3, cancel_check=1, local_clock=local) as t:
         await t.add_runtime()
         provider.script(succeed(12))
         held = t.pause_next("before_execute")
@@ -458,14 +465,14 @@ async def test_JB12_an_attempt_held_past_its_lease_never_calls_the_executor(
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             assert await _pass(t) == 1
             await held.wait()
-            await asyncio.sleep(3.05)
+            await local.advance(3)  # the whole lease passes, locally, while it is held
             held.release()
             await t.runtime.jobs.wait_idle()
         assert provider.count == 0
         assert "Job attempt outlived its lease before it started" in [
             r.getMessage() for r in caplog.records
         ]
-        await t.advance(0.1)
+        await t.advance(3.1)  # and on the server: the row's lease ends, attempt 2 is claimed
         assert [(c.job_id, c.attempt) for c in provider.calls] == [(job_id, 2)]
         assert [r["command"] for r in await receipts_for(t, job_id)] == ["charged"]
 

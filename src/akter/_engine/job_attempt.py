@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,6 +35,7 @@ from akter._engine.job_settle import (
     Succeeded,
     Unattempted,
 )
+from akter._local_clock import LocalClock
 from akter._waits import wait_event
 from akter.callers import System, caller_from_json
 from akter.errors import JobFailure
@@ -96,6 +96,7 @@ class AttemptRunner:
         wake: Wakes the relay after a routed settle.
         progress: The runner's progress hub (frames reported by executors).
         metrics: The runner's metrics (dead letters, job deliveries and retries).
+        local: The local clock the lease deadline is measured and slept on.
     """
 
     def __init__(
@@ -108,7 +109,9 @@ class AttemptRunner:
         wake: Callable[[], None],
         progress: ProgressHub | None = None,
         metrics: Metrics | None = None,
+        local: LocalClock | None = None,
     ) -> None:
+        self.local = local or LocalClock()
         self.gateway = gateway
         self.hooks = hooks
         self.lease_ms = lease_ms
@@ -170,7 +173,7 @@ class AttemptRunner:
         await self.hooks.at("after_claim", info)
         await self.hooks.at("before_execute", info)
         lease = self.lease_ms / 1000
-        if time.monotonic() - attempt.confirmed >= lease:
+        if self.local.now() - attempt.confirmed >= lease:
             _warn(row, "Job attempt outlived its lease before it started")
             return False
         execution = asyncio.create_task(
@@ -290,7 +293,7 @@ class AttemptRunner:
         while True:
             await wait_event(attempt.signal, every)
             attempt.signal.clear()
-            sent = time.monotonic()
+            sent = self.local.now()
             try:
                 await self.hooks.at("before_renew", self.settler(attempt).info())
                 renewed = await _shielded(self._renew(attempt))
@@ -320,10 +323,10 @@ class AttemptRunner:
         """
         lease = (self.lease_ms - DEADLINE_MARGIN_MS) / 1000
         while True:
-            left = attempt.confirmed + lease - time.monotonic()
+            left = attempt.confirmed + lease - self.local.now()
             if left <= 0:
                 return "deadline"
-            await asyncio.sleep(left)
+            await self.local.sleep(left)
 
 
 async def _shielded(operation: Any) -> Any:

@@ -59,7 +59,7 @@ class JobExecutor:
     def __init__(self, services: Services, *, wake: Callable[[], None]) -> None:
         self._services = services
         self._relay_wake = wake
-        self.gateway = JobsGateway(services.store, services.clock)
+        self.gateway = JobsGateway(services.store, services.clock, services.local)
         self._attempts: dict[tuple[str, int], Attempt] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pass_lock = asyncio.Lock()
@@ -79,6 +79,7 @@ class JobExecutor:
             wake=self._wake,
             progress=self.progress,
             metrics=services.metrics,
+            local=services.local,
         )
 
     # --- lifecycle ----------------------------------------------------------------------------

@@ -8,7 +8,8 @@ callbacks they call back into (``deliver``, ``run_singleton_loop``, ...). ``Serv
 - ``store`` and ``clock``: the database (built once per runner; bound to its URL at start);
 - ``hooks`` (fault points) and ``metrics``;
 - ``registry``: the hosted actor types and event tags, addressing and routing keys;
-- ``supervisor``: the runner's lifecycle state (readiness, the fatal error) and ``supervise``.
+- ``supervisor``: the runner's lifecycle state (readiness, the fatal error) and ``supervise``;
+- ``local``: the local monotonic clock of job attempts' lease deadlines (a manual one in tests).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from akter._config import RuntimeConfig
 from akter._engine.dispatcher import routing_key_of
 from akter._engine.hooks import Hooks
 from akter._ids import validate_actor_id, validate_tenant
+from akter._local_clock import LocalClock
 from akter._store.pool import Clock, Store
 from akter.actor import ActorDefinition, definition_of
 from akter.callers import ActorRef
@@ -153,6 +155,8 @@ class Services:
     metrics: Metrics
     registry: Registry
     supervisor: Supervisor
+    #: The local monotonic clock job attempts measure their lease deadlines on.
+    local: LocalClock = field(default_factory=LocalClock)
 
     @property
     def definitions(self) -> Mapping[str, ActorDefinition]:

@@ -8,7 +8,6 @@ cancellation of one job by its id (``akter jobs cancel``), on the callers' pool.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -16,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from psycopg.rows import dict_row
 
 if TYPE_CHECKING:
-    from akter._store.pool import Clock, Connection, Store
+    from akter._local_clock import LocalClock
+from akter._store.pool import Clock, Connection, Store
 
 Row = dict[str, Any]
 
@@ -99,9 +99,10 @@ def _key(row: JobRow) -> dict[str, Any]:
 class JobsGateway:
     """The executor's statements (module docstring), on the framework clock's offset."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, local: LocalClock | None = None) -> None:
         self._store = store
         self._clock = clock
+        self._local = local or LocalClock()
 
     @property
     def _off(self) -> int:
@@ -124,7 +125,7 @@ class JobsGateway:
         }
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            sent_at = time.monotonic()
+            sent_at = self._local.now()
             # Planned per pass (no cached generic plan), like the intent claim: see outbox.py.
             await cur.execute(self._store.queries["claim_jobs"], params, prepare=False)
             return await cur.fetchall(), sent_at
@@ -171,7 +172,7 @@ class JobsGateway:
             await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
             await cur.execute(q["job_group_lock"], params)
             await cur.execute(q["job_group_lock_running"], params)
-            sent_at = time.monotonic()
+            sent_at = self._local.now()
             await cur.execute(q["claim_capped_group"], params)
             rows = await cur.fetchall()
             await cur.execute(q["defer_capped_group"], params)
