@@ -296,8 +296,7 @@ async def cliapp_runtime(project: dict[str, str], **options: Any) -> AsyncIterat
     os.environ["CLI_URL"], os.environ["CLI_SCHEMA"] = project["CLI_URL"], project["schema"]
     try:
         cliapp = importlib.import_module("cliapp")
-        for name, value in options.items():
-            setattr(cliapp.runtime, name, value)
+        cliapp.runtime.reconfigure(**options)
         async with cliapp.runtime:
             yield cliapp
     finally:

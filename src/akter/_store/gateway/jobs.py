@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from psycopg.rows import dict_row
 
+from akter._local_clock import LocalClock
+
 if TYPE_CHECKING:
-    from akter._local_clock import LocalClock
-from akter._store.pool import Clock, Connection, Store
+    from akter._store.pool import Clock, Connection, Store
 
 Row = dict[str, Any]
 
