@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -141,6 +141,22 @@ async def _each(
     return done, gone
 
 
+def _apply(
+    target: str,
+    selection: _Selection,
+    label: str,
+    operation: Callable[[Runtime], Callable[[str], Awaitable[Any]]],
+) -> list[tuple[Letter, Any]]:
+    """Run ``operation(runtime)`` on each selected letter (a runtime started quietly)."""
+    selection.check()
+
+    async def work(rt: Runtime) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
+        return await _each(rt, await selection.letters(rt), label, operation(rt))
+
+    done: list[tuple[Letter, Any]] = operate(target, work)[0]
+    return done
+
+
 @letters_app.command("retry")
 def letters_retry(
     target: TargetArg,
@@ -153,13 +169,7 @@ def letters_retry(
     """Re-enqueue dead letters as new jobs (new ids, printed one per line); warns if ambiguous."""
     with refusals_exit():
         selection = _Selection(list(job_ids or []), every, actor_type, job)
-        selection.check()
-
-        async def work(rt: Runtime) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
-            letters = await selection.letters(rt)
-            return await _each(rt, letters, "retrying dead letters", rt.dead_letters.retry)
-
-        done, _ = operate(target, work)
+        done = _apply(target, selection, "retrying dead letters", lambda rt: rt.dead_letters.retry)
         ambiguous = [letter.job_id for letter, _ in done if letter.ambiguous]
         if ambiguous:
             stderr.print(
@@ -186,13 +196,9 @@ def letters_discard(
     """Delete dead letters (printed one per line as they are discarded)."""
     with refusals_exit():
         selection = _Selection(list(job_ids or []), every, actor_type, job)
-        selection.check()
-
-        async def work(rt: Runtime) -> tuple[list[tuple[Letter, Any]], list[Letter]]:
-            letters = await selection.letters(rt)
-            return await _each(rt, letters, "discarding dead letters", rt.dead_letters.discard)
-
-        done, _ = operate(target, work)
+        done = _apply(
+            target, selection, "discarding dead letters", lambda rt: rt.dead_letters.discard
+        )
         if as_json:
             print(json.dumps([x.job_id for x, _ in done]))
             return
