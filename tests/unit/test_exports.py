@@ -49,7 +49,7 @@ AKTER_ALL = [
     "schedule",
 ]
 
-TESTING_ALL = ["ActorTest", "Hooks", "Inspection", "POINTS", "Pause"]
+TESTING_ALL = ["ActorTest", "Hooks", "Inspection", "ManualClock", "POINTS", "Pause"]
 
 
 def test_akter_exports_are_pinned() -> None:

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 from akter._engine.dispatcher import routing_key_of
 from akter._engine.services import Services
-from akter._engine.turn import Activation, tick_rows
+from akter._engine.ticks import first_ticks
 from akter._ids import canonical_json
+from akter._store.gateway.actors import actor_key
 from akter._store.gateway.jobs import JobsGateway
 from akter._store.gateway.outbox import OutboxRows
 from akter.callers import ActorRef
@@ -26,12 +27,12 @@ async def seed_singleton_ticks(services: Services) -> None:
         if not (definition.singleton and definition.schedules):
             continue
         ref = ActorRef("default", definition.name, "")
-        act = Activation(definition, ref, routing_key_of(definition, ref))
+        rk = routing_key_of(definition, ref)
         now = await services.clock.read()
         await rows.seed_ticks(
-            {"rk": act.routing_key, "tenant": ref.tenant, "type": ref.type, "id": ref.id},
+            actor_key(rk, ref.tenant, ref.type, ref.id),
             state=canonical_json(definition.default_state().model_dump(mode="json")),
-            ticks=tick_rows(definition, act, now, services.config.window_ms),
+            ticks=first_ticks(definition, ref, rk, now, services.config.window_ms),
         )
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from akter import telemetry
+from akter._engine import ticks
 from akter._engine.skew import SkewWatch
 from akter._store.gateway.notify import Notifier
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
@@ -416,22 +417,21 @@ class Relay:
         """
         now = int(row["now"])
         age = now - int(row["scheduled_at_ms"])
-        lag = definition.policy.max_schedule_lag
-        if entry is None:
-            # An entry this code no longer declares: a newer runner may own it while it is young.
-            if age > lag:
+        match ticks.decide(age, definition.policy.max_schedule_lag, entry is not None):
+            case "fire":
+                return True
+            case "drop":
                 await self._settle(params)
-            else:
+            case "defer":
+                # An entry this code no longer declares: a newer runner may own it while young.
                 await self._backoff(params, row, "Schedule entry not declared by this runner")
-            return False
-        if age > lag:
-            log.info(
-                "Schedule tick skipped: older than max_schedule_lag",
-                extra={"actor": row["target_type"], "entry": entry.key, "age_ms": age},
-            )
-            await self._next_tick(params, entry, now)
-            return False
-        return True
+            case "skip":
+                log.info(
+                    "Schedule tick skipped: older than max_schedule_lag",
+                    extra={"actor": row["target_type"], "entry": entry.key, "age_ms": age},
+                )
+                await self._next_tick(params, entry, now)
+        return False
 
     async def _next_tick(self, params: IntentClaim, entry: Any, now: int) -> None:
         """Rewrite a settled tick into the next one: first fire strictly after ``now``, new id.
@@ -439,14 +439,8 @@ class Relay:
         ``now`` is a framework clock value at or after the tick's scheduled time that costs no
         round trip: the claim statement's clock, or the estimate the turn just refreshed.
         """
-        from akter._ids import mint_framework_id
-        from akter.schedules import next_fire
-
-        due = next_fire(entry, now)
-        window_ms = self._services.config.window_ms
-        await self._outbox.rewrite_tick(
-            params, new_id=mint_framework_id(now, due, 0, window_ms), due=due
-        )
+        new_id, due = ticks.next_tick(entry, now, self._services.config.window_ms)
+        await self._outbox.rewrite_tick(params, new_id=new_id, due=due)
 
     async def _backoff(self, params: IntentClaim, row: dict[str, Any], error: str) -> None:
         if self._stopping:

@@ -16,7 +16,6 @@ from akter._engine.turn.types import (
     Request,
     Result,
 )
-from akter._engine.turn.writes import tick_rows
 
 __all__ = [
     "BATCH_LIMIT",
@@ -28,5 +27,4 @@ __all__ = [
     "Request",
     "Result",
     "TurnEngine",
-    "tick_rows",
 ]

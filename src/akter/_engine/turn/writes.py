@@ -16,9 +16,10 @@ from typing import Any
 
 from akter import telemetry
 from akter._contexts import LoopLease
+from akter._engine.ticks import first_ticks
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
-from akter._staging import StagedRow, framework_id
+from akter._staging import StagedRow
 from akter._store.gateway import actors
 from akter._store.pool import Connection
 from akter._store.queries import Queries
@@ -60,7 +61,7 @@ def plan(
     ticks = None
     if definition.schedules and not definition.singleton and not act.ticks_ensured:
         if ran.created:
-            ticks = tick_rows(definition, act, now_ms, window_ms)
+            ticks = first_ticks(definition, act.ref, act.routing_key, now_ms, window_ms)
     fences = {
         (f.actor_type, f.owner, f.epoch): f
         for i, r in enumerate(batch)
@@ -169,26 +170,6 @@ async def answers(sent: Sent, todo: Plan, now_ms: int) -> tuple[list[tuple[str, 
     clock_row = await sent.clock.fetchone()
     released_at = int(clock_row[0]) if clock_row else now_ms  # type: ignore[call-overload]
     return cancelled, released_at
-
-
-def tick_rows(
-    definition: ActorDefinition, act: Activation, now_ms: int, window_ms: int
-) -> dict[str, Any]:
-    """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
-    from akter.callers import System, caller_to_json
-    from akter.schedules import next_fire
-
-    dues = [next_fire(entry, now_ms) for entry in definition.schedules]
-    ids = [framework_id(now_ms, None, due, 0, window_ms) for due in dues]  # absolute times
-    return actors.tick_params(
-        actors.actor_key(act.routing_key, act.ref.tenant, act.ref.type, act.ref.id),
-        bucket=act.bucket,
-        caller=caller_to_json(System(source="cron", ref=act.ref)),
-        intent_ids=ids,
-        commands=[entry.command for entry in definition.schedules],
-        dues=dues,
-        keys=[entry.key for entry in definition.schedules],
-    )
 
 
 def ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:
