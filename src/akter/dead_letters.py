@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from akter._ids import mint_framework_id
+from akter._staging import framework_id
 from akter._store.gateway.dead_letters import DeadLettersGateway
 from akter.callers import ActorRef, System, caller_to_json
 from akter.errors import ActorError
@@ -118,7 +118,7 @@ class DeadLetters:
         """
         letter = await self.show(job_id)
         now = await self._services.clock.read()
-        new_id = mint_framework_id(now, now, 0, self._services.config.window_ms)
+        new_id = framework_id(now, None, None, 0, self._services.config.window_ms)  # due now
         requeued = await self._gateway.requeue(
             letter.routing_key,
             job_id,
