@@ -909,8 +909,13 @@ def _append_json(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def _turn_fingerprint() -> str:
-    path = Path(akter.__file__).parent / "_engine" / "turn.py"
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    """A short hash of the turn engine's source (a module before issue 11, a package after)."""
+    root = Path(akter.__file__).parent / "_engine"
+    files = sorted((root / "turn").glob("*.py")) if (root / "turn").is_dir() else [root / "turn.py"]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 async def run(args: argparse.Namespace) -> int:
