@@ -31,6 +31,11 @@ class Backoff:
         self._current = self.first if self._current == 0 else min(self._current * 2, self.cap)
         return self._current
 
+    @property
+    def current(self) -> float:
+        """The last wait given (``0`` before the first and after a reset)."""
+        return self._current
+
     def reset(self) -> None:
         """Start again from ``first`` (after a success)."""
         self._current = 0.0

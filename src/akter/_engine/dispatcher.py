@@ -22,9 +22,6 @@ from akter.errors import ActorError
 
 log = logging.getLogger("akter.dispatcher")
 
-_BACKOFF_FIRST = 0.05
-_BACKOFF_MAX = 5.0
-
 
 @dataclass
 class _Mailbox:
@@ -115,8 +112,8 @@ class Dispatcher:
         act = box.activation
         try:
             while box.queue:
-                if act.backoff:
-                    await asyncio.sleep(act.backoff)
+                if act.backoff.current:
+                    await asyncio.sleep(act.backoff.current)
                 batch = _take_batch(box.queue)
                 self._observe_ages(act, batch)
                 try:
@@ -144,9 +141,10 @@ class Dispatcher:
                     and r.error.reason == "ActorUnavailable"
                     for r in results
                 )
-                act.backoff = (
-                    min(_BACKOFF_MAX, max(_BACKOFF_FIRST, act.backoff * 2)) if retry else 0.0
-                )
+                if retry:
+                    act.backoff.next()
+                else:
+                    act.backoff.reset()
                 for request, result in zip(batch, results, strict=True):
                     if not request.future.done():
                         request.future.set_result(result)

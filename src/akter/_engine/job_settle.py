@@ -29,6 +29,7 @@ import psycopg
 from akter._engine import job_routes
 from akter._engine.job_claims import ClaimedJob
 from akter._engine.job_routes import Route, RouteRejected
+from akter._retry import Backoff
 from akter._store.gateway.jobs import RouteWrite
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def cancelled_cause(attempt: int) -> str:
 def backoff_ms(job: Job[Any, Any], attempt: int) -> int:
     """The wait after failed attempt ``attempt``: ``min(base × 2^(n−1), max)``."""
     options = job.options
-    return int(min(options.backoff_base_ms * 2 ** max(attempt - 1, 0), options.backoff_max_ms))
+    return int(Backoff.nth(options.backoff_base_ms, options.backoff_max_ms, attempt))
 
 
 class Settler:

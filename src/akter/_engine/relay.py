@@ -37,6 +37,7 @@ import psycopg
 from akter import telemetry
 from akter._engine import ticks
 from akter._engine.skew import SkewWatch
+from akter._retry import Backoff
 from akter._store.gateway.notify import Notifier
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter._waits import wait_event
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("akter.relay")
 
 _NOTIFY_EVERY = 0.05
+#: Waits between reconnects of the wake listener (doubling).
+_RECONNECT_FIRST_S, _RECONNECT_MAX_S = 0.1, 5.0
 
 
 @dataclass
@@ -223,14 +226,14 @@ class Relay:
         Polling stays the correctness path meanwhile; after reconnecting, one wake covers the
         notifications missed while the connection was down.
         """
-        backoff = 0.1
+        backoff = Backoff(_RECONNECT_FIRST_S, _RECONNECT_MAX_S)
         while True:
             try:
                 if self._listener is None or self._listener.closed:
                     self._listener = await self._notifier.listen_wake()
                     self.wake()
                     self._events.wake_all()
-                backoff = 0.1
+                backoff.reset()
                 async for _ in self._listener.notifies():
                     self.wake()
                     self._events.wake_all()
@@ -241,8 +244,7 @@ class Relay:
                 if self._listener is not None:
                     await self._listener.close()
                     self._listener = None
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await asyncio.sleep(backoff.next())
 
     async def _loop(self) -> None:
         poll = self._services.config.poll_ms / 1000

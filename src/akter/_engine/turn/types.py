@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from akter import telemetry
 from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
+from akter._retry import Backoff
 from akter._staging import CancelJob, CancelTimer, Staged, StagedRow
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, caller_key
@@ -20,6 +21,8 @@ from akter.callers import ActorRef, Caller, caller_key
 EVENT_BYTES_LIMIT = 1_048_576
 #: The most commands one batch carries.
 BATCH_LIMIT = 32
+#: An actor's wait before its next batch after ``ActorUnavailable``: first, then doubling to max.
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 5.0
 #: The server ends a turn's session this long after its execution timeout (see ``engine``).
 SERVER_BOUND_GRACE_MS = 1_000
 
@@ -89,7 +92,8 @@ class Activation:
     created: bool = False
     event_seq: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    backoff: float = 0.0
+    #: The wait before this actor's next batch after an unavailable store (doubling).
+    backoff: Backoff = field(default_factory=lambda: Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S))
     ticks_ensured: bool = False
 
     @property
