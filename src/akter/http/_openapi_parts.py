@@ -114,7 +114,7 @@ def _stream_responses(what: str) -> dict[str, Any]:
         "200": {
             "description": f"{what} A comment line (`: keep-alive`) is sent every 15 s while "
             "the feed is idle.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {}},
         },
         **refusals(),
     }

@@ -42,6 +42,7 @@ from akter._engine.progress import open_progress
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
+from akter.events import parse_cursor
 from akter.http._docs import docs_page
 from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider, Identity, anonymous
@@ -215,8 +216,11 @@ class _Api:
                 raise _too_large(self.max_body)
             chunks.append(chunk)
         raw = b"".join(chunks)
+        integral: list[str] = []
         try:
-            body = json.loads(raw or b"{}", parse_int=_parse_int)
+            body = json.loads(
+                raw or b"{}", parse_int=_parse_int, parse_float=_float_reader(integral)
+            )
         except RecursionError:
             raise ActorError(
                 "InvalidInput", "The body nests too deeply to parse.", code="malformed_json"
@@ -227,6 +231,9 @@ class _Api:
             ) from None
         if not isinstance(body, dict):
             raise ActorError("InvalidInput", "The body must be a JSON object of arguments.")
+        if integral:
+            # JSON Schema's integer includes 1.0: read such numbers as the ints they are.
+            raw = json.dumps(body).encode()  # NaN stays NaN, refused as before
         # Strict JSON: `true` or "5" is no int over HTTP (in-process calls keep Python's rules).
         member.validate_json_body(raw, body)
         return body
@@ -287,7 +294,7 @@ class _Api:
             identity = await self._identity(request)
             definition, actor_id = self._resolve(request)
             ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
-            after = request.headers.get("last-event-id") or request.query_params.get("after")
+            after = _cursor(request)
             with as_caller(identity.caller):
                 # Validate access and the cursor before the stream starts: refusals stay 4xx.
                 try:
@@ -357,6 +364,16 @@ def _public(member: Member) -> Member:
     return member
 
 
+def _cursor(request: Request) -> str | None:
+    """The feed's cursor: ``Last-Event-ID``, else ``?after=``; each one given must be valid."""
+    header = request.headers.get("last-event-id")
+    query = request.query_params.get("after")
+    for given in (header, query):
+        if given is not None:
+            parse_cursor(given)  # UnknownCursor/malformed, even for the one that loses
+    return header if header is not None else query
+
+
 def _parse_int(digits: str) -> int:
     # Python refuses to read an int of more than 4,300 digits (a ValueError that would read as
     # "not valid JSON"); arguments hold signed 64-bit integers anyway.
@@ -367,6 +384,23 @@ def _parse_int(digits: str) -> int:
             "arguments must fit in a signed 64-bit integer.",
         )
     return int(digits)
+
+
+def _float_reader(integral: list[str]) -> Any:
+    """A ``parse_float`` that reads a number with no fraction (``1.0``, ``2e3``) as an int.
+
+    JSON Schema counts such numbers as integers; they are kept as ints only within the signed
+    64-bit range (``integral`` records each conversion).
+    """
+
+    def read(text: str) -> float | int:
+        value = float(text)
+        if value.is_integer() and -(2**63) <= value < 2**63:
+            integral.append(text)
+            return int(value)
+        return value
+
+    return read
 
 
 def _too_large(limit: int) -> ActorError:

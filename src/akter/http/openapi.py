@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
-from akter.actor import ActorDefinition, Member, public
+from akter.actor import ARGUMENT_INT_RANGE, ActorDefinition, Member, public
 from akter.errors import DeclaredError
 from akter.http import _openapi_parts as parts
 from akter.http.auth import AuthProvider, security_schemes
@@ -34,6 +34,36 @@ def _pascal(*words: str) -> str:
     return "".join(part[:1].upper() + part[1:] for w in words for part in re.split(r"[_.\W]+", w))
 
 
+def storable(schema: Any) -> Any:
+    """``schema`` with the limits of what akter stores stated on it (in place, and returned).
+
+    Strings hold no NUL (PostgreSQL cannot store it): a string schema without a ``pattern`` gets
+    one. Integers fit in a signed 64-bit integer: bounds are added where none is given.
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        kinds = node.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if "string" in kinds and "pattern" not in node and "format" not in node:
+            node["pattern"] = _NO_NUL
+        if "integer" in kinds:
+            node.setdefault("minimum", ARGUMENT_INT_RANGE[0])
+            node.setdefault("maximum", ARGUMENT_INT_RANGE[1])
+        stack.extend(
+            v for k, v in node.items() if k not in ("default", "examples", "const", "enum")
+        )
+    return schema
+
+
+_NO_NUL = "^[^\\u0000]*$"
+
+
 class _Builder:
     """Collects the components while the operations are built."""
 
@@ -43,7 +73,7 @@ class _Builder:
 
     def schema(self, adapter: TypeAdapter[Any], name: str | None = None) -> dict[str, Any]:
         """``adapter``'s schema: a ``$ref`` to a component when it is a named object."""
-        schema = adapter.json_schema(ref_template=_REF)
+        schema: dict[str, Any] = storable(adapter.json_schema(ref_template=_REF))
         self.components.update(schema.pop("$defs", {}))
         if name is None and schema.get("type") == "object" and isinstance(schema.get("title"), str):
             name = _pascal(schema["title"])
