@@ -187,19 +187,7 @@ def framework_paths(security: _SECURITY) -> dict[str, Any]:
                     "200": {
                         "description": "A fresh command id.",
                         "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "title": "CommandId",
-                                    "properties": {
-                                        "command_id": {
-                                            "type": "string",
-                                            "pattern": COMMAND_ID_PATTERN,
-                                        }
-                                    },
-                                    "required": ["command_id"],
-                                }
-                            }
+                            "application/json": {"schema": {"$ref": _SCHEMAS + "CommandId"}}
                         },
                     },
                     **refusals(),
@@ -214,7 +202,9 @@ def framework_paths(security: _SECURITY) -> dict[str, Any]:
                 "responses": {
                     status: {
                         "description": what,
-                        "content": {"application/json": {"schema": _READINESS}},
+                        "content": {
+                            "application/json": {"schema": {"$ref": _SCHEMAS + "Readiness"}}
+                        },
                     }
                     for status, what in (("200", "Ready."), ("503", "Not ready."))
                 },
@@ -237,9 +227,22 @@ def framework_paths(security: _SECURITY) -> dict[str, Any]:
     }
 
 
-_READINESS = {
-    "type": "object",
-    "title": "Readiness",
-    "properties": {"status": {"type": "string"}},
-    "required": ["status"],
-}
+_SCHEMAS = "#/components/schemas/"
+
+
+def framework_schemas() -> dict[str, Any]:
+    """The components the framework routes refer to."""
+    return {
+        "CommandId": {
+            "type": "object",
+            "title": "CommandId",
+            "properties": {"command_id": {"type": "string", "pattern": COMMAND_ID_PATTERN}},
+            "required": ["command_id"],
+        },
+        "Readiness": {
+            "type": "object",
+            "title": "Readiness",
+            "properties": {"status": {"type": "string"}},
+            "required": ["status"],
+        },
+    }

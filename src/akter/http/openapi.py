@@ -68,7 +68,10 @@ class _Builder:
     """Collects the components while the operations are built."""
 
     def __init__(self, schemes: dict[str, dict[str, Any]]) -> None:
-        self.components: dict[str, Any] = {"Problem": parts.problem_schema()}
+        self.components: dict[str, Any] = {
+            "Problem": parts.problem_schema(),
+            **parts.framework_schemas(),
+        }
         self.schemes = schemes
 
     def schema(self, adapter: TypeAdapter[Any], name: str | None = None) -> dict[str, Any]:
