@@ -8,7 +8,8 @@ while the job is quiet, then its frames and its close. The document states the p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import cast
 
 import httpx
 import pytest
@@ -105,7 +106,7 @@ async def test_keep_alive_passes_frames_and_errors_through_and_stops_its_pump() 
             stopped.set()
 
     stopped.clear()
-    feed = sse.keep_alive(endless())
+    feed = cast(AsyncGenerator[str, None], sse.keep_alive(endless()))
     assert await anext(feed) == sse.KEEPALIVE
     await feed.aclose()  # a client that went away: the pump is cancelled
     assert stopped.is_set()

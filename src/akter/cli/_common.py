@@ -214,8 +214,8 @@ AuthOption = Annotated[
     typer.Option(
         "--auth",
         help="The HTTP auth provider as module:attribute: an akter.http auth provider "
-        "(ApiKeys, BearerJWT, your own) or a zero-argument factory of one [default: none; "
-        "every caller is anonymous].",
+        "(ApiKeys, BearerJWT, your own) or a zero-argument factory of one. Without it every "
+        "caller is anonymous.",
         show_default=False,
     ),
 ]
