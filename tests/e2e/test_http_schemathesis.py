@@ -31,6 +31,7 @@ from tests.e2e.conftest import Account, Serve, Vault
 pytestmark = pytest.mark.timeout(180)
 
 ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 ST = str(Path(sys.executable).parent / "st")
 KEY = "st-key-0123456789"
 #: Examples per operation and the seed; raise or vary them locally to search further than CI.
@@ -70,6 +71,9 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
             "AKTER_ST_URL": s.url,
             "AKTER_ST_HEADER": header,
             "SCHEMATHESIS_HOOKS": "tests.e2e.schemathesis_hooks",
+            # Run in tmp_path (schemathesis keeps a cache in its working directory) with the
+            # repository importable for the hooks module.
+            "PYTHONPATH": os.pathsep.join([str(ROOT), *map(os.path.abspath, PYTHONPATH)]),
         }
         proc = await asyncio.create_subprocess_exec(
             ST,
@@ -95,7 +99,7 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
             "--report-dir",
             str(tmp_path),
             env=env,
-            cwd=ROOT,
+            cwd=tmp_path,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
