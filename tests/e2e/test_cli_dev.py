@@ -29,6 +29,7 @@ AKTER = str(Path(sys.executable).parent / "akter")
 
 APP = """
 import akter
+import akter.http
 from pydantic import BaseModel
 
 class S(BaseModel):
@@ -42,6 +43,20 @@ class Counter(akter.Actor[S], access=akter.public):
 
 runtime = akter.Runtime([Counter])
 """
+
+#: ``APP`` with an actor only signed-in users may use, and an auth provider for ``--auth``.
+APP_WITH_AUTH = (
+    APP
+    + """
+class Mine(akter.Actor[S], access=lambda caller, ref, member, kind: isinstance(caller, akter.User)):
+    @akter.query
+    async def n(self) -> int:
+        return self.state.n
+
+runtime = akter.Runtime([Counter, Mine])
+auth = akter.http.ApiKeys({"dev-key": ("dev", "default")})
+"""
+)
 
 
 def free_port() -> int:
@@ -61,19 +76,19 @@ class Dev:
 
 
 @contextmanager
-def dev_process(workdir: Path, prefix: str) -> Iterator[Dev]:
+def dev_process(workdir: Path, prefix: str, *extra: str, app: str = APP) -> Iterator[Dev]:
     """Start ``akter dev`` on ``APP`` with a fresh data dir; yield once it printed "ready".
 
     Afterwards the child is killed if still running and its embedded server stopped and removed.
     """
-    (workdir / "devapp.py").write_text(APP)
+    (workdir / "devapp.py").write_text(app)
     data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AKTER_DATABASE_URL", "AKTER_DATA_DIR")}
     pythonpath = env.get("PYTHONPATH")  # a worktree's src, if the tests run with one
     argv = [AKTER, "dev", "devapp:runtime", "--http", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(
-        [*argv, "--data-dir", str(data_dir)],
+        [*argv, "--data-dir", str(data_dir), *extra],
         cwd=workdir,
         env={**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(workdir), pythonpath]))},
         stderr=subprocess.PIPE,

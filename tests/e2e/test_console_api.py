@@ -25,6 +25,7 @@ from akter.testing import ActorTest
 from tests.e2e.conftest import (
     ACTORS,
     OPERATOR,
+    SECRET,
     Account,
     Courier,
     CourierControl,
@@ -76,7 +77,9 @@ async def test_the_console_is_off_by_default(served: Serve) -> None:
         for path in ("/console", "/console/", "/console/static/console.js", "/console/api/actors"):
             assert_problem(await http.get(path), 404, "InvalidInput", "no_route")
         assert_problem(await http.post("/console/api/dead-letters/x/retry"), 404, "InvalidInput")
-        with_console = akter.http.app(s.t.runtime, console=Console(allow=operators_only))
+        with_console = akter.http.app(
+            s.t.runtime, auth=akter.http.BearerJWT(SECRET), console=Console(allow=operators_only)
+        )
         # The console adds no operation to the OpenAPI document.
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=with_console), base_url="http://test"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_cli_dev import dev_process, get_when_up
+from tests.e2e.test_cli_dev import APP_WITH_AUTH, dev_process, get_when_up
 
 
 @pytest.mark.timeout(120)
@@ -69,3 +69,33 @@ def test_dev_serves_the_console_to_loopback(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert "drained" in err
+
+
+@pytest.mark.timeout(120)
+def test_dev_with_auth_serves_the_api_behind_it_and_the_console_as_before(tmp_path: Path) -> None:
+    with dev_process(
+        tmp_path, "akter-dev-auth-", "--auth", "devapp:auth", app=APP_WITH_AUTH
+    ) as dev:
+        base = dev.base
+        found = re.search(r"#token=(\S+)", dev.lines[-1])
+        assert found is not None, dev.lines[-1]
+        get_when_up(f"{base}/ready")
+        key = {"X-API-Key": "dev-key"}
+        # Counter is public: anonymous callers still reach it; Mine needs a signed-in user.
+        cid = httpx.post(f"{base}/command-ids").json()["command_id"]
+        added = httpx.post(
+            f"{base}/actors/Counter/c1/add", json={"k": 2}, headers={"Idempotency-Key": cid}
+        )
+        assert (added.status_code, added.json()) == (200, 2)
+        anonymous = httpx.post(f"{base}/actors/Mine/m1/queries/n", json={})
+        assert (anonymous.status_code, anonymous.json()["code"]) == (401, "missing_credentials")
+        signed_in = httpx.post(f"{base}/actors/Mine/m1/queries/n", json={}, headers=key)
+        assert (signed_in.status_code, signed_in.json()) == (200, 0)
+        spec = httpx.get(f"{base}/openapi.json").json()
+        assert set(spec["components"]["securitySchemes"]) == {"ApiKeys"}
+        console = {"X-Akter-Console": "1", "X-Akter-Console-Token": found.group(1)}
+        overview = httpx.get(f"{base}/console/api/overview", headers=console, timeout=5)
+        assert overview.status_code == 200, overview.text
+        dev.proc.send_signal(signal.SIGTERM)
+        _, err = dev.proc.communicate(timeout=60)
+        assert dev.proc.returncode == 0, err

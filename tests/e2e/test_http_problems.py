@@ -318,7 +318,8 @@ async def test_actor_ids_with_a_slash_are_reachable(served: Serve) -> None:
     [
         pytest.param("deposit", b'{"cents": true}', "cents", id="true-for-int"),
         pytest.param("deposit", b'{"cents": "5"}', "cents", id="string-for-int"),
-        pytest.param("deposit", b'{"cents": 5.0}', "cents", id="float-for-int"),
+        pytest.param("deposit", b'{"cents": 5.5}', "cents", id="fraction-for-int"),
+        pytest.param("deposit", b'{"cents": 1e300}', "cents", id="huge-float-for-int"),
         pytest.param("deposit", b'{"cents": NaN}', "cents", id="nan-for-int"),
         pytest.param("deposit", b'{"cents": 1, "memo": 7}', "memo", id="int-for-str"),
         pytest.param("whoami", b'{"pause": NaN}', "pause", id="nan-for-float"),
@@ -346,6 +347,15 @@ async def test_h10_http_bodies_are_validated_in_strict_json_mode(
         )  # bool is an int in Python
         ok = await send(s, "/actors/Account/a1/deposit", {"cents": 5})
         assert (ok.status_code, ok.json()) == (200, 6), ok.text
+
+
+async def test_an_integral_number_is_an_integer_as_json_schema_says(served: Serve) -> None:
+    async with served() as s:
+        for raw, balance in ((b'{"cents": 5.0}', 5), (b'{"cents": 2e1}', 25)):
+            response = await send(s, "/actors/Account/a1/deposit", content=raw, headers=JSON)
+            assert (response.status_code, response.json()) == (200, balance), response.text
+        purse = await s.t.get(Account, "a1", tenant="acme").purse()
+        assert purse.balance == 25
 
 
 async def test_h10_405_carries_an_allow_header(served: Serve) -> None:

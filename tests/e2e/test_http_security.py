@@ -54,7 +54,6 @@ async def written(s: Served) -> int:
 def _bad_tokens() -> list[tuple[str, str | None, str]]:
     now_claims = {"sub": "mallory", "tenant": "acme"}
     return [
-        ("missing", None, "missing_credentials"),
         ("garbage", "Bearer not-a-jwt", "invalid_credentials"),
         ("wrong key", f"Bearer {token('mallory', key=OTHER_SECRET)}", "invalid_credentials"),
         ("expired", f"Bearer {token('mallory', ttl=-60)}", "expired"),
@@ -99,10 +98,38 @@ async def test_SE01_missing_or_invalid_credentials_are_401_before_any_turn(
         assert await written(s) == 0
 
 
+async def test_SE01_no_credentials_is_anonymous_public_actors_answer_others_401(
+    served: Serve,
+) -> None:
+    async with served() as s:
+        http = s.http()
+        public = await http.post(
+            "/actors/Account/a1/whoami", json={}, headers={"Idempotency-Key": await s.mint()}
+        )
+        assert (public.status_code, public.json()) == (200, "Anonymous@default")
+        query = await http.post("/actors/Account/a1/queries/balance", json={})
+        assert (query.status_code, query.json()) == (200, 0)
+        for method, path, body in (
+            ("POST", "/actors/Vault/v1/put", {"cents": 1}),
+            ("POST", "/actors/Vault/v1/queries/total", {}),
+            ("GET", "/actors/Vault/v1/events", None),
+        ):
+            response = await http.request(
+                method,
+                path,
+                json=body,
+                headers={"Idempotency-Key": await s.mint()} if "put" in path else {},
+            )
+            assert_problem(response, 401, "Unauthorized", "missing_credentials")
+            assert response.headers.get("www-authenticate", "").lower().startswith("bearer")
+        assert RUNS["default/Vault/v1/put"] == 0
+        assert await count(s.t, "receipts", "actor_type = 'Vault'") == 0
+
+
 async def test_SE01_credentials_are_never_taken_from_the_url(served: Serve) -> None:
     async with served() as s:
         response = await s.http().post(
-            "/actors/Account/a1/deposit",
+            "/actors/Vault/a1/put",
             params={"access_token": ALICE, "token": ALICE},
             json={"cents": 1},
             headers={"Idempotency-Key": await s.mint(ALICE)},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import os
 import sys
 import time
@@ -32,6 +33,7 @@ from rich.progress import (
 
 from akter._store.embedded import default_data_dir, running_url
 from akter.errors import AkterError, ConfigurationError
+from akter.http.auth import AuthProvider
 from akter.runtime import Runtime
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -154,23 +156,69 @@ def _number(value: float) -> str:
 # --- the user's runtime -----------------------------------------------------------------------
 
 
-def load_runtime(target: str) -> Runtime:
-    """Import ``module:attribute`` and check it is an :class:`akter.Runtime`."""
+def load_object(target: str, example: str = "app:runtime") -> Any:
+    """Import ``module:attribute`` (the current directory first on ``sys.path``) and return it."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise ConfigurationError(
-            f"Target {target!r} must look like module:attribute (app:runtime)."
-        )
+        raise ConfigurationError(f"Target {target!r} must look like module:attribute ({example}).")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"Cannot import {module_name!r}: {exc}.") from None
-    runtime = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        raise ConfigurationError(f"Module {module_name!r} has no attribute {attribute!r}.")
+    return getattr(module, attribute)
+
+
+def load_runtime(target: str) -> Runtime:
+    """Import ``module:attribute`` and check it is an :class:`akter.Runtime`."""
+    runtime = load_object(target)
     if not isinstance(runtime, Runtime):
         raise ConfigurationError(f"{target!r} is not an akter.Runtime (found {type(runtime)!r}).")
     return runtime
+
+
+def load_auth(target: str) -> AuthProvider:
+    """Import the auth provider ``module:attribute``, calling it first if it is a factory.
+
+    It is a provider (``ApiKeys``, ``BearerJWT`` or any async ``(request) -> Identity``), or a
+    callable taking no arguments that returns one.
+    """
+    found = load_object(target, "app:auth")
+    if callable(found) and _takes_no_arguments(found):
+        found = found()
+    if not callable(found) or _takes_no_arguments(found):
+        raise ConfigurationError(
+            f"{target!r} is not an auth provider (an async callable taking the request) nor a "
+            f"zero-argument factory of one (found {type(found)!r})."
+        )
+    provider: AuthProvider = found
+    return provider
+
+
+def _takes_no_arguments(fn: Any) -> bool:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    return all(
+        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        for p in signature.parameters.values()
+    )
+
+
+AuthOption = Annotated[
+    str | None,
+    typer.Option(
+        "--auth",
+        help="The HTTP auth provider as module:attribute: an akter.http auth provider "
+        "(ApiKeys, BearerJWT, your own) or a zero-argument factory of one. Without it every "
+        "caller is anonymous.",
+        show_default=False,
+    ),
+]
 
 
 def quiet(runtime: Runtime) -> Runtime:

@@ -2,7 +2,8 @@
 
 ``TARGET`` names the user's runtime as ``module:attribute`` (``app:runtime``), imported with the
 current directory on ``sys.path``. ``serve`` runs a runner (with ``--http`` also the ASGI app under
-uvicorn) until SIGTERM/SIGINT, then drains gracefully; ``worker`` runs executors only.
+uvicorn, behind the auth provider of ``--auth module:provider``) until SIGTERM/SIGINT, then
+drains gracefully; ``worker`` runs executors only.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from akter.cli._common import TargetArg, load_runtime, refusals_exit
+from akter.cli._common import AuthOption, TargetArg, load_auth, load_runtime, refusals_exit
 from akter.cli._serving import run_until_signalled
 from akter.errors import ConfigurationError
 
@@ -25,11 +26,15 @@ def serve(
     http: Annotated[
         str | None, typer.Option("--http", help="Also serve HTTP on HOST:PORT.")
     ] = None,
+    auth: AuthOption = None,
 ) -> None:
     """Run a runner: turns, the relay, executors (and HTTP with --http) until SIGTERM."""
     with refusals_exit():
         runtime = load_runtime(target)
-        asyncio.run(run_until_signalled(runtime, http))
+        if auth is not None and not http:
+            raise ConfigurationError("--auth needs --http (it is the HTTP auth provider).")
+        options = {"auth": load_auth(auth)} if auth is not None else {}
+        asyncio.run(run_until_signalled(runtime, http, app_options=options))
 
 
 @runner_app.command("worker")

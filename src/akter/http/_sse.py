@@ -3,11 +3,14 @@
 One frame is ``id:``/``event:``/``data:`` lines and a blank line. An actor's event feed names
 each frame after the event's tag and carries its cursor as the frame ``id`` (what a client sends
 back as ``Last-Event-ID``); a retention gap ends the feed with one ``retention_gap`` frame. A
-job's progress feed sends ``progress`` frames, then one ``closed`` frame.
+job's progress feed sends ``progress`` frames, then one ``closed`` frame. While a feed is idle it
+sends a comment line (``: keep-alive``) every :data:`KEEPALIVE_SECONDS`, so proxies that cut
+silent connections keep it open; clients ignore comments.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,12 +24,61 @@ if TYPE_CHECKING:
     from akter.runtime import Runtime
 
 MEDIA_TYPE = "text/event-stream"
+#: Seconds of silence after which a feed sends a keep-alive comment (read at each wait).
+KEEPALIVE_SECONDS = 15.0
+KEEPALIVE = ": keep-alive\n\n"
 
 
-async def event_stream(
+async def keep_alive(frames: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``frames``, with :data:`KEEPALIVE` whenever :data:`KEEPALIVE_SECONDS` pass without one.
+
+    One task drains ``frames`` (so its context variables stay in one task) into a queue of one;
+    closing this generator cancels that task.
+    """
+    queue: asyncio.Queue[tuple[str | None, BaseException | None]] = asyncio.Queue(maxsize=1)
+
+    async def pump() -> None:
+        try:
+            async for frame in frames:
+                await queue.put((frame, None))
+        except Exception as exc:
+            await queue.put((None, exc))
+            return
+        await queue.put((None, None))
+
+    task = asyncio.create_task(pump(), name="akter.sse")
+    try:
+        while True:
+            try:
+                frame, error = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield KEEPALIVE
+                continue
+            if error is not None:
+                raise error
+            if frame is None:
+                return
+            yield frame
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def event_stream(
     runtime: Runtime, ref: ActorRef, after: str | None, caller: Caller
 ) -> AsyncIterator[str]:
     """An actor's events after ``after`` as server-sent events, live (also the console's feed)."""
+    return keep_alive(_event_frames(runtime, ref, after, caller))
+
+
+def progress_stream(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    """A job's progress messages as server-sent events (also the console's feed)."""
+    return keep_alive(_progress_frames(messages))
+
+
+async def _event_frames(
+    runtime: Runtime, ref: ActorRef, after: str | None, caller: Caller
+) -> AsyncIterator[str]:
     with as_caller(caller):
         try:
             async for record in runtime.follow_events(ref, after):
@@ -46,12 +98,16 @@ async def event_stream(
                 yield gap(exc)
 
 
-async def progress_stream(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-    """A job's progress messages as server-sent events (also the console's feed)."""
-    async for message in messages:
-        data = json.dumps(message, separators=(",", ":"))
-        event = "closed" if message.get("closed") else "progress"
-        yield f"event: {event}\ndata: {data}\n\n"
+async def _progress_frames(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    try:
+        async for message in messages:
+            data = json.dumps(message, separators=(",", ":"))
+            event = "closed" if message.get("closed") else "progress"
+            yield f"event: {event}\ndata: {data}\n\n"
+    finally:
+        close = getattr(messages, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def gap(exc: ActorError) -> str:
@@ -75,4 +131,13 @@ def _jsonable(value: Any) -> Any:
     return dump(mode="json") if callable(dump) else value
 
 
-__all__ = ["MEDIA_TYPE", "event_stream", "gap", "once", "progress_stream"]
+__all__ = [
+    "KEEPALIVE",
+    "KEEPALIVE_SECONDS",
+    "MEDIA_TYPE",
+    "event_stream",
+    "gap",
+    "keep_alive",
+    "once",
+    "progress_stream",
+]

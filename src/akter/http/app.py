@@ -8,10 +8,13 @@ Routes (design §2.2)::
     GET  /actors/{Type}/{id}/jobs/{job_id}/progress   server-sent progress frames, then the close
     POST /command-ids                          mints a command id from the database clock
     GET  /ready                                readiness for probes
+    GET  /metrics                              Prometheus text exposition
     GET  /openapi.json, /docs                  the OpenAPI 3.1 document and a docs page
     /console/...                               the web console, only with ``console=``
 
-Caller and tenant come only from the auth provider. Every refusal is problem+json with the
+Caller and tenant come only from the auth provider; a request without credentials is served as
+``Anonymous`` in the tenant "default" (public actors answer it; the others refuse it with the
+provider's 401 ``missing_credentials``). Every refusal is problem+json with the
 ``reason``; declared errors are 422 with their tag and fields. A singleton's id in a path is ``_``.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -36,8 +40,10 @@ from starlette.routing import Route
 
 from akter._engine.progress import open_progress
 from akter.actor import ActorDefinition, Member
-from akter.callers import ActorRef, as_caller
+from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
+from akter.events import parse_cursor
+from akter.http._docs import docs_page
 from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider, Identity, anonymous
 from akter.http.console import Console
@@ -58,6 +64,7 @@ def app(
     runtime: Runtime,
     auth: AuthProvider | None = None,
     *,
+    lifespan: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     allowed_origins: Sequence[str] = (),
     title: str = "akter",
@@ -66,9 +73,14 @@ def app(
     """Build the ASGI app serving ``runtime`` (mount it in FastAPI/Starlette, or serve it).
 
     Args:
-        runtime: The runtime whose actors are served (start it in the app's lifespan or before).
+        runtime: The runtime whose actors are served.
         auth: The auth provider; ``None`` makes every request ``Anonymous`` in tenant "default",
-            so only actors with ``access=akter.public`` answer.
+            so only actors with ``access=akter.public`` answer. Under a provider, requests
+            without credentials are ``Anonymous`` too: public actors answer them.
+        lifespan: Start the runtime when the ASGI server starts the app and drain it when the
+            server stops, so ``uvicorn module:app`` just works. Leave it off (the default) when
+            something else owns the runtime: ``akter serve``, a test, or a FastAPI app that
+            mounts this one (a mounted app's lifespan never runs; start the runtime in yours).
         max_body_bytes: Largest accepted request body (413 beyond).
         allowed_origins: Browser origins allowed besides the app's own.
         title: The OpenAPI title.
@@ -85,9 +97,22 @@ def app(
             "with the rule that says who may operate it."
         )
     api = _Api(runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title)
+    if lifespan:
+        api.app.router.lifespan_context = _owning(runtime)
     if console is not None:
         api.app.router.routes.extend(ConsoleApi(runtime, api.auth, console).routes())
     return api.app
+
+
+def _owning(runtime: Runtime) -> Any:
+    """A lifespan that starts ``runtime`` with the server and drains it on shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with runtime:
+            yield
+
+    return lifespan
 
 
 class _Api:
@@ -156,7 +181,21 @@ class _Api:
 
     async def _identity(self, request: Request) -> Identity:
         self._check_origin(request)
-        return await self.auth(request)
+        try:
+            return await self.auth(request)
+        except ActorError as exc:
+            if exc.reason != "Unauthorized" or exc.code != "missing_credentials":
+                raise
+            # No credentials at all: an anonymous caller, whom public actors answer.
+            request.state.missing_credentials = exc
+            return Identity(Anonymous(), "default")
+
+    def _refused(self, request: Request, exc: ActorError) -> Response:
+        """The problem for ``exc``; an anonymous caller denied access hears "log in" (401)."""
+        missing = getattr(request.state, "missing_credentials", None)
+        if isinstance(missing, ActorError) and exc.code == "access_denied":
+            exc = missing
+        return from_actor_error(exc)
 
     async def _body(self, request: Request, member: Member) -> dict[str, Any]:
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -177,8 +216,11 @@ class _Api:
                 raise _too_large(self.max_body)
             chunks.append(chunk)
         raw = b"".join(chunks)
+        integral: list[str] = []
         try:
-            body = json.loads(raw or b"{}", parse_int=_parse_int)
+            body = json.loads(
+                raw or b"{}", parse_int=_parse_int, parse_float=_float_reader(integral)
+            )
         except RecursionError:
             raise ActorError(
                 "InvalidInput", "The body nests too deeply to parse.", code="malformed_json"
@@ -189,6 +231,9 @@ class _Api:
             ) from None
         if not isinstance(body, dict):
             raise ActorError("InvalidInput", "The body must be a JSON object of arguments.")
+        if integral:
+            # JSON Schema's integer includes 1.0: read such numbers as the ints they are.
+            raw = json.dumps(body).encode()  # NaN stays NaN, refused as before
         # Strict JSON: `true` or "5" is no int over HTTP (in-process calls keep Python's rules).
         member.validate_json_body(raw, body)
         return body
@@ -226,7 +271,7 @@ class _Api:
                 )
             return JSONResponse(member.result.dump_python(value, mode="json"))
         except ActorError as exc:
-            return from_actor_error(exc)
+            return self._refused(request, exc)
         except DeclaredError as exc:
             return from_declared(exc)
 
@@ -242,14 +287,14 @@ class _Api:
                 )
             return JSONResponse(member.result.dump_python(value, mode="json"))
         except ActorError as exc:
-            return from_actor_error(exc)
+            return self._refused(request, exc)
 
     async def events(self, request: Request) -> Response:
         try:
             identity = await self._identity(request)
             definition, actor_id = self._resolve(request)
             ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
-            after = request.headers.get("last-event-id") or request.query_params.get("after")
+            after = _cursor(request)
             with as_caller(identity.caller):
                 # Validate access and the cursor before the stream starts: refusals stay 4xx.
                 try:
@@ -259,7 +304,7 @@ class _Api:
                         raise
                     return once([gap(exc)])
         except ActorError as exc:
-            return from_actor_error(exc)
+            return self._refused(request, exc)
         return StreamingResponse(
             self._stream(ref, after, identity),
             media_type=MEDIA_TYPE,
@@ -278,7 +323,7 @@ class _Api:
                 # Access is checked and the subscription taken before the stream starts.
                 messages = await open_progress(self.runtime, ref, request.path_params["job_id"])
         except ActorError as exc:
-            return from_actor_error(exc)
+            return self._refused(request, exc)
         return StreamingResponse(
             progress_stream(messages),
             media_type=MEDIA_TYPE,
@@ -290,7 +335,7 @@ class _Api:
             await self._identity(request)
             return JSONResponse({"command_id": await self.runtime.mint_command_id()})
         except ActorError as exc:
-            return from_actor_error(exc)
+            return self._refused(request, exc)
 
     async def ready(self, request: Request) -> Response:
         status = self.runtime.readiness
@@ -302,10 +347,10 @@ class _Api:
         )
 
     async def openapi(self, request: Request) -> Response:
-        return JSONResponse(document(self.runtime, self.title))
+        return JSONResponse(document(self.runtime, self.title, self.auth))
 
     async def docs(self, request: Request) -> Response:
-        return HTMLResponse(_DOCS_PAGE.replace("{title}", self.title))
+        return HTMLResponse(docs_page(self.title))
 
 
 def _public(member: Member) -> Member:
@@ -317,6 +362,16 @@ def _public(member: Member) -> Member:
             code="unknown_member",
         )
     return member
+
+
+def _cursor(request: Request) -> str | None:
+    """The feed's cursor: ``Last-Event-ID``, else ``?after=``; each one given must be valid."""
+    header = request.headers.get("last-event-id")
+    query = request.query_params.get("after")
+    for given in (header, query):
+        if given is not None:
+            parse_cursor(given)  # UnknownCursor/malformed, even for the one that loses
+    return header if header is not None else query
 
 
 def _parse_int(digits: str) -> int:
@@ -331,50 +386,24 @@ def _parse_int(digits: str) -> int:
     return int(digits)
 
 
+def _float_reader(integral: list[str]) -> Any:
+    """A ``parse_float`` that reads a number with no fraction (``1.0``, ``2e3``) as an int.
+
+    JSON Schema counts such numbers as integers; they are kept as ints only within the signed
+    64-bit range (``integral`` records each conversion).
+    """
+
+    def read(text: str) -> float | int:
+        value = float(text)
+        if value.is_integer() and -(2**63) <= value < 2**63:
+            integral.append(text)
+            return int(value)
+        return value
+
+    return read
+
+
 def _too_large(limit: int) -> ActorError:
     return ActorError(
         "InvalidInput", f"The body is larger than {limit} bytes.", code="body_too_large"
     )
-
-
-_DOCS_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title} — API</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:2rem;max-width:70rem}
-details{border:1px solid #ccc;border-radius:6px;margin:.5rem 0;padding:.5rem}
-summary{cursor:pointer;font-family:monospace} textarea{width:100%;height:6rem;font-family:monospace}
-pre{background:#f6f6f6;padding:.5rem;overflow:auto} .m{font-weight:bold;color:#05a}
-</style></head><body>
-<h1>{title}</h1><p>OpenAPI document: <a href="openapi.json">openapi.json</a></p>
-<div id="ops">Loading…</div>
-<script>
-async function main() {
-  const doc = await (await fetch("openapi.json")).json();
-  const root = document.getElementById("ops"); root.textContent = "";
-  for (const [path, item] of Object.entries(doc.paths)) {
-    for (const [method, op] of Object.entries(item)) {
-      const d = document.createElement("details");
-      d.innerHTML = `<summary><span class="m">${method.toUpperCase()}</span> ${path}</summary>
-        <p>${op.summary || ""}</p><label>id <input class="id" value="demo"></label>
-        <p>body</p><textarea class="body">{}</textarea>
-        <p><button>Send</button></p><pre class="out"></pre>
-        <details><summary>schema</summary><pre>${JSON.stringify(op, null, 2)}</pre></details>`;
-      d.querySelector("button").onclick = async () => {
-        const url = path.replace("{id}", encodeURIComponent(d.querySelector(".id").value));
-        const headers = {"Content-Type": "application/json"};
-        if ((op.parameters || []).some(p => p.name === "Idempotency-Key")) {
-          const minted = await (await fetch("command-ids", {method: "POST"})).json();
-          headers["Idempotency-Key"] = minted.command_id;
-        }
-        const init = {method: method.toUpperCase(), headers};
-        if (method === "post") init.body = d.querySelector(".body").value;
-        const res = await fetch(url.replace(/^\\//, ""), init);
-        d.querySelector(".out").textContent = res.status + "\\n" + await res.text();
-      };
-      root.appendChild(d);
-    }
-  }
-}
-main();
-</script></body></html>
-"""

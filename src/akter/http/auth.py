@@ -4,6 +4,12 @@ A provider is an async callable ``(request) -> Identity`` that returns a ``User`
 ``Anonymous`` caller and a tenant, or raises ``ActorError("Unauthorized", code=...)``. Caller and
 tenant come only from the provider — never from the path, headers or body of the request.
 Credentials are never stored or logged.
+
+A request without credentials is refused with the code ``missing_credentials``; the app then
+serves it as ``Anonymous`` in the tenant "default", so actors with ``access=akter.public``
+answer it under any provider (the others still answer 401 ``missing_credentials``). Presented
+but invalid credentials are always refused. A provider may describe its scheme for the OpenAPI
+document with an ``openapi_security()`` method returning ``{name: security scheme object}``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ class Identity:
 
 
 AuthProvider = Callable[[Request], Awaitable[Identity]]
+
+
+def security_schemes(provider: AuthProvider) -> dict[str, dict[str, Any]]:
+    """The OpenAPI security schemes a provider declares (none for one that declares none)."""
+    describe = getattr(provider, "openapi_security", None)
+    return dict(describe()) if callable(describe) else {}
 
 
 def _refuse(code: str, message: str) -> ActorError:
@@ -105,6 +117,10 @@ class BearerJWT:
         except ActorError:
             raise _refuse("invalid_credentials", "The token's tenant is invalid.") from None
 
+    def openapi_security(self) -> dict[str, dict[str, Any]]:
+        """The OpenAPI security scheme: an HTTP bearer token in JWT format."""
+        return {"BearerJWT": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}
+
 
 class ApiKeys:
     """Static API keys: ``ApiKeys({"key-1": ("service-a", "acme")})`` (subject, tenant)."""
@@ -125,3 +141,7 @@ class ApiKeys:
         if found is None:
             raise _refuse("invalid_credentials", "The API key is not valid.")
         return found
+
+    def openapi_security(self) -> dict[str, dict[str, Any]]:
+        """The OpenAPI security scheme: an API key in the provider's header."""
+        return {"ApiKeys": {"type": "apiKey", "in": "header", "name": self._header}}

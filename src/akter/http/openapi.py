@@ -1,12 +1,24 @@
-"""The OpenAPI 3.1 document, built from the pydantic models of public commands and queries."""
+"""The OpenAPI 3.1 document: the contract the server enforces, built from the runtime's actors.
+
+Every public command and query is an operation whose request body and result are schemas of
+their own (``AccountDepositArgs``, the result model's name), so generated clients get clean names.
+A command that declares errors lists a 422 response with one schema per error (its tag as
+``error`` and its fields as ``fields``); the others do not. The limits the server enforces are
+stated on each parameter (actor ids, ``Idempotency-Key``, ``Last-Event-ID`` and ``?after=``),
+and the auth provider's ``securitySchemes`` are declared, optional only on public actors.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
-from akter.actor import Member
+from akter.actor import ARGUMENT_INT_RANGE, ActorDefinition, Member, public
+from akter.errors import DeclaredError
+from akter.http import _openapi_parts as parts
+from akter.http.auth import AuthProvider, security_schemes
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -14,157 +26,169 @@ if TYPE_CHECKING:
 _REF = "#/components/schemas/{model}"
 
 
-def _schema(adapter: TypeAdapter[Any], components: dict[str, Any]) -> dict[str, Any]:
-    schema = adapter.json_schema(ref_template=_REF)
-    components.update(schema.pop("$defs", {}))
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _pascal(*words: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for w in words for part in re.split(r"[_.\W]+", w))
+
+
+def storable(schema: Any) -> Any:
+    """``schema`` with the limits of what akter stores stated on it (in place, and returned).
+
+    Strings hold no NUL (PostgreSQL cannot store it): a string schema without a ``pattern`` gets
+    one. Integers fit in a signed 64-bit integer: bounds are added where none is given.
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        kinds = node.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if "string" in kinds and "pattern" not in node and "format" not in node:
+            node["pattern"] = _NO_NUL
+        if "integer" in kinds:
+            node.setdefault("minimum", ARGUMENT_INT_RANGE[0])
+            node.setdefault("maximum", ARGUMENT_INT_RANGE[1])
+        stack.extend(
+            v for k, v in node.items() if k not in ("default", "examples", "const", "enum")
+        )
     return schema
 
 
-def _problem_ref() -> dict[str, Any]:
-    return {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+_NO_NUL = "^[^\\u0000]*$"
 
 
-def _operation(member: Member, components: dict[str, Any]) -> dict[str, Any]:
-    definition = member.owner
-    body = _schema(TypeAdapter(member.args_model), components)
-    params: list[dict[str, Any]] = [
-        {
-            "name": "id",
-            "in": "path",
-            "required": True,
-            "schema": {"type": "string"},
-            "description": "The actor id ('_' for a singleton).",
+class _Builder:
+    """Collects the components while the operations are built."""
+
+    def __init__(self, schemes: dict[str, dict[str, Any]]) -> None:
+        self.components: dict[str, Any] = {
+            "Problem": parts.problem_schema(),
+            **parts.framework_schemas(),
         }
-    ]
+        self.schemes = schemes
+
+    def schema(self, adapter: TypeAdapter[Any], name: str | None = None) -> dict[str, Any]:
+        """``adapter``'s schema: a ``$ref`` to a component when it is a named object."""
+        schema: dict[str, Any] = storable(adapter.json_schema(ref_template=_REF))
+        self.components.update(schema.pop("$defs", {}))
+        if name is None and schema.get("type") == "object" and isinstance(schema.get("title"), str):
+            name = _pascal(schema["title"])
+        if name is None:
+            return schema
+        schema["title"] = name
+        if self.components.setdefault(name, schema) != schema:
+            return schema  # another schema holds the name: keep this one inline
+        return _ref(name)
+
+    def security(self, definition: ActorDefinition) -> list[dict[str, list[str]]]:
+        """Who may call: any declared scheme, or (public actors only) no credentials at all."""
+        required: list[dict[str, list[str]]] = [{name: []} for name in self.schemes]
+        return [{}, *required] if definition.access is public else required
+
+    def declared_errors(self, member: Member) -> dict[str, Any] | None:
+        """The 422 response of a command's declared errors, or ``None`` without any."""
+        errors: list[type[DeclaredError]] = list(member.spec.errors)
+        if not errors:
+            return None
+        refs = []
+        for error in errors:
+            fields = self.schema(TypeAdapter(error._fields_model), f"{error.__name__}Fields")
+            name = error.__name__
+            self.components.setdefault(name, parts.declared_error_schema(error.tag, fields, name))
+            refs.append(_ref(name))
+        schema = refs[0] if len(refs) == 1 else {"oneOf": refs}
+        return {
+            "description": "A declared error: its tag in `error`, its fields in `fields`.",
+            "content": {"application/problem+json": {"schema": schema}},
+        }
+
+
+def _operation(builder: _Builder, member: Member) -> dict[str, Any]:
+    definition = member.owner
+    args = builder.schema(
+        TypeAdapter(member.args_model), _pascal(definition.name, member.name, "Args")
+    )
+    params = [parts.id_parameter(definition.singleton)]
     if member.kind == "command":
-        params.append(
-            {
-                "name": "Idempotency-Key",
-                "in": "header",
-                "required": True,
-                "schema": {"type": "string"},
-                "description": "The command id (mint one with POST /command-ids).",
-            }
-        )
+        params.append(parts.IDEMPOTENCY_KEY)
     responses: dict[str, Any] = {
         "200": {
             "description": "The return value.",
-            "content": {"application/json": {"schema": _schema(member.result, components)}},
+            "content": {"application/json": {"schema": builder.schema(member.result)}},
         },
-        "default": {"description": "A refusal (problem+json).", "content": _problem_ref()},
+        **parts.refusals(),
     }
-    if member.kind == "command":
-        responses["422"] = {"description": "A declared error.", "content": _problem_ref()}
-    return {
+    declared = builder.declared_errors(member) if member.kind == "command" else None
+    if declared is not None:
+        responses["422"] = declared
+    operation: dict[str, Any] = {
         "operationId": f"{definition.name}.{member.name}",
-        "summary": (member.fn.__doc__ or "").strip().split("\n")[0] or None,
         "tags": [definition.name],
         "parameters": params,
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": body}},
-        },
+        "requestBody": {"required": True, "content": {"application/json": {"schema": args}}},
         "responses": responses,
+        "security": builder.security(definition),
     }
+    summary = (member.fn.__doc__ or "").strip().split("\n")[0]
+    if summary:
+        operation["summary"] = summary
+    return operation
 
 
-def document(runtime: Runtime, title: str = "akter") -> dict[str, Any]:
-    """The OpenAPI document of a runtime's public commands and queries (internal ones absent)."""
-    components: dict[str, Any] = {"Problem": _problem_schema()}
+def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    definition.resolve()
+    for member in definition.members.values():
+        if member.internal:
+            continue
+        path = (
+            f"/actors/{definition.name}/{{id}}/{member.name}"
+            if member.kind == "command"
+            else f"/actors/{definition.name}/{{id}}/queries/{member.name}"
+        )
+        paths[path] = {"post": _operation(builder, member)}
+    security = builder.security(definition)
+    paths[f"/actors/{definition.name}/{{id}}/events"] = {
+        "get": parts.events_operation(definition.name, definition.singleton, security)
+    }
+    if definition.jobs:
+        paths[f"/actors/{definition.name}/{{id}}/jobs/{{job_id}}/progress"] = {
+            "get": parts.progress_operation(definition.name, definition.singleton, security)
+        }
+    return paths
+
+
+def document(
+    runtime: Runtime, title: str = "akter", auth: AuthProvider | None = None
+) -> dict[str, Any]:
+    """The OpenAPI document of a runtime's public commands and queries (internal ones absent).
+
+    Args:
+        runtime: The runtime whose actors are described.
+        title: The document's title.
+        auth: The app's auth provider, whose ``openapi_security()`` names its schemes.
+    """
+    schemes = security_schemes(auth) if auth is not None else {}
+    builder = _Builder(schemes)
     paths: dict[str, Any] = {}
     for definition in sorted(runtime.definitions.values(), key=lambda d: d.name):
-        definition.resolve()
-        for member in definition.members.values():
-            if member.internal:
-                continue
-            path = (
-                f"/actors/{definition.name}/{{id}}/{member.name}"
-                if member.kind == "command"
-                else f"/actors/{definition.name}/{{id}}/queries/{member.name}"
-            )
-            operation = _operation(member, components)
-            if operation["summary"] is None:
-                del operation["summary"]
-            paths[path] = {"post": operation}
-        paths[f"/actors/{definition.name}/{{id}}/events"] = _events_path(definition.name)
-    paths.update(_framework_paths())
+        paths.update(_actor_paths(builder, definition))
+    anyone: list[dict[str, list[str]]] = [{}]
+    anyone.extend({name: []} for name in schemes)
+    paths.update(parts.framework_paths(anyone))
+    components: dict[str, Any] = {"schemas": builder.components}
+    if schemes:
+        components["securitySchemes"] = schemes
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": "1"},
         "paths": paths,
-        "components": {"schemas": components},
-    }
-
-
-def _problem_schema() -> dict[str, Any]:
-    """The schema of every refusal's problem+json body."""
-    return {
-        "type": "object",
-        "properties": {
-            "type": {"type": "string"},
-            "title": {"type": "string"},
-            "status": {"type": "integer"},
-            "detail": {"type": "string"},
-            "reason": {"type": "string"},
-            "code": {"type": "string"},
-        },
-        "required": ["status", "reason", "detail"],
-    }
-
-
-def _events_path(type_name: str) -> dict[str, Any]:
-    """The path item of an actor type's event feed."""
-    return {
-        "get": {
-            "operationId": f"{type_name}.events",
-            "tags": [type_name],
-            "summary": "Server-sent events: replay after Last-Event-ID, then follow live.",
-            "parameters": [
-                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
-                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
-            ],
-            "responses": {
-                "200": {
-                    "description": "An event stream.",
-                    "content": {"text/event-stream": {}},
-                },
-                "default": {"description": "A refusal.", "content": _problem_ref()},
-            },
-        }
-    }
-
-
-def _framework_paths() -> dict[str, Any]:
-    """The path items every app serves besides its actors: command ids and readiness."""
-    return {
-        "/command-ids": {
-            "post": {
-                "operationId": "mint_command_id",
-                "summary": "Mint a command id from the server's clock (writes nothing).",
-                "responses": {
-                    "200": {
-                        "description": "A fresh command id.",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {"command_id": {"type": "string"}},
-                                    "required": ["command_id"],
-                                }
-                            }
-                        },
-                    }
-                },
-            }
-        },
-        "/ready": {
-            "get": {
-                "operationId": "ready",
-                "summary": "Readiness for probes.",
-                "responses": {
-                    "200": {"description": "Ready."},
-                    "503": {"description": "Not ready."},
-                },
-            }
-        },
+        "components": components,
     }

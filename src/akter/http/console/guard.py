@@ -7,7 +7,8 @@ browser that does not send it, an ``Origin`` whose host and port are the ``Host`
 is not compared, so a TLS-terminating proxy does not break it), or an origin listed in
 ``Console(origins=...)`` (403); for ``Console.local()`` a loopback request to a loopback host
 name (403); the console's token in ``X-Akter-Console-Token`` when it has one (401); then the
-app's auth provider establishes the caller (401 without credentials) and the console's rule
+app's auth provider establishes the caller (401 without credentials, unless the console takes
+``Anonymous``) and the console's rule
 accepts it or not (403; ``Anonymous`` only with ``anonymous=True``). The request then runs as a
 ``System`` caller on behalf of that caller's principal.
 """
@@ -21,9 +22,9 @@ from typing import Any
 
 from starlette.requests import Request
 
-from akter.callers import System, principal_of
+from akter.callers import Anonymous, System, principal_of
 from akter.errors import ActorError
-from akter.http.auth import AuthProvider
+from akter.http.auth import AuthProvider, Identity
 from akter.http.console import Console
 
 #: The header every console API request carries (the CSRF defence of a same-origin page).
@@ -87,7 +88,14 @@ async def operator(request: Request, auth: AuthProvider, console: Console) -> Sy
                 "restarts): open the console URL it printed last.",
                 code="console_token_invalid",
             )
-    identity = await auth(request)
+    try:
+        identity = await auth(request)
+    except ActorError as exc:
+        # A console open to Anonymous (``Console.local()``) serves requests without credentials
+        # as Anonymous under any provider, as the API serves them to public actors.
+        if not (console.anonymous and exc.code == "missing_credentials"):
+            raise
+        identity = Identity(Anonymous(), "default")
     if not await console.allows(identity.caller):
         raise ActorError(
             "Unauthorized",
