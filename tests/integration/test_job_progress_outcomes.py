@@ -110,6 +110,10 @@ async def test_a_job_that_never_existed_is_refused_in_process_and_over_http(
         transport = httpx.ASGITransport(akter.http.app(t.runtime))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
             answer = await http.get(f"/actors/Ender/a/jobs/{never}/progress")
+            document = (await http.get("/openapi.json")).json()
+        route = document["paths"]["/actors/Ender/{id}/jobs/{job_id}/progress"]["get"]
+        assert "unknown_job" in route["responses"]["404"]["description"]
+        assert "outcome" in route["responses"]["200"]["description"]
         assert answer.status_code == 404
         assert answer.headers["content-type"].startswith("application/problem+json")
         assert answer.json()["code"] == "unknown_job"
