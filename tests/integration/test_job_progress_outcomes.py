@@ -111,6 +111,11 @@ async def test_a_job_that_never_existed_is_refused_in_process_and_over_http(
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
             answer = await http.get(f"/actors/Ender/a/jobs/{never}/progress")
             document = (await http.get("/openapi.json")).json()
+            # A feed's path answers other methods 405, not the command route's 404.
+            for feed in (f"/actors/Ender/a/jobs/{never}/progress", "/actors/Ender/a/events"):
+                wrong = await http.post(feed, json={}, headers={"Idempotency-Key": never})
+                assert (wrong.status_code, wrong.headers["allow"]) == (405, "GET"), wrong.text
+                assert wrong.json()["code"] == "method_not_allowed"
         route = document["paths"]["/actors/Ender/{id}/jobs/{job_id}/progress"]["get"]
         assert "unknown_job" in route["responses"]["404"]["description"]
         assert "outcome" in route["responses"]["200"]["description"]
