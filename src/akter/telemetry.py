@@ -35,7 +35,7 @@ is built.
 One trace across the outbox: every row a turn stages (intent, timer, job) keeps the W3C
 ``traceparent`` of the batch span (:func:`traceparent`; NULL when no span is current), each
 delivery and attempt is a child of it (:func:`stored_context`), and a job's route keeps the
-attempt's. An HTTP request's server span (``akter.http``) continues the caller's
+attempt's. An HTTP request's server span (``akter.http._tracing``) continues the caller's
 ``traceparent``, so one trace shows caller → turn → intent → receiver turn → attempt → route.
 """
 
