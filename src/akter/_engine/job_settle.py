@@ -89,8 +89,8 @@ Reported = Succeeded | Rejected | Failed | Interrupted | Unattempted
 Known = Literal["Failed", "Unknown"]
 
 
-def _write(route: Route | None) -> RouteWrite | None:
-    return None if route is None else RouteWrite(route.command, route.payload)
+def _write(route: Route | None, traceparent: str | None) -> RouteWrite | None:
+    return None if route is None else RouteWrite(route.command, route.payload, traceparent)
 
 
 def known(ambiguous: bool, maybe_applied: bool) -> Known:
@@ -142,6 +142,8 @@ class Settler:
         self.wake = wake
         self.capped = job.options.per_actor is not None
         self.routes_cancelled = job_routes.has_route(job, "cancelled")
+        #: The attempt's span (W3C text) once it ran: a route's delivery continues it.
+        self.traceparent: str | None = None
 
     # --- entry --------------------------------------------------------------------------------
 
@@ -265,7 +267,7 @@ class Settler:
         armed = self.hooks.armed("before_dead_letter_commit")
         written = await self.gateway.dead_letter(
             row,
-            _write(route),
+            _write(route, self.traceparent),
             cancelled=cancelled,
             attempt=n,
             cause=cause,
@@ -322,7 +324,11 @@ class Settler:
         after = self.row.attempts if self.capped and attempt is None else None
         while True:
             changed, held = await self.gateway.end(
-                self.row, _write(route), cancelled=cancelled, attempt=attempt, after=after
+                self.row,
+                _write(route, self.traceparent),
+                cancelled=cancelled,
+                attempt=attempt,
+                after=after,
             )
             if changed or after is None:
                 break
