@@ -31,6 +31,12 @@ Spans (semantics §10.2): ``akter.<Actor>/batch`` (+ ``batch.size``) is the pare
 receiving batch becomes its child; ``akter.job/<Actor>/<job>`` wraps each job attempt. Without a
 configured tracer provider the batch span is a non-recording no-op and no child span or attribute
 is built.
+
+One trace across the outbox: every row a turn stages (intent, timer, job) keeps the W3C
+``traceparent`` of the batch span (:func:`traceparent`; NULL when no span is current), each
+delivery and attempt is a child of it (:func:`stored_context`), and a job's route keeps the
+attempt's. An HTTP request's server span (``akter.http._tracing``) continues the caller's
+``traceparent``, so one trace shows caller → turn → intent → receiver turn → attempt → route.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 # Declared in _metric_families; the "as" names stay re-exported here (sampling and tests use them).
 from akter._metric_families import BATCH_SIZE_BUCKETS as BATCH_SIZE_BUCKETS
@@ -60,6 +67,7 @@ if TYPE_CHECKING:
     from akter.callers import ActorRef
 
 tracer = trace.get_tracer("akter")
+_W3C = TraceContextTextMapPropagator()
 
 ALLOWED_ATTRIBUTES = frozenset({"actor_type", "outcome", "kind", "job"})
 
@@ -403,12 +411,48 @@ def child_span(name: str, ref: ActorRef, started_ns: int) -> None:
     span.end()
 
 
+def traceparent() -> str | None:
+    """The W3C ``traceparent`` of the current span, stored with the rows a turn stages.
+
+    ``None`` (and nothing built) when no span is current: no tracer provider is configured and
+    the caller sent no trace context.
+    """
+    return traceparent_of(trace.get_current_span())
+
+
+def traceparent_of(span: trace.Span) -> str | None:
+    """The W3C ``traceparent`` text of ``span``, or ``None`` for an invalid (no-op) span."""
+    c = span.get_span_context()
+    if not c.is_valid:
+        return None
+    return f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"
+
+
+def stored_context(text: str | None) -> otel_context.Context | None:
+    """The parent context of a stored ``traceparent`` (``None`` if absent or unreadable).
+
+    ``None`` makes the span a root of a new trace, as before the column existed. Rows are
+    always stored in the W3C format, whatever propagators the application configured.
+    """
+    if not text:
+        return None
+    parent = _W3C.extract({"traceparent": text}, context=otel_context.Context())
+    if not trace.get_current_span(parent).get_span_context().is_valid:
+        return None
+    return parent
+
+
 def start_delivery(row: Mapping[str, Any]) -> tuple[trace.Span, _Token]:
     """Start ``akter.relay.intent`` (producer) for one claimed intent or timer; make it current.
 
-    The receiving batch span becomes its child. Attributes are built only when it records.
+    It is a child of the span that staged the row (its stored ``traceparent``), and the
+    receiving batch span becomes its child. Attributes are built only when it records.
     """
-    span = tracer.start_span("akter.relay.intent", kind=trace.SpanKind.PRODUCER)
+    span = tracer.start_span(
+        "akter.relay.intent",
+        context=stored_context(row.get("traceparent")),
+        kind=trace.SpanKind.PRODUCER,
+    )
     if span.is_recording():
         from akter.callers import caller_from_json
 

@@ -30,6 +30,7 @@ import akter
 import akter.http
 from akter.client import Client
 from akter.testing import ActorTest
+from tests.e2e.browser import browser, chromium  # noqa: F401 (fixtures of the browser tests)
 
 # --- actors served over HTTP ------------------------------------------------------------------
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Dialog, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, Dialog, Page, Request, expect
 
 from akter.http.console import Console
+from tests.e2e.browser import WAIT_MS
 from tests.e2e.conftest import (
     ACTORS,
     OPERATOR,
@@ -37,10 +36,8 @@ from tests.e2e.conftest import (
 
 pytestmark = pytest.mark.timeout(90)
 
-CHROMIUM = os.environ.get("AKTER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 #: Where the docs' screenshot is written when this variable names a file (docs/console.png).
 SCREENSHOT = os.environ.get("AKTER_CONSOLE_SCREENSHOT")
-WAIT_MS = 15_000
 
 
 async def _eventually(condition: Callable[[], bool]) -> None:
@@ -49,24 +46,6 @@ async def _eventually(condition: Callable[[], bool]) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-def chromium() -> str:
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no Chromium binary at {CHROMIUM} (set AKTER_CHROMIUM)")
-    return CHROMIUM
-
-
-@pytest.fixture
-async def browser(chromium: str) -> AsyncIterator[Browser]:
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []  # root cannot use Chromium's sandbox
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(executable_path=chromium, headless=True, args=args)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @contextlib.asynccontextmanager

@@ -9,40 +9,16 @@ durable row records the credential's user. Chromium is Debian's ``/usr/bin/chrom
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 import akter.http
+from tests.e2e.browser import WAIT_MS
 from tests.e2e.conftest import SECRET, Account, Serve, Vault, count, token
 
 pytestmark = pytest.mark.timeout(90)
 
-CHROMIUM = os.environ.get("AKTER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 KEY = "docs-key-0123456789"
-WAIT_MS = 15_000
-
-
-@pytest.fixture
-def chromium() -> str:
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no Chromium binary at {CHROMIUM} (set AKTER_CHROMIUM)")
-    return CHROMIUM
-
-
-@pytest.fixture
-async def browser(chromium: str) -> AsyncIterator[Browser]:
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []  # root cannot use Chromium's sandbox
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(executable_path=chromium, headless=True, args=args)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @pytest.mark.parametrize("scheme", ["ApiKeys", "BearerJWT"])

@@ -66,6 +66,7 @@ COLUMNS: dict[str, set[str]] = {
         "final_failure",
         "cancelled_at_ms",
         "timer_key",
+        "traceparent",
     },
     "dead_letters": ACTOR_KEY
     | {
@@ -247,6 +248,21 @@ async def test_migrations_yield_the_documented_tables_and_columns(
         found.setdefault(c["table_name"], set()).add(c["column_name"])
     for table, expected in COLUMNS.items():
         assert found.get(table) == expected, table
+
+
+async def test_0003_adds_a_nullable_traceparent_to_the_outbox(akter_db: str, schema: str) -> None:
+    await _start(akter_db, schema, [Tally])
+    [column] = await _fetch(
+        akter_db,
+        "SELECT data_type, is_nullable, column_default FROM information_schema.columns"
+        " WHERE table_schema = %(schema)s AND table_name = 'outbox'"
+        " AND column_name = 'traceparent'",
+        {"schema": schema},
+    )
+    # Rows written before 0003 read NULL (no rewrite of the table, no default).
+    assert column == {"data_type": "text", "is_nullable": "YES", "column_default": None}
+    applied = await _fetch(akter_db, f'SELECT id FROM "{schema}".migrations ORDER BY id')
+    assert [r["id"] for r in applied][-1] == "0003_outbox_trace"
 
 
 async def test_primary_keys_lead_with_routing_key(akter_db: str, schema: str) -> None:

@@ -22,6 +22,7 @@ import psycopg
 from opentelemetry import trace
 from pydantic import ValidationError
 
+from akter import telemetry
 from akter._engine import job_routes
 from akter._engine.job_claims import ClaimedJob
 from akter._engine.job_routes import RouteRejected
@@ -70,6 +71,7 @@ class Attempt:
         lease_until: The database lease end last written (claim, renewal or clock shift).
         confirmed: Monotonic send time of the last successful claim or renewal.
         task: The task running the attempt.
+        traceparent: The attempt's span (W3C text) once started: its route continues it.
     """
 
     row: ClaimedJob
@@ -79,6 +81,7 @@ class Attempt:
     lease_until: int = 0
     confirmed: float = 0.0
     task: asyncio.Task[None] | None = None
+    traceparent: str | None = None
 
     def __post_init__(self) -> None:
         self.lease_until = self.row.claimed_until
@@ -197,6 +200,7 @@ class AttemptRunner:
             await asyncio.gather(execution, return_exceptions=True)
             if slot is not None:
                 slot.end()
+        settler.traceparent = attempt.traceparent
         if not execution.cancelled() and execution.exception() is None:
             reported = execution.result()
             if not isinstance(reported, Failed):
@@ -230,11 +234,13 @@ class AttemptRunner:
         }
         with tracer.start_as_current_span(
             f"akter.job/{row.actor_type}/{row.command}",
+            context=telemetry.stored_context(row.traceparent),  # the turn that enqueued it
             kind=trace.SpanKind.CLIENT,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
+            attempt.traceparent = telemetry.traceparent_of(span)
             reported = await self._classified(attempt, slot)
             if isinstance(reported, Failed | Rejected):
                 span.set_status(trace.StatusCode.ERROR, reported.failure.cause)

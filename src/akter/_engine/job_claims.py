@@ -30,6 +30,7 @@ class ClaimedJob:
         cancelled: Cancelled by a turn: settled with what is known, never attempted again.
         exhausted: Its attempts ran out, or a failure was final, before this claim.
         sent_at: Local monotonic time just before the claim was sent.
+        traceparent: The W3C traceparent of the span that staged the job (``None``: none).
     """
 
     routing_key: int
@@ -49,6 +50,7 @@ class ClaimedJob:
     cancelled: bool
     exhausted: bool
     sent_at: float
+    traceparent: str | None = None
 
     @property
     def ref(self) -> ActorRef:
@@ -91,6 +93,7 @@ def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
         cancelled=bool(row["cancelled"]),
         exhausted=bool(row["exhausted"]),
         sent_at=sent_at,
+        traceparent=row.get("traceparent"),
     )
 
 

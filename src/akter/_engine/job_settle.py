@@ -89,8 +89,8 @@ Reported = Succeeded | Rejected | Failed | Interrupted | Unattempted
 Known = Literal["Failed", "Unknown"]
 
 
-def _write(route: Route | None) -> RouteWrite | None:
-    return None if route is None else RouteWrite(route.command, route.payload)
+def _write(route: Route | None, traceparent: str | None) -> RouteWrite | None:
+    return None if route is None else RouteWrite(route.command, route.payload, traceparent)
 
 
 def known(ambiguous: bool, maybe_applied: bool) -> Known:
@@ -145,6 +145,8 @@ class Settler:
         #: How the job ended once a settle was terminal (``succeeded``, ``dead_lettered``,
         #: ``cancelled``): what the progress close tells readers (semantics §5.11).
         self.outcome: str | None = None
+        #: The attempt's span (W3C text) once it ran: a route's delivery continues it.
+        self.traceparent: str | None = None
 
     # --- entry --------------------------------------------------------------------------------
 
@@ -268,7 +270,7 @@ class Settler:
         armed = self.hooks.armed("before_dead_letter_commit")
         written = await self.gateway.dead_letter(
             row,
-            _write(route),
+            _write(route, self.traceparent),
             cancelled=cancelled,
             attempt=n,
             cause=cause,
@@ -326,7 +328,11 @@ class Settler:
         after = self.row.attempts if self.capped and attempt is None else None
         while True:
             changed, held = await self.gateway.end(
-                self.row, _write(route), cancelled=cancelled, attempt=attempt, after=after
+                self.row,
+                _write(route, self.traceparent),
+                cancelled=cancelled,
+                attempt=attempt,
+                after=after,
             )
             if changed or after is None:
                 break

@@ -140,11 +140,11 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 RETURNING intent_id, running;
 
 -- insert_outbox --
--- stages the batch's intents, timers and jobs; relative delays count from this statement's clock
+-- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from this statement's clock
 INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
-     ready_at_ms, timer_key)
+     ready_at_ms, timer_key, traceparent)
 SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.target_type,
        o.target_id, o.command, o.payload, 0, o.caller, d.due, d.due,
        -- capped jobs of one (actor, job) get strictly increasing ready times in enqueue order
@@ -160,7 +160,7 @@ SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.
               AND x.kind = 'job' AND x.running AND x.scheduled_at_ms <= d.due),
            d.due - 1) + o.ord)
             WHEN o.kind = 'job' THEN d.due END,
-       o.timer_key
+       o.timer_key, %(traceparent)s::text
 FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
             %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
             %(callers)s::text[], %(delays)s::bigint[], %(ats)s::bigint[], %(timer_keys)s::text[],
@@ -255,7 +255,7 @@ FROM locked l, clock
 WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
 RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
           o.target_id, o.command, o.payload, o.caller, o.attempts, o.scheduled_at_ms,
-          o.timer_key, o.due_at_ms AS claimed_until, clock.now,
+          o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, clock.now,
           (SELECT count(*) FROM candidates) AS candidates;
 
 -- settle_intents --

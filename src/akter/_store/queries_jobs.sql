@@ -56,7 +56,7 @@ FROM locked l, clock
 WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
 RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.command,
           o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
-          o.maybe_applied, o.due_at_ms AS claimed_until, l.cancelled,
+          o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
           (SELECT count(*) FROM candidates) AS candidates;
 
@@ -161,7 +161,7 @@ FROM locked l, clock
 WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
 RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.command,
           o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
-          o.maybe_applied, o.due_at_ms AS claimed_until, l.cancelled,
+          o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
               AS exhausted,
           0::bigint AS candidates;
@@ -226,9 +226,10 @@ WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
 RETURNING intent_id;
 
 -- settle_job_route --
--- rewrites a job into its route intent (command id = job id), under the same guard as settle_job_delete
+-- rewrites a job into its route intent (command id = job id, traceparent = the attempt's if given), under the same guard as settle_job_delete
 UPDATE {schema}.outbox
 SET kind = 'intent', command = %(command)s, payload = %(payload)s, payload_version = 0,
+    traceparent = coalesce(%(traceparent)s::text, traceparent),
     due_at_ms = {schema}.stmt_ms(%(off)s::bigint), scheduled_at_ms = {schema}.stmt_ms(%(off)s::bigint),
     attempts = 0, last_error = NULL, ambiguous = false, running = false, timer_key = NULL
 WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'

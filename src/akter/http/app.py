@@ -46,6 +46,7 @@ from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.events import parse_cursor
 from akter.http._docs import docs_page
 from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
+from akter.http._tracing import http_span, http_status
 from akter.http.auth import AuthProvider, Identity, anonymous
 from akter.http.console import Console
 from akter.http.console.api import ConsoleApi
@@ -247,6 +248,18 @@ class _Api:
     # --- routes -----------------------------------------------------------------------------
 
     async def command(self, request: Request) -> Response:
+        with http_span("POST", "/actors/{type}/{id}/{member}", request.headers) as span:
+            response = await self._command(request)
+            http_status(span, response.status_code)
+            return response
+
+    async def query(self, request: Request) -> Response:
+        with http_span("POST", "/actors/{type}/{id}/queries/{member}", request.headers) as span:
+            response = await self._query(request)
+            http_status(span, response.status_code)
+            return response
+
+    async def _command(self, request: Request) -> Response:
         try:
             identity = await self._identity(request)
             definition, actor_id = self._resolve(request)
@@ -285,7 +298,7 @@ class _Api:
         except DeclaredError as exc:
             return from_declared(exc)
 
-    async def query(self, request: Request) -> Response:
+    async def _query(self, request: Request) -> Response:
         try:
             identity = await self._identity(request)
             definition, actor_id = self._resolve(request)

@@ -127,7 +127,14 @@ async def send(
             if writes.rows:
                 ords = ordinals(act.definition, writes.rows)
                 await actors.insert_outbox(
-                    conn, q, key, bucket=act.bucket, off=off, rows=writes.rows, ordinals=ords
+                    conn,
+                    q,
+                    key,
+                    bucket=act.bucket,
+                    off=off,
+                    rows=writes.rows,
+                    ordinals=ords,
+                    traceparent=telemetry.traceparent(),  # the batch span staged them
                 )
             if todo.ticks is not None:
                 await actors.insert_ticks(conn, q, todo.ticks)

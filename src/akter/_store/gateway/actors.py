@@ -173,8 +173,12 @@ def insert_outbox(
     off: int,
     rows: Sequence[StagedRow],
     ordinals: list[int],
+    traceparent: str | None,
 ) -> Awaitable[Cursor]:
-    """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``)."""
+    """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``).
+
+    ``traceparent`` (W3C text of the span that staged them, or ``None``) goes with every row.
+    """
     return conn.execute(
         q["insert_outbox"],
         {
@@ -192,6 +196,7 @@ def insert_outbox(
             "ats": [r.at_ms for r in rows],
             "timer_keys": [r.timer_key for r in rows],
             "ords": ordinals,
+            "traceparent": traceparent,
         },
     )
 

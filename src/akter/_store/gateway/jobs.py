@@ -78,10 +78,15 @@ class Group:
 
 @dataclass(frozen=True)
 class RouteWrite:
-    """A settle that rewrites the job row into a route intent (command and canonical payload)."""
+    """A settle that rewrites the job row into a route intent (command and canonical payload).
+
+    ``traceparent``: the attempt's span, which the route's delivery continues (``None`` keeps
+    the row's own).
+    """
 
     command: str
     payload: str
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -365,7 +370,9 @@ class JobsGateway:
         if route is None:
             cur = await conn.execute(self._store.queries["settle_job_delete"], params)
         else:
-            params.update(command=route.command, payload=route.payload)
+            params.update(
+                command=route.command, payload=route.payload, traceparent=route.traceparent
+            )
             cur = await conn.execute(self._store.queries["settle_job_route"], params)
         return bool(await cur.fetchall())
 
