@@ -129,7 +129,11 @@ class ActorError(AkterError):
             return 413
         if self.reason == "InvalidInput" and self.code == "unsupported_media_type":
             return 415
-        if self.reason == "InvalidInput" and self.code in ("unknown_type", "unknown_member"):
+        if self.reason == "InvalidInput" and self.code in (
+            "unknown_type",
+            "unknown_member",
+            "unknown_job",
+        ):
             return 404
         return HTTP_STATUS[self.reason]
 

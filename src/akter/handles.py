@@ -216,7 +216,12 @@ class Handle(BaseHandle):
     _transport: LocalTransport
 
     def progress(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
-        """Live progress frames of one of this actor's jobs, then ``{"closed": true}``."""
+        """Live progress frames of one of this actor's jobs, then the close with its ``outcome``.
+
+        The closing message is ``{"closed": true, "outcome": ...}`` (``succeeded``,
+        ``dead_lettered``, ``cancelled`` or ``unknown``); a job that already ended closes at
+        once. Iterating raises ``ActorError`` (code ``unknown_job``) for a job no row names.
+        """
         return self._transport.progress(self._ref, job_id)
 
 

@@ -86,7 +86,10 @@ class Runtime:
         )
         self.clock = Clock(self.store)
         self.clock.offset_ms = config.clock_offset_ms
-        self.metrics = Metrics()
+        self.metrics = Metrics(
+            self.definitions,
+            [(name, job.name) for name, d in self.definitions.items() for job in d.jobs.values()],
+        )
         self.supervisor = Supervisor(on_fatal=self._refuse_work)
         self.services = services = Services(
             config, self.store, self.clock, self.hooks, self.metrics, self.registry, self.supervisor

@@ -55,6 +55,14 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+# Declared in _metric_families; the "as" names stay re-exported here (sampling and tests use them).
+from akter._metric_families import BATCH_SIZE_BUCKETS as BATCH_SIZE_BUCKETS
+from akter._metric_families import COUNTERS, METRICS, ROW_KINDS, TURN_OUTCOMES, Family
+from akter._metric_families import DURATION_BUCKETS_MS as DURATION_BUCKETS_MS
+from akter._metric_families import GAUGES as GAUGES
+from akter._metric_families import HISTOGRAMS as HISTOGRAMS
+from akter._metric_families import SAMPLED_GAUGES as SAMPLED_GAUGES
+
 if TYPE_CHECKING:
     from akter.callers import ActorRef
 
@@ -62,27 +70,6 @@ tracer = trace.get_tracer("akter")
 _W3C = TraceContextTextMapPropagator()
 
 ALLOWED_ATTRIBUTES = frozenset({"actor_type", "outcome", "kind", "job"})
-
-#: Histogram buckets of every ``*_ms`` metric (semantics §10.1).
-DURATION_BUCKETS_MS: tuple[float, ...] = (
-    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
-)  # fmt: skip
-#: Histogram buckets of ``akter.turn.batch_size`` (a batch holds 1 to 32 commands).
-BATCH_SIZE_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32)
-
-#: Every histogram and its bucket upper bounds.
-HISTOGRAMS: Mapping[str, tuple[float, ...]] = {
-    "akter.turn.duration_ms": DURATION_BUCKETS_MS,
-    "akter.turn.batch_size": BATCH_SIZE_BUCKETS,
-    "akter.mailbox.age_ms": DURATION_BUCKETS_MS,
-    "akter.pool.wait_ms": DURATION_BUCKETS_MS,
-}
-#: Gauges sampled by the ``$maintenance`` owner (the rest are kept by every runner).
-SAMPLED_GAUGES = frozenset(
-    {"akter.outbox.rows", "akter.relay.lag_ms", "akter.relay.stuck_rows", "akter.jobs.running"}
-)
-#: Every gauge.
-GAUGES = SAMPLED_GAUGES | {"akter.activations"}
 
 _Key = tuple[tuple[str, str], ...]
 _Token = Token[otel_context.Context]
@@ -115,18 +102,34 @@ def _bucket(bounds: Sequence[float], value: float) -> int:
 
 
 class Metrics:
-    """One runtime's metrics; ``render()`` gives the Prometheus text format."""
+    """One runtime's metrics; ``render()`` gives the Prometheus text format.
 
-    def __init__(self) -> None:
+    Every counter of :data:`FAMILIES` starts at 0 for each series a runner can count: every
+    ``kind`` and ``outcome`` value, each of ``actor_types`` and each ``(actor_type, job)`` of
+    ``jobs`` (the runner's registry), so a scrape sees a counter before its first increment.
+    """
+
+    def __init__(
+        self, actor_types: Iterable[str] = (), jobs: Iterable[tuple[str, str]] = ()
+    ) -> None:
         self._lock = threading.Lock()
         self._counters: dict[str, dict[_Key, float]] = defaultdict(dict)
         self._histograms: dict[str, dict[_Key, _Histogram]] = defaultdict(dict)
         self._gauges: dict[str, dict[_Key, float]] = defaultdict(dict)
+        domains = {"kind": ROW_KINDS, "outcome": TURN_OUTCOMES, "actor_type": tuple(actor_types)}
+        pairs = tuple(jobs)
+        for family in COUNTERS.values():
+            self._counters[family.name] = dict.fromkeys(_series(family, domains, pairs), 0.0)
         _LIVE.add(self)
 
     def count(self, name: str, value: float = 1, **attributes: str) -> None:
-        """Add ``value`` to a counter."""
+        """Add ``value`` to a counter (one of :data:`COUNTERS`, with exactly its labels)."""
         _check(name, attributes)
+        family = COUNTERS.get(name)
+        if family is None:
+            raise ValueError(f"{name!r} is not a counter; use one of {sorted(COUNTERS)}.")
+        if set(attributes) != set(family.labels):
+            raise ValueError(f"Counter {name!r} takes the labels {list(family.labels)}.")
         key = tuple(sorted(attributes.items()))
         with self._lock:
             series = self._counters[name]
@@ -203,21 +206,25 @@ class Metrics:
             return list(self._gauges.get(name, {}).items())
 
     def render(self) -> str:
-        """Every metric in the Prometheus text exposition format (``.`` becomes ``_``)."""
+        """Every metric in the Prometheus text exposition format (``.`` becomes ``_``).
+
+        Each family has its ``# HELP`` and ``# TYPE`` lines; every counter is present (at 0
+        before its first increment), a histogram or gauge once it has a series.
+        """
         lines: list[str] = []
         with self._lock:
             for name in sorted(self._counters):
-                prom = name.replace(".", "_") + "_total"
-                lines.append(f"# TYPE {prom} counter")
+                family = COUNTERS[name]
+                lines += _head(family)
                 for key, value in sorted(self._counters[name].items()):
-                    lines.append(f"{prom}{_labels(key)} {_number(value)}")
+                    lines.append(f"{family.prometheus}{_labels(key)} {_number(value)}")
             for name in sorted(self._histograms):
-                prom = name.replace(".", "_")
-                bounds = HISTOGRAMS[name]
-                lines.append(f"# TYPE {prom} histogram")
+                family = METRICS[name]
+                prom = family.prometheus
+                lines += _head(family)
                 for key, histogram in sorted(self._histograms[name].items()):
                     running = 0
-                    for bound, n in zip((*bounds, None), histogram.counts, strict=True):
+                    for bound, n in zip((*family.buckets, None), histogram.counts, strict=True):
                         running += n
                         le = "+Inf" if bound is None else _number(bound)
                         lines.append(f"{prom}_bucket{_labels((*key, ('le', le)))} {running}")
@@ -226,11 +233,30 @@ class Metrics:
             for name in sorted(self._gauges):
                 if not self._gauges[name]:
                     continue
-                prom = name.replace(".", "_")
-                lines.append(f"# TYPE {prom} gauge")
+                family = METRICS[name]
+                lines += _head(family)
                 for key, value in sorted(self._gauges[name].items()):
-                    lines.append(f"{prom}{_labels(key)} {_number(value)}")
+                    lines.append(f"{family.prometheus}{_labels(key)} {_number(value)}")
         return "\n".join(lines) + "\n"
+
+
+def _head(family: Family) -> list[str]:
+    return [
+        f"# HELP {family.prometheus} {family.help}",
+        f"# TYPE {family.prometheus} {family.type}",
+    ]
+
+
+def _series(
+    family: Family, domains: Mapping[str, tuple[str, ...]], jobs: tuple[tuple[str, str], ...]
+) -> list[_Key]:
+    """The label sets a counter starts with at 0 (``job`` goes with its ``actor_type``)."""
+    if "job" in family.labels:
+        return [(("actor_type", a), ("job", j)) for a, j in jobs]
+    keys: list[_Key] = [()]
+    for label in sorted(family.labels):
+        keys = [(*key, (label, value)) for key in keys for value in domains[label]]
+    return keys
 
 
 def _check(name: str, attributes: Mapping[str, str]) -> None:
@@ -280,7 +306,9 @@ class _OtelInstruments:
         self._counters: dict[str, otel_metrics.Counter] = {}
         self._histograms: dict[str, otel_metrics.Histogram] = {}
         for name in sorted(GAUGES):
-            meter.create_observable_gauge(name, callbacks=[_observer(name)])
+            meter.create_observable_gauge(
+                name, callbacks=[_observer(name)], description=METRICS[name].help
+            )
 
     def add(self, name: str, value: float, attributes: Mapping[str, str]) -> None:
         counter = self._counters.get(name)
@@ -288,7 +316,9 @@ class _OtelInstruments:
             with self._lock:
                 counter = self._counters.get(name)
                 if counter is None:
-                    counter = self._counters[name] = self._meter.create_counter(name)
+                    counter = self._counters[name] = self._meter.create_counter(
+                        name, description=METRICS[name].help
+                    )
         counter.add(value, attributes)
 
     def record(self, name: str, value: float, attributes: Mapping[str, str]) -> None:
@@ -300,6 +330,7 @@ class _OtelInstruments:
                     histogram = self._histograms[name] = self._meter.create_histogram(
                         name,
                         unit="ms" if name.endswith("_ms") else "",
+                        description=METRICS[name].help,
                         explicit_bucket_boundaries_advisory=list(HISTOGRAMS[name]),
                     )
         histogram.record(value, attributes)

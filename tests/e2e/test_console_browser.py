@@ -120,7 +120,7 @@ async def test_console_in_chromium(
                 await expect(label).to_have_text(f"{done}/3 leg {done}", timeout=WAIT_MS)
                 assert await bar.evaluate("b => [b.value, b.max]") == [done, 3]
             courier.permits.put_nowait(None)
-            await expect(label).to_have_text("finished", timeout=WAIT_MS)
+            await expect(label).to_have_text("finished · succeeded", timeout=WAIT_MS)
             assert await bar.evaluate("b => b.value === b.max") is True
             await expect(row.locator(".job-status")).to_have_text("finished", timeout=WAIT_MS)
             assert (

@@ -272,7 +272,8 @@ async def test_JB28_frames_are_validated_coalesced_paced_and_served_on_sse(
         assert len(times) == len(frames)
         assert all(b - a >= EVERY - TOLERANCE for a, b in itertools.pairwise(times))
         # The close follows the last frame, after the terminal settle.
-        assert closing == {"ref": ref, "job_id": job_id, "attempt": 1, "closed": True}
+        closed = {"ref": ref, "job_id": job_id, "attempt": 1, "closed": True}
+        assert closing == {**closed, "outcome": "succeeded"}
 
         # The SSE route served the same messages and ended after the close.
         assert [data for _, data in streamed] == messages
@@ -317,6 +318,7 @@ async def test_JB28_a_job_without_a_progress_model_drops_frames_and_still_closes
                 "job_id": job_id,
                 "attempt": 1,
                 "closed": True,
+                "outcome": "succeeded",  # the settle tells it; no route would tell it later
             }
         ]
         assert "Progress frame dropped: the job declares no progress model" in [
@@ -329,7 +331,9 @@ async def test_JB28_a_job_without_a_progress_model_drops_frames_and_still_closes
 async def test_JB28_progress_route_refusals_and_ended_jobs(akter_test: Make) -> None:
     async with akter_test([Reporter], relay=False) as t:
         runtime = t.runtime
-        ended = await t.get(Reporter, "r3").start_plain()
+        CONTROL.gate.set()
+        ended = await t.get(Reporter, "r3").start(1)
+        bare = await t.get(Reporter, "r3").start_plain()
         await t.advance(0)
         transport = httpx.ASGITransport(akter.http.app(runtime))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
@@ -341,24 +345,34 @@ async def test_JB28_progress_route_refusals_and_ended_jobs(akter_test: Make) -> 
             assert 400 <= malformed.status_code < 500
             unknown_type = await http.get(f"/actors/Nope/r3/jobs/{ended}/progress")
             assert unknown_type.status_code == 404  # unknown_type, as on every actor route
-            # A job that already ended (or belongs to another actor) closes at once.
-            for actor_id in ("r3", "someone-else"):
-                done = await http.get(f"/actors/Reporter/{actor_id}/jobs/{ended}/progress")
-                assert done.status_code == 200
-                assert done.text == (
-                    "event: closed\ndata: "
-                    + json.dumps(
-                        {
-                            "ref": {"tenant": "default", "type": "Reporter", "id": actor_id},
-                            "job_id": ended,
-                            "attempt": None,
-                            "closed": True,
-                        },
-                        separators=(",", ":"),
-                    )
-                    + "\n\n"
+            # A job that already ended closes at once, with the outcome its route tells.
+            done = await http.get(f"/actors/Reporter/r3/jobs/{ended}/progress")
+            assert done.status_code == 200
+            assert done.text == (
+                "event: closed\ndata: "
+                + json.dumps(
+                    {
+                        "ref": {"tenant": "default", "type": "Reporter", "id": "r3"},
+                        "job_id": ended,
+                        "attempt": None,
+                        "closed": True,
+                        "outcome": "succeeded",
+                    },
+                    separators=(",", ":"),
+                )
+                + "\n\n"
+            )
+            # Another actor's job, and a job that ended leaving no row (no route), are unknown.
+            for actor_id, job_id in (("someone-else", ended), ("r3", bare)):
+                gone = await http.get(f"/actors/Reporter/{actor_id}/jobs/{job_id}/progress")
+                assert gone.status_code == 404
+                assert gone.headers["content-type"].startswith("application/problem+json")
+                assert (gone.json()["reason"], gone.json()["code"]) == (
+                    "InvalidInput",
+                    "unknown_job",
                 )
         assert runtime.jobs.progress.subscribers(ended) == 0
+        assert runtime.jobs.progress.subscribers(bare) == 0
 
 
 async def test_JB28_frames_reach_another_runner_with_notify(
@@ -387,5 +401,6 @@ async def test_JB28_frames_reach_another_runner_with_notify(
             "job_id": job_id,
             "attempt": 1,
             "closed": True,
+            "outcome": "succeeded",  # from the settle on the other runner, through NOTIFY
         }
         assert all("origin" not in m for m in messages)

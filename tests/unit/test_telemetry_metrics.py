@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from akter.telemetry import DURATION_BUCKETS_MS, Metrics
+from akter._metric_families import (
+    COUNTERS,
+    FAMILIES,
+    GAUGES,
+    SAMPLED_GAUGES,
+    TURN_OUTCOMES,
+)
+from akter.telemetry import ALLOWED_ATTRIBUTES, DURATION_BUCKETS_MS, Metrics
 
 
 def test_histogram_buckets_are_upper_inclusive_and_cumulative() -> None:
@@ -26,12 +34,14 @@ def test_prometheus_text_of_every_metric_type() -> None:
     metrics.observe("akter.pool.wait_ms", 0.25)
     metrics.set("akter.activations", 2, actor_type='A"b')
     lines = metrics.render().splitlines()
-    assert lines[:4] == [
+    start = lines.index("# TYPE akter_relay_delivered_total counter")
+    assert lines[start - 1 : start + 3] == [
+        "# HELP akter_relay_delivered_total Intents delivered and jobs succeeded.",
         "# TYPE akter_relay_delivered_total counter",
         'akter_relay_delivered_total{kind="intent"} 1234567',
-        "# TYPE akter_turns_total counter",
-        'akter_turns_total{actor_type="A",outcome="success"} 1',
+        'akter_relay_delivered_total{kind="job"} 0',
     ]
+    assert 'akter_turns_total{actor_type="A",outcome="success"} 1' in lines
     assert "# TYPE akter_pool_wait_ms histogram" in lines
     assert 'akter_pool_wait_ms_bucket{le="1"} 1' in lines
     assert "akter_pool_wait_ms_sum 0.25" in lines and "akter_pool_wait_ms_count 1" in lines
@@ -73,3 +83,38 @@ def test_names_and_attributes_are_checked() -> None:
         metrics.set("akter.activations", 1, tenant="t")
     with pytest.raises(ValueError, match="not allowed"):
         metrics.replace("akter.outbox.rows", [({"command_id": "c"}, 1)])
+    with pytest.raises(ValueError, match="not a counter"):
+        metrics.count("akter.turn.retries", actor_type="A")
+    with pytest.raises(ValueError, match="takes the labels"):
+        metrics.count("akter.turns", actor_type="A")
+
+
+def test_every_family_is_declared_once_with_help_and_its_labels() -> None:
+    assert len({f.name for f in FAMILIES}) == len(FAMILIES)
+    for family in FAMILIES:
+        assert family.help.endswith(".") and "\n" not in family.help, family.name
+        assert ALLOWED_ATTRIBUTES.issuperset(family.labels), family.name
+        assert (family.type == "histogram") == bool(family.buckets), family.name
+    assert SAMPLED_GAUGES <= GAUGES
+
+
+def test_a_fresh_registry_exposes_every_counter_at_zero_with_help() -> None:
+    metrics = Metrics(["A", "B"], [("A", "pay")])
+    metrics.observe("akter.pool.wait_ms", 3)
+    metrics.set("akter.activations", 1, actor_type="A")
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render())}
+    for family in families.values():
+        assert family.documentation, family.name
+    declared = {f.prometheus.removesuffix("_total"): f for f in COUNTERS.values()}
+    for name, counter in declared.items():
+        parsed = families[name]  # the parser drops a counter's _total suffix
+        assert parsed.type == "counter" and parsed.documentation == counter.help
+        assert parsed.samples and all(s.value == 0 for s in parsed.samples), name
+    turns = {(s.labels["actor_type"], s.labels["outcome"]) for s in families["akter_turns"].samples}
+    assert turns == {(a, o) for a in ("A", "B") for o in TURN_OUTCOMES}
+    assert [s.labels for s in families["akter_job_dead_letters"].samples] == [
+        {"actor_type": "A", "job": "pay"}
+    ]
+    assert {s.labels["kind"] for s in families["akter_relay_retried"].samples} == {"intent", "job"}
+    assert families["akter_pool_wait_ms"].type == "histogram"
+    assert families["akter_activations"].type == "gauge"

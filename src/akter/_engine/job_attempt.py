@@ -142,14 +142,15 @@ class AttemptRunner:
         open for a later attempt.
         """
         slot = self._open_progress(attempt)
+        settler = self.settler(attempt)
         terminal = False
         try:
-            terminal = await self._run(attempt, slot)
+            terminal = await self._run(attempt, slot, settler)
             return terminal
         finally:
             if slot is not None:
                 if terminal:
-                    await slot.close()
+                    await slot.close(settler.outcome)
                 else:
                     slot.release()
 
@@ -167,9 +168,8 @@ class AttemptRunner:
             lease_until=lambda: attempt.lease_until,
         )
 
-    async def _run(self, attempt: Attempt, slot: ProgressSlot | None) -> bool:
+    async def _run(self, attempt: Attempt, slot: ProgressSlot | None, settler: Settler) -> bool:
         row = attempt.row
-        settler = self.settler(attempt)
         if row.cancelled or row.exhausted:
             return await settler.settle(Unattempted())
         info = settler.info()

@@ -142,6 +142,9 @@ class Settler:
         self.wake = wake
         self.capped = job.options.per_actor is not None
         self.routes_cancelled = job_routes.has_route(job, "cancelled")
+        #: How the job ended once a settle was terminal (``succeeded``, ``dead_lettered``,
+        #: ``cancelled``): what the progress close tells readers (semantics §5.11).
+        self.outcome: str | None = None
         #: The attempt's span (W3C text) once it ran: a route's delivery continues it.
         self.traceparent: str | None = None
 
@@ -284,6 +287,7 @@ class Settler:
             attempt=n,
         )
         self._count("akter.job.dead_letters", actor_type=row.actor_type, job=row.command)
+        self.outcome = "dead_lettered"
         if route is not None:
             self.wake()
         return True
@@ -336,8 +340,10 @@ class Settler:
                 return False
             if held["live"]:
                 await asyncio.sleep(self.retry_every)
-        if changed and route is not None:
-            self.wake()
+        if changed:
+            self.outcome = "cancelled" if cancelled else "succeeded"
+            if route is not None:
+                self.wake()
         return changed
 
     def info(self) -> dict[str, Any]:

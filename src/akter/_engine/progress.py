@@ -13,10 +13,19 @@ Messages (JSON-ready dicts)::
 
     {"ref": {...}, "job_id": ..., "job": ..., "attempt": n, "seq": s, "lease_until": ms,
      "frame": {...}}
-    {"ref": {...}, "job_id": ..., "attempt": n, "closed": true}   # after a terminal settle
+    {"ref": {...}, "job_id": ..., "attempt": n, "closed": true, "outcome": ...}  # the end
 
 ``seq`` counts the attempt's accepted reports from 1 (a coalesced frame leaves a gap);
 ``lease_until`` is the attempt's lease end on the framework clock, in ms.
+
+A reader learns how the job ended from the durable trace its end left (:func:`job_outcome`), read
+in one statement: the route intent that replaced the job row, then that route's receipt
+(command id = job id), and the dead letter. ``outcome`` is ``succeeded``, ``dead_lettered``,
+``cancelled`` (also when the reader saw the row cancelled), or ``unknown`` when nothing tells
+(no route declared for that end, or the route's receipt already pruned). Opening a reader for a
+job that no row names, that is not running here and has no message waiting, is refused
+(``unknown_job``, HTTP 404): a job that never existed cannot be told from one that ended
+without leaving a row, so the second is refused too. Nothing is written per turn for this.
 """
 
 from __future__ import annotations
@@ -26,8 +35,15 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Mapping,
+)
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psycopg
 from pydantic import BaseModel
@@ -41,9 +57,10 @@ from akter._engine.progress_slot import (
 )
 from akter._ids import parse_framework_id
 from akter._store.gateway.notify import Notifier
-from akter._store.gateway.outbox import OutboxRows
+from akter._store.gateway.progress import JobTrace, JobTraces
 from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, current_caller
+from akter.errors import ActorError
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
@@ -58,6 +75,7 @@ __all__ = [
     "ProgressStreams",
     "Subscription",
     "TokenBucket",
+    "job_outcome",
     "job_progress",
     "open_progress",
 ]
@@ -68,6 +86,14 @@ log = logging.getLogger("akter.progress")
 RUNNER_RATE = 2000
 #: Longest wait, once a job is gone, for frames still travelling from another runner.
 GONE_GRACE = 0.2
+
+#: How a job ended, as its closing message tells.
+Outcome = Literal["succeeded", "dead_lettered", "cancelled", "unknown"]
+_ROUTE_OUTCOMES: dict[str, Outcome] = {
+    "success": "succeeded",
+    "dead_letter": "dead_lettered",
+    "cancelled": "cancelled",
+}
 
 #: Checks a caller's access of one kind to an actor (``Runtime``'s access policy check).
 CheckAccess = Callable[["ActorDefinition", ActorRef, Caller, "AccessKind"], Awaitable[None]]
@@ -307,6 +333,26 @@ async def job_progress(
         await stream.aclose()
 
 
+def job_outcome(trace: JobTrace, routes: Mapping[str, str], cancelled: bool) -> Outcome | None:
+    """How a job whose row is gone ended, from its trace; ``None`` when no row names it.
+
+    Args:
+        trace: The job's trace (its row no longer a job row).
+        routes: The actor type's route commands by name: ``success``, ``dead_letter`` or
+            ``cancelled``.
+        cancelled: Whether the reader saw the job row cancelled.
+    """
+    if trace.lettered:
+        return "dead_lettered"  # also a cancelled job that became an ambiguous letter
+    route = trace.route_command
+    kind = routes.get(route) if route is not None else None
+    if kind == "cancelled" or cancelled:
+        return "cancelled"
+    if kind is not None:
+        return _ROUTE_OUTCOMES[kind]
+    return "unknown" if route is not None else None
+
+
 class ProgressStreams:
     """Opens readers of this runner's progress hub.
 
@@ -321,33 +367,58 @@ class ProgressStreams:
         #: The hub the readers subscribe to.
         self.hub = hub
         self._check_access = check_access
-        self._outbox = OutboxRows(services.store, services.clock)
+        self._traces = JobTraces(services.store)
 
     async def open(self, ref: ActorRef, job_id: str) -> ProgressStream:
         """Check access (kind ``progress``) and subscribe at once; iterate for the job's messages.
 
         The stream yields the latest frames of the job's attempts and ends after the closing
-        message. A job whose row is gone (never enqueued, or already ended) gets a closing
-        message with ``attempt`` ``None``; without ``notify`` only attempts running on this
-        runner report frames.
+        message, which carries the ``outcome``. A job that already ended closes at once (with
+        ``attempt`` ``None``); without ``notify`` only attempts running on this runner report
+        frames.
 
         Raises:
             ActorError: ``Unauthorized`` by the actor's access policy, ``InvalidCommandId`` for
-                a malformed job id, ``InvalidInput`` for an unknown actor type.
+                a malformed job id, ``InvalidInput`` for an unknown actor type or, with code
+                ``unknown_job``, a job that no row names (never enqueued, or ended without
+                leaving a route or a dead letter).
         """
         self._services.supervisor.require_started()
         definition = self._services.registry.definition(ref.type)
         parse_framework_id(job_id)
         await self._check_access(definition, ref, current_caller(), "progress")
-        return ProgressStream(self, self.hub.subscribe(job_id, ref), ref, job_id)
+        subscription = self.hub.subscribe(job_id, ref)
+        trace = await self.trace(ref, job_id)
+        if (
+            trace is not None
+            and trace.row_kind is None
+            and job_outcome(trace, self.routes(ref), False) is None
+            and not (self.hub.live(job_id) or subscription.queued or subscription.stopped)
+        ):
+            subscription.close()
+            raise ActorError(
+                "InvalidInput",
+                f"There is no job {job_id!r} of {ref.type}/{ref.id!r}, and none left a trace; "
+                "check the id with 'akter jobs list'.",
+                code="unknown_job",
+                field="job_id",
+            )
+        return ProgressStream(self, subscription, ref, job_id, trace)
 
     @property
     def poll_s(self) -> float:
         """How often a reader looks for a job that ended elsewhere."""
         return self._services.config.poll_ms / 1000
 
-    async def pending(self, ref: ActorRef, job_id: str) -> bool:
-        """Whether the actor still holds the job's row (pending, running, backing off)."""
+    def routes(self, ref: ActorRef) -> dict[str, str]:
+        """The actor type's route commands by name (the trace a finished job leaves)."""
+        definition = self._services.registry.definition(ref.type)
+        return {
+            fn.__name__: kind for job in definition.jobs.values() for kind, fn in job.routes.items()
+        }
+
+    async def trace(self, ref: ActorRef, job_id: str) -> JobTrace | None:
+        """What the rows say of the job; ``None`` when they cannot be read now."""
         key = {
             "rk": self._services.registry.routing_key(ref),
             "tenant": ref.tenant,
@@ -355,10 +426,16 @@ class ProgressStreams:
             "id": ref.id,
         }
         try:
-            rows = await self._outbox.actor_rows(key)
+            return await self._traces.read(key, job_id)
         except (psycopg.Error, OSError):
-            return True  # unknown: keep following, look again at the next poll
-        return any(row[0] == job_id and row[1] == "job" for row in rows)
+            return None  # unknown: keep following, look again at the next poll
+
+    async def outcome(self, ref: ActorRef, job_id: str, cancelled: bool) -> Outcome:
+        """How the job ended, read after its close (``unknown`` when nothing tells)."""
+        trace = await self.trace(ref, job_id)
+        if trace is None or trace.row_kind == "job":
+            return "cancelled" if cancelled else "unknown"
+        return job_outcome(trace, self.routes(ref), cancelled) or "unknown"
 
 
 class ProgressStream:
@@ -369,10 +446,15 @@ class ProgressStream:
     """
 
     def __init__(
-        self, streams: ProgressStreams, subscription: Subscription, ref: ActorRef, job_id: str
+        self,
+        streams: ProgressStreams,
+        subscription: Subscription,
+        ref: ActorRef,
+        job_id: str,
+        first: JobTrace | None = None,
     ) -> None:
         self._subscription = subscription
-        self._messages = _follow(streams, subscription, ref, job_id)
+        self._messages = _follow(streams, subscription, ref, job_id, first)
 
     def __aiter__(self) -> ProgressStream:
         return self
@@ -390,31 +472,54 @@ class ProgressStream:
 
 
 async def _follow(
-    streams: ProgressStreams, subscription: Subscription, ref: ActorRef, job_id: str
+    streams: ProgressStreams,
+    subscription: Subscription,
+    ref: ActorRef,
+    job_id: str,
+    first: JobTrace | None,
 ) -> AsyncGenerator[Message, None]:
     hub = streams.hub
     poll = streams.poll_s
+    cancelled = False  # seen on the job row: a cancelled job may leave no other trace
     try:
-        timeout = 0.0  # look for a finished job at once, then every poll
+        timeout = 0.0  # look for a finished job at once (the trace open() read), then every poll
         while True:
             message = await subscription.get(timeout)
             if message is not None:
-                yield message
                 if message.get("closed"):
+                    yield await _closing(streams, ref, message, cancelled)
                     return
+                yield message
                 continue
             if subscription.stopped:
                 return
             timeout = poll
-            if hub.live(job_id) or await streams.pending(ref, job_id):
+            trace, first = first or await streams.trace(ref, job_id), None
+            if trace is None or trace.row_kind == "job" or hub.live(job_id):
+                cancelled = cancelled or (trace is not None and trace.row_cancelled)
                 continue
             # Gone: another runner's last frames and close may still be on their way.
             while (late := await subscription.get(GONE_GRACE)) is not None:
-                yield late
                 if late.get("closed"):
+                    yield await _closing(streams, ref, late, cancelled)
                     return
+                yield late
             if not subscription.stopped:
-                yield {"ref": ref.to_json(), "job_id": job_id, "attempt": None, "closed": True}
+                outcome = job_outcome(trace, streams.routes(ref), cancelled) or "unknown"
+                yield {**_closed(ref, job_id, None), "outcome": outcome}
             return
     finally:
         subscription.close()
+
+
+def _closed(ref: ActorRef, job_id: str, attempt: int | None) -> Message:
+    return {"ref": ref.to_json(), "job_id": job_id, "attempt": attempt, "closed": True}
+
+
+async def _closing(
+    streams: ProgressStreams, ref: ActorRef, message: Message, cancelled: bool
+) -> Message:
+    """The closing message with the job's ``outcome`` (read from its trace when not given)."""
+    if message.get("outcome") is not None:
+        return message
+    return {**message, "outcome": await streams.outcome(ref, str(message["job_id"]), cancelled)}

@@ -210,8 +210,11 @@ class ProgressSlot:
         if self._pending is None:
             self.hub.forget(self)
 
-    async def close(self) -> None:
-        """After a terminal settle: let the last frame flush (≤ 100 ms), then close the job."""
+    async def close(self, outcome: str | None = None) -> None:
+        """After a terminal settle: let the last frame flush (≤ 100 ms), then close the job.
+
+        ``outcome`` is how the settle ended the job; readers learn it from the close.
+        """
         self.end()
         if self._pending is not None:
             await wait_event(self._idle, CLOSE_WAIT)
@@ -226,6 +229,7 @@ class ProgressSlot:
                 "job_id": self.job_id,
                 "attempt": self.attempt,
                 "closed": True,
+                **({} if outcome is None else {"outcome": outcome}),
             }
         )
         self.hub.forget(self)
@@ -254,6 +258,11 @@ class Subscription:
         """End the subscription without a message (the runner is stopping)."""
         self.stopped = True
         self._ready.set()
+
+    @property
+    def queued(self) -> bool:
+        """Whether a message waits to be read (a close may already be here)."""
+        return bool(self._messages)
 
     async def get(self, within: float | None = None) -> Message | None:
         """The next message; ``None`` after ``within`` seconds or once stopped."""

@@ -354,3 +354,18 @@ SET due_at_ms = clock.now
 FROM skewed s, clock
 WHERE o.routing_key = s.routing_key AND o.intent_id = s.intent_id
 RETURNING o.intent_id, o.actor_type, o.actor_id, o.command, o.attempts, s.ahead_ms;
+
+-- job_trace --
+-- what one snapshot's durable rows say of one actor's job: its row (job, or its route intent), the route's receipt, its dead letter; read only
+SELECT o.kind AS row_kind, o.command AS row_command,
+       (o.cancelled_at_ms IS NOT NULL) AS row_cancelled,
+       (SELECT r.command FROM {schema}.receipts r
+        WHERE r.routing_key = %(rk)s AND r.tenant_id = %(tenant)s AND r.actor_type = %(type)s
+          AND r.actor_id = %(id)s AND r.command_id = %(job_id)s) AS receipt_command,
+       EXISTS (SELECT 1 FROM {schema}.dead_letters d
+               WHERE d.routing_key = %(rk)s AND d.job_id = %(job_id)s AND d.tenant_id = %(tenant)s
+                 AND d.actor_type = %(type)s AND d.actor_id = %(id)s) AS lettered
+FROM (SELECT 1) AS one
+LEFT JOIN {schema}.outbox o
+  ON o.routing_key = %(rk)s AND o.intent_id = %(job_id)s AND o.tenant_id = %(tenant)s
+ AND o.actor_type = %(type)s AND o.actor_id = %(id)s;

@@ -169,9 +169,20 @@ def progress_operation(type_name: str, singleton: bool, security: _SECURITY) -> 
                 "description": "The job id `enqueue` returned.",
             },
         ],
-        "responses": _stream_responses(
-            "`progress` frames with the job's reports, then one `closed` frame."
-        ),
+        "responses": {
+            **_stream_responses(
+                "`progress` frames with the job's reports, then one `closed` frame whose "
+                "`outcome` is `succeeded`, `dead_lettered`, `cancelled` or `unknown`. A job "
+                "that already ended closes at once (`attempt` null), its outcome read from the "
+                "route or dead letter its end left."
+            ),
+            "404": {
+                "description": "No row names the job (reason `InvalidInput`, code "
+                "`unknown_job`): never enqueued, another actor's, or ended without leaving a "
+                "route or a dead letter. Also an unknown actor type (code `unknown_type`).",
+                "content": _problem_content(),
+            },
+        },
         "security": security,
     }
 

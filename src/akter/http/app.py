@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -284,6 +285,15 @@ class _Api:
                 )
             return JSONResponse(member.result.dump_python(value, mode="json"))
         except ActorError as exc:
+            if exc.code == "unknown_member" and _feed_path(request):
+                # The path is a feed's (GET only), not a command's: 405, as Starlette would.
+                return problem(
+                    405,
+                    "InvalidInput",
+                    "Method Not Allowed",
+                    code="method_not_allowed",
+                    headers={"Allow": "GET"},
+                )
             return self._refused(request, exc)
         except DeclaredError as exc:
             return from_declared(exc)
@@ -419,4 +429,13 @@ def _float_reader(integral: list[str]) -> Any:
 def _too_large(limit: int) -> ActorError:
     return ActorError(
         "InvalidInput", f"The body is larger than {limit} bytes.", code="body_too_large"
+    )
+
+
+def _feed_path(request: Request) -> bool:
+    """Whether a command path is also a feed's: ``.../events`` or ``.../jobs/{job_id}/progress``."""
+    member = request.path_params["member"]
+    raw_id = str(request.path_params["id"])
+    return member == "events" or (
+        member == "progress" and re.fullmatch(r".+/jobs/[^/]+", raw_id) is not None
     )

@@ -90,22 +90,6 @@ async def migrations_applied(url: str, queries: Queries) -> set[str]:
         return set()
 
 
-async def actor_outbox(store: Store, key: Key) -> list[Row]:
-    """Every outbox row one actor sent or owns (what a job's watcher follows)."""
-    async with store.pool.connection() as conn:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(store.queries["inspect_outbox"], key)
-        return await cur.fetchall()
-
-
-async def actor_receipts(store: Store, key: Key) -> list[Row]:
-    """Every receipt of one actor (a finished job's route leaves one)."""
-    async with store.pool.connection() as conn:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(store.queries["inspect_receipts"], key)
-        return await cur.fetchall()
-
-
 @dataclass(frozen=True)
 class ActorHistory:
     """Everything durable of one actor: its row, receipts, outbox rows and retained events."""
@@ -230,8 +214,6 @@ __all__ = [
     "Key",
     "Row",
     "actor_key",
-    "actor_outbox",
-    "actor_receipts",
     "committed_states",
     "console_actor",
     "console_actor_outbox",

@@ -352,6 +352,14 @@ function progressCell(job) {
   return el("td", {}, entry.bar, " ", entry.label);
 }
 
+// The close carries the job's outcome: succeeded, dead_lettered, cancelled or unknown.
+function closeProgress(entry, outcome) {
+  entry.closed = true;
+  entry.bar.value = entry.bar.max;
+  const known = outcome && outcome !== "unknown";
+  entry.label.textContent = known ? `finished · ${outcome.replace("_", "-")}` : "finished";
+}
+
 async function watchProgress(job, entry) {
   const path = "jobs/progress?" + query({ type: job.ref.type, id: job.ref.id, tenant: job.ref.tenant, job_id: job.job_id });
   try {
@@ -359,9 +367,7 @@ async function watchProgress(job, entry) {
       path,
       (event, message) => {
         if (event === "closed") {
-          entry.closed = true;
-          entry.bar.value = entry.bar.max;
-          entry.label.textContent = "finished";
+          closeProgress(entry, message.outcome);
           return;
         }
         const frame = message.frame || {};
@@ -377,7 +383,9 @@ async function watchProgress(job, entry) {
       entry.abort.signal,
     );
   } catch (error) {
-    failed(error);
+    // The job ended, leaving no row to tell how, before its feed opened: nothing to follow.
+    if (error instanceof Refused && error.code === "unknown_job") closeProgress(entry, "unknown");
+    else failed(error);
   } finally {
     entry.ended = true;
     // A feed that ended without the close is opened again by the next poll, if still running.
