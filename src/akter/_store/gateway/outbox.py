@@ -164,9 +164,9 @@ class OutboxGateway:
 
 
 class OutboxRows:
-    """Outbox statements outside the relay: seeding a singleton's ticks, an actor's rows.
+    """Outbox statements outside the relay: seeding a singleton's default row and ticks.
 
-    Neither uses the relay's own connections, so any component may hold one.
+    It does not use the relay's own connections, so any component may hold one.
     """
 
     def __init__(self, store: Store, clock: Clock) -> None:
@@ -187,9 +187,3 @@ class OutboxRows:
                 {**actor, "state": state, "state_version": 0, "off": self._clock.offset_ms},
             )
             await conn.execute(q["insert_ticks"], ticks)
-
-    async def actor_rows(self, actor: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """The actor's outbox rows (``actor``: rk, tenant, type, id), on a pooled connection."""
-        async with self._store.pool.connection() as conn:
-            cur = await conn.execute(self._store.queries["inspect_outbox"], actor)
-            return await cur.fetchall()
