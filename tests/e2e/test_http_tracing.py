@@ -11,18 +11,13 @@ tracers for the test only (nothing global is set).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel, Field
 
 import akter
-from akter import telemetry
-from akter._engine import job_attempt
 from tests.e2e.conftest import Serve
 
 pytestmark = pytest.mark.timeout(60)
@@ -61,18 +56,6 @@ class Front(akter.Actor[Notes], access=akter.public):
     @akter.command
     async def forward(self, to: str) -> None:
         self.send(Back.post, "b-1", to)
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("akter")
-    monkeypatch.setattr(telemetry, "tracer", tracer)
-    monkeypatch.setattr(job_attempt, "tracer", tracer)
-    yield exporter
-    provider.shutdown()
 
 
 def ids(span: ReadableSpan | None) -> tuple[int, int]:

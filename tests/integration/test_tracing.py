@@ -15,12 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from akter import telemetry
-from akter._engine import job_attempt
 from akter.testing import ActorTest
 from akter.testing.provider import succeed
 from tests.integration.telemetry_actors import ACTORS, PROVIDER, Pinger, Pong
@@ -28,18 +25,6 @@ from tests.integration.telemetry_actors import ACTORS, PROVIDER, Pinger, Pong
 Make = Callable[..., ActorTest]
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("akter")
-    monkeypatch.setattr(telemetry, "tracer", tracer)
-    monkeypatch.setattr(job_attempt, "tracer", tracer)
-    yield exporter
-    provider.shutdown()
 
 
 @pytest.fixture(autouse=True)
