@@ -7,6 +7,7 @@ An actor is ``(tenant, type, id)`` with durable state; every command runs as one
 import logging
 
 from akter._drain import DrainReport
+from akter._evolution import migrate_state
 from akter._policy import Policy
 from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
@@ -69,6 +70,7 @@ __all__ = [
     "command",
     "current_caller",
     "job",
+    "migrate_state",
     "public",
     "query",
     "schedule",

@@ -13,20 +13,34 @@ import functools
 import inspect
 import math
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Concatenate, Literal, Protocol, Self, overload
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
-from typing_extensions import TypeVar
+from typing_extensions import ParamSpec, TypeVar
 
 from akter._event_decl import Event
+from akter._evolution import (
+    Chain,
+    Migration,
+    MigrationDecorator,
+    build_chain,
+    check_aliases,
+    check_version,
+    declare,
+)
 from akter._json import Node, dotted, first_problem, text_problem
 from akter._policy import ResolvedPolicy
 from akter.callers import ActorRef, Caller
 from akter.errors import DeclaredError, DefinitionError, invalid_input, invalid_input_from
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+A_contra = TypeVar("A_contra", contravariant=True)
+A = TypeVar("A")
+P = ParamSpec("P")
+R_co = TypeVar("R_co", covariant=True)
+R = TypeVar("R")
 
 AccessKind = Literal["command", "query", "events", "progress"]
 AccessPolicy = Callable[[Caller, ActorRef, str, AccessKind], "bool | Awaitable[bool]"]
@@ -41,10 +55,58 @@ class MemberSpec:
     internal: bool = False
     errors: tuple[type[DeclaredError], ...] = ()
     route: tuple[str, Any] | None = None  # ("success" | "dead_letter" | "cancelled", Job)
+    #: The payload version rows are staged at (evolution E3); checked against the migrations.
+    version: int = 0
+    #: Earlier names of the command that stored rows may carry (evolution E2).
+    aliases: tuple[str, ...] = ()
 
 
 _MEMBER_ATTR = "__akter_member__"
 _OWNER_ATTR = "__akter_owner__"
+_MIGRATIONS_ATTR = "__akter_payload_migrations__"
+
+
+class Command(Protocol[A_contra, P, R_co]):
+    """What ``@akter.command`` makes of a handler, for the type checker.
+
+    On the class (``Order.pay``) it is the command itself, as ``send`` and ``later`` take it;
+    on an instance (a handle, ``self`` in a turn) it is the bound coroutine function. At run
+    time it is the handler function, with ``migrate_payload`` attached.
+    """
+
+    __name__: str
+
+    def __call__(
+        self, actor: A_contra, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, R_co]:
+        """Run the command on ``actor`` (as ``Order.pay(order, ...)``)."""
+        ...
+
+    @overload
+    def __get__(self, obj: None, owner: Any, /) -> Self: ...
+    @overload
+    def __get__(self, obj: A_contra, owner: Any, /) -> Callable[P, Coroutine[Any, Any, R_co]]: ...
+
+    def migrate_payload(self, *, from_version: int) -> MigrationDecorator:
+        """Declare the migration of this command's stored payloads from ``from_version``."""
+        ...
+
+
+def _attach_payload_migrations(fn: Any) -> None:
+    migrations: list[Migration] = []
+    setattr(fn, _MIGRATIONS_ATTR, migrations)
+
+    def migrate_payload(*, from_version: int) -> MigrationDecorator:
+        return typing.cast(MigrationDecorator, declare(from_version, migrations.append))
+
+    fn.migrate_payload = migrate_payload
+
+
+def payload_chain(owner: str, fn: Any, version: int) -> Chain:
+    """The payload chain declared on a command function, checked against its ``version=``."""
+    chain = build_chain(owner, getattr(fn, _MIGRATIONS_ATTR, ()))
+    check_version(owner, version, chain)
+    return chain
 
 
 class MemberOwner(Protocol):
@@ -66,14 +128,16 @@ class MemberOwner(Protocol):
 
 
 @overload
-def command(fn: F, /) -> F: ...
+def command(fn: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /) -> Command[A, P, R]: ...
 @overload
 def command(
     *,
     creates: bool = False,
     internal: bool = False,
     errors: tuple[type[DeclaredError], ...] | list[type[DeclaredError]] = (),
-) -> Callable[[F], F]: ...
+    version: int = 0,
+    aliases: tuple[str, ...] | list[str] = (),
+) -> Callable[[Callable[Concatenate[A, P], Coroutine[Any, Any, R]]], Command[A, P, R]]: ...
 def command(
     fn: Any = None,
     /,
@@ -81,6 +145,8 @@ def command(
     creates: bool = False,
     internal: bool = False,
     errors: tuple[type[DeclaredError], ...] | list[type[DeclaredError]] = (),
+    version: int = 0,
+    aliases: tuple[str, ...] | list[str] = (),
 ) -> Any:
     """Declare a command: a method that runs as one fenced turn.
 
@@ -89,16 +155,31 @@ def command(
         creates: The command creates the actor (types with such commands are gated).
         internal: Only ``System`` callers (the relay) may run it; absent from handles and HTTP.
         errors: The declared errors it may raise; empty means any ``DeclaredError``.
+        version: The version of its payload (evolution E3): pending rows stored at an older
+            version are upgraded by the ``@cmd.migrate_payload(from_version=k)`` chain, which
+            must declare versions ``0 … version-1``.
+        aliases: Earlier names of the command: pending rows and receipts that carry one are
+            delivered to and compared with this command (evolution E2).
     """
     for err in errors:
         if not (isinstance(err, type) and issubclass(err, DeclaredError)):
             raise DefinitionError(f"errors= takes DeclaredError subclasses, not {err!r}.")
-    spec = MemberSpec("command", creates=creates, internal=internal, errors=tuple(errors))
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise DefinitionError(f"version= must be a non-negative integer, not {version!r}.")
+    spec = MemberSpec(
+        "command",
+        creates=creates,
+        internal=internal,
+        errors=tuple(errors),
+        version=version,
+        aliases=check_aliases("@command", aliases),
+    )
 
     def mark(f: Any) -> Any:
         if not inspect.iscoroutinefunction(f):
             raise DefinitionError(f"@command {getattr(f, '__name__', f)!r} must be 'async def'.")
         setattr(f, _MEMBER_ATTR, spec)
+        _attach_payload_migrations(f)
         return f
 
     return mark(fn) if fn is not None else mark
@@ -267,6 +348,13 @@ class Member:
     params: list[inspect.Parameter] = field(default_factory=list)
     args_model: type[BaseModel] = EmptyState
     result: TypeAdapter[Any] = field(default_factory=lambda: TypeAdapter(Any))
+    #: The payload migrations (evolution E3); its version is the one rows are staged at.
+    payload_chain: Chain = field(default_factory=Chain)
+
+    @property
+    def version(self) -> int:
+        """The payload version this code stages and delivers."""
+        return self.payload_chain.version
 
     @property
     def internal(self) -> bool:
@@ -346,16 +434,33 @@ class ActorDefinition:
     events: tuple[type[Event], ...] = ()
     schedules: list[Any] = field(default_factory=list)
     resolved: bool = False
+    #: The state migrations (evolution E1); its version is the one this code writes.
+    state_chain: Chain = field(default_factory=Chain)
+    #: Earlier names of commands and jobs, to the current name (evolution E2).
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state_version(self) -> int:
+        """The state version this code reads and writes: the number of state migrations."""
+        return self.state_chain.version
 
     @property
     def gated(self) -> bool:
         """Whether the type has ``creates=True`` commands."""
         return any(m.spec.creates for m in self.members.values())
 
+    def canonical(self, name: str) -> str:
+        """The current name of a member or job that stored rows may call by an alias."""
+        return self.aliases.get(name, name)
+
+    def job(self, name: str) -> Any | None:
+        """The job declared under ``name`` or one of its aliases, if any (an ``akter.Job``)."""
+        return self.jobs.get(self.aliases.get(name, name))
+
     def member(self, name: str, kind: Literal["command", "query"] | None = None) -> Member:
-        """Look up a member by name, raising ``InvalidInput/unknown_member``."""
+        """Look up a member by name or alias, raising ``InvalidInput/unknown_member``."""
         self.resolve()
-        found = self.members.get(name)
+        found = self.members.get(self.aliases.get(name, name))
         if found is None or (kind is not None and found.kind != kind):
             what = kind or "member"
             raise invalid_input(
@@ -398,6 +503,8 @@ def _resolve_member(member: Member) -> None:
             raise DefinitionError(f"{where}: parameter {p.name!r} must not start with '_'.")
         default = p.default if p.default is not inspect.Parameter.empty else ...
         fields_[p.name] = (hints[p.name], default)
+    if member.kind == "command":
+        member.payload_chain = payload_chain(where, member.fn, member.spec.version)
     if "return" not in hints:
         raise DefinitionError(f"{where}: the return type needs an annotation (use -> None).")
     try:

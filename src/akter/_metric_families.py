@@ -100,6 +100,24 @@ FAMILIES: tuple[Family, ...] = (
         "Job attempts running under a live lease (sampled).",
         ("actor_type", "job"),
     ),
+    Family(
+        "akter.outbox.parked",
+        "gauge",
+        "Outbox rows parked because the code cannot deliver them (sampled; evolution E3).",
+        _K,
+    ),
+    Family(
+        "akter.jobs.unserved",
+        "gauge",
+        "Due job rows of a type no live runner executes (sampled; evolution E3).",
+        ("actor_type", "job"),
+    ),
+    Family(
+        "akter.orphans",
+        "gauge",
+        "Stored names (type, command, job, event tag) no definition or alias claims (E2).",
+        ("kind",),
+    ),
 )
 #: Every metric by name.
 METRICS: Mapping[str, Family] = {family.name: family for family in FAMILIES}
@@ -111,7 +129,15 @@ HISTOGRAMS: Mapping[str, tuple[float, ...]] = {
 }
 #: Gauges sampled by the ``$maintenance`` owner (the rest are kept by every runner).
 SAMPLED_GAUGES = frozenset(
-    {"akter.outbox.rows", "akter.relay.lag_ms", "akter.relay.stuck_rows", "akter.jobs.running"}
+    {
+        "akter.outbox.rows",
+        "akter.relay.lag_ms",
+        "akter.relay.stuck_rows",
+        "akter.jobs.running",
+        "akter.outbox.parked",
+        "akter.jobs.unserved",
+        "akter.orphans",
+    }
 )
 #: Every gauge.
 GAUGES = frozenset(f.name for f in FAMILIES if f.type == "gauge")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
 from akter._event_decl import Event
+from akter._evolution import StateMigration, build_chain
 from akter._ids import ACTOR_TYPE_RE, MEMBER_NAME_RE
 from akter._members import (
     _MEMBER_ATTR,
@@ -196,8 +197,13 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
     from akter.jobs import Job
 
     seen: dict[str, str] = {}
+    state_migrations: dict[int, StateMigration] = {}
     for klass in reversed(cls.__mro__):
         for attr, value in vars(klass).items():
+            if isinstance(value, StateMigration):
+                # A subclass may redeclare a base's migration from the same version.
+                state_migrations[value.from_version] = value
+                continue
             spec = getattr(value, _MEMBER_ATTR, None)
             if isinstance(value, Job):
                 _check_member_name(definition.name, attr, seen, "job")
@@ -221,6 +227,8 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
                 setattr(value, _OWNER_ATTR, definition)
     for job in definition.jobs.values():
         job.bind_owner(definition)
+    definition.state_chain = build_chain(f"{definition.name} state", state_migrations.values())
+    _collect_aliases(definition)
     from dataclasses import replace
 
     from akter.schedules import check_unique, check_zero_arg, entries_of
@@ -231,6 +239,30 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
             check_zero_arg(member.fn)
             definition.schedules.extend(replace(e, command=member.name) for e in entries)
     check_unique(definition.schedules, definition.name)
+
+
+def _collect_aliases(definition: ActorDefinition) -> None:
+    """Map the earlier names of commands and jobs to their current names (evolution E2).
+
+    An alias must not be the name or alias of another command, query or job of the type.
+    """
+    names = {**dict.fromkeys(definition.members, "member"), **dict.fromkeys(definition.jobs, "job")}
+    declared = [(name, member.spec.aliases) for name, member in definition.members.items()] + [
+        (name, job.aliases) for name, job in definition.jobs.items()
+    ]
+    for name, aliases in declared:
+        for alias in aliases:
+            if alias in names:
+                raise DefinitionError(
+                    f"{definition.name}.{name}: the alias {alias!r} is the name of a "
+                    f"{names[alias]} of {definition.name}."
+                )
+            other = definition.aliases.setdefault(alias, name)
+            if other != name:
+                raise DefinitionError(
+                    f"{definition.name}: the alias {alias!r} is claimed by both {other!r} "
+                    f"and {name!r}."
+                )
 
 
 def _check_member_name(type_name: str, attr: str, seen: dict[str, str], kind: str) -> None:

@@ -34,6 +34,7 @@ Reason = Literal[
     "UnknownCursor",
     "RetentionGap",
     "LeaseLost",
+    "StateTooNew",
 ]
 
 #: HTTP status per reason (semantics §2.9); ``Unauthorized`` depends on its code.
@@ -51,6 +52,7 @@ HTTP_STATUS: dict[str, int] = {
     "UnknownCursor": 400,
     "RetentionGap": 410,
     "LeaseLost": 409,
+    "StateTooNew": 503,
 }
 
 
@@ -106,11 +108,17 @@ class ActorError(AkterError):
         self.message = message
         self.code = code
         if retryable is None:
-            retryable = reason in ("ActorUnavailable", "RunnerAtCapacity", "Timeout")
+            retryable = reason in (
+                "ActorUnavailable",
+                "RunnerAtCapacity",
+                "Timeout",
+                "StateTooNew",
+            )
         self.retryable = retryable
         if retry_after is None and reason == "ActorUnavailable":
             retry_after = 0.25 * random.uniform(0.8, 1.2)
-        elif retry_after is None and reason == "RunnerAtCapacity":
+        elif retry_after is None and reason in ("RunnerAtCapacity", "StateTooNew"):
+            # StateTooNew: a newer runner (a rolling deploy) may serve the retry (evolution E1).
             retry_after = 1.0
         self.retry_after = retry_after
         self.command_id = command_id

@@ -18,6 +18,15 @@ from typing import Any, Generic, Literal
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
+from akter._evolution import (
+    Chain,
+    Migration,
+    MigrationDecorator,
+    build_chain,
+    check_aliases,
+    check_version,
+    declare,
+)
 from akter._ids import ms_from_duration
 from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec, storable_payload
 from akter.callers import ActorRef
@@ -117,6 +126,10 @@ class JobOptions:
     per_actor: int | None
     progress: type[BaseModel] | None
     progress_every_ms: int
+    #: The payload version rows are staged at (evolution E3).
+    version: int = 0
+    #: Earlier names of the job that stored rows and dead letters may carry (evolution E2).
+    aliases: tuple[str, ...] = ()
 
 
 class Job(Generic[PL, R]):
@@ -133,6 +146,23 @@ class Job(Generic[PL, R]):
         self.payload_model: type[BaseModel] | None = None
         self.result: TypeAdapter[Any] = TypeAdapter(Any)
         self.is_async = inspect.iscoroutinefunction(fn)
+        #: The payload migrations (evolution E3), complete once the job is resolved.
+        self.payload_chain = Chain()
+        self._migrations: list[Migration] = []
+
+    @property
+    def version(self) -> int:
+        """The payload version this code stages and executes."""
+        return self.options.version
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Earlier names of the job."""
+        return self.options.aliases
+
+    def migrate_payload(self, *, from_version: int) -> MigrationDecorator:
+        """Declare the migration of this job's stored payloads from ``from_version``."""
+        return typing.cast(MigrationDecorator, declare(from_version, self._migrations.append))
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -196,6 +226,8 @@ class Job(Generic[PL, R]):
             raise DefinitionError(f"{where}: the payload must be annotated with a pydantic model.")
         self.payload_model = payload_type
         self.result = TypeAdapter(hints.get("return", Any))
+        self.payload_chain = build_chain(where, self._migrations)
+        check_version(where, self.options.version, self.payload_chain)
 
     def validate_payload(self, payload: Any) -> dict[str, Any]:
         """Validate an enqueued payload; its JSON form is stored in the outbox."""
@@ -219,6 +251,12 @@ def _ms(value: Duration, what: str, low: int = 1) -> int:
     return ms
 
 
+def _version(version: Any) -> int:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise DefinitionError(f"version= must be a non-negative integer, not {version!r}.")
+    return version
+
+
 def job(
     *,
     attempts: int = 4,
@@ -227,6 +265,8 @@ def job(
     per_actor: int | None = None,
     progress: type[BaseModel] | None = None,
     progress_every: Duration = 0.25,
+    version: int = 0,
+    aliases: tuple[str, ...] | list[str] = (),
 ) -> Callable[[Callable[[JobCall, PL], Awaitable[R]]], Job[PL, R]]:
     """Declare a job executor inside an actor class (semantics §5.1).
 
@@ -237,6 +277,9 @@ def job(
         per_actor: 1…64 live attempts per actor across all runners, or unlimited.
         progress: The pydantic model of progress frames, if the job reports progress.
         progress_every: At most one published frame per interval (50 ms … 60 s).
+        version: The version of its payload (evolution E3): pending rows and dead letters
+            stored at an older version are upgraded by the ``@job.migrate_payload`` chain.
+        aliases: Earlier names of the job, claimed for stored rows (evolution E2).
     """
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 101:
         raise DefinitionError(f"attempts must be an integer from 1 to 101, got {attempts!r}.")
@@ -264,6 +307,8 @@ def job(
         per_actor=per_actor,
         progress=progress,
         progress_every_ms=every,
+        version=_version(version),
+        aliases=check_aliases("@job", aliases),
     )
 
     def declare(fn: Callable[[JobCall, PL], Awaitable[R]]) -> Job[PL, R]:

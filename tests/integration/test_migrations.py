@@ -67,6 +67,21 @@ COLUMNS: dict[str, set[str]] = {
         "cancelled_at_ms",
         "timer_key",
         "traceparent",
+        "parked_at_ms",
+    },
+    "operator_audit": {
+        "audit_id",
+        "routing_key",
+        "at_ms",
+        "operator",
+        "action",
+        "kind",
+        "tenant_id",
+        "actor_type",
+        "actor_id",
+        "command",
+        "row_json",
+        "reason",
     },
     "dead_letters": ACTOR_KEY
     | {
@@ -101,6 +116,7 @@ PRIMARY_KEYS: dict[str, list[str]] = {
     "events": ["routing_key", "tenant_id", "actor_type", "actor_id", "seq"],
     "outbox": ["routing_key", "intent_id"],
     "dead_letters": ["routing_key", "job_id"],
+    "operator_audit": ["routing_key", "audit_id"],
     "runners": ["runner_id"],
     "singletons": ["actor_type"],
     "migrations": ["id"],
@@ -108,7 +124,14 @@ PRIMARY_KEYS: dict[str, list[str]] = {
 
 #: Secondary indexes by name: (table, unique, columns, partial predicate or None).
 INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
-    "outbox_due": ("outbox", False, ["bucket", "kind", "due_at_ms"], None),
+    "outbox_due": (
+        "outbox",
+        False,
+        ["bucket", "kind", "due_at_ms"],
+        "(parked_at_ms IS NULL)",
+    ),
+    "outbox_parked": ("outbox", False, ["kind", "parked_at_ms"], "(parked_at_ms IS NOT NULL)"),
+    "operator_audit_at": ("operator_audit", False, ["at_ms"], None),
     "outbox_timer_key": (
         "outbox",
         True,
@@ -262,7 +285,23 @@ async def test_0003_adds_a_nullable_traceparent_to_the_outbox(akter_db: str, sch
     # Rows written before 0003 read NULL (no rewrite of the table, no default).
     assert column == {"data_type": "text", "is_nullable": "YES", "column_default": None}
     applied = await _fetch(akter_db, f'SELECT id FROM "{schema}".migrations ORDER BY id')
-    assert [r["id"] for r in applied][-1] == "0003_outbox_trace"
+    assert "0003_outbox_trace" in [r["id"] for r in applied]
+
+
+async def test_0004_adds_parking_and_the_operator_audit(akter_db: str, schema: str) -> None:
+    await _start(akter_db, schema, [Tally])
+    [column] = await _fetch(
+        akter_db,
+        "SELECT data_type, is_nullable, column_default FROM information_schema.columns"
+        " WHERE table_schema = %(schema)s AND table_name = 'outbox'"
+        " AND column_name = 'parked_at_ms'",
+        {"schema": schema},
+    )
+    # Rows written before 0004 are not parked (no rewrite of the table, no default).
+    assert column == {"data_type": "bigint", "is_nullable": "YES", "column_default": None}
+    assert await _fetch(akter_db, f'SELECT * FROM "{schema}".v_operator_audit') == []
+    applied = await _fetch(akter_db, f'SELECT id FROM "{schema}".migrations ORDER BY id')
+    assert [r["id"] for r in applied][-1] == "0004_evolution"
 
 
 async def test_primary_keys_lead_with_routing_key(akter_db: str, schema: str) -> None:

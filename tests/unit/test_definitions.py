@@ -149,7 +149,7 @@ def test_sync_command() -> None:
     with pytest.raises(akter.DefinitionError, match=r"@command 'add' must be 'async def'"):
 
         class Sync(akter.Actor[Counter]):
-            @akter.command  # type: ignore[type-var]
+            @akter.command  # type: ignore[arg-type]
             def add(self, by: int) -> None:
                 return None
 

@@ -44,6 +44,7 @@ AKTER_ALL = [
     "command",
     "current_caller",
     "job",
+    "migrate_state",
     "public",
     "query",
     "schedule",

@@ -47,7 +47,7 @@ QUERIES_SQL = "\n".join(
 )
 
 #: Tables holding one actor's rows (semantics §1.8): keyed by routing_key first.
-PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters"})
+PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters", "operator_audit"})
 #: Framework tables that belong to no actor (one row, or one per runner / type / migration).
 GLOBAL = frozenset({"deployment", "runners", "singletons", "migrations"})
 

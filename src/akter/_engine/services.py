@@ -53,15 +53,19 @@ class Registry:
             definition.resolve()
             self.definitions[definition.name] = definition
         #: Every declared event class by its tag, across the hosted types.
+        #: Every declared event class by its tag and by its aliases (evolution E2).
         self.event_types: dict[str, type[Any]] = {}
         for definition in self.definitions.values():
             for event in definition.events:
-                other = self.event_types.setdefault(event.event_tag, event)
-                if other is not event:
-                    raise DefinitionError(
-                        f"Event tag {event.event_tag!r} is used by {other.__qualname__!r} and "
-                        f"{event.__qualname__!r}; give one of them tag=... ."
-                    )
+                event.event_chain()  # a gap or a wrong version= is a DefinitionError now
+                for tag in (event.event_tag, *event.event_aliases):
+                    other = self.event_types.setdefault(tag, event)
+                    if other is not event:
+                        raise DefinitionError(
+                            f"Event tag {tag!r} is used by {other.__qualname__!r} and "
+                            f"{event.__qualname__!r}; give one of them tag=... or drop the "
+                            "alias."
+                        )
 
     def definition(self, actor: type[Actor[Any]] | str) -> ActorDefinition:
         """The definition of a hosted actor type (by class or name)."""

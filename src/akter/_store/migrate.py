@@ -21,7 +21,7 @@ from akter.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)

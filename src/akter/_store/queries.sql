@@ -229,6 +229,7 @@ candidates AS MATERIALIZED (
         SELECT o.routing_key, o.intent_id, o.due_at_ms
         FROM {schema}.outbox o
         WHERE o.bucket = b.bucket AND o.kind = 'intent' AND o.due_at_ms <= clock.now
+          AND o.parked_at_ms IS NULL
           AND o.target_type = ANY(%(types)s::text[])
         ORDER BY o.due_at_ms
         LIMIT %(probe)s

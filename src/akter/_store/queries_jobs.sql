@@ -20,6 +20,7 @@ candidates AS MATERIALIZED (
         SELECT o.routing_key, o.intent_id, o.due_at_ms
         FROM {schema}.outbox o
         WHERE o.bucket = b.bucket AND o.kind = 'job' AND o.due_at_ms <= clock.now
+          AND o.parked_at_ms IS NULL
           AND (o.actor_type, o.command) IN (SELECT actor_type, job FROM mine)
         ORDER BY o.due_at_ms
         LIMIT %(probe)s
@@ -77,6 +78,7 @@ CROSS JOIN LATERAL (
     SELECT o.routing_key, o.tenant_id, o.actor_type, o.actor_id, o.command, o.due_at_ms
     FROM {schema}.outbox o
     WHERE o.bucket = b.bucket AND o.kind = 'job' AND o.due_at_ms <= clock.now
+      AND o.parked_at_ms IS NULL
       AND (o.actor_type, o.command) IN (SELECT actor_type, job FROM mine)
     ORDER BY o.due_at_ms
     LIMIT %(probe)s

@@ -160,3 +160,69 @@ async def use(url: str) -> None:
         assert_type(exc.sku, str)
     except akter.ActorError as exc:
         assert_type(exc.retryable, bool)
+
+
+# --- evolution: versions, aliases and migrations (evolution E1–E3) ---------------------------
+
+
+class AccountV0(BaseModel):
+    name: str = ""
+
+
+class AccountV1(BaseModel):
+    first: str = ""
+    last: str = ""
+
+
+class AccountState(BaseModel):
+    first: str = ""
+    last: str = ""
+    cents: int = 0
+
+
+class Deposited(akter.Event, version=1, aliases=("Credited",)):
+    cents: int
+
+
+@Deposited.migrate(from_version=0)
+def _deposited_cents(old: dict[str, object]) -> dict[str, object]:
+    return {"cents": old.get("amount", 0)}
+
+
+class Account(akter.Actor[AccountState], name="Account", events=(Deposited,)):
+    @akter.migrate_state(from_version=0)
+    def _split(old: AccountV0) -> AccountV1:
+        first, _, last = old.name.partition(" ")
+        return AccountV1(first=first, last=last)
+
+    @akter.migrate_state(from_version=1)
+    def _cents(old: dict[str, object]) -> dict[str, object]:
+        return {**old, "cents": 0}
+
+    @akter.command(version=1, aliases=("credit",))
+    async def deposit(self, cents: int, currency: str = "EUR") -> int:
+        self.state.cents += cents
+        self.emit(Deposited(cents=cents))
+        return self.state.cents
+
+    @deposit.migrate_payload(from_version=0)
+    def _amount(old: dict[str, object]) -> dict[str, object]:
+        return {"cents": old.get("amount", 0)}
+
+    @akter.job(version=1, aliases=("pay",))
+    async def settle(self_call: akter.JobCall, payload: Charge) -> str:
+        return self_call.job_id
+
+    @settle.migrate_payload(from_version=0)
+    def _settle_v0(old: dict[str, object]) -> dict[str, object]:
+        return old
+
+    @akter.command
+    async def touch(self) -> None:
+        self.send(Account.deposit, "a-2", 5, currency="USD")
+
+
+async def evolution(runtime: akter.Runtime) -> None:
+    account = runtime.get(Account, "a-1")
+    assert_type(await account.deposit(5), int)
+    assert_type(Account.deposit.__name__, str)

@@ -5,6 +5,8 @@ A line ending in ``# E: <code>`` must get exactly one mypy error with that error
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 import akter
@@ -62,3 +64,20 @@ async def main(rt: akter.Runtime) -> None:
     await order.place(cents="1")  # E: arg-type
     await order.refund(1)  # E: attr-defined
     rt.get(Charge, "c-1")  # E: type-var
+
+
+# --- evolution: migrations with the wrong signature (evolution E1, E3) -----------------------
+
+
+class Evolving(akter.Actor[Stock]):
+    @akter.command(version=1)
+    async def deposit(self, cents: int) -> int:
+        return cents
+
+    @deposit.migrate_payload(from_version=0)  # E: arg-type
+    def _bad_payload(old: int) -> dict[str, Any]:
+        return {}
+
+    @akter.migrate_state(from_version=0)  # E: arg-type
+    def _bad_state(old: dict[str, Any]) -> str:
+        return ""
