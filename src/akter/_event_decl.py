@@ -11,6 +11,7 @@ from akter._evolution import (
     Chain,
     Migration,
     MigrationDecorator,
+    MigrationFailed,
     build_chain,
     check_aliases,
     check_version,
@@ -75,6 +76,18 @@ class Event(BaseModel):
         chain = build_chain(owner, cls._event_migrations)
         check_version(owner, cls.event_version, chain)
         return chain
+
+    @classmethod
+    def decode(cls, payload: Any, version: int) -> Event:
+        """A stored event's payload at ``version``, migrated and validated under this class.
+
+        Raises:
+            MigrationFailed: ``version`` is unknown to the class or a migration failed.
+            ValidationError: The migrated payload fails the class.
+        """
+        if not isinstance(payload, dict):
+            raise MigrationFailed(f"event {cls.event_tag}: the stored payload is not an object")
+        return cls.model_validate(cls.event_chain().upgrade(payload, version))
 
     @classmethod
     def registry(cls) -> dict[str, type[Event]]:

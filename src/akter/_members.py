@@ -25,10 +25,12 @@ from akter._evolution import (
     Chain,
     Migration,
     MigrationDecorator,
+    MigrationFailed,
     build_chain,
     check_aliases,
     check_version,
     declare,
+    lost_keys,
 )
 from akter._json import Node, dotted, first_problem, text_problem
 from akter._policy import ResolvedPolicy
@@ -333,6 +335,50 @@ class EmptyState(BaseModel):
     """The state of an actor declared without a state model."""
 
 
+# --- decoding stored rows under the current code (evolution E1, E3) -------------------------
+
+StateProblem = Literal["too_new", "migration", "invalid", "lost"]
+
+
+class StateDecodeError(Exception):
+    """A stored state this code cannot use: why (``kind``) and a message naming the actor.
+
+    ``too_new``: stored at a version above the code's (``StateTooNew``, retryable); the other
+    kinds are defects of the code against the data (a failing migration, a state that fails
+    validation, keys the next write would drop).
+    """
+
+    def __init__(self, kind: StateProblem, message: str, lost: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.kind: StateProblem = kind
+        self.message = message
+        self.lost = lost
+
+
+class PayloadTooNew(Exception):
+    """A stored payload at a version above the code's: left for a runner that knows it."""
+
+
+def upgrade_payload(chain: Chain, stored: Any, version: int, what: str) -> dict[str, Any]:
+    """A stored payload (an outbox row's, a dead letter's) upgraded to the code's version.
+
+    Raises:
+        PayloadTooNew: ``version`` is above the chain's.
+        ActorError: ``InvalidInput`` when the payload is not an object or a migration fails.
+    """
+    if version > chain.version:
+        raise PayloadTooNew(
+            f"The payload of {what} is at version {version}; this code knows versions 0 to "
+            f"{chain.version}."
+        )
+    if not isinstance(stored, dict):
+        raise invalid_input(f"The stored payload of {what} is not a JSON object.")
+    try:
+        return chain.upgrade(stored, version)
+    except MigrationFailed as exc:
+        raise invalid_input(f"The stored payload of {what} cannot be migrated: {exc}.") from None
+
+
 # --- resolved definitions -------------------------------------------------------------------
 
 
@@ -408,6 +454,16 @@ class Member:
         except ValidationError as exc:
             raise invalid_input_from(exc, what) from None
 
+    def decode_payload(self, stored: Any, version: int) -> dict[str, Any]:
+        """A stored row's payload at ``version``, migrated and validated under this code.
+
+        Raises:
+            PayloadTooNew: The row is at a version above the command's.
+            ActorError: ``InvalidInput`` naming the field when it fails after migrations.
+        """
+        what = f"{self.owner.name}.{self.name}"
+        return self.validate_payload(upgrade_payload(self.payload_chain, stored, version, what))
+
     def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The Python values to call the handler with, from a validated payload."""
         model = self.args_model.model_validate(payload)
@@ -471,6 +527,53 @@ class ActorDefinition:
     def default_state(self) -> BaseModel:
         """A fresh default state."""
         return self.state_model()
+
+    def decode_state(self, stored: Any, version: int, actor: str) -> tuple[BaseModel, Any]:
+        """A stored state at ``version`` under this code: migrated, validated, loss-checked.
+
+        ``actor`` names the actor in messages (``"Account/'a-1'"``). Returns the model and its
+        JSON dump (what akter would store).
+
+        Raises:
+            StateDecodeError: Too new, a failing migration, a failing validation, or keys of
+                the stored JSON the model would drop (the loss guard, evolution E1).
+        """
+        current = self.state_version
+        if version > current:
+            raise StateDecodeError(
+                "too_new",
+                f"The stored state of {actor} is at state version {version}, newer than this "
+                f"code's {current}; a newer runner can serve it (retry), and this one never "
+                "overwrites it.",
+            )
+        if not isinstance(stored, dict):
+            raise StateDecodeError("invalid", f"The stored state of {actor} is not an object.")
+        try:
+            value = self.state_chain.upgrade(stored, version)
+        except MigrationFailed as exc:
+            raise StateDecodeError(
+                "migration", f"The stored state of {actor} at version {version}: {exc}."
+            ) from None
+        try:
+            model = self.state_model.model_validate(value)
+            dumped = model.model_dump(mode="json")
+        except (ValidationError, ValueError) as exc:
+            raise StateDecodeError(
+                "invalid",
+                f"The stored state of {actor} (version {version}) fails validation against "
+                f"{self.state_model.__name__}: {exc}",
+            ) from None
+        lost = tuple(lost_keys(value, dumped))
+        if lost:
+            raise StateDecodeError(
+                "lost",
+                f"The stored state of {actor} (version {version}) holds "
+                f"{', '.join(repr(k) for k in lost)}, which {self.state_model.__name__} would "
+                "drop on the next write; nothing was written. Add a state migration "
+                "(@akter.migrate_state) that moves or removes these keys, or keep the fields.",
+                lost,
+            )
+        return model, dumped
 
     def resolve(self) -> None:
         """Resolve annotations into validation models (deferred for forward references)."""

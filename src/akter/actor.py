@@ -197,12 +197,18 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
     from akter.jobs import Job
 
     seen: dict[str, str] = {}
-    state_migrations: dict[int, StateMigration] = {}
+    state_migrations: dict[int, tuple[type, StateMigration]] = {}
     for klass in reversed(cls.__mro__):
         for attr, value in vars(klass).items():
             if isinstance(value, StateMigration):
-                # A subclass may redeclare a base's migration from the same version.
-                state_migrations[value.from_version] = value
+                # A subclass may redeclare a base's migration; one class may not declare two.
+                other = state_migrations.get(value.from_version)
+                if other is not None and other[0] is klass:
+                    raise DefinitionError(
+                        f"{definition.name} state: two migrations from version "
+                        f"{value.from_version} ({other[1].name}, {value.name})."
+                    )
+                state_migrations[value.from_version] = (klass, value)
                 continue
             spec = getattr(value, _MEMBER_ATTR, None)
             if isinstance(value, Job):
@@ -227,7 +233,9 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
                 setattr(value, _OWNER_ATTR, definition)
     for job in definition.jobs.values():
         job.bind_owner(definition)
-    definition.state_chain = build_chain(f"{definition.name} state", state_migrations.values())
+    definition.state_chain = build_chain(
+        f"{definition.name} state", [m for _, m in state_migrations.values()]
+    )
     _collect_aliases(definition)
     from dataclasses import replace
 

@@ -28,7 +28,13 @@ from akter._evolution import (
     declare,
 )
 from akter._ids import ms_from_duration
-from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec, storable_payload
+from akter._members import (
+    _MEMBER_ATTR,
+    MemberOwner,
+    MemberSpec,
+    storable_payload,
+    upgrade_payload,
+)
 from akter.callers import ActorRef
 from akter.errors import DefinitionError, invalid_input_from
 
@@ -228,6 +234,16 @@ class Job(Generic[PL, R]):
         self.result = TypeAdapter(hints.get("return", Any))
         self.payload_chain = build_chain(where, self._migrations)
         check_version(where, self.options.version, self.payload_chain)
+
+    def decode_payload(self, stored: Any, version: int) -> dict[str, Any]:
+        """A stored row's (or dead letter's) payload at ``version``, migrated and validated.
+
+        Raises:
+            PayloadTooNew: The row is at a version above the job's.
+            ActorError: ``InvalidInput`` naming the field when it fails after migrations.
+        """
+        what = f"job {self.owner.name if self.owner else '?'}.{self.name}"
+        return self.validate_payload(upgrade_payload(self.payload_chain, stored, version, what))
 
     def validate_payload(self, payload: Any) -> dict[str, Any]:
         """Validate an enqueued payload; its JSON form is stored in the outbox."""
