@@ -447,3 +447,30 @@ def test_the_client_decodes_a_frame_through_its_own_class() -> None:
     # An alias, and a frame from a server that predates versions (no "version" key).
     alias = _event_record(v2, {**frame, "tag": "names.Charged", "event": {"cents": 2}})
     assert (alias.event, alias.version) == (Settled(cents=2), 0)
+
+
+async def test_EVO08_the_http_event_feed_sends_decoded_events_with_their_version(
+    akter_db: str,
+) -> None:
+    import json
+
+    from akter.callers import User
+    from akter.http._sse import _event_frames
+
+    schema = fresh_schema()
+    async with version(akter_db, schema, [TillV1], keep=True) as v1:
+        await v1.get(TillV1, "t").pay(2)
+        await v1.get(TillV1, "t").pay(-1)
+    async with version(akter_db, schema, [TillV2], keep=False) as v2:
+        ref = ActorRef("default", "Till", "t")
+        frames = _event_frames(v2.runtime, ref, None, User("alice"))
+        try:
+            async with asyncio.timeout(10):
+                got = [await anext(frames), await anext(frames)]
+        finally:
+            await frames.aclose()  # type: ignore[attr-defined]  # an async generator
+        data = [json.loads(f.split("data: ", 1)[1]) for f in got]
+        assert [(d["tag"], d["event"], d["version"]) for d in data] == [
+            ("names.Paid", {"cents": 200}, 1),  # decoded through the migration
+            ("names.Paid", {"amount": -1}, 0),  # raw: its migration fails
+        ]
