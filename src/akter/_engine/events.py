@@ -5,6 +5,12 @@ ordered; a malformed cursor or one beyond ``event_seq`` is ``UnknownCursor``, on
 retained event is ``RetentionGap``: events are never skipped silently. Live feeds replay after a
 cursor, then wait for local commits (at once), other runners' commits (``NOTIFY`` or one poll),
 and read again by sequence, so they never miss or repeat an event.
+
+Each stored event is decoded by the class that claims its tag or one of its ``aliases=``,
+through that class's migrations from the row's ``payload_version`` (evolution E2, E3). A row
+this code cannot decode — no class claims the tag, its version is newer than the class's, or
+its payload fails the migration or the class — is given raw (the stored JSON object, with its
+stored version on the record), so one such row never wedges a page, a feed or a query.
 """
 
 from __future__ import annotations
