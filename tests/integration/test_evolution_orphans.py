@@ -141,7 +141,7 @@ def orphan_warnings(caplog: pytest.LogCaptureFixture) -> dict[tuple[Any, Any, An
 async def snapshot(t: ActorTest) -> dict[str, list[dict[str, Any]]]:
     return {
         table: await t.rows(f"SELECT * FROM {{schema}}.{table} ORDER BY 1, 2, 3")
-        for table in ("actors", "outbox", "events", "dead_letters")
+        for table in ("actors", "outbox", "events", "dead_letters", "deployment_names")
     }
 
 
@@ -277,3 +277,35 @@ async def test_a_type_nobody_hosts_or_declares_stays_ready_with_rows_kept(akter_
             {"actor_id": "w2", "state": {"cents": 5}},
         ]
         assert v2.runtime.readiness == "ready"
+
+
+async def test_concurrent_starts_of_two_code_versions_record_both_sets_of_names(
+    akter_db: str,
+) -> None:
+    import psycopg
+
+    from akter._engine.orphans import declared_names
+    from akter._store.migrate import migrate
+    from akter._store.queries import Queries
+    from akter.actor import definition_of
+
+    schema = f"akter_t_{uuid.uuid4().hex[:12]}"
+    queries = Queries(schema)
+    v1 = declared_names([definition_of(AccountV1)])
+    v2 = declared_names([definition_of(AccountV2)])
+    first = await psycopg.AsyncConnection.connect(akter_db, autocommit=True)
+    second = await psycopg.AsyncConnection.connect(akter_db, autocommit=True)
+    try:
+        window = 86_400_000
+        await asyncio.gather(
+            migrate(first, queries, retry_window_ms=window, placements={}, names=v1),
+            migrate(second, queries, retry_window_ms=window, placements={}, names=v2),
+        )
+        cur = await first.execute(
+            f'SELECT actor_type, kind, name FROM "{schema}".deployment_names ORDER BY 1, 2, 3'
+        )
+        assert [tuple(r) for r in await cur.fetchall()] == sorted(set(v1) | set(v2))
+    finally:
+        await first.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await first.close()
+        await second.close()
