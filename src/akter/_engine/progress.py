@@ -411,17 +411,11 @@ class ProgressStreams:
         return self._services.config.poll_ms / 1000
 
     def routes(self, ref: ActorRef) -> dict[str, str]:
-        """The actor type's route commands by name (the trace a finished job leaves).
-
-        A route's earlier names (its ``aliases=``) map too: a receipt written under one is the
-        same route (evolution E2).
-        """
+        """The actor type's route commands by name (the trace a finished job leaves)."""
         definition = self._services.registry.definition(ref.type)
-        routes = {
+        return {
             fn.__name__: kind for job in definition.jobs.values() for kind, fn in job.routes.items()
         }
-        routes.update({a: routes[n] for a, n in definition.aliases.items() if n in routes})
-        return routes
 
     async def trace(self, ref: ActorRef, job_id: str) -> JobTrace | None:
         """What the rows say of the job; ``None`` when they cannot be read now."""
