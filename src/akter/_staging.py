@@ -48,11 +48,20 @@ class CancelJob:
 StagedOp = StagedRow | CancelTimer | CancelJob
 
 
+@dataclass(frozen=True, slots=True)
+class StagedEvent:
+    """An emitted event: its tag, stored JSON and payload version (the class's ``version=``)."""
+
+    tag: str
+    payload: str
+    version: int = 0
+
+
 @dataclass(slots=True)
 class Staged:
     """Everything one command staged, in order; discarded unless it succeeds."""
 
-    events: list[tuple[str, str]] = field(default_factory=list)  # (tag, payload JSON)
+    events: list[StagedEvent] = field(default_factory=list)
     ops: list[StagedOp] = field(default_factory=list)
 
 

@@ -13,11 +13,13 @@ import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 import httpx
 
+from akter._event_decl import Event, decode_stored
 from akter._retry import CommandRetry
 from akter.actor import Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef
@@ -201,8 +203,6 @@ class Client:
         self, definition: ActorDefinition, actor_id: str, after: str | None
     ) -> AsyncGenerator[EventRecord, None]:
         """Replay after ``after`` and follow live over SSE, resuming with Last-Event-ID."""
-        from datetime import datetime
-
         cursor = str(parse_cursor(after))
         path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/events"
         while True:
@@ -225,16 +225,31 @@ class Client:
                         if "data" in event:
                             data = json.loads(event["data"])
                             cursor = str(data["cursor"])
-                            yield EventRecord(
-                                cursor=cursor,
-                                event=data["event"],
-                                command_id=data["command_id"],
-                                emitted_at=datetime.fromisoformat(data["emitted_at"]),
-                                tag=data["tag"],
-                            )
+                            yield _event_record(definition, data)
                         event = {}
             except (httpx.TransportError, httpx.TimeoutException):
                 await asyncio.sleep(0.5)  # reconnect and resume after the last cursor
+
+
+def _event_record(definition: ActorDefinition, data: dict[str, Any]) -> EventRecord:
+    """An SSE frame as a record, decoded by this code's class for the tag or alias.
+
+    The server sends the event at ``version`` (its class's version, or the stored one when it
+    could not decode it); this side decodes it under its own class the same way, raw when it
+    cannot (:func:`akter._event_decl.decode_stored`).
+    """
+    tag = str(data["tag"])
+    classes = {t: e for e in definition.events for t in (e.event_tag, *e.event_aliases)}
+    klass = classes.get(tag) or Event.registry().get(tag)
+    event, version = decode_stored(klass, tag, data["event"], int(data.get("version", 0)))
+    return EventRecord(
+        cursor=str(data["cursor"]),
+        event=event,
+        command_id=data["command_id"],
+        emitted_at=datetime.fromisoformat(data["emitted_at"]),
+        tag=tag,
+        version=version,
+    )
 
 
 class _RemoteTransport:

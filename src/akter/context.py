@@ -31,7 +31,7 @@ from akter._json import Unstorable, check_finite, storable_json, unserializable_
 from akter._members import definition_of, member_of
 from akter._readonly import read_only as _read_only
 from akter._readonly import unwrap_read_only
-from akter._staging import CancelJob, CancelTimer, StagedRow, framework_id, parse_due
+from akter._staging import CancelJob, CancelTimer, StagedEvent, StagedRow, framework_id, parse_due
 from akter.callers import ActorRef, Caller
 from akter.errors import CapabilityEscaped, ReadOnlyError, invalid_input
 from akter.events import EventStream
@@ -334,7 +334,9 @@ class TurnApi(Generic[S]):
             dumped = event.model_dump(mode="json")
         except ValueError as exc:  # pydantic cannot serialize a value an Any field holds
             raise Unstorable(unserializable_path(event, where), str(exc)) from None
-        ctx.staged.events.append((tag, storable_json(dumped, where)))
+        ctx.staged.events.append(
+            StagedEvent(tag, storable_json(dumped, where), type(event).event_version)
+        )
 
     def send(
         self,

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from akter.errors import ActorError
 
 _CURSOR = re.compile(r"^(0|[1-9][0-9]{0,18})$")
@@ -15,13 +17,27 @@ _CURSOR = re.compile(r"^(0|[1-9][0-9]{0,18})$")
 
 @dataclass(frozen=True)
 class EventRecord:
-    """One committed event: ``cursor`` (its sequence), the event, its command id and time."""
+    """One committed event: ``cursor`` (its sequence), the event, its command id and time.
+
+    ``event`` is an instance of the event class that claims ``tag`` (by its tag or an alias),
+    decoded through its migrations, at that class's version. A stored event this code cannot
+    decode is given **raw**, as its stored JSON object (``raw`` is true): a tag no class
+    claims, a payload version above the class's (written by newer code: never guessed at), or
+    a payload that fails the class. ``version`` is the payload version ``event`` is at — the
+    class's ``event_version`` when decoded, the stored version when raw.
+    """
 
     cursor: str
     event: Any
     command_id: str
     emitted_at: datetime
     tag: str
+    version: int = 0
+
+    @property
+    def raw(self) -> bool:
+        """Whether ``event`` is the stored JSON rather than a decoded event."""
+        return not isinstance(self.event, BaseModel)
 
 
 def parse_cursor(after: str | int | None) -> int:

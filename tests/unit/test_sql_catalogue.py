@@ -49,7 +49,7 @@ QUERIES_SQL = "\n".join(
 #: Tables holding one actor's rows (semantics §1.8): keyed by routing_key first.
 PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters", "operator_audit"})
 #: Framework tables that belong to no actor (one row, or one per runner / type / migration).
-GLOBAL = frozenset({"deployment", "runners", "singletons", "migrations"})
+GLOBAL = frozenset({"deployment", "deployment_names", "runners", "singletons", "migrations"})
 
 #: Statements allowed to touch per-actor tables without a routing_key filter, with the reason.
 #: None exists yet: the relay claim and the retention sweeps (semantics §3.2, §7) will belong
@@ -78,6 +78,14 @@ CROSS_ACTOR: dict[str, str] = {
     "release_skewed_jobs": "after a backward clock move, running attempts of executed job types "
     "whose lease lies further ahead than any lease, by kind, running and due_at_ms "
     "(akter._engine.skew)",
+    "names_count_types": "the $maintenance owner counts the rows of an orphan actor type across "
+    "actors, each count capped (evolution E2, akter._engine.orphans)",
+    "names_count_commands": "the $maintenance owner counts pending intents to an orphan command "
+    "across actors, capped (evolution E2)",
+    "names_count_jobs": "the $maintenance owner counts job rows and dead letters of an orphan job "
+    "across actors, capped (evolution E2)",
+    "names_count_events": "the $maintenance owner counts the events of an orphan tag across "
+    "actors, capped (evolution E2)",
     "console_types": "the operators' console counts actors per type across actors (read-only)",
     "console_totals": "the operators' console counts outbox rows, jobs and dead letters "
     "across actors (read-only)",

@@ -34,6 +34,7 @@ from akter._staging import (
     CancelJob,
     CancelTimer,
     Staged,
+    StagedEvent,
     StagedRow,
     due_and_slack,
     framework_id,
@@ -375,9 +376,10 @@ def test_a_job_cancellation_drops_only_jobs_of_that_key() -> None:
 
 def test_events_keep_their_command_ids_in_order() -> None:
     merged = BatchWrites()
-    merged.apply(Staged(events=[("A", "1"), ("B", "2")]), "c1")
-    merged.apply(Staged(events=[("C", "3")]), "c2")
-    assert merged.events == [("A", "1", "c1"), ("B", "2", "c1"), ("C", "3", "c2")]
+    a, b, c = StagedEvent("A", "1"), StagedEvent("B", "2", 1), StagedEvent("C", "3")
+    merged.apply(Staged(events=[a, b]), "c1")
+    merged.apply(Staged(events=[c]), "c2")
+    assert merged.events == [(a, "c1"), (b, "c1"), (c, "c2")]
     assert not merged.empty and BatchWrites().empty
 
 

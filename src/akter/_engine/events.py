@@ -5,6 +5,12 @@ ordered; a malformed cursor or one beyond ``event_seq`` is ``UnknownCursor``, on
 retained event is ``RetentionGap``: events are never skipped silently. Live feeds replay after a
 cursor, then wait for local commits (at once), other runners' commits (``NOTIFY`` or one poll),
 and read again by sequence, so they never miss or repeat an event.
+
+Each stored event is decoded by the class that claims its tag or one of its ``aliases=``,
+through that class's migrations from the row's ``payload_version`` (evolution E2, E3). A row
+this code cannot decode — no class claims the tag, its version is newer than the class's, or
+its payload fails the migration or the class — is given raw (the stored JSON object, with its
+stored version on the record), so one such row never wedges a page, a feed or a query.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from akter._event_decl import Event, decode_stored
 from akter._store.gateway.events import EventsGateway
 from akter._waits import wait_event
 from akter.callers import ActorRef
@@ -26,16 +33,13 @@ if TYPE_CHECKING:
 MAX_PAGE = 10_000
 
 
-def _decode(services: Services, tag: str, payload: Any) -> Any:
-    from akter.actor import Event
+def _decode(services: Services, tag: str, payload: Any, version: int) -> tuple[Any, int]:
+    """A stored event under this code, or raw (:func:`akter._event_decl.decode_stored`).
 
+    The class is the hosted types' for the tag or alias first, then any declared class.
+    """
     klass = services.registry.event_types.get(tag) or Event.registry().get(tag)
-    if klass is None:
-        return payload
-    try:
-        return klass.model_validate(payload)
-    except ValueError:
-        return payload
+    return decode_stored(klass, tag, payload, version)
 
 
 class EventBus:
@@ -107,16 +111,19 @@ async def read_events(
             f"cursor {first - 1} and reconcile from state.",
         )
     records = row["events"] if row else []
-    return [
-        EventRecord(
-            cursor=str(e["seq"]),
-            event=_decode(services, e["tag"], e["payload"]),
-            command_id=e["command_id"],
-            emitted_at=datetime.fromtimestamp(int(e["emitted_at_ms"]) / 1000, tz=UTC),
-            tag=e["tag"],
-        )
-        for e in records
-    ]
+    return [_record(services, e) for e in records]
+
+
+def _record(services: Services, e: dict[str, Any]) -> EventRecord:
+    event, version = _decode(services, e["tag"], e["payload"], int(e.get("payload_version", 0)))
+    return EventRecord(
+        cursor=str(e["seq"]),
+        event=event,
+        command_id=e["command_id"],
+        emitted_at=datetime.fromtimestamp(int(e["emitted_at_ms"]) / 1000, tz=UTC),
+        tag=e["tag"],
+        version=version,
+    )
 
 
 async def follow(

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from akter._drain import DrainReport
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.operations import seed_singleton_ticks
+from akter._engine.orphans import declared_names
 from akter._engine.services import Services
 from akter._store.migrate import Deployment, migrate_store
 
@@ -100,6 +101,7 @@ class Lifecycle:
             self._services.store,
             retry_window_ms=self._services.config.window_ms,
             placements={d.name: d.placement for d in self._services.definitions.values()},
+            names=declared_names(self._services.definitions.values()),
         )
 
     async def drain(self) -> DrainReport:

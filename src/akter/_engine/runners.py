@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
+from akter._engine.orphans import Orphans
 from akter._engine.sampling import Sampler
 from akter._store.gateway.runners import RunnersGateway
 from akter._version import __version__
@@ -84,12 +85,15 @@ class Runners:
         self.refresh_ms = max(1, self.lease_ms * REFRESH_MS // LEASE_MS)
         #: Sampled gauges, taken while this runner owns $maintenance (``sampler.every_ms``).
         self.sampler = Sampler(services)
+        #: Stored names no definition claims: checked at start and every maintenance cycle.
+        self.orphans = Orphans(services)
 
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Register, then heartbeat and contend for leases in the background."""
+        """Register, check for orphans, then heartbeat and contend for leases in the background."""
         await self.register()
+        await self.check_orphans(owner=False)
         supervisor = self._services.supervisor
         for definition in self._services.registry.definitions.values():
             run = getattr(definition.cls, "run", None)
@@ -152,6 +156,22 @@ class Runners:
         return await _quietly(
             "live_runners", self._gateway.live(live_ms=LIVE_MS, skew_ms=skew_ms), []
         )
+
+    async def check_orphans(self, *, owner: bool) -> None:
+        """Warn about stored names no definition claims (evolution E2); never raises.
+
+        ``owner``: this runner owns ``$maintenance`` and sets the ``akter.orphans`` gauge.
+        """
+        try:
+            skew_ms = self._services.clock.skew_ms(0)
+            live = await self._gateway.live(live_ms=LIVE_MS, skew_ms=skew_ms)
+            hosted = {str(t) for row in live for t in row["actor_types"]}
+            await self.orphans.check(hosted, owner=owner)
+        except (psycopg.Error, OSError) as exc:
+            log.warning("Orphan check failed", extra={"error": str(exc)})
+        except Exception:
+            # A bug, not an outage: say so loudly; a warning is not worth stopping for.
+            log.exception("Orphan check raised unexpectedly")
 
     async def prune(self) -> None:
         """Forget silent runners, and runners whose heartbeat is ahead of the clock (skew)."""
@@ -307,6 +327,7 @@ class Runners:
                 try:
                     await sweep(self._services)
                     await self.prune()
+                    await self.check_orphans(owner=True)
                 except (psycopg.Error, OSError) as exc:
                     log.warning("Maintenance sweep failed", extra={"error": str(exc)})
                 await asyncio.sleep(SWEEP_EVERY_MS / 1000)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg.rows import dict_row
 
+from akter._store.gateway import names as names_gateway
+from akter._store.gateway.names import Name
 from akter._store.queries import Queries
 
 if TYPE_CHECKING:
@@ -21,7 +24,7 @@ from akter.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,15 @@ async def migrate(
     *,
     retry_window_ms: int,
     placements: dict[str, str],
+    names: Sequence[Name] = (),
 ) -> Deployment:
     """Apply pending migrations and check or create the deployment row.
 
     Runs under a session advisory lock so that concurrent starters do not race. A database with a
     gap in its applied ids, or an applied id this code does not know, is refused, and so is a
-    deployment whose retry window or recorded type placements differ from this runtime's.
+    deployment whose retry window or recorded type placements differ from this runtime's. Once
+    the deployment is accepted, ``names`` (the ``(actor type, kind, name)`` commands, jobs and
+    event tags this runtime declares) join the registry of declared names (evolution E2).
     """
     lock_name = f"akter.migrate.{queries.schema}"
     await conn.set_autocommit(True)
@@ -96,19 +102,29 @@ async def migrate(
                     {"id": migration.id, "checksum": migration.checksum},
                 )
             log.info("Applied migration", extra={"migration": migration.id})
-        return await _check_deployment(conn, queries, retry_window_ms, placements)
+        deployment = await _check_deployment(conn, queries, retry_window_ms, placements)
+        await names_gateway.record(conn, queries, names)
+        return deployment
     finally:
         await conn.execute(queries["migrations_unlock"], {"lock_name": lock_name})
 
 
 async def migrate_store(
-    store: Store, *, retry_window_ms: int, placements: dict[str, str]
+    store: Store,
+    *,
+    retry_window_ms: int,
+    placements: dict[str, str],
+    names: Sequence[Name] = (),
 ) -> Deployment:
     """:func:`migrate` over a direct connection of its own (the pools may not be open yet)."""
     conn = await store.connect_direct()
     try:
         return await migrate(
-            conn, store.queries, retry_window_ms=retry_window_ms, placements=placements
+            conn,
+            store.queries,
+            retry_window_ms=retry_window_ms,
+            placements=placements,
+            names=names,
         )
     finally:
         await conn.close()

@@ -112,10 +112,11 @@ SELECT {schema}.fence_check((SELECT count(*) FROM updated));
 INSERT INTO {schema}.events
     (routing_key, tenant_id, actor_type, actor_id, seq, tag, payload, payload_version,
      command_id, emitted_at_ms)
-SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, e.seq, e.tag, e.payload::jsonb, 0, e.command_id,
-       %(now)s
-FROM unnest(%(seqs)s::bigint[], %(tags)s::text[], %(payloads)s::text[], %(command_ids)s::text[])
-    AS e(seq, tag, payload, command_id);
+SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, e.seq, e.tag, e.payload::jsonb, e.version,
+       e.command_id, %(now)s
+FROM unnest(%(seqs)s::bigint[], %(tags)s::text[], %(payloads)s::text[], %(versions)s::int[],
+            %(command_ids)s::text[])
+    AS e(seq, tag, payload, version, command_id);
 
 -- delete_timers --
 -- deletes this actor's pending keyed timers that the batch replaced or cancelled
@@ -210,7 +211,7 @@ ORDER BY scheduled_at_ms, intent_id;
 
 -- inspect_events --
 -- every retained event of one actor, oldest first
-SELECT seq, tag, payload, command_id, emitted_at_ms
+SELECT seq, tag, payload, payload_version, command_id, emitted_at_ms
 FROM {schema}.events
 WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
   AND actor_id = %(id)s
@@ -292,6 +293,7 @@ SELECT a.event_seq,
           AND e.actor_type = a.actor_type AND e.actor_id = a.actor_id) AS first_seq,
        coalesce((SELECT jsonb_agg(jsonb_build_object(
                     'seq', e.seq, 'tag', e.tag, 'payload', e.payload,
+                    'payload_version', e.payload_version,
                     'command_id', e.command_id, 'emitted_at_ms', e.emitted_at_ms) ORDER BY e.seq)
                  FROM (SELECT * FROM {schema}.events e
                        WHERE e.routing_key = a.routing_key AND e.tenant_id = a.tenant_id

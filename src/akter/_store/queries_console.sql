@@ -44,7 +44,7 @@ WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(t
 
 -- console_recent_events --
 -- one actor's newest retained events, newest first, keyed
-SELECT seq, tag, payload, command_id, emitted_at_ms
+SELECT seq, tag, payload, payload_version, command_id, emitted_at_ms
 FROM {schema}.events
 WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
   AND actor_id = %(id)s

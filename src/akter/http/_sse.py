@@ -87,6 +87,7 @@ async def _event_frames(
                         "cursor": record.cursor,
                         "tag": record.tag,
                         "event": _jsonable(record.event),
+                        "version": record.version,
                         "command_id": record.command_id,
                         "emitted_at": record.emitted_at.isoformat(),
                     },

@@ -166,7 +166,7 @@ def _check_sizes(act: Activation, ctx: CommandContext, state_json: str, index: i
             f"The new state of {act.ref.type}/{act.ref.id!r} is {size} bytes, over "
             f"max_state_bytes={limit}.",
         )
-    event_bytes = sum(len(p.encode()) for _, p in ctx.staged.events)
+    event_bytes = sum(len(e.payload.encode()) for e in ctx.staged.events)
     if event_bytes > EVENT_BYTES_LIMIT:
         raise BatchDefect(index, f"The command's events total {event_bytes} bytes, over 1,048,576.")
 

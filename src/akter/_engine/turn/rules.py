@@ -85,7 +85,21 @@ def decide(
 
 
 def replay(request: Request, stored: dict[str, Any]) -> Result:
-    """A stored receipt's answer to a command with its id: its outcome, or a refusal."""
+    """A stored receipt's answer to a command with its id: its outcome, or a refusal.
+
+    Names: the receipt's command is compared by its canonical name, so a receipt written under
+    a command's earlier name (one of its ``aliases=``) replays for the renamed command, and a
+    receipt of another command is a conflict whichever names either carries (evolution E2).
+
+    Payloads: an external call's payload hash must equal the receipt's (same id, other
+    arguments: ``CommandConflict``). An internal delivery (an intent, timer, cron tick or job
+    route from the relay) is different: its command id is its outbox row's own id, minted once,
+    and the row's stored payload never changes. Its hash is of the payload *as the delivering
+    code decodes it*; when a deploy adds a payload migration (or a defaulted parameter) between
+    a delivery that committed and its redelivery (the row's delete was lost), the same stored
+    row hashes differently under the new code. Comparing it would turn that redelivery into a
+    conflict the relay retries forever, so an internal delivery replays on the command alone.
+    """
     cid = request.command_id.raw
     if stored["caller_key"] != request.caller_key:
         return _error(
@@ -94,7 +108,9 @@ def replay(request: Request, stored: dict[str, Any]) -> Result:
             request,
             code="receipt_access_denied",
         )
-    if stored["command"] != request.member.name or stored["payload_hash"] != request.payload_hash:
+    if not same_command(request.member, str(stored["command"])) or (
+        request.external and stored["payload_hash"] != request.payload_hash
+    ):
         return _error(
             "CommandConflict",
             f"Command id {cid!r} was already used for a different command or payload; mint a "
@@ -102,6 +118,11 @@ def replay(request: Request, stored: dict[str, Any]) -> Result:
             request,
         )
     return receipt_result(request.member, stored["outcome"], replayed=True)
+
+
+def same_command(member: Member, stored: str) -> bool:
+    """Whether a receipt's stored command name is ``member`` (by its name or an alias)."""
+    return member.owner.canonical(stored) == member.name
 
 
 def receipt_result(

@@ -13,7 +13,7 @@ from akter import telemetry
 from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
 from akter._retry import Backoff
-from akter._staging import CancelJob, CancelTimer, Staged, StagedRow
+from akter._staging import CancelJob, CancelTimer, Staged, StagedEvent, StagedRow
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, caller_key
 
@@ -124,15 +124,15 @@ class Outcome:
 class BatchWrites:
     """Staged work of the batch's successful commands, merged in order."""
 
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # tag, payload, command id
+    events: list[tuple[StagedEvent, str]] = field(default_factory=list)  # event, command id
     rows: list[StagedRow] = field(default_factory=list)
     timer_deletes: list[str] = field(default_factory=list)
     job_cancels: list[str] = field(default_factory=list)
 
     def apply(self, staged: Staged, command_id: str) -> None:
         """Merge one successful command's staged work (the last staging of a key wins)."""
-        for tag, payload in staged.events:
-            self.events.append((tag, payload, command_id))
+        for event in staged.events:
+            self.events.append((event, command_id))
         for op in staged.ops:
             if isinstance(op, StagedRow):
                 self.rows.append(op)

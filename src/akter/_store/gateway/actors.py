@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from akter._staging import StagedRow
+from akter._staging import StagedEvent, StagedRow
 from akter._store.gateway.errors import wrap_errors
 from akter._store.pool import Clock, Connection, Store
 from akter._store.queries import Queries
@@ -135,18 +135,19 @@ def insert_events(
     key: Key,
     now_ms: int,
     first_seq: int,
-    events: Sequence[tuple[str, str, str]],
+    events: Sequence[tuple[StagedEvent, str]],
 ) -> Awaitable[Cursor]:
-    """Append ``(tag, payload JSON, command id)`` events numbered from ``first_seq``."""
+    """Append ``(event, command id)`` events numbered from ``first_seq``, with their versions."""
     return conn.execute(
         q["insert_events"],
         {
             **key,
             "now": now_ms,
             "seqs": list(range(first_seq, first_seq + len(events))),
-            "tags": [e[0] for e in events],
-            "payloads": [e[1] for e in events],
-            "command_ids": [e[2] for e in events],
+            "tags": [e.tag for e, _ in events],
+            "payloads": [e.payload for e, _ in events],
+            "versions": [e.version for e, _ in events],
+            "command_ids": [c for _, c in events],
         },
     )
 

@@ -239,7 +239,8 @@ class ConsoleApi:
                     {
                         "cursor": str(e["seq"]),
                         "tag": e["tag"],
-                        "event": e["payload"],
+                        "event": e["payload"],  # as stored: the operator sees the row
+                        "version": e["payload_version"],
                         "command_id": e["command_id"],
                         "emitted_at": _iso(e["emitted_at_ms"]),
                     }
