@@ -27,6 +27,8 @@ import pytest
 from psycopg.rows import dict_row
 
 import akter
+from akter._store.gateway.check import CheckGateway
+from akter._store.queries import Queries
 from akter.check import CheckUnavailable
 from akter.testing import ActorTest
 from tests._support.polling import until
@@ -36,8 +38,10 @@ pytestmark = pytest.mark.timeout(120)
 
 AKTER = str(Path(sys.executable).parent / "akter")
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("actors", "receipts", "events", "outbox", "dead_letters", "runners", "singletons")
-TABLES += ("deployment", "migrations", "operator_audit")
+TABLES = (
+    *("actors", "receipts", "events", "outbox", "dead_letters", "runners", "singletons"),
+    *("deployment", "migrations", "operator_audit"),
+)
 
 Rows = list[dict[str, Any]]
 
@@ -79,7 +83,8 @@ async def seed_raw(t: ActorTest) -> None:
         for new_id, source, payload, version, parked in copies:
             await sql(_COPY_OUTBOX, {"new": new_id, "from": source, "payload": payload,
                                     "pv": version, "parked": parked})  # fmt: skip
-        await sql(_INSERT_DEAD_LETTER, {"id": "a-1"})
+        await sql(_INSERT_DEAD_LETTER, {"job_id": "dl-1", "payload": '{"amount": 1}'})
+        await sql(_INSERT_DEAD_LETTER, {"job_id": "dl-2", "payload": '{"amount": "x"}'})
         await conn.execute("SELECT pg_stat_force_next_flush()")
     await settled(t.database_url, [name])
 
@@ -110,9 +115,9 @@ FROM {schema}.outbox WHERE intent_id = %(from)s
 _INSERT_DEAD_LETTER = """
 INSERT INTO {schema}.dead_letters (routing_key, job_id, tenant_id, actor_type, actor_id, job,
     payload, payload_version, attempts, cause, ambiguous, dead_at_ms)
-SELECT routing_key, 'dl-1', tenant_id, actor_type, actor_id, 'charge', '{"amount": 1}', 0, 1,
+SELECT routing_key, %(job_id)s, tenant_id, actor_type, actor_id, 'charge', %(payload)s, 0, 1,
        'declined by the provider', false, 0
-FROM {schema}.actors WHERE actor_type = 'Account' AND actor_id = %(id)s
+FROM {schema}.actors WHERE actor_type = 'Account' AND actor_id = 'a-1'
 """
 
 
@@ -149,7 +154,7 @@ async def snapshot(url: str, schema: str) -> dict[str, Any]:
         counters = await cur.fetchall()
         counts = {}
         for table in TABLES:
-            await cur.execute(f'SELECT count(*) AS n FROM "{schema}".{table}')  # noqa: S608
+            await cur.execute(f'SELECT count(*) AS n FROM "{schema}".{table}')
             row = await cur.fetchone()
             counts[table] = row["n"] if row else None
     assert {c["relname"] for c in counters} >= set(TABLES)
@@ -190,7 +195,9 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
 
     assert after == before, "the check wrote something"
     assert not report.ok
-    got = {(f.severity, f.kind, f.actor_type, f.member, f.version): f.count for f in report.findings}
+    got = {
+        (f.severity, f.kind, f.actor_type, f.member, f.version): f.count for f in report.findings
+    }
     assert got == {
         # stored names no definition or alias claims
         ("error", "unknown_type", "Gone", None, None): 1,
@@ -214,7 +221,8 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
         ("info", "payload_version", "Account", "charge", 7): 1,
         # rows an operator should look at
         ("warning", "parked", "Account", "deposit", None): 1,
-        ("warning", "dead_letters", "Account", "charge", None): 1,
+        ("warning", "dead_letters", "Account", "charge", None): 2,
+        ("warning", "dead_letter_invalid", "Account", "charge", None): 1,
         ("warning", "unserved_job", "Account", "charge", None): 2,
     }
     severities = [f.severity for f in report.findings]
@@ -234,6 +242,8 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
     assert "1 in actors" in one(report, "unknown_type").message
     assert "aliases=('Withdrawn',)" in one(report, "unknown_event").fix
     assert "declined by the provider" in one(report, "dead_letters").examples[0]
+    (retry,) = one(report, "dead_letter_invalid").examples
+    assert retry.startswith("dead letter dl-2 of Account/'a-1': ") and "'amount'" in retry
     assert "cents: field required" in one(report, "parked").examples[0]
     assert json.loads(json.dumps(report.to_json()))["ok"] is False
 
@@ -421,3 +431,37 @@ async def test_cli_exits_2_on_a_statement_timeout(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert "took longer than the check's statement timeout (300 ms)" in done.stderr
+
+
+async def test_every_read_is_read_only_under_the_statement_timeout(akter_db: str) -> None:
+    gateway = CheckGateway(akter_db, Queries("akter_unused"), timeout_ms=1234, batch_size=1)
+    async with gateway:
+        (row,) = await gateway._read(
+            "the settings",
+            "SELECT current_setting('transaction_read_only') AS ro,"
+            " current_setting('statement_timeout') AS timeout",
+            {},
+        )
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            await gateway._read("a write", "CREATE TABLE akter_check_never (x int)", {})
+    assert row == {"ro": "on", "timeout": "1234ms"}
+
+
+async def test_a_newer_schema_and_a_recorded_type_without_rows(
+    akter_test: Callable[..., ActorTest],
+) -> None:
+    async with akter_test(OLD) as t:
+        await t.get(OldAccount, "a-1").open("Ada Lovelace")
+        await t.rows(
+            "INSERT INTO {schema}.migrations (id, applied_at_ms, checksum)"
+            " VALUES ('9999_future', 0, '')"
+        )
+        await t.rows(
+            'UPDATE {schema}.deployment SET placements = placements || \'{"Ghost": "tenant"}\''
+        )
+        report = await t.check()
+    newer = one(report, "schema_newer")
+    assert (newer.severity, newer.count, newer.examples) == ("error", 1, ("9999_future",))
+    ghost = one(report, "unknown_type")
+    assert (ghost.severity, ghost.actor_type, ghost.count) == ("warning", "Ghost", 0)
+    assert not report.ok

@@ -45,9 +45,9 @@ ORDER BY o.routing_key, o.intent_id
 LIMIT %(limit)s;
 
 -- check_dead_letters_page --
--- one page of dead letters after a primary-key cursor, in key order, without payloads
-SELECT d.routing_key, d.job_id, d.tenant_id, d.actor_type, d.actor_id, d.job, d.payload_version,
-       d.cause
+-- one page of dead letters after a primary-key cursor, in key order, with payloads
+SELECT d.routing_key, d.job_id, d.tenant_id, d.actor_type, d.actor_id, d.job, d.payload,
+       d.payload_version, d.cause
 FROM {schema}.dead_letters d
 WHERE (d.routing_key, d.job_id) > (%(rk)s::bigint, %(id)s::text)
 ORDER BY d.routing_key, d.job_id
@@ -68,3 +68,10 @@ SELECT DISTINCT unnest(r.job_types) AS job_type
 FROM {schema}.runners r
 WHERE r.heartbeat_at_ms > {schema}.now_ms(%(off)s::bigint) - %(live_ms)s::bigint
   AND r.heartbeat_at_ms <= {schema}.now_ms(%(off)s::bigint) + %(skew_ms)s::bigint;
+
+-- check_table_estimates --
+-- the planner's row estimates of the scanned tables (pg_class.reltuples, -1 before the first ANALYZE), as progress totals
+SELECT c.relname, c.reltuples::bigint AS estimate
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname IN ('actors', 'outbox', 'dead_letters', 'events');

@@ -59,7 +59,6 @@ def check_command(
 
             def tell(what: str, done: int, total: int | None) -> None:
                 if steps is not None:
-                    steps.description = f"checking {what}"
                     steps.update(done, total, what)
 
             report = asyncio.run(

@@ -69,11 +69,26 @@ async def run_check(
         found.recorded = {t for t in placements if t not in definitions}
         now = await gateway.now_ms(options.offset_ms)
         live = await gateway.live_job_types(options.offset_ms, LIVE_MS, SKEW_MS)
+        tell = _with_totals(tell, await gateway.estimates())
         await _scan_actors(gateway, definitions, options, found, tell)
         await _scan_outbox(gateway, definitions, found, now, live, tell)
         await _scan_dead_letters(gateway, definitions, found, tell)
         await _scan_events(gateway, definitions, found, tell)
     return CheckReport(report(found, definitions))
+
+
+def _with_totals(progress: Progress, estimates: Mapping[str, int]) -> Progress:
+    """``progress`` with each scan's total taken from the planner's estimate, when known."""
+    tables = {"actors": "actors", "outbox": "outbox", "dead letters": "dead_letters"}
+    tables |= {"events": "events"}
+
+    def tell(what: str, done: int, total: int | None) -> None:
+        estimate = estimates.get(tables.get(what, ""))
+        if total is None and estimate is not None:
+            total = max(estimate, done)
+        progress(what, done, total)
+
+    return tell
 
 
 async def _check_schema(gateway: CheckGateway, found: Findings) -> None:
@@ -272,6 +287,10 @@ async def _scan_dead_letters(
                 found.add("unknown_job", actor_type, name, example=example, source="dead_letters")
                 continue
             found.add("dead_letters", actor_type, job.name, example=f"{example}: {row['cause']}")
+            try:
+                job.decode_payload(json.loads(str(row["payload"])), int(row["payload_version"]))
+            except (PayloadTooNew, ActorError, ValueError) as exc:
+                found.add("dead_letter_invalid", actor_type, job.name, example=f"{example}: {exc}")
         seen += len(page)
         progress("dead letters", seen, None)
 

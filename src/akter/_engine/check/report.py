@@ -26,7 +26,7 @@ class Tally:
     def add(self, example: str | None = None, source: str | None = None) -> None:
         self.count += 1
         if example is not None and len(self.examples) < EXAMPLES:
-            self.examples.append(example[:_EXAMPLE_CHARS])
+            self.examples.append(" ".join(example.split())[:_EXAMPLE_CHARS])
         if source is not None:
             self.sources[source] = self.sources.get(source, 0) + 1
 
@@ -142,6 +142,12 @@ _MESSAGES: dict[str, tuple[Severity, str, str]] = {
         "warning",
         "{n} dead letters of {t}.{m}.",
         "Look at them with 'akter dead-letters list'; retry or discard them.",
+    ),
+    "dead_letter_invalid": (
+        "warning",
+        "{n} dead letters of {t}.{m} hold a payload that fails validation under this code: "
+        "retrying them would be refused (InvalidInput).",
+        "Add a payload migration (@{m}.migrate_payload), or discard them.",
     ),
     "unserved_job": (
         "warning",

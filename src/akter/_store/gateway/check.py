@@ -3,8 +3,8 @@
 The check runs on a connection of its own (``application_name`` ``akter-check:<schema>``), never
 through a runtime's pools: the runtime is not started. Every read is one ``READ ONLY``
 transaction under a transaction-local ``statement_timeout``, so PostgreSQL itself refuses any
-write, and the scans page through each table by primary key (keyset pagination, ``batch_size`` rows a page):
-no statement runs longer than a page, and no snapshot is held across pages.
+write, and the scans page through each table by primary key (keyset pagination, ``batch_size``
+rows a page): no statement runs longer than a page, and no snapshot is held across pages.
 
 Failures to run map to :class:`akter.check.CheckUnavailable`: an unreachable database, a read
 past the statement timeout, a schema that disappeared under the scan.
@@ -152,6 +152,12 @@ class CheckGateway:
         params = {"off": offset_ms, "live_ms": live_ms, "skew_ms": skew_ms}
         rows = await self._read("the runners", self.queries["check_live_job_types"], params)
         return {str(row["job_type"]) for row in rows}
+
+    async def estimates(self) -> dict[str, int]:
+        """The planner's row estimate per scanned table (known after an ANALYZE)."""
+        params = {"schema": self.queries.schema}
+        rows = await self._read("the estimates", self.queries["check_table_estimates"], params)
+        return {str(row["relname"]): int(row["estimate"]) for row in rows if row["estimate"] >= 0}
 
     # --- paged scans ---------------------------------------------------------------------------
 
