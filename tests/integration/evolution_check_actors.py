@@ -2,14 +2,16 @@
 
 ``OLD`` is the code that wrote the rows: accounts with a ``name``, a ``deposit(amount)``
 command, ``rename`` and ``note(text)`` commands, ``charge`` and ``refund`` jobs, the events
-``Deposited`` and ``Withdrawn``, and a ``Gone`` type. ``NEW`` is the code about to be deployed:
-the state split into ``first``/``last`` by a migration, ``deposit(cents)`` at payload version 1
-with its migration, ``rename``, ``refund``, ``Withdrawn`` and ``Gone`` removed, and ``note``
-with a new required parameter. The CLI tests import ``NEW`` from here in a subprocess.
+``Deposited`` and ``Withdrawn``, an hourly schedule, and a ``Gone`` type. ``NEW`` is the code
+about to be deployed: the state split into ``first``/``last`` by a migration,
+``deposit(cents)`` at payload version 1 with its migration; ``rename``, ``refund``,
+``Withdrawn``, the schedule and ``Gone`` removed; ``note`` with a new required parameter. The
+CLI tests import ``NEW`` from here in a subprocess.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -57,6 +59,11 @@ class OldAccount(
 
     @akter.command
     async def note(self, text: str) -> None:
+        return None
+
+    @akter.schedule(every=timedelta(hours=1))
+    @akter.command
+    async def hourly(self) -> None:
         return None
 
     @akter.command

@@ -224,6 +224,7 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
         ("warning", "dead_letters", "Account", "charge", None): 2,
         ("warning", "dead_letter_invalid", "Account", "charge", None): 1,
         ("warning", "unserved_job", "Account", "charge", None): 2,
+        ("warning", "unknown_schedule", "Account", "hourly", None): 2,
     }
     severities = [f.severity for f in report.findings]
     assert severities == sorted(severities, key=["error", "warning", "info"].index)
@@ -245,6 +246,7 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
     (retry,) = one(report, "dead_letter_invalid").examples
     assert retry.startswith("dead letter dl-2 of Account/'a-1': ") and "'amount'" in retry
     assert "cents: field required" in one(report, "parked").examples[0]
+    assert "$cron:" in one(report, "unknown_schedule").examples[0]
     assert json.loads(json.dumps(report.to_json()))["ok"] is False
 
 
@@ -291,7 +293,7 @@ async def test_scans_page_by_primary_key_with_a_small_batch(
     assert report.findings == whole.findings
     outbox = [done for what, done in pages if what == "outbox"]
     actors = [done for what, done in pages if what == "actors"]
-    assert outbox == [2, 4, 6, 8, 9]  # 5 rows by the old code + 4 raw copies
+    assert outbox == [2, 4, 6, 8, 10, 11]  # 5 staged rows, 2 ticks, 4 raw copies
     assert actors == [2, 4, 6, 7]
 
 

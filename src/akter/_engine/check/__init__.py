@@ -16,6 +16,7 @@ It writes nothing and starts nothing: no runner row, no relay, no migration.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -137,21 +138,24 @@ async def _scan_actors(
 ) -> None:
     full = options.sample is None
     seen = 0
+    # Counted per (type, version) here and tallied once: the scan visits every row.
+    versions: Counter[tuple[str, int]] = Counter()
     async for page in gateway.actors(with_state=full):
         for row in page:
-            actor_type = str(row["actor_type"])
+            actor_type = row["actor_type"]
             definition = definitions.get(actor_type)
             if definition is None:
                 found.add("unknown_type", actor_type, example=_name(row), source="actors")
                 continue
-            version = int(row["state_version"])
-            found.add("state_version", actor_type, None, version)
-            if full:
+            version = row["state_version"]
+            versions[actor_type, version] += 1
+            if full or version > definition.state_version:
+                # A row above the code's version is refused before its state is read.
                 _judge_state(definition, row, found)
-            elif version > definition.state_version:
-                _judge_state(definition, row, found)  # too new: refused before the state is read
         seen += len(page)
         progress("actors", seen, None)
+    for (actor_type, version), count in versions.items():
+        found.add_many("state_version", actor_type, None, version, count)
     if full:
         return
     assert options.sample is not None

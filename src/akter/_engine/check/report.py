@@ -59,6 +59,13 @@ class Findings:
         key: Key = (kind, actor_type, member, version)
         self.tallies.setdefault(key, Tally()).add(example, source)
 
+    def add_many(
+        self, kind: str, actor_type: str | None, member: str | None, version: int | None, n: int
+    ) -> None:
+        """Count ``n`` rows of one finding at once (no examples)."""
+        key: Key = (kind, actor_type, member, version)
+        self.tallies.setdefault(key, Tally()).count += n
+
 
 # --- the report ----------------------------------------------------------------------------------
 
