@@ -79,6 +79,7 @@ async def seed_raw(t: ActorTest) -> None:
             ("too-new-job", outbox["charge"], None, 7, None),
             ("nul", outbox["note"], '{"text": "a\\u0000b", "level": 1}', 0, None),
             ("nan", outbox["note"], '{"text": "ok", "level": NaN}', 0, None),
+            ("deep", outbox["note"], '{"text": ' + "[" * 50_000 + "]" * 50_000 + "}", 0, None),
         ]
         for new_id, source, payload, version, parked in copies:
             await sql(_COPY_OUTBOX, {"new": new_id, "from": source, "payload": payload,
@@ -212,11 +213,11 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
         ("info", "state_version", "Account", None, 0): 3,
         ("info", "state_version", "Account", None, 1): 2,
         ("info", "state_version", "Account", None, 5): 1,
-        # pending payloads: the note rows lack the new level (one has a NUL, one a NaN)
-        ("error", "invalid_payload", "Account", "note", None): 3,
+        # pending payloads: the note rows lack the new level (or hold a NUL, a NaN, a deep list)
+        ("error", "invalid_payload", "Account", "note", None): 4,
         ("warning", "payload_too_new", "Account", "charge", None): 1,
         ("info", "payload_version", "Account", "deposit", 0): 1,
-        ("info", "payload_version", "Account", "note", 0): 3,
+        ("info", "payload_version", "Account", "note", 0): 4,
         ("info", "payload_version", "Account", "charge", 0): 1,
         ("info", "payload_version", "Account", "charge", 7): 1,
         # rows an operator should look at
@@ -237,7 +238,7 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
     assert "'nickname'" in lost and "Account/'lossy'" in lost
     assert "Account/'invalid'" in one(report, "state_invalid").examples[0]
     notes = " ".join(one(report, "invalid_payload", "note").examples)
-    assert "level" in notes and "text" in notes and "NUL" in notes
+    assert "level" in notes and "text" in notes and "NUL" in notes and "nested too deeply" in notes
     assert "aliases=('rename',)" in one(report, "unknown_command").fix
     assert "name='Gone'" in one(report, "unknown_type").fix
     assert "1 in actors" in one(report, "unknown_type").message
@@ -260,6 +261,8 @@ async def test_evo_11_clean_database_is_ok_through_the_test_kit(
         before = await t.rows("SELECT count(*) AS n FROM {schema}.runners")
         report = await t.check()
         assert await t.rows("SELECT count(*) AS n FROM {schema}.runners") == before
+        # A started runtime checks the same way, over a connection of its own.
+        assert (await t.runtime.check()).findings == report.findings
     assert report.ok, report.findings
     assert {f.severity for f in report.findings} == {"info"}
     assert one(report, "state_version").count == 2
@@ -293,7 +296,7 @@ async def test_scans_page_by_primary_key_with_a_small_batch(
     assert report.findings == whole.findings
     outbox = [done for what, done in pages if what == "outbox"]
     actors = [done for what, done in pages if what == "actors"]
-    assert outbox == [2, 4, 6, 8, 10, 11]  # 5 staged rows, 2 ticks, 4 raw copies
+    assert outbox == [2, 4, 6, 8, 10, 12]  # 5 staged rows, 2 ticks, 5 raw copies
     assert actors == [2, 4, 6, 7]
 
 

@@ -264,8 +264,9 @@ def _judge_payload(
         found.add("payload_too_new", actor_type, member, example=f"{example}: {exc}")
     except ActorError as exc:
         found.add("invalid_payload", actor_type, member, example=f"{example}: {exc}")
-    except ValueError as exc:  # not JSON at all
-        found.add("invalid_payload", actor_type, member, example=f"{example}: not JSON ({exc})")
+    except (ValueError, RecursionError) as exc:  # not JSON, or nested past the parser's depth
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else f"not JSON ({exc})"
+        found.add("invalid_payload", actor_type, member, example=f"{example}: {reason}")
 
 
 # --- dead letters and events ---------------------------------------------------------------------
@@ -293,7 +294,7 @@ async def _scan_dead_letters(
             found.add("dead_letters", actor_type, job.name, example=f"{example}: {row['cause']}")
             try:
                 job.decode_payload(json.loads(str(row["payload"])), int(row["payload_version"]))
-            except (PayloadTooNew, ActorError, ValueError) as exc:
+            except (PayloadTooNew, ActorError, ValueError, RecursionError) as exc:
                 found.add("dead_letter_invalid", actor_type, job.name, example=f"{example}: {exc}")
         seen += len(page)
         progress("dead letters", seen, None)
