@@ -19,11 +19,12 @@ from pydantic import BaseModel
 import akter
 
 
-class Deposited(akter.Event, tag="Deposited"):
+# Tags unique to these tests: the events' process-wide registry is shared by the whole session.
+class Deposited(akter.Event, tag="evo-check.Deposited"):
     amount: int
 
 
-class Withdrawn(akter.Event, tag="Withdrawn"):
+class Withdrawn(akter.Event, tag="evo-check.Withdrawn"):
     amount: int
 
 

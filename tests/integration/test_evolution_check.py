@@ -204,7 +204,7 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
         ("error", "unknown_type", "Gone", None, None): 1,
         ("error", "unknown_command", "Account", "rename", None): 1,
         ("error", "unknown_job", "Account", "refund", None): 1,
-        ("error", "unknown_event", "Account", "Withdrawn", None): 2,
+        ("error", "unknown_event", "Account", "evo-check.Withdrawn", None): 2,
         # states
         ("error", "state_too_new", "Account", None, None): 1,
         ("error", "state_migration", "Account", None, None): 1,
@@ -242,7 +242,7 @@ async def test_evo_11_every_finding_has_its_severity_kind_type_member_and_count(
     assert "aliases=('rename',)" in one(report, "unknown_command").fix
     assert "name='Gone'" in one(report, "unknown_type").fix
     assert "1 in actors" in one(report, "unknown_type").message
-    assert "aliases=('Withdrawn',)" in one(report, "unknown_event").fix
+    assert "aliases=('evo-check.Withdrawn',)" in one(report, "unknown_event").fix
     assert "declined by the provider" in one(report, "dead_letters").examples[0]
     (retry,) = one(report, "dead_letter_invalid").examples
     assert retry.startswith("dead letter dl-2 of Account/'a-1': ") and "'amount'" in retry

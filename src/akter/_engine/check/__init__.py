@@ -80,11 +80,9 @@ async def run_check(
 
 def _with_totals(progress: Progress, estimates: Mapping[str, int]) -> Progress:
     """``progress`` with each scan's total taken from the planner's estimate, when known."""
-    tables = {"actors": "actors", "outbox": "outbox", "dead letters": "dead_letters"}
-    tables |= {"events": "events"}
 
     def tell(what: str, done: int, total: int | None) -> None:
-        estimate = estimates.get(tables.get(what, ""))
+        estimate = estimates.get(what.replace(" ", "_"))  # "dead letters": dead_letters
         if total is None and estimate is not None:
             total = max(estimate, done)
         progress(what, done, total)
