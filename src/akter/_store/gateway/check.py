@@ -111,7 +111,8 @@ class CheckGateway:
             raise CheckUnavailable(
                 f"Reading {what} took longer than the check's statement timeout "
                 f"({self.timeout_ms} ms) and was cancelled; nothing was written. Raise the "
-                "timeout (--timeout) or lower the batch size (--batch-size)."
+                "timeout (--timeout, statement_timeout=) or lower the batch size "
+                "(--batch-size, batch_size=)."
             ) from None
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
             raise CheckUnavailable(
