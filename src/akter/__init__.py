@@ -12,6 +12,7 @@ from akter._policy import Policy
 from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
+from akter.check import CheckReport, Finding
 from akter.context import QueryView
 from akter.errors import (
     ActorError,
@@ -43,6 +44,7 @@ __all__ = [
     "Caller",
     "Cancelled",
     "CapabilityEscaped",
+    "CheckReport",
     "ConfigurationError",
     "DeadLetter",
     "DeclaredError",
@@ -54,6 +56,7 @@ __all__ = [
     "EventRecord",
     "EventStream",
     "Failed",
+    "Finding",
     "Job",
     "JobCall",
     "JobFailure",

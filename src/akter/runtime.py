@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, cast
 
@@ -30,12 +31,13 @@ from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
 from akter._engine.turn import Result, TurnEngine
 from akter._engine.wakes import CommitWakes
-from akter._ids import uuid7
+from akter._ids import ms_from_duration, uuid7
 from akter._local_clock import LocalClock
 from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
 from akter.actor import Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
+from akter.check import CheckReport, CheckUnavailable
 from akter.context import LoopLease
 from akter.dead_letters import DeadLetters
 from akter.errors import ActorError, ConfigurationError
@@ -234,6 +236,67 @@ class Runtime:
         """
         self.supervisor.require_started()
         return await cancel_job(self.services, job_id, self.jobs.cancel_signal, self.relay.wake)
+
+    async def check(
+        self,
+        sample: int | None = None,
+        *,
+        statement_timeout: float = 30.0,
+        batch_size: int = 1_000,
+        progress: Callable[[str, int, int | None], None] | None = None,
+    ) -> CheckReport:
+        """Compare this code with the live database before a deploy (evolution E5).
+
+        Works on a runtime that was not started and starts nothing: it reads over a connection
+        of its own, in ``READ ONLY`` transactions, and writes nothing (no runner row, no
+        migration, no relay). It reports what the evolution rules would refuse, park or lose.
+
+        Args:
+            sample: Decode the first ``sample`` stored states of each type (default: all).
+            statement_timeout: The longest one read may take, in seconds (default 30 s).
+            batch_size: Rows per page of each scan (1 to 100,000; default 1,000).
+            progress: Called as scans advance with (what, rows so far, total or ``None``).
+
+        Raises:
+            akter.check.CheckUnavailable: The database is unreachable, the schema is missing
+                or older than this code, or a read took longer than ``statement_timeout``.
+        """
+        from akter._engine.check import CheckOptions, run_check
+        from akter._store.gateway.check import CheckGateway
+
+        if sample is not None and (
+            isinstance(sample, bool) or not isinstance(sample, int) or not 1 <= sample <= 1_000_000
+        ):
+            raise ConfigurationError(f"sample must be from 1 to 1,000,000, not {sample!r}.")
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not 1 <= batch_size <= 100_000
+        ):
+            raise ConfigurationError(f"batch_size must be from 1 to 100,000, not {batch_size!r}.")
+        timeout_ms = ms_from_duration(statement_timeout, "statement_timeout")
+        if timeout_ms < 1:
+            raise ConfigurationError("statement_timeout must be at least 1 ms.")
+        gateway = CheckGateway(
+            self._check_url(), self.store.queries, timeout_ms=timeout_ms, batch_size=batch_size
+        )
+        options = CheckOptions(sample=sample, offset_ms=self.clock.offset_ms)
+        return await run_check(gateway, self.definitions, options, progress)
+
+    def _check_url(self) -> str:
+        """The database a check reads: the configured URL, else the running embedded server's."""
+        url = self.store.url or self._database_url
+        if url:
+            return url
+        from akter._store.embedded import default_data_dir, running_url
+
+        found = running_url(Path(self.config.data_dir or default_data_dir()))
+        if found is None:
+            raise CheckUnavailable(
+                "No database URL and no running embedded server to check; set "
+                "AKTER_DATABASE_URL (or database_url=) or run 'akter db start'."
+            )
+        return found
 
     async def cleanup(self) -> Any:
         """Run one retention sweep now (what the ``$maintenance`` owner does every 60 s)."""

@@ -95,6 +95,14 @@ CROSS_ACTOR: dict[str, str] = {
     "(read-only, limited, like v_outbox)",
     "console_jobs": "the operators' console lists job rows across actors (read-only, limited, "
     "like v_jobs)",
+    # akter check (evolution E5): read-only scans in READ ONLY transactions, paged by primary key.
+    "check_actors_page": "akter check pages through every actor row by primary key (read-only)",
+    "check_sample_states": "akter check samples the first states of one type (read-only, limited)",
+    "check_outbox_page": "akter check pages through every outbox row by primary key (read-only)",
+    "check_dead_letters_page": "akter check pages through every dead letter by primary key "
+    "(read-only)",
+    "check_events_page": "akter check pages through every event's tag and version by primary key "
+    "(read-only)",
 }
 
 #: Statements allowed to mention NOTIFY: each is its own autocommit statement sent after COMMIT

@@ -1,12 +1,12 @@
 """The ``akter`` command line (typer).
 
 One sub-app per module, composed here on :data:`app`: ``serve`` and ``worker``
-(:mod:`~akter.cli.runner`), ``migrate`` (:mod:`~akter.cli.migrate`), ``inspect`` and ``outbox``
-(:mod:`~akter.cli.inspection`), ``dev`` (:mod:`~akter.cli.dev`), ``bench``
-(:mod:`~akter.cli.bench`), ``db`` (:mod:`~akter.cli.db`), ``jobs`` (:mod:`~akter.cli.jobs`) and
-``dead-letters`` (:mod:`~akter.cli.dead_letters`). The modules share only
-:mod:`akter.cli._common` (output, options, targets) and :mod:`akter.cli._serving`; none imports
-this package or another command module.
+(:mod:`~akter.cli.runner`), ``migrate`` (:mod:`~akter.cli.migrate`), ``check``
+(:mod:`~akter.cli.check`), ``inspect`` and ``outbox`` (:mod:`~akter.cli.inspection`), ``dev``
+(:mod:`~akter.cli.dev`), ``bench`` (:mod:`~akter.cli.bench`), ``db`` (:mod:`~akter.cli.db`),
+``jobs`` (:mod:`~akter.cli.jobs`) and ``dead-letters`` (:mod:`~akter.cli.dead_letters`). The
+modules share only :mod:`akter.cli._common` (output, options, targets) and
+:mod:`akter.cli._serving`; none imports this package or another command module.
 
 Commands print results on stdout (plain, so that ``$(akter db url)`` works) and progress and
 errors on stderr through rich: a long operation shows a progress bar (:class:`Steps`) only when
@@ -21,6 +21,7 @@ import typer
 
 from akter.cli._common import Steps
 from akter.cli.bench import bench_app
+from akter.cli.check import check_app
 from akter.cli.db import db_app
 from akter.cli.dead_letters import letters_app
 from akter.cli.dev import dev_app
@@ -39,7 +40,7 @@ app = typer.Typer(
 
 # The order of registration is the order of ``akter --help``: nameless sub-apps add their
 # commands to the root (listed first, as they come), named ones add a group each.
-for sub_app in (runner_app, migrate_app, inspection_app, dev_app, bench_app):
+for sub_app in (runner_app, migrate_app, check_app, inspection_app, dev_app, bench_app):
     app.add_typer(sub_app)
 for group in (db_app, jobs_app, letters_app):
     app.add_typer(group)

@@ -32,6 +32,7 @@ from akter._ids import ms_from_duration
 from akter._store.gateway.ops import actor_history, actor_key
 from akter.actor import Actor
 from akter.callers import ActorRef
+from akter.check import CheckReport
 from akter.errors import DrainError
 from akter.runtime import Runtime
 
@@ -378,6 +379,23 @@ class ActorTest:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(text, params or {})
             return await cur.fetchall() if cur.description else []
+
+    async def check(self, sample: int | None = None, **options: Any) -> CheckReport:
+        """``akter check`` of the harness's actors against its schema (evolution E5).
+
+        It runs on a runtime of its own that never starts, so it works with or without live
+        runners, and on a schema restored from a snapshot of production
+        (``ActorTest(actors, database_url=..., schema="akter", keep_schema=True)``, not
+        entered). ``options`` are :meth:`akter.Runtime.check`'s (``statement_timeout``,
+        ``batch_size``, ``progress``).
+        """
+        runtime = Runtime(
+            self.actors, database_url=self.database_url, schema=self.schema, **self.runtime_options
+        )
+        offset = self._offset_ms()
+        if offset is not None:
+            runtime.clock.offset_ms = offset
+        return await runtime.check(sample, **options)
 
     async def inspect(self, target: Any) -> Inspection:
         """The durable rows of an actor (a handle or an :class:`ActorRef`)."""
