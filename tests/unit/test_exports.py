@@ -31,6 +31,7 @@ AKTER_ALL = [
     "Job",
     "JobCall",
     "JobFailure",
+    "ParkedRow",
     "Policy",
     "QueryView",
     "ReadOnlyError",

@@ -21,6 +21,8 @@ POINTS = frozenset(
         "before_renew",
         "before_dead_letter_commit",
         "before_outbox_delete",
+        "before_park",
+        "before_discard_commit",
     }
 )
 
