@@ -343,7 +343,7 @@ WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
 -- outbox_overview --
 -- operators' view of pending rows across actors, oldest due first
 SELECT intent_id, kind, tenant_id, target_type, target_id, command, due_at_ms, attempts,
-       last_error, running, cancelled_at_ms, timer_key
+       last_error, running, cancelled_at_ms, timer_key, parked_at_ms
 FROM {schema}.outbox
 ORDER BY due_at_ms
 LIMIT %(limit)s;
@@ -351,7 +351,8 @@ LIMIT %(limit)s;
 -- jobs_overview --
 -- operators' view of job rows across actors, oldest due first
 SELECT intent_id AS job_id, tenant_id, actor_type, actor_id, command AS job, attempts, running,
-       waiting, ambiguous, maybe_applied, final_failure, cancelled_at_ms, due_at_ms, last_error
+       waiting, ambiguous, maybe_applied, final_failure, cancelled_at_ms, due_at_ms, last_error,
+       parked_at_ms
 FROM {schema}.outbox
 WHERE kind = 'job'
 ORDER BY due_at_ms

@@ -244,9 +244,10 @@ class JobsGateway:
             "wait": wait_ms,
             "off": self._off,
         }
-        name = "park_job" if park else "release_job_uncounted"
+        q = self._store.queries
+        statement = q["park_job"] if park else q["release_job_uncounted"]
         async with self._store.framework.connection() as conn:
-            cur = await conn.execute(self._store.queries[name], params)
+            cur = await conn.execute(statement, params)
             return bool(await cur.fetchall())
 
     # --- settles ------------------------------------------------------------------------------
