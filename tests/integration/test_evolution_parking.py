@@ -257,7 +257,7 @@ async def test_EVO09_a_retried_row_that_still_cannot_be_delivered_parks_again(
         assert await t.runtime.outbox.retry() == 1
         await t.drain()
         [again] = await outbox(t)
-        assert again["parked_at_ms"] is not None and again["attempts"] == 0
+        assert again["parked_at_ms"] >= first["parked_at_ms"] and again["attempts"] == 0
         assert "'memo'" in again["last_error"]
 
 
@@ -415,3 +415,44 @@ async def test_EVO12_dead_letter_retry_refuses_a_payload_that_no_longer_validate
         assert await t.rows("SELECT * FROM {schema}.dead_letters") == []
         [row] = await outbox(t)
         assert row["intent_id"] == new_id and row["command"] == "charge"
+
+
+# --- jobs no live runner serves: parked when undeclared, counted when declared ----------------
+
+
+class ShopWithoutCharge(akter.Actor[Empty], name="Shop", access=akter.public):
+    @akter.command
+    async def ping(self) -> int:
+        return 1
+
+
+async def test_EVO09_an_undeclared_job_no_runner_executes_is_parked_by_the_maintenance_owner(
+    akter_test: Make,
+) -> None:
+    async with akter_test([ShopOld], jobs=[]) as t:
+        await t.get(ShopOld, "s").buy(5)
+        [before] = await outbox(t)
+        await t.kill(0)
+        new = await t.add_runtime([ShopWithoutCharge], jobs=None)
+        await new.runners.sampler.sample()
+        [after] = await outbox(t)
+        assert after["parked_at_ms"] is not None
+        assert "UnknownJob" in after["last_error"] and "'charge'" in after["last_error"]
+        changed = {k for k in before if before[k] != after[k]}
+        assert changed == {"parked_at_ms", "last_error"}, changed
+        assert await t.rows("SELECT * FROM {schema}.dead_letters") == []
+        await new.runners.sampler.sample()
+        assert new.metrics.gauge("akter.outbox.parked", kind="job") == 1
+        assert new.metrics.gauge("akter.outbox.parked", kind="intent") == 0
+
+
+async def test_EVO09_a_declared_job_no_live_runner_executes_is_reported_not_parked(
+    akter_test: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with akter_test([ShopOld], jobs=[]) as t:  # declares charge, executes nothing
+        await t.get(ShopOld, "s").buy(5)
+        [before] = await outbox(t)
+        await t.runtime.runners.sampler.sample()
+        assert await outbox(t) == [before]
+        assert t.runtime.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") == 1
+        assert "Due job rows that no live runner executes" in caplog.messages

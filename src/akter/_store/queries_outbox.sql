@@ -57,3 +57,37 @@ SELECT g.audit_id, g.routing_key, {schema}.stmt_ms(%(off)s::bigint), %(operator)
        g.command, to_jsonb(g) - 'audit_id', %(reason)s
 FROM gone g
 RETURNING audit_id;
+
+-- sample_parked --
+-- sampled gauge (maintenance owner): parked rows by kind, across actors (the partial parked index)
+SELECT k.kind, count(o.kind) AS parked
+FROM (VALUES ('intent'), ('job')) AS k(kind)
+LEFT JOIN {schema}.outbox o ON o.kind = k.kind AND o.parked_at_ms IS NOT NULL
+GROUP BY k.kind
+ORDER BY k.kind;
+
+-- sample_due_jobs --
+-- the maintenance owner's view of due, unparked job rows by (actor type, job) across actors, without a live attempt: what no live runner may be serving
+SELECT o.actor_type, o.command AS job, count(*) AS due
+FROM {schema}.outbox o
+WHERE o.kind = 'job' AND o.parked_at_ms IS NULL
+  AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+GROUP BY o.actor_type, o.command
+ORDER BY o.actor_type, o.command;
+
+-- park_undeclared_jobs --
+-- the maintenance owner parks a batch of one (actor type, job)'s rows that no definition declares and no live runner executes, without a live attempt; every other column kept
+WITH doomed AS (
+    SELECT o.routing_key, o.intent_id
+    FROM {schema}.outbox o
+    WHERE o.kind = 'job' AND o.parked_at_ms IS NULL AND o.actor_type = %(type)s
+      AND o.command = %(job)s
+      AND NOT (o.running AND o.due_at_ms > {schema}.stmt_ms(%(off)s::bigint))
+    LIMIT %(batch)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET parked_at_ms = {schema}.stmt_ms(%(off)s::bigint), last_error = %(error)s
+FROM doomed d
+WHERE o.routing_key = d.routing_key AND o.intent_id = d.intent_id
+RETURNING o.intent_id;

@@ -112,6 +112,28 @@ class ParkedGateway:
 
         return await self._locked(selection, write)
 
+    # --- the maintenance owner's reads and sweep ---------------------------------------------
+
+    async def sample(self) -> tuple[builtins.list[Row], builtins.list[Row]]:
+        """Parked rows by kind, and due unparked job rows by (actor type, job)."""
+        queries = self._store.queries
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(queries["sample_parked"])
+            parked = await cur.fetchall()
+            await cur.execute(queries["sample_due_jobs"], {"off": self._off})
+            due = await cur.fetchall()
+        return parked, due
+
+    async def park_undeclared(self, actor_type: str, job: str, *, error: str, batch: int) -> int:
+        """Park one batch of an undeclared, unserved job's rows; how many were parked."""
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(
+                self._store.queries["park_undeclared_jobs"],
+                {"type": actor_type, "job": job, "error": error, "batch": batch, "off": self._off},
+            )
+            return len(await cur.fetchall())
+
     @property
     def _off(self) -> int:
         return self._clock.offset_ms
