@@ -129,8 +129,13 @@ class Outbox:
                 row; nothing was written.
         """
         selection = _selection(ids, actor_type, command)
+        hooks = self._services.hooks
+
+        async def before_commit(retried: list[str]) -> None:
+            await hooks.at("before_retry_commit", {"ids": retried})
+
         try:
-            done = await self._gateway.retry(selection)
+            done = await self._gateway.retry(selection, before_commit=before_commit)
         except UnknownParked as exc:
             raise _unknown(exc.missing) from None
         if done and self._wake is not None:

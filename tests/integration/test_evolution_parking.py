@@ -456,3 +456,39 @@ async def test_EVO09_a_declared_job_no_live_runner_executes_is_reported_not_park
         assert await outbox(t) == [before]
         assert t.runtime.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") == 1
         assert "Due job rows that no live runner executes" in caplog.messages
+
+
+# --- crashes around the new durable transitions ------------------------------------------------
+
+
+async def test_EVO09_a_crash_before_the_retry_commits_leaves_the_row_parked(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Payer]) as t:
+        await staged(t, AccountStrict, ("pay", 3))
+        before = await everything(t)
+        t.crash_next("before_retry_commit")
+        with pytest.raises(InjectedCrash):
+            await t.runtime.outbox.retry()
+        assert await everything(t) == before
+        assert await t.runtime.outbox.retry() == 1
+        [row] = await outbox(t)
+        assert row["parked_at_ms"] is None
+
+
+async def test_EVO09_a_crash_before_a_job_parks_leaves_the_claim_to_expire_then_parks(
+    akter_test: Make,
+) -> None:
+    async with akter_test([ShopOld], jobs=[]) as t:
+        await t.get(ShopOld, "s").buy(5)
+        strict = await t.add_runtime([ShopStrict], jobs=None, relay=False)
+        t.crash_next("before_park", runtime=1)
+        await strict.jobs.run_pass()
+        await strict.jobs.wait_idle()
+        [claimed] = await outbox(t)
+        assert claimed["parked_at_ms"] is None and claimed["attempts"] == 1  # a process death
+        await t.advance(120)  # past the job lease: claimed again, parked this time
+        [row] = await outbox(t)
+        assert row["parked_at_ms"] is not None and row["attempts"] == 1
+        assert EXECUTED == []
+        assert await t.rows("SELECT * FROM {schema}.dead_letters") == []

@@ -23,6 +23,7 @@ POINTS = frozenset(
         "before_outbox_delete",
         "before_park",
         "before_discard_commit",
+        "before_retry_commit",
     }
 )
 

@@ -466,7 +466,6 @@ class Relay:
             await self._outbox.release_uncounted(
                 params, wait_ms=parking.TOO_NEW_WAIT_MS, error=f"PayloadTooNew: {outcome.message}"
             )
-            self._released += 1
             if self._too_new_log.allow(target, row["payload_version"]):
                 log.warning(
                     "Outbox row at a payload version above this code's; left for a newer runner",

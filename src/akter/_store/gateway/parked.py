@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
 Row = dict[str, Any]
+#: Runs inside a retry's or discard's transaction after its write (the ids; a fault point).
+BeforeCommit = Callable[[list[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,15 @@ class ParkedGateway:
             )
             return await cur.fetchall()
 
-    async def retry(self, selection: Selection) -> int:
+    async def retry(
+        self,
+        selection: Selection,
+        *,
+        before_commit: BeforeCommit,
+    ) -> int:
         """Make the selected parked rows due now; returns how many.
+
+        ``before_commit`` runs inside the transaction after the write (a fault point).
 
         Raises:
             UnknownParked: Some ids name no parked row (nothing written).
@@ -74,7 +83,9 @@ class ParkedGateway:
 
         async def write(cur: Any, keys: dict[str, Any]) -> int:
             await cur.execute(self._store.queries["retry_parked"], {**keys, "off": self._off})
-            return len(await cur.fetchall())
+            done = len(await cur.fetchall())
+            await before_commit(list(keys["ids"]))
+            return done
 
         return await self._locked(selection, write)
 
@@ -84,7 +95,7 @@ class ParkedGateway:
         *,
         operator: str,
         reason: str,
-        before_commit: Callable[[builtins.list[str]], Awaitable[None]],
+        before_commit: BeforeCommit,
     ) -> int:
         """Delete the selected parked rows, one audit row each, in one transaction.
 
