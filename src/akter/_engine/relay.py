@@ -41,7 +41,7 @@ from akter._store.gateway.notify import Notifier
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, caller_from_json
-from akter.errors import InjectedCrash
+from akter.errors import ActorError, InjectedCrash
 
 if TYPE_CHECKING:
     from akter._engine.events import EventBus
@@ -550,5 +550,5 @@ def _tick_version(definition: Any, entry: Any) -> int:
     """The payload version of a tick's command under this code (0 when it is unknown)."""
     try:
         return int(definition.member(entry.command, "command").version)
-    except Exception:
+    except ActorError:
         return 0
