@@ -492,3 +492,39 @@ async def test_EVO09_a_crash_before_a_job_parks_leaves_the_claim_to_expire_then_
         assert row["parked_at_ms"] is not None and row["attempts"] == 1
         assert EXECUTED == []
         assert await t.rows("SELECT * FROM {schema}.dead_letters") == []
+
+
+class ShopCappedOld(akter.Actor[Empty], name="Capped", access=akter.public):
+    @akter.command
+    async def buy(self, amount: int) -> str:
+        return self.enqueue(ShopCappedOld.charge, Charge(amount=amount))
+
+    @akter.job(attempts=2, backoff=(0.01, 0.02), timeout=5, per_actor=1)
+    async def charge(call: akter.JobCall, payload: Charge) -> int:
+        EXECUTED.append({"old": payload.amount})
+        return payload.amount
+
+
+class ShopCappedStrict(akter.Actor[Empty], name="Capped", access=akter.public):
+    @akter.job(attempts=2, backoff=(0.01, 0.02), timeout=5, per_actor=1)
+    async def charge(call: akter.JobCall, payload: StrictCharge) -> int:
+        EXECUTED.append({"strict": payload.amount})
+        return payload.amount
+
+
+async def test_EVO09_capped_job_rows_that_fail_validation_are_parked_one_by_one(
+    akter_test: Make,
+) -> None:
+    async with akter_test([ShopCappedOld], jobs=[]) as t:
+        await t.get(ShopCappedOld, "s").buy(1)
+        await t.get(ShopCappedOld, "s").buy(2)
+        before = {r["intent_id"]: r for r in await outbox(t)}
+        await t.add_runtime([ShopCappedStrict], jobs=None)
+        await t.advance(5)  # the group's second row waits for the first one's end
+        after = await outbox(t)
+        assert EXECUTED == []
+        assert [r["parked_at_ms"] is not None for r in after] == [True, True]
+        for row in after:
+            assert row["attempts"] == before[row["intent_id"]]["attempts"] == 0
+            assert "'sku'" in row["last_error"]
+        assert await t.rows("SELECT * FROM {schema}.dead_letters") == []
