@@ -340,7 +340,7 @@ async def test_EVO09_a_crash_before_parking_leaves_the_claim_to_expire_then_park
         assert row["attempts"] == 1, "the parking itself counts no attempt"
 
 
-async def test_EVO09_parked_rows_and_their_receipts_survive_retention_sweeps(
+async def test_EVO09_parked_rows_survive_retention_sweeps(
     akter_test: Make,
 ) -> None:
     from akter._engine.retention import sweep
