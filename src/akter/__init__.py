@@ -27,6 +27,7 @@ from akter.errors import (
 )
 from akter.events import EventRecord, EventStream
 from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
+from akter.outbox import ParkedRow
 from akter.runtime import Runtime
 from akter.schedules import schedule
 
@@ -60,6 +61,7 @@ __all__ = [
     "Job",
     "JobCall",
     "JobFailure",
+    "ParkedRow",
     "Policy",
     "QueryView",
     "ReadOnlyError",

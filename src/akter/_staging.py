@@ -28,6 +28,8 @@ class StagedRow:
     delay_ms: int | None
     at_ms: int | None
     timer_key: str | None
+    #: The target command's (or job's) payload version (evolution E3).
+    payload_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)

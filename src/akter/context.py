@@ -130,6 +130,7 @@ def _stage_intent(
         delay_ms=delay_ms if delay_ms is not None else (None if at_ms is not None else 0),
         at_ms=at_ms,
         timer_key=key,
+        payload_version=member.version,
     )
     if key is not None:
         ctx.staged.ops.append(CancelTimer(key))
@@ -411,6 +412,7 @@ class TurnApi(Generic[S]):
             delay_ms=delay_ms if at_ms is None else None,
             at_ms=at_ms,
             timer_key=None if key is None else "$job:" + key,
+            payload_version=job.version,
         )
         if key is not None:
             ctx.staged.ops.append(CancelJob("$job:" + key))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from akter._members import PayloadTooNew
 from akter._staging import framework_id
 from akter._store.gateway.dead_letters import DeadLettersGateway
 from akter.callers import ActorRef, System, caller_to_json
@@ -117,6 +118,7 @@ class DeadLetters:
         principal is not kept with the letter.
         """
         letter = await self.show(job_id)
+        self._revalidate(letter)
         now = await self._services.clock.read()
         new_id = framework_id(now, None, None, 0, self._services.config.window_ms)  # due now
         requeued = await self._gateway.requeue(
@@ -141,6 +143,45 @@ class DeadLetters:
         if self._wake is not None:
             self._wake()
         return new_id
+
+    def _revalidate(self, letter: Letter) -> None:
+        """Refuse a retry the current code could only fail again (evolution E3, EVO-12).
+
+        The job is found by its stored name or an alias; its payload is decoded at its stored
+        version (migrations, then validation). The letter is left as it was.
+
+        Raises:
+            ActorError: ``InvalidInput`` naming the field (or the unknown job).
+        """
+        definition = self._services.registry.definitions.get(letter.ref.type)
+        job = definition.job(letter.job) if definition is not None else None
+        if job is None:
+            raise ActorError(
+                "InvalidInput",
+                f"Dead letter {letter.job_id!r}: no hosted type declares job "
+                f"{letter.ref.type}.{letter.job} (nor an alias of it); add aliases=(...) to the "
+                "job that replaced it, then retry.",
+                code="unknown_member",
+                field="job",
+            )
+        try:
+            stored = json.loads(letter.payload)
+            job.decode_payload(stored, letter.payload_version)
+        except PayloadTooNew as exc:
+            raise ActorError(
+                "InvalidInput", f"Dead letter {letter.job_id!r}: {exc}", code="payload_too_new"
+            ) from None
+        except ActorError as exc:
+            raise ActorError(
+                "InvalidInput",
+                f"Dead letter {letter.job_id!r} cannot be retried under the current code: "
+                f"{exc.message} The letter was left as it was.",
+                field=exc.field,
+            ) from None
+        except ValueError:
+            raise ActorError(
+                "InvalidInput", f"Dead letter {letter.job_id!r} holds a payload that is not JSON."
+            ) from None
 
     async def discard(self, job_id: str) -> Letter:
         """Delete a letter; returns what it held."""

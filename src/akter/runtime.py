@@ -43,6 +43,7 @@ from akter.dead_letters import DeadLetters
 from akter.errors import ActorError, ConfigurationError
 from akter.events import EventRecord
 from akter.handles import FencedRuntime, local_handle
+from akter.outbox import Outbox
 from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.runtime")
@@ -123,6 +124,8 @@ class Runtime:
         )
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(services, wake=self.relay.wake)
+        #: Parked outbox rows: list, retry, discard (evolution E3).
+        self.outbox = Outbox(services, wake=self.relay.wake)
         self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
         self._lifecycle = Lifecycle(services, self.dispatcher, self.jobs, self.relay, self.runners)
         self._database_url = config.database_url

@@ -33,6 +33,7 @@ AKTER_ALL = [
     "Job",
     "JobCall",
     "JobFailure",
+    "ParkedRow",
     "Policy",
     "QueryView",
     "ReadOnlyError",

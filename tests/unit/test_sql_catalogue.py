@@ -66,6 +66,16 @@ CROSS_ACTOR: dict[str, str] = {
     "due_at_ms, limited to the job types it executes (semantics §5.5)",
     "discover_capped_groups": "the executor finds capped (actor, job) groups with due rows, by "
     "bucket, kind and due_at_ms; each group is then claimed by keyed statements (semantics §5.6)",
+    "parked_list": "operators' read-only listing of parked outbox rows across actors, by "
+    "parked_at_ms, kind, type and command (evolution E3, akter outbox parked)",
+    "parked_lock": "an operator's retry or discard locks the parked rows it names (by id, unique "
+    "across actors, or every parked row matching its filters); the writes are keyed (evolution E3)",
+    "sample_parked": "the $maintenance owner samples parked rows by kind across actors, by "
+    "kind and parked_at_ms (evolution E3)",
+    "sample_due_jobs": "the $maintenance owner groups due unparked job rows across actors by "
+    "kind, parked_at_ms and due_at_ms, to find jobs no live runner serves (evolution E3)",
+    "park_undeclared_jobs": "the $maintenance owner parks a batch of one undeclared, unserved "
+    "job's rows across actors, by kind, actor_type, command and parked_at_ms (evolution E3)",
     "dead_letters_list": "operator view of dead letters across actors (semantics §5.10)",
     "dead_letter_find": "operator lookup of one dead letter by its job id, which is unique "
     "across actors; later writes are keyed (semantics §5.10)",

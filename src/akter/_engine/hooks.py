@@ -21,6 +21,9 @@ POINTS = frozenset(
         "before_renew",
         "before_dead_letter_commit",
         "before_outbox_delete",
+        "before_park",
+        "before_discard_commit",
+        "before_retry_commit",
     }
 )
 

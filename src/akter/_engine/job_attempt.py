@@ -23,7 +23,7 @@ from opentelemetry import trace
 from pydantic import ValidationError
 
 from akter import telemetry
-from akter._engine import job_routes
+from akter._engine import job_routes, parking
 from akter._engine.job_claims import ClaimedJob
 from akter._engine.job_routes import RouteRejected
 from akter._engine.job_settle import (
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.jobs")
+
+#: Too-new rows are logged once per (type, job, version) per hour.
+_too_new_log = parking.OncePer(3600)
 
 #: How long before the local lease end an attempt stops (whole-ms flooring, timer jitter).
 DEADLINE_MARGIN_MS = 25
@@ -82,6 +85,8 @@ class Attempt:
     confirmed: float = 0.0
     task: asyncio.Task[None] | None = None
     traceparent: str | None = None
+    #: The payload decoded under this code (migrated and validated) once the claim is usable.
+    payload: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.lease_until = self.row.claimed_until
@@ -173,6 +178,11 @@ class AttemptRunner:
         if row.cancelled or row.exhausted:
             return await settler.settle(Unattempted())
         info = settler.info()
+        decoded = parking.decode_job(attempt.job, row.payload, row.payload_version)
+        if not isinstance(decoded, parking.Decoded):
+            await self._undeliverable(attempt, info, decoded)
+            return False
+        attempt.payload = decoded.payload
         await self.hooks.at("after_claim", info)
         await self.hooks.at("before_execute", info)
         lease = self.lease_ms / 1000
@@ -219,6 +229,35 @@ class AttemptRunner:
             _warn(row, "Job attempt outlived its lease; interrupted")
         return False
 
+    async def _undeliverable(
+        self,
+        attempt: Attempt,
+        info: dict[str, Any],
+        outcome: parking.TooNew | parking.Unusable,
+    ) -> None:
+        """A claim this code cannot run (evolution E3): hand it back uncounted, or park it."""
+        row = attempt.row
+        if isinstance(outcome, parking.TooNew):
+            await _shielded(
+                self.gateway.unclaim(
+                    row,
+                    park=False,
+                    error=f"PayloadTooNew: {outcome.message}",
+                    wait_ms=parking.TOO_NEW_WAIT_MS,
+                )
+            )
+            if _too_new_log.allow(row.actor_type, row.command, row.payload_version):
+                _warn(
+                    row, "Job row at a payload version above this code's; left for a newer runner"
+                )
+            return
+        await self.hooks.at("before_park", info)
+        if await _shielded(self.gateway.unclaim(row, park=True, error=outcome.cause[:2000])):
+            log.warning(
+                "Job row parked: this code cannot run it",
+                extra={**row.log_fields(), "reason": outcome.cause},
+            )
+
     # --- the executor -------------------------------------------------------------------------
 
     async def _execute(self, attempt: Attempt, slot: ProgressSlot | None) -> Reported:
@@ -251,7 +290,7 @@ class AttemptRunner:
         row, job = attempt.row, attempt.job
         assert job.payload_model is not None
         try:
-            payload = job.payload_model.model_validate_json(row.payload)
+            payload = job.payload_model.model_validate(attempt.payload)
         except ValidationError as exc:
             return Failed(
                 Failure(

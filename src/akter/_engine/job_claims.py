@@ -51,6 +51,10 @@ class ClaimedJob:
     exhausted: bool
     sent_at: float
     traceparent: str | None = None
+    #: What the claim replaced (undone when the code cannot run the row, evolution E3).
+    prior_attempts: int = 0
+    prior_ambiguous: bool = False
+    prior_maybe_applied: bool = False
 
     @property
     def ref(self) -> ActorRef:
@@ -94,12 +98,30 @@ def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
         exhausted=bool(row["exhausted"]),
         sent_at=sent_at,
         traceparent=row.get("traceparent"),
+        prior_attempts=int(row.get("prior_attempts", row["attempts"])),
+        prior_ambiguous=bool(row.get("prior_ambiguous", row["ambiguous"])),
+        prior_maybe_applied=bool(row.get("prior_maybe_applied", row["maybe_applied"])),
     )
 
 
 def job_types(jobs: Sequence[Job[Any, Any]]) -> list[JobType]:
-    """The claim statements' view of executed jobs."""
-    return [JobType(j.owner.name if j.owner else "", j.name, j.options.attempts) for j in jobs]
+    """The claim statements' view of executed jobs: each under its name and its aliases.
+
+    Rows stored under an earlier name of a job are claimed and run by the renamed job
+    (evolution E2).
+    """
+    return [
+        JobType(j.owner.name if j.owner else "", name, j.options.attempts)
+        for j in jobs
+        for name in (j.name, *j.aliases)
+    ]
+
+
+def by_stored_name(jobs: Sequence[Job[Any, Any]]) -> dict[tuple[str, str], Job[Any, Any]]:
+    """The executed jobs by (actor type, stored name), aliases included."""
+    return {
+        (j.owner.name if j.owner else "", name): j for j in jobs for name in (j.name, *j.aliases)
+    }
 
 
 async def claim_uncapped(

@@ -89,8 +89,13 @@ Reported = Succeeded | Rejected | Failed | Interrupted | Unattempted
 Known = Literal["Failed", "Unknown"]
 
 
-def _write(route: Route | None, traceparent: str | None) -> RouteWrite | None:
-    return None if route is None else RouteWrite(route.command, route.payload, traceparent)
+def _write(route: Route | None, traceparent: str | None, job: Job[Any, Any]) -> RouteWrite | None:
+    if route is None:
+        return None
+    # The route intent is staged by this code: it carries the route command's payload version.
+    member = job.owner.members.get(route.command) if job.owner else None
+    version = member.version if member is not None else 0
+    return RouteWrite(route.command, route.payload, traceparent, version)
 
 
 def known(ambiguous: bool, maybe_applied: bool) -> Known:
@@ -270,7 +275,7 @@ class Settler:
         armed = self.hooks.armed("before_dead_letter_commit")
         written = await self.gateway.dead_letter(
             row,
-            _write(route, self.traceparent),
+            _write(route, self.traceparent, self.job),
             cancelled=cancelled,
             attempt=n,
             cause=cause,
@@ -329,7 +334,7 @@ class Settler:
         while True:
             changed, held = await self.gateway.end(
                 self.row,
-                _write(route, self.traceparent),
+                _write(route, self.traceparent, self.job),
                 cancelled=cancelled,
                 attempt=attempt,
                 after=after,

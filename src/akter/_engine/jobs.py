@@ -29,6 +29,7 @@ import psycopg
 from akter._engine.job_attempt import Attempt, AttemptRunner
 from akter._engine.job_claims import (
     ClaimedJob,
+    by_stored_name,
     claim_group,
     claim_uncapped,
     discover_groups,
@@ -182,14 +183,14 @@ class JobExecutor:
             self._widen = min(self._widen * 2, MAX_WIDEN)
         else:
             self._widen = 1
-        by_key = {(j.owner.name if j.owner else "", j.name): j for j in jobs}
+        by_key = by_stored_name(jobs)
         for row in rows:
             self._start(row, by_key[(row.actor_type, row.command)])
         return len(rows)
 
     async def _claim_capped(self, jobs: list[Job[Any, Any]], free: int) -> int:
         groups = await discover_groups(self.gateway, jobs=jobs, free=free)
-        by_key = {(j.owner.name if j.owner else "", j.name): j for j in jobs}
+        by_key = by_stored_name(jobs)
         claimed = 0
         for group in groups:
             left = free - claimed

@@ -24,7 +24,6 @@ Keeping the lane full under load (docs/benchmarks.md, relay finding 2):
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -35,14 +34,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from akter import telemetry
-from akter._engine import ticks
+from akter._engine import parking, ticks
 from akter._engine.skew import SkewWatch
 from akter._retry import Backoff
 from akter._store.gateway.notify import Notifier
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, caller_from_json
-from akter.errors import InjectedCrash
+from akter.errors import ActorError, InjectedCrash
 
 if TYPE_CHECKING:
     from akter._engine.events import EventBus
@@ -142,6 +141,7 @@ class Relay:
         self.delivered = 0
         self.retried = 0
         self._released = 0
+        self._too_new_log = parking.OncePer(3600)
         self.skew = SkewWatch(services, executed_jobs=jobs.executed_jobs, runner_id=runner_id)
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -338,7 +338,6 @@ class Relay:
             entry = None
             try:
                 caller = caller_from_json(str(row["caller"]))
-                payload = json.loads(str(row["payload"]))
                 definition = self._services.registry.definition(ref.type)
                 command = str(row["command"])
                 if str(row["timer_key"] or "").startswith("$cron:"):
@@ -349,11 +348,17 @@ class Relay:
                         return
                     assert entry is not None
                     command = entry.command
+                decoded = parking.decode_intent(
+                    definition, command, str(row["payload"]), int(row["payload_version"])
+                )
+                if not isinstance(decoded, parking.Decoded):
+                    await self._undeliverable(params, row, info, decoded)
+                    return
                 claim.dispatched = True
                 result = await self._deliver_command(
                     ref,
-                    command,
-                    payload,
+                    decoded.name,
+                    decoded.payload,
                     key[1],
                     caller,
                     within=definition.policy.delivery_timeout / 1000,
@@ -378,7 +383,7 @@ class Relay:
                 # the database clock, no round trip); the claim's clock keeps it ≥ the tick's
                 # scheduled time, so the next fire is strictly later than this one.
                 now = max(int(row["now"]), self._services.clock.estimate())
-                await self._next_tick(params, entry, now)
+                await self._next_tick(params, entry, now, decoded.version)
             else:
                 await self._settle(params)
             self.delivered += 1
@@ -432,17 +437,51 @@ class Relay:
                     "Schedule tick skipped: older than max_schedule_lag",
                     extra={"actor": row["target_type"], "entry": entry.key, "age_ms": age},
                 )
-                await self._next_tick(params, entry, now)
+                await self._next_tick(params, entry, now, _tick_version(definition, entry))
         return False
 
-    async def _next_tick(self, params: IntentClaim, entry: Any, now: int) -> None:
+    async def _next_tick(
+        self, params: IntentClaim, entry: Any, now: int, payload_version: int
+    ) -> None:
         """Rewrite a settled tick into the next one: first fire strictly after ``now``, new id.
 
         ``now`` is a framework clock value at or after the tick's scheduled time that costs no
         round trip: the claim statement's clock, or the estimate the turn just refreshed.
         """
         new_id, due = ticks.next_tick(entry, now, self._services.config.window_ms)
-        await self._outbox.rewrite_tick(params, new_id=new_id, due=due)
+        await self._outbox.rewrite_tick(
+            params, new_id=new_id, due=due, payload_version=payload_version
+        )
+
+    async def _undeliverable(
+        self,
+        params: IntentClaim,
+        row: dict[str, Any],
+        info: dict[str, Any],
+        outcome: parking.TooNew | parking.Unusable,
+    ) -> None:
+        """A row this code cannot deliver: leave it to a newer runner, or park it (E3)."""
+        target = f"{row['target_type']}.{row['command']}"
+        if isinstance(outcome, parking.TooNew):
+            await self._outbox.release_uncounted(
+                params, wait_ms=parking.TOO_NEW_WAIT_MS, error=f"PayloadTooNew: {outcome.message}"
+            )
+            if self._too_new_log.allow(target, row["payload_version"]):
+                log.warning(
+                    "Outbox row at a payload version above this code's; left for a newer runner",
+                    extra={
+                        "intent_id": params.intent_id,
+                        "target": target,
+                        "payload_version": row["payload_version"],
+                    },
+                )
+            return
+        await self._services.hooks.at("before_park", info)
+        if await self._outbox.park(params, error=outcome.cause[:2000]):
+            log.warning(
+                "Outbox row parked: this code cannot deliver it",
+                extra={"intent_id": params.intent_id, "target": target, "reason": outcome.cause},
+            )
 
     async def _backoff(self, params: IntentClaim, row: dict[str, Any], error: str) -> None:
         if self._stopping:
@@ -505,3 +544,11 @@ class Relay:
             self._released += 1
         except (psycopg.Error, OSError) as exc:
             log.warning("Releasing an intent claim failed", extra={"error": str(exc)})
+
+
+def _tick_version(definition: Any, entry: Any) -> int:
+    """The payload version of a tick's command under this code (0 when it is unknown)."""
+    try:
+        return int(definition.member(entry.command, "command").version)
+    except ActorError:
+        return 0

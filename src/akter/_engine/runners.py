@@ -84,7 +84,7 @@ class Runners:
         self.lease_ms: int = services.config.singleton_lease_ms
         self.refresh_ms = max(1, self.lease_ms * REFRESH_MS // LEASE_MS)
         #: Sampled gauges, taken while this runner owns $maintenance (``sampler.every_ms``).
-        self.sampler = Sampler(services)
+        self.sampler = Sampler(services, live=self.live)
         #: Stored names no definition claims: checked at start and every maintenance cycle.
         self.orphans = Orphans(services)
 

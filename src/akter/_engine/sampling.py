@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from akter._engine import job_watch
+from akter._engine.parking import OncePer
 from akter._store.gateway.maintenance import MaintenanceGateway
+from akter._store.gateway.parked import ParkedGateway
 from akter.telemetry import SAMPLED_GAUGES
 
 if TYPE_CHECKING:
@@ -28,11 +32,23 @@ STUCK_ATTEMPTS = 8
 
 
 class Sampler:
-    """The sampled gauges of one runner; :meth:`run` is the owner's loop."""
+    """The sampled gauges of one runner; :meth:`run` is the owner's loop.
 
-    def __init__(self, services: Services) -> None:
+    ``live`` reads the live runners' registrations (``Runners.live``): the job types they
+    execute decide which due job rows are unserved (:mod:`akter._engine.job_watch`).
+    """
+
+    def __init__(
+        self,
+        services: Services,
+        live: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+    ) -> None:
         self._metrics = services.metrics
+        self._registry = services.registry
+        self._live = live
         self._gateway = MaintenanceGateway(services.store, services.clock)
+        self._parked = ParkedGateway(services.store, services.clock)
+        self._unserved_log = OncePer(job_watch.LOG_EVERY_S)
         #: The interval between samples (``sample_every``); read before each wait.
         self.every_ms = SAMPLE_EVERY_MS
         #: How many samples this runner has taken.
@@ -49,6 +65,7 @@ class Sampler:
             ("akter.relay.stuck_rows", "stuck_rows"),
         ):
             metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
+        await self._sample_parked()
         metrics.replace(
             "akter.jobs.running",
             (
@@ -59,6 +76,24 @@ class Sampler:
         self.taken += 1
         self._sampled.set()
         self._sampled = asyncio.Event()
+
+    async def _sample_parked(self) -> None:
+        """``akter.outbox.parked`` by kind; unserved jobs (parking the undeclared ones)."""
+        parked, due = await self._parked.sample()
+        self._metrics.replace(
+            "akter.outbox.parked",
+            (({"kind": str(r["kind"])}, float(r["parked"])) for r in parked),
+        )
+        if self._live is None:
+            return
+        served = job_watch.served_names(await self._live())
+        unserved = await job_watch.watch(
+            self._parked, self._registry, due, served, self._unserved_log
+        )
+        self._metrics.replace(
+            "akter.jobs.unserved",
+            (({"actor_type": u.actor_type, "job": u.job}, float(u.due)) for u in unserved),
+        )
 
     async def wait_for(self, taken: int) -> None:
         """Wait until this runner has taken ``taken`` samples (tests)."""

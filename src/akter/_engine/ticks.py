@@ -35,6 +35,7 @@ def first_ticks(
         commands=[entry.command for entry in definition.schedules],
         dues=dues,
         keys=[entry.key for entry in definition.schedules],
+        versions=[definition.member(e.command, "command").version for e in definition.schedules],
     )
 
 

@@ -147,7 +147,7 @@ INSERT INTO {schema}.outbox
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
      ready_at_ms, timer_key, traceparent)
 SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.target_type,
-       o.target_id, o.command, o.payload, 0, o.caller, d.due, d.due,
+       o.target_id, o.command, o.payload, o.payload_version, o.caller, d.due, d.due,
        -- capped jobs of one (actor, job) get strictly increasing ready times in enqueue order
        -- (§5.3.4); the two probes follow the running / not-running partial job indexes
        CASE WHEN o.kind = 'job' AND o.ord > 0 THEN greatest(d.due + o.ord - 1, greatest(
@@ -164,10 +164,10 @@ SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.
        o.timer_key, %(traceparent)s::text
 FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
             %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
-            %(callers)s::text[], %(delays)s::bigint[], %(ats)s::bigint[], %(timer_keys)s::text[],
-            %(ords)s::int[])
-    AS o(intent_id, kind, target_type, target_id, command, payload, caller, delay, at, timer_key,
-         ord)
+            %(payload_versions)s::int[], %(callers)s::text[], %(delays)s::bigint[],
+            %(ats)s::bigint[], %(timer_keys)s::text[], %(ords)s::int[])
+    AS o(intent_id, kind, target_type, target_id, command, payload, payload_version, caller,
+         delay, at, timer_key, ord)
 CROSS JOIN LATERAL (
     SELECT coalesce(o.at, {schema}.stmt_ms(%(off)s::bigint) + coalesce(o.delay, 0)) AS due
 ) d
@@ -256,7 +256,8 @@ SET attempts = l.attempts + 1,
 FROM locked l, clock
 WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
 RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
-          o.target_id, o.command, o.payload, o.caller, o.attempts, o.scheduled_at_ms,
+          o.target_id, o.command, o.payload, o.payload_version, o.caller, o.attempts,
+          o.scheduled_at_ms,
           o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, clock.now,
           (SELECT count(*) FROM candidates) AS candidates;
 
@@ -285,6 +286,23 @@ SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint)
 WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
   AND due_at_ms = %(token)s;
 
+-- park_intent --
+-- a claimed intent the code cannot deliver is parked (evolution E3): every column kept, the claim's attempt undone, the cause recorded; only under its claim token
+UPDATE {schema}.outbox
+SET parked_at_ms = {schema}.stmt_ms(%(off)s::bigint), attempts = greatest(attempts - 1, 0),
+    last_error = %(error)s
+WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
+  AND due_at_ms = %(token)s AND parked_at_ms IS NULL
+RETURNING intent_id;
+
+-- release_intent_uncounted --
+-- a claimed intent at a payload version above the code's is handed back without counting the attempt, due after a short wait (a newer runner may take it), only under its claim token
+UPDATE {schema}.outbox
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint,
+    attempts = greatest(attempts - 1, 0), last_error = %(error)s
+WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
+  AND due_at_ms = %(token)s;
+
 -- read_events --
 -- one actor's retained events after a cursor, with the sequence bounds to detect gaps
 SELECT a.event_seq,
@@ -310,23 +328,24 @@ INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms, timer_key)
 SELECT %(rk)s, t.intent_id, %(bucket)s, 'intent', %(tenant)s, %(type)s, %(id)s, %(type)s, %(id)s,
-       t.command, '{}', 0, %(caller)s, t.due, t.due, t.key
-FROM unnest(%(intent_ids)s::text[], %(commands)s::text[], %(dues)s::bigint[], %(keys)s::text[])
-    AS t(intent_id, command, due, key)
+       t.command, '{}', t.version, %(caller)s, t.due, t.due, t.key
+FROM unnest(%(intent_ids)s::text[], %(commands)s::text[], %(dues)s::bigint[], %(keys)s::text[],
+            %(versions)s::int[])
+    AS t(intent_id, command, due, key, version)
 ON CONFLICT DO NOTHING;
 
 -- rewrite_tick --
--- a settled (or skipped) tick becomes the next one: new id, next fire time, under its claim token
+-- a settled (or skipped) tick becomes the next one: new id, next fire time, payload version of this code's command, under its claim token
 UPDATE {schema}.outbox
 SET intent_id = %(new_id)s, due_at_ms = %(due)s, scheduled_at_ms = %(due)s, attempts = 0,
-    last_error = NULL
+    last_error = NULL, payload_version = %(version)s
 WHERE routing_key = %(rk)s AND intent_id = %(intent_id)s AND kind = 'intent'
   AND due_at_ms = %(token)s;
 
 -- outbox_overview --
 -- operators' view of pending rows across actors, oldest due first
 SELECT intent_id, kind, tenant_id, target_type, target_id, command, due_at_ms, attempts,
-       last_error, running, cancelled_at_ms, timer_key
+       last_error, running, cancelled_at_ms, timer_key, parked_at_ms
 FROM {schema}.outbox
 ORDER BY due_at_ms
 LIMIT %(limit)s;
@@ -334,7 +353,8 @@ LIMIT %(limit)s;
 -- jobs_overview --
 -- operators' view of job rows across actors, oldest due first
 SELECT intent_id AS job_id, tenant_id, actor_type, actor_id, command AS job, attempts, running,
-       waiting, ambiguous, maybe_applied, final_failure, cancelled_at_ms, due_at_ms, last_error
+       waiting, ambiguous, maybe_applied, final_failure, cancelled_at_ms, due_at_ms, last_error,
+       parked_at_ms
 FROM {schema}.outbox
 WHERE kind = 'job'
 ORDER BY due_at_ms

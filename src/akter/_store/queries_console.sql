@@ -80,7 +80,8 @@ LIMIT %(limit)s;
 -- operators' view of job rows across actors with their status (like v_jobs), oldest first
 SELECT intent_id AS job_id, tenant_id, actor_type, actor_id, command AS job, attempts, running,
        waiting, ambiguous, maybe_applied, last_error, due_at_ms, scheduled_at_ms,
-       CASE WHEN cancelled_at_ms IS NOT NULL THEN 'cancelled'
+       CASE WHEN parked_at_ms IS NOT NULL THEN 'parked'
+            WHEN cancelled_at_ms IS NOT NULL THEN 'cancelled'
             WHEN running THEN 'running'
             WHEN waiting THEN 'waiting'
             WHEN attempts = 0 THEN 'pending'

@@ -59,6 +59,8 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
           o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
+          l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
+          l.maybe_applied AS prior_maybe_applied,
           (SELECT count(*) FROM candidates) AS candidates;
 
 -- discover_capped_groups --
@@ -123,6 +125,7 @@ settle AS MATERIALIZED (
     WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
       AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
       AND o.cancelled_at_ms IS NOT NULL AND o.due_at_ms <= clock.now
+      AND o.parked_at_ms IS NULL
     ORDER BY o.due_at_ms, o.intent_id
     LIMIT %(free)s
     FOR UPDATE OF o SKIP LOCKED
@@ -132,7 +135,7 @@ next AS MATERIALIZED (
     FROM {schema}.outbox o, clock
     WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
       AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
-      AND o.cancelled_at_ms IS NULL
+      AND o.cancelled_at_ms IS NULL AND o.parked_at_ms IS NULL
       AND (o.due_at_ms <= clock.now OR (o.waiting AND NOT o.running))
     ORDER BY o.ready_at_ms, o.intent_id
     LIMIT greatest(0, least(%(cap)s::bigint - (SELECT n FROM live),
@@ -166,6 +169,8 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
               AS exhausted,
+          l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
+          l.maybe_applied AS prior_maybe_applied,
           0::bigint AS candidates;
 
 -- defer_capped_group --
@@ -178,6 +183,7 @@ WHERE routing_key = %(rk)s
       WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
         AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
         AND o.cancelled_at_ms IS NULL AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+        AND o.parked_at_ms IS NULL
       FOR UPDATE OF o SKIP LOCKED
   )
 RETURNING intent_id;
@@ -187,6 +193,7 @@ RETURNING intent_id;
 UPDATE {schema}.outbox
 SET due_at_ms = least(due_at_ms, {schema}.stmt_ms(%(off)s::bigint)), waiting = false
 WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NULL
+  AND parked_at_ms IS NULL
   -- a scalar sub-select runs once (an InitPlan): with IN it could be re-run per visited row,
   -- skip the row just updated and wake the next one too
   AND intent_id = (
@@ -194,10 +201,31 @@ WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NU
       WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
         AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
         AND o.waiting AND NOT o.running AND o.cancelled_at_ms IS NULL
+        AND o.parked_at_ms IS NULL
       ORDER BY o.ready_at_ms, o.intent_id
       LIMIT 1
       FOR UPDATE OF o SKIP LOCKED
   )
+RETURNING intent_id;
+
+-- park_job --
+-- a claimed job the code cannot execute is parked (evolution E3): the claim's attempt and ambiguity undone, every other column kept, the cause recorded; only under the claim (attempt N, its lease end)
+UPDATE {schema}.outbox
+SET parked_at_ms = {schema}.stmt_ms(%(off)s::bigint), attempts = %(prior_attempts)s,
+    ambiguous = %(prior_ambiguous)s, maybe_applied = %(prior_maybe_applied)s, running = false,
+    last_error = %(error)s
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND attempts = %(attempt)s AND due_at_ms = %(token)s AND parked_at_ms IS NULL
+RETURNING intent_id;
+
+-- release_job_uncounted --
+-- a claimed job at a payload version above the code's is handed back uncounted (attempt and ambiguity undone), due after a short wait, only under the claim
+UPDATE {schema}.outbox
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint,
+    attempts = %(prior_attempts)s, ambiguous = %(prior_ambiguous)s,
+    maybe_applied = %(prior_maybe_applied)s, running = false, last_error = %(error)s
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND attempts = %(attempt)s AND due_at_ms = %(token)s
 RETURNING intent_id;
 
 -- renew_job --
@@ -228,9 +256,10 @@ WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
 RETURNING intent_id;
 
 -- settle_job_route --
--- rewrites a job into its route intent (command id = job id, traceparent = the attempt's if given), under the same guard as settle_job_delete
+-- rewrites a job into its route intent (command id = job id, traceparent = the attempt's if given, the route command's payload version), under the same guard as settle_job_delete
 UPDATE {schema}.outbox
-SET kind = 'intent', command = %(command)s, payload = %(payload)s, payload_version = 0,
+SET kind = 'intent', command = %(command)s, payload = %(payload)s,
+    payload_version = %(payload_version)s,
     traceparent = coalesce(%(traceparent)s::text, traceparent),
     due_at_ms = {schema}.stmt_ms(%(off)s::bigint), scheduled_at_ms = {schema}.stmt_ms(%(off)s::bigint),
     attempts = 0, last_error = NULL, ambiguous = false, running = false, timer_key = NULL

@@ -132,14 +132,15 @@ WHERE e.routing_key = d.routing_key AND e.tenant_id = d.tenant_id
 RETURNING 1;
 
 -- sample_outbox --
--- sampled gauges (maintenance owner): per kind, outbox rows, age of the oldest due row (claimed rows are not due) and rows with attempts >= stuck
+-- sampled gauges (maintenance owner): per kind, outbox rows, age of the oldest due row (claimed and parked rows are not due) and rows with attempts >= stuck
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 )
 SELECT k.kind,
        count(o.kind) AS outbox_rows,
-       coalesce(clock.now - min(o.due_at_ms) FILTER (WHERE o.due_at_ms <= clock.now), 0)
-           AS lag_ms,
+       coalesce(clock.now - min(o.due_at_ms)
+                                FILTER (WHERE o.due_at_ms <= clock.now AND o.parked_at_ms IS NULL),
+                0) AS lag_ms,
        count(o.kind) FILTER (WHERE o.attempts >= %(stuck)s::integer) AS stuck_rows
 FROM (VALUES ('intent'), ('job')) AS k(kind)
 CROSS JOIN clock

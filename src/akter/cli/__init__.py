@@ -28,6 +28,7 @@ from akter.cli.dev import dev_app
 from akter.cli.inspection import inspection_app
 from akter.cli.jobs import jobs_app
 from akter.cli.migrate import migrate_app
+from akter.cli.outbox import outbox_app
 from akter.cli.runner import runner_app
 
 app = typer.Typer(
@@ -42,7 +43,7 @@ app = typer.Typer(
 # commands to the root (listed first, as they come), named ones add a group each.
 for sub_app in (runner_app, migrate_app, check_app, inspection_app, dev_app, bench_app):
     app.add_typer(sub_app)
-for group in (db_app, jobs_app, letters_app):
+for group in (db_app, jobs_app, letters_app, outbox_app):
     app.add_typer(group)
 
 

@@ -103,7 +103,7 @@ def _print_outbox(rows: list[dict[str, Any]]) -> None:
     stdout.print(table)
 
 
-@inspection_app.command("outbox")
+# Registered as ``akter outbox [list]`` by ``akter.cli.outbox``.
 def outbox_command(
     target: TargetArg,
     limit: Annotated[int, typer.Option(help="Rows to show.")] = 50,

@@ -56,7 +56,9 @@ def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) 
         table = Table("job id", "actor", "job", "attempts", "state", "last error", title="jobs")
         for r in rows:
             state = (
-                "cancelled"
+                "parked"
+                if r.get("parked_at_ms") is not None
+                else "cancelled"
                 if r["cancelled_at_ms"]
                 else "running"
                 if r["running"]

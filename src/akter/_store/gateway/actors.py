@@ -192,6 +192,7 @@ def insert_outbox(
             "target_ids": [r.target_id for r in rows],
             "commands": [r.command for r in rows],
             "payloads": [r.payload for r in rows],
+            "payload_versions": [r.payload_version for r in rows],
             "callers": [r.caller for r in rows],
             "delays": [r.delay_ms for r in rows],
             "ats": [r.at_ms for r in rows],
@@ -211,6 +212,7 @@ def tick_params(
     commands: list[str],
     dues: list[int],
     keys: list[str],
+    versions: list[int] | None = None,
 ) -> dict[str, Any]:
     """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
     return {
@@ -221,6 +223,7 @@ def tick_params(
         "commands": commands,
         "dues": dues,
         "keys": keys,
+        "versions": versions if versions is not None else [0] * len(keys),
     }
 
 

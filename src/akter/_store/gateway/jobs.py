@@ -87,6 +87,8 @@ class RouteWrite:
     command: str
     payload: str
     traceparent: str | None = None
+    #: The route command's payload version (evolution E3).
+    payload_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,29 @@ class JobsGateway:
         if found is None:
             return None
         return bool(found["cancelled"]), int(found["due_at_ms"])
+
+    async def unclaim(self, row: Any, *, park: bool, error: str, wait_ms: int = 0) -> bool:
+        """Undo a claim the code cannot run (evolution E3): park the row, or hand it back.
+
+        ``row`` is the claim (a ``ClaimedJob``): its attempt and lease end guard the write, and
+        its ``prior_*`` values are what the claim replaced. False when the claim was lost.
+        """
+        params = {
+            **_key(row),
+            "attempt": row.attempts,
+            "token": row.claimed_until,
+            "prior_attempts": row.prior_attempts,
+            "prior_ambiguous": row.prior_ambiguous,
+            "prior_maybe_applied": row.prior_maybe_applied,
+            "error": error,
+            "wait": wait_ms,
+            "off": self._off,
+        }
+        q = self._store.queries
+        statement = q["park_job"] if park else q["release_job_uncounted"]
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(statement, params)
+            return bool(await cur.fetchall())
 
     # --- settles ------------------------------------------------------------------------------
 
@@ -371,7 +396,10 @@ class JobsGateway:
             cur = await conn.execute(self._store.queries["settle_job_delete"], params)
         else:
             params.update(
-                command=route.command, payload=route.payload, traceparent=route.traceparent
+                command=route.command,
+                payload=route.payload,
+                traceparent=route.traceparent,
+                payload_version=route.payload_version,
             )
             cur = await conn.execute(self._store.queries["settle_job_route"], params)
         return bool(await cur.fetchall())

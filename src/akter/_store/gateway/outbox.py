@@ -133,12 +133,36 @@ class OutboxGateway:
                 },
             )
 
-    async def rewrite_tick(self, claim: IntentClaim, *, new_id: str, due: int) -> None:
+    async def rewrite_tick(
+        self, claim: IntentClaim, *, new_id: str, due: int, payload_version: int = 0
+    ) -> None:
         """Rewrite a delivered schedule tick into the next one (new id, next due time)."""
         async with self._store.framework.connection() as conn:
             await conn.execute(
                 self._store.queries["rewrite_tick"],
-                {**claim.params(), "new_id": new_id, "due": due},
+                {
+                    **claim.params(),
+                    "new_id": new_id,
+                    "due": due,
+                    "version": payload_version,
+                },
+            )
+
+    async def park(self, claim: IntentClaim, *, error: str) -> bool:
+        """Park a claimed intent the code cannot deliver; False when the claim was lost."""
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(
+                self._store.queries["park_intent"],
+                {**claim.params(), "off": self._clock.offset_ms, "error": error},
+            )
+            return bool(await cur.fetchall())
+
+    async def release_uncounted(self, claim: IntentClaim, *, wait_ms: int, error: str) -> None:
+        """Hand back a claim at a payload version above the code's, uncounted."""
+        async with self._store.framework.connection() as conn:
+            await conn.execute(
+                self._store.queries["release_intent_uncounted"],
+                {**claim.params(), "off": self._clock.offset_ms, "wait": wait_ms, "error": error},
             )
 
     async def backoff(self, claim: IntentClaim, *, max_backoff_ms: int, error: str) -> None:

@@ -46,6 +46,7 @@ from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider
 from akter.http.console import Console
 from akter.http.console.guard import operator
+from akter.http.console.parked import ParkedApi
 from akter.http.problems import from_actor_error
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class ConsoleApi:
             Route("/console/api/dead-letters", self.letters, methods=["GET"]),
             Route("/console/api/dead-letters/{job_id}/retry", self.retry, methods=["POST"]),
             Route("/console/api/dead-letters/{job_id}/discard", self.discard, methods=["POST"]),
+            *ParkedApi(self.runtime, self._operator).routes(),
         ]
 
     # --- the guard ----------------------------------------------------------------------------

@@ -481,9 +481,53 @@ async function operate(letter, action) {
   await refresh();
 }
 
+// --- parked rows (evolution E3) --------------------------------------------------------------
+
+async function loadParked() {
+  const { parked } = await api("parked");
+  fill(
+    document.querySelector("#parked tbody"),
+    parked.map((p) =>
+      el(
+        "tr",
+        { dataset: { row: p.id } },
+        el("td", { class: "mono" }, p.id),
+        el("td", {}, p.kind),
+        el("td", {}, `${p.actor_type}/${p.actor_id}`),
+        el("td", {}, p.command),
+        el("td", { class: "error" }, p.error),
+        el("td", {}, when(p.parked_at)),
+        el(
+          "td",
+          {},
+          el("button", { type: "button", class: "retry", onclick: () => operateParked(p, "retry") }, "Retry"),
+          el("button", { type: "button", class: "discard", onclick: () => operateParked(p, "discard") }, "Discard"),
+        ),
+      ),
+    ),
+  );
+}
+
+async function operateParked(row, action) {
+  let options = { method: "POST" };
+  if (action === "discard") {
+    // A discard is audited with the reason given (v_operator_audit): ask for one.
+    const reason = window.prompt(`Discard parked row ${row.id}? It is deleted and audited. Reason:`);
+    if (!reason || !reason.trim()) return;
+    options = { method: "POST", body: JSON.stringify({ reason }) };
+  }
+  try {
+    await api(`parked/${encodeURIComponent(row.id)}/${action}`, options);
+    status(action === "retry" ? `retried ${row.id}` : `discarded ${row.id}`);
+  } catch (error) {
+    failed(error);
+  }
+  await refresh();
+}
+
 // --- tabs and the refresh loop ---------------------------------------------------------------
 
-const loaders = { actors: loadOverview, outbox: loadOutbox, jobs: loadJobs, letters: loadLetters };
+const loaders = { actors: loadOverview, outbox: loadOutbox, jobs: loadJobs, letters: loadLetters, parked: loadParked };
 
 async function refreshOnce() {
   try {

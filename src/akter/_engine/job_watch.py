@@ -1,0 +1,100 @@
+"""Due job rows no live runner serves (evolution E3), checked by the ``$maintenance`` owner.
+
+Each sample groups the due, unparked job rows by (actor type, stored job name) and compares
+them with the job types the live runners execute (their registrations) and with this code's
+definitions:
+
+- a job this code declares (by name or alias) that no live runner executes is **unserved**: a
+  worker may simply be down, so its rows stay due; the gauge ``akter.jobs.unserved`` counts
+  them and a warning is logged once per type per hour;
+- a job of a hosted type that no definition declares nor aliases and no live runner executes
+  can never run: its rows are **parked**, like a row the executor could not decode.
+
+Types this code does not host are left alone: another deployment may own them (and
+``akter.orphans`` reports stored names no definition claims).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from akter._engine.parking import OncePer
+from akter._store.gateway.parked import ParkedGateway
+
+if TYPE_CHECKING:
+    from akter._engine.services import Registry
+
+log = logging.getLogger("akter.jobs")
+
+#: Rows one sweep parks per (type, job) and statement.
+PARK_BATCH = 1_000
+
+#: Unserved jobs are logged once per actor type per hour (per sampler).
+LOG_EVERY_S = 3600
+
+
+@dataclass(frozen=True)
+class Unserved:
+    """Due rows of a declared job that no live runner executes."""
+
+    actor_type: str
+    job: str
+    due: int
+
+
+def served_names(runners: Iterable[dict[str, Any]]) -> set[str]:
+    """The ``Type.job`` names the live runners execute (their registrations)."""
+    return {str(name) for runner in runners for name in (runner.get("job_types") or ())}
+
+
+async def watch(
+    gateway: ParkedGateway,
+    registry: Registry,
+    due: Iterable[dict[str, Any]],
+    served: set[str],
+    logged: OncePer,
+) -> list[Unserved]:
+    """Park undeclared unserved jobs' rows; return the declared ones nobody serves.
+
+    ``logged`` limits the unserved warning (one per actor type per :data:`LOG_EVERY_S`).
+    """
+    unserved: list[Unserved] = []
+    for row in due:
+        actor_type, stored = str(row["actor_type"]), str(row["job"])
+        definition = registry.definitions.get(actor_type)
+        if definition is None:
+            continue  # not a type of this deployment's code
+        job = definition.job(stored)
+        names = {f"{actor_type}.{stored}"}
+        if job is not None:
+            names.add(f"{actor_type}.{job.name}")
+        if names & served:
+            continue
+        if job is not None:
+            unserved.append(Unserved(actor_type, stored, int(row["due"])))
+            if logged.allow(actor_type):
+                log.warning(
+                    "Due job rows that no live runner executes",
+                    extra={"actor": actor_type, "job": stored, "due": int(row["due"])},
+                )
+            continue
+        cause = (
+            f"UnknownJob: actor type {actor_type!r} declares no job {stored!r} (nor an alias of "
+            f"it) and no live runner executes it; add aliases=({stored!r},) to the job that "
+            "replaced it, then retry the parked rows."
+        )
+        while True:
+            parked = await gateway.park_undeclared(
+                actor_type, stored, error=cause, batch=PARK_BATCH
+            )
+            if parked:
+                log.warning(
+                    "Job rows parked: no definition declares their job",
+                    extra={"actor": actor_type, "job": stored, "parked": parked},
+                )
+            if parked < PARK_BATCH:
+                break
+    return unserved

@@ -1,0 +1,170 @@
+"""Operators' statements on parked outbox rows (evolution E3), on the callers' pool.
+
+A retry or a discard locks the rows it names first, in one transaction: ids that name no
+parked row refuse the whole call before anything is written. A discard deletes and audits in
+one statement, so there is never an audit without its delete or a delete without its audit.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    from akter._store.pool import Clock, Store
+
+Row = dict[str, Any]
+#: Runs inside a retry's or discard's transaction after its write (the ids; a fault point).
+BeforeCommit = Callable[[list[str]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which parked rows an operator means: ``ids`` (``None``: all) and filters."""
+
+    ids: Sequence[str] | None = None
+    actor_type: str | None = None
+    command: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The ``parked_lock`` parameters."""
+        return {
+            "ids": None if self.ids is None else list(self.ids),
+            "type": self.actor_type,
+            "command": self.command,
+        }
+
+
+class UnknownParked(Exception):
+    """Ids that name no parked row (nothing was written)."""
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        super().__init__(", ".join(missing))
+        self.missing = tuple(missing)
+
+
+class ParkedGateway:
+    """List, retry and discard parked rows."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def list(
+        self, *, kind: str | None, actor_type: str | None, command: str | None, limit: int
+    ) -> list[Row]:
+        """Parked rows, oldest parking first."""
+        async with self._store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["parked_list"],
+                {"kind": kind, "type": actor_type, "command": command, "limit": limit},
+            )
+            return await cur.fetchall()
+
+    async def retry(
+        self,
+        selection: Selection,
+        *,
+        before_commit: BeforeCommit,
+    ) -> int:
+        """Make the selected parked rows due now; returns how many.
+
+        ``before_commit`` runs inside the transaction after the write (a fault point).
+
+        Raises:
+            UnknownParked: Some ids name no parked row (nothing written).
+        """
+
+        async def write(cur: Any, keys: dict[str, Any]) -> int:
+            await cur.execute(self._store.queries["retry_parked"], {**keys, "off": self._off})
+            done = len(await cur.fetchall())
+            await before_commit(list(keys["ids"]))
+            return done
+
+        return await self._locked(selection, write)
+
+    async def discard(
+        self,
+        selection: Selection,
+        *,
+        operator: str,
+        reason: str,
+        before_commit: BeforeCommit,
+    ) -> int:
+        """Delete the selected parked rows, one audit row each, in one transaction.
+
+        ``before_commit`` runs inside the transaction after the write (a fault point).
+
+        Raises:
+            UnknownParked: Some ids name no parked row (nothing written).
+        """
+
+        async def write(cur: Any, keys: dict[str, Any]) -> int:
+            audit_ids = [uuid.uuid4().hex for _ in keys["ids"]]
+            await cur.execute(
+                self._store.queries["discard_parked"],
+                {
+                    **keys,
+                    "audit_ids": audit_ids,
+                    "operator": operator,
+                    "reason": reason,
+                    "off": self._off,
+                },
+            )
+            done = len(await cur.fetchall())
+            await before_commit(list(keys["ids"]))
+            return done
+
+        return await self._locked(selection, write)
+
+    # --- the maintenance owner's reads and sweep ---------------------------------------------
+
+    async def sample(self) -> tuple[builtins.list[Row], builtins.list[Row]]:
+        """Parked rows by kind, and due unparked job rows by (actor type, job)."""
+        queries = self._store.queries
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(queries["sample_parked"])
+            parked = await cur.fetchall()
+            await cur.execute(queries["sample_due_jobs"], {"off": self._off})
+            due = await cur.fetchall()
+        return parked, due
+
+    async def park_undeclared(self, actor_type: str, job: str, *, error: str, batch: int) -> int:
+        """Park one batch of an undeclared, unserved job's rows; how many were parked."""
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(
+                self._store.queries["park_undeclared_jobs"],
+                {"type": actor_type, "job": job, "error": error, "batch": batch, "off": self._off},
+            )
+            return len(await cur.fetchall())
+
+    @property
+    def _off(self) -> int:
+        return self._clock.offset_ms
+
+    async def _locked(
+        self, selection: Selection, write: Callable[[Any, dict[str, Any]], Awaitable[int]]
+    ) -> int:
+        async with self._store.pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["parked_lock"], selection.params())
+            rows = await cur.fetchall()
+            if selection.ids is not None:
+                found = {str(r["intent_id"]) for r in rows}
+                missing = [i for i in dict.fromkeys(selection.ids) if i not in found]
+                if missing:
+                    raise UnknownParked(missing)
+            if not rows:
+                return 0
+            keys = {
+                "rks": [int(r["routing_key"]) for r in rows],
+                "ids": [str(r["intent_id"]) for r in rows],
+            }
+            return await write(cur, keys)

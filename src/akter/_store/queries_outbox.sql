@@ -1,0 +1,93 @@
+-- Operators' statements on parked outbox rows (evolution E3): list, retry, discard with audit.
+-- Same block format as queries.sql; loaded into the same catalogue. A parked row is one with
+-- parked_at_ms set: no claim takes it, and the runtime never deletes it.
+
+-- parked_list --
+-- operators' read-only listing of parked rows across actors, oldest parking first, filtered by kind, the receiving type and the command
+SELECT o.routing_key, o.intent_id, o.kind, o.tenant_id,
+       CASE WHEN o.kind = 'job' THEN o.actor_type ELSE o.target_type END AS actor_type,
+       CASE WHEN o.kind = 'job' THEN o.actor_id ELSE o.target_id END AS actor_id,
+       o.command, o.payload, o.payload_version, o.attempts, o.parked_at_ms, o.last_error,
+       o.timer_key
+FROM {schema}.outbox o
+WHERE o.parked_at_ms IS NOT NULL
+  AND (%(kind)s::text IS NULL OR o.kind = %(kind)s::text)
+  AND (%(type)s::text IS NULL
+       OR (CASE WHEN o.kind = 'job' THEN o.actor_type ELSE o.target_type END) = %(type)s::text)
+  AND (%(command)s::text IS NULL OR o.command = %(command)s::text)
+ORDER BY o.parked_at_ms, o.intent_id
+LIMIT %(limit)s;
+
+-- parked_lock --
+-- locks the parked rows an operator names (by id, or every parked row matching the filters) for a retry or a discard in this transaction
+SELECT o.routing_key, o.intent_id
+FROM {schema}.outbox o
+WHERE o.parked_at_ms IS NOT NULL
+  AND (%(ids)s::text[] IS NULL OR o.intent_id = ANY(%(ids)s::text[]))
+  AND (%(type)s::text IS NULL
+       OR (CASE WHEN o.kind = 'job' THEN o.actor_type ELSE o.target_type END) = %(type)s::text)
+  AND (%(command)s::text IS NULL OR o.command = %(command)s::text)
+ORDER BY o.routing_key, o.intent_id
+FOR UPDATE OF o;
+
+-- retry_parked --
+-- the locked parked rows become due now, every other column kept (a row that still cannot be delivered parks again with its new cause)
+UPDATE {schema}.outbox o
+SET parked_at_ms = NULL, due_at_ms = {schema}.stmt_ms(%(off)s::bigint)
+FROM unnest(%(rks)s::bigint[], %(ids)s::text[]) AS u(rk, intent_id)
+WHERE o.routing_key = u.rk AND o.intent_id = u.intent_id AND o.parked_at_ms IS NOT NULL
+RETURNING o.intent_id;
+
+-- discard_parked --
+-- deletes the locked parked rows and writes one operator_audit row per row (the whole row as JSON, who, when, why) in the same statement
+WITH gone AS (
+    DELETE FROM {schema}.outbox o
+    USING unnest(%(rks)s::bigint[], %(ids)s::text[], %(audit_ids)s::text[])
+        AS u(rk, intent_id, audit_id)
+    WHERE o.routing_key = u.rk AND o.intent_id = u.intent_id AND o.parked_at_ms IS NOT NULL
+    RETURNING u.audit_id, o.*
+)
+INSERT INTO {schema}.operator_audit
+    (audit_id, routing_key, at_ms, operator, action, kind, tenant_id, actor_type, actor_id,
+     command, row_json, reason)
+SELECT g.audit_id, g.routing_key, {schema}.stmt_ms(%(off)s::bigint), %(operator)s, 'discard',
+       g.kind, g.tenant_id,
+       CASE WHEN g.kind = 'job' THEN g.actor_type ELSE g.target_type END,
+       CASE WHEN g.kind = 'job' THEN g.actor_id ELSE g.target_id END,
+       g.command, to_jsonb(g) - 'audit_id', %(reason)s
+FROM gone g
+RETURNING audit_id;
+
+-- sample_parked --
+-- sampled gauge (maintenance owner): parked rows by kind, across actors (the partial parked index)
+SELECT k.kind, count(o.kind) AS parked
+FROM (VALUES ('intent'), ('job')) AS k(kind)
+LEFT JOIN {schema}.outbox o ON o.kind = k.kind AND o.parked_at_ms IS NOT NULL
+GROUP BY k.kind
+ORDER BY k.kind;
+
+-- sample_due_jobs --
+-- the maintenance owner's view of due, unparked job rows by (actor type, job) across actors, without a live attempt: what no live runner may be serving
+SELECT o.actor_type, o.command AS job, count(*) AS due
+FROM {schema}.outbox o
+WHERE o.kind = 'job' AND o.parked_at_ms IS NULL
+  AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+GROUP BY o.actor_type, o.command
+ORDER BY o.actor_type, o.command;
+
+-- park_undeclared_jobs --
+-- the maintenance owner parks a batch of one (actor type, job)'s rows that no definition declares and no live runner executes, without a live attempt; every other column kept
+WITH doomed AS (
+    SELECT o.routing_key, o.intent_id
+    FROM {schema}.outbox o
+    WHERE o.kind = 'job' AND o.parked_at_ms IS NULL AND o.actor_type = %(type)s
+      AND o.command = %(job)s
+      AND NOT (o.running AND o.due_at_ms > {schema}.stmt_ms(%(off)s::bigint))
+    LIMIT %(batch)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET parked_at_ms = {schema}.stmt_ms(%(off)s::bigint), last_error = %(error)s
+FROM doomed d
+WHERE o.routing_key = d.routing_key AND o.intent_id = d.intent_id
+RETURNING o.intent_id;
