@@ -7,6 +7,7 @@ Every refusal is checked against a snapshot of the durable rows taken before it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -18,8 +19,11 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 import akter
-from akter._members import ActorDefinition
+from akter._engine.turn.too_new import TooNewWarnings
+from akter._members import ActorDefinition, StateDecodeError
+from akter.http.problems import from_actor_error
 from akter.testing import ActorTest
+from tests._support import until_pending
 
 Make = Callable[..., ActorTest]
 CALLS: dict[str, int] = {}
@@ -559,3 +563,68 @@ async def test_a_crash_before_a_migrating_commit_leaves_the_old_row_and_the_retr
         row = await stored(t, "b")
         assert row["state"] == {"n": 102} and row["state_version"] == 1
         assert CALLS == {"bonus": 2}  # each decode starts again from the stored row
+
+
+async def test_EVO_04_a_batch_over_a_newer_row_is_refused_whole_and_warned_once(
+    akter_test: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with akter_test([NewTier]) as t:
+        await t.get(NewTier, "x").bump()
+        old = await t.add_runtime([OldTier])
+        before = await snapshot(t)
+        caplog.set_level(logging.WARNING, logger="akter.evolution")
+        pause = t.pause_next("before_commit", runtime=1)
+        first = asyncio.create_task(old.call(OldTier, "x", "bump", {}, retry=False))
+        await pause.wait()
+        queued = [
+            asyncio.create_task(old.call(OldTier, "x", "bump", {}, retry=False)) for _ in range(4)
+        ]
+        await until_pending(old, 5)  # four in the mailbox behind the paused turn
+        pause.release()
+        results = await asyncio.gather(first, *queued, return_exceptions=True)
+        assert [getattr(r, "reason", r) for r in results] == ["StateTooNew"] * 5
+        assert await snapshot(t) == before
+        assert len([r for r in caplog.records if r.name == "akter.evolution"]) == 1
+
+
+def test_the_too_new_warning_is_rate_limited_per_actor_type() -> None:
+    now = [0.0]
+    warnings = TooNewWarnings(lambda: now[0])
+    problem = StateDecodeError("too_new", "newer")
+    assert warnings.seen("Tier", "a", problem)
+    assert not warnings.seen("Tier", "b", problem)
+    assert warnings.seen("Other", "a", problem)
+    now[0] = 59.9
+    assert not warnings.seen("Tier", "a", problem)
+    now[0] = 60.0
+    assert warnings.seen("Tier", "a", problem)
+
+
+def test_StateTooNew_is_served_over_http_as_503_with_retry_after() -> None:
+    response = from_actor_error(akter.ActorError("StateTooNew", "newer"))
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+
+
+async def test_a_query_over_a_failing_migration_is_a_defect_and_writes_nothing(
+    akter_test: Make,
+) -> None:
+    class Shown(akter.Actor[Loose], name="Shown", access=akter.public):
+        _m = akter.migrate_state(from_version=0)(_raises)
+
+        @akter.command
+        async def bump(self) -> float:
+            self.state.n += 1
+            return self.state.n
+
+        @akter.query
+        async def show(self) -> float:
+            return self.state.n
+
+    async with akter_test([Shown]) as t:
+        await t.get(Shown, "q").bump()
+        await stage(t, "q", {"n": 1}, 0)
+        before = await snapshot(t)
+        with pytest.raises(akter.ActorError) as info:
+            await t.get(Shown, "q").show()
+        assert info.value.reason == "Defect" and "raised KeyError" in info.value.message
+        assert await snapshot(t) == before
