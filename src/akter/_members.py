@@ -528,11 +528,14 @@ class ActorDefinition:
         """A fresh default state."""
         return self.state_model()
 
-    def decode_state(self, stored: Any, version: int, actor: str) -> tuple[BaseModel, Any]:
+    def decode_state(
+        self, stored: Any, version: int, actor: str, *, guard: bool = True
+    ) -> tuple[BaseModel, Any]:
         """A stored state at ``version`` under this code: migrated, validated, loss-checked.
 
         ``actor`` names the actor in messages (``"Account/'a-1'"``). Returns the model and its
-        JSON dump (what akter would store).
+        JSON dump (what akter would store). ``guard=False`` skips the loss guard, for readers
+        that never write (queries): only a write would drop the keys.
 
         Raises:
             StateDecodeError: Too new, a failing migration, a failing validation, or keys of
@@ -563,7 +566,7 @@ class ActorDefinition:
                 f"The stored state of {actor} (version {version}) fails validation against "
                 f"{self.state_model.__name__}: {exc}",
             ) from None
-        lost = tuple(lost_keys(value, dumped))
+        lost = tuple(lost_keys(value, dumped)) if guard else ()
         if lost:
             raise StateDecodeError(
                 "lost",

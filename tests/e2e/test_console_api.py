@@ -435,6 +435,7 @@ async def test_an_actor_shows_state_events_and_outbox(
             }
         )
         assert body["receipts"] == 2
+        assert (body["state_version"], body["code_state_version"]) == (0, 0)
         assert [(e["cursor"], e["tag"], e["event"]) for e in body["events"]] == [
             ("2", "e2e.Deposited", {"cents": 12, "balance": 42}),
             ("1", "e2e.Deposited", {"cents": 30, "balance": 30}),

@@ -25,12 +25,13 @@ from akter._engine.dispatcher import Dispatcher
 from akter._engine.services import Services
 from akter._engine.turn import Request, Result
 from akter._ids import mint_command_id, parse_command_id, parse_framework_id, payload_hash
+from akter._members import StateDecodeError
 from akter._retry import CommandRetry
 from akter._store.gateway.actors import actor_key, committed
 from akter.actor import AccessKind, ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, current_caller
 from akter.context import LoopContext, LoopLease, QueryContext, bind, unwrap_read_only
-from akter.errors import ActorError
+from akter.errors import ActorError, Reason
 
 EventsReader = Callable[[ActorRef, "str | None", int], Awaitable[Any]]
 
@@ -232,7 +233,13 @@ class Calls:
             ) from exc
 
     async def _read_state(self, member: Member, ref: ActorRef) -> tuple[Any, int, int]:
-        """The committed state, event cursor and database time for a query."""
+        """The committed state, event cursor and database time for a query.
+
+        A row at an older state version is migrated in memory and never written (evolution
+        E1). The loss guard does not refuse a query: only a write would drop the keys the
+        model lacks, so the query is served the validated model, and the next command's turn
+        refuses. A row newer than this code is refused with ``StateTooNew`` (retryable).
+        """
         services, definition = self._services, member.owner
         key = actor_key(services.registry.routing_key(ref), ref.tenant, ref.type, ref.id)
         row, now_ms = await committed(
@@ -246,12 +253,12 @@ class Calls:
             raise ActorError("NotCreated", f"{definition.name}/{ref.id!r} has not been created.")
         if row is None:
             return definition.default_state(), 0, now_ms
+        actor, version = f"{ref.type}/{ref.id!r}", int(row[4] or 0)
         try:
-            state = definition.state_model.model_validate(row[3])
-        except ValidationError as exc:
-            raise ActorError(
-                "Defect", f"Stored state of {ref.type}/{ref.id!r} fails validation: {exc}"
-            ) from None
+            state, _ = definition.decode_state(row[3], version, actor, guard=False)
+        except StateDecodeError as exc:
+            reason: Reason = "StateTooNew" if exc.kind == "too_new" else "Defect"
+            raise ActorError(reason, exc.message) from None
         return state, int(row[2]), now_ms
 
     async def run_loop(

@@ -33,6 +33,7 @@ async def seed_singleton_ticks(services: Services) -> None:
             actor_key(rk, ref.tenant, ref.type, ref.id),
             state=canonical_json(definition.default_state().model_dump(mode="json")),
             ticks=first_ticks(definition, ref, rk, now, services.config.window_ms),
+            state_version=definition.state_version,
         )
 
 

@@ -47,13 +47,18 @@ _KILL_WAIT_S = 10.0
 
 @dataclass
 class Inspection:
-    """The durable rows of one actor."""
+    """The durable rows of one actor.
+
+    ``state`` is the stored JSON as it is in the row, at ``state_version`` (which may be older
+    than the code's: a row is migrated only by a turn that writes it).
+    """
 
     exists: bool
     version: int = 0
     created: bool = False
     event_seq: int = 0
     state: dict[str, Any] | None = None
+    state_version: int = 0
     routing_key: int | None = None
     receipts: list[dict[str, Any]] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
@@ -411,6 +416,7 @@ class ActorTest:
             created=bool(actor["created"]),
             event_seq=int(actor["event_seq"]),
             state=json.loads(json.dumps(actor["state"])),
+            state_version=int(actor["state_version"] or 0),
             routing_key=self.runtime.routing_key(ref),
             receipts=receipts,
             outbox=outbox,

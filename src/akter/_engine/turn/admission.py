@@ -1,7 +1,9 @@
 """Flight 1 of a turn: the actor row lock, the pinned clock, the receipts and the loop fences.
 
 The admission also refreshes the actor's cache inside the transaction when the locked row's
-version is not the cached one (the cache is never an authority).
+version is not the cached one (the cache is never an authority). That refresh is the only place
+a turn decodes stored state (evolution E1): migrations, validation and the loss guard run on a
+cold load or a changed row, never on a warm turn.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import ValidationError
 
 from akter import telemetry
 from akter._engine.turn.flights import Flights
@@ -23,6 +23,7 @@ from akter._engine.turn.types import (
     Retryable,
 )
 from akter._json import storable_json
+from akter._members import StateDecodeError
 from akter._store.gateway import actors
 from akter._store.pool import TRANSACTION_TIMEOUT_SINCE, Connection
 from akter._store.queries import Queries
@@ -39,8 +40,9 @@ class Admitted:
     locked_version: int
     #: Indexes of loop commands whose lease is no longer current.
     stale: set[int]
-    #: Why the stored state cannot be used (the batch's handlers are defects), if it cannot.
-    state_error: str | None
+    #: Why the stored state cannot be used, if it cannot: ``too_new`` refuses the batch with
+    #: ``StateTooNew``; any other kind makes its handlers defects. Nothing is written either way.
+    state_error: StateDecodeError | None
 
 
 def bound_setting(server_version: int) -> str:
@@ -76,6 +78,7 @@ async def admit(
     # Everything a flight sends is built before the pipeline opens: an exception between
     # two queued statements would leave the connection's prepared-statement cache unsure.
     default_json = default_state_json(act.definition) if ensured else ""
+    state_version = act.definition.state_version
     command_ids = [r.command_id.raw for r in batch]
     async with flights.admission():
         await actors.begin_turn(
@@ -87,7 +90,7 @@ async def admit(
             bound_ms=policy.execution_timeout + SERVER_BOUND_GRACE_MS,
         )
         if ensured:
-            await actors.ensure_actor(conn, q, key, default_json, off)
+            await actors.ensure_actor(conn, q, key, default_json, state_version, off)
         lock_cur = await actors.lock_actor(conn, q, key, act.version)
         read_cur = await actors.read_admission(conn, q, key, off, command_ids)
         # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
@@ -123,12 +126,14 @@ def refresh(
     event_seq: Any,
     shipped_state: Any,
     shipped_sv: Any,
-) -> str | None:
+) -> StateDecodeError | None:
     """The fence on the cache: a stale cache is replaced by the locked row's values.
 
-    Returns why the stored state cannot be used, if it cannot.
+    Returns why the stored state cannot be used, if it cannot; the cache then forgets the row's
+    version, so the next turn has the row shipped and decodes it again (with the same answer,
+    or a newer runner's write, or a fixed deploy's).
     """
-    state_error: str | None = None
+    state_error: StateDecodeError | None = None
     if shipped_state is not None or act.version is None or act.version != locked_version:
         act.state = None
         act.version = locked_version
@@ -136,31 +141,42 @@ def refresh(
         act.event_seq = int(event_seq)
         act.state_version = int(shipped_sv or 0)
         state_error = decode_state(act, shipped_state)
+        if state_error is not None:
+            act.version = None
     act.exists = True
     act.created = bool(created)
     act.event_seq = int(event_seq)
     return state_error
 
 
-def decode_state(act: Activation, shipped: Any) -> str | None:
-    """Load shipped state into the cache (the default when none); why it failed, if it did."""
-    model = act.definition.state_model
+def decode_state(act: Activation, shipped: Any) -> StateDecodeError | None:
+    """Load shipped state into the cache (the default when none); why it failed, if it did.
+
+    The one decode rule (``ActorDefinition.decode_state``: the chain from the stored version,
+    validation, the loss guard), then akter's storable checks on the result: a migrated state
+    is written by the next state write exactly as cached here. ``act.state_version`` stays the
+    stored version; every write stores the code's (``writes.send``).
+    """
+    definition = act.definition
     if shipped is None:
-        act.state = model()
-        act.state_json = default_state_json(act.definition)
+        act.state = definition.default_state()
+        act.state_json = default_state_json(definition)
         return None
-    if act.state_version > 0:
-        return (
-            f"Stored state of {act.ref.type}/{act.ref.id!r} has state_version "
-            f"{act.state_version}, newer than this code's 0."
-        )
+    actor = f"{act.ref.type}/{act.ref.id!r}"
+    act.state = None
+    act.state_json = None
     try:
-        act.state = model.model_validate(shipped)
-        act.state_json = storable_json(act.state.model_dump(mode="json"), "state")
-    except (ValidationError, ValueError) as exc:
-        act.state = None
-        act.state_json = None
-        return f"Stored state of {act.ref.type}/{act.ref.id!r} fails validation: {exc}"
+        state, dumped = definition.decode_state(shipped, act.state_version, actor)
+        state_json = storable_json(dumped, "state")
+    except StateDecodeError as exc:
+        return exc
+    except (ValueError, TypeError) as exc:  # Unstorable: a migration made NaN, NUL, ...
+        return StateDecodeError(
+            "invalid",
+            f"The stored state of {actor} (version {act.state_version}) cannot be stored "
+            f"once migrated: {exc}.",
+        )
+    act.state, act.state_json = state, state_json
     return None
 
 

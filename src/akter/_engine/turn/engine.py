@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from akter import telemetry
 from akter._engine.hooks import Hooks
-from akter._engine.turn import admission, rules, writes
+from akter._engine.turn import admission, rules, too_new, writes
 from akter._engine.turn.flights import (
     Flights,
     commit_unanswered,
@@ -84,6 +84,7 @@ class TurnEngine:
         self.on_commit = on_commit
         #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
         self.pool_wait = 2.0
+        self.too_new_warnings = too_new.TooNewWarnings()
 
     # The runtime replaces both (its own metrics; a new store at start): the store's pool records
     # its connection waits into the runner's metrics.
@@ -239,6 +240,13 @@ class TurnEngine:
         """Decide each command and run the handlers of those that run, in order."""
         definition = act.definition
         ran = BatchRun([], BatchWrites(), act.state, act.state_json, act.created, act.event_seq)
+        problem = admitted.state_error
+        if problem is not None and problem.kind == "too_new":
+            # Never overwrite a newer code's row: refuse everything, write nothing (not even a
+            # receipt), and let the caller's retry find a runner that knows the version.
+            self.too_new_warnings.seen(act.ref.type, act.ref.id, problem)
+            ran.outcomes = [Outcome(too_new.refusal(r, problem)) for r in batch]
+            return ran
         for index, request in enumerate(batch):
             if index in admitted.stale and request.command_id.raw not in admitted.receipts:
                 ran.outcomes.append(Outcome(Result("error", error=rules.lease_lost(request))))
@@ -270,10 +278,10 @@ class TurnEngine:
         )
         if decided is not None:
             return Outcome(decided), state, None
-        if admitted.state_error is not None or state is None:
-            raise BatchDefect(
-                index, admitted.state_error or "The actor's state could not be loaded."
-            )
+        if admitted.state_error is not None:
+            raise BatchDefect(index, admitted.state_error.message)
+        if state is None:
+            raise BatchDefect(index, "The actor's state could not be loaded.")
         return await run_handler(
             act, request, index, now_ms, state, window_ms=self.window_ms, hooks=self.hooks
         )
@@ -296,6 +304,7 @@ def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: i
         act.ticks_ensured = True
     if todo.state_changed:
         act.version = locked_version + 1
+        act.state_version = act.definition.state_version  # what writes.send stored
         act.state = ran.state
         act.state_json = ran.state_json
         act.created = ran.created

@@ -59,7 +59,9 @@ def plan(
     )
     # A cold activation of a created, scheduled actor makes sure its ticks exist (§2.6.5).
     ticks = None
-    if definition.schedules and not definition.singleton and not act.ticks_ensured:
+    # ``ran.state`` is None only when the stored state could not be decoded: write nothing.
+    decoded = ran.state is not None
+    if decoded and definition.schedules and not definition.singleton and not act.ticks_ensured:
         if ran.created:
             ticks = first_ticks(definition, act.ref, act.routing_key, now_ms, window_ms)
     fences = {
@@ -112,7 +114,8 @@ async def send(
                     q,
                     key,
                     state_json=ran.state_json,
-                    state_version=act.state_version,
+                    # A migrated state is written at the code's version (lazy migration).
+                    state_version=act.definition.state_version,
                     created=ran.created,
                     event_seq=ran.event_seq,
                     now_ms=now_ms,

@@ -59,11 +59,14 @@ async def begin_turn(
 
 
 def ensure_actor(
-    conn: Connection, q: Queries, key: Key, state_json: str, off: int
+    conn: Connection, q: Queries, key: Key, state_json: str, state_version: int, off: int
 ) -> Awaitable[Cursor]:
-    """Insert the row of an actor the cache does not know (an existing row is left alone)."""
+    """Insert the row of an actor the cache does not know (an existing row is left alone).
+
+    ``state_json`` is the type's default state, stored at the code's ``state_version``.
+    """
     return conn.execute(
-        q["ensure_actor"], {**key, "state": state_json, "state_version": 0, "off": off}
+        q["ensure_actor"], {**key, "state": state_json, "state_version": state_version, "off": off}
     )
 
 

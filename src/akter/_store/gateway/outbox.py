@@ -198,16 +198,27 @@ class OutboxRows:
         self._clock = clock
 
     async def seed_ticks(
-        self, actor: Mapping[str, Any], *, state: str, ticks: Mapping[str, Any]
+        self,
+        actor: Mapping[str, Any],
+        *,
+        state: str,
+        ticks: Mapping[str, Any],
+        state_version: int,
     ) -> None:
         """Insert a singleton's default row (``actor``: rk, tenant, type, id) and its ticks.
 
-        One framework transaction; ``ticks`` are the ``insert_ticks`` parameters (turn module).
+        One framework transaction; ``ticks`` are the ``insert_ticks`` parameters (turn module);
+        the default ``state`` is stored at the code's ``state_version``.
         """
         q = self._store.queries
         async with self._store.framework.connection() as conn, conn.transaction():
             await conn.execute(
                 q["ensure_actor"],
-                {**actor, "state": state, "state_version": 0, "off": self._clock.offset_ms},
+                {
+                    **actor,
+                    "state": state,
+                    "state_version": state_version,
+                    "off": self._clock.offset_ms,
+                },
             )
             await conn.execute(q["insert_ticks"], ticks)

@@ -234,7 +234,10 @@ class ConsoleApi:
                 "created": row["created"] if row else False,
                 "event_seq": row["event_seq"] if row else 0,
                 "state": row["state"] if row else None,
+                # The row's version as stored, beside the code's: a row is migrated only when
+                # a turn writes it, so an older one here is expected, a newer one refused.
                 "state_version": row["state_version"] if row else None,
+                "code_state_version": self.runtime.definition(ref.type).state_version,
                 "updated_at": _iso(row["updated_at_ms"]) if row else None,
                 "receipts": row["receipts"] if row else 0,
                 "events": [
