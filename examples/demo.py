@@ -69,6 +69,9 @@ owners at the end), in a schema of its own that is dropped at the end:
   with SIGKILL: it releases nothing, and R2 (in this process) takes the loop over once R1's lease
   has ended. The runner registry is shown before and after; the ledger's steps show the loop
   ran on one runner at a time.
+
+Then a fifth part, evolving the code over durable data: it lives in ``examples/demo_evolution.py``,
+whose docstring says what it shows.
 """
 
 from __future__ import annotations
@@ -1572,6 +1575,18 @@ def run() -> int:
     )
     billing = asyncio.run(billing_main(echo=lambda line: console.print(line, highlight=False)))
     console.print(render_billing(billing))
+    console.rule("evolving the code: a state migration, a payload version, a parked intent")
+    console.print(
+        "v1 leaves state and pending intents; runtime.check() runs before each deploy of v2; "
+        "v2 parks the intent to a removed command, v2.1 claims it with an alias and retries it. "
+        "This part uses a schema of its own, dropped at the end."
+    )
+    # Part 5 lives in examples/demo_evolution.py; as a script, examples/ is not a package.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.demo_evolution import evolution_main, render_evolution
+
+    evolution = asyncio.run(evolution_main(echo=lambda line: console.print(line, highlight=False)))
+    console.print(render_evolution(evolution))
     console.print(f"Done in {time.perf_counter() - started:.1f} s.", style="dim")
     return 0
 

@@ -1,0 +1,136 @@
+"""The README's "Evolving your actors" examples run as printed, over rows written by version 1."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import akter
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def block(heading: str) -> str:
+    """The first python block after ``heading`` in the README."""
+    text = README.read_text("utf-8")
+    start = text.index("```python", text.index(heading)) + len("```python")
+    return text[start : text.index("```", start)]
+
+
+def run_block(heading: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    namespace: dict[str, Any] = {
+        "__name__": f"readme_{uuid.uuid4().hex[:6]}",
+        # What the section's first block imports, for the blocks after it.
+        "Any": Any,
+        "BaseModel": BaseModel,
+        "akter": akter,
+        **(extra or {}),
+    }
+    exec(compile(block(heading), f"README {heading}", "exec"), namespace)
+    return namespace
+
+
+class ProfileV1(BaseModel):
+    name: str = ""
+    cents: int = 0
+
+
+class CustomerV1(akter.Actor[ProfileV1], name="Customer"):
+    @akter.command
+    async def register(self, name: str, cents: int) -> None:
+        self.state.name, self.state.cents = name, cents
+
+
+class NameV0(BaseModel):
+    name: str = ""
+
+
+class PersonV0(akter.Actor[NameV0], name="Person"):
+    @akter.command
+    async def register(self, name: str) -> None:
+        self.state.name = name
+
+
+async def _state(t: Any, actor_type: str, actor_id: str) -> dict[str, Any]:
+    [row] = await t.rows(
+        "SELECT state, state_version FROM {schema}.actors"
+        " WHERE actor_type = %(t)s AND actor_id = %(i)s",
+        {"t": actor_type, "i": actor_id},
+    )
+    return dict(row)
+
+
+async def test_the_safe_field_rename_moves_the_value(akter_test: Any) -> None:
+    v2 = run_block("### A safe field rename")
+    customer = v2["Customer"]
+
+    class Touch(customer, name="Customer"):  # type: ignore[misc,valid-type]
+        @akter.command
+        async def add(self, cents: int) -> int:
+            self.state.cents += cents
+            return int(self.state.cents)
+
+        @akter.query
+        async def full_name(self) -> str:
+            return str(self.state.full_name)
+
+    async with akter_test([CustomerV1]) as t:
+        await t.get(CustomerV1, "c-1").register("Ada Lovelace", 500)
+        schema = t.runtime.schema
+        async with akter.Runtime(
+            [Touch], database_url=t.runtime.database_url, schema=schema
+        ) as runtime:
+            handle = runtime.get(Touch, "c-1")
+            assert await handle.full_name() == "Ada Lovelace"
+            assert await _state(t, "Customer", "c-1") == {
+                "state": {"name": "Ada Lovelace", "cents": 500},
+                "state_version": 0,
+            }  # a query migrates in memory and writes nothing
+            assert await handle.add(1) == 501
+            assert await _state(t, "Customer", "c-1") == {
+                "state": {"full_name": "Ada Lovelace", "cents": 501},
+                "state_version": 1,
+            }
+
+
+async def test_without_the_migration_the_loss_guard_refuses(akter_test: Any) -> None:
+    v2 = run_block("### A safe field rename")
+
+    class Careless(akter.Actor[v2["Profile"]], name="Customer"):  # type: ignore[misc]
+        @akter.command
+        async def add(self, cents: int) -> None:
+            self.state.cents += cents
+
+    async with akter_test([CustomerV1]) as t:
+        await t.get(CustomerV1, "c-1").register("Ada Lovelace", 500)
+        before = await _state(t, "Customer", "c-1")
+        async with akter.Runtime(
+            [Careless], database_url=t.runtime.database_url, schema=t.runtime.schema
+        ) as runtime:
+            with pytest.raises(akter.ActorError) as info:
+                await runtime.get(Careless, "c-1").add(1)
+        assert info.value.reason == "Defect"
+        assert re.search(r"holds 'name', which Profile would drop", info.value.message)
+        assert await _state(t, "Customer", "c-1") == before
+
+
+async def test_the_typed_state_split(akter_test: Any) -> None:
+    v2 = run_block("### A safe state split")
+    person = v2["Person"]
+
+    class Reader(person, name="Person"):  # type: ignore[misc,valid-type]
+        @akter.query
+        async def parts(self) -> list[str]:
+            return [self.state.first, self.state.last]
+
+    async with akter_test([PersonV0]) as t:
+        await t.get(PersonV0, "p-1").register("Grace Hopper")
+        async with akter.Runtime(
+            [Reader], database_url=t.runtime.database_url, schema=t.runtime.schema
+        ) as runtime:
+            assert await runtime.get(Reader, "p-1").parts() == ["Grace", "Hopper"]
