@@ -287,8 +287,13 @@ def render_evolution(report: EvolutionReport) -> Group:
     parked = Table(title="parked by v2, then retried by v2.1", title_style="bold")
     for column in ("kind", "to", "command", "error"):
         parked.add_column(column)
-    for row in report.parked:
-        parked.add_row(row.kind, f"{row.actor_type}/{row.actor_id}", row.command, row.error[:80])
+    for parked_row in report.parked:
+        parked.add_row(
+            parked_row.kind,
+            f"{parked_row.actor_type}/{parked_row.actor_id}",
+            parked_row.command,
+            parked_row.error[:80],
+        )
     after = Table(
         title=f"after v2.1: {report.retried} retried; outbox rows left: {len(report.left)}",
         title_style="bold",

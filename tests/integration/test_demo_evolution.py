@@ -30,7 +30,8 @@ def test_v1_leaves_state_and_pending_intents(report: EvolutionReport) -> None:
 
 def test_each_check_says_what_the_deploy_would_do(report: EvolutionReport) -> None:
     (_, draft), (_, v2), (_, fixed) = report.checks
-    assert not draft.ok and any(f.kind and "'name'" in f.message for f in draft.findings)
+    lost = [f for f in draft.findings if f.kind == "state_lost"]
+    assert not draft.ok and lost and "holds 'name'" in lost[0].examples[0]
     assert not v2.ok
     errors = [f for f in v2.findings if f.severity == "error"]
     assert [(f.actor_type, f.member) for f in errors] == [("Customer", "ping")], errors

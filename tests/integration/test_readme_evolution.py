@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ def block(heading: str) -> str:
     return text[start : text.index("```", start)]
 
 
-def run_block(heading: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_block(heading: str, then: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the block, then ``then`` (more source in the block's namespace), and return it."""
     namespace: dict[str, Any] = {
         "__name__": f"readme_{uuid.uuid4().hex[:6]}",
         # What the section's first block imports, for the blocks after it.
@@ -32,6 +34,7 @@ def run_block(heading: str, extra: dict[str, Any] | None = None) -> dict[str, An
         **(extra or {}),
     }
     exec(compile(block(heading), f"README {heading}", "exec"), namespace)
+    exec(compile(textwrap.dedent(then), "the test's additions", "exec"), namespace)
     return namespace
 
 
@@ -66,26 +69,29 @@ async def _state(t: Any, actor_type: str, actor_id: str) -> dict[str, Any]:
 
 
 async def test_the_safe_field_rename_moves_the_value(akter_test: Any) -> None:
-    v2 = run_block("### A safe field rename")
-    customer = v2["Customer"]
+    v2 = run_block(
+        "### A safe field rename",
+        then="""
+        class Touch(Customer, name="Customer"):
+            @akter.command
+            async def add(self, cents: int) -> int:
+                self.state.cents += cents
+                return self.state.cents
 
-    class Touch(customer, name="Customer"):  # type: ignore[misc,valid-type]
-        @akter.command
-        async def add(self, cents: int) -> int:
-            self.state.cents += cents
-            return int(self.state.cents)
-
-        @akter.query
-        async def full_name(self) -> str:
-            return str(self.state.full_name)
+            @akter.query
+            async def full_name(self) -> str:
+                return self.state.full_name
+        """,
+    )
+    touch = v2["Touch"]
 
     async with akter_test([CustomerV1]) as t:
         await t.get(CustomerV1, "c-1").register("Ada Lovelace", 500)
         schema = t.runtime.schema
         async with akter.Runtime(
-            [Touch], database_url=t.runtime.database_url, schema=schema
+            [touch], database_url=t.runtime.database_url, schema=schema
         ) as runtime:
-            handle = runtime.get(Touch, "c-1")
+            handle: Any = runtime.get(touch, "c-1")
             assert await handle.full_name() == "Ada Lovelace"
             assert await _state(t, "Customer", "c-1") == {
                 "state": {"name": "Ada Lovelace", "cents": 500},
@@ -99,38 +105,47 @@ async def test_the_safe_field_rename_moves_the_value(akter_test: Any) -> None:
 
 
 async def test_without_the_migration_the_loss_guard_refuses(akter_test: Any) -> None:
-    v2 = run_block("### A safe field rename")
-
-    class Careless(akter.Actor[v2["Profile"]], name="Customer"):  # type: ignore[misc]
-        @akter.command
-        async def add(self, cents: int) -> None:
-            self.state.cents += cents
+    v2 = run_block(
+        "### A safe field rename",
+        then="""
+        class Careless(akter.Actor[Profile], name="Customer"):
+            @akter.command
+            async def add(self, cents: int) -> None:
+                self.state.cents += cents
+        """,
+    )
+    careless = v2["Careless"]
 
     async with akter_test([CustomerV1]) as t:
         await t.get(CustomerV1, "c-1").register("Ada Lovelace", 500)
         before = await _state(t, "Customer", "c-1")
         async with akter.Runtime(
-            [Careless], database_url=t.runtime.database_url, schema=t.runtime.schema
+            [careless], database_url=t.runtime.database_url, schema=t.runtime.schema
         ) as runtime:
+            handle: Any = runtime.get(careless, "c-1")
             with pytest.raises(akter.ActorError) as info:
-                await runtime.get(Careless, "c-1").add(1)
+                await handle.add(1)
         assert info.value.reason == "Defect"
         assert re.search(r"holds 'name', which Profile would drop", info.value.message)
         assert await _state(t, "Customer", "c-1") == before
 
 
 async def test_the_typed_state_split(akter_test: Any) -> None:
-    v2 = run_block("### A safe state split")
-    person = v2["Person"]
-
-    class Reader(person, name="Person"):  # type: ignore[misc,valid-type]
-        @akter.query
-        async def parts(self) -> list[str]:
-            return [self.state.first, self.state.last]
+    v2 = run_block(
+        "### A safe state split",
+        then="""
+        class Reader(Person, name="Person"):
+            @akter.query
+            async def parts(self) -> list[str]:
+                return [self.state.first, self.state.last]
+        """,
+    )
+    reader = v2["Reader"]
 
     async with akter_test([PersonV0]) as t:
         await t.get(PersonV0, "p-1").register("Grace Hopper")
         async with akter.Runtime(
-            [Reader], database_url=t.runtime.database_url, schema=t.runtime.schema
+            [reader], database_url=t.runtime.database_url, schema=t.runtime.schema
         ) as runtime:
-            assert await runtime.get(Reader, "p-1").parts() == ["Grace", "Hopper"]
+            handle: Any = runtime.get(reader, "p-1")
+            assert await handle.parts() == ["Grace", "Hopper"]
