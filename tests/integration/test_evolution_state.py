@@ -24,6 +24,7 @@ from akter._members import ActorDefinition, StateDecodeError
 from akter.http.problems import from_actor_error
 from akter.testing import ActorTest
 from tests._support import until_pending
+from tests._support.polling import until
 
 Make = Callable[..., ActorTest]
 CALLS: dict[str, int] = {}
@@ -628,3 +629,37 @@ async def test_a_query_over_a_failing_migration_is_a_defect_and_writes_nothing(
             await t.get(Shown, "q").show()
         assert info.value.reason == "Defect" and "raised KeyError" in info.value.message
         assert await snapshot(t) == before
+
+
+class TierSender(akter.Actor, name="TierSender"):
+    @akter.command
+    async def poke(self, target: str) -> None:
+        self.send(NewTier.bump, target)
+
+
+async def test_EVO_04_an_intent_to_a_newer_row_is_left_for_a_newer_runner_uncounted(
+    akter_test: Make,
+) -> None:
+    # The newer runner stages the intent but does not deliver it; an older runner claims it.
+    async with akter_test([NewTier, TierSender], relay=False) as t:
+        await t.get(NewTier, "x").bump()  # stored at version 2 by the newer code
+        await t.get(TierSender, "s").poke("x")
+        await t.add_runtime([OldTier], relay=True, poll=0.05)
+        rows = await until(
+            lambda: t.rows(
+                "SELECT attempts, last_error, parked_at_ms FROM {schema}.outbox"
+                " WHERE target_type = 'Tier'"
+            ),
+            holds=lambda rs: bool(rs) and "StateTooNew" in str(rs[0]["last_error"]),
+            what="the older runner to hand the intent back",
+        )
+        # Handed back: no attempt counted, not parked, the state not touched.
+        assert rows[0]["attempts"] == 0 and rows[0]["parked_at_ms"] is None
+        assert (await stored(t, "x"))["state"]["n"] == 1
+        await t.add_runtime([NewTier], relay=True, poll=0.05)
+        await until(
+            lambda: t.rows("SELECT 1 FROM {schema}.outbox WHERE target_type = 'Tier'"),
+            holds=lambda rs: rs == [],
+            what="a newer runner to deliver the intent",
+        )
+        assert (await stored(t, "x"))["state"]["n"] == 2

@@ -372,6 +372,13 @@ class Relay:
             if result.kind == "error":
                 error = result.error
                 reason = getattr(error, "reason", type(error).__name__)
+                if reason == "StateTooNew":
+                    # The receiver's state is newer than this code (a rolling deploy): a newer
+                    # runner can deliver it, so no attempt is counted (evolution E4).
+                    await self._undeliverable(
+                        params, row, info, parking.TooNew(f"StateTooNew: {error}")
+                    )
+                    return
                 await self._backoff(params, row, f"{reason}: {error}")
                 return
             await self._services.hooks.at("before_outbox_delete", info)
@@ -464,11 +471,18 @@ class Relay:
         target = f"{row['target_type']}.{row['command']}"
         if isinstance(outcome, parking.TooNew):
             await self._outbox.release_uncounted(
-                params, wait_ms=parking.TOO_NEW_WAIT_MS, error=f"PayloadTooNew: {outcome.message}"
+                params,
+                wait_ms=parking.TOO_NEW_WAIT_MS,
+                error=(
+                    outcome.message
+                    if outcome.message.startswith("StateTooNew")
+                    else f"PayloadTooNew: {outcome.message}"
+                ),
             )
             if self._too_new_log.allow(target, row["payload_version"]):
                 log.warning(
-                    "Outbox row at a payload version above this code's; left for a newer runner",
+                    "Outbox row newer than this code (payload or receiver state); left for a "
+                    "newer runner",
                     extra={
                         "intent_id": params.intent_id,
                         "target": target,
