@@ -21,12 +21,12 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, overload
+from typing import Any, Literal, Protocol, overload
 
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
-from akter.errors import DefinitionError
+from akter.errors import DefinitionError, invalid_input
 
 M1 = TypeVar("M1", bound=BaseModel)
 M2 = TypeVar("M2", bound=BaseModel)
@@ -233,6 +233,27 @@ class StateMigration(Migration):
     """A state migration declared in an actor class body (collected by the class)."""
 
 
+_MIGRATIONS_ATTR = "__akter_payload_migrations__"
+
+
+def attach_payload_migrations(fn: Any) -> None:
+    """Give a command function its ``migrate_payload`` decorator and the list it fills."""
+    migrations: list[Migration] = []
+    setattr(fn, _MIGRATIONS_ATTR, migrations)
+
+    def migrate_payload(*, from_version: int) -> MigrationDecorator:
+        return typing.cast(MigrationDecorator, declare(from_version, migrations.append))
+
+    fn.migrate_payload = migrate_payload
+
+
+def payload_chain(owner: str, fn: Any, version: int) -> Chain:
+    """The payload chain declared on a command function, checked against its ``version=``."""
+    chain = build_chain(owner, getattr(fn, _MIGRATIONS_ATTR, ()))
+    check_version(owner, version, chain)
+    return chain
+
+
 def migrate_state(*, from_version: int) -> MigrationDecorator:
     """Declare a migration of an actor type's stored state from ``from_version``.
 
@@ -241,6 +262,50 @@ def migrate_state(*, from_version: int) -> MigrationDecorator:
     state version is the number of migrations; they must be contiguous from 0.
     """
     return typing.cast(MigrationDecorator, declare(from_version))
+
+
+# --- decoding stored rows under the current code (evolution E1, E3) --------------------------
+
+StateProblem = Literal["too_new", "migration", "invalid", "lost"]
+
+
+class StateDecodeError(Exception):
+    """A stored state this code cannot use: why (``kind``) and a message naming the actor.
+
+    ``too_new``: stored at a version above the code's (``StateTooNew``, retryable); the other
+    kinds are defects of the code against the data (a failing migration, a state that fails
+    validation, keys the next write would drop).
+    """
+
+    def __init__(self, kind: StateProblem, message: str, lost: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.kind: StateProblem = kind
+        self.message = message
+        self.lost = lost
+
+
+class PayloadTooNew(Exception):
+    """A stored payload at a version above the code's: left for a runner that knows it."""
+
+
+def upgrade_payload(chain: Chain, stored: Any, version: int, what: str) -> dict[str, Any]:
+    """A stored payload (an outbox row's, a dead letter's) upgraded to the code's version.
+
+    Raises:
+        PayloadTooNew: ``version`` is above the chain's.
+        ActorError: ``InvalidInput`` when the payload is not an object or a migration fails.
+    """
+    if version > chain.version:
+        raise PayloadTooNew(
+            f"The payload of {what} is at version {version}; this code knows versions 0 to "
+            f"{chain.version}."
+        )
+    if not isinstance(stored, dict):
+        raise invalid_input(f"The stored payload of {what} is not a JSON object.")
+    try:
+        return chain.upgrade(stored, version)
+    except MigrationFailed as exc:
+        raise invalid_input(f"The stored payload of {what} cannot be migrated: {exc}.") from None
 
 
 # --- the loss guard ---------------------------------------------------------------------------

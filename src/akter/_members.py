@@ -23,14 +23,14 @@ from typing_extensions import ParamSpec, TypeVar
 from akter._event_decl import Event
 from akter._evolution import (
     Chain,
-    Migration,
     MigrationDecorator,
     MigrationFailed,
-    build_chain,
+    StateDecodeError,
+    attach_payload_migrations,
     check_aliases,
-    check_version,
-    declare,
     lost_keys,
+    payload_chain,
+    upgrade_payload,
 )
 from akter._json import Node, dotted, first_problem, text_problem
 from akter._policy import ResolvedPolicy
@@ -65,7 +65,6 @@ class MemberSpec:
 
 _MEMBER_ATTR = "__akter_member__"
 _OWNER_ATTR = "__akter_owner__"
-_MIGRATIONS_ATTR = "__akter_payload_migrations__"
 
 
 class Command(Protocol[A_contra, P, R_co]):
@@ -92,23 +91,6 @@ class Command(Protocol[A_contra, P, R_co]):
     def migrate_payload(self, *, from_version: int) -> MigrationDecorator:
         """Declare the migration of this command's stored payloads from ``from_version``."""
         ...
-
-
-def _attach_payload_migrations(fn: Any) -> None:
-    migrations: list[Migration] = []
-    setattr(fn, _MIGRATIONS_ATTR, migrations)
-
-    def migrate_payload(*, from_version: int) -> MigrationDecorator:
-        return typing.cast(MigrationDecorator, declare(from_version, migrations.append))
-
-    fn.migrate_payload = migrate_payload
-
-
-def payload_chain(owner: str, fn: Any, version: int) -> Chain:
-    """The payload chain declared on a command function, checked against its ``version=``."""
-    chain = build_chain(owner, getattr(fn, _MIGRATIONS_ATTR, ()))
-    check_version(owner, version, chain)
-    return chain
 
 
 class MemberOwner(Protocol):
@@ -181,7 +163,7 @@ def command(
         if not inspect.iscoroutinefunction(f):
             raise DefinitionError(f"@command {getattr(f, '__name__', f)!r} must be 'async def'.")
         setattr(f, _MEMBER_ATTR, spec)
-        _attach_payload_migrations(f)
+        attach_payload_migrations(f)
         return f
 
     return mark(fn) if fn is not None else mark
@@ -333,50 +315,6 @@ def _failing_field(model: BaseModel) -> str | None:
 
 class EmptyState(BaseModel):
     """The state of an actor declared without a state model."""
-
-
-# --- decoding stored rows under the current code (evolution E1, E3) -------------------------
-
-StateProblem = Literal["too_new", "migration", "invalid", "lost"]
-
-
-class StateDecodeError(Exception):
-    """A stored state this code cannot use: why (``kind``) and a message naming the actor.
-
-    ``too_new``: stored at a version above the code's (``StateTooNew``, retryable); the other
-    kinds are defects of the code against the data (a failing migration, a state that fails
-    validation, keys the next write would drop).
-    """
-
-    def __init__(self, kind: StateProblem, message: str, lost: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.kind: StateProblem = kind
-        self.message = message
-        self.lost = lost
-
-
-class PayloadTooNew(Exception):
-    """A stored payload at a version above the code's: left for a runner that knows it."""
-
-
-def upgrade_payload(chain: Chain, stored: Any, version: int, what: str) -> dict[str, Any]:
-    """A stored payload (an outbox row's, a dead letter's) upgraded to the code's version.
-
-    Raises:
-        PayloadTooNew: ``version`` is above the chain's.
-        ActorError: ``InvalidInput`` when the payload is not an object or a migration fails.
-    """
-    if version > chain.version:
-        raise PayloadTooNew(
-            f"The payload of {what} is at version {version}; this code knows versions 0 to "
-            f"{chain.version}."
-        )
-    if not isinstance(stored, dict):
-        raise invalid_input(f"The stored payload of {what} is not a JSON object.")
-    try:
-        return chain.upgrade(stored, version)
-    except MigrationFailed as exc:
-        raise invalid_input(f"The stored payload of {what} cannot be migrated: {exc}.") from None
 
 
 # --- resolved definitions -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from akter._members import PayloadTooNew
+from akter._evolution import PayloadTooNew
 from akter._staging import framework_id
 from akter._store.gateway.dead_letters import DeadLettersGateway
 from akter.callers import ActorRef, System, caller_to_json

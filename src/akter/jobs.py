@@ -26,15 +26,10 @@ from akter._evolution import (
     check_aliases,
     check_version,
     declare,
-)
-from akter._ids import ms_from_duration
-from akter._members import (
-    _MEMBER_ATTR,
-    MemberOwner,
-    MemberSpec,
-    storable_payload,
     upgrade_payload,
 )
+from akter._ids import ms_from_duration
+from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec, storable_payload
 from akter.callers import ActorRef
 from akter.errors import DefinitionError, invalid_input_from
 

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict
 
 import akter
 from akter._engine.turn.too_new import TooNewWarnings
-from akter._members import ActorDefinition, StateDecodeError
+from akter._evolution import StateDecodeError
+from akter._members import ActorDefinition
 from akter.http.problems import from_actor_error
 from akter.testing import ActorTest
 from tests._support import until_pending

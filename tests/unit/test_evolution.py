@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 import akter
-from akter._evolution import lost_keys
-from akter._members import PayloadTooNew, StateDecodeError
+from akter._evolution import PayloadTooNew, StateDecodeError, lost_keys
 
 
 class Named(BaseModel):

@@ -24,8 +24,8 @@ from pydantic import ValidationError
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.services import Services
 from akter._engine.turn import Request, Result
+from akter._evolution import StateDecodeError
 from akter._ids import mint_command_id, parse_command_id, parse_framework_id, payload_hash
-from akter._members import StateDecodeError
 from akter._retry import CommandRetry
 from akter._store.gateway.actors import actor_key, committed
 from akter.actor import AccessKind, ActorDefinition, Member

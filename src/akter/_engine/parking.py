@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from akter._members import PayloadTooNew, upgrade_payload
+from akter._evolution import PayloadTooNew, upgrade_payload
 from akter.errors import ActorError
 
 if TYPE_CHECKING:

@@ -370,16 +370,7 @@ class Relay:
                 await self._backoff(params, row, f"{type(exc).__name__}: {exc}")
                 return
             if result.kind == "error":
-                error = result.error
-                reason = getattr(error, "reason", type(error).__name__)
-                if reason == "StateTooNew":
-                    # The receiver's state is newer than this code (a rolling deploy): a newer
-                    # runner can deliver it, so no attempt is counted (evolution E4).
-                    await self._undeliverable(
-                        params, row, info, parking.TooNew(f"StateTooNew: {error}")
-                    )
-                    return
-                await self._backoff(params, row, f"{reason}: {error}")
+                await self._refused(params, row, info, result.error)
                 return
             await self._services.hooks.at("before_outbox_delete", info)
             # Delivered: the slot goes to the next claim while the row is deleted or rewritten.
@@ -459,6 +450,22 @@ class Relay:
         await self._outbox.rewrite_tick(
             params, new_id=new_id, due=due, payload_version=payload_version
         )
+
+    async def _refused(
+        self,
+        params: IntentClaim,
+        row: dict[str, Any],
+        info: dict[str, Any],
+        error: BaseException | None,
+    ) -> None:
+        """The receiver refused the delivery: back off, or leave it for a newer runner."""
+        reason = getattr(error, "reason", type(error).__name__)
+        if reason == "StateTooNew":
+            # The receiver's state is newer than this code (a rolling deploy): a newer runner
+            # can deliver it, so no attempt is counted (evolution E4).
+            await self._undeliverable(params, row, info, parking.TooNew(f"StateTooNew: {error}"))
+            return
+        await self._backoff(params, row, f"{reason}: {error}")
 
     async def _undeliverable(
         self,

@@ -23,7 +23,7 @@ from typing import Any
 
 from akter._engine.check.report import EXAMPLES, Findings, report
 from akter._engine.runners import LIVE_MS
-from akter._members import PayloadTooNew, StateDecodeError
+from akter._evolution import PayloadTooNew, StateDecodeError
 from akter._store.gateway.check import CheckGateway, Row
 from akter._store.migrate import known_migrations
 from akter._store.pool import SKEW_MARGIN_MS

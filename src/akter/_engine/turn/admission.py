@@ -22,8 +22,8 @@ from akter._engine.turn.types import (
     Request,
     Retryable,
 )
+from akter._evolution import StateDecodeError
 from akter._json import storable_json
-from akter._members import StateDecodeError
 from akter._store.gateway import actors
 from akter._store.pool import TRANSACTION_TIMEOUT_SINCE, Connection
 from akter._store.queries import Queries

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from akter._engine.turn.types import Request, Result
-from akter._members import StateDecodeError
+from akter._evolution import StateDecodeError
 from akter.errors import ActorError
 
 log = logging.getLogger("akter.evolution")
