@@ -213,7 +213,9 @@ def test_job_versions_and_aliases() -> None:
 
 
 def test_event_versions_and_aliases() -> None:
-    class Credited(akter.Event, version=1, aliases=("Deposited",), tag="evo-test.Credited"):
+    class Credited(
+        akter.Event, version=1, aliases=("evo-test.Deposited",), tag="evo-test.Credited"
+    ):
         cents: int
 
     @Credited.migrate(from_version=0)
@@ -222,4 +224,4 @@ def test_event_versions_and_aliases() -> None:
 
     assert Credited.decode({"amount": 4}, 0) == Credited(cents=4)
     assert Credited.decode({"cents": 4}, 1) == Credited(cents=4)
-    assert akter.Event.registry()["Deposited"] is Credited
+    assert akter.Event.registry()["evo-test.Deposited"] is Credited
