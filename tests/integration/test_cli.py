@@ -172,8 +172,10 @@ def test_serve_http_then_sigterm_drains(project: dict[str, str]) -> None:
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
     assert report["state"] == {"n": 5} and report["version"] == 1
+    assert report["state_version"] == 0 == report["code_state_version"]
     assert [r["command_id"] for r in report["receipts"]] == [cid]
     assert [o["command"] for o in report["outbox"]] == ["add"]
+    assert [(o["payload_version"], o["parked_at_ms"]) for o in report["outbox"]] == [(0, None)]
 
     listed = run(project, "outbox", "cliapp:runtime", "--json")
     rows = json.loads(listed.stdout)

@@ -203,7 +203,8 @@ ORDER BY command_id;
 -- every outbox row an actor sent or owns, for inspection and tests
 SELECT intent_id, kind, target_type, target_id, command, payload, caller, due_at_ms,
        scheduled_at_ms, ready_at_ms, attempts, last_error, ambiguous, maybe_applied, running,
-       waiting, final_failure, cancelled_at_ms, timer_key, bucket, routing_key
+       waiting, final_failure, cancelled_at_ms, timer_key, bucket, routing_key, payload_version,
+       parked_at_ms
 FROM {schema}.outbox
 WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
   AND actor_id = %(id)s

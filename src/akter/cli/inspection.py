@@ -36,6 +36,8 @@ _OUTBOX_FIELDS = (
     "due_at_ms",
     "attempts",
     "last_error",
+    "payload_version",
+    "parked_at_ms",
 )
 
 
@@ -61,6 +63,9 @@ def inspect_command(
             "created": actor["created"] if actor else False,
             "event_seq": actor["event_seq"] if actor else 0,
             "state": actor["state"] if actor else None,
+            # The stored version, and the code's: a row below it migrates when a turn writes it.
+            "state_version": actor["state_version"] if actor else None,
+            "code_state_version": runtime.definition(ref.type).state_version,
             "receipts": [
                 {"command_id": r["command_id"], "command": r["command"], "outcome": r["outcome"]}
                 for r in rows.receipts
@@ -76,7 +81,8 @@ def inspect_command(
             raise typer.Exit(1)
         stdout.print(
             f"version {report['version']}  created {report['created']}  "
-            f"events {report['event_seq']}"
+            f"events {report['event_seq']}  state version {report['state_version']} "
+            f"(this code: {report['code_state_version']})"
         )
         stdout.print_json(data=report["state"])
         table = Table("command id", "command", "outcome", title="receipts")
