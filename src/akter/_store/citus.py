@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from akter._store.migrate import migrate
 from akter._store.queries import Queries
 from akter.errors import ConfigurationError
 
@@ -118,3 +119,24 @@ async def _exists(conn: psycopg.AsyncConnection[Any], queries: Queries, table: s
 
 def _qualified(queries: Queries, table: str) -> str:
     return f'"{queries.schema}".{table}'
+
+
+async def migrate_and_distribute(
+    url: str, queries: Queries, *, retry_window_ms: int, placements: dict[str, str]
+) -> Distribution:
+    """Apply the migrations on the coordinator, then :func:`distribute` (both idempotent).
+
+    The coordinator is checked first: against a worker, nothing is written.
+    """
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        await check_coordinator(conn, queries)
+        await migrate(conn, queries, retry_window_ms=retry_window_ms, placements=placements)
+        return await distribute(conn, queries)
+    finally:
+        await conn.close()
+
+
+def all_tenant_placed(placements: dict[str, str]) -> bool:
+    """Whether every type is placed by tenant (then one tenant's actors share one shard)."""
+    return bool(placements) and all(p == "tenant" for p in placements.values())
