@@ -8,9 +8,10 @@ For each ``--url`` (a plain PostgreSQL, or a Citus coordinator: the schema is th
 distributed with ``akter citus distribute``'s own function before the runtime starts), on a
 fresh schema dropped afterwards:
 
-1. **Turns.** ``--callers`` concurrent callers call ``Counter.add`` on random actors out of
-   ``--actors`` (placement ``"actor"``, so they spread over shards; every actor warmed first)
-   for ``--duration`` s: turns/s, p50 and p99 of the call.
+1. **Turns.** ``--callers`` concurrent callers call ``add`` on random actors out of
+   ``--actors`` of one tenant (``--placement actor``: they spread over shards; ``tenant``, the
+   default placement: one tenant, so one shard), every actor warmed first, for ``--duration``
+   s: turns/s, p50 and p99 of the call.
 2. **Intent latency.** 4 senders call ``Sender.fire`` back to back (one intent each to a random
    pre-warmed receiver) for ``--duration`` s; latency is the receiver's handler time minus the
    sender's return time (an upper bound of commit → delivery, both ``time.monotonic()`` here).
@@ -54,6 +55,13 @@ class CounterState(BaseModel):
 
 
 class Counter(akter.Actor[CounterState], placement="actor"):
+    @akter.command
+    async def add(self, k: int) -> int:
+        self.state.n += k
+        return self.state.n
+
+
+class TenantCounter(akter.Actor[CounterState]):  # placement="tenant", the default
     @akter.command
     async def add(self, k: int) -> int:
         self.state.n += k
@@ -106,8 +114,11 @@ async def _runtime(url: str, schema: str, citus: bool, **options: Any) -> akter.
 
 async def turns(runtime: akter.Runtime, args: argparse.Namespace) -> dict[str, Any]:
     ids = [f"c-{i:05d}" for i in range(args.actors)]
+    kind: type[Counter] | type[TenantCounter] = (
+        TenantCounter if args.placement == "tenant" else Counter
+    )
     for chunk in range(0, len(ids), 32):
-        await asyncio.gather(*(runtime.get(Counter, i).add(0) for i in ids[chunk : chunk + 32]))
+        await asyncio.gather(*(runtime.get(kind, i).add(0) for i in ids[chunk : chunk + 32]))
     latencies: list[float] = []
     deadline = time.monotonic() + args.duration
 
@@ -115,7 +126,7 @@ async def turns(runtime: akter.Runtime, args: argparse.Namespace) -> dict[str, A
         rng = random.Random(seed)
         while time.monotonic() < deadline:
             started = time.perf_counter()
-            await runtime.get(Counter, ids[rng.randrange(len(ids))]).add(1)
+            await runtime.get(kind, ids[rng.randrange(len(ids))]).add(1)
             latencies.append((time.perf_counter() - started) * 1000)
 
     started = time.perf_counter()
@@ -200,7 +211,9 @@ async def _drop(url: str, schema: str) -> None:
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     citus = await _is_citus(url)
     schema = f"akter_cb_{uuid.uuid4().hex[:8]}"
-    out: dict[str, Any] = {"url": url, "citus": citus, "callers": args.callers}
+    out: dict[str, Any] = {
+        "url": url, "citus": citus, "callers": args.callers, "placement": args.placement,
+    }  # fmt: skip
     runtime = await _runtime(url, schema, citus)
     try:
         async with runtime:
@@ -230,6 +243,7 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=16)
     parser.add_argument("--actors", type=int, default=1000)
     parser.add_argument("--drain", type=int, default=5000)
+    parser.add_argument("--placement", choices=("actor", "tenant"), default="actor")
     parser.add_argument("--json")
     args = parser.parse_args()
     results = asyncio.run(main_async(args))

@@ -11,8 +11,9 @@ times, each in its own rolled-back transaction, prepared on the server (so Citus
 PostgreSQL's plan caches both see it after the fifth run). Parameters come from one table of
 sample values by name (a list where the statement casts the parameter to an array). A statement
 "passes" when it ran, or when it failed with an error of akter's own (the fence's 40001, a
-foreign key): only Citus's refusals count as failures. Prints one line per statement and the
-failures' errors; exits 1 when any failed. Nothing of Citus itself is set up here: point it at a
+foreign key): only Citus's refusals count as failures, except for the plain-only statements
+(``akter._store.citus.PLAIN_ONLY``), whose Citus variants run instead and are probed too.
+Prints one line per statement and the failures' errors; exits 1 when any failed. Nothing of Citus itself is set up here: point it at a
 running coordinator with the ``citus`` extension created.
 """
 
@@ -33,7 +34,7 @@ sys.path.insert(0, str(SELF.parent.parent / "src"))
 
 import psycopg  # noqa: E402
 
-from akter._store.citus import distribute  # noqa: E402
+from akter._store.citus import PLAIN_ONLY, distribute  # noqa: E402
 from akter._store.migrate import migrate  # noqa: E402
 from akter._store.queries import Queries  # noqa: E402
 
@@ -104,6 +105,8 @@ async def probe(url: str, runs: int, keep: bool, only: list[str]) -> int:
             error = await _run(conn, queries[name], runs)
             if error is None:
                 print(f"ok    {name}")
+            elif name in PLAIN_ONLY:
+                print(f"plain {name} (on Citus: {', '.join(PLAIN_ONLY[name])}): {error}")
             else:
                 failed += 1
                 print(f"FAIL  {name}: {error}")

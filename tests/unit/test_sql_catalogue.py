@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from akter._store.citus import PLAIN_ONLY
 from akter._store.migrate import known_migrations
 from akter._store.queries import raw_catalogue
 
@@ -101,17 +102,9 @@ CROSS_ACTOR: dict[str, str] = {
     "running and due_at_ms, read without locks; each is then released by a keyed statement",
 }
 
-#: Citus rules (design principle 7, issue 16). Citus refuses a row lock in a statement that spans
-#: shards: these one-statement claims lock rows across actors, so they run on plain PostgreSQL
-#: only; on Citus the gateway runs the named variants (an unlocked scan, then keyed claims).
-PLAIN_ONLY: dict[str, tuple[str, ...]] = {
-    "claim_intents": ("citus_claim_intents_scan", "citus_claim_intent"),
-    "claim_jobs": ("citus_claim_jobs_scan", "citus_claim_job"),
-    "discover_capped_groups": ("citus_discover_capped_groups",),
-    "prune_receipts": ("citus_prune_receipts",),
-    "release_skewed_intents": ("citus_release_skewed_intents_scan", "citus_release_skewed_intent"),
-    "release_skewed_jobs": ("citus_release_skewed_jobs_scan", "citus_release_skewed_job"),
-}
+#: Citus rules (design principle 7, issue 16): Citus refuses a row lock in a statement that spans
+#: shards; the one-statement claims in PLAIN_ONLY (akter._store.citus) run on plain PostgreSQL
+#: only, and on Citus the gateways run the named variants (an unlocked scan, then keyed claims).
 #: Functions Citus refuses in an UPDATE or DELETE of a distributed or reference table (VOLATILE).
 VOLATILE = ("now_ms", "clock_timestamp", "random", "gen_random_uuid", "nextval", "timeofday")
 _ROW_LOCK = re.compile(r"\bFOR\s+(?:NO\s+KEY\s+UPDATE|KEY\s+SHARE|UPDATE|SHARE)\b", re.IGNORECASE)

@@ -29,6 +29,16 @@ Strategy = Literal["plain", "citus"]
 DISTRIBUTED = ("actors", "receipts", "events", "outbox", "dead_letters", "operator_audit")
 #: Tables that belong to no actor: reference tables (a copy on every node).
 REFERENCE = ("migrations", "deployment", "runners", "singletons")
+#: Statements that lock rows across shards, run on plain PostgreSQL only; on Citus the gateways
+#: run these variants instead (an unlocked scan, then keyed single-shard claims).
+PLAIN_ONLY: dict[str, tuple[str, ...]] = {
+    "claim_intents": ("citus_claim_intents_scan", "citus_claim_intent"),
+    "claim_jobs": ("citus_claim_jobs_scan", "citus_claim_job"),
+    "discover_capped_groups": ("citus_discover_capped_groups",),
+    "prune_receipts": ("citus_prune_receipts",),
+    "release_skewed_intents": ("citus_release_skewed_intents_scan", "citus_release_skewed_intent"),
+    "release_skewed_jobs": ("citus_release_skewed_jobs_scan", "citus_release_skewed_job"),
+}
 
 
 async def detect_strategy(conn: psycopg.AsyncConnection[Any], queries: Queries) -> Strategy:
