@@ -13,8 +13,9 @@ sample values by name (a list where the statement casts the parameter to an arra
 "passes" when it ran, or when it failed with an error of akter's own (the fence's 40001, a
 foreign key): only Citus's refusals count as failures, except for the plain-only statements
 (``akter._store.citus.PLAIN_ONLY``), whose Citus variants run instead and are probed too.
-Prints one line per statement and the failures' errors; exits 1 when any failed. Nothing of Citus itself is set up here: point it at a
-running coordinator with the ``citus`` extension created.
+Prints one line per statement and the failures' errors; exits 1 when any failed. Nothing of
+Citus itself is set up here: point it at a running coordinator with the ``citus`` extension
+created.
 """
 
 from __future__ import annotations
