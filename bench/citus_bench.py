@@ -100,7 +100,9 @@ async def _is_citus(url: str) -> bool:
 
 
 async def _runtime(url: str, schema: str, citus: bool, **options: Any) -> akter.Runtime:
-    runtime = akter.Runtime([Counter, Sender, Receiver], database_url=url, schema=schema, **options)
+    runtime = akter.Runtime(
+        [Counter, TenantCounter, Sender, Receiver], database_url=url, schema=schema, **options
+    )
     if citus:
         services = runtime.services
         await migrate_and_distribute(
@@ -203,6 +205,21 @@ async def drain(url: str, citus: bool, args: argparse.Namespace) -> dict[str, An
     return {"drained": delivered, "drain_s": elapsed, "claimed_per_s": delivered / elapsed}
 
 
+async def _spread(url: str, schema: str) -> dict[str, Any]:
+    """How many shards and workers the benchmark's actor rows live on (Citus only)."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute(
+            "SELECT count(DISTINCT s.shardid), count(DISTINCT (s.nodename, s.nodeport))"
+            f' FROM "{schema}".actors a, LATERAL (SELECT shardid, nodename, nodeport'
+            "  FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column("
+            f"  '\"{schema}\".actors', a.routing_key)) s"
+            " WHERE a.actor_type IN ('Counter', 'TenantCounter')"
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return {"shards_used": int(row[0]), "workers_used": int(row[1])}
+
+
 async def _drop(url: str, schema: str) -> None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -218,8 +235,11 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with runtime:
             out |= await turns(runtime, args)
+            if citus:
+                out |= await _spread(url, schema)
             print(f"{url}: turns {out['turns_per_s']:.0f}/s p50 {out['turn_p50_ms']:.2f} ms "
-                  f"p99 {out['turn_p99_ms']:.2f} ms", flush=True)  # fmt: skip
+                  f"p99 {out['turn_p99_ms']:.2f} ms; shards {out.get('shards_used', '-')}, "
+                  f"workers {out.get('workers_used', '-')}", flush=True)  # fmt: skip
             out |= await latency(runtime, args)
             print(f"{url}: intent latency p50 {out['intent_p50_ms']:.1f} ms "
                   f"p99 {out['intent_p99_ms']:.1f} ms ({out['delivered']}/{out['intents']})",
