@@ -29,8 +29,8 @@ Strategy = Literal["plain", "citus"]
 DISTRIBUTED = ("actors", "receipts", "events", "outbox", "dead_letters", "operator_audit")
 #: Tables that belong to no actor: reference tables (a copy on every node).
 REFERENCE = ("migrations", "deployment", "runners", "singletons")
-#: Statements that lock rows across shards, run on plain PostgreSQL only; on Citus the gateways
-#: run these variants instead (an unlocked scan, then keyed single-shard claims).
+#: Statements that lock or write rows across shards, run on plain PostgreSQL only; on Citus the
+#: gateways run these variants instead (an unlocked scan, then keyed single-shard statements).
 PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "claim_intents": ("citus_claim_intents_scan", "citus_claim_intent"),
     "claim_jobs": ("citus_claim_jobs_scan", "citus_claim_job"),
@@ -38,6 +38,8 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "prune_receipts": ("citus_prune_receipts",),
     "release_skewed_intents": ("citus_release_skewed_intents_scan", "citus_release_skewed_intent"),
     "release_skewed_jobs": ("citus_release_skewed_jobs_scan", "citus_release_skewed_job"),
+    # Not a lock: a join with unnest() spans every shard (a two-phase commit across workers).
+    "settle_intents": ("citus_settle_intent",),
 }
 
 

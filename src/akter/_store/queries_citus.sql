@@ -185,3 +185,9 @@ SET due_at_ms = %(now)s::bigint
 FROM skewed s
 WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = s.intent_id
 RETURNING o.intent_id, o.actor_type, o.actor_id, o.command, o.attempts, s.ahead_ms;
+
+-- citus_settle_intent --
+-- Citus: one delivered intent ends in its own shard, only under its claim token (settle_intents joins an unnest, which spans every shard)
+DELETE FROM {schema}.outbox
+WHERE routing_key = %(rk)s::bigint AND intent_id = %(intent_id)s::text AND kind = 'intent'
+  AND due_at_ms = %(token)s::bigint;

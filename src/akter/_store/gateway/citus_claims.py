@@ -43,18 +43,36 @@ async def claim_each(
     free: int,
     params: Callable[[Row], dict[str, Any]],
 ) -> list[Row]:
-    """Claim candidates in order, a pipelined batch at a time, until ``free`` are claimed."""
+    """Claim candidates in order, a pipelined batch at a time, until ``free`` are claimed.
+
+    Each claim is its own transaction (a ``Sync`` after each): one shard each, so no claim
+    waits for another's commit and none needs a two-phase commit across workers.
+    """
     claimed: list[Row] = []
     pending = list(candidates)
     while pending and len(claimed) < free:
         take = free - len(claimed)
         batch, pending = pending[:take], pending[take:]
-        await cur.executemany(statement, [params(c) for c in batch], returning=True)
-        while True:
-            claimed.extend(await cur.fetchall())
-            if not cur.nextset():
-                break
+        claimed.extend(await each_alone(cur.connection, statement, [params(c) for c in batch]))
     return claimed
+
+
+async def each_alone(
+    conn: psycopg.AsyncConnection[Any], statement: LiteralString, params: Sequence[dict[str, Any]]
+) -> list[Row]:
+    """Run ``statement`` once per parameter set, pipelined, each in its own transaction."""
+    cursors: list[Cursor] = []
+    async with conn.pipeline() as pipeline:
+        for p in params:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(statement, p)
+            await pipeline.sync()
+            cursors.append(cur)
+    rows: list[Row] = []
+    for cur in cursors:
+        if cur.description is not None:
+            rows.extend(await cur.fetchall())
+    return rows
 
 
 async def claim_intents(

@@ -133,6 +133,8 @@ class OutboxGateway:
 
     async def settle(self, claims: Sequence[IntentClaim]) -> None:
         """Delete delivered intents under their claim tokens, in one statement."""
+        if self._store.strategy == "citus":
+            return await self._settle_citus(claims)
         async with self._settle_conn.use() as conn:
             await conn.execute(
                 self._store.queries["settle_intents"],
@@ -142,6 +144,12 @@ class OutboxGateway:
                     "tokens": [c.token for c in claims],
                 },
             )
+
+    async def _settle_citus(self, claims: Sequence[IntentClaim]) -> None:
+        """The settle on Citus: one single-shard delete per claim, pipelined."""
+        async with self._settle_conn.use() as conn:
+            statement = self._store.queries["citus_settle_intent"]
+            await citus_claims.each_alone(conn, statement, [c.params() for c in claims])
 
     async def rewrite_tick(self, claim: IntentClaim, *, new_id: str, due: int) -> None:
         """Rewrite a delivered schedule tick into the next one (new id, next due time)."""
