@@ -1054,6 +1054,8 @@ async def test_lane_slots_freed_while_a_claim_is_in_flight_are_refilled_right_af
     # here; three slots free while it waits. The pass right after it refills them, although
     # the one row that claim took stays held at after_claim: no delivery ending later is needed.
     async with akter_test(ALL, delivery_concurrency=4, poll=60) as t:
+        if t.runtime.store.strategy == "citus":  # the claim below waits on a worker's shard
+            pytest.skip("holds the plain one-statement claim on a table lock (issue 16)")
         relay = t.runtime.relay
         sender = t.get(Sender, "s1")
         deletes = [t.pause_next("before_outbox_delete") for _ in range(4)]

@@ -132,8 +132,9 @@ async def acquire_as(
         t.database_url, autocommit=True, application_name=application_name
     ) as conn:
         cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(
-            t.runtime.store.queries["acquire_singleton"],
+        await run_acquire(
+            t,
+            cur,
             {
                 "off": t.runtime.clock.offset_ms + ahead_ms,
                 "actor_type": "Fenced",
@@ -143,6 +144,16 @@ async def acquire_as(
             },
         )
         return await cur.fetchall()
+
+
+async def run_acquire(t: ActorTest, cur: Any, params: dict[str, Any]) -> None:
+    """The real lease round's statements (one clock reading, the takeover lock, the upsert)."""
+    q = t.runtime.store.queries
+    await cur.execute(q["clock_now"], params)
+    now = await cur.fetchone()
+    params = {**params, "now": now["now_ms"] if isinstance(now, dict) else now[0]}
+    await cur.execute(q["singleton_takeover"], params)
+    await cur.execute(q["acquire_singleton"], params)
 
 
 def lease_lost(result: object) -> akter.ActorError:
@@ -293,8 +304,10 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
         loop, lease = await owned_loop(t)
         # A successor's acquisition, not yet committed: it holds the lease row.
         runner = str(uuid.uuid4())
-        cur = await successor.execute(
-            t.runtime.store.queries["acquire_singleton"],
+        cur = successor.cursor()
+        await run_acquire(
+            t,
+            cur,
             {
                 "off": t.runtime.clock.offset_ms + PAST_LEASE_MS,
                 "actor_type": "Fenced",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg.rows import dict_row
 
+from akter._store.citus import Distribution, check_coordinator, distribute
 from akter._store.gateway import names as names_gateway
 from akter._store.gateway.names import Name
 from akter._store.queries import Queries
@@ -171,3 +172,19 @@ async def _check_deployment(
         )
         recorded.update(missing)
     return Deployment(str(row["deployment_id"]), int(row["retry_window_ms"]), recorded)
+
+
+async def migrate_and_distribute(
+    url: str, queries: Queries, *, retry_window_ms: int, placements: dict[str, str]
+) -> Distribution:
+    """Apply the migrations on the coordinator, then :func:`distribute` (both idempotent).
+
+    The coordinator is checked first: against a worker, nothing is written.
+    """
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        await check_coordinator(conn, queries)
+        await migrate(conn, queries, retry_window_ms=retry_window_ms, placements=placements)
+        return await distribute(conn, queries)
+    finally:
+        await conn.close()

@@ -23,6 +23,7 @@ from typing import Protocol
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from akter._store.citus import Strategy, detect_strategy
 from akter._store.queries import Queries
 from akter.errors import ActorError
 
@@ -105,6 +106,8 @@ class Store:
         )
         #: ``server_version_num`` of the server (known once open).
         self.server_version = 0
+        #: The claim strategy (``akter._store.citus``): ``"citus"`` when the server has Citus.
+        self.strategy: Strategy = "plain"
 
     @property
     def metrics(self) -> Metrics | None:
@@ -127,6 +130,7 @@ class Store:
         await self.pool.open(wait=True, timeout=30.0)
         async with self.framework.connection() as conn:
             self.server_version = conn.info.server_version
+            self.strategy = await detect_strategy(conn, self.queries)
 
     async def close(self) -> None:
         """Close both pools."""

@@ -368,13 +368,16 @@ WHERE intent_id = %(job_id)s AND kind = 'job' AND attempts = 0 AND NOT running
 RETURNING intent_id;
 
 -- cancel_job_by_id_started --
--- otherwise marks it cancelled, freeing its key (semantics §5.8.2); an attempt notices at renewal
-UPDATE {schema}.outbox
-SET cancelled_at_ms = {schema}.now_ms(%(off)s::bigint), timer_key = NULL, waiting = false,
-    due_at_ms = CASE WHEN running THEN due_at_ms
-                     ELSE least(due_at_ms, {schema}.now_ms(%(off)s::bigint)) END
-WHERE intent_id = %(job_id)s AND kind = 'job' AND cancelled_at_ms IS NULL
-RETURNING intent_id, running;
+-- otherwise marks it cancelled, freeing its key (semantics §5.8.2), at one clock reading (a materialised CTE, no function inside CASE); an attempt notices at renewal
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+UPDATE {schema}.outbox o
+SET cancelled_at_ms = clock.now, timer_key = NULL, waiting = false,
+    due_at_ms = CASE WHEN o.running THEN o.due_at_ms ELSE least(o.due_at_ms, clock.now) END
+FROM clock
+WHERE o.intent_id = %(job_id)s::text AND o.kind = 'job' AND o.cancelled_at_ms IS NULL
+RETURNING o.intent_id, o.running;
 
 -- release_skewed_intents --
 -- claimed intents of hosted types (attempts > 0) due further ahead than a claim or backoff can make them (skew_ms: written before the clock moved back) become due now; returns how far ahead each was

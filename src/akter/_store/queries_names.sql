@@ -4,9 +4,11 @@
 
 -- names_record --
 -- adds the names a starting runtime declares; a recorded name is never changed or removed here
+WITH clock AS MATERIALIZED (SELECT {schema}.now_ms(0) AS now)
 INSERT INTO {schema}.deployment_names (actor_type, kind, name, recorded_at_ms)
-SELECT n.actor_type, n.kind, n.name, {schema}.now_ms(0)
+SELECT n.actor_type, n.kind, n.name, clock.now
 FROM unnest(%(types)s::text[], %(kinds)s::text[], %(names)s::text[]) AS n(actor_type, kind, name)
+CROSS JOIN clock
 ON CONFLICT DO NOTHING;
 
 -- names_recorded --

@@ -1,35 +1,46 @@
 -- Runners, singleton leases and retention (semantics §7, §8).
 
 -- register_runner --
--- announces this runner with the types it hosts and executes
+-- announces this runner with the types it hosts and executes, at one clock reading (a materialised CTE: Citus refuses a volatile function in a modification)
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
 INSERT INTO {schema}.runners
     (runner_id, started_at_ms, heartbeat_at_ms, http_address, actor_types, job_types, version,
      draining)
-VALUES (%(runner_id)s, {schema}.now_ms(%(off)s::bigint), {schema}.now_ms(%(off)s::bigint),
-        %(http_address)s, %(actor_types)s::text[], %(job_types)s::text[], %(version)s, false)
+SELECT %(runner_id)s::uuid, clock.now, clock.now, %(http_address)s::text, %(actor_types)s::text[],
+       %(job_types)s::text[], %(version)s::text, false
+FROM clock
 ON CONFLICT (runner_id) DO UPDATE
 SET heartbeat_at_ms = excluded.heartbeat_at_ms, http_address = excluded.http_address,
     actor_types = excluded.actor_types, job_types = excluded.job_types, draining = false;
 
 -- heartbeat_runner --
--- keeps this runner live; no row means it was pruned and must register again
-UPDATE {schema}.runners
-SET heartbeat_at_ms = {schema}.now_ms(%(off)s::bigint), draining = %(draining)s
-WHERE runner_id = %(runner_id)s
-RETURNING heartbeat_at_ms;
+-- keeps this runner live at one clock reading (a materialised CTE); no row means it was pruned and must register again
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+UPDATE {schema}.runners r
+SET heartbeat_at_ms = clock.now, draining = %(draining)s::boolean
+FROM clock
+WHERE r.runner_id = %(runner_id)s::uuid
+RETURNING r.heartbeat_at_ms;
 
 -- unregister_runner --
 -- a drained runner leaves the registry
 DELETE FROM {schema}.runners WHERE runner_id = %(runner_id)s;
 
 -- live_runners --
--- runners whose heartbeat is younger than the liveness window and not ahead of the clock (a heartbeat is written at "now": one further ahead than the skew margin predates a backward clock move)
-SELECT runner_id::text AS runner_id, started_at_ms, heartbeat_at_ms, http_address, actor_types,
-       job_types, version, draining
-FROM {schema}.runners
-WHERE heartbeat_at_ms > {schema}.now_ms(%(off)s::bigint) - %(live_ms)s::bigint
-  AND heartbeat_at_ms <= {schema}.now_ms(%(off)s::bigint) + %(skew_ms)s::bigint
-ORDER BY started_at_ms, runner_id;
+-- runners whose heartbeat is younger than the liveness window and not ahead of the clock, at one clock reading (a heartbeat is written at "now": one further ahead than the skew margin predates a backward clock move)
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+SELECT r.runner_id::text AS runner_id, r.started_at_ms, r.heartbeat_at_ms, r.http_address,
+       r.actor_types, r.job_types, r.version, r.draining
+FROM {schema}.runners r, clock
+WHERE r.heartbeat_at_ms > clock.now - %(live_ms)s::bigint
+  AND r.heartbeat_at_ms <= clock.now + %(skew_ms)s::bigint
+ORDER BY r.started_at_ms, r.runner_id;
 
 -- prune_runners --
 -- forgets runners silent for longer than the prune age, or whose heartbeat is further ahead of the clock than the liveness window (written before the clock moved back; a live runner registers again); returns how far ahead
@@ -46,34 +57,37 @@ RETURNING r.runner_id::text AS runner_id, greatest(r.heartbeat_at_ms - clock.now
 -- bounds how long this transaction's lease round waits on a lease row (a takeover waiting for the old owner's fenced turns)
 SELECT set_config('lock_timeout', %(lock_timeout)s, true);
 
+-- singleton_takeover --
+-- the first step of a lease round, at the round's clock reading (now, from clock_now): a lease another runner holds that ended, or ends further ahead of the clock than a lease can (skew_ms: written before the clock moved back), is locked FOR UPDATE, so the takeover waits for the fenced turns (FOR KEY SHARE) of the lease it replaces; returns how far ahead it was
+SELECT t.lease_until_ms - %(now)s::bigint AS ahead_ms
+FROM {schema}.singletons t
+WHERE t.actor_type = %(actor_type)s::text AND t.owner IS DISTINCT FROM %(runner_id)s::uuid
+  AND (t.lease_until_ms <= %(now)s::bigint
+       OR t.lease_until_ms > %(now)s::bigint + %(skew_ms)s::bigint)
+FOR UPDATE OF t;
+
 -- acquire_singleton --
--- takes or refreshes a lease where it ended, ends further ahead of the clock than a lease can (skew_ms: written before the clock moved back), or this runner owns it, at one clock reading; a takeover first locks the row FOR UPDATE, so it waits for the fenced turns (FOR KEY SHARE) of the lease it replaces; returns how far ahead a skewed lease it replaced was
-WITH clock AS MATERIALIZED (
-    SELECT {schema}.now_ms(%(off)s::bigint) AS now
-), takeover AS MATERIALIZED (
-    SELECT t.lease_until_ms - clock.now AS ahead_ms FROM {schema}.singletons t, clock
-    WHERE t.actor_type = %(actor_type)s AND t.owner IS DISTINCT FROM %(runner_id)s::uuid
-      AND (t.lease_until_ms <= clock.now
-           OR t.lease_until_ms > clock.now + %(skew_ms)s::bigint)
-    FOR UPDATE OF t
-)
+-- after singleton_takeover, in its transaction and at its clock reading (now): takes or refreshes a lease where it ended, ends further ahead of the clock than a lease can, or this runner owns it
 INSERT INTO {schema}.singletons AS s (actor_type, owner, lease_until_ms, acquired_at_ms)
-SELECT %(actor_type)s, %(runner_id)s::uuid, clock.now + %(lease_ms)s::bigint, clock.now
-FROM clock, (SELECT count(*) FROM takeover) AS gate
+VALUES (%(actor_type)s::text, %(runner_id)s::uuid, %(now)s::bigint + %(lease_ms)s::bigint,
+        %(now)s::bigint)
 ON CONFLICT (actor_type) DO UPDATE
 SET owner = excluded.owner, lease_until_ms = excluded.lease_until_ms,
     acquired_at_ms = CASE WHEN s.owner = excluded.owner THEN s.acquired_at_ms
                           ELSE excluded.acquired_at_ms END
 WHERE s.lease_until_ms <= excluded.acquired_at_ms OR s.owner = excluded.owner
    OR s.lease_until_ms > excluded.acquired_at_ms + %(skew_ms)s::bigint
-RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms,
-          (SELECT max(ahead_ms) FROM takeover WHERE ahead_ms > %(skew_ms)s::bigint) AS skew_ms;
+RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms;
 
 -- release_singleton --
--- a stopping owner ends its lease at once so a survivor can take over
-UPDATE {schema}.singletons
-SET lease_until_ms = {schema}.now_ms(%(off)s::bigint)
-WHERE actor_type = %(actor_type)s AND owner = %(runner_id)s;
+-- a stopping owner ends its lease at once (one clock reading, a materialised CTE) so a survivor can take over
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+UPDATE {schema}.singletons s
+SET lease_until_ms = clock.now
+FROM clock
+WHERE s.actor_type = %(actor_type)s::text AND s.owner = %(runner_id)s::uuid;
 
 -- check_singleton_fence --
 -- at admission, a loop's fenced command: its lease still current (owner, epoch, not ended); no lock, so a paused turn holds nothing
@@ -93,7 +107,7 @@ SELECT {schema}.fence_check(count(*)) FROM (
 ) AS fence;
 
 -- prune_receipts --
--- deletes a batch of a type's receipts past expiry + margin whose id no outbox row still carries
+-- deletes a batch of a type's receipts past expiry + margin whose id no outbox row still carries; no row locks (receipts are never updated; the delete re-checks each row)
 WITH doomed AS (
     SELECT r.routing_key, r.tenant_id, r.actor_type, r.actor_id, r.command_id
     FROM {schema}.receipts r
@@ -103,7 +117,6 @@ WITH doomed AS (
           WHERE o.intent_id = r.command_id AND o.tenant_id = r.tenant_id
             AND o.target_type = r.actor_type AND o.target_id = r.actor_id)
     LIMIT %(batch)s
-    FOR UPDATE OF r SKIP LOCKED
 )
 DELETE FROM {schema}.receipts r
 USING doomed d
@@ -112,7 +125,7 @@ WHERE r.routing_key = d.routing_key AND r.tenant_id = d.tenant_id
 RETURNING 1;
 
 -- prune_events --
--- deletes a batch of a type's events: per actor only the prefix up to the newest expired seq
+-- deletes a batch of a type's events: per actor only the prefix up to the newest expired seq; no row locks (events are never updated; the delete re-checks each row)
 WITH doomed AS (
     SELECT e.routing_key, e.tenant_id, e.actor_type, e.actor_id, e.seq
     FROM {schema}.events e
@@ -123,7 +136,6 @@ WITH doomed AS (
                 AND x.actor_type = e.actor_type AND x.actor_id = e.actor_id
                 AND x.emitted_at_ms <= %(cutoff)s::bigint))
     LIMIT %(batch)s
-    FOR UPDATE OF e SKIP LOCKED
 )
 DELETE FROM {schema}.events e
 USING doomed d

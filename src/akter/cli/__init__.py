@@ -2,9 +2,10 @@
 
 One sub-app per module, composed here on :data:`app`: ``serve`` and ``worker``
 (:mod:`~akter.cli.runner`), ``migrate`` (:mod:`~akter.cli.migrate`), ``check``
-(:mod:`~akter.cli.check`), ``inspect`` and ``outbox`` (:mod:`~akter.cli.inspection`), ``dev``
-(:mod:`~akter.cli.dev`), ``bench`` (:mod:`~akter.cli.bench`), ``db`` (:mod:`~akter.cli.db`),
-``jobs`` (:mod:`~akter.cli.jobs`) and ``dead-letters`` (:mod:`~akter.cli.dead_letters`). The
+(:mod:`~akter.cli.check`), ``inspect`` and ``outbox`` (:mod:`~akter.cli.inspection`,
+:mod:`~akter.cli.outbox`), ``dev`` (:mod:`~akter.cli.dev`), ``bench`` (:mod:`~akter.cli.bench`),
+``db`` (:mod:`~akter.cli.db`), ``jobs`` (:mod:`~akter.cli.jobs`), ``dead-letters``
+(:mod:`~akter.cli.dead_letters`) and ``citus`` (:mod:`~akter.cli.citus`). The
 modules share only :mod:`akter.cli._common` (output, options, targets) and
 :mod:`akter.cli._serving`; none imports this package or another command module.
 
@@ -22,6 +23,7 @@ import typer
 from akter.cli._common import Steps
 from akter.cli.bench import bench_app
 from akter.cli.check import check_app
+from akter.cli.citus import citus_app
 from akter.cli.db import db_app
 from akter.cli.dead_letters import letters_app
 from akter.cli.dev import dev_app
@@ -43,7 +45,7 @@ app = typer.Typer(
 # commands to the root (listed first, as they come), named ones add a group each.
 for sub_app in (runner_app, migrate_app, check_app, inspection_app, dev_app, bench_app):
     app.add_typer(sub_app)
-for group in (db_app, jobs_app, letters_app, outbox_app):
+for group in (db_app, jobs_app, letters_app, outbox_app, citus_app):
     app.add_typer(group)
 
 

@@ -29,7 +29,9 @@ from psycopg.rows import dict_row
 
 from akter._engine.hooks import Match, Pause
 from akter._ids import ms_from_duration
+from akter._store.citus import detect_strategy
 from akter._store.gateway.ops import actor_history, actor_key
+from akter._store.migrate import migrate_and_distribute
 from akter.actor import Actor
 from akter.callers import ActorRef
 from akter.check import CheckReport
@@ -175,6 +177,8 @@ class ActorTest:
         offset = self._offset_ms()
         if offset is not None:
             runtime.clock.offset_ms = offset
+        if not self.runtimes:
+            await _distribute_on_citus(runtime)
         await runtime.start()
         self._specs[runtime] = (list(actors) if actors is not None else None, dict(options))
         self._tags[runtime] = tag
@@ -425,6 +429,24 @@ class ActorTest:
 
 
 # --- process death ------------------------------------------------------------------------------
+
+
+async def _distribute_on_citus(runtime: Runtime) -> None:
+    """On a Citus coordinator, migrate and distribute the schema before the first runtime starts.
+
+    Plain PostgreSQL: nothing (the runtime migrates at start, as always).
+    """
+    queries = runtime.store.queries
+    async with await psycopg.AsyncConnection.connect(runtime.database_url) as conn:
+        if await detect_strategy(conn, queries) != "citus":
+            return
+    services = runtime.services
+    await migrate_and_distribute(
+        runtime.database_url,
+        queries,
+        retry_window_ms=services.config.window_ms,
+        placements={d.name: d.placement for d in services.definitions.values()},
+    )
 
 
 def _tagged(url: str, tag: str) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from psycopg.rows import dict_row
 
 from akter._local_clock import LocalClock
+from akter._store.gateway import citus_claims
 
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Connection, Store
@@ -131,6 +132,8 @@ class JobsGateway:
             "free": free,
             "lease": lease_ms,
         }
+        if self._store.strategy == "citus":
+            return await self._claim_uncapped_citus(params)
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             sent_at = self._local.now()
@@ -147,10 +150,15 @@ class JobsGateway:
             "probe": 2 * free,
             "free": free,
         }
-        async with self._store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(self._store.queries["discover_capped_groups"], params, prepare=False)
-            rows = await cur.fetchall()
+        if self._store.strategy == "citus":
+            rows = await self._discover_groups_citus(params)
+        else:
+            async with self._store.framework.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(
+                    self._store.queries["discover_capped_groups"], params, prepare=False
+                )
+                rows = await cur.fetchall()
         return [
             Group(
                 int(r["routing_key"]),
@@ -161,6 +169,17 @@ class JobsGateway:
             )
             for r in rows
         ]
+
+    async def _claim_uncapped_citus(self, params: dict[str, Any]) -> tuple[list[Row], float]:
+        """The uncapped claim on Citus: a scan, then single-shard claims (``citus_claims``)."""
+        async with self._store.framework.connection() as conn:
+            sent_at = self._local.now()  # before the clock reading: a lease starts no earlier
+            return await citus_claims.claim_jobs(conn, self._store.queries, params), sent_at
+
+    async def _discover_groups_citus(self, params: dict[str, Any]) -> list[Row]:
+        """The capped groups' discovery on Citus (``citus_claims``)."""
+        async with self._store.framework.connection() as conn:
+            return await citus_claims.discover_groups(conn, self._store.queries, params)
 
     async def claim_group(
         self, group: Group, *, free: int, cap: int, max_attempts: int, lease_ms: int

@@ -25,11 +25,13 @@ class MaintenanceGateway:
 
     async def prune_receipts(self, actor_type: str, *, cutoff: int, batch: int) -> int:
         """Delete one batch of a type's expired receipts; how many were deleted."""
+        params = {"type": actor_type, "cutoff": cutoff, "batch": batch}
+        q = self._store.queries
+        # Citus cannot join receipts to the outbox across shards: its variant reads the carried
+        # ids in a subplan (queries_citus.sql).
+        statement = q["citus_prune_receipts"] if self._store.strategy == "citus" else None
         async with self._store.framework.connection() as conn:
-            cur = await conn.execute(
-                self._store.queries["prune_receipts"],
-                {"type": actor_type, "cutoff": cutoff, "batch": batch},
-            )
+            cur = await conn.execute(statement or q["prune_receipts"], params)
             return len(await cur.fetchall())
 
     async def prune_events(self, actor_type: str, *, cutoff: int, batch: int) -> int:

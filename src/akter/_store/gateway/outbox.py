@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
+from akter._store.gateway import citus_claims
+
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
@@ -103,26 +105,36 @@ class OutboxGateway:
         max_backoff_ms: int,
     ) -> list[Row]:
         """Claim up to ``free`` due intents of ``types`` (the relay's claim connection)."""
+        params = {
+            "off": self._clock.offset_ms,
+            "types": list(types),
+            "probe": probe,
+            "free": free,
+            "lease": lease_ms,
+            "max_backoff": max_backoff_ms,
+        }
+        if self._store.strategy == "citus":
+            return await self._claim_citus(params)
         async with self._claim_conn.use() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 self._store.queries["claim_intents"],
-                {
-                    "off": self._clock.offset_ms,
-                    "types": list(types),
-                    "probe": probe,
-                    "free": free,
-                    "lease": lease_ms,
-                    "max_backoff": max_backoff_ms,
-                },
+                params,
                 # Never a cached generic plan: one made while the outbox was small can scan a
                 # million sleeping timers per pass later (one claim took 101 s in the bench).
                 prepare=False,
             )
             return await cur.fetchall()
 
+    async def _claim_citus(self, params: dict[str, Any]) -> list[Row]:
+        """The claim on Citus: a scan, then single-shard claims (``gateway.citus_claims``)."""
+        async with self._claim_conn.use() as conn:
+            return await citus_claims.claim_intents(conn, self._store.queries, params)
+
     async def settle(self, claims: Sequence[IntentClaim]) -> None:
         """Delete delivered intents under their claim tokens, in one statement."""
+        if self._store.strategy == "citus":
+            return await self._settle_citus(claims)
         async with self._settle_conn.use() as conn:
             await conn.execute(
                 self._store.queries["settle_intents"],
@@ -132,6 +144,12 @@ class OutboxGateway:
                     "tokens": [c.token for c in claims],
                 },
             )
+
+    async def _settle_citus(self, claims: Sequence[IntentClaim]) -> None:
+        """The settle on Citus: one single-shard delete per claim, pipelined."""
+        async with self._settle_conn.use() as conn:
+            statement = self._store.queries["citus_settle_intent"]
+            await citus_claims.each_alone(conn, statement, [c.params() for c in claims])
 
     async def rewrite_tick(
         self, claim: IntentClaim, *, new_id: str, due: int, payload_version: int = 0

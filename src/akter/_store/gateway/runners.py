@@ -88,23 +88,32 @@ class RunnersGateway:
     ) -> list[Row]:
         """Take or refresh a singleton lease in one transaction; one row iff this runner owns it.
 
-        A takeover waits at most ``lock_wait_ms`` for the old owner's fenced turns.
+        One clock reading for the round (``clock_now``, a table-less statement: on Citus it runs
+        on the coordinator), then the takeover lock, then the upsert. A takeover waits at most
+        ``lock_wait_ms`` for the old owner's fenced turns. The row's ``skew_ms`` says how far
+        ahead of the clock a skewed lease it replaced was (``None``: none was).
         """
         q = self._store.queries
+        params = {
+            "off": self._clock.offset_ms,
+            "actor_type": actor_type,
+            "runner_id": runner_id,
+            "lease_ms": lease_ms,
+            "skew_ms": skew_ms,
+        }
         async with self._store.framework.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["singleton_lock_timeout"], {"lock_timeout": str(lock_wait_ms)})
-            await cur.execute(
-                q["acquire_singleton"],
-                {
-                    "off": self._clock.offset_ms,
-                    "actor_type": actor_type,
-                    "runner_id": runner_id,
-                    "lease_ms": lease_ms,
-                    "skew_ms": skew_ms,
-                },
-            )
-            return await cur.fetchall()
+            await cur.execute(q["clock_now"], params)
+            clock = await cur.fetchone()
+            assert clock is not None
+            params["now"] = int(clock["now_ms"])
+            await cur.execute(q["singleton_takeover"], params)
+            leads = [int(r["ahead_ms"]) for r in await cur.fetchall()]
+            await cur.execute(q["acquire_singleton"], params)
+            rows = await cur.fetchall()
+        skewed = [lead for lead in leads if lead > skew_ms]
+        return [{**row, "skew_ms": max(skewed) if skewed else None} for row in rows]
 
     async def release_singleton(self, actor_type: str, runner_id: str) -> None:
         """End this runner's lease of ``actor_type`` at once (a stopping owner)."""

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
+from akter._store.gateway import citus_claims
+
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
@@ -41,24 +43,26 @@ class SkewSession:
         self, *, skew_ms: int, types: Sequence[str], jobs: Sequence[str], limit: int
     ) -> list[Row]:
         """Make running attempts of these job types whose lease lies beyond ``skew_ms`` due."""
-        await self._cur.execute(
-            self._store.queries["release_skewed_jobs"],
-            {
-                "off": self._off,
-                "skew_ms": skew_ms,
-                "types": list(types),
-                "jobs": list(jobs),
-                "limit": limit,
-            },
-        )
+        params = {
+            "off": self._off,
+            "skew_ms": skew_ms,
+            "types": list(types),
+            "jobs": list(jobs),
+            "limit": limit,
+        }
+        if self._store.strategy == "citus":
+            return await citus_claims.release_skewed(self._cur, self._store.queries, "job", params)
+        await self._cur.execute(self._store.queries["release_skewed_jobs"], params)
         return await self._cur.fetchall()
 
     async def release_intents(self, *, skew_ms: int, types: Sequence[str], limit: int) -> list[Row]:
         """Make claimed intents of ``types`` due further ahead than ``skew_ms`` due now."""
-        await self._cur.execute(
-            self._store.queries["release_skewed_intents"],
-            {"off": self._off, "skew_ms": skew_ms, "types": list(types), "limit": limit},
-        )
+        params = {"off": self._off, "skew_ms": skew_ms, "types": list(types), "limit": limit}
+        if self._store.strategy == "citus":
+            return await citus_claims.release_skewed(
+                self._cur, self._store.queries, "intent", params
+            )
+        await self._cur.execute(self._store.queries["release_skewed_intents"], params)
         return await self._cur.fetchall()
 
 

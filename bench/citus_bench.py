@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Citus benchmark (issue 16): turns, intent latency and claim rate, distributed vs plain.
+
+    python bench/citus_bench.py --url URL [--url URL ...] [--duration 10] [--callers 16]
+                                [--actors 1000] [--drain 5000] [--json FILE]
+
+For each ``--url`` (a plain PostgreSQL, or a Citus coordinator: the schema is then migrated and
+distributed with ``akter citus distribute``'s own function before the runtime starts), on a
+fresh schema dropped afterwards:
+
+1. **Turns.** ``--callers`` concurrent callers call ``add`` on random actors out of
+   ``--actors`` of one tenant (``--placement actor``: they spread over shards; ``tenant``, the
+   default placement: one tenant, so one shard), every actor warmed first, for ``--duration``
+   s: turns/s, p50 and p99 of the call.
+2. **Intent latency.** 4 senders call ``Sender.fire`` back to back (one intent each to a random
+   pre-warmed receiver) for ``--duration`` s; latency is the receiver's handler time minus the
+   sender's return time (an upper bound of commit → delivery, both ``time.monotonic()`` here).
+3. **Claim rate.** ``--drain`` intents due at once are staged (100 per turn) by a runtime with
+   its relay off; the relay is then started and the time until every one was delivered gives
+   intents/s (every claim is a claim pass: on Citus the scan and the single-shard claims).
+
+Prints one line per measurement; ``--json`` appends one JSON object per URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SELF = Path(__file__).resolve()
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != SELF.parent]
+sys.path.insert(0, str(SELF.parent.parent / "src"))
+
+import psycopg  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+import akter  # noqa: E402
+from akter._store.citus import detect_strategy  # noqa: E402
+from akter._store.migrate import migrate_and_distribute  # noqa: E402
+from akter._store.queries import Queries  # noqa: E402
+
+RECEIVED: dict[str, float] = {}
+
+
+class CounterState(BaseModel):
+    n: int = 0
+
+
+class Counter(akter.Actor[CounterState], placement="actor"):
+    @akter.command
+    async def add(self, k: int) -> int:
+        self.state.n += k
+        return self.state.n
+
+
+class TenantCounter(akter.Actor[CounterState]):  # placement="tenant", the default
+    @akter.command
+    async def add(self, k: int) -> int:
+        self.state.n += k
+        return self.state.n
+
+
+class Receiver(akter.Actor[CounterState], placement="actor"):
+    @akter.command
+    async def got(self, sent_at: float) -> None:
+        RECEIVED.setdefault(self.command_id, time.monotonic() - sent_at)
+        self.state.n += 1
+
+
+class Sender(akter.Actor[CounterState], placement="actor"):
+    @akter.command
+    async def fire(self, rid: str, sent_at: float) -> None:
+        self.send(Receiver.got, rid, sent_at)
+
+    @akter.command
+    async def stage(self, rids: list[str], at_ms: int) -> None:
+        at = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
+        for rid in rids:
+            self.later(at=at).send(Receiver.got, rid, 0.0)
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _is_citus(url: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        return await detect_strategy(conn, Queries("akter")) == "citus"
+
+
+async def _runtime(url: str, schema: str, citus: bool, **options: Any) -> akter.Runtime:
+    runtime = akter.Runtime(
+        [Counter, TenantCounter, Sender, Receiver], database_url=url, schema=schema, **options
+    )
+    if citus:
+        services = runtime.services
+        await migrate_and_distribute(
+            url,
+            runtime.store.queries,
+            retry_window_ms=services.config.window_ms,
+            placements={d.name: d.placement for d in services.definitions.values()},
+        )
+    return runtime
+
+
+async def turns(runtime: akter.Runtime, args: argparse.Namespace) -> dict[str, Any]:
+    ids = [f"c-{i:05d}" for i in range(args.actors)]
+    kind: type[Counter] | type[TenantCounter] = (
+        TenantCounter if args.placement == "tenant" else Counter
+    )
+    for chunk in range(0, len(ids), 32):
+        await asyncio.gather(*(runtime.get(kind, i).add(0) for i in ids[chunk : chunk + 32]))
+    latencies: list[float] = []
+    deadline = time.monotonic() + args.duration
+
+    async def caller(seed: int) -> None:
+        rng = random.Random(seed)
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            await runtime.get(kind, ids[rng.randrange(len(ids))]).add(1)
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(i) for i in range(args.callers)))
+    elapsed = time.perf_counter() - started
+    return {
+        "turns_per_s": len(latencies) / elapsed,
+        "turn_p50_ms": statistics.median(latencies),
+        "turn_p99_ms": _pct(latencies, 0.99),
+    }
+
+
+async def latency(runtime: akter.Runtime, args: argparse.Namespace) -> dict[str, Any]:
+    rids = [f"r-{i:04d}" for i in range(200)]
+    for chunk in range(0, len(rids), 32):
+        await asyncio.gather(*(runtime.get(Receiver, r).got(0.0) for r in rids[chunk : chunk + 32]))
+    RECEIVED.clear()
+    deadline = time.monotonic() + args.duration
+    sent = 0
+
+    async def sender(i: int) -> None:
+        nonlocal sent
+        rng = random.Random(i)
+        handle = runtime.get(Sender, f"s-{i}")
+        while time.monotonic() < deadline:
+            await handle.fire(rids[rng.randrange(len(rids))], time.monotonic())
+            sent += 1
+
+    await asyncio.gather(*(sender(i) for i in range(4)))
+    end = time.monotonic() + 30
+    while len(RECEIVED) < sent and time.monotonic() < end:  # noqa: ASYNC110 (a bench poll)
+        await asyncio.sleep(0.01)
+    values = [v * 1000 for v in RECEIVED.values()]
+    return {
+        "intents": sent,
+        "delivered": len(values),
+        "intent_p50_ms": statistics.median(values) if values else None,
+        "intent_p99_ms": _pct(values, 0.99),
+    }
+
+
+async def drain(url: str, citus: bool, args: argparse.Namespace) -> dict[str, Any]:
+    schema = f"akter_cb_{uuid.uuid4().hex[:8]}"
+    runtime = await _runtime(url, schema, citus, relay=False, delivery_concurrency=64)
+    try:
+        async with runtime:
+            rids = [f"r-{i:04d}" for i in range(500)]
+            for chunk in range(0, len(rids), 32):
+                part = rids[chunk : chunk + 32]
+                await asyncio.gather(*(runtime.get(Receiver, r).got(0.0) for r in part))
+            past = int(time.time() * 1000) - 60_000
+            todo = iter(range(args.drain // 100))
+
+            async def stager(i: int) -> None:
+                rng = random.Random(i)
+                for _ in todo:
+                    picks = [rids[rng.randrange(len(rids))] for _ in range(100)]
+                    await runtime.get(Sender, f"stager-{i}").stage(picks, past)
+
+            await asyncio.gather(*(stager(i) for i in range(8)))
+            before = runtime.relay.delivered
+            staged = (args.drain // 100) * 100
+            started = time.perf_counter()
+            await runtime.relay.start()
+            runtime.relay.wake()
+            while runtime.relay.delivered - before < staged:
+                if time.perf_counter() - started > 600:
+                    break
+                await asyncio.sleep(0.005)
+            elapsed = time.perf_counter() - started
+            delivered = runtime.relay.delivered - before
+    finally:
+        await _drop(url, schema)
+    return {"drained": delivered, "drain_s": elapsed, "claimed_per_s": delivered / elapsed}
+
+
+async def _spread(url: str, schema: str) -> dict[str, Any]:
+    """How many shards and workers the benchmark's actor rows live on (Citus only)."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute(
+            "SELECT count(DISTINCT s.shardid), count(DISTINCT (s.nodename, s.nodeport))"
+            f' FROM "{schema}".actors a, LATERAL (SELECT shardid, nodename, nodeport'
+            "  FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column("
+            f"  '\"{schema}\".actors', a.routing_key)) s"
+            " WHERE a.actor_type IN ('Counter', 'TenantCounter')"
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return {"shards_used": int(row[0]), "workers_used": int(row[1])}
+
+
+async def _drop(url: str, schema: str) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    citus = await _is_citus(url)
+    schema = f"akter_cb_{uuid.uuid4().hex[:8]}"
+    out: dict[str, Any] = {
+        "url": url, "citus": citus, "callers": args.callers, "placement": args.placement,
+    }  # fmt: skip
+    runtime = await _runtime(url, schema, citus)
+    try:
+        async with runtime:
+            out |= await turns(runtime, args)
+            if citus:
+                out |= await _spread(url, schema)
+            print(f"{url}: turns {out['turns_per_s']:.0f}/s p50 {out['turn_p50_ms']:.2f} ms "
+                  f"p99 {out['turn_p99_ms']:.2f} ms; shards {out.get('shards_used', '-')}, "
+                  f"workers {out.get('workers_used', '-')}", flush=True)  # fmt: skip
+            out |= await latency(runtime, args)
+            print(f"{url}: intent latency p50 {out['intent_p50_ms']:.1f} ms "
+                  f"p99 {out['intent_p99_ms']:.1f} ms ({out['delivered']}/{out['intents']})",
+                  flush=True)  # fmt: skip
+    finally:
+        await _drop(url, schema)
+    out |= await drain(url, citus, args)
+    print(f"{url}: claim rate {out['claimed_per_s']:.0f} intents/s "
+          f"({out['drained']} in {out['drain_s']:.1f} s)", flush=True)  # fmt: skip
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [await measure(url, args) for url in args.url]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", action="append", required=True)
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--callers", type=int, default=16)
+    parser.add_argument("--actors", type=int, default=1000)
+    parser.add_argument("--drain", type=int, default=5000)
+    parser.add_argument("--placement", choices=("actor", "tenant"), default="actor")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    if args.json:
+        with open(args.json, "a", encoding="utf-8") as f:
+            for result in results:
+                f.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

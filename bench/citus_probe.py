@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Citus probe (issue 16): every catalogue statement, prepared, on a distributed schema.
+
+    AKTER_TEST_CITUS_URL=postgresql://postgres@127.0.0.1:9700/test python bench/citus_probe.py
+        [--url URL] [--runs 7] [--keep] [--only NAME ...]
+
+Creates a fresh schema on the coordinator, applies the migrations, distributes it
+(``akter._store.citus.distribute``: per-actor tables by ``routing_key``, co-located; the global
+ones as reference tables), seeds one actor row, then runs each catalogue statement ``--runs``
+times, each in its own rolled-back transaction, prepared on the server (so Citus's and
+PostgreSQL's plan caches both see it after the fifth run). Parameters come from one table of
+sample values by name (a list where the statement casts the parameter to an array). A statement
+"passes" when it ran, or when it failed with an error of akter's own (the fence's 40001, a
+foreign key): only Citus's refusals count as failures, except for the plain-only statements
+(``akter._store.citus.PLAIN_ONLY``), whose Citus variants run instead and are probed too.
+Prints one line per statement and the failures' errors; exits 1 when any failed. Nothing of
+Citus itself is set up here: point it at a running coordinator with the ``citus`` extension
+created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+SELF = Path(__file__).resolve()
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != SELF.parent]
+sys.path.insert(0, str(SELF.parent.parent / "src"))
+
+import psycopg  # noqa: E402
+
+from akter._store.citus import PLAIN_ONLY, distribute  # noqa: E402
+from akter._store.migrate import migrate  # noqa: E402
+from akter._store.queries import Queries  # noqa: E402
+
+RK = 12345  # bucket 0 (rk >> 56)
+RUNNER = str(uuid.uuid4())
+#: Sample values by parameter name; a statement casting ``%(name)s::x[]`` gets ``[value]``.
+SAMPLES: dict[str, Any] = {
+    "actor_type": "T", "actor_types": "T", "after": 0, "after_id": "a", "after_tenant": "default",
+    "ambiguous": False, "ats": None, "attempt": 1, "attempts": 1, "backoff": 1000, "batch": 100,
+    "bound": "10s", "bound_setting": "idle_in_transaction_session_timeout", "bucket": 0,
+    "cached_version": 0, "caller": "system", "caller_keys": "k", "callers": "system",
+    "cancelled": False, "cap": 1, "cause": "x", "channel": "probe", "checksum": "x",
+    "command": "cmd", "command_ids": "c1", "commands": "cmd", "created": True, "cutoff": 0,
+    "delays": 0, "deployment_id": str(uuid.uuid4()), "draining": False, "due": 1, "dues": 1,
+    "epoch": 0, "error": "e", "event_seq": 0, "expires": 1, "final": False, "free": 10,
+    "http_address": None, "intent_id": "i1", "intent_ids": "i1", "job": "j", "job_id": "i1",
+    "job_ids": "i1", "job_types": "j", "jobs": "j", "keys": "k", "kinds": "intent", "lease": 1000,
+    "lease_ms": 1000, "limit": 10, "live_ms": 1000, "lock_name": "probe", "lock_timeout": "1s",
+    "locked_version": 0, "max_attempts": 3, "max_backoff": 1000, "maybe_applied": False, "ms": 1,
+    "new_id": "i2", "not_started": False, "now": 1, "off": 0, "ords": 0, "outcomes": "{}",
+    "owner": RUNNER, "payload": "{}", "payload_hashes": "a" * 64, "payload_version": 0,
+    "payloads": "{}", "placements": "{}", "probe": 10, "prune_ms": 1000,
+    "retry_window_ms": 86_400_000, "rk": RK, "rks": RK, "route": "r", "runner_id": RUNNER,
+    "schema_version": 4, "seqs": 1, "skew_ms": 1000, "state": "{}", "state_version": 0,
+    "statement_timeout": "1s", "stuck": 3, "tags": "t", "target_ids": "a1", "target_types": "T",
+    "tenant": "default", "timeout": "1s", "timer_keys": None, "token": 0, "tokens": 0,
+    "traceparent": None, "type": "T", "types": "T", "version": "probe", "id": "a1",
+    "table": "probe", "with": "default", "schema": "probe", "clock": 1, "rows": 1,
+}  # fmt: skip
+#: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
+SKIP = frozenset(
+    {
+        "citus_create_reference", "citus_create_distributed", "listen_wake", "notify_wake",
+        "listen_progress", "migrations_bootstrap",
+    }
+)  # fmt: skip
+#: SQLSTATEs of akter's own refusals (not Citus's): the fence, foreign keys, unique keys.
+OWN = frozenset({"40001", "23503", "23505", "55P03", "22012"})
+
+
+def params_for(statement: str) -> dict[str, Any]:
+    """The sample parameters of one statement."""
+    out: dict[str, Any] = {}
+    for name in set(re.findall(r"%\((\w+)\)s", statement)):
+        value = SAMPLES[name]
+        is_array = re.search(rf"%\({name}\)s::\w+\[\]", statement)
+        out[name] = [value] if is_array else value
+    return out
+
+
+async def probe(url: str, runs: int, keep: bool, only: list[str]) -> int:
+    """Run the probe; the number of statements Citus refused."""
+    schema = f"akter_probe_{uuid.uuid4().hex[:8]}"
+    queries = Queries(schema)
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    failed = 0
+    try:
+        await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
+        done = await distribute(conn, queries)
+        print(f"schema {schema}: distributed {done.distributed}, reference {done.referenced}")
+        await conn.execute(
+            queries["ensure_actor"],
+            {"rk": RK, "tenant": "default", "type": "T", "id": "a1", "state": "{}",
+             "state_version": 0, "off": 0},
+        )  # fmt: skip
+        names = only or sorted(n for n in queries.names() if n not in SKIP)
+        for name in names:
+            error = await _run(conn, queries[name], runs)
+            if error is None:
+                print(f"ok    {name}")
+            elif name in PLAIN_ONLY:
+                print(f"plain {name} (on Citus: {', '.join(PLAIN_ONLY[name])}): {error}")
+            else:
+                failed += 1
+                print(f"FAIL  {name}: {error}")
+    finally:
+        if not keep:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+    print(f"{failed} of {len(names)} statements refused by Citus")
+    return failed
+
+
+async def _run(conn: psycopg.AsyncConnection[Any], statement: Any, runs: int) -> str | None:
+    params = params_for(statement)
+    for _ in range(runs):
+        try:
+            async with conn.transaction(force_rollback=True):
+                await conn.execute(statement, params, prepare=True)
+        except psycopg.Error as exc:
+            if exc.sqlstate in OWN:
+                continue
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return f"[{exc.sqlstate}] {first}"
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("AKTER_TEST_CITUS_URL"))
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep the probe schema")
+    parser.add_argument("--only", nargs="*", default=[], help="probe only these statements")
+    args = parser.parse_args()
+    if not args.url:
+        sys.exit("Set AKTER_TEST_CITUS_URL (a Citus coordinator) or pass --url.")
+    sys.exit(1 if asyncio.run(probe(args.url, args.runs, args.keep, args.only)) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Citus: which claim strategy a server needs, and the distribution of a schema's tables.
+
+Design principle 7: every per-actor table leads its primary key with ``routing_key``, so on
+Citus those tables are distributed by ``routing_key``, co-located with ``actors`` (a turn is a
+single-shard transaction, foreign keys hold inside a shard). The tables that belong to no actor
+(the deployment row, the migration ledger, runners, singleton leases) are reference tables,
+replicated to every node. ``docs/citus.md`` describes the layout.
+
+The strategy is read from the server once at start (:func:`detect_strategy`): ``"citus"`` when
+the ``citus`` extension is installed in the database, else ``"plain"``. Plain PostgreSQL keeps
+its one-statement claims; Citus has no multi-shard ``FOR UPDATE SKIP LOCKED``, so there a claim
+is an unlocked candidate scan followed by single-shard claims (``queries_citus.sql``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import psycopg
+
+from akter._store.queries import Queries
+from akter.errors import ConfigurationError
+
+Strategy = Literal["plain", "citus"]
+
+#: Per-actor tables, distributed by ``routing_key`` and co-located with the first one.
+DISTRIBUTED = ("actors", "receipts", "events", "outbox", "dead_letters", "operator_audit")
+#: Tables that belong to no actor: reference tables (a copy on every node).
+REFERENCE = ("migrations", "deployment", "deployment_names", "runners", "singletons")
+#: Statements that lock or write rows across shards, run on plain PostgreSQL only; on Citus the
+#: gateways run these variants instead (an unlocked scan, then keyed single-shard statements).
+PLAIN_ONLY: dict[str, tuple[str, ...]] = {
+    "claim_intents": ("citus_claim_intents_scan", "citus_claim_intent"),
+    "claim_jobs": ("citus_claim_jobs_scan", "citus_claim_job"),
+    "discover_capped_groups": ("citus_discover_capped_groups",),
+    "prune_receipts": ("citus_prune_receipts",),
+    "release_skewed_intents": ("citus_release_skewed_intents_scan", "citus_release_skewed_intent"),
+    "release_skewed_jobs": ("citus_release_skewed_jobs_scan", "citus_release_skewed_job"),
+    # Not a lock: a join with unnest() spans every shard (a two-phase commit across workers).
+    "settle_intents": ("citus_settle_intent",),
+}
+
+
+async def detect_strategy(conn: psycopg.AsyncConnection[Any], queries: Queries) -> Strategy:
+    """``"citus"`` when the server has the ``citus`` extension in this database, else plain."""
+    cur = await conn.execute(queries["citus_detect"])
+    return "citus" if await cur.fetchone() is not None else "plain"
+
+
+@dataclass
+class Distribution:
+    """What :func:`distribute` did: tables it distributed or made reference tables now."""
+
+    distributed: list[str] = field(default_factory=list)
+    referenced: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+
+
+async def check_coordinator(conn: psycopg.AsyncConnection[Any], queries: Queries) -> None:
+    """Refuse a server without Citus, or a Citus worker (DDL needs the coordinator)."""
+    if await detect_strategy(conn, queries) != "citus":
+        raise ConfigurationError(
+            "This database has no citus extension: run `CREATE EXTENSION citus` on the "
+            "coordinator (Citus comes from its own packages), or use plain PostgreSQL without "
+            "`akter citus distribute`."
+        )
+    cur = await conn.execute(queries["citus_is_coordinator"])
+    row = await cur.fetchone()
+    if row is None or not row[0]:
+        raise ConfigurationError(
+            "This server is a Citus worker, not the coordinator: point the URL at the "
+            "coordinator (migrations and distribution run there; a worker refuses CREATE SCHEMA)."
+        )
+
+
+async def distribute(conn: psycopg.AsyncConnection[Any], queries: Queries) -> Distribution:
+    """Distribute a migrated schema's tables (idempotent: a table already placed is left alone).
+
+    ``conn`` is an autocommit connection to the coordinator; the schema's migrations must have
+    been applied (``akter.cli.citus`` runs them first).
+    """
+    await check_coordinator(conn, queries)
+    done = Distribution()
+    placed = await _placed(conn, queries)
+    missing = [t for t in (*DISTRIBUTED, *REFERENCE) if not await _exists(conn, queries, t)]
+    if missing:
+        raise ConfigurationError(
+            f"Schema {queries.schema!r} lacks tables {missing!r}: apply the migrations first."
+        )
+    for table in REFERENCE:
+        if table in placed:
+            done.already.append(table)
+            continue
+        await conn.execute(queries["citus_create_reference"], {"table": _qualified(queries, table)})
+        done.referenced.append(table)
+    anchor = DISTRIBUTED[0]
+    for table in DISTRIBUTED:
+        if table in placed:
+            done.already.append(table)
+            continue
+        await conn.execute(
+            queries["citus_create_distributed"],
+            {
+                "table": _qualified(queries, table),
+                "with": "default" if table == anchor else _qualified(queries, anchor),
+            },
+        )
+        done.distributed.append(table)
+    return done
+
+
+async def is_distributed(conn: psycopg.AsyncConnection[Any], queries: Queries) -> bool:
+    """Whether the schema's ``outbox`` is a Citus table (the schema was distributed)."""
+    return "outbox" in await _placed(conn, queries)
+
+
+async def _placed(conn: psycopg.AsyncConnection[Any], queries: Queries) -> set[str]:
+    if await detect_strategy(conn, queries) != "citus":
+        return set()
+    cur = await conn.execute(queries["citus_placed"], {"schema": queries.schema})
+    return {str(r[0]) for r in await cur.fetchall()}
+
+
+async def _exists(conn: psycopg.AsyncConnection[Any], queries: Queries, table: str) -> bool:
+    cur = await conn.execute(queries["citus_table_exists"], {"table": _qualified(queries, table)})
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+def _qualified(queries: Queries, table: str) -> str:
+    return f'"{queries.schema}".{table}'
+
+
+def all_tenant_placed(placements: dict[str, str]) -> bool:
+    """Whether every type is placed by tenant (then one tenant's actors share one shard)."""
+    return bool(placements) and all(p == "tenant" for p in placements.values())

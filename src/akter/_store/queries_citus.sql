@@ -1,0 +1,193 @@
+-- Citus (issue 16, docs/citus.md): detection and distribution, and the claim variants.
+-- Citus has no multi-shard FOR UPDATE SKIP LOCKED and refuses volatile functions in
+-- modifications of distributed tables, so on Citus a claim is an unlocked candidate scan across
+-- shards, then one single-shard claim per candidate (pipelined), each SKIP LOCKED in its shard.
+-- Same block format as queries.sql; loaded into the same catalogue.
+
+-- citus_detect --
+-- whether the citus extension is installed in this database (the claim strategy; read only)
+SELECT 1 FROM pg_extension WHERE extname = 'citus';
+
+-- citus_is_coordinator --
+-- whether this Citus node is the coordinator (migrations and distribution run there)
+SELECT citus_is_coordinator() AS coordinator;
+
+-- citus_placed --
+-- the schema's tables already known to Citus (distributed or reference)
+SELECT c.relname::text AS relname
+FROM pg_dist_partition p
+JOIN pg_class c ON c.oid = p.logicalrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s;
+
+-- citus_table_exists --
+-- whether a schema-qualified table exists (distribution needs the migrated tables)
+SELECT to_regclass(%(table)s) IS NOT NULL AS present;
+
+-- citus_create_reference --
+-- makes a table that belongs to no actor a reference table (a copy on every node)
+SELECT create_reference_table(%(table)s::regclass);
+
+-- citus_create_distributed --
+-- distributes a per-actor table by routing_key, co-located with the named table (or the default group)
+SELECT create_distributed_table(%(table)s::regclass, 'routing_key', colocate_with => %(with)s);
+
+-- citus_claim_intents_scan --
+-- Citus, step 1 of an intent claim: due unparked intents of hosted types at the pass's clock reading (now, from clock_now), oldest first, read without locks across shards
+SELECT o.routing_key, o.intent_id, o.due_at_ms
+FROM {schema}.outbox o
+WHERE o.kind = 'intent' AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
+  AND o.target_type = ANY(%(types)s::text[])
+ORDER BY o.due_at_ms, o.routing_key, o.intent_id
+LIMIT %(probe)s;
+
+-- citus_claim_intent --
+-- Citus, step 2: claims one candidate in its own shard, SKIP LOCKED, only while it is still due and unparked; leased like claim_intents, at the scan's clock reading
+WITH locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts
+    FROM {schema}.outbox o
+    WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = %(intent_id)s::text
+      AND o.kind = 'intent' AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET attempts = l.attempts + 1,
+    due_at_ms = %(now)s::bigint + greatest(%(lease)s::bigint,
+                                           least(1000::bigint << least(l.attempts, 31),
+                                                 %(max_backoff)s::bigint))
+FROM locked l
+WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
+          o.target_id, o.command, o.payload, o.caller, o.attempts, o.scheduled_at_ms,
+          o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, %(now)s::bigint AS now;
+
+-- citus_claim_jobs_scan --
+-- Citus, step 1 of an uncapped job claim: due unparked job rows of the (actor type, job) pairs this runner executes, at the pass's clock reading, oldest first, read without locks across shards
+SELECT o.routing_key, o.intent_id, o.actor_type, o.command, o.due_at_ms
+FROM {schema}.outbox o
+WHERE o.kind = 'job' AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
+  AND o.actor_type = ANY(%(types)s::text[]) AND o.command = ANY(%(jobs)s::text[])
+ORDER BY o.due_at_ms, o.routing_key, o.intent_id
+LIMIT %(probe)s;
+
+-- citus_claim_job --
+-- Citus, step 2: claims one job candidate in its own shard, SKIP LOCKED, only while still due and unparked; leased with ambiguity pre-marked like claim_jobs (no non-IMMUTABLE expression inside CASE)
+WITH locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
+           o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled,
+           (o.cancelled_at_ms IS NULL AND o.attempts < %(max_attempts)s::int
+            AND NOT o.final_failure) AS attempting
+    FROM {schema}.outbox o
+    WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = %(intent_id)s::text
+      AND o.kind = 'job' AND o.actor_type = %(type)s::text AND o.command = %(job)s::text
+      AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = %(now)s::bigint + %(lease)s::bigint,
+    waiting = false,
+    attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
+    running = l.attempting,
+    ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
+    maybe_applied = CASE WHEN l.attempting THEN l.maybe_applied OR (l.attempts > 0 AND l.ambiguous)
+                         ELSE l.maybe_applied END,
+    last_error = CASE WHEN l.attempting
+                      THEN 'Attempt ' || (l.attempts + 1)::text
+                           || ' ended without reporting an outcome'
+                      ELSE o.last_error END
+FROM locked l
+WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.command,
+          o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
+          o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
+          (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
+              AS exhausted;
+
+-- citus_discover_capped_groups --
+-- Citus: the (actor, job) groups of this runner's capped job types with due unparked rows at the pass's clock reading, earliest first, no locks (each group is then claimed by keyed statements)
+SELECT o.routing_key, o.tenant_id, o.actor_type, o.actor_id, o.command,
+       min(o.due_at_ms) AS due_at_ms
+FROM {schema}.outbox o
+WHERE o.kind = 'job' AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
+  AND o.actor_type = ANY(%(types)s::text[]) AND o.command = ANY(%(jobs)s::text[])
+GROUP BY o.routing_key, o.tenant_id, o.actor_type, o.actor_id, o.command
+ORDER BY min(o.due_at_ms), o.routing_key
+LIMIT %(free)s;
+
+-- citus_prune_receipts --
+-- Citus: deletes a batch of a type's receipts past expiry + margin whose id no claimed outbox row of that type still carries (a receipt exists only for a delivered row, which a claim made attempts > 0); the carried ids are read in a subplan, no row locks
+WITH doomed AS MATERIALIZED (
+    SELECT r.routing_key, r.tenant_id, r.actor_type, r.actor_id, r.command_id
+    FROM {schema}.receipts r
+    WHERE r.actor_type = %(type)s::text AND r.expires_at_ms <= %(cutoff)s::bigint
+    ORDER BY r.expires_at_ms
+    LIMIT %(batch)s
+), carried AS MATERIALIZED (
+    SELECT o.intent_id, o.tenant_id, o.target_id
+    FROM {schema}.outbox o
+    WHERE o.target_type = %(type)s::text AND o.attempts > 0
+      AND o.intent_id IN (SELECT d.command_id FROM doomed d)
+)
+DELETE FROM {schema}.receipts r
+USING doomed d
+WHERE r.routing_key = d.routing_key AND r.tenant_id = d.tenant_id
+  AND r.actor_type = d.actor_type AND r.actor_id = d.actor_id AND r.command_id = d.command_id
+  AND NOT EXISTS (SELECT 1 FROM carried c
+                  WHERE c.intent_id = d.command_id AND c.tenant_id = d.tenant_id
+                    AND c.target_id = d.actor_id)
+RETURNING 1;
+
+-- citus_release_skewed_intents_scan --
+-- Citus, step 1 of the skew release: claimed intents of hosted types due further ahead than a claim or backoff can make them, at the check's clock reading (now), read without locks
+SELECT o.routing_key, o.intent_id
+FROM {schema}.outbox o
+WHERE o.kind = 'intent' AND o.attempts > 0
+  AND o.due_at_ms > %(now)s::bigint + %(skew_ms)s::bigint
+  AND o.target_type = ANY(%(types)s::text[])
+LIMIT %(limit)s;
+
+-- citus_release_skewed_intent --
+-- Citus, step 2: one such intent becomes due now in its own shard, SKIP LOCKED, only while still skewed; returns how far ahead it was
+WITH skewed AS (
+    SELECT o.routing_key, o.intent_id, o.due_at_ms - %(now)s::bigint AS ahead_ms
+    FROM {schema}.outbox o
+    WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = %(intent_id)s::text
+      AND o.kind = 'intent' AND o.attempts > 0
+      AND o.due_at_ms > %(now)s::bigint + %(skew_ms)s::bigint
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = %(now)s::bigint
+FROM skewed s
+WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = s.intent_id
+RETURNING o.intent_id, o.target_type, o.target_id, o.attempts, s.ahead_ms;
+
+-- citus_release_skewed_jobs_scan --
+-- Citus, step 1: running attempts of the executed job types whose lease ends further ahead than a lease can, at the check's clock reading (now), read without locks
+SELECT o.routing_key, o.intent_id, o.actor_type, o.command
+FROM {schema}.outbox o
+WHERE o.kind = 'job' AND o.running AND o.due_at_ms > %(now)s::bigint + %(skew_ms)s::bigint
+  AND o.actor_type = ANY(%(types)s::text[]) AND o.command = ANY(%(jobs)s::text[])
+LIMIT %(limit)s;
+
+-- citus_release_skewed_job --
+-- Citus, step 2: one such attempt's lease ends now in its own shard, SKIP LOCKED, only while still skewed; returns how far ahead it was
+WITH skewed AS (
+    SELECT o.routing_key, o.intent_id, o.due_at_ms - %(now)s::bigint AS ahead_ms
+    FROM {schema}.outbox o
+    WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = %(intent_id)s::text
+      AND o.kind = 'job' AND o.running
+      AND o.due_at_ms > %(now)s::bigint + %(skew_ms)s::bigint
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = %(now)s::bigint
+FROM skewed s
+WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = s.intent_id
+RETURNING o.intent_id, o.actor_type, o.actor_id, o.command, o.attempts, s.ahead_ms;
+
+-- citus_settle_intent --
+-- Citus: one delivered intent ends in its own shard, only under its claim token (settle_intents joins an unnest, which spans every shard)
+DELETE FROM {schema}.outbox
+WHERE routing_key = %(rk)s::bigint AND intent_id = %(intent_id)s::text AND kind = 'intent'
+  AND due_at_ms = %(token)s::bigint;
