@@ -193,8 +193,13 @@ SECRET = "e2e-secret-0123456789abcdef0123456789abcdef-not-for-production"
 OTHER_SECRET = "e2e-other-secret-fedcba9876543210fedcba9876543210-attacker"
 
 
-def token(subject: str, tenant: str | None = "acme", *, ttl: float = 600, key: str = SECRET) -> str:
-    """An HS256 bearer token (``tenant=None`` leaves the tenant claim out)."""
+def token(
+    subject: str, tenant: str | None = "acme", *, ttl: float = 6 * 3600, key: str = SECRET
+) -> str:
+    """An HS256 bearer token (``tenant=None`` leaves the tenant claim out).
+
+    Modules mint theirs at import, so the default lifetime outlasts a whole (slow) session.
+    """
     claims: dict[str, Any] = {"sub": subject, "exp": int(time.time() + ttl)}
     if tenant is not None:
         claims["tenant"] = tenant

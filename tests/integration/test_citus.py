@@ -210,7 +210,8 @@ async def _seed(store: Store, kind: str, n: int) -> list[tuple[int, str]]:
                 q["dead_letter_requeue"] if kind == "job" else q["insert_ticks"],
                 {**actor, "bucket": rk >> 56, "new_id": f"r{i}", "job": "work", "payload": "{}",
                  "payload_version": 0, "caller": "system", "maybe_applied": False, "off": -1000,
-                 "intent_ids": [f"r{i}"], "commands": ["tick"], "dues": [0], "keys": [f"k{i}"]},
+                 "intent_ids": [f"r{i}"], "commands": ["tick"], "dues": [0], "keys": [f"k{i}"],
+                 "versions": [0]},
             )  # fmt: skip
     return [(rk, f"r{i}") for i, rk in enumerate(keys)]
 
