@@ -57,6 +57,8 @@ GLOBAL = frozenset({"deployment", "deployment_names", "runners", "singletons", "
 #: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
 CROSS_ACTOR: dict[str, str] = {
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
+    "count_intent_backlog": "admission backpressure counts due intents of hosted types across "
+    "actors by bucket, kind and due_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
     "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
     "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
     "outbox_overview": "operators' read-only listing of pending rows (akter outbox)",

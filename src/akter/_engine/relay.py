@@ -35,6 +35,7 @@ import psycopg
 
 from akter import telemetry
 from akter._engine import parking, ticks
+from akter._engine.backlog import BacklogGate
 from akter._engine.skew import SkewWatch
 from akter._retry import Backoff
 from akter._store.gateway.notify import Notifier
@@ -143,6 +144,8 @@ class Relay:
         self._released = 0
         self._too_new_log = parking.OncePer(3600)
         self.skew = SkewWatch(services, executed_jobs=jobs.executed_jobs, runner_id=runner_id)
+        #: Admission backpressure on the backlog this relay sees (``max_outbox_backlog``).
+        self.backlog = BacklogGate(lambda: services.config.max_outbox_backlog, self._count_backlog)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -169,6 +172,7 @@ class Relay:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self.backlog.stop()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -287,8 +291,14 @@ class Relay:
         async with self._pass_lock:
             await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
             claimed = await self._claim_intents(drain)
+            self.backlog.observe(self._left_candidates)
             claimed += await self._jobs.run_pass()
         return claimed
+
+    async def _count_backlog(self, limit: int) -> int:
+        """Due intents of the hosted types, counted up to ``limit`` (the backlog gate's view)."""
+        types = sorted(self._services.registry.definitions)
+        return await self._outbox.count_backlog(types, limit)
 
     async def _claim_intents(self, drain: bool = False) -> int:
         config = self._services.config

@@ -151,6 +151,19 @@ class OutboxGateway:
             statement = self._store.queries["citus_settle_intent"]
             await citus_claims.each_alone(conn, statement, [c.params() for c in claims])
 
+    async def count_backlog(self, types: Sequence[str], limit: int) -> int:
+        """Due intents of ``types``, counted up to ``limit`` (a framework connection)."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            # Unprepared, like the claim: a generic plan made on a small outbox may seq-scan.
+            await cur.execute(
+                self._store.queries["count_intent_backlog"],
+                {"off": self._clock.offset_ms, "types": list(types), "limit": limit},
+                prepare=False,
+            )
+            row = await cur.fetchone()
+            return int(row["backlog"]) if row else 0
+
     async def rewrite_tick(
         self, claim: IntentClaim, *, new_id: str, due: int, payload_version: int = 0
     ) -> None:
