@@ -273,10 +273,15 @@ class Proc:
             await self.proc.wait()
 
 
-async def _count(url: str, query: sql.Composed) -> int:
+async def _count(url: str, query: sql.Composable) -> int:
     async with await turns._connect(url) as conn:
         row = await (await conn.execute(query)).fetchone()
         return int(row[0]) if row else 0
+
+
+async def _wal_lsn(url: str) -> int:
+    """The server's current WAL position, in bytes."""
+    return await _count(url, sql.SQL("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
 
 
 def _second_half(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -382,11 +387,13 @@ async def run_layout(
         names = {p.proc.pid: f"runner {i + 1}" for i, p in enumerate(procs)}
         sampler = asyncio.create_task(_cpu_window(args.seconds, names))
         series = asyncio.create_task(_backlog_series(url, schema, args.seconds))
+        wal0 = await _wal_lsn(url)
         for proc in procs:
             await proc.say("GO")
         for proc in procs:
             if (line := await proc.line(args.seconds + 120)) != "DONE":
                 raise RuntimeError(f"runner process: {line!r}")
+        wal_bytes = await _wal_lsn(url) - wal0
         usage = await sampler
         backlog_series = await series
         backlog = await _count(
@@ -421,6 +428,11 @@ async def run_layout(
         "backlog_series": backlog_series,
         "refused": sum(r.get("refused", 0) for r in reports),
         **_second_half(reports),
+        # WAL of the whole server over the window (the callers' and the deliveries' turns, and
+        # anything else writing meanwhile), per committed caller command and per transaction.
+        "wal_bytes": wal_bytes,
+        "wal_bytes_per_command": wal_bytes / max(1, commands),
+        "wal_bytes_per_transaction": wal_bytes / max(1, sum(r["transactions"] for r in reports)),
         "transactions_per_command": (
             sum(r["transactions"] for r in reports)
             / max(1, sum(r["batched_commands"] for r in reports))
@@ -597,15 +609,6 @@ def render(variant: str, rows: list[dict[str, Any]], reference: dict[str, Any]) 
         )
         if r["errors"]:
             lines.append(f"|  | errors: {r['errors']} |  |  |  |  |  |  |  |  |")
-    for r in rows:
-        if variant == "intent":
-            points = ", ".join(f"{t:g} s: {n:,}" for t, n in r.get("backlog_series", []))
-            lines.append(
-                f"\nlayout {r['layout']}: intent rows over the window: {points}; "
-                f"commands refused (RunnerAtCapacity): {r.get('refused', 0):,}; second half: "
-                f"{_f(r.get('half2_commands_per_s'), '{:,.0f}')} commands/s, "
-                f"{_f(r.get('half2_delivered_per_s'), '{:,.0f}')} delivered/s"
-            )
     delivered = (
         f"{_f(reference['delivered_per_s'], '{:,.0f}')} ({reference['outbox_backlog_after']:,})"
         if variant == "intent"
@@ -620,6 +623,17 @@ def render(variant: str, rows: list[dict[str, Any]], reference: dict[str, Any]) 
         f"| {reference['machine_busy_cores']:.2f} |"
     )
     lines += ["", f"pgbench: `{reference['cmd']}`"]
+    for r in rows:
+        note = f"layout {r['layout']}: WAL {r['wal_bytes_per_transaction']:,.0f} bytes/transaction"
+        if variant == "intent":
+            points = ", ".join(f"{t:g} s: {n:,}" for t, n in r.get("backlog_series", []))
+            note += (
+                f"; intent rows over the window: {points}; refusals (RunnerAtCapacity): "
+                f"{r.get('refused', 0):,}; second half: "
+                f"{_f(r.get('half2_commands_per_s'), '{:,.0f}')} commands/s, "
+                f"{_f(r.get('half2_delivered_per_s'), '{:,.0f}')} delivered/s"
+            )
+        lines += ["", note]
     return "\n".join(lines)
 
 
