@@ -732,8 +732,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-outbox-backlog",
         type=int,
-        default=10_000,
-        help="the runners' max_outbox_backlog (0: no bound)",
+        default=1_000,
+        help="the runners' max_outbox_backlog (default akter's 1,000; 0: no bound)",
     )
     parser.add_argument("--skip-pgbench", action="store_true", help="no pgbench comparator")
     parser.add_argument("--json", help="append JSON lines here")
