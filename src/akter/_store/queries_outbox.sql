@@ -109,3 +109,18 @@ FROM (
     ) p
     LIMIT %(limit)s
 ) due;
+
+-- any_due --
+-- an idle relay's poll: whether any unparked intent or job row is due across actors (one index probe per bucket, stopping at the first); every claim requires all of these, so false means no claim of this pass could take a row
+SELECT EXISTS (
+    SELECT 1
+    FROM generate_series(-128, 127) AS b(bucket)
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM {schema}.outbox o
+        WHERE o.bucket = b.bucket AND o.kind IN ('intent', 'job')
+          AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+          AND o.parked_at_ms IS NULL
+        LIMIT 1
+    ) p
+) AS due;

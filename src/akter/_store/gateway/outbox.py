@@ -164,6 +164,16 @@ class OutboxGateway:
             row = await cur.fetchone()
             return int(row["backlog"]) if row else 0
 
+    async def any_due(self) -> bool:
+        """Whether any unparked intent or job row is due (the relay's claim connection)."""
+        async with self._claim_conn.use() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["any_due"], {"off": self._clock.offset_ms}, prepare=False
+            )
+            row = await cur.fetchone()
+            return bool(row and row["due"])
+
     async def rewrite_tick(
         self, claim: IntentClaim, *, new_id: str, due: int, payload_version: int = 0
     ) -> None:
