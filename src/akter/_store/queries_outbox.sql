@@ -124,3 +124,14 @@ SELECT EXISTS (
         LIMIT 1
     ) p
 ) AS due;
+
+-- count_intent_backlog_flat --
+-- count_intent_backlog without the per-bucket probe, for Citus (which plans no lateral join over a distributed table): due, unclaimed, unparked intents of hosted types, stopping after %(limit)s rows
+SELECT count(*) AS backlog
+FROM (
+    SELECT 1
+    FROM {schema}.outbox o
+    WHERE o.kind = 'intent' AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
+      AND o.target_type = ANY(%(types)s::text[])
+    LIMIT %(limit)s
+) due;
