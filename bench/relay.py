@@ -428,7 +428,7 @@ async def latency_run(
         "backlog_at_end": backlog,
         "tail_settle_s": round(settle_s, 3),
         "undelivered": len(committed) - len(latencies),
-        "delivery_concurrency": recv_rt.delivery_concurrency,
+        "delivery_concurrency": recv_rt.config.delivery_concurrency,
         "in_flight_mean": statistics.fmean(occupancy) if occupancy else None,
         "pool_waits": int(waits[0]),
         "pool_wait_ms_mean": waits[1] / waits[0] if waits[0] else None,
@@ -864,10 +864,10 @@ async def latency_phase(
         params = {
             "off": runtime.clock.offset_ms,
             "types": sorted(runtime.definitions),
-            "probe": 2 * min(runtime.delivery_concurrency, runtime.pass_limit),
-            "free": min(runtime.delivery_concurrency, runtime.pass_limit),
-            "lease": runtime.claim_lease_ms,
-            "max_backoff": runtime.max_backoff_ms,
+            "probe": 2 * min(runtime.config.delivery_concurrency, runtime.config.pass_limit),
+            "free": min(runtime.config.delivery_concurrency, runtime.config.pass_limit),
+            "lease": runtime.config.claim_lease_ms,
+            "max_backoff": runtime.config.max_backoff_ms,
         }
         claim_text = runtime.store.queries["claim_intents"]
         for load in args.sleeping_loads if sleeping else args.loads:

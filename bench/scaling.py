@@ -131,6 +131,8 @@ async def child(config: dict[str, Any]) -> int:
         pool_size=config["pool_size"],
         max_resident_actors=config["actors"] + 1000,
         max_pending_commands=max(10_000, config["callers"] * 4),
+        delivery_concurrency=config["delivery_concurrency"],
+        max_outbox_backlog=config["max_outbox_backlog"],
     )
     lines = asyncio.Queue[str]()
 
@@ -160,6 +162,7 @@ async def child(config: dict[str, Any]) -> int:
         send = config["variant"] == "intent"
         latencies: list[float] = []
         errors: list[str] = []
+        refused = [0]
 
         async def caller(seed: int, until: float) -> None:
             rng = random.Random(seed)
@@ -168,6 +171,11 @@ async def child(config: dict[str, Any]) -> int:
                 try:
                     await (handle.add_and_send(1) if send else handle.add(1))
                 except akter.ActorError as exc:
+                    if exc.reason == "RunnerAtCapacity":
+                        # Backpressure (max_outbox_backlog): wait as told, as a client should.
+                        refused[0] += 1
+                        await asyncio.sleep(exc.retry_after or 0.1)
+                        continue
                     errors.append(exc.reason)
                     continue
                 latencies.append(time.perf_counter() - start)
@@ -177,7 +185,20 @@ async def child(config: dict[str, Any]) -> int:
         start = time.perf_counter()
         until = start + config["seconds"]
         seed = config["seed"]
+        series: list[tuple[float, int, int]] = []
+
+        async def record_series() -> None:
+            # (seconds in, commands done, intents delivered) every second: the steady state.
+            while (at := time.perf_counter()) < until:
+                series.append((round(at - start, 2), len(latencies), runtime.relay.delivered))
+                await asyncio.sleep(1.0)
+
+        recorder = asyncio.create_task(record_series())
         await asyncio.gather(*(caller(seed + i, until) for i in range(config["callers"])))
+        await recorder
+        series.append(
+            (round(time.perf_counter() - start, 2), len(latencies), runtime.relay.delivered)
+        )
         seconds = time.perf_counter() - start
         report = {
             "pid": os.getpid(),
@@ -186,6 +207,8 @@ async def child(config: dict[str, Any]) -> int:
             "seconds": seconds,
             "commands": len(latencies),
             "errors": len(errors),
+            "refused": refused[0] + runtime.relay.backlog.refused,
+            "series": series,
             "error_reasons": sorted(set(errors)),
             "cpu_s": time.process_time() - cpu0,
             "delivered": runtime.relay.delivered - delivered0,
@@ -250,10 +273,47 @@ class Proc:
             await self.proc.wait()
 
 
-async def _count(url: str, query: sql.Composed) -> int:
+async def _count(url: str, query: sql.Composable) -> int:
     async with await turns._connect(url) as conn:
         row = await (await conn.execute(query)).fetchone()
         return int(row[0]) if row else 0
+
+
+async def _wal_lsn(url: str) -> int:
+    """The server's current WAL position, in bytes."""
+    return await _count(url, sql.SQL("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+
+
+def _second_half(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Commands/s and deliveries/s over the second half of the window (all processes)."""
+    commands = delivered = 0.0
+    span = 0.0
+    for r in reports:
+        points = r.get("series") or []
+        if len(points) < 2:
+            continue
+        end = points[-1]
+        mid = min(points, key=lambda p: abs(p[0] - end[0] / 2))
+        span = max(span, end[0] - mid[0])
+        commands += end[1] - mid[1]
+        delivered += end[2] - mid[2]
+    if not span:
+        return {}
+    return {"half2_commands_per_s": commands / span, "half2_delivered_per_s": delivered / span}
+
+
+async def _backlog_series(url: str, schema: str, seconds: float) -> list[tuple[float, int]]:
+    """Intent rows in the outbox every ``seconds / 6`` of the window: (seconds in, rows)."""
+    query = sql.SQL("SELECT count(*) FROM {}.outbox WHERE kind = 'intent'").format(
+        sql.Identifier(schema)
+    )
+    step = max(seconds / 6, 1.0)
+    start = time.perf_counter()
+    points: list[tuple[float, int]] = []
+    while (at := time.perf_counter() - start) < seconds:
+        points.append((round(at, 1), await _count(url, query)))
+        await asyncio.sleep(step)
+    return points
 
 
 async def _cpu_window(seconds: float, pids: dict[int, str]) -> dict[str, Any]:
@@ -306,6 +366,8 @@ async def run_layout(
                 "seconds": args.seconds,
                 "seed": 1000 * (i + 1),
                 "pool_size": args.pool_size,
+                "delivery_concurrency": args.delivery_concurrency,
+                "max_outbox_backlog": args.max_outbox_backlog or None,
                 "report": str(report),
             }
             process = await asyncio.create_subprocess_exec(
@@ -324,12 +386,16 @@ async def run_layout(
         await turns._settle(url, schema, args.analyze)
         names = {p.proc.pid: f"runner {i + 1}" for i, p in enumerate(procs)}
         sampler = asyncio.create_task(_cpu_window(args.seconds, names))
+        series = asyncio.create_task(_backlog_series(url, schema, args.seconds))
+        wal0 = await _wal_lsn(url)
         for proc in procs:
             await proc.say("GO")
         for proc in procs:
             if (line := await proc.line(args.seconds + 120)) != "DONE":
                 raise RuntimeError(f"runner process: {line!r}")
+        wal_bytes = await _wal_lsn(url) - wal0
         usage = await sampler
+        backlog_series = await series
         backlog = await _count(
             url, sql.SQL("SELECT count(*) FROM {}.outbox").format(sql.Identifier(schema))
         )
@@ -359,6 +425,14 @@ async def run_layout(
         "errors": sum(r["errors"] for r in reports),
         "delivered_per_s": sum(r["delivered"] for r in reports) / seconds,
         "outbox_backlog_after": backlog,
+        "backlog_series": backlog_series,
+        "refused": sum(r.get("refused", 0) for r in reports),
+        **_second_half(reports),
+        # WAL of the whole server over the window (the callers' and the deliveries' turns, and
+        # anything else writing meanwhile), per committed caller command and per transaction.
+        "wal_bytes": wal_bytes,
+        "wal_bytes_per_command": wal_bytes / max(1, commands),
+        "wal_bytes_per_transaction": wal_bytes / max(1, sum(r["transactions"] for r in reports)),
         "transactions_per_command": (
             sum(r["transactions"] for r in reports)
             / max(1, sum(r["batched_commands"] for r in reports))
@@ -460,6 +534,27 @@ async def run_pgbench(url: str, variant: str, args: argparse.Namespace) -> dict[
     }
 
 
+def _no_reference(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A placeholder reference row when ``--skip-pgbench`` (ratios to pgbench show as –)."""
+    return {
+        "side": "pgbench",
+        "variant": variant,
+        "layout": "pgbench",
+        "clients": args.callers,
+        "actors": args.actors,
+        "commands_per_s": float("nan"),
+        "delivered_per_s": None,
+        "outbox_backlog_after": 0,
+        "p50_ms": None,
+        "p99_ms": None,
+        "client_cores": 0.0,
+        "postgres_cores": 0.0,
+        "postgres_us_per_command": None,
+        "machine_busy_cores": 0.0,
+        "cmd": "skipped (--skip-pgbench)",
+    }
+
+
 def _script_latencies(prefix: Path, script: int) -> list[float]:
     """Latencies (s) of one script's transactions from ``pgbench -l`` (columns 3 and 4)."""
     samples: list[float] = []
@@ -528,6 +623,17 @@ def render(variant: str, rows: list[dict[str, Any]], reference: dict[str, Any]) 
         f"| {reference['machine_busy_cores']:.2f} |"
     )
     lines += ["", f"pgbench: `{reference['cmd']}`"]
+    for r in rows:
+        note = f"layout {r['layout']}: WAL {r['wal_bytes_per_transaction']:,.0f} bytes/transaction"
+        if variant == "intent":
+            points = ", ".join(f"{t:g} s: {n:,}" for t, n in r.get("backlog_series", []))
+            note += (
+                f"; intent rows over the window: {points}; refusals (RunnerAtCapacity): "
+                f"{r.get('refused', 0):,}; second half: "
+                f"{_f(r.get('half2_commands_per_s'), '{:,.0f}')} commands/s, "
+                f"{_f(r.get('half2_delivered_per_s'), '{:,.0f}')} delivered/s"
+            )
+        lines += ["", note]
     return "\n".join(lines)
 
 
@@ -571,7 +677,8 @@ async def run(args: argparse.Namespace) -> int:
             for variant in variants:
                 rows: list[dict[str, Any]] = []
                 reference: dict[str, Any] | None = None
-                if rep % 2 == 0:  # even reps run pgbench first, so drift does not favour one side
+                # Even reps run pgbench first, so drift does not favour one side.
+                if rep % 2 == 0 and not args.skip_pgbench:
                     reference = await run_pgbench(url, variant, args)
                 for layout in args.layout:
                     rows.append(await run_layout(url, variant, layout, args, tmp))
@@ -579,6 +686,8 @@ async def run(args: argparse.Namespace) -> int:
                         f"  {variant} {layout}: {rows[-1]['commands_per_s']:,.0f} commands/s",
                         flush=True,
                     )
+                if reference is None and args.skip_pgbench:
+                    reference = _no_reference(variant, args)
                 if reference is None:
                     reference = await run_pgbench(url, variant, args)
                 print(f"  {variant} pgbench: {reference['commands_per_s']:,.0f}/s", flush=True)
@@ -617,6 +726,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--analyze", action="store_true", help="VACUUM ANALYZE akter's tables after the warm-up"
     )
+    parser.add_argument(
+        "--delivery-concurrency", type=int, default=16, help="the runners' delivery_concurrency"
+    )
+    parser.add_argument(
+        "--max-outbox-backlog",
+        type=int,
+        default=1_000,
+        help="the runners' max_outbox_backlog (default akter's 1,000; 0: no bound)",
+    )
+    parser.add_argument("--skip-pgbench", action="store_true", help="no pgbench comparator")
     parser.add_argument("--json", help="append JSON lines here")
     return parser.parse_args(argv)
 

@@ -52,6 +52,7 @@ class RuntimeOptions(TypedDict, total=False):
     poll: Duration
     pass_limit: int
     delivery_concurrency: int
+    max_outbox_backlog: int | None
     max_backoff: Duration
     claim_lease: Duration | None
     executor_concurrency: int
@@ -95,6 +96,10 @@ class RuntimeConfig:
         poll: The relay's and executors' idle poll interval (default 1 s).
         pass_limit: Rows a relay pass claims at most (default 256).
         delivery_concurrency: Deliveries in flight per runner (default 16).
+        max_outbox_backlog: Due, undelivered intents at which this runner's relay stops
+            admitting external commands (``RunnerAtCapacity``, retryable, with
+            ``retry_after``) until the relays catch up (default 1,000; ``None``: never).
+            Sampled only while the relay is saturated (``akter._engine.backlog``).
         max_backoff: The longest wait between delivery retries (default 256 s).
         claim_lease: How long a relay claim holds a row (default: the longest
             ``execution_timeout + lock_wait`` of the hosted types, + 5 s).
@@ -133,6 +138,7 @@ class RuntimeConfig:
     poll: Duration = 1.0
     pass_limit: int = 256
     delivery_concurrency: int = 16
+    max_outbox_backlog: int | None = 1_000
     max_backoff: Duration = 256.0
     claim_lease: Duration | None = None
     executor_concurrency: int = 64
@@ -177,6 +183,8 @@ class RuntimeConfig:
         self._set("drain_deadline_ms", ms_from_duration(self.drain_deadline, "drain_deadline"))
         for name in ("pass_limit", "delivery_concurrency", "executor_concurrency"):
             _check_count(name, getattr(self, name), 1, 1_000_000)
+        if self.max_outbox_backlog is not None:
+            _check_count("max_outbox_backlog", self.max_outbox_backlog, 1, 100_000_000, show=True)
         self._set("notify", bool(self.notify))
         self._set("poll_ms", _at_least(self.poll, "poll", 1))
         self._set("max_backoff_ms", _at_least(self.max_backoff, "max_backoff", 1))

@@ -122,6 +122,7 @@ class Runtime:
             jobs=self.jobs,
             runner_id=self.runners.runner_id,
         )
+        self.dispatcher.admission = self.relay.backlog
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(services, wake=self.relay.wake)
         #: Parked outbox rows: list, retry, discard (evolution E3).

@@ -57,6 +57,12 @@ GLOBAL = frozenset({"deployment", "deployment_names", "runners", "singletons", "
 #: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
 CROSS_ACTOR: dict[str, str] = {
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
+    "any_due": "an idle relay's poll asks whether any unparked intent or job row is due across "
+    "actors, by bucket, kind, due_at_ms and parked_at_ms (read-only, one row per bucket at most)",
+    "count_intent_backlog_flat": "Citus: count_intent_backlog without the per-bucket probe, by "
+    "kind, due_at_ms and parked_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
+    "count_intent_backlog": "admission backpressure counts due intents of hosted types across "
+    "actors by bucket, kind and due_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
     "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
     "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
     "outbox_overview": "operators' read-only listing of pending rows (akter outbox)",

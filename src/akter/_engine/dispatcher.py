@@ -13,6 +13,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from akter._engine.turn import BATCH_LIMIT, Activation, Request, Result, TurnEngine
 from akter._ids import placement_key, routing_key
@@ -28,6 +29,12 @@ class _Mailbox:
     activation: Activation
     queue: deque[Request] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
+
+
+class Admission(Protocol):
+    """Refuses an external command the runner cannot take now (``akter._engine.backlog``)."""
+
+    def admit(self, command_id: str) -> None: ...
 
 
 def routing_key_of(definition: ActorDefinition, ref: ActorRef) -> int:
@@ -52,6 +59,8 @@ class Dispatcher:
         self._resident_by_type: dict[str, int] = {}
         self._pending = 0
         self.accepting = True
+        #: The outbox backlog's admission check (set by the runtime when its relay runs).
+        self.admission: Admission | None = None
 
     @property
     def resident(self) -> int:
@@ -83,6 +92,8 @@ class Dispatcher:
                 "retry shortly.",
                 command_id=request.command_id.raw,
             )
+        if request.external and self.admission is not None:
+            self.admission.admit(request.command_id.raw)
         ref = request.ref
         key = (ref.tenant, ref.type, ref.id)
         box = self._boxes.get(key)

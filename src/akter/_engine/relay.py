@@ -35,6 +35,7 @@ import psycopg
 
 from akter import telemetry
 from akter._engine import parking, ticks
+from akter._engine.backlog import BacklogGate
 from akter._engine.skew import SkewWatch
 from akter._retry import Backoff
 from akter._store.gateway.notify import Notifier
@@ -143,6 +144,8 @@ class Relay:
         self._released = 0
         self._too_new_log = parking.OncePer(3600)
         self.skew = SkewWatch(services, executed_jobs=jobs.executed_jobs, runner_id=runner_id)
+        #: Admission backpressure on the backlog this relay sees (``max_outbox_backlog``).
+        self.backlog = BacklogGate(lambda: services.config.max_outbox_backlog, self._count_backlog)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -169,6 +172,7 @@ class Relay:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self.backlog.stop()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -248,11 +252,13 @@ class Relay:
 
     async def _loop(self) -> None:
         poll = self._services.config.poll_ms / 1000
+        idle = False
         while True:
-            await wait_event(self._wake, poll * random.uniform(0.9, 1.1))
+            woken = await wait_event(self._wake, poll * random.uniform(0.9, 1.1))
             self._wake.clear()
             try:
-                await self.run_pass()
+                # A poll after a pass that claimed nothing asks first (``any_due``): idle cost.
+                idle = await self.run_pass(idle_poll=idle and not woken) == 0
             except (psycopg.Error, OSError) as exc:
                 log.warning(
                     "Relay pass failed; retrying at the next poll", extra={"error": str(exc)}
@@ -276,19 +282,37 @@ class Relay:
                 return
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def run_pass(self, *, drain: bool = False) -> int:
+    async def run_pass(self, *, drain: bool = False, idle_poll: bool = False) -> int:
         """One pass: claim intents into free slots, then let the executor claim jobs.
 
         A test drain (``drain=True``) may fill up to ``pass_limit`` delivery slots at once, so
-        a backlog of thousands settles within the drain's round limit.
+        a backlog of thousands settles within the drain's round limit. An ``idle_poll`` (the
+        loop's poll after a pass that claimed nothing) first asks whether any row is due at all
+        and claims nothing when none is: every claim needs a due, unparked row.
         """
         if self._stopping:
             return 0
         async with self._pass_lock:
             await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
-            claimed = await self._claim_intents(drain)
-            claimed += await self._jobs.run_pass()
-        return claimed
+            if idle_poll and not await self._outbox.any_due():
+                self._left_candidates = False
+                self.backlog.observe(False)
+                return 0
+            # Side by side (own connection, framework pool): in series, an intent committed
+            # while the job claims ran waited for them before its own claim.
+            outcomes = await asyncio.gather(
+                self._claim_intents(drain), self._jobs.run_pass(), return_exceptions=True
+            )
+            self.backlog.observe(self._left_candidates)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome  # both halves have ended: the pass ran to completion
+        return sum(o for o in outcomes if isinstance(o, int))
+
+    async def _count_backlog(self, limit: int) -> int:
+        """Due intents of the hosted types, counted up to ``limit`` (the backlog gate's view)."""
+        types = sorted(self._services.registry.definitions)
+        return await self._outbox.count_backlog(types, limit)
 
     async def _claim_intents(self, drain: bool = False) -> int:
         config = self._services.config

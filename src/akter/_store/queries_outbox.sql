@@ -91,3 +91,47 @@ SET parked_at_ms = {schema}.stmt_ms(%(off)s::bigint), last_error = %(error)s
 FROM doomed d
 WHERE o.routing_key = d.routing_key AND o.intent_id = d.intent_id
 RETURNING o.intent_id;
+
+-- count_intent_backlog --
+-- admission backpressure (akter._engine.backlog): due, unclaimed, unparked intents of hosted types across actors, by per-bucket probes of outbox_due, stopping after %(limit)s rows (cost bounded by the limit, never a full count)
+SELECT count(*) AS backlog
+FROM (
+    SELECT 1
+    FROM generate_series(-128, 127) AS b(bucket)
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM {schema}.outbox o
+        WHERE o.bucket = b.bucket AND o.kind = 'intent'
+          AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+          AND o.parked_at_ms IS NULL
+          AND o.target_type = ANY(%(types)s::text[])
+        LIMIT %(limit)s
+    ) p
+    LIMIT %(limit)s
+) due;
+
+-- any_due --
+-- an idle relay's poll: whether any unparked intent or job row is due across actors (one index probe per bucket, stopping at the first); every claim requires all of these, so false means no claim of this pass could take a row
+SELECT EXISTS (
+    SELECT 1
+    FROM generate_series(-128, 127) AS b(bucket)
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM {schema}.outbox o
+        WHERE o.bucket = b.bucket AND o.kind IN ('intent', 'job')
+          AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+          AND o.parked_at_ms IS NULL
+        LIMIT 1
+    ) p
+) AS due;
+
+-- count_intent_backlog_flat --
+-- count_intent_backlog without the per-bucket probe, for Citus (which plans no lateral join over a distributed table): due, unclaimed, unparked intents of hosted types, stopping after %(limit)s rows
+SELECT count(*) AS backlog
+FROM (
+    SELECT 1
+    FROM {schema}.outbox o
+    WHERE o.kind = 'intent' AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
+      AND o.target_type = ANY(%(types)s::text[])
+    LIMIT %(limit)s
+) due;

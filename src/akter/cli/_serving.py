@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from typing import Any
 
 from akter.cli._common import stderr
@@ -31,10 +32,13 @@ async def run_until_signalled(
     stop: asyncio.Event | None = None,
     banner: str = "",
     app_options: dict[str, Any] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Run the runtime (and uvicorn with ``http``) until ``stop`` is set; then drain.
 
     ``app_options`` go to :func:`akter.http.app` (``akter dev`` passes its local console).
+    ``sock`` is a listening socket to serve on instead of binding ``http`` (a worker of
+    ``akter serve --workers``, ``akter.cli._workers``).
     """
     stop = stop or stop_on_signals()
     server = None
@@ -54,7 +58,8 @@ async def run_until_signalled(
         )
         server = uvicorn.Server(config)
     async with runtime:
-        serving = asyncio.create_task(server.serve()) if server else None
+        sockets = [sock] if sock is not None else None
+        serving = asyncio.create_task(server.serve(sockets=sockets)) if server else None
         stderr.print(
             f"akter runner {runtime.runners.runner_id} ready"
             + (f", HTTP on {http}" if http else "")

@@ -3,7 +3,8 @@
 ``TARGET`` names the user's runtime as ``module:attribute`` (``app:runtime``), imported with the
 current directory on ``sys.path``. ``serve`` runs a runner (with ``--http`` also the ASGI app under
 uvicorn, behind the auth provider of ``--auth module:provider``) until SIGTERM/SIGINT, then
-drains gracefully; ``worker`` runs executors only.
+drains gracefully; ``--workers N`` runs N such runner processes behind one port
+(``akter.cli._workers``); ``worker`` runs executors only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 
 from akter.cli._common import AuthOption, TargetArg, load_auth, load_runtime, refusals_exit
 from akter.cli._serving import run_until_signalled
+from akter.cli._workers import Workers, adopt, bind
 from akter.errors import ConfigurationError
 
 runner_app = typer.Typer()
@@ -27,6 +29,11 @@ def serve(
         str | None, typer.Option("--http", help="Also serve HTTP on HOST:PORT.")
     ] = None,
     auth: AuthOption = None,
+    workers: Annotated[
+        int,
+        typer.Option("--workers", min=1, help="Run N runner processes behind the one HTTP port."),
+    ] = 1,
+    worker_fd: Annotated[int | None, typer.Option("--worker-fd", hidden=True)] = None,
 ) -> None:
     """Run a runner: turns, the relay, executors (and HTTP with --http) until SIGTERM."""
     with refusals_exit():
@@ -34,7 +41,16 @@ def serve(
         if auth is not None and not http:
             raise ConfigurationError("--auth needs --http (it is the HTTP auth provider).")
         options = {"auth": load_auth(auth)} if auth is not None else {}
-        asyncio.run(run_until_signalled(runtime, http, app_options=options))
+        if workers > 1:
+            argv = [
+                target,
+                *(["--http", http] if http else []),
+                *(["--auth", auth] if auth else []),
+            ]
+            sock = bind(http) if http else None
+            raise typer.Exit(asyncio.run(Workers(argv, workers, sock).run()))
+        sock = adopt(worker_fd) if worker_fd is not None else None
+        asyncio.run(run_until_signalled(runtime, http, app_options=options, sock=sock))
 
 
 @runner_app.command("worker")

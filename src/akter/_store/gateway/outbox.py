@@ -151,6 +151,37 @@ class OutboxGateway:
             statement = self._store.queries["citus_settle_intent"]
             await citus_claims.each_alone(conn, statement, [c.params() for c in claims])
 
+    async def count_backlog(self, types: Sequence[str], limit: int) -> int:
+        """Due intents of ``types``, counted up to ``limit`` (a framework connection)."""
+        queries = self._store.queries
+        params: dict[str, Any] = {"off": self._clock.offset_ms, "types": list(types)}
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            statement = queries["count_intent_backlog"]
+            if self._store.strategy == "citus":  # no lateral probe: one clock read, a flat scan
+                params["now"] = await citus_claims.read_clock(cur, queries, params["off"])
+                statement = queries["count_intent_backlog_flat"]
+            # Unprepared, like the claim: a generic plan made on a small outbox may seq-scan.
+            await cur.execute(statement, {**params, "limit": limit}, prepare=False)
+            row = await cur.fetchone()
+            return int(row["backlog"]) if row else 0
+
+    async def any_due(self) -> bool:
+        """Whether any unparked intent or job row is due (the relay's claim connection).
+
+        On Citus always ``True`` (the claims run as before): it plans no lateral probe over a
+        distributed table.
+        """
+        if self._store.strategy == "citus":
+            return True
+        async with self._claim_conn.use() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["any_due"], {"off": self._clock.offset_ms}, prepare=False
+            )
+            row = await cur.fetchone()
+            return bool(row and row["due"])
+
     async def rewrite_tick(
         self, claim: IntentClaim, *, new_id: str, due: int, payload_version: int = 0
     ) -> None:
