@@ -3,12 +3,13 @@
 :func:`plan` decides, without the database, which statements the batch needs (nothing at all
 rolls back instead of committing); :func:`send` queues them in the turn's pipeline in their
 fixed order — loop fences, actor row, events, timer deletes, job cancels, outbox, ticks,
-receipts, ``COMMIT`` — followed by the release check's clock read; :func:`answers` reads the
-flight's results once the pipeline has synced.
+receipts, ``COMMIT``; :func:`answers` reads the flight's results once the pipeline has synced.
+The release check's clock is not read here: :func:`release_clock` bounds it from the turn's.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,7 +80,6 @@ class Sent:
 
     end: actors.Cursor
     cancels: actors.Cursor | None
-    clock: actors.Cursor
 
 
 async def send(
@@ -134,7 +134,7 @@ async def send(
                     q,
                     key,
                     bucket=act.bucket,
-                    off=off,
+                    now_ms=now_ms,
                     rows=writes.rows,
                     ordinals=ords,
                     traceparent=telemetry.traceparent(),  # the batch span staged them
@@ -144,9 +144,8 @@ async def send(
             if todo.receipts:
                 await _insert_receipts(conn, q, key, todo.receipts)
             end = await actors.end_turn(conn, commit=True)
-        clock = await actors.read_clock(conn, q, off)
     telemetry.child_span("akter.commit", act.ref, started_ns)
-    return Sent(end, cancels, clock)
+    return Sent(end, cancels)
 
 
 async def _insert_receipts(
@@ -165,21 +164,32 @@ async def _insert_receipts(
     )
 
 
-async def answers(sent: Sent, todo: Plan, now_ms: int) -> tuple[list[tuple[str, bool]], int]:
-    """The cancelled jobs ``(job id, was running)`` and the release check's clock.
+async def answers(sent: Sent, todo: Plan) -> list[tuple[str, bool]]:
+    """The cancelled jobs ``(job id, was running)``.
 
     Raises:
         Retryable: ``COMMIT`` was answered with something else (the server rolled back).
     """
-    cancelled: list[tuple[str, bool]] = []
-    if not todo.nothing:
-        if sent.end.statusmessage != "COMMIT":
-            raise Retryable(f"COMMIT answered {sent.end.statusmessage}")
-        if sent.cancels is not None:
-            cancelled = [(str(r[0]), bool(r[1])) for r in await sent.cancels.fetchall()]
-    clock_row = await sent.clock.fetchone()
-    released_at = int(clock_row[0]) if clock_row else now_ms  # type: ignore[call-overload]
-    return cancelled, released_at
+    if todo.nothing:
+        return []
+    if sent.end.statusmessage != "COMMIT":
+        raise Retryable(f"COMMIT answered {sent.end.statusmessage}")
+    if sent.cancels is None:
+        return []
+    return [(str(r[0]), bool(r[1])) for r in await sent.cancels.fetchall()]
+
+
+def release_clock(now_ms: int, sent_at: float, offset_delta_ms: int) -> int:
+    """An upper bound of the framework clock now, after the commit flight was answered.
+
+    The release check (semantics §2.3) needs the clock after ``COMMIT``. The server read the
+    turn's ``now_ms`` after ``sent_at`` (``time.monotonic()`` before the admission flight left),
+    so the clock now is at most ``now_ms`` plus the time since, rounded up, plus whatever a test
+    moved the runtime's offset by meanwhile. Refusing on this bound refuses whenever the read it
+    replaces would have (and, within one turn's duration of the expiry, a little earlier),
+    without a statement after ``COMMIT``.
+    """
+    return now_ms + math.ceil((time.monotonic() - sent_at) * 1000) + offset_delta_ms
 
 
 def ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:

@@ -36,26 +36,30 @@ def _ms_text(ms: int) -> str:
 # --- flight 1: admission ------------------------------------------------------------------------
 
 
-async def begin_turn(
-    conn: Connection,
-    q: Queries,
-    *,
-    lock_wait_ms: int,
-    statement_timeout_ms: int,
-    bound_setting: str,
-    bound_ms: int,
-) -> None:
-    """``BEGIN`` and the transaction-local timeouts (``bound_setting`` ends a frozen session)."""
+def turn_settings(
+    *, lock_wait_ms: int, statement_timeout_ms: int, bound_setting: str, bound_ms: int
+) -> dict[str, str]:
+    """The parameters of a turn's transaction-local timeouts.
+
+    ``bound_setting`` ends a frozen session. They are the same for every turn of a type, so the
+    engine builds them once per type.
+    """
+    return {
+        "lock_timeout": _ms_text(lock_wait_ms),
+        "statement_timeout": _ms_text(statement_timeout_ms),
+        "bound_setting": bound_setting,
+        "bound": _ms_text(bound_ms),
+    }
+
+
+async def begin_turn(conn: Connection, q: Queries, settings: Key | None) -> None:
+    """``BEGIN``; with ``settings``, also ``turn_settings``.
+
+    Only a cold turn needs them before ``ensure_actor``: a warm turn's ``lock_actor`` sets them.
+    """
     await conn.execute("BEGIN")
-    await conn.execute(
-        q["turn_settings"],
-        {
-            "lock_timeout": _ms_text(lock_wait_ms),
-            "statement_timeout": _ms_text(statement_timeout_ms),
-            "bound_setting": bound_setting,
-            "bound": _ms_text(bound_ms),
-        },
-    )
+    if settings is not None:
+        await conn.execute(q["turn_settings"], settings)
 
 
 def ensure_actor(
@@ -71,10 +75,13 @@ def ensure_actor(
 
 
 def lock_actor(
-    conn: Connection, q: Queries, key: Key, cached_version: int | None
+    conn: Connection, q: Queries, key: Key, cached_version: int | None, settings: Key
 ) -> Awaitable[Cursor]:
-    """Lock the actor row; its state is shipped only when ``cached_version`` is stale."""
-    return conn.execute(q["lock_actor"], {**key, "cached_version": cached_version})
+    """Set the turn's timeouts (:func:`turn_settings`), then lock the actor row.
+
+    Its state is shipped only when ``cached_version`` is stale.
+    """
+    return conn.execute(q["lock_actor"], {**key, **settings, "cached_version": cached_version})
 
 
 def read_admission(
@@ -174,13 +181,14 @@ def insert_outbox(
     key: Key,
     *,
     bucket: int,
-    off: int,
+    now_ms: int,
     rows: Sequence[StagedRow],
     ordinals: list[int],
     traceparent: str | None,
 ) -> Awaitable[Cursor]:
     """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``).
 
+    Relative delays count from ``now_ms``, the turn's clock (one clock reading per turn).
     ``traceparent`` (W3C text of the span that staged them, or ``None``) goes with every row.
     """
     return conn.execute(
@@ -188,7 +196,7 @@ def insert_outbox(
         {
             **key,
             "bucket": bucket,
-            "off": off,
+            "now": now_ms,
             "intent_ids": [r.intent_id for r in rows],
             "kinds": [r.kind for r in rows],
             "target_types": [r.target_type for r in rows],
@@ -265,11 +273,6 @@ def insert_receipts(
 def end_turn(conn: Connection, commit: bool) -> Awaitable[Cursor]:
     """``COMMIT`` (or ``ROLLBACK`` when the turn writes nothing); its status is the cursor's."""
     return conn.execute("COMMIT" if commit else "ROLLBACK")
-
-
-def read_clock(conn: Connection, q: Queries, off: int) -> Awaitable[Cursor]:
-    """The database clock (the release check's read, after the transaction ended)."""
-    return conn.execute(q["clock_now"], {"off": off})
 
 
 async def committed(
