@@ -94,15 +94,16 @@ async def admit(
     default_json = default_state_json(act.definition) if ensured else ""
     state_version = act.definition.state_version
     command_ids = [r.command_id.raw for r in batch]
+    curs = actors.turn_cursors(conn)
     sent_at = time.monotonic()
     async with flights.admission():
         # A cold turn's ensure_actor may wait on another runner's insert of the row: it needs
         # the timeouts first. A warm turn's lock statement sets them itself (one statement less).
-        await actors.begin_turn(conn, q, settings if ensured else None)
+        await actors.begin_turn(curs.sink, q, settings if ensured else None)
         if ensured:
-            await actors.ensure_actor(conn, q, key, default_json, state_version, off)
-        lock_cur = await actors.lock_actor(conn, q, key, act.version, settings)
-        read_cur = await actors.read_admission(conn, q, key, off, command_ids)
+            await actors.ensure_actor(curs.sink, q, key, default_json, state_version, off)
+        lock_cur = await actors.lock_actor(curs.lock, q, key, act.version, settings)
+        read_cur = await actors.read_admission(curs.read, q, key, off, command_ids)
         # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
         # between the flights must not hold off a takeover) and held in the commit flight.
         fence_curs = [

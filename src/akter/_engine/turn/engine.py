@@ -60,7 +60,7 @@ from akter._engine.turn.types import (
     Result,
     Retryable,
 )
-from akter._policy import Policy
+from akter._policy import ResolvedPolicy
 from akter._store.gateway import actors
 from akter._store.pool import Clock, Connection, Store
 from akter.errors import ActorError, InjectedCrash
@@ -90,7 +90,7 @@ class TurnEngine:
         #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
         self.pool_wait = 2.0
         self.too_new_warnings = too_new.TooNewWarnings()
-        self._turn_settings: dict[str, tuple[Policy, int, dict[str, str]]] = {}
+        self._turn_settings: dict[str, tuple[ResolvedPolicy, int, dict[str, str]]] = {}
 
     # The runtime replaces both (its own metrics; a new store at start): the store's pool records
     # its connection waits into the runner's metrics.

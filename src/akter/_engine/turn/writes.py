@@ -98,19 +98,20 @@ async def send(
     """Queue the commit flight and sync the pipeline (the flight's one round trip)."""
     started_ns = time.time_ns()
     writes = ran.writes
+    sink = actors.turn_cursors(conn).sink
     cancels = None
     async with flights.commit():
         if todo.nothing:
-            end = await actors.end_turn(conn, commit=False)
+            end = await actors.end_turn(sink, commit=False)
         else:
             # The fence through COMMIT: the whole flight is sent before the server runs it,
             # so the lock is held for no client time. A lost lease fails the flight
             # (serialization_failure); the retry's admission check refuses with LeaseLost.
             for f in todo.fences:
-                await actors.hold_fence(conn, q, f.actor_type, f.owner, f.epoch, off)
+                await actors.hold_fence(sink, q, f.actor_type, f.owner, f.epoch, off)
             if todo.state_changed:
                 await actors.update_actor(
-                    conn,
+                    sink,
                     q,
                     key,
                     state_json=ran.state_json,
@@ -122,15 +123,15 @@ async def send(
                     locked_version=locked_version,
                 )
             if writes.events:
-                await actors.insert_events(conn, q, key, now_ms, act.event_seq + 1, writes.events)
+                await actors.insert_events(sink, q, key, now_ms, act.event_seq + 1, writes.events)
             if writes.timer_deletes:
-                await actors.delete_timers(conn, q, key, writes.timer_deletes)
+                await actors.delete_timers(sink, q, key, writes.timer_deletes)
             if writes.job_cancels:
                 cancels = await actors.cancel_jobs(conn, q, key, writes.job_cancels, now_ms)
             if writes.rows:
                 ords = ordinals(act.definition, writes.rows)
                 await actors.insert_outbox(
-                    conn,
+                    sink,
                     q,
                     key,
                     bucket=act.bucket,
@@ -140,16 +141,16 @@ async def send(
                     traceparent=telemetry.traceparent(),  # the batch span staged them
                 )
             if todo.ticks is not None:
-                await actors.insert_ticks(conn, q, todo.ticks)
+                await actors.insert_ticks(sink, q, todo.ticks)
             if todo.receipts:
-                await _insert_receipts(conn, q, key, todo.receipts)
-            end = await actors.end_turn(conn, commit=True)
+                await _insert_receipts(sink, q, key, todo.receipts)
+            end = await actors.end_turn(sink, commit=True)
     telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)
 
 
 async def _insert_receipts(
-    conn: Connection, q: Queries, key: dict[str, Any], rows: list[tuple[Outcome, Request]]
+    conn: actors.Executor, q: Queries, key: dict[str, Any], rows: list[tuple[Outcome, Request]]
 ) -> None:
     await actors.insert_receipts(
         conn,

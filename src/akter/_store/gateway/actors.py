@@ -17,11 +17,41 @@ import psycopg
 
 from akter._staging import StagedEvent, StagedRow
 from akter._store.gateway.errors import wrap_errors
-from akter._store.pool import Clock, Connection, Store
+from akter._store.pool import Clock, Connection, Store, TurnConnection
 from akter._store.queries import Queries
 
 Cursor = psycopg.AsyncCursor[tuple[object, ...]]
 Key = Mapping[str, Any]
+#: Where a statement is queued: the connection (a new cursor) or a reused cursor of it.
+Executor = Connection | Cursor
+
+
+class TurnCursors:
+    """The cursors a connection's turns reuse, one per statement whose result a turn reads.
+
+    A new cursor per statement costs its construction and, worse, a cold dumper cache: every
+    parameter's type is looked up again on each turn. Reused, the lookups are cached. ``sink``
+    carries the statements whose results are not read (its status is the last one's: the
+    ``COMMIT``); ``lock`` and ``read`` the admission's two reads. Results are read before the
+    next flight reuses a cursor.
+    """
+
+    __slots__ = ("lock", "read", "sink")
+
+    def __init__(self, conn: Connection) -> None:
+        self.lock: Cursor = conn.cursor()
+        self.read: Cursor = conn.cursor()
+        self.sink: Cursor = conn.cursor()
+
+
+def turn_cursors(conn: Connection) -> TurnCursors:
+    """The reused cursors of ``conn``: kept on a pooled connection, made afresh on any other."""
+    if isinstance(conn, TurnConnection):
+        found = conn.turn_cursors
+        if not isinstance(found, TurnCursors):
+            found = conn.turn_cursors = TurnCursors(conn)
+        return found
+    return TurnCursors(conn)
 
 
 def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> dict[str, Any]:
@@ -52,7 +82,7 @@ def turn_settings(
     }
 
 
-async def begin_turn(conn: Connection, q: Queries, settings: Key | None) -> None:
+async def begin_turn(conn: Executor, q: Queries, settings: Key | None) -> None:
     """``BEGIN``; with ``settings``, also ``turn_settings``.
 
     Only a cold turn needs them before ``ensure_actor``: a warm turn's ``lock_actor`` sets them.
@@ -63,7 +93,7 @@ async def begin_turn(conn: Connection, q: Queries, settings: Key | None) -> None
 
 
 def ensure_actor(
-    conn: Connection, q: Queries, key: Key, state_json: str, state_version: int, off: int
+    conn: Executor, q: Queries, key: Key, state_json: str, state_version: int, off: int
 ) -> Awaitable[Cursor]:
     """Insert the row of an actor the cache does not know (an existing row is left alone).
 
@@ -75,7 +105,7 @@ def ensure_actor(
 
 
 def lock_actor(
-    conn: Connection, q: Queries, key: Key, cached_version: int | None, settings: Key
+    conn: Executor, q: Queries, key: Key, cached_version: int | None, settings: Key
 ) -> Awaitable[Cursor]:
     """Set the turn's timeouts (:func:`turn_settings`), then lock the actor row.
 
@@ -85,7 +115,7 @@ def lock_actor(
 
 
 def read_admission(
-    conn: Connection, q: Queries, key: Key, off: int, command_ids: list[str]
+    conn: Executor, q: Queries, key: Key, off: int, command_ids: list[str]
 ) -> Awaitable[Cursor]:
     """The pinned clock and the receipts of ``command_ids``, in a snapshot after the lock."""
     return conn.execute(q["admission_read"], {**key, "off": off, "command_ids": command_ids})
@@ -96,7 +126,7 @@ def _fence(actor_type: str, owner: str, epoch: int, off: int) -> dict[str, Any]:
 
 
 def check_fence(
-    conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
+    conn: Executor, q: Queries, actor_type: str, owner: str, epoch: int, off: int
 ) -> Awaitable[Cursor]:
     """Whether a singleton loop's lease is current (a row, or none)."""
     return conn.execute(q["check_singleton_fence"], _fence(actor_type, owner, epoch, off))
@@ -106,14 +136,14 @@ def check_fence(
 
 
 def hold_fence(
-    conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
+    conn: Executor, q: Queries, actor_type: str, owner: str, epoch: int, off: int
 ) -> Awaitable[Cursor]:
     """Hold a loop's lease row through ``COMMIT`` (a lost lease fails the flight)."""
     return conn.execute(q["hold_singleton_fence"], _fence(actor_type, owner, epoch, off))
 
 
 def update_actor(
-    conn: Connection,
+    conn: Executor,
     q: Queries,
     key: Key,
     *,
@@ -140,7 +170,7 @@ def update_actor(
 
 
 def insert_events(
-    conn: Connection,
+    conn: Executor,
     q: Queries,
     key: Key,
     now_ms: int,
@@ -162,7 +192,7 @@ def insert_events(
     )
 
 
-def delete_timers(conn: Connection, q: Queries, key: Key, keys: list[str]) -> Awaitable[Cursor]:
+def delete_timers(conn: Executor, q: Queries, key: Key, keys: list[str]) -> Awaitable[Cursor]:
     """Delete the actor's pending timers with ``keys``."""
     return conn.execute(q["delete_timers"], {**key, "keys": keys})
 
@@ -176,7 +206,7 @@ async def cancel_jobs(
 
 
 def insert_outbox(
-    conn: Connection,
+    conn: Executor,
     q: Queries,
     key: Key,
     *,
@@ -238,13 +268,13 @@ def tick_params(
     }
 
 
-def insert_ticks(conn: Connection, q: Queries, params: Mapping[str, Any]) -> Awaitable[Cursor]:
+def insert_ticks(conn: Executor, q: Queries, params: Mapping[str, Any]) -> Awaitable[Cursor]:
     """Insert the ticks of :func:`tick_params` (existing ones are left alone)."""
     return conn.execute(q["insert_ticks"], params)
 
 
 def insert_receipts(
-    conn: Connection,
+    conn: Executor,
     q: Queries,
     key: Key,
     *,
@@ -270,7 +300,7 @@ def insert_receipts(
     )
 
 
-def end_turn(conn: Connection, commit: bool) -> Awaitable[Cursor]:
+def end_turn(conn: Executor, commit: bool) -> Awaitable[Cursor]:
     """``COMMIT`` (or ``ROLLBACK`` when the turn writes nothing); its status is the cursor's."""
     return conn.execute("COMMIT" if commit else "ROLLBACK")
 
