@@ -110,6 +110,28 @@ WITH updated AS (
 )
 SELECT {schema}.fence_check((SELECT count(*) FROM updated));
 
+-- update_actor_receipts --
+-- update_actor and insert_receipts in one statement (a warm turn's writes): the guarded state update raises 40001 unless exactly one row changed, and the batch's receipts are inserted with it
+WITH updated AS (
+    UPDATE {schema}.actors
+    SET state = %(state)s::jsonb, state_version = %(state_version)s, created = %(created)s,
+        event_seq = %(event_seq)s, version = version + 1, updated_at_ms = %(now)s
+    WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+      AND actor_id = %(id)s AND version = %(locked_version)s
+    RETURNING 1
+), receipted AS (
+    INSERT INTO {schema}.receipts
+        (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,
+         caller_key, outcome, expires_at_ms)
+    SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, r.command_id, r.command, r.payload_hash,
+           r.caller_key, r.outcome::jsonb, r.expires_at_ms
+    FROM unnest(%(command_ids)s::text[], %(commands)s::text[], %(payload_hashes)s::text[],
+                %(caller_keys)s::text[], %(outcomes)s::text[], %(expires)s::bigint[])
+        AS r(command_id, command, payload_hash, caller_key, outcome, expires_at_ms)
+    RETURNING 1
+)
+SELECT {schema}.fence_check((SELECT count(*) FROM updated)), (SELECT count(*) FROM receipted);
+
 -- insert_events --
 -- appends the batch's events with their gap-free sequence numbers
 INSERT INTO {schema}.events

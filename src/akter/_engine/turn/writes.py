@@ -2,8 +2,9 @@
 
 :func:`plan` decides, without the database, which statements the batch needs (nothing at all
 rolls back instead of committing); :func:`send` queues them in the turn's pipeline in their
-fixed order — loop fences, actor row, events, timer deletes, job cancels, outbox, ticks,
-receipts, ``COMMIT``; :func:`answers` reads the flight's results once the pipeline has synced.
+fixed order — loop fences, actor row (with the receipts, in one statement, when the state
+changed), events, timer deletes, job cancels, outbox, ticks, receipts (when it did not),
+``COMMIT``; :func:`answers` reads the flight's results once the pipeline has synced.
 The release check's clock is not read here: :func:`release_clock` bounds it from the turn's.
 """
 
@@ -109,7 +110,9 @@ async def send(
             # (serialization_failure); the retry's admission check refuses with LeaseLost.
             for f in todo.fences:
                 await actors.hold_fence(sink, q, f.actor_type, f.owner, f.epoch, off)
+            receipts = _receipts(todo.receipts) if todo.receipts else None
             if todo.state_changed:
+                # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
                     sink,
                     q,
@@ -121,6 +124,7 @@ async def send(
                     event_seq=ran.event_seq,
                     now_ms=now_ms,
                     locked_version=locked_version,
+                    receipts=receipts,
                 )
             if writes.events:
                 await actors.insert_events(sink, q, key, now_ms, act.event_seq + 1, writes.events)
@@ -142,20 +146,15 @@ async def send(
                 )
             if todo.ticks is not None:
                 await actors.insert_ticks(sink, q, todo.ticks)
-            if todo.receipts:
-                await _insert_receipts(sink, q, key, todo.receipts)
+            if receipts is not None and not todo.state_changed:
+                await actors.insert_receipts(sink, q, key, receipts)
             end = await actors.end_turn(sink, commit=True)
     telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)
 
 
-async def _insert_receipts(
-    conn: actors.Executor, q: Queries, key: dict[str, Any], rows: list[tuple[Outcome, Request]]
-) -> None:
-    await actors.insert_receipts(
-        conn,
-        q,
-        key,
+def _receipts(rows: list[tuple[Outcome, Request]]) -> dict[str, Any]:
+    return actors.receipt_params(
         command_ids=[r.command_id.raw for _, r in rows],
         commands=[r.member.name for _, r in rows],
         payload_hashes=[r.payload_hash for _, r in rows],

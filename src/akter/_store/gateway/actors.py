@@ -153,20 +153,25 @@ def update_actor(
     event_seq: int,
     now_ms: int,
     locked_version: int,
+    receipts: Mapping[str, Any] | None = None,
 ) -> Awaitable[Cursor]:
-    """The guarded update of the actor row (its version must still be ``locked_version``)."""
-    return conn.execute(
-        q["update_actor"],
-        {
-            **key,
-            "state": state_json,
-            "state_version": state_version,
-            "created": created,
-            "event_seq": event_seq,
-            "now": now_ms,
-            "locked_version": locked_version,
-        },
-    )
+    """The guarded update of the actor row (its version must still be ``locked_version``).
+
+    With ``receipts`` (:func:`receipt_params`) the same statement writes them too
+    (``update_actor_receipts``): a warm turn's writes are one statement.
+    """
+    params = {
+        **key,
+        "state": state_json,
+        "state_version": state_version,
+        "created": created,
+        "event_seq": event_seq,
+        "now": now_ms,
+        "locked_version": locked_version,
+    }
+    if receipts is None:
+        return conn.execute(q["update_actor"], params)
+    return conn.execute(q["update_actor_receipts"], {**params, **receipts})
 
 
 def insert_events(
@@ -273,10 +278,7 @@ def insert_ticks(conn: Executor, q: Queries, params: Mapping[str, Any]) -> Await
     return conn.execute(q["insert_ticks"], params)
 
 
-def insert_receipts(
-    conn: Executor,
-    q: Queries,
-    key: Key,
+def receipt_params(
     *,
     command_ids: list[str],
     commands: list[str],
@@ -284,20 +286,23 @@ def insert_receipts(
     caller_keys: list[str],
     outcomes: list[str | None],
     expires: list[int],
+) -> dict[str, Any]:
+    """The receipts of the batch's commands (outcomes as stored JSON text), as parameters."""
+    return {
+        "command_ids": command_ids,
+        "commands": commands,
+        "payload_hashes": payload_hashes,
+        "caller_keys": caller_keys,
+        "outcomes": outcomes,
+        "expires": expires,
+    }
+
+
+def insert_receipts(
+    conn: Executor, q: Queries, key: Key, receipts: Mapping[str, Any]
 ) -> Awaitable[Cursor]:
-    """Write the receipts of the batch's commands (outcomes as stored JSON text)."""
-    return conn.execute(
-        q["insert_receipts"],
-        {
-            **key,
-            "command_ids": command_ids,
-            "commands": commands,
-            "payload_hashes": payload_hashes,
-            "caller_keys": caller_keys,
-            "outcomes": outcomes,
-            "expires": expires,
-        },
-    )
+    """Write the receipts of :func:`receipt_params` (when the batch updates no state)."""
+    return conn.execute(q["insert_receipts"], {**key, **receipts})
 
 
 def end_turn(conn: Executor, commit: bool) -> Awaitable[Cursor]:
