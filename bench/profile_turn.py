@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -35,18 +36,20 @@ async def run(args: argparse.Namespace) -> None:
             for _ in range(300):
                 await handle.add(1)
             profile = cProfile.Profile() if args.profile else None
-            cpu, wall = time.process_time(), time.perf_counter()
+            cpu, wall, t0 = time.process_time(), time.perf_counter(), os.times()
             if profile is not None:
                 profile.enable()
             for _ in range(args.turns):
                 await handle.add(1)
             if profile is not None:
                 profile.disable()
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            cpu, wall, t1 = time.process_time() - cpu, time.perf_counter() - wall, os.times()
     finally:
         await _drop_schema(args.url, schema)
     print(
-        f"{args.turns} warm turns: {cpu / args.turns * 1e6:.0f} µs client CPU per turn, "
+        f"{args.turns} warm turns: {cpu / args.turns * 1e6:.0f} µs client CPU per turn "
+        f"(user {(t1.user - t0.user) / args.turns * 1e6:.0f}, "
+        f"system {(t1.system - t0.system) / args.turns * 1e6:.0f}), "
         f"{args.turns / wall:.0f} turns/s{' (under cProfile)' if profile else ''}"
     )
     if profile is not None:

@@ -25,7 +25,13 @@ from akter._engine.dispatcher import Dispatcher
 from akter._engine.services import Services
 from akter._engine.turn import Request, Result
 from akter._evolution import StateDecodeError
-from akter._ids import mint_command_id, parse_command_id, parse_framework_id, payload_hash
+from akter._ids import (
+    mint_command_id,
+    mint_parsed_command_id,
+    parse_command_id,
+    parse_framework_id,
+    payload_hash,
+)
 from akter._retry import CommandRetry
 from akter._store.gateway.actors import actor_key, committed
 from akter.actor import AccessKind, ActorDefinition, Member
@@ -101,8 +107,11 @@ class Calls:
         services = self._services
         services.supervisor.require_started()
         caller = caller or current_caller()
-        raw = pinned if pinned is not None else self.mint_command_id()
-        command_id = parse_command_id(raw, services.config.window_ms)
+        window_ms = services.config.window_ms
+        if pinned is None:  # minted here: nothing to parse
+            command_id = mint_parsed_command_id(services.clock.estimate(), window_ms)
+        else:
+            command_id = parse_command_id(pinned, window_ms)
         if member.internal:
             raise ActorError(
                 "InvalidInput",
