@@ -156,15 +156,38 @@ class Calls:
         *,
         within: float | None = None,
     ) -> Result:
-        """An internal delivery (relay): no access policy, no expiry, the id as given."""
-        self._services.supervisor.require_started()
+        """An internal delivery (``Runtime.deliver``): no access policy, no expiry, the id as given.
+
+        ``payload`` is validated here; the relay uses :meth:`deliver_decoded` instead.
+        """
         definition = self._services.registry.definition(ref.type)
         member = definition.member(command, "command")
         body = member.validate_payload(payload)
+        return await self.deliver_decoded(ref, member.name, body, command_id, caller, within=within)
+
+    async def deliver_decoded(
+        self,
+        ref: ActorRef,
+        command: str,
+        payload: dict[str, Any],
+        command_id: str,
+        caller: Caller,
+        *,
+        within: float | None = None,
+    ) -> Result:
+        """The relay's delivery: ``payload`` is already migrated and validated for ``command``.
+
+        The relay decodes every claimed row with ``Member.decode_payload`` (``parking``), which
+        validates it: validating it again here cost a second model validation and storable walk
+        per delivery.
+        """
+        self._services.supervisor.require_started()
+        definition = self._services.registry.definition(ref.type)
+        member = definition.member(command, "command")
         parsed = parse_framework_id(command_id)
         deadline = time.monotonic() + (within or definition.policy.delivery_timeout / 1000)
         return await self.submit(
-            member, ref, body, payload_hash(body), parsed, caller, False, deadline
+            member, ref, payload, payload_hash(payload), parsed, caller, False, deadline
         )
 
     async def submit(
