@@ -45,18 +45,23 @@ class FlightSender(akter.Actor[FlightSinkState]):
 
 
 async def test_a_relative_delay_counts_from_the_turns_clock(akter_test: Make) -> None:
-    # insert_outbox gets the turn's now (admission_read's) as a parameter: the timer's due time
-    # is exactly that clock + the delay, the clock update_actor stamped the row with.
+    # insert_outbox gets the commit's clock as a parameter, bounded from the turn's one reading
+    # (admission_read's, which update_actor stamps the row with): from that clock plus the delay,
+    # never before it, and no further than the turn lasted.
     async with akter_test(ALL, relay=False) as t:
         counter = t.get(Counter, "clock")
+        before = await t.now_ms()
         await counter.stage_everything(1)
+        after = await t.now_ms()
         actor = await t.rows("SELECT updated_at_ms FROM {schema}.actors WHERE actor_id = 'clock'")
         timer = await t.rows(
             "SELECT due_at_ms, scheduled_at_ms FROM {schema}.outbox WHERE timer_key = 'remind'"
         )
         now = int(actor[0]["updated_at_ms"])
-        assert int(timer[0]["due_at_ms"]) == now + 60_000
-        assert int(timer[0]["scheduled_at_ms"]) == now + 60_000
+        due = int(timer[0]["due_at_ms"])
+        assert before <= now <= after
+        assert now + 60_000 <= due <= after + 1 + 60_000
+        assert int(timer[0]["scheduled_at_ms"]) == due
 
 
 async def test_the_release_check_refuses_an_id_that_expired_during_the_turn(

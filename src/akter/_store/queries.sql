@@ -166,7 +166,7 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 RETURNING intent_id, running;
 
 -- insert_outbox --
--- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from the turn's clock (admission_read's, passed as now: one clock per turn)
+-- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from the commit, whose clock is passed in (bounded from admission_read's: one clock reading per turn)
 INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
@@ -194,7 +194,7 @@ FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
     AS o(intent_id, kind, target_type, target_id, command, payload, payload_version, caller,
          delay, at, timer_key, ord)
 CROSS JOIN LATERAL (
-    SELECT coalesce(o.at, %(now)s::bigint + coalesce(o.delay, 0)) AS due
+    SELECT coalesce(o.at, %(commit)s::bigint + coalesce(o.delay, 0)) AS due
 ) d
 RETURNING intent_id, kind, due_at_ms;
 

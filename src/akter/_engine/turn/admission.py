@@ -46,6 +46,9 @@ class Admitted:
     #: ``time.monotonic()`` just before the flight was sent: the server read ``now_ms`` after it,
     #: so ``now_ms`` + the time elapsed since bounds the database clock from above.
     sent_at: float = 0.0
+    #: ``time.monotonic()`` once its answers were in: ``now_ms`` + the time since bounds the
+    #: database clock from below.
+    arrived_at: float = 0.0
 
 
 def bound_setting(server_version: int) -> str:
@@ -114,6 +117,7 @@ async def admit(
     locked = await lock_cur.fetchone()
     admission = await read_cur.fetchone()
     stale = {i for i, cur in fence_curs if await cur.fetchone() is None}
+    arrived_at = time.monotonic()
     if locked is None:
         # The cache believed the row existed; insert it in the next attempt.
         act.drop_cache()
@@ -127,7 +131,7 @@ async def admit(
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
     telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}
-    return Admitted(now_ms, receipts, locked_version, stale, state_error, sent_at)
+    return Admitted(now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at)
 
 
 def refresh(

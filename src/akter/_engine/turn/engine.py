@@ -218,6 +218,7 @@ class TurnEngine:
             off=off,
             now_ms=now_ms,
             locked_version=admitted.locked_version,
+            arrived_at=admitted.arrived_at,
         )
         cancelled = await writes.answers(sent, todo)
         released_at = writes.release_clock(now_ms, admitted.sent_at, self.clock.offset_ms - off)

@@ -95,8 +95,13 @@ async def send(
     off: int,
     now_ms: int,
     locked_version: int,
+    arrived_at: float,
 ) -> Sent:
-    """Queue the commit flight and sync the pipeline (the flight's one round trip)."""
+    """Queue the commit flight and sync the pipeline (the flight's one round trip).
+
+    ``arrived_at`` is when the admission's answers were in (``Admitted.arrived_at``): relative
+    delays count from the commit, whose clock is taken as :func:`commit_clock`.
+    """
     started_ns = time.time_ns()
     writes = ran.writes
     sink = actors.turn_cursors(conn).sink
@@ -139,7 +144,7 @@ async def send(
                     q,
                     key,
                     bucket=act.bucket,
-                    now_ms=now_ms,
+                    commit_ms=commit_clock(now_ms, arrived_at),
                     rows=writes.rows,
                     ordinals=ords,
                     traceparent=telemetry.traceparent(),  # the batch span staged them
@@ -180,16 +185,26 @@ async def answers(sent: Sent, todo: Plan) -> list[tuple[str, bool]]:
 
 
 def release_clock(now_ms: int, sent_at: float, offset_delta_ms: int) -> int:
-    """An upper bound of the framework clock now, after the commit flight was answered.
+    """An upper bound of the framework clock now, from the turn's one clock reading.
 
-    The release check (semantics §2.3) needs the clock after ``COMMIT``. The server read the
-    turn's ``now_ms`` after ``sent_at`` (``time.monotonic()`` before the admission flight left),
-    so the clock now is at most ``now_ms`` plus the time since, rounded up, plus whatever a test
-    moved the runtime's offset by meanwhile. Refusing on this bound refuses whenever the read it
-    replaces would have (and, within one turn's duration of the expiry, a little earlier),
-    without a statement after ``COMMIT``.
+    The server read the turn's ``now_ms`` after ``sent_at`` (``time.monotonic()`` before the
+    admission flight left), so the clock now is at most ``now_ms`` plus the time since, rounded
+    up, plus whatever a test moved the runtime's offset by meanwhile. The release check after
+    ``COMMIT`` (semantics §2.3) refuses on this bound: whenever a read would have, and within one
+    turn's duration of the expiry a little earlier, without a statement after ``COMMIT``.
     """
     return now_ms + math.ceil((time.monotonic() - sent_at) * 1000) + offset_delta_ms
+
+
+def commit_clock(now_ms: int, arrived_at: float) -> int:
+    """The clock relative delays count from: a lower bound of the clock as the commit is sent.
+
+    The server read ``now_ms`` before its answer arrived at ``arrived_at``, so ``now_ms`` plus
+    the time since is never ahead of the database clock: an intent sent at once is due at once,
+    and a delay counts from at most the admission answer's latency before the commit statement's
+    own clock, which the turn no longer reads (one clock reading per turn, one node on Citus).
+    """
+    return now_ms + int((time.monotonic() - arrived_at) * 1000)
 
 
 def ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:

@@ -216,14 +216,15 @@ def insert_outbox(
     key: Key,
     *,
     bucket: int,
-    now_ms: int,
+    commit_ms: int,
     rows: Sequence[StagedRow],
     ordinals: list[int],
     traceparent: str | None,
 ) -> Awaitable[Cursor]:
     """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``).
 
-    Relative delays count from ``now_ms``, the turn's clock (one clock reading per turn).
+    Relative delays count from ``commit_ms``, the commit's clock as the turn bounds it from its
+    one clock reading (``turn.writes.release_clock``).
     ``traceparent`` (W3C text of the span that staged them, or ``None``) goes with every row.
     """
     return conn.execute(
@@ -231,7 +232,7 @@ def insert_outbox(
         {
             **key,
             "bucket": bucket,
-            "now": now_ms,
+            "commit": commit_ms,
             "intent_ids": [r.intent_id for r in rows],
             "kinds": [r.kind for r in rows],
             "target_types": [r.target_type for r in rows],
