@@ -2,6 +2,7 @@
 """Profile of warm turns: the top functions by self time per turn (cProfile), and CPU per turn.
 
     python bench/profile_turn.py --url URL [--turns 3000] [--top 30] [--no-profile]
+                                 [--loop asyncio|uvloop]
 
 One caller awaits ``Counter.add(1)`` on one warm actor (``turns.py``'s sequential scenario).
 Without ``--no-profile`` the turns run under cProfile, whose own overhead inflates every figure
@@ -70,7 +71,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3000)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--no-profile", dest="profile", action="store_false")
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    args = parser.parse_args()
+    if args.loop == "uvloop":
+        import uvloop  # a bench-only dependency (the "bench" extra)
+
+        uvloop.run(run(args))
+    else:
+        asyncio.run(run(args))
 
 
 if __name__ == "__main__":
