@@ -58,6 +58,8 @@ async def run(args: argparse.Namespace) -> None:
         rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])  # type: ignore[attr-defined]
         total = sum(v[2] for _, v in rows)
         per_turn = total / args.turns * 1e6
+        calls = stats.total_calls / args.turns  # type: ignore[attr-defined]
+        print(f"{calls:.0f} Python function calls per turn (deterministic, unlike the times)")
         print(f"| self µs/turn | calls/turn | function (total self {per_turn:.0f} µs/turn) |")
         print("|---|---|---|")
         for (path, line, name), (_cc, nc, tt, _ct, _callers) in rows[: args.top]:
