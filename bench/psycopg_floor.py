@@ -2,12 +2,20 @@
 """Probe: the pgbench turn script driven from Python (psycopg async), without akter.
 
     python bench/psycopg_floor.py --url URL [--duration 5] [--clients 1] [--nactors 1]
+                                  [--driver psycopg|asyncpg|all] [--loop asyncio|uvloop]
 
 It runs ``bench/sql/actor_turn.sql``'s transaction (lock, update, insert receipt, commit) two
 ways on one connection per client: ``serial`` (one statement per round trip, as pgbench sends
 it: 5 round trips) and ``pipelined`` (BEGIN + lock in one flight, update + insert + COMMIT in a
 second: 2 round trips). It shows what the same driver costs per turn with no runtime on top, so
 that akter's numbers in ``turns.py`` can be split into driver and runtime time. Not a test.
+
+``--driver asyncpg`` (issue 13, goal 7) runs the same SQL through asyncpg (``pip install
+'akter[bench]'``), with its statement cache: asyncpg has no pipeline mode for different
+statements (only ``executemany`` pipelines, one statement), so its ``serial`` turn is 5 round
+trips and its shortest is 3: ``BEGIN``, the prepared lock, then update + insert + ``COMMIT`` as
+one simple-query script (parameters inlined, so those three are parsed on every turn).
+``--loop uvloop`` runs everything on uvloop's event loop.
 """
 
 from __future__ import annotations
@@ -61,20 +69,49 @@ async def pipelined(conn: Conn, aid: int) -> None:
         await conn.execute("COMMIT")
 
 
+_APG_LOCK = LOCK.replace("%s", "$1")
+_APG_UPDATE = UPDATE.replace("%s", "$1")
+_APG_INSERT = INSERT.replace("%s", "$1")
+
+
+async def apg_serial(conn: Any, aid: int) -> None:
+    await conn.execute("BEGIN")
+    await conn.fetchrow(_APG_LOCK, aid)
+    await conn.execute(_APG_UPDATE, aid)
+    await conn.execute(_APG_INSERT, aid)
+    await conn.execute("COMMIT")
+
+
+async def apg_script(conn: Any, aid: int) -> None:
+    await conn.execute("BEGIN")
+    await conn.fetchrow(_APG_LOCK, aid)
+    n = int(aid)  # inlined: an int, never text
+    await conn.execute(f"{UPDATE % n}; {INSERT % n}; COMMIT")
+
+
+async def _psycopg_connect(url: str, schema: str) -> Conn:
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True, prepare_threshold=2)
+    await conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+    return conn
+
+
+async def _asyncpg_connect(url: str, schema: str) -> Any:
+    import asyncpg  # a bench-only dependency (the "bench" extra)
+
+    return await asyncpg.connect(url, server_settings={"search_path": schema})
+
+
 async def measure(
     url: str,
     schema: str,
-    turn: Callable[[Conn, int], Awaitable[None]],
+    turn: Callable[[Any, int], Awaitable[None]],
     args: argparse.Namespace,
+    connect: Callable[[str, str], Awaitable[Any]] = _psycopg_connect,
 ) -> dict[str, float]:
-    conns: list[Conn] = []
-    for _ in range(args.clients):
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, prepare_threshold=2)
-        await conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
-        conns.append(conn)
+    conns: list[Any] = [await connect(url, schema) for _ in range(args.clients)]
     latencies: list[float] = []
 
-    async def client(conn: Conn, seed: int, until: float) -> None:
+    async def client(conn: Any, seed: int, until: float) -> None:
         rng = random.Random(seed)
         while (start := time.perf_counter()) < until:
             await turn(conn, rng.randint(1, args.nactors))
@@ -110,15 +147,29 @@ async def run(args: argparse.Namespace) -> None:
         embedded = EmbeddedPostgres(data_dir)
         url = await asyncio.to_thread(embedded.start)
     schema = "akter_bench_floor"
+    variants: list[tuple[str, Callable[[Any, int], Awaitable[None]], Any]] = []
+    if args.driver in ("psycopg", "all"):
+        variants += [
+            (f"psycopg {psycopg.__version__} serial (5 round trips)", serial, _psycopg_connect),
+            (f"psycopg {psycopg.__version__} pipelined (2)", pipelined, _psycopg_connect),
+        ]
+    if args.driver in ("asyncpg", "all"):
+        import asyncpg
+
+        version = asyncpg.__version__
+        variants += [
+            (f"asyncpg {version} serial (5 round trips)", apg_serial, _asyncpg_connect),
+            (f"asyncpg {version} script (3)", apg_script, _asyncpg_connect),
+        ]
     try:
         print(
-            f"| psycopg {psycopg.__version__}, {args.clients} client(s), nactors={args.nactors} "
+            f"| {args.clients} client(s), nactors={args.nactors}, loop {args.loop} "
             "| turns/s | p50 ms | p99 ms | client CPU µs/turn | client cores | machine busy |"
         )
         print("|---|---|---|---|---|---|---|")
-        for name, turn in (("serial (5 round trips)", serial), ("pipelined (2)", pipelined)):
+        for name, turn, connect in variants:
             await _pgbench_schema(url, schema)
-            r = await measure(url, schema, turn, args)
+            r = await measure(url, schema, turn, args, connect)
             print(
                 f"| {name} | {r['turns_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
                 f"| {r['client_cpu_us_per_turn']:.0f} | {r['client_cores']:.2f} "
@@ -138,7 +189,15 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--nactors", type=int, default=1)
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--driver", choices=["psycopg", "asyncpg", "all"], default="psycopg")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    args = parser.parse_args()
+    if args.loop == "uvloop":
+        import uvloop  # a bench-only dependency (the "bench" extra)
+
+        uvloop.run(run(args))
+    else:
+        asyncio.run(run(args))
 
 
 if __name__ == "__main__":

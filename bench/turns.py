@@ -1053,11 +1053,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--warmup", type=int, default=200, help="warm-up calls in 'sequential'")
     parser.add_argument("--count-turns", type=int, default=640, help="turns per wire-count sample")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    args = parse_args(argv)
+    if args.loop == "uvloop":
+        import uvloop  # a bench-only dependency (the "bench" extra)
+
+        return uvloop.run(run(args))
+    return asyncio.run(run(args))
 
 
 if __name__ == "__main__":

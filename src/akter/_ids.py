@@ -286,6 +286,12 @@ def mint_command_id(now_ms: int, window_ms: int) -> str:
     return _format_id(now_ms, now_ms + window_ms)
 
 
+def mint_parsed_command_id(now_ms: int, window_ms: int) -> CommandId:
+    """:func:`mint_command_id`, already parsed (what :func:`parse_command_id` would return)."""
+    expires_ms = now_ms + window_ms
+    return CommandId(_format_id(now_ms, expires_ms), now_ms, expires_ms)
+
+
 def mint_framework_id(now_ms: int, due_ms: int, slack_ms: int, window_ms: int) -> str:
     """Mint an id for an intent, timer, tick or job row (semantics §1.4).
 

@@ -347,6 +347,15 @@ class Member:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Bind a call's arguments by name, fill defaults and validate: the JSON payload."""
+        plain = self._plain_params
+        if plain is not None and len(args) <= len(plain[0]):
+            # Zipped; a duplicate, unknown or missing argument gets the signature's message below.
+            names, required = plain
+            values = dict(zip(names, args, strict=False))
+            if kwargs.keys() <= names.keys() and kwargs.keys().isdisjoint(values):
+                values.update(kwargs)
+                if required <= values.keys():
+                    return self.validate_payload(values)
         try:
             bound = self._signature.bind(None, *args, **kwargs)
         except TypeError as exc:
@@ -356,6 +365,15 @@ class Member:
         values = dict(bound.arguments)
         values.pop(next(iter(self._signature.parameters)))
         return self.validate_payload(values)
+
+    @functools.cached_property
+    def _plain_params(self) -> tuple[dict[str, None], frozenset[str]] | None:
+        """The names after ``self`` and the required ones, if all are positional-or-keyword."""
+        params = list(self._signature.parameters.values())[1:]
+        if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+            return None
+        required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+        return dict.fromkeys(p.name for p in params), required
 
     def validate_payload(self, values: dict[str, Any]) -> dict[str, Any]:
         """Validate a payload given by parameter name (HTTP bodies, outbox rows)."""

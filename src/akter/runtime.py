@@ -117,7 +117,7 @@ class Runtime:
         self.runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
         self.relay = Relay(
             services,
-            deliver=self.calls.deliver,
+            deliver=self.calls.deliver_decoded,  # the relay's decode validated the payload
             events=self.events,
             jobs=self.jobs,
             runner_id=self.runners.runner_id,

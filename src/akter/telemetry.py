@@ -124,13 +124,18 @@ class Metrics:
 
     def count(self, name: str, value: float = 1, **attributes: str) -> None:
         """Add ``value`` to a counter (one of :data:`COUNTERS`, with exactly its labels)."""
-        _check(name, attributes)
-        family = COUNTERS.get(name)
-        if family is None:
-            raise ValueError(f"{name!r} is not a counter; use one of {sorted(COUNTERS)}.")
-        if set(attributes) != set(family.labels):
-            raise ValueError(f"Counter {name!r} takes the labels {list(family.labels)}.")
-        key = tuple(sorted(attributes.items()))
+        # A series counted before was checked then: its sorted key is remembered (every turn
+        # counts the same few series).
+        seen = (name, *attributes.items())
+        key = _CHECKED.get(seen)
+        if key is None:
+            _check(name, attributes)
+            family = COUNTERS.get(name)
+            if family is None:
+                raise ValueError(f"{name!r} is not a counter; use one of {sorted(COUNTERS)}.")
+            if set(attributes) != set(family.labels):
+                raise ValueError(f"Counter {name!r} takes the labels {list(family.labels)}.")
+            key = _CHECKED[seen] = tuple(sorted(attributes.items()))
         with self._lock:
             series = self._counters[name]
             series[key] = series.get(key, 0) + value
@@ -141,8 +146,11 @@ class Metrics:
         bounds = HISTOGRAMS.get(name)
         if bounds is None:
             raise ValueError(f"{name!r} is not a histogram; use one of {sorted(HISTOGRAMS)}.")
-        _check(name, attributes)
-        key = tuple(sorted(attributes.items()))
+        seen = (name, *attributes.items())
+        key = _CHECKED.get(seen)
+        if key is None:
+            _check(name, attributes)
+            key = _CHECKED[seen] = tuple(sorted(attributes.items()))
         with self._lock:
             series = self._histograms[name]
             histogram = series.get(key)
@@ -259,7 +267,15 @@ def _series(
     return keys
 
 
+#: Series already checked by ``Metrics.count``/``observe``: ``(name, *attribute items)`` to the
+#: sorted key. Bounded: past the limit it is cleared (attribute values are few in practice).
+_CHECKED: dict[tuple[str, ...] | tuple[Any, ...], _Key] = {}
+_CHECKED_LIMIT = 10_000
+
+
 def _check(name: str, attributes: Mapping[str, str]) -> None:
+    if len(_CHECKED) > _CHECKED_LIMIT:
+        _CHECKED.clear()
     if not ALLOWED_ATTRIBUTES.issuperset(attributes):
         bad = sorted(set(attributes) - ALLOWED_ATTRIBUTES)
         raise ValueError(f"Metric attributes {bad} are not allowed on {name!r}.")

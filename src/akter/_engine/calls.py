@@ -25,7 +25,13 @@ from akter._engine.dispatcher import Dispatcher
 from akter._engine.services import Services
 from akter._engine.turn import Request, Result
 from akter._evolution import StateDecodeError
-from akter._ids import mint_command_id, parse_command_id, parse_framework_id, payload_hash
+from akter._ids import (
+    mint_command_id,
+    mint_parsed_command_id,
+    parse_command_id,
+    parse_framework_id,
+    payload_hash,
+)
 from akter._retry import CommandRetry
 from akter._store.gateway.actors import actor_key, committed
 from akter.actor import AccessKind, ActorDefinition, Member
@@ -101,8 +107,11 @@ class Calls:
         services = self._services
         services.supervisor.require_started()
         caller = caller or current_caller()
-        raw = pinned if pinned is not None else self.mint_command_id()
-        command_id = parse_command_id(raw, services.config.window_ms)
+        window_ms = services.config.window_ms
+        if pinned is None:  # minted here: nothing to parse
+            command_id = mint_parsed_command_id(services.clock.estimate(), window_ms)
+        else:
+            command_id = parse_command_id(pinned, window_ms)
         if member.internal:
             raise ActorError(
                 "InvalidInput",
@@ -147,15 +156,38 @@ class Calls:
         *,
         within: float | None = None,
     ) -> Result:
-        """An internal delivery (relay): no access policy, no expiry, the id as given."""
-        self._services.supervisor.require_started()
+        """An internal delivery (``Runtime.deliver``): no access policy, no expiry, the id as given.
+
+        ``payload`` is validated here; the relay uses :meth:`deliver_decoded` instead.
+        """
         definition = self._services.registry.definition(ref.type)
         member = definition.member(command, "command")
         body = member.validate_payload(payload)
+        return await self.deliver_decoded(ref, member.name, body, command_id, caller, within=within)
+
+    async def deliver_decoded(
+        self,
+        ref: ActorRef,
+        command: str,
+        payload: dict[str, Any],
+        command_id: str,
+        caller: Caller,
+        *,
+        within: float | None = None,
+    ) -> Result:
+        """The relay's delivery: ``payload`` is already migrated and validated for ``command``.
+
+        The relay decodes every claimed row with ``Member.decode_payload`` (``parking``), which
+        validates it: validating it again here cost a second model validation and storable walk
+        per delivery.
+        """
+        self._services.supervisor.require_started()
+        definition = self._services.registry.definition(ref.type)
+        member = definition.member(command, "command")
         parsed = parse_framework_id(command_id)
         deadline = time.monotonic() + (within or definition.policy.delivery_timeout / 1000)
         return await self.submit(
-            member, ref, body, payload_hash(body), parsed, caller, False, deadline
+            member, ref, payload, payload_hash(payload), parsed, caller, False, deadline
         )
 
     async def submit(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -36,6 +36,13 @@ class Metrics(Protocol):
 
 
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
+
+
+class TurnConnection(psycopg.AsyncConnection[tuple[object, ...]]):
+    """A pooled connection that keeps the cursors its turns reuse (``gateway.actors``)."""
+
+    #: ``gateway.actors.TurnCursors`` once a turn ran on the connection.
+    turn_cursors: Any = None
 
 
 async def _configure(conn: Connection) -> None:
@@ -90,6 +97,7 @@ class Store:
             open=False,
             configure=_configure,
             kwargs={"autocommit": True, "prepare_threshold": 2},
+            connection_class=TurnConnection,
             name=f"akter-{schema}",
             timeout=30.0,
         )

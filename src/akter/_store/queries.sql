@@ -54,7 +54,7 @@ UPDATE {schema}.deployment SET placements = %(placements)s::jsonb || placements;
 SELECT {schema}.now_ms(%(off)s) AS now_ms;
 
 -- turn_settings --
--- transaction-local lock wait, statement timeout and server-side bound (transaction_timeout on 17+, else idle_in_transaction_session_timeout) of one turn
+-- transaction-local lock wait, statement timeout and server-side bound (transaction_timeout on 17+, else idle_in_transaction_session_timeout) of one turn; sent alone only before ensure_actor (lock_actor sets them itself)
 SELECT set_config('lock_timeout', %(lock_timeout)s, true),
        set_config('statement_timeout', %(statement_timeout)s, true),
        set_config(%(bound_setting)s, %(bound)s, true);
@@ -69,7 +69,7 @@ VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, 0, false, 0, %(state)s::jsonb, %(s
 ON CONFLICT DO NOTHING;
 
 -- lock_actor --
--- the fence: locks the actor row; ships state only when the cached version is stale
+-- the fence: sets the turn's transaction-local timeouts (turn_settings, as a one-time filter evaluated before the row is fetched, so the lock wait is bounded by them), then locks the actor row; ships state only when the cached version is stale
 SELECT a.version, a.created, a.event_seq,
        CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state END AS state,
        CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state_version END
@@ -77,6 +77,9 @@ SELECT a.version, a.created, a.event_seq,
 FROM {schema}.actors a
 WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
   AND a.actor_id = %(id)s
+  AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true) IS NOT NULL
+              AND set_config('statement_timeout', %(statement_timeout)s, true) IS NOT NULL
+              AND set_config(%(bound_setting)s, %(bound)s, true) IS NOT NULL)
 FOR UPDATE OF a;
 
 -- admission_read --
@@ -106,6 +109,28 @@ WITH updated AS (
     RETURNING 1
 )
 SELECT {schema}.fence_check((SELECT count(*) FROM updated));
+
+-- update_actor_receipts --
+-- update_actor and insert_receipts in one statement (a warm turn's writes): the guarded state update raises 40001 unless exactly one row changed, and the batch's receipts are inserted with it
+WITH updated AS (
+    UPDATE {schema}.actors
+    SET state = %(state)s::jsonb, state_version = %(state_version)s, created = %(created)s,
+        event_seq = %(event_seq)s, version = version + 1, updated_at_ms = %(now)s
+    WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+      AND actor_id = %(id)s AND version = %(locked_version)s
+    RETURNING 1
+), receipted AS (
+    INSERT INTO {schema}.receipts
+        (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,
+         caller_key, outcome, expires_at_ms)
+    SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, r.command_id, r.command, r.payload_hash,
+           r.caller_key, r.outcome::jsonb, r.expires_at_ms
+    FROM unnest(%(command_ids)s::text[], %(commands)s::text[], %(payload_hashes)s::text[],
+                %(caller_keys)s::text[], %(outcomes)s::text[], %(expires)s::bigint[])
+        AS r(command_id, command, payload_hash, caller_key, outcome, expires_at_ms)
+    RETURNING 1
+)
+SELECT {schema}.fence_check((SELECT count(*) FROM updated)), (SELECT count(*) FROM receipted);
 
 -- insert_events --
 -- appends the batch's events with their gap-free sequence numbers
@@ -141,7 +166,7 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 RETURNING intent_id, running;
 
 -- insert_outbox --
--- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from this statement's clock
+-- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from the commit, whose clock is passed in (bounded from admission_read's: one clock reading per turn)
 INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
@@ -169,7 +194,7 @@ FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
     AS o(intent_id, kind, target_type, target_id, command, payload, payload_version, caller,
          delay, at, timer_key, ord)
 CROSS JOIN LATERAL (
-    SELECT coalesce(o.at, {schema}.stmt_ms(%(off)s::bigint) + coalesce(o.delay, 0)) AS due
+    SELECT coalesce(o.at, %(commit)s::bigint + coalesce(o.delay, 0)) AS due
 ) d
 RETURNING intent_id, kind, due_at_ms;
 

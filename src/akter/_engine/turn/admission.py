@@ -43,6 +43,12 @@ class Admitted:
     #: Why the stored state cannot be used, if it cannot: ``too_new`` refuses the batch with
     #: ``StateTooNew``; any other kind makes its handlers defects. Nothing is written either way.
     state_error: StateDecodeError | None
+    #: ``time.monotonic()`` just before the flight was sent: the server read ``now_ms`` after it,
+    #: so ``now_ms`` + the time elapsed since bounds the database clock from above.
+    sent_at: float = 0.0
+    #: ``time.monotonic()`` once its answers were in: ``now_ms`` + the time since bounds the
+    #: database clock from below.
+    arrived_at: float = 0.0
 
 
 def bound_setting(server_version: int) -> str:
@@ -50,6 +56,17 @@ def bound_setting(server_version: int) -> str:
     if server_version >= TRANSACTION_TIMEOUT_SINCE:
         return "transaction_timeout"
     return "idle_in_transaction_session_timeout"
+
+
+def settings(definition: ActorDefinition, server_version: int) -> dict[str, str]:
+    """The parameters of the turn's transaction-local timeouts for a type (built once per type)."""
+    policy = definition.policy
+    return actors.turn_settings(
+        lock_wait_ms=policy.lock_wait,
+        statement_timeout_ms=policy.execution_timeout,
+        bound_setting=bound_setting(server_version),
+        bound_ms=policy.execution_timeout + SERVER_BOUND_GRACE_MS,
+    )
 
 
 async def admit(
@@ -61,18 +78,18 @@ async def admit(
     *,
     key: dict[str, Any],
     off: int,
-    server_version: int,
+    settings: dict[str, str],
     observe: Callable[[int], None],
 ) -> Admitted:
     """Send flight 1 and read its answers; ``act``'s cache is refreshed when it was stale.
 
-    ``observe`` gets the pinned database clock (the runtime's clock estimate follows it).
+    ``settings`` are the type's :func:`settings`; ``observe`` gets the pinned database clock
+    (the runtime's clock estimate follows it).
 
     Raises:
         Retryable: The cache believed the actor row existed, and it does not.
         BatchDefect: The default state cannot be stored.
     """
-    policy = act.definition.policy
     ensured = not act.exists
     started_ns = time.time_ns()
     # Everything a flight sends is built before the pipeline opens: an exception between
@@ -80,19 +97,16 @@ async def admit(
     default_json = default_state_json(act.definition) if ensured else ""
     state_version = act.definition.state_version
     command_ids = [r.command_id.raw for r in batch]
+    curs = actors.turn_cursors(conn)
+    sent_at = time.monotonic()
     async with flights.admission():
-        await actors.begin_turn(
-            conn,
-            q,
-            lock_wait_ms=policy.lock_wait,
-            statement_timeout_ms=policy.execution_timeout,
-            bound_setting=bound_setting(server_version),
-            bound_ms=policy.execution_timeout + SERVER_BOUND_GRACE_MS,
-        )
+        # A cold turn's ensure_actor may wait on another runner's insert of the row: it needs
+        # the timeouts first. A warm turn's lock statement sets them itself (one statement less).
+        await actors.begin_turn(curs.sink, q, settings if ensured else None)
         if ensured:
-            await actors.ensure_actor(conn, q, key, default_json, state_version, off)
-        lock_cur = await actors.lock_actor(conn, q, key, act.version)
-        read_cur = await actors.read_admission(conn, q, key, off, command_ids)
+            await actors.ensure_actor(curs.sink, q, key, default_json, state_version, off)
+        lock_cur = await actors.lock_actor(curs.lock, q, key, act.version, settings)
+        read_cur = await actors.read_admission(curs.read, q, key, off, command_ids)
         # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
         # between the flights must not hold off a takeover) and held in the commit flight.
         fence_curs = [
@@ -103,6 +117,7 @@ async def admit(
     locked = await lock_cur.fetchone()
     admission = await read_cur.fetchone()
     stale = {i for i, cur in fence_curs if await cur.fetchone() is None}
+    arrived_at = time.monotonic()
     if locked is None:
         # The cache believed the row existed; insert it in the next attempt.
         act.drop_cache()
@@ -116,7 +131,7 @@ async def admit(
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
     telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}
-    return Admitted(now_ms, receipts, locked_version, stale, state_error)
+    return Admitted(now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at)
 
 
 def refresh(

@@ -7,8 +7,12 @@ Two pipelined round trips in the common case (design §5):
    stale), then — in a fresh snapshot taken after the lock — the pinned clock and the batch's
    receipts, and for each command of a singleton's ``run()`` loop a check of its lease row
    (the fence: a stale lease refuses that command with ``LeaseLost``);
-2. commit: the guarded state update, events, outbox writes, receipts, ``COMMIT`` and the
-   release-check clock read.
+2. commit: the guarded state update, events, outbox writes, receipts and ``COMMIT``.
+
+The turn reads the clock once (``admission_read``): the writes get it as a parameter, and the
+release check after ``COMMIT`` uses an upper bound derived from it (``writes.release_clock``).
+A warm turn sends five statements: ``BEGIN``, ``lock_actor`` (which also sets the timeouts),
+``admission_read``, ``update_actor`` with the receipts, ``COMMIT``.
 
 Handlers run between the two, on private copies of the state, with nothing else held open.
 
@@ -56,6 +60,7 @@ from akter._engine.turn.types import (
     Result,
     Retryable,
 )
+from akter._policy import ResolvedPolicy
 from akter._store.gateway import actors
 from akter._store.pool import Clock, Connection, Store
 from akter.errors import ActorError, InjectedCrash
@@ -85,6 +90,7 @@ class TurnEngine:
         #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
         self.pool_wait = 2.0
         self.too_new_warnings = too_new.TooNewWarnings()
+        self._turn_settings: dict[str, tuple[ResolvedPolicy, int, dict[str, str]]] = {}
 
     # The runtime replaces both (its own metrics; a new store at start): the store's pool records
     # its connection waits into the runner's metrics.
@@ -191,7 +197,7 @@ class TurnEngine:
             batch,
             key=key,
             off=off,
-            server_version=self.store.server_version,
+            settings=self._settings(act),
             observe=self.clock.observe,
         )
         now_ms = admitted.now_ms
@@ -212,8 +218,10 @@ class TurnEngine:
             off=off,
             now_ms=now_ms,
             locked_version=admitted.locked_version,
+            arrived_at=admitted.arrived_at,
         )
-        cancelled, released_at = await writes.answers(sent, todo, now_ms)
+        cancelled = await writes.answers(sent, todo)
+        released_at = writes.release_clock(now_ms, admitted.sent_at, self.clock.offset_ms - off)
         if ensured and todo.nothing:
             act.exists = False  # the ROLLBACK removed a row the admission may have inserted
         # The commit landed: from here on a crash leaves the caller retrying into a replay.
@@ -233,6 +241,15 @@ class TurnEngine:
             rules.release(o.result, r, released_at)
             for o, r in zip(ran.outcomes, batch, strict=True)
         ]
+
+    def _settings(self, act: Activation) -> dict[str, str]:
+        """The type's turn timeouts (``admission.settings``), rebuilt when its policy changes."""
+        policy, version = act.definition.policy, self.store.server_version
+        cached = self._turn_settings.get(act.definition.name)
+        if cached is None or cached[0] is not policy or cached[1] != version:
+            cached = (policy, version, admission.settings(act.definition, version))
+            self._turn_settings[act.definition.name] = cached
+        return cached[2]
 
     async def _run_commands(
         self, act: Activation, batch: Sequence[Request], admitted: admission.Admitted

@@ -2,13 +2,15 @@
 
 :func:`plan` decides, without the database, which statements the batch needs (nothing at all
 rolls back instead of committing); :func:`send` queues them in the turn's pipeline in their
-fixed order — loop fences, actor row, events, timer deletes, job cancels, outbox, ticks,
-receipts, ``COMMIT`` — followed by the release check's clock read; :func:`answers` reads the
-flight's results once the pipeline has synced.
+fixed order — loop fences, actor row (with the receipts, in one statement, when the state
+changed), events, timer deletes, job cancels, outbox, ticks, receipts (when it did not),
+``COMMIT``; :func:`answers` reads the flight's results once the pipeline has synced.
+The release check's clock is not read here: :func:`release_clock` bounds it from the turn's.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,7 +81,6 @@ class Sent:
 
     end: actors.Cursor
     cancels: actors.Cursor | None
-    clock: actors.Cursor
 
 
 async def send(
@@ -94,23 +95,31 @@ async def send(
     off: int,
     now_ms: int,
     locked_version: int,
+    arrived_at: float,
 ) -> Sent:
-    """Queue the commit flight and sync the pipeline (the flight's one round trip)."""
+    """Queue the commit flight and sync the pipeline (the flight's one round trip).
+
+    ``arrived_at`` is when the admission's answers were in (``Admitted.arrived_at``): relative
+    delays count from the commit, whose clock is taken as :func:`commit_clock`.
+    """
     started_ns = time.time_ns()
     writes = ran.writes
+    sink = actors.turn_cursors(conn).sink
     cancels = None
     async with flights.commit():
         if todo.nothing:
-            end = await actors.end_turn(conn, commit=False)
+            end = await actors.end_turn(sink, commit=False)
         else:
             # The fence through COMMIT: the whole flight is sent before the server runs it,
             # so the lock is held for no client time. A lost lease fails the flight
             # (serialization_failure); the retry's admission check refuses with LeaseLost.
             for f in todo.fences:
-                await actors.hold_fence(conn, q, f.actor_type, f.owner, f.epoch, off)
+                await actors.hold_fence(sink, q, f.actor_type, f.owner, f.epoch, off)
+            receipts = _receipts(todo.receipts) if todo.receipts else None
             if todo.state_changed:
+                # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
-                    conn,
+                    sink,
                     q,
                     key,
                     state_json=ran.state_json,
@@ -120,42 +129,37 @@ async def send(
                     event_seq=ran.event_seq,
                     now_ms=now_ms,
                     locked_version=locked_version,
+                    receipts=receipts,
                 )
             if writes.events:
-                await actors.insert_events(conn, q, key, now_ms, act.event_seq + 1, writes.events)
+                await actors.insert_events(sink, q, key, now_ms, act.event_seq + 1, writes.events)
             if writes.timer_deletes:
-                await actors.delete_timers(conn, q, key, writes.timer_deletes)
+                await actors.delete_timers(sink, q, key, writes.timer_deletes)
             if writes.job_cancels:
                 cancels = await actors.cancel_jobs(conn, q, key, writes.job_cancels, now_ms)
             if writes.rows:
                 ords = ordinals(act.definition, writes.rows)
                 await actors.insert_outbox(
-                    conn,
+                    sink,
                     q,
                     key,
                     bucket=act.bucket,
-                    off=off,
+                    commit_ms=commit_clock(now_ms, arrived_at),
                     rows=writes.rows,
                     ordinals=ords,
                     traceparent=telemetry.traceparent(),  # the batch span staged them
                 )
             if todo.ticks is not None:
-                await actors.insert_ticks(conn, q, todo.ticks)
-            if todo.receipts:
-                await _insert_receipts(conn, q, key, todo.receipts)
-            end = await actors.end_turn(conn, commit=True)
-        clock = await actors.read_clock(conn, q, off)
+                await actors.insert_ticks(sink, q, todo.ticks)
+            if receipts is not None and not todo.state_changed:
+                await actors.insert_receipts(sink, q, key, receipts)
+            end = await actors.end_turn(sink, commit=True)
     telemetry.child_span("akter.commit", act.ref, started_ns)
-    return Sent(end, cancels, clock)
+    return Sent(end, cancels)
 
 
-async def _insert_receipts(
-    conn: Connection, q: Queries, key: dict[str, Any], rows: list[tuple[Outcome, Request]]
-) -> None:
-    await actors.insert_receipts(
-        conn,
-        q,
-        key,
+def _receipts(rows: list[tuple[Outcome, Request]]) -> dict[str, Any]:
+    return actors.receipt_params(
         command_ids=[r.command_id.raw for _, r in rows],
         commands=[r.member.name for _, r in rows],
         payload_hashes=[r.payload_hash for _, r in rows],
@@ -165,21 +169,42 @@ async def _insert_receipts(
     )
 
 
-async def answers(sent: Sent, todo: Plan, now_ms: int) -> tuple[list[tuple[str, bool]], int]:
-    """The cancelled jobs ``(job id, was running)`` and the release check's clock.
+async def answers(sent: Sent, todo: Plan) -> list[tuple[str, bool]]:
+    """The cancelled jobs ``(job id, was running)``.
 
     Raises:
         Retryable: ``COMMIT`` was answered with something else (the server rolled back).
     """
-    cancelled: list[tuple[str, bool]] = []
-    if not todo.nothing:
-        if sent.end.statusmessage != "COMMIT":
-            raise Retryable(f"COMMIT answered {sent.end.statusmessage}")
-        if sent.cancels is not None:
-            cancelled = [(str(r[0]), bool(r[1])) for r in await sent.cancels.fetchall()]
-    clock_row = await sent.clock.fetchone()
-    released_at = int(clock_row[0]) if clock_row else now_ms  # type: ignore[call-overload]
-    return cancelled, released_at
+    if todo.nothing:
+        return []
+    if sent.end.statusmessage != "COMMIT":
+        raise Retryable(f"COMMIT answered {sent.end.statusmessage}")
+    if sent.cancels is None:
+        return []
+    return [(str(r[0]), bool(r[1])) for r in await sent.cancels.fetchall()]
+
+
+def release_clock(now_ms: int, sent_at: float, offset_delta_ms: int) -> int:
+    """An upper bound of the framework clock now, from the turn's one clock reading.
+
+    The server read the turn's ``now_ms`` after ``sent_at`` (``time.monotonic()`` before the
+    admission flight left), so the clock now is at most ``now_ms`` plus the time since, rounded
+    up, plus whatever a test moved the runtime's offset by meanwhile. The release check after
+    ``COMMIT`` (semantics §2.3) refuses on this bound: whenever a read would have, and within one
+    turn's duration of the expiry a little earlier, without a statement after ``COMMIT``.
+    """
+    return now_ms + math.ceil((time.monotonic() - sent_at) * 1000) + offset_delta_ms
+
+
+def commit_clock(now_ms: int, arrived_at: float) -> int:
+    """The clock relative delays count from: a lower bound of the clock as the commit is sent.
+
+    The server read ``now_ms`` before its answer arrived at ``arrived_at``, so ``now_ms`` plus
+    the time since is never ahead of the database clock: an intent sent at once is due at once,
+    and a delay counts from at most the admission answer's latency before the commit statement's
+    own clock, which the turn no longer reads (one clock reading per turn, one node on Citus).
+    """
+    return now_ms + int((time.monotonic() - arrived_at) * 1000)
 
 
 def ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:

@@ -17,11 +17,41 @@ import psycopg
 
 from akter._staging import StagedEvent, StagedRow
 from akter._store.gateway.errors import wrap_errors
-from akter._store.pool import Clock, Connection, Store
+from akter._store.pool import Clock, Connection, Store, TurnConnection
 from akter._store.queries import Queries
 
 Cursor = psycopg.AsyncCursor[tuple[object, ...]]
 Key = Mapping[str, Any]
+#: Where a statement is queued: the connection (a new cursor) or a reused cursor of it.
+Executor = Connection | Cursor
+
+
+class TurnCursors:
+    """The cursors a connection's turns reuse, one per statement whose result a turn reads.
+
+    A new cursor per statement costs its construction and, worse, a cold dumper cache: every
+    parameter's type is looked up again on each turn. Reused, the lookups are cached. ``sink``
+    carries the statements whose results are not read (its status is the last one's: the
+    ``COMMIT``); ``lock`` and ``read`` the admission's two reads. Results are read before the
+    next flight reuses a cursor.
+    """
+
+    __slots__ = ("lock", "read", "sink")
+
+    def __init__(self, conn: Connection) -> None:
+        self.lock: Cursor = conn.cursor()
+        self.read: Cursor = conn.cursor()
+        self.sink: Cursor = conn.cursor()
+
+
+def turn_cursors(conn: Connection) -> TurnCursors:
+    """The reused cursors of ``conn``: kept on a pooled connection, made afresh on any other."""
+    if isinstance(conn, TurnConnection):
+        found = conn.turn_cursors
+        if not isinstance(found, TurnCursors):
+            found = conn.turn_cursors = TurnCursors(conn)
+        return found
+    return TurnCursors(conn)
 
 
 def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> dict[str, Any]:
@@ -36,30 +66,34 @@ def _ms_text(ms: int) -> str:
 # --- flight 1: admission ------------------------------------------------------------------------
 
 
-async def begin_turn(
-    conn: Connection,
-    q: Queries,
-    *,
-    lock_wait_ms: int,
-    statement_timeout_ms: int,
-    bound_setting: str,
-    bound_ms: int,
-) -> None:
-    """``BEGIN`` and the transaction-local timeouts (``bound_setting`` ends a frozen session)."""
+def turn_settings(
+    *, lock_wait_ms: int, statement_timeout_ms: int, bound_setting: str, bound_ms: int
+) -> dict[str, str]:
+    """The parameters of a turn's transaction-local timeouts.
+
+    ``bound_setting`` ends a frozen session. They are the same for every turn of a type, so the
+    engine builds them once per type.
+    """
+    return {
+        "lock_timeout": _ms_text(lock_wait_ms),
+        "statement_timeout": _ms_text(statement_timeout_ms),
+        "bound_setting": bound_setting,
+        "bound": _ms_text(bound_ms),
+    }
+
+
+async def begin_turn(conn: Executor, q: Queries, settings: Key | None) -> None:
+    """``BEGIN``; with ``settings``, also ``turn_settings``.
+
+    Only a cold turn needs them before ``ensure_actor``: a warm turn's ``lock_actor`` sets them.
+    """
     await conn.execute("BEGIN")
-    await conn.execute(
-        q["turn_settings"],
-        {
-            "lock_timeout": _ms_text(lock_wait_ms),
-            "statement_timeout": _ms_text(statement_timeout_ms),
-            "bound_setting": bound_setting,
-            "bound": _ms_text(bound_ms),
-        },
-    )
+    if settings is not None:
+        await conn.execute(q["turn_settings"], settings)
 
 
 def ensure_actor(
-    conn: Connection, q: Queries, key: Key, state_json: str, state_version: int, off: int
+    conn: Executor, q: Queries, key: Key, state_json: str, state_version: int, off: int
 ) -> Awaitable[Cursor]:
     """Insert the row of an actor the cache does not know (an existing row is left alone).
 
@@ -71,14 +105,17 @@ def ensure_actor(
 
 
 def lock_actor(
-    conn: Connection, q: Queries, key: Key, cached_version: int | None
+    conn: Executor, q: Queries, key: Key, cached_version: int | None, settings: Key
 ) -> Awaitable[Cursor]:
-    """Lock the actor row; its state is shipped only when ``cached_version`` is stale."""
-    return conn.execute(q["lock_actor"], {**key, "cached_version": cached_version})
+    """Set the turn's timeouts (:func:`turn_settings`), then lock the actor row.
+
+    Its state is shipped only when ``cached_version`` is stale.
+    """
+    return conn.execute(q["lock_actor"], {**key, **settings, "cached_version": cached_version})
 
 
 def read_admission(
-    conn: Connection, q: Queries, key: Key, off: int, command_ids: list[str]
+    conn: Executor, q: Queries, key: Key, off: int, command_ids: list[str]
 ) -> Awaitable[Cursor]:
     """The pinned clock and the receipts of ``command_ids``, in a snapshot after the lock."""
     return conn.execute(q["admission_read"], {**key, "off": off, "command_ids": command_ids})
@@ -89,7 +126,7 @@ def _fence(actor_type: str, owner: str, epoch: int, off: int) -> dict[str, Any]:
 
 
 def check_fence(
-    conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
+    conn: Executor, q: Queries, actor_type: str, owner: str, epoch: int, off: int
 ) -> Awaitable[Cursor]:
     """Whether a singleton loop's lease is current (a row, or none)."""
     return conn.execute(q["check_singleton_fence"], _fence(actor_type, owner, epoch, off))
@@ -99,14 +136,14 @@ def check_fence(
 
 
 def hold_fence(
-    conn: Connection, q: Queries, actor_type: str, owner: str, epoch: int, off: int
+    conn: Executor, q: Queries, actor_type: str, owner: str, epoch: int, off: int
 ) -> Awaitable[Cursor]:
     """Hold a loop's lease row through ``COMMIT`` (a lost lease fails the flight)."""
     return conn.execute(q["hold_singleton_fence"], _fence(actor_type, owner, epoch, off))
 
 
 def update_actor(
-    conn: Connection,
+    conn: Executor,
     q: Queries,
     key: Key,
     *,
@@ -116,24 +153,29 @@ def update_actor(
     event_seq: int,
     now_ms: int,
     locked_version: int,
+    receipts: Mapping[str, Any] | None = None,
 ) -> Awaitable[Cursor]:
-    """The guarded update of the actor row (its version must still be ``locked_version``)."""
-    return conn.execute(
-        q["update_actor"],
-        {
-            **key,
-            "state": state_json,
-            "state_version": state_version,
-            "created": created,
-            "event_seq": event_seq,
-            "now": now_ms,
-            "locked_version": locked_version,
-        },
-    )
+    """The guarded update of the actor row (its version must still be ``locked_version``).
+
+    With ``receipts`` (:func:`receipt_params`) the same statement writes them too
+    (``update_actor_receipts``): a warm turn's writes are one statement.
+    """
+    params = {
+        **key,
+        "state": state_json,
+        "state_version": state_version,
+        "created": created,
+        "event_seq": event_seq,
+        "now": now_ms,
+        "locked_version": locked_version,
+    }
+    if receipts is None:
+        return conn.execute(q["update_actor"], params)
+    return conn.execute(q["update_actor_receipts"], {**params, **receipts})
 
 
 def insert_events(
-    conn: Connection,
+    conn: Executor,
     q: Queries,
     key: Key,
     now_ms: int,
@@ -155,7 +197,7 @@ def insert_events(
     )
 
 
-def delete_timers(conn: Connection, q: Queries, key: Key, keys: list[str]) -> Awaitable[Cursor]:
+def delete_timers(conn: Executor, q: Queries, key: Key, keys: list[str]) -> Awaitable[Cursor]:
     """Delete the actor's pending timers with ``keys``."""
     return conn.execute(q["delete_timers"], {**key, "keys": keys})
 
@@ -169,18 +211,20 @@ async def cancel_jobs(
 
 
 def insert_outbox(
-    conn: Connection,
+    conn: Executor,
     q: Queries,
     key: Key,
     *,
     bucket: int,
-    off: int,
+    commit_ms: int,
     rows: Sequence[StagedRow],
     ordinals: list[int],
     traceparent: str | None,
 ) -> Awaitable[Cursor]:
     """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``).
 
+    Relative delays count from ``commit_ms``, the commit's clock as the turn bounds it from its
+    one clock reading (``turn.writes.release_clock``).
     ``traceparent`` (W3C text of the span that staged them, or ``None``) goes with every row.
     """
     return conn.execute(
@@ -188,7 +232,7 @@ def insert_outbox(
         {
             **key,
             "bucket": bucket,
-            "off": off,
+            "commit": commit_ms,
             "intent_ids": [r.intent_id for r in rows],
             "kinds": [r.kind for r in rows],
             "target_types": [r.target_type for r in rows],
@@ -230,15 +274,12 @@ def tick_params(
     }
 
 
-def insert_ticks(conn: Connection, q: Queries, params: Mapping[str, Any]) -> Awaitable[Cursor]:
+def insert_ticks(conn: Executor, q: Queries, params: Mapping[str, Any]) -> Awaitable[Cursor]:
     """Insert the ticks of :func:`tick_params` (existing ones are left alone)."""
     return conn.execute(q["insert_ticks"], params)
 
 
-def insert_receipts(
-    conn: Connection,
-    q: Queries,
-    key: Key,
+def receipt_params(
     *,
     command_ids: list[str],
     commands: list[str],
@@ -246,30 +287,28 @@ def insert_receipts(
     caller_keys: list[str],
     outcomes: list[str | None],
     expires: list[int],
+) -> dict[str, Any]:
+    """The receipts of the batch's commands (outcomes as stored JSON text), as parameters."""
+    return {
+        "command_ids": command_ids,
+        "commands": commands,
+        "payload_hashes": payload_hashes,
+        "caller_keys": caller_keys,
+        "outcomes": outcomes,
+        "expires": expires,
+    }
+
+
+def insert_receipts(
+    conn: Executor, q: Queries, key: Key, receipts: Mapping[str, Any]
 ) -> Awaitable[Cursor]:
-    """Write the receipts of the batch's commands (outcomes as stored JSON text)."""
-    return conn.execute(
-        q["insert_receipts"],
-        {
-            **key,
-            "command_ids": command_ids,
-            "commands": commands,
-            "payload_hashes": payload_hashes,
-            "caller_keys": caller_keys,
-            "outcomes": outcomes,
-            "expires": expires,
-        },
-    )
+    """Write the receipts of :func:`receipt_params` (when the batch updates no state)."""
+    return conn.execute(q["insert_receipts"], {**key, **receipts})
 
 
-def end_turn(conn: Connection, commit: bool) -> Awaitable[Cursor]:
+def end_turn(conn: Executor, commit: bool) -> Awaitable[Cursor]:
     """``COMMIT`` (or ``ROLLBACK`` when the turn writes nothing); its status is the cursor's."""
     return conn.execute("COMMIT" if commit else "ROLLBACK")
-
-
-def read_clock(conn: Connection, q: Queries, off: int) -> Awaitable[Cursor]:
-    """The database clock (the release check's read, after the transaction ended)."""
-    return conn.execute(q["clock_now"], {"off": off})
 
 
 async def committed(

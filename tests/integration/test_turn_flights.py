@@ -1,0 +1,115 @@
+"""The turn's five statements (issue 13).
+
+One clock per turn, the release check's bound, and a relay delivery validated once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Annotated
+
+import pytest
+from pydantic import AfterValidator, BaseModel
+
+import akter
+from akter.testing import ActorTest
+from tests.integration.actors import ALL, Counter
+
+Make = Callable[..., ActorTest]
+
+VALIDATED: list[int] = []
+
+
+def _seen(k: int) -> int:
+    VALIDATED.append(k)
+    return k
+
+
+class FlightSinkState(BaseModel):
+    got: list[int] = []
+
+
+class FlightSink(akter.Actor[FlightSinkState]):
+    @akter.command
+    async def put(self, k: Annotated[int, AfterValidator(_seen)]) -> int:
+        self.state.got.append(k)
+        return len(self.state.got)
+
+
+class FlightSender(akter.Actor[FlightSinkState]):
+    @akter.command
+    async def forward(self, k: int) -> int:
+        self.send(FlightSink.put, "sink", k)
+        return k
+
+
+async def test_a_relative_delay_counts_from_the_turns_clock(akter_test: Make) -> None:
+    # insert_outbox gets the commit's clock as a parameter, bounded from the turn's one reading
+    # (admission_read's, which update_actor stamps the row with): from that clock plus the delay,
+    # never before it, and no further than the turn lasted.
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "clock")
+        before = await t.now_ms()
+        await counter.stage_everything(1)
+        after = await t.now_ms()
+        actor = await t.rows("SELECT updated_at_ms FROM {schema}.actors WHERE actor_id = 'clock'")
+        timer = await t.rows(
+            "SELECT due_at_ms, scheduled_at_ms FROM {schema}.outbox WHERE timer_key = 'remind'"
+        )
+        now = int(actor[0]["updated_at_ms"])
+        due = int(timer[0]["due_at_ms"])
+        assert before <= now <= after
+        assert now + 60_000 <= due <= after + 1 + 60_000
+        assert int(timer[0]["scheduled_at_ms"]) == due
+
+
+async def test_the_release_check_refuses_an_id_that_expired_during_the_turn(
+    akter_test: Make,
+) -> None:
+    # No clock statement after COMMIT: the release check bounds the clock from the turn's
+    # (plus a test offset moved meanwhile). The commit landed; the caller is told expired.
+    async with akter_test(ALL, retry_window=60) as t:
+        counter = t.get(Counter, "late")
+        cid = await t.runtime.mint_command_id()
+        pause = t.pause_next("before_commit")
+        call = asyncio.create_task(counter.with_command_id(cid).add(1))
+        await pause.wait()
+        await t.advance(61)
+        pause.release()
+        with pytest.raises(akter.ActorError) as exc:
+            await call
+        assert exc.value.reason == "CommandExpired"
+        row = await t.inspect(counter)
+        assert row.state is not None and row.state["n"] == 1
+        assert [r["command_id"] for r in row.receipts] == [cid]
+        # A retry replays the receipt, and the release check refuses it again.
+        with pytest.raises(akter.ActorError) as again:
+            await counter.with_command_id(cid).add(1)
+        assert again.value.reason == "CommandExpired"
+        assert (await t.inspect(counter)).version == row.version
+
+
+async def test_an_unexpired_id_is_released(akter_test: Make) -> None:
+    async with akter_test(ALL, retry_window=60) as t:
+        counter = t.get(Counter, "early")
+        cid = await t.runtime.mint_command_id()
+        pause = t.pause_next("before_commit")
+        call = asyncio.create_task(counter.with_command_id(cid).add(2))
+        await pause.wait()
+        await t.advance(30)
+        pause.release()
+        assert await call == 2
+
+
+async def test_a_relay_delivery_validates_its_payload_once(akter_test: Make) -> None:
+    # Staging validates the arguments (send), the relay's decode validates the stored payload,
+    # and the turn turns it into the handler's arguments: three, not the four of a second
+    # validation in the delivery path.
+    async with akter_test([FlightSink, FlightSender]) as t:
+        VALIDATED.clear()
+        assert await t.get(FlightSender, "s").forward(7) == 7
+        staged = len(VALIDATED)
+        await t.drain()
+        assert (await t.inspect(t.get(FlightSink, "sink"))).state == {"got": [7]}
+        assert len(VALIDATED) - staged == 2
