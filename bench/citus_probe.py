@@ -65,8 +65,8 @@ SAMPLES: dict[str, Any] = {
     "traceparent": None, "type": "T", "types": "T", "version": "probe", "id": "a1",
     "table": "probe", "with": "default", "schema": "probe", "clock": 1, "rows": 1,
     # issue 12 (evolution): parked rows, the operator audit, versions, the name registry
-    "audit_ids": "a1", "ids": None, "kind": "intent", "names": "n", "operator": "probe",
-    "payload_versions": 0, "prior_ambiguous": False, "prior_attempts": 0,
+    "audit_ids": "a1", "ids": None, "kind": "intent", "name": "n", "names": "n",
+    "operator": "probe", "payload_versions": 0, "prior_ambiguous": False, "prior_attempts": 0,
     "prior_maybe_applied": False, "reason": "probe", "seq": 0, "versions": 0, "wait": 1000,
     "with_state": True,
 }  # fmt: skip

@@ -275,14 +275,18 @@ async def test_RL07_receiver_failing_its_first_attempts_backs_off_without_blocki
             assert row["scheduled_at_ms"] == flaky["scheduled_at_ms"]
             assert "Defect" in row["last_error"]
 
-            # A newer row, due at once, is delivered while the failing one waits.
+            # A newer row, due at once, is delivered while the failing one waits. Its id is
+            # read from the receiver's state once delivered: the child, woken by NOTIFY, may
+            # deliver and delete the row before this process could read it in the outbox.
             await sender.send_to(f"g{attempts}", 1)
-            good.append(next(r["intent_id"] for r in await outbox(t) if r["intent_id"] != cid))
 
             async def delivered(target: str = f"g{attempts}") -> bool:
                 return target in await receivers(t)
 
             await until(delivered, within=5)
+            [first] = (await receivers(t))[f"g{attempts}"]["received"]
+            assert first["cid"] != cid
+            good.append(first["cid"])
             assert next(r for r in await outbox(t) if r["intent_id"] == cid) == row
 
             # Move the child's clock to the failing row's due time: it is claimed again.

@@ -21,7 +21,9 @@ from typer.testing import CliRunner
 
 from akter._store.citus import DISTRIBUTED, REFERENCE
 from akter._store.gateway.jobs import JobsGateway, JobType
+from akter._store.gateway.names import NamesGateway
 from akter._store.gateway.outbox import OutboxGateway
+from akter._store.gateway.parked import ParkedGateway, Selection, UnknownParked
 from akter._store.migrate import migrate, migrate_and_distribute
 from akter._store.pool import Clock, Store
 from akter._store.queries import Queries
@@ -281,3 +283,106 @@ async def test_a_claim_takes_at_most_free_rows_oldest_first(claim_store: Store) 
     await gateway.close()
     assert len(first) == 2 and len(second) == 3 and third == []
     assert not {r["intent_id"] for r in first} & {r["intent_id"] for r in second}
+
+
+# --- the evolution statements: parked rows, undeclared jobs, orphan counts ------------------------
+
+
+async def _park(store: Store, keys: list[tuple[int, str]]) -> None:
+    """Park rows as the relay would (keyed: single-shard on Citus)."""
+    async with await psycopg.AsyncConnection.connect(store.url, autocommit=True) as conn:
+        for rk, intent_id in keys:
+            await conn.execute(
+                f'UPDATE "{store.queries.schema}".outbox SET parked_at_ms = 1, last_error = %s'
+                " WHERE routing_key = %s AND intent_id = %s",
+                ["UnknownCommand", rk, intent_id],
+            )
+
+
+async def _rows(store: Store) -> dict[str, dict[str, Any]]:
+    async with await psycopg.AsyncConnection.connect(store.url, autocommit=True) as conn:
+        cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+        await cur.execute(f'SELECT * FROM "{store.queries.schema}".outbox')
+        return {str(r["intent_id"]): r for r in await cur.fetchall()}
+
+
+async def _nothing(_ids: list[str]) -> None:
+    return None
+
+
+async def test_a_retry_naming_an_unknown_id_refuses_and_a_retry_by_id_writes_keyed(
+    claim_store: Store,
+) -> None:
+    keys = await _seed(claim_store, "intent", 3)
+    await _park(claim_store, keys[:2])
+    before = await _rows(claim_store)
+    parked = ParkedGateway(claim_store, Clock(claim_store))
+    with pytest.raises(UnknownParked) as refused:
+        # r2 is not parked: the whole call is refused before anything is written.
+        await parked.retry(Selection(ids=["r0", "r2", "nope"]), before_commit=_nothing)
+    assert refused.value.missing == ("r2", "nope")
+    assert await _rows(claim_store) == before
+    assert await parked.retry(Selection(ids=["r0", "r1"]), before_commit=_nothing) == 2
+    after = await _rows(claim_store)
+    assert all(after[i]["parked_at_ms"] is None for i in ("r0", "r1"))
+    assert after["r2"] == before["r2"]
+
+
+async def test_a_discard_of_every_parked_row_of_a_type_audits_each(claim_store: Store) -> None:
+    keys = await _seed(claim_store, "intent", 3)
+    await _park(claim_store, keys)
+    parked = ParkedGateway(claim_store, Clock(claim_store))
+    assert await parked.retry(Selection(actor_type="Other"), before_commit=_nothing) == 0
+    done = await parked.discard(
+        Selection(actor_type="T"), operator="ops", reason="probe", before_commit=_nothing
+    )
+    assert done == 3 and await _rows(claim_store) == {}
+    async with await psycopg.AsyncConnection.connect(claim_store.url, autocommit=True) as conn:
+        cur = await conn.execute(
+            f'SELECT routing_key, actor_id FROM "{claim_store.queries.schema}".operator_audit'
+        )
+        audited = sorted(await cur.fetchall())
+    assert audited == sorted((rk, f"a{i}") for i, (rk, _) in enumerate(keys))
+
+
+async def test_parking_an_undeclared_job_skips_a_row_another_claimer_holds(
+    claim_store: Store,
+) -> None:
+    keys = await _seed(claim_store, "job", 3)
+    held = await _hold(claim_store, *keys[0])
+    parked = ParkedGateway(claim_store, Clock(claim_store))
+    try:
+        done = await asyncio.wait_for(
+            parked.park_undeclared("T", "work", error="UnknownJob", batch=10), timeout=10
+        )  # waiting for the held row would time out
+    finally:
+        await held.rollback()
+        await held.close()
+    assert done == 2
+    rows = await _rows(claim_store)
+    assert rows["r0"]["parked_at_ms"] is None
+    assert all(
+        rows[i]["parked_at_ms"] and rows[i]["last_error"] == "UnknownJob" for i in ("r1", "r2")
+    )
+    assert await parked.park_undeclared("T", "other", error="x", batch=10) == 0
+
+
+async def test_orphan_counts_are_capped_per_name_on_both_strategies(claim_store: Store) -> None:
+    await _seed(claim_store, "job", 3)
+    names = NamesGateway(claim_store)
+    counts = await names.count_types(["T", "Gone"], cap=2)
+    assert counts == {
+        "T": {"actors": 2, "outbox": 2, "dead_letters": 0, "events": 0},
+        "Gone": {"actors": 0, "outbox": 0, "dead_letters": 0, "events": 0},
+    }
+    jobs = await names.count_members("job", [("T", "work"), ("T", "gone")], cap=10)
+    assert jobs == {
+        ("T", "work"): {"outbox": 3, "dead_letters": 0},
+        ("T", "gone"): {"outbox": 0, "dead_letters": 0},
+    }
+    assert await names.count_members("command", [("T", "work")], cap=10) == {
+        ("T", "work"): {"outbox": 0}
+    }
+    assert await names.count_members("event", [("T", "tag")], cap=10) == {
+        ("T", "tag"): {"events": 0}
+    }

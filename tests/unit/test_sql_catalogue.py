@@ -132,6 +132,18 @@ CROSS_ACTOR: dict[str, str] = {
     "kind, attempts and due_at_ms, read without locks; each is then released by a keyed statement",
     "citus_release_skewed_jobs_scan": "Citus: the skew release's scan of running attempts by kind, "
     "running and due_at_ms, read without locks; each is then released by a keyed statement",
+    "citus_parked_scan": "Citus: an operator's retry or discard scans the parked rows it names "
+    "across actors, without locks; each is then locked by a keyed statement (evolution E3)",
+    "citus_park_undeclared_scan": "Citus: the $maintenance owner scans a batch of one undeclared "
+    "job's rows across actors, without locks; each is then parked by a keyed statement",
+    "citus_names_count_type": "Citus: the $maintenance owner counts one orphan actor type's rows "
+    "across actors, each count capped (evolution E2)",
+    "citus_names_count_command": "Citus: the $maintenance owner counts pending intents to one "
+    "orphan command across actors, capped (evolution E2)",
+    "citus_names_count_job": "Citus: the $maintenance owner counts one orphan job's rows and dead "
+    "letters across actors, capped (evolution E2)",
+    "citus_names_count_event": "Citus: the $maintenance owner counts one orphan tag's events "
+    "across actors, capped (evolution E2)",
 }
 
 #: Citus rules (design principle 7, issue 16): Citus refuses a row lock in a statement that spans
@@ -141,15 +153,6 @@ CROSS_ACTOR: dict[str, str] = {
 VOLATILE = ("now_ms", "clock_timestamp", "random", "gen_random_uuid", "nextval", "timeofday")
 _ROW_LOCK = re.compile(r"\bFOR\s+(?:NO\s+KEY\s+UPDATE|KEY\s+SHARE|UPDATE|SHARE)\b", re.IGNORECASE)
 _MATERIALIZED_CTE = re.compile(r"\b[a-z_]+\s+AS\s+MATERIALIZED\s*\(", re.IGNORECASE)
-
-#: Statements of issue 12 that still lock rows across shards, so they fail on Citus until they
-#: get a keyed form like the claims' (issue 16 stays open for them; docs/citus.md lists them).
-CITUS_PENDING: dict[str, str] = {
-    "parked_lock": "an operator's retry or discard locks the parked rows it names across shards; "
-    "on Citus it needs an unlocked scan, then keyed single-shard locks",
-    "park_undeclared_jobs": "the maintenance owner parks a batch of an undeclared job's rows "
-    "across shards with SKIP LOCKED; on Citus it needs the claims' scan-then-keyed form",
-}
 
 #: Statements allowed to mention NOTIFY: each is its own autocommit statement sent after COMMIT
 #: (semantics §3.5), never part of a turn's transaction (akter._store.gateway.notify).
@@ -512,12 +515,7 @@ def _citus_violations(name: str, statement: str) -> list[str]:
                     f"{name}: volatile {function}() in a modification (read it once "
                     "in a table-free MATERIALIZED CTE, or pass it as a parameter)"
                 )
-    if (
-        _ROW_LOCK.search(sql)
-        and name in CROSS_ACTOR
-        and name not in PLAIN_ONLY
-        and name not in CITUS_PENDING
-    ):
+    if _ROW_LOCK.search(sql) and name in CROSS_ACTOR and name not in PLAIN_ONLY:
         found.append(f"{name}: a row lock in a statement that spans shards")
     return found
 
@@ -577,3 +575,40 @@ def test_every_plain_only_claim_has_its_citus_variants_used_beside_it() -> None:
             assert not locks or not _violations(variant, catalogue[variant]), (
                 f"{variant}: a row lock in a statement that is not keyed by routing_key"
             )
+
+
+#: Columns a Citus gateway adds to the rows of its variant (``citus_claims``: the scan's count).
+_ADDED_BY_GATEWAY = frozenset({"candidates"})
+
+
+def _returned(sql: str) -> set[str]:
+    """The names of the columns a statement's last ``RETURNING`` yields."""
+    tail = re.split(r"\bRETURNING\b", _strip(sql), flags=re.IGNORECASE)[-1].rstrip().rstrip(";")
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(tail):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(tail[start:i])
+            start = i + 1
+    items.append(tail[start:])
+    return {re.findall(r"\w+", item)[-1] for item in items if item.strip()}
+
+
+def test_every_citus_variant_returns_the_columns_of_its_plain_statement() -> None:
+    # The gateways hand a variant's rows to the same callers: a column the plain statement
+    # returns and the variant forgets (payload_version once) breaks delivery only on Citus.
+    catalogue = raw_catalogue()
+    checked = 0
+    for plain, variants in PLAIN_ONLY.items():
+        final = variants[-1]
+        if not re.search(r"\bRETURNING\b", catalogue[plain], re.IGNORECASE):
+            continue
+        missing = _returned(catalogue[plain]) - _returned(catalogue[final]) - _ADDED_BY_GATEWAY
+        assert missing == set(), f"{final} lacks {sorted(missing)} that {plain} returns"
+        checked += 1
+    assert checked >= 4  # the claims, the skew releases, the parking: the check sees them
+
+
+def test_the_returned_columns_are_read_by_name() -> None:
+    sql = "UPDATE {schema}.outbox SET a = 1 RETURNING o.x, f(o.y, 2) AS y, (o.z > 0) AS z;"
+    assert _returned(sql) == {"x", "y", "z"}

@@ -58,7 +58,8 @@ SET attempts = l.attempts + 1,
 FROM locked l
 WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = l.intent_id
 RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
-          o.target_id, o.command, o.payload, o.caller, o.attempts, o.scheduled_at_ms,
+          o.target_id, o.command, o.payload, o.payload_version, o.caller, o.attempts,
+          o.scheduled_at_ms,
           o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, %(now)s::bigint AS now;
 
 -- citus_claim_jobs_scan --
@@ -101,7 +102,9 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
           o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
-              AS exhausted;
+              AS exhausted,
+          l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
+          l.maybe_applied AS prior_maybe_applied;
 
 -- citus_discover_capped_groups --
 -- Citus: the (actor, job) groups of this runner's capped job types with due unparked rows at the pass's clock reading, earliest first, no locks (each group is then claimed by keyed statements)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg.rows import dict_row
 
+from akter._store.gateway.citus_claims import each_alone
+
 if TYPE_CHECKING:
     import psycopg
 
@@ -60,9 +62,17 @@ class NamesGateway:
             return {}
         queries = self._store.queries
         async with self._store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(queries["names_count_types"], {"types": list(types), "cap": cap})
-            rows = await cur.fetchall()
+            if self._store.strategy == "citus":
+                # Citus cannot push down the unnest join's correlated counts: one count per name.
+                rows = await each_alone(
+                    conn,
+                    queries["citus_names_count_type"],
+                    [{"type": t, "cap": cap} for t in types],
+                )
+            else:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(queries["names_count_types"], {"types": list(types), "cap": cap})
+                rows = await cur.fetchall()
         return {str(r.pop("actor_type")): _counts(r) for r in rows}
 
     async def count_members(
@@ -72,18 +82,31 @@ class NamesGateway:
         if not pairs:
             return {}
         queries = self._store.queries
-        statement = (
-            queries["names_count_commands"]
-            if kind == "command"
-            else queries["names_count_jobs"]
-            if kind == "job"
-            else queries["names_count_events"]
-        )
-        params = {"types": [p[0] for p in pairs], "names": [p[1] for p in pairs], "cap": cap}
         async with self._store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(statement, params)
-            rows = await cur.fetchall()
+            if self._store.strategy == "citus":
+                # Citus cannot push down the unnest join's correlated counts: one count per name.
+                one = (
+                    queries["citus_names_count_command"]
+                    if kind == "command"
+                    else queries["citus_names_count_job"]
+                    if kind == "job"
+                    else queries["citus_names_count_event"]
+                )
+                rows = await each_alone(
+                    conn, one, [{"type": t, "name": n, "cap": cap} for t, n in pairs]
+                )
+            else:
+                statement = (
+                    queries["names_count_commands"]
+                    if kind == "command"
+                    else queries["names_count_jobs"]
+                    if kind == "job"
+                    else queries["names_count_events"]
+                )
+                params = {"types": [p[0] for p in pairs], "names": [p[1] for p in pairs]}
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(statement, {**params, "cap": cap})
+                rows = await cur.fetchall()
         return {(str(r.pop("actor_type")), str(r.pop("name"))): _counts(r) for r in rows}
 
     async def forget(self, names: Sequence[Name]) -> None:

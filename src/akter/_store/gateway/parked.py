@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 
+from akter._store.gateway.citus_claims import each_alone, read_clock
+
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
@@ -138,12 +140,24 @@ class ParkedGateway:
 
     async def park_undeclared(self, actor_type: str, job: str, *, error: str, batch: int) -> int:
         """Park one batch of an undeclared, unserved job's rows; how many were parked."""
+        queries = self._store.queries
+        params = {"type": actor_type, "job": job, "error": error, "batch": batch, "off": self._off}
         async with self._store.framework.connection() as conn:
-            cur = await conn.execute(
-                self._store.queries["park_undeclared_jobs"],
-                {"type": actor_type, "job": job, "error": error, "batch": batch, "off": self._off},
+            if self._store.strategy != "citus":
+                cur = await conn.execute(queries["park_undeclared_jobs"], params)
+                return len(await cur.fetchall())
+            # Citus: no multi-shard SKIP LOCKED. One clock reading, an unlocked scan, then one
+            # keyed park per row in its own shard (each its own transaction, a held row skipped).
+            dcur = conn.cursor(row_factory=dict_row)
+            base = {**params, "now": await read_clock(dcur, queries, self._off)}
+            await dcur.execute(queries["citus_park_undeclared_scan"], base)
+            candidates = await dcur.fetchall()
+            parked = await each_alone(
+                conn,
+                queries["citus_park_undeclared_job"],
+                [{**base, "rk": c["routing_key"], "intent_id": c["intent_id"]} for c in candidates],
             )
-            return len(await cur.fetchall())
+            return len(parked)
 
     @property
     def _off(self) -> int:
@@ -154,8 +168,11 @@ class ParkedGateway:
     ) -> int:
         async with self._store.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(self._store.queries["parked_lock"], selection.params())
-            rows = await cur.fetchall()
+            if self._store.strategy == "citus":
+                rows = await self._lock_each(conn, cur, selection)
+            else:
+                await cur.execute(self._store.queries["parked_lock"], selection.params())
+                rows = await cur.fetchall()
             if selection.ids is not None:
                 found = {str(r["intent_id"]) for r in rows}
                 missing = [i for i in dict.fromkeys(selection.ids) if i not in found]
@@ -168,3 +185,24 @@ class ParkedGateway:
                 "ids": [str(r["intent_id"]) for r in rows],
             }
             return await write(cur, keys)
+
+    async def _lock_each(self, conn: Any, cur: Any, selection: Selection) -> builtins.list[Row]:
+        """``parked_lock`` on Citus: an unlocked scan, then one keyed lock per row, in order.
+
+        Citus has no row lock in a statement that spans shards. The locks are taken in this
+        transaction in ``(routing_key, intent_id)`` order, like the plain statement's, and a
+        row that stopped being parked between the scan and its lock is left out.
+        """
+        queries = self._store.queries
+        await cur.execute(queries["citus_parked_scan"], selection.params())
+        scanned = await cur.fetchall()
+        cursors = []
+        async with conn.pipeline():
+            for row in scanned:
+                one = conn.cursor(row_factory=dict_row)
+                await one.execute(
+                    queries["citus_parked_lock"],
+                    {"rk": row["routing_key"], "intent_id": row["intent_id"]},
+                )
+                cursors.append(one)
+        return [r for one in cursors for r in await one.fetchall()]
