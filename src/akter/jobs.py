@@ -131,6 +131,12 @@ class JobOptions:
     version: int = 0
     #: Earlier names of the job that stored rows and dead letters may carry (evolution E2).
     aliases: tuple[str, ...] = ()
+    #: The default priority of its rows, 0-9, higher first (docs/flow-control.md).
+    priority: int = 0
+    #: After this long due, a row ranks like a top-priority row (``None``: strict priority).
+    max_wait_ms: int | None = None
+    #: At most this many live attempts of the job across all runners (``None``: no cap).
+    concurrency: int | None = None
 
 
 class Job(Generic[PL, R]):
@@ -268,6 +274,27 @@ def _version(version: Any) -> int:
     return version
 
 
+def check_priority(priority: Any, what: str = "priority") -> int:
+    """A priority from 0 to 9 (higher first), or a ``DefinitionError`` naming the value."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise DefinitionError(f"{what} must be an integer from 0 to 9, got {priority!r}.")
+    return priority
+
+
+def _concurrency(concurrency: Any) -> int | None:
+    if concurrency is None:
+        return None
+    if (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, int)
+        or not 1 <= concurrency <= 10_000
+    ):
+        raise DefinitionError(
+            f"concurrency must be an integer from 1 to 10000, got {concurrency!r}."
+        )
+    return concurrency
+
+
 def job(
     *,
     attempts: int = 4,
@@ -278,6 +305,9 @@ def job(
     progress_every: Duration = 0.25,
     version: int = 0,
     aliases: tuple[str, ...] | list[str] = (),
+    priority: int = 0,
+    max_wait: Duration | None = None,
+    concurrency: int | None = None,
 ) -> Callable[[Callable[[JobCall, PL], Awaitable[R]]], Job[PL, R]]:
     """Declare a job executor inside an actor class (semantics §5.1).
 
@@ -291,6 +321,12 @@ def job(
         version: The version of its payload (evolution E3): pending rows and dead letters
             stored at an older version are upgraded by the ``@job.migrate_payload`` chain.
         aliases: Earlier names of the job, claimed for stored rows (evolution E2).
+        priority: The default priority of its rows, 0-9, higher first; ``self.enqueue(...,
+            priority=)`` overrides it per row (docs/flow-control.md).
+        max_wait: Once a row has been ready this long it ranks like a priority-9 row, so
+            higher priorities never starve it (``None``: strict priority).
+        concurrency: At most this many attempts of the job run at once across all runners,
+            counted in the database (1…10000, or unlimited).
     """
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 101:
         raise DefinitionError(f"attempts must be an integer from 1 to 101, got {attempts!r}.")
@@ -320,6 +356,9 @@ def job(
         progress_every_ms=every,
         version=_version(version),
         aliases=check_aliases("@job", aliases),
+        priority=check_priority(priority),
+        max_wait_ms=None if max_wait is None else _ms(max_wait, "max_wait"),
+        concurrency=_concurrency(concurrency),
     )
 
     def declare(fn: Callable[[JobCall, PL], Awaitable[R]]) -> Job[PL, R]:

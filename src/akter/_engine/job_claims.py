@@ -117,6 +117,12 @@ def job_types(jobs: Sequence[Job[Any, Any]]) -> list[JobType]:
     ]
 
 
+def limit_of(job: Job[Any, Any]) -> tuple[str, str, int]:
+    """The ``job_limits`` key of a job with a deployment-wide cap, and the cap."""
+    assert job.options.concurrency is not None
+    return (job.owner.name if job.owner else "", job.name, job.options.concurrency)
+
+
 def by_stored_name(jobs: Sequence[Job[Any, Any]]) -> dict[tuple[str, str], Job[Any, Any]]:
     """The executed jobs by (actor type, stored name), aliases included."""
     return {
@@ -133,8 +139,15 @@ async def claim_uncapped(
     lease_ms: int,
 ) -> tuple[list[ClaimedJob], int]:
     """Claim due rows of uncapped ``jobs``; returns the claims and the candidate count."""
+    limited = [j for j in jobs if j.options.concurrency is not None]
+    # A type with a deployment-wide cap is claimed alone, under its job_limits lock.
+    assert not limited or len(jobs) == 1
     rows, sent_at = await gateway.claim_uncapped(
-        job_types(jobs), free=free, probe=probe, lease_ms=lease_ms
+        job_types(jobs),
+        free=free,
+        probe=probe,
+        lease_ms=lease_ms,
+        limit=limit_of(limited[0]) if limited else None,
     )
     candidates = int(rows[0]["candidates"]) if rows else 0
     return [_claimed(r, sent_at) for r in rows], candidates
@@ -158,6 +171,8 @@ async def claim_group(
         cap=job.options.per_actor,
         max_attempts=job.options.attempts,
         lease_ms=lease_ms,
+        limit=None if job.options.concurrency is None else limit_of(job),
+        names=(job.name, *job.aliases),
     )
     return [_claimed(r, sent_at) for r in rows]
 

@@ -33,11 +33,12 @@ from akter._engine.job_claims import (
     claim_group,
     claim_uncapped,
     discover_groups,
+    limit_of,
     wake_waiting,
 )
 from akter._engine.progress import ProgressHub
 from akter._store.gateway.jobs import JobsGateway
-from akter.errors import InjectedCrash
+from akter.errors import DefinitionError, InjectedCrash
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
@@ -86,8 +87,15 @@ class JobExecutor:
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start background work: none; passes come from the relay loop and drains."""
+        """Record the executed jobs' deployment-wide caps; passes come from the relay loop."""
         self._stopping = False
+        limited = [j for j in self.executed_jobs() if j.options.concurrency is not None]
+        if limited and self._services.store.strategy == "citus":
+            raise DefinitionError(
+                f"Job {limited[0]!r} has concurrency=, which akter does not enforce on Citus "
+                "yet: remove it, or run the job's type on plain PostgreSQL."
+            )
+        await self.gateway.record_limits([limit_of(j) for j in limited])
         self.progress.start()
 
     async def stop(self) -> None:
@@ -149,8 +157,12 @@ class JobExecutor:
             jobs = self.executed_jobs()
             uncapped = [j for j in jobs if j.options.per_actor is None]
             capped = [j for j in jobs if j.options.per_actor is not None]
-            order = [("uncapped", uncapped), ("capped", capped)]
-            if uncapped and capped:
+            # Uncapped types with a deployment-wide cap are claimed one type per claim.
+            free_types = [j for j in uncapped if j.options.concurrency is None]
+            batches = [free_types] if free_types else []
+            batches += [[j] for j in uncapped if j.options.concurrency is not None]
+            order = [("uncapped", batch) for batch in batches] + [("capped", capped)]
+            if batches and capped:
                 if self._capped_first:
                     order.reverse()
                 self._capped_first = not self._capped_first

@@ -141,13 +141,29 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 RETURNING intent_id, running;
 
 -- insert_outbox --
--- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from this statement's clock
+-- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from this statement's clock; a job's claim rank from its ready time, priority and max_wait (migration 0007)
 INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
-     ready_at_ms, timer_key, traceparent)
+     ready_at_ms, timer_key, traceparent, priority, rank_ms)
 SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.target_type,
        o.target_id, o.command, o.payload, o.payload_version, o.caller, d.due, d.due,
+       r.ready, o.timer_key, %(traceparent)s::text, o.priority,
+       -- least() ignores a NULL max_wait: without one the rank is priority, then ready time
+       least(r.ready - o.priority * 10000000000000::bigint,
+             r.ready + o.max_wait - 90000000000000::bigint)
+FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
+            %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
+            %(payload_versions)s::int[], %(callers)s::text[], %(delays)s::bigint[],
+            %(ats)s::bigint[], %(timer_keys)s::text[], %(ords)s::int[],
+            %(priorities)s::smallint[], %(max_waits)s::bigint[])
+    AS o(intent_id, kind, target_type, target_id, command, payload, payload_version, caller,
+         delay, at, timer_key, ord, priority, max_wait)
+CROSS JOIN LATERAL (
+    SELECT coalesce(o.at, {schema}.stmt_ms(%(off)s::bigint) + coalesce(o.delay, 0)) AS due
+) d
+CROSS JOIN LATERAL (
+    SELECT
        -- capped jobs of one (actor, job) get strictly increasing ready times in enqueue order
        -- (§5.3.4); the two probes follow the running / not-running partial job indexes
        CASE WHEN o.kind = 'job' AND o.ord > 0 THEN greatest(d.due + o.ord - 1, greatest(
@@ -160,17 +176,8 @@ SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.
               AND x.actor_type = %(type)s AND x.actor_id = %(id)s AND x.command = o.command
               AND x.kind = 'job' AND x.running AND x.scheduled_at_ms <= d.due),
            d.due - 1) + o.ord)
-            WHEN o.kind = 'job' THEN d.due END,
-       o.timer_key, %(traceparent)s::text
-FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
-            %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
-            %(payload_versions)s::int[], %(callers)s::text[], %(delays)s::bigint[],
-            %(ats)s::bigint[], %(timer_keys)s::text[], %(ords)s::int[])
-    AS o(intent_id, kind, target_type, target_id, command, payload, payload_version, caller,
-         delay, at, timer_key, ord)
-CROSS JOIN LATERAL (
-    SELECT coalesce(o.at, {schema}.stmt_ms(%(off)s::bigint) + coalesce(o.delay, 0)) AS due
-) d
+            WHEN o.kind = 'job' THEN d.due END AS ready
+) r
 RETURNING intent_id, kind, due_at_ms;
 
 -- insert_receipts --

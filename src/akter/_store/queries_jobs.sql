@@ -3,7 +3,7 @@
 -- `now` is computed once per statement from statement_timestamp() (stmt_ms) plus the offset.
 
 -- claim_jobs --
--- due job rows of the uncapped types this runner executes, probed per bucket, SKIP LOCKED, leased with ambiguity pre-marked
+-- due job rows of the uncapped types this runner executes, highest rank first, probed per bucket, SKIP LOCKED, leased with ambiguity pre-marked; at most slots (NULL: no cap) rows
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -13,19 +13,19 @@ mine AS MATERIALIZED (
         AS m(actor_type, job, max_attempts)
 ),
 candidates AS MATERIALIZED (
-    SELECT p.routing_key, p.intent_id, p.due_at_ms
+    SELECT p.routing_key, p.intent_id, p.rank_ms
     FROM generate_series(-128, 127) AS b(bucket)
     CROSS JOIN clock
     CROSS JOIN LATERAL (
-        SELECT o.routing_key, o.intent_id, o.due_at_ms
+        SELECT o.routing_key, o.intent_id, o.rank_ms
         FROM {schema}.outbox o
         WHERE o.bucket = b.bucket AND o.kind = 'job' AND o.due_at_ms <= clock.now
           AND o.parked_at_ms IS NULL
           AND (o.actor_type, o.command) IN (SELECT actor_type, job FROM mine)
-        ORDER BY o.due_at_ms
+        ORDER BY o.rank_ms
         LIMIT %(probe)s
     ) p
-    ORDER BY p.due_at_ms
+    ORDER BY p.rank_ms
     LIMIT %(probe)s
 ),
 locked AS (
@@ -38,8 +38,9 @@ locked AS (
     JOIN mine m ON m.actor_type = o.actor_type AND m.job = o.command
     CROSS JOIN clock
     WHERE o.kind = 'job' AND o.due_at_ms <= clock.now
-    ORDER BY o.due_at_ms
-    LIMIT %(free)s
+    ORDER BY o.rank_ms
+    -- least() ignores the NULL of an uncapped claim
+    LIMIT greatest(0, least(%(free)s::bigint, %(slots)s::bigint))
     FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE {schema}.outbox o
@@ -89,6 +90,27 @@ GROUP BY p.routing_key, p.tenant_id, p.actor_type, p.actor_id, p.command
 ORDER BY min(p.due_at_ms)
 LIMIT %(free)s;
 
+-- job_limit_upsert --
+-- records a job type's deployment-wide cap (the declared one of the runner that starts last)
+INSERT INTO {schema}.job_limits (actor_type, job, concurrency)
+SELECT m.actor_type, m.job, m.concurrency
+FROM unnest(%(types)s::text[], %(jobs)s::text[], %(caps)s::int[]) AS m(actor_type, job, concurrency)
+ON CONFLICT (actor_type, job) DO UPDATE SET concurrency = excluded.concurrency;
+
+-- job_limit_lock --
+-- the type lock: serializes one capped type's claims across runners (the row is locked even when its cap is unchanged), recording the claimer's declared cap
+INSERT INTO {schema}.job_limits (actor_type, job, concurrency)
+VALUES (%(type)s, %(job)s, %(cap)s)
+ON CONFLICT (actor_type, job) DO UPDATE SET concurrency = excluded.concurrency
+WHERE {schema}.job_limits.concurrency <> excluded.concurrency;
+
+-- job_type_live --
+-- a capped type's live attempts across actors: running rows whose lease has not ended; read under the type lock (job_limit_lock)
+SELECT count(*) AS live
+FROM {schema}.outbox
+WHERE kind = 'job' AND running AND actor_type = %(type)s AND command = ANY(%(jobs)s::text[])
+  AND due_at_ms > {schema}.stmt_ms(%(off)s::bigint);
+
 -- job_group_settings --
 -- transaction-local lock wait of one capped group's claim or wake
 SELECT set_config('lock_timeout', %(lock_timeout)s, true);
@@ -108,7 +130,7 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 FOR UPDATE;
 
 -- claim_capped_group --
--- claims a group's due cancelled rows and its oldest ready rows up to the cap minus live attempts
+-- claims a group's due cancelled rows and its oldest ready rows up to the cap minus live attempts, and at most slots (NULL: no deployment-wide cap) of them
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -139,7 +161,8 @@ next AS MATERIALIZED (
       AND (o.due_at_ms <= clock.now OR (o.waiting AND NOT o.running))
     ORDER BY o.ready_at_ms, o.intent_id
     LIMIT greatest(0, least(%(cap)s::bigint - (SELECT n FROM live),
-                            %(free)s::bigint - (SELECT count(*) FROM settle)))
+                            %(free)s::bigint - (SELECT count(*) FROM settle),
+                            %(slots)s::bigint))
     FOR UPDATE OF o SKIP LOCKED
 ),
 locked AS (
@@ -353,15 +376,15 @@ RETURNING routing_key, job_id, tenant_id, actor_type, actor_id, job, payload, pa
           attempts, cause, ambiguous, dead_at_ms;
 
 -- dead_letter_requeue --
--- a retried dead letter becomes a new job row, due now, maybe applied as the letter was ambiguous
+-- a retried dead letter becomes a new job row, due now, at priority 0 ranked by now, maybe applied as the letter was ambiguous
 INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
-     ready_at_ms, maybe_applied)
+     ready_at_ms, maybe_applied, rank_ms)
 VALUES (%(rk)s, %(new_id)s, %(bucket)s, 'job', %(tenant)s, %(type)s, %(id)s, %(type)s, %(id)s,
         %(job)s, %(payload)s, %(payload_version)s, %(caller)s,
         {schema}.stmt_ms(%(off)s::bigint), {schema}.stmt_ms(%(off)s::bigint),
-        {schema}.stmt_ms(%(off)s::bigint), %(maybe_applied)s)
+        {schema}.stmt_ms(%(off)s::bigint), %(maybe_applied)s, {schema}.stmt_ms(%(off)s::bigint))
 RETURNING intent_id, due_at_ms;
 
 -- release_skewed_jobs --

@@ -105,6 +105,8 @@ def _key(row: JobRow) -> dict[str, Any]:
     return {"rk": row.routing_key, "job_id": row.intent_id}
 
 
+
+
 class JobsGateway:
     """The executor's statements (module docstring), on the framework clock's offset."""
 
@@ -120,9 +122,20 @@ class JobsGateway:
     # --- claims -------------------------------------------------------------------------------
 
     async def claim_uncapped(
-        self, jobs: Sequence[JobType], *, free: int, probe: int, lease_ms: int
+        self,
+        jobs: Sequence[JobType],
+        *,
+        free: int,
+        probe: int,
+        lease_ms: int,
+        limit: tuple[str, str, int] | None = None,
     ) -> tuple[list[Row], float]:
-        """Claim due rows of uncapped ``jobs``; the rows and the monotonic time they were sent."""
+        """Claim due rows of uncapped ``jobs``; the rows and the monotonic time they were sent.
+
+        ``limit``: the (actor type, job, cap) of a type with a deployment-wide cap (``jobs``
+        are its names): its ``job_limits`` row is locked first, and the claim takes at most
+        the cap minus the attempts still live.
+        """
         params = {
             "off": self._off,
             "types": [j.actor_type for j in jobs],
@@ -131,15 +144,53 @@ class JobsGateway:
             "probe": probe,
             "free": free,
             "lease": lease_ms,
+            "slots": None,
         }
         if self._store.strategy == "citus":
             return await self._claim_uncapped_citus(params)
+        q = self._store.queries
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            sent_at = self._local.now()
-            # Planned per pass (no cached generic plan), like the intent claim: see outbox.py.
-            await cur.execute(self._store.queries["claim_jobs"], params, prepare=False)
-            return await cur.fetchall(), sent_at
+            if limit is None:
+                sent_at = self._local.now()
+                # Planned per pass (no cached generic plan), like the intent claim: outbox.py.
+                await cur.execute(q["claim_jobs"], params, prepare=False)
+                return await cur.fetchall(), sent_at
+            async with conn.transaction():
+                params["slots"] = await self._slots(cur, limit, [j.job for j in jobs])
+                sent_at = self._local.now()
+                await cur.execute(q["claim_jobs"], params, prepare=False)
+                return await cur.fetchall(), sent_at
+
+    async def _slots(self, cur: Any, limit: tuple[str, str, int], names: Sequence[str]) -> int:
+        """Lock a capped type's ``job_limits`` row; its free slots under the declared cap.
+
+        Live attempts are counted after the lock, in a statement of their own: READ COMMITTED
+        gives it a snapshot taken after the previous holder committed its claim.
+        """
+        q = self._store.queries
+        actor_type, job, cap = limit
+        await cur.execute(q["job_limit_lock"], {"type": actor_type, "job": job, "cap": cap})
+        await cur.execute(
+            q["job_type_live"], {"type": actor_type, "jobs": list(names), "off": self._off}
+        )
+        live = await cur.fetchone()
+        assert live is not None
+        return max(0, cap - int(live["live"]))
+
+    async def record_limits(self, limits: Sequence[tuple[str, str, int]]) -> None:
+        """Write the deployment-wide caps ``(actor type, job, concurrency)`` of executed jobs."""
+        if not limits:
+            return
+        async with self._store.framework.connection() as conn:
+            await conn.execute(
+                self._store.queries["job_limit_upsert"],
+                {
+                    "types": [t for t, _, _ in limits],
+                    "jobs": [j for _, j, _ in limits],
+                    "caps": [c for _, _, c in limits],
+                },
+            )
 
     async def discover_groups(self, jobs: Sequence[JobType], *, free: int) -> list[Group]:
         """The capped groups with due rows, by their earliest due time, at most ``free``."""
@@ -182,9 +233,22 @@ class JobsGateway:
             return await citus_claims.discover_groups(conn, self._store.queries, params)
 
     async def claim_group(
-        self, group: Group, *, free: int, cap: int, max_attempts: int, lease_ms: int
+        self,
+        group: Group,
+        *,
+        free: int,
+        cap: int,
+        max_attempts: int,
+        lease_ms: int,
+        limit: tuple[str, str, int] | None = None,
+        names: Sequence[str] = (),
     ) -> tuple[list[Row], float]:
-        """Claim one capped group in its own transaction (semantics §5.6 steps 1-7)."""
+        """Claim one capped group in its own transaction (semantics §5.6 steps 1-7).
+
+        ``limit``: the group's job type also has a deployment-wide cap; its ``job_limits``
+        row is locked after the group lock (the one lock order), and the claim also stays
+        within the cap minus the type's live attempts.
+        """
         q = self._store.queries
         params = {
             **group.params(),
@@ -193,12 +257,15 @@ class JobsGateway:
             "cap": cap,
             "max_attempts": max_attempts,
             "lease": lease_ms,
+            "slots": None,
         }
         async with self._store.framework.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
             await cur.execute(q["job_group_lock"], params)
             await cur.execute(q["job_group_lock_running"], params)
+            if limit is not None:
+                params["slots"] = await self._slots(cur, limit, names or [limit[1]])
             sent_at = self._local.now()
             await cur.execute(q["claim_capped_group"], params)
             rows = await cur.fetchall()
