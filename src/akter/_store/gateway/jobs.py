@@ -269,7 +269,11 @@ class JobsGateway:
             sent_at = self._local.now()
             await cur.execute(q["claim_capped_group"], params)
             rows = await cur.fetchall()
-            await cur.execute(q["defer_capped_group"], params)
+            # Rows the type's deployment-wide cap held back stay due, for the next pass: a
+            # deferred row waits for a wake from its own group, which may have none running.
+            slots = params["slots"]
+            if slots is None or len(rows) < slots:
+                await cur.execute(q["defer_capped_group"], params)
         return rows, sent_at
 
     async def wake_waiting(self, group: Group) -> bool:
