@@ -55,17 +55,17 @@ class Lanes(akter.Actor[Tally], access=akter.public):
 
     @akter.command
     async def spread(self, high: int, every: float) -> list[str]:
-        """One ``aging`` and one strict low row due now, then ``high`` priority-9 rows of
-        ``work`` becoming due ``every`` seconds apart: a steady high-priority load."""
+        """One ``aging`` and one strict low row due now, then a steady high-priority load.
+
+        The load: ``high`` priority-9 rows of ``work`` becoming due ``every`` seconds apart.
+        """
         ids = [
             self.enqueue(Lanes.aging, Item(tag="aged")),
             self.enqueue(Lanes.work, Item(tag="strict"), priority=0),
         ]
         for i in range(high):
             ids.append(
-                self.enqueue(
-                    Lanes.work, Item(tag=f"high-{i}"), priority=9, after=every * (i + 1)
-                )
+                self.enqueue(Lanes.work, Item(tag=f"high-{i}"), priority=9, after=every * (i + 1))
             )
         return ids
 
@@ -132,4 +132,56 @@ class Slots(akter.Actor[Tally], access=akter.public):
         return self.state.seen
 
 
-FLOW: list[type[akter.Actor[Any]]] = [Lanes, Slots]
+def _tenant_key(call: akter.JobCall) -> str:
+    return call.tenant
+
+
+def _broken_key(call: akter.JobCall) -> str:
+    raise ValueError(f"no key for {call.ref.id}")
+
+
+class Metered(akter.Actor[Tally], access=akter.public):
+    """Enqueues rate-limited jobs.
+
+    ``metered``: 5 per second per tenant (burst 2) and 20 per second overall; ``unkeyable``:
+    its key function raises.
+    """
+
+    @akter.command
+    async def fill(self, n: int) -> list[str]:
+        """``n`` rows of ``metered``."""
+        return [self.enqueue(Metered.metered, Item(tag=f"{self.ref.id}-{i}")) for i in range(n)]
+
+    @akter.command
+    async def fill_broken(self) -> str:
+        """One row of ``unkeyable``."""
+        return self.enqueue(Metered.unkeyable, Item(tag="broken"))
+
+    @akter.job(
+        attempts=2,
+        backoff=(0.01, 0.01),
+        rate=[akter.Rate(5, per=1, key=_tenant_key, burst=2), akter.Rate(20, per=1)],
+    )
+    async def metered(call: akter.JobCall, item: Item) -> str:
+        STARTS.append(("metered", item.tag))
+        return item.tag
+
+    @metered.on_success
+    async def metered_done(self, tag: str) -> None:
+        self.state.seen.append(tag)
+
+    @akter.job(attempts=3, backoff=(0.01, 0.01), rate=akter.Rate(10, key=_broken_key))
+    async def unkeyable(call: akter.JobCall, item: Item) -> None:
+        STARTS.append(("unkeyable", item.tag))
+
+    @unkeyable.on_dead_letter
+    async def unkeyable_dead(self, letter: akter.DeadLetter[Item]) -> None:
+        self.state.seen.append(f"dead: {letter.cause} after {letter.attempts}")
+
+    @akter.query
+    async def seen(self) -> list[str]:
+        """The tags routed back, in order."""
+        return self.state.seen
+
+
+FLOW: list[type[akter.Actor[Any]]] = [Lanes, Slots, Metered]

@@ -16,7 +16,7 @@ import pytest
 import akter
 from akter.testing import ActorTest
 from tests._support import until
-from tests.integration.flow_actors import FLOW, LIVE, STARTS, Lanes, Slots
+from tests.integration.flow_actors import FLOW, LIVE, STARTS, Lanes, Metered, Slots
 
 Make = Callable[..., ActorTest]
 
@@ -82,7 +82,7 @@ async def test_bad_priorities_are_refused() -> None:
     with pytest.raises(akter.DefinitionError, match="priority must be an integer from 0 to 9"):
         akter.job(priority=10)
     with pytest.raises(akter.DefinitionError, match="priority must be an integer from 0 to 9"):
-        akter.job(priority=True)  # type: ignore[arg-type]
+        akter.job(priority=True)
     with pytest.raises(akter.DefinitionError, match="max_wait"):
         akter.job(max_wait=0)
 
@@ -196,3 +196,81 @@ def test_concurrency_options_land_in_the_job_options() -> None:
     assert options.concurrency == 2 and options.per_actor is None
     assert Lanes.aging.options.max_wait_ms == 2000
     assert Lanes.work.options.priority == 0
+
+
+# --- keyed rate limits --------------------------------------------------------------------------
+
+
+async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) -> None:
+    """Burst 2 per tenant: two start at once, the rest wait uncounted, one per 200 ms."""
+    async with akter_test(FLOW, relay=False) as t:
+        ids = await t.get(Metered, "m1").fill(5)
+        await t.runtime.jobs.run_pass()
+        await t.runtime.jobs.wait_idle()
+        assert len(STARTS) == 2
+        rows = await t.rows(
+            "SELECT job_id, status, attempts, ambiguous, last_error FROM {schema}.v_jobs"
+            " WHERE job = 'metered' ORDER BY job_id"
+        )
+        assert [(r["status"], r["attempts"], r["ambiguous"], r["last_error"]) for r in rows] == [
+            ("waiting_rate", 0, False, None)
+        ] * 3
+        buckets = await t.rows(
+            "SELECT limit_no, key, tokens FROM {schema}.rate_buckets ORDER BY limit_no"
+        )
+        assert [(b["limit_no"], b["key"]) for b in buckets] == [(0, "default"), (1, "")]
+        assert buckets[0]["tokens"] < 1
+        for _ in range(3):
+            assert await t.runtime.jobs.run_pass() == 0  # nothing due before a token is
+            await t.advance(0.2)  # one token of the tenant's bucket refills per 200 ms
+        assert len(STARTS) == 5 and len(set(STARTS)) == 5
+        assert sorted(await t.get(Metered, "m1").seen()) == sorted(f"m1-{i}" for i in range(5))
+        assert await t.rows("SELECT 1 FROM {schema}.outbox") == []
+        assert len(ids) == 5
+
+
+async def test_rate_keys_keep_tenants_apart(akter_test: Make) -> None:
+    async with akter_test(FLOW, relay=False) as t:
+        await t.get(Metered, "m1", tenant="a").fill(3)
+        await t.get(Metered, "m1", tenant="b").fill(3)
+        await t.runtime.jobs.run_pass()
+        await t.runtime.jobs.wait_idle()
+        started = sorted(tag for _, tag in STARTS)
+        assert len(started) == 4  # two of each tenant's burst
+        keys = await t.rows("SELECT key FROM {schema}.rate_buckets WHERE limit_no = 0 ORDER BY key")
+        assert [k["key"] for k in keys] == ["a", "b"]
+
+
+async def test_a_rate_key_that_raises_dead_letters_the_job(akter_test: Make) -> None:
+    async with akter_test(FLOW, relay=False) as t:
+        job_id = await t.get(Metered, "m2").fill_broken()
+        await t.advance(0)
+        assert STARTS == []  # the executor never ran
+        letters = await t.rows("SELECT job_id, cause, ambiguous FROM {schema}.dead_letters")
+        assert letters == [
+            {
+                "job_id": job_id,
+                "cause": "Rate key of Metered.unkeyable raised ValueError: no key for m2",
+                "ambiguous": False,
+            }
+        ]
+        seen = await t.get(Metered, "m2").seen()
+        assert seen == [
+            "dead: Rate key of Metered.unkeyable raised ValueError: no key for m2 after 1"
+        ]
+        assert await t.rows("SELECT 1 FROM {schema}.outbox") == []
+
+
+def test_bad_rates_are_refused() -> None:
+    bad: list[tuple[Callable[[], Any], str]] = [
+        (lambda: akter.Rate(0), "Rate limit must be an integer"),
+        (lambda: akter.Rate(True), "Rate limit must be an integer"),
+        (lambda: akter.Rate(5, burst=0), "Rate burst must be an integer"),
+        (lambda: akter.Rate(5, per=0), "Rate per must be between"),
+        (lambda: akter.Rate(5, key="tenant"), "Rate key must be a function"),  # type: ignore[arg-type]
+        (lambda: akter.job(rate=5), "rate= takes an akter.Rate"),  # type: ignore[arg-type]
+        (lambda: akter.job(rate=[akter.Rate(1)] * 9), "at most 8 limits"),
+    ]
+    for make, message in bad:
+        with pytest.raises(akter.DefinitionError, match=message):
+            make()

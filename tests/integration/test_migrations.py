@@ -70,8 +70,10 @@ COLUMNS: dict[str, set[str]] = {
         "parked_at_ms",
         "priority",
         "rank_ms",
+        "waiting_for",
     },
     "job_limits": {"actor_type", "job", "concurrency"},
+    "rate_buckets": {"actor_type", "job", "limit_no", "key", "tokens", "at_ms"},
     "deployment_names": {"actor_type", "kind", "name", "recorded_at_ms"},
     "operator_audit": {
         "audit_id",
@@ -126,6 +128,7 @@ PRIMARY_KEYS: dict[str, list[str]] = {
     "migrations": ["id"],
     "deployment_names": ["actor_type", "kind", "name"],
     "job_limits": ["actor_type", "job"],
+    "rate_buckets": ["actor_type", "job", "limit_no", "key"],
 }
 
 #: Secondary indexes by name: (table, unique, columns, partial predicate or None).

@@ -51,7 +51,15 @@ QUERIES_SQL = "\n".join(
 PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters", "operator_audit"})
 #: Framework tables that belong to no actor (one row, or one per runner / type / migration).
 GLOBAL = frozenset(
-    {"deployment", "deployment_names", "runners", "singletons", "migrations", "job_limits"}
+    {
+        "deployment",
+        "deployment_names",
+        "runners",
+        "singletons",
+        "migrations",
+        "job_limits",
+        "rate_buckets",
+    }
 )
 
 #: Statements allowed to touch per-actor tables without a routing_key filter, with the reason.

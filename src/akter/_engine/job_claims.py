@@ -55,6 +55,8 @@ class ClaimedJob:
     prior_attempts: int = 0
     prior_ambiguous: bool = False
     prior_maybe_applied: bool = False
+    #: The row's error before this claim wrote its own (restored when it waits for a token).
+    prior_error: str | None = None
 
     @property
     def ref(self) -> ActorRef:
@@ -101,6 +103,7 @@ def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
         prior_attempts=int(row.get("prior_attempts", row["attempts"])),
         prior_ambiguous=bool(row.get("prior_ambiguous", row["ambiguous"])),
         prior_maybe_applied=bool(row.get("prior_maybe_applied", row["maybe_applied"])),
+        prior_error=row.get("prior_error"),
     )
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from akter._engine import job_rates
 from akter._engine.job_attempt import Attempt, AttemptRunner
 from akter._engine.job_claims import (
     ClaimedJob,
@@ -90,10 +91,11 @@ class JobExecutor:
         """Record the executed jobs' deployment-wide caps; passes come from the relay loop."""
         self._stopping = False
         limited = [j for j in self.executed_jobs() if j.options.concurrency is not None]
-        if limited and self._services.store.strategy == "citus":
+        flowing = [j for j in self.executed_jobs() if j.options.concurrency or j.options.rates]
+        if flowing and self._services.store.strategy == "citus":
             raise DefinitionError(
-                f"Job {limited[0]!r} has concurrency=, which akter does not enforce on Citus "
-                "yet: remove it, or run the job's type on plain PostgreSQL."
+                f"Job {flowing[0]!r} has concurrency= or rate=, which akter does not enforce "
+                "on Citus yet: remove them, or run the job's type on plain PostgreSQL."
             )
         await self.gateway.record_limits([limit_of(j) for j in limited])
         self.progress.start()
@@ -196,7 +198,7 @@ class JobExecutor:
         else:
             self._widen = 1
         by_key = by_stored_name(jobs)
-        for row in rows:
+        for row in await self._admit(rows, by_key):
             self._start(row, by_key[(row.actor_type, row.command)])
         return len(rows)
 
@@ -219,10 +221,26 @@ class JobExecutor:
                 )
             except psycopg.errors.LockNotAvailable:
                 continue  # a turn holds the actor: the group waits for a later pass
-            for row in rows:
+            started = await self._admit(rows, by_key)
+            for row in started:
                 self._start(row, job)
+            if len(started) < len(rows):
+                # A row handed back for want of a token frees its group's place: the group's
+                # next waiting row may start now rather than at its fallback re-check.
+                await self._wake_row_group(rows[0])
             claimed += len(rows)
         return claimed
+
+    async def _admit(
+        self, rows: list[ClaimedJob], by_key: dict[tuple[str, str], Job[Any, Any]]
+    ) -> list[ClaimedJob]:
+        """The claimed attempts that got their rate tokens (``job_rates``); the rest wait."""
+        if not any(by_key[(r.actor_type, r.command)].options.rates for r in rows):
+            return rows
+        admitted = await job_rates.admit(self.gateway, rows, by_key)
+        if admitted.defects:
+            self._wake()  # the next pass dead-letters them
+        return admitted.start
 
     # --- attempts -----------------------------------------------------------------------------
 
@@ -262,13 +280,16 @@ class JobExecutor:
             await self._wake_group(attempt)
 
     async def _wake_group(self, attempt: Attempt) -> None:
+        await self._wake_row_group(attempt.row)
+
+    async def _wake_row_group(self, row: ClaimedJob) -> None:
         try:
-            woke = await wake_waiting(self.gateway, attempt.row.group)
+            woke = await wake_waiting(self.gateway, row.group)
         except psycopg.Error as exc:
             # A missed wake only delays the waiting row until its fallback re-check.
             log.warning(
                 "Waking a waiting job failed",
-                extra={**attempt.row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
+                extra={**row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
             )
             return
         if woke:

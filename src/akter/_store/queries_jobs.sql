@@ -31,6 +31,7 @@ candidates AS MATERIALIZED (
 locked AS (
     SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
            o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled, m.max_attempts,
+           o.last_error AS prior_error,
            (o.cancelled_at_ms IS NULL AND o.attempts < m.max_attempts
             AND NOT o.final_failure) AS attempting
     FROM {schema}.outbox o
@@ -45,7 +46,7 @@ locked AS (
 )
 UPDATE {schema}.outbox o
 SET due_at_ms = clock.now + %(lease)s::bigint,
-    waiting = false,
+    waiting = false, waiting_for = NULL,
     attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
     running = l.attempting,
     ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
@@ -61,7 +62,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied,
+          l.maybe_applied AS prior_maybe_applied, l.prior_error,
           (SELECT count(*) FROM candidates) AS candidates;
 
 -- discover_capped_groups --
@@ -168,6 +169,7 @@ next AS MATERIALIZED (
 locked AS (
     SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
            o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled,
+           o.last_error AS prior_error,
            (o.cancelled_at_ms IS NULL AND o.attempts < %(max_attempts)s::int
             AND NOT o.final_failure) AS attempting
     FROM {schema}.outbox o
@@ -176,7 +178,7 @@ locked AS (
 )
 UPDATE {schema}.outbox o
 SET due_at_ms = clock.now + %(lease)s::bigint,
-    waiting = false,
+    waiting = false, waiting_for = NULL,
     attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
     running = l.attempting,
     ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
@@ -193,7 +195,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
               AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied,
+          l.maybe_applied AS prior_maybe_applied, l.prior_error,
           0::bigint AS candidates;
 
 -- defer_capped_group --
@@ -229,6 +231,56 @@ WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NU
       LIMIT 1
       FOR UPDATE OF o SKIP LOCKED
   )
+RETURNING intent_id;
+
+-- rate_seed --
+-- the token buckets an attempt needs, created full (at their burst) if missing
+INSERT INTO {schema}.rate_buckets (actor_type, job, limit_no, key, tokens, at_ms)
+SELECT %(type)s, %(job)s, w.no, w.key, w.burst, {schema}.stmt_ms(%(off)s::bigint)
+FROM unnest(%(nos)s::smallint[], %(keys)s::text[], %(bursts)s::float8[]) AS w(no, key, burst)
+ON CONFLICT (actor_type, job, limit_no, key) DO NOTHING;
+
+-- rate_take --
+-- one token from each of an attempt's buckets, or none (all refilled to now, locked in key order); returns each bucket's level before the take and whether it was granted
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+want AS MATERIALIZED (
+    SELECT * FROM unnest(%(nos)s::smallint[], %(keys)s::text[], %(per_ms)s::float8[],
+                         %(bursts)s::float8[]) AS w(no, key, per_ms, burst)
+),
+held AS MATERIALIZED (
+    SELECT b.limit_no, b.key, b.tokens, b.at_ms, w.per_ms, w.burst
+    FROM {schema}.rate_buckets b
+    JOIN want w ON b.limit_no = w.no AND b.key = w.key
+    WHERE b.actor_type = %(type)s AND b.job = %(job)s
+    ORDER BY b.limit_no, b.key
+    FOR UPDATE OF b
+),
+level AS MATERIALIZED (
+    SELECT h.limit_no, h.key, h.per_ms,
+           least(h.burst, h.tokens + greatest(0, clock.now - h.at_ms) * h.per_ms) AS level
+    FROM held h, clock
+),
+granted AS MATERIALIZED (
+    SELECT count(*) = (SELECT count(*) FROM want) AND bool_and(level >= 1) AS ok FROM level
+)
+UPDATE {schema}.rate_buckets b
+SET tokens = l.level - CASE WHEN g.ok THEN 1 ELSE 0 END, at_ms = clock.now
+FROM level l, granted g, clock
+WHERE b.actor_type = %(type)s AND b.job = %(job)s AND b.limit_no = l.limit_no
+  AND b.key = l.key
+RETURNING g.ok AS granted, l.limit_no, l.level, l.per_ms;
+
+-- defer_job_for_token --
+-- a claimed attempt that found no token is handed back uncounted (attempt, ambiguity and its error undone), due when a token will be, marked waiting for one; only under the claim
+UPDATE {schema}.outbox
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint,
+    attempts = %(prior_attempts)s, ambiguous = %(prior_ambiguous)s,
+    maybe_applied = %(prior_maybe_applied)s, running = false, last_error = %(prior_error)s,
+    waiting_for = 'rate'
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND attempts = %(attempt)s AND due_at_ms = %(token)s
 RETURNING intent_id;
 
 -- park_job --

@@ -105,8 +105,6 @@ def _key(row: JobRow) -> dict[str, Any]:
     return {"rk": row.routing_key, "job_id": row.intent_id}
 
 
-
-
 class JobsGateway:
     """The executor's statements (module docstring), on the framework clock's offset."""
 
@@ -285,6 +283,52 @@ class JobsGateway:
             await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
             await cur.execute(q["job_group_lock"], params)
             await cur.execute(q["wake_waiting_job"], params)
+            return bool(await cur.fetchall())
+
+    # --- rate limits --------------------------------------------------------------------------
+
+    async def take_tokens(
+        self, actor_type: str, job: str, buckets: Sequence[tuple[int, str, float, float]]
+    ) -> tuple[bool, list[Row]]:
+        """Take one token from each bucket ``(limit no, key, tokens per ms, burst)``, or none.
+
+        Returns whether the tokens were granted and each bucket's level before the take.
+        """
+        q = self._store.queries
+        params = {
+            "type": actor_type,
+            "job": job,
+            "nos": [b[0] for b in buckets],
+            "keys": [b[1] for b in buckets],
+            "per_ms": [b[2] for b in buckets],
+            "bursts": [b[3] for b in buckets],
+            "off": self._off,
+        }
+        async with self._store.framework.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(q["rate_seed"], params)
+            await cur.execute(q["rate_take"], params)
+            rows = await cur.fetchall()
+        return bool(rows) and bool(rows[0]["granted"]), rows
+
+    async def defer_for_token(self, row: Any, *, wait_ms: int) -> bool:
+        """Hand a claimed attempt back uncounted, due in ``wait_ms``; False if the claim was lost.
+
+        ``row`` is the claim (a ``ClaimedJob``): its attempt and lease end guard the write.
+        """
+        params = {
+            **_key(row),
+            "attempt": row.attempts,
+            "token": row.claimed_until,
+            "prior_attempts": row.prior_attempts,
+            "prior_ambiguous": row.prior_ambiguous,
+            "prior_maybe_applied": row.prior_maybe_applied,
+            "prior_error": row.prior_error,
+            "wait": wait_ms,
+            "off": self._off,
+        }
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(self._store.queries["defer_job_for_token"], params)
             return bool(await cur.fetchall())
 
     # --- leases -------------------------------------------------------------------------------

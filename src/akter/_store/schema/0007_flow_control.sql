@@ -28,8 +28,25 @@ CREATE TABLE {schema}.job_limits (
 CREATE INDEX outbox_jobs_type_running ON {schema}.outbox (actor_type, command)
     WHERE kind = 'job' AND running;
 
--- v_jobs gains the priority and the derived state 'waiting_slot': a due row of a capped type
--- whose live attempts fill its cap.
+-- Keyed rate limits: one token bucket per (job type, limit, key), shared by every runner. A
+-- bucket holds at most its burst; it refills continuously at the limit's rate (tokens per ms),
+-- computed when it is next taken from (tokens and at_ms are the level at that instant). An
+-- attempt takes one token from each of its job's limits in one statement, or none.
+CREATE TABLE {schema}.rate_buckets (
+    actor_type text NOT NULL,
+    job text NOT NULL,
+    limit_no smallint NOT NULL,
+    key text NOT NULL,
+    tokens double precision NOT NULL,
+    at_ms bigint NOT NULL,
+    PRIMARY KEY (actor_type, job, limit_no, key)
+);
+-- A claimed row that found no token is handed back uncounted, due when one will be, with
+-- waiting_for = 'rate' until its next claim.
+ALTER TABLE {schema}.outbox ADD COLUMN waiting_for text CHECK (waiting_for IN ('rate'));
+
+-- v_jobs gains the priority and the derived states 'waiting_slot' (a due row of a capped type
+-- whose live attempts fill its cap) and 'waiting_rate' (deferred for a token).
 CREATE OR REPLACE VIEW {schema}.v_jobs AS
 SELECT o.intent_id AS job_id, o.tenant_id, o.actor_type, o.actor_id, o.command AS job,
        o.attempts, o.running, o.waiting, o.ambiguous, o.maybe_applied, o.final_failure,
@@ -38,6 +55,7 @@ SELECT o.intent_id AS job_id, o.tenant_id, o.actor_type, o.actor_id, o.command A
             WHEN o.cancelled_at_ms IS NOT NULL THEN 'cancelled'
             WHEN o.running THEN 'running'
             WHEN o.waiting THEN 'waiting'
+            WHEN o.waiting_for = 'rate' THEN 'waiting_rate'
             WHEN o.due_at_ms <= {schema}.now_ms(0) AND EXISTS (
                 SELECT 1 FROM {schema}.job_limits l
                 WHERE l.actor_type = o.actor_type AND l.job = o.command
