@@ -57,6 +57,8 @@ class ClaimedJob:
     prior_maybe_applied: bool = False
     #: The row's error before this claim wrote its own (restored when it waits for a token).
     prior_error: str | None = None
+    #: ``"rate"``: the row came back holding the rate tokens an earlier claim booked for it.
+    prior_waiting_for: str | None = None
 
     @property
     def ref(self) -> ActorRef:
@@ -104,6 +106,7 @@ def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
         prior_ambiguous=bool(row.get("prior_ambiguous", row["ambiguous"])),
         prior_maybe_applied=bool(row.get("prior_maybe_applied", row["maybe_applied"])),
         prior_error=row.get("prior_error"),
+        prior_waiting_for=row.get("prior_waiting_for"),
     )
 
 

@@ -2,19 +2,21 @@
 
 Claims stay as they are; between a claim and the start of its attempts, every claimed attempt of
 a job with ``rate=`` takes one token from each of its limits' buckets (``rate_buckets``, shared
-by all runners) in one statement, all or none. An attempt that finds none is handed back
-uncounted, with its attempt number, ambiguity and error as they were before the claim, due when
-a token will be: the i-th refusal of one bucket in a pass waits i further refill intervals, so
-the refused rows come back spread over the refill instead of all at once. A key function that
-raises is a defect of the job: the attempt is recorded as a final failure that never started,
-and the next claim dead-letters the row with the cause named (``Rate key of ... raised ...``).
+by all runners) in one statement. When a bucket is empty the token is booked ahead (the
+bucket's level goes below zero) and the attempt is handed back uncounted, with its attempt
+number, ambiguity and error as they were before the claim, due when its token is and marked as
+holding it (``waiting_for = 'rate'``): its next claim starts it without taking another. So
+attempts queue for tokens in claim order, each claimed twice at most, instead of polling.
+
+A key function that raises is a defect of the job: the attempt is recorded as a final failure
+that never started, and the next claim dead-letters the row with the cause named
+(``Rate key of ... raised ...``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,21 +52,10 @@ def key_call(row: ClaimedJob) -> JobCall:
     )
 
 
-def wait_ms(levels: Sequence[dict[str, Any]], queued: int) -> int:
-    """How long a refused attempt waits, in ms.
-
-    Until every empty bucket refills one token, plus ``queued`` refill intervals of the slowest
-    (the refusals of the same bucket before it in this pass).
-    """
-    waits = [
-        (max(0.0, 1.0 - float(r["level"])) / float(r["per_ms"]), 1.0 / float(r["per_ms"]))
-        for r in levels
-        if float(r["level"]) < 1.0
-    ]
-    if not waits:
-        return 1
-    deficit, interval = max(waits)
-    return max(1, math.ceil(deficit + queued * interval))
+def wait_ms(levels: Sequence[dict[str, Any]]) -> int:
+    """How long until every booked token is due (0: all were there), in whole ms."""
+    waits = [-float(r["level"]) / float(r["per_ms"]) for r in levels if float(r["level"]) < 0]
+    return math.ceil(max(waits)) if waits else 0
 
 
 async def admit(
@@ -74,11 +65,10 @@ async def admit(
 ) -> Admitted:
     """Take the tokens of ``rows`` (one claim's attempts, in claim order)."""
     out = Admitted()
-    queued: Counter[tuple[str, str, int, str]] = Counter()
     for row in rows:
         job = job_of[(row.actor_type, row.command)]
         rates = job.options.rates
-        if not rates or row.cancelled or row.exhausted:
+        if not rates or row.cancelled or row.exhausted or row.prior_waiting_for == "rate":
             out.start.append(row)
             continue
         call = key_call(row)
@@ -93,15 +83,10 @@ async def admit(
             for no, (rate, key) in enumerate(zip(rates, keys, strict=True))
         ]
         owner = job.owner.name if job.owner else row.actor_type
-        granted, levels = await gateway.take_tokens(owner, job.name, buckets)
-        if granted:
+        wait = wait_ms(await gateway.take_tokens(owner, job.name, buckets))
+        if wait <= 0:
             out.start.append(row)
-            continue
-        names = [(owner, job.name, no, key) for no, key, _, _ in buckets]
-        wait = wait_ms(levels, max(queued[name] for name in names))
-        for name in names:
-            queued[name] += 1
-        if await gateway.defer_for_token(row, wait_ms=wait):
+        elif await gateway.defer_for_token(row, wait_ms=wait):
             out.deferred.append(row)
     return out
 

@@ -31,7 +31,7 @@ candidates AS MATERIALIZED (
 locked AS (
     SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
            o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled, m.max_attempts,
-           o.last_error AS prior_error,
+           o.last_error AS prior_error, o.waiting_for AS prior_waiting_for,
            (o.cancelled_at_ms IS NULL AND o.attempts < m.max_attempts
             AND NOT o.final_failure) AS attempting
     FROM {schema}.outbox o
@@ -62,7 +62,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied, l.prior_error,
+          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
           (SELECT count(*) FROM candidates) AS candidates;
 
 -- discover_capped_groups --
@@ -169,7 +169,7 @@ next AS MATERIALIZED (
 locked AS (
     SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
            o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled,
-           o.last_error AS prior_error,
+           o.last_error AS prior_error, o.waiting_for AS prior_waiting_for,
            (o.cancelled_at_ms IS NULL AND o.attempts < %(max_attempts)s::int
             AND NOT o.final_failure) AS attempting
     FROM {schema}.outbox o
@@ -195,7 +195,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
               AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied, l.prior_error,
+          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
           0::bigint AS candidates;
 
 -- defer_capped_group --
@@ -241,7 +241,7 @@ FROM unnest(%(nos)s::smallint[], %(keys)s::text[], %(bursts)s::float8[]) AS w(no
 ON CONFLICT (actor_type, job, limit_no, key) DO NOTHING;
 
 -- rate_take --
--- one token from each of an attempt's buckets, or none (all refilled to now, locked in key order); returns each bucket's level before the take and whether it was granted
+-- one token from each of an attempt's buckets (refilled to now, locked in key order), booked ahead when a bucket is empty: returns each bucket's level after the take (below 0: the token is due in -level / per_ms ms)
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -259,21 +259,18 @@ held AS MATERIALIZED (
 ),
 level AS MATERIALIZED (
     SELECT h.limit_no, h.key, h.per_ms,
-           least(h.burst, h.tokens + greatest(0, clock.now - h.at_ms) * h.per_ms) AS level
+           least(h.burst, h.tokens + greatest(0, clock.now - h.at_ms) * h.per_ms) - 1 AS level
     FROM held h, clock
-),
-granted AS MATERIALIZED (
-    SELECT count(*) = (SELECT count(*) FROM want) AND bool_and(level >= 1) AS ok FROM level
 )
 UPDATE {schema}.rate_buckets b
-SET tokens = l.level - CASE WHEN g.ok THEN 1 ELSE 0 END, at_ms = clock.now
-FROM level l, granted g, clock
+SET tokens = l.level, at_ms = clock.now
+FROM level l, clock
 WHERE b.actor_type = %(type)s AND b.job = %(job)s AND b.limit_no = l.limit_no
   AND b.key = l.key
-RETURNING g.ok AS granted, l.limit_no, l.level, l.per_ms;
+RETURNING l.limit_no, l.level, l.per_ms;
 
 -- defer_job_for_token --
--- a claimed attempt that found no token is handed back uncounted (attempt, ambiguity and its error undone), due when a token will be, marked waiting for one; only under the claim
+-- a claimed attempt whose token was booked ahead is handed back uncounted (attempt, ambiguity and its error undone), due when its token is, marked as holding it; only under the claim
 UPDATE {schema}.outbox
 SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint,
     attempts = %(prior_attempts)s, ambiguous = %(prior_ambiguous)s,

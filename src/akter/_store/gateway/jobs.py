@@ -289,10 +289,11 @@ class JobsGateway:
 
     async def take_tokens(
         self, actor_type: str, job: str, buckets: Sequence[tuple[int, str, float, float]]
-    ) -> tuple[bool, list[Row]]:
-        """Take one token from each bucket ``(limit no, key, tokens per ms, burst)``, or none.
+    ) -> list[Row]:
+        """Take (or book ahead) one token of each bucket ``(limit no, key, per ms, burst)``.
 
-        Returns whether the tokens were granted and each bucket's level before the take.
+        Returns each bucket's level after the take: below zero, its token is due in
+        ``-level / per_ms`` ms.
         """
         q = self._store.queries
         params = {
@@ -308,8 +309,7 @@ class JobsGateway:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["rate_seed"], params)
             await cur.execute(q["rate_take"], params)
-            rows = await cur.fetchall()
-        return bool(rows) and bool(rows[0]["granted"]), rows
+            return await cur.fetchall()
 
     async def defer_for_token(self, row: Any, *, wait_ms: int) -> bool:
         """Hand a claimed attempt back uncounted, due in ``wait_ms``; False if the claim was lost.

@@ -31,7 +31,9 @@ CREATE INDEX outbox_jobs_type_running ON {schema}.outbox (actor_type, command)
 -- Keyed rate limits: one token bucket per (job type, limit, key), shared by every runner. A
 -- bucket holds at most its burst; it refills continuously at the limit's rate (tokens per ms),
 -- computed when it is next taken from (tokens and at_ms are the level at that instant). An
--- attempt takes one token from each of its job's limits in one statement, or none.
+-- attempt takes one token from each of its job's limits in one statement; from an empty bucket
+-- it books the next token ahead (the level goes below zero), so attempts queue for tokens in
+-- claim order instead of polling for them.
 CREATE TABLE {schema}.rate_buckets (
     actor_type text NOT NULL,
     job text NOT NULL,
@@ -41,8 +43,8 @@ CREATE TABLE {schema}.rate_buckets (
     at_ms bigint NOT NULL,
     PRIMARY KEY (actor_type, job, limit_no, key)
 );
--- A claimed row that found no token is handed back uncounted, due when one will be, with
--- waiting_for = 'rate' until its next claim.
+-- A claimed row whose token was booked ahead is handed back uncounted, due when its token is,
+-- with waiting_for = 'rate' (it holds its tokens) until its next claim, which starts it.
 ALTER TABLE {schema}.outbox ADD COLUMN waiting_for text CHECK (waiting_for IN ('rate'));
 
 -- v_jobs gains the priority and the derived states 'waiting_slot' (a due row of a capped type
