@@ -143,7 +143,7 @@ def _broken_key(call: akter.JobCall) -> str:
 class Metered(akter.Actor[Tally], access=akter.public):
     """Enqueues rate-limited jobs.
 
-    ``metered``: 5 per second per tenant (burst 2) and 20 per second overall; ``unkeyable``:
+    ``metered``: 6 per minute per tenant (burst 2) and 20 per second overall; ``unkeyable``:
     its key function raises.
     """
 
@@ -160,7 +160,7 @@ class Metered(akter.Actor[Tally], access=akter.public):
     @akter.job(
         attempts=2,
         backoff=(0.01, 0.01),
-        rate=[akter.Rate(5, per=1, key=_tenant_key, burst=2), akter.Rate(20, per=1)],
+        rate=[akter.Rate(6, per=60, key=_tenant_key, burst=2), akter.Rate(20, per=1)],
     )
     async def metered(call: akter.JobCall, item: Item) -> str:
         STARTS.append(("metered", item.tag))
@@ -184,4 +184,34 @@ class Metered(akter.Actor[Tally], access=akter.public):
         return self.state.seen
 
 
-FLOW: list[type[akter.Actor[Any]]] = [Lanes, Slots, Metered]
+class Pending(BaseModel):
+    pending: list[str] = Field(default_factory=list)
+    batches: list[list[str]] = Field(default_factory=list)
+
+
+class Search(akter.Actor[Pending], access=akter.public):
+    """The debounce recipe (docs/flow-control.md).
+
+    A keyed timer replaced on every event, the events batched in state, flushed once ``after``
+    the last one.
+    """
+
+    @akter.command
+    async def typed(self, text: str) -> None:
+        """One event: kept in state; the pending flush moves to 2 s from now."""
+        self.state.pending.append(text)
+        self.later(after=2, key="flush").send(Search.flush, self.id)
+
+    @akter.command
+    async def flush(self) -> None:
+        """The debounced action: every event since the last flush, once."""
+        self.state.batches.append(self.state.pending)
+        self.state.pending = []
+
+    @akter.query
+    async def batches(self) -> list[list[str]]:
+        """The flushed batches, in order."""
+        return self.state.batches
+
+
+FLOW: list[type[akter.Actor[Any]]] = [Lanes, Slots, Metered, Search]

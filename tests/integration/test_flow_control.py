@@ -16,7 +16,7 @@ import pytest
 import akter
 from akter.testing import ActorTest
 from tests._support import until
-from tests.integration.flow_actors import FLOW, LIVE, STARTS, Lanes, Metered, Slots
+from tests.integration.flow_actors import FLOW, LIVE, STARTS, Lanes, Metered, Search, Slots
 
 Make = Callable[..., ActorTest]
 
@@ -202,7 +202,7 @@ def test_concurrency_options_land_in_the_job_options() -> None:
 
 
 async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) -> None:
-    """Burst 2 per tenant: two start at once, the rest wait uncounted, one per 200 ms."""
+    """Burst 2 per tenant: two start at once, the rest wait uncounted, one per 10 s."""
     async with akter_test(FLOW, relay=False) as t:
         ids = await t.get(Metered, "m1").fill(5)
         await t.runtime.jobs.run_pass()
@@ -222,7 +222,7 @@ async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) 
         assert buckets[0]["tokens"] < 1
         for _ in range(3):
             assert await t.runtime.jobs.run_pass() == 0  # nothing due before a token is
-            await t.advance(0.2)  # one token of the tenant's bucket refills per 200 ms
+            await t.advance(10)  # one token of the tenant's bucket refills per 10 s
         assert len(STARTS) == 5 and len(set(STARTS)) == 5
         assert sorted(await t.get(Metered, "m1").seen()) == sorted(f"m1-{i}" for i in range(5))
         assert await t.rows("SELECT 1 FROM {schema}.outbox") == []
@@ -274,3 +274,27 @@ def test_bad_rates_are_refused() -> None:
     for make, message in bad:
         with pytest.raises(akter.DefinitionError, match=message):
             make()
+
+
+# --- debounce: the recipe ---------------------------------------------------------------------
+
+
+async def test_the_debounce_recipe_fires_once_after_the_last_event(akter_test: Make) -> None:
+    """Events 1 s apart keep moving the flush; it fires once, 2 s after the last, with all."""
+    async with akter_test(FLOW) as t:
+        search = t.get(Search, "q1")
+        for text in ("a", "ab", "abc"):
+            await search.typed(text)
+            await t.advance(1)  # less than the 2 s debounce: the flush never fires
+            assert await search.batches() == []
+        timers = await t.rows("SELECT timer_key FROM {schema}.outbox WHERE kind = 'intent'")
+        assert timers == [{"timer_key": "flush"}]  # one pending flush, replaced each time
+        await t.advance(0.5)  # 1.5 s after the last event (real time adds a little)
+        assert await search.batches() == []
+        await t.advance(1)
+        assert await search.batches() == [["a", "ab", "abc"]]
+        await t.advance(5)
+        assert await search.batches() == [["a", "ab", "abc"]]  # once
+        await search.typed("x")
+        await t.advance(2.1)
+        assert await search.batches() == [["a", "ab", "abc"], ["x"]]

@@ -2,11 +2,12 @@
 
 Claims stay as they are; between a claim and the start of its attempts, every claimed attempt of
 a job with ``rate=`` takes one token from each of its limits' buckets (``rate_buckets``, shared
-by all runners) in one statement. When a bucket is empty the token is booked ahead (the
-bucket's level goes below zero) and the attempt is handed back uncounted, with its attempt
-number, ambiguity and error as they were before the claim, due when its token is and marked as
-holding it (``waiting_for = 'rate'``): its next claim starts it without taking another. So
-attempts queue for tokens in claim order, each claimed twice at most, instead of polling.
+by all runners), all of one claim's attempts in one statement. When a bucket is empty the token
+is booked ahead (the bucket's level goes below zero) and the attempt is handed back uncounted,
+with its attempt number, ambiguity and error as they were before the claim, due when its token
+is and marked as holding it (``waiting_for = 'rate'``): its next claim starts it without taking
+another. So attempts queue for tokens in claim order, each claimed twice at most, instead of
+polling for them.
 
 A key function that raises is a defect of the job: the attempt is recorded as a final failure
 that never started, and the next claim dead-letters the row with the cause named
@@ -16,12 +17,12 @@ that never started, and the next claim dead-letters the row with the cause named
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from akter._engine.job_claims import ClaimedJob
+from akter._store.gateway.jobs import TokenWant
 from akter.callers import System, caller_from_json
 from akter.jobs import JobCall
 
@@ -52,19 +53,15 @@ def key_call(row: ClaimedJob) -> JobCall:
     )
 
 
-def wait_ms(levels: Sequence[dict[str, Any]]) -> int:
-    """How long until every booked token is due (0: all were there), in whole ms."""
-    waits = [-float(r["level"]) / float(r["per_ms"]) for r in levels if float(r["level"]) < 0]
-    return math.ceil(max(waits)) if waits else 0
-
-
 async def admit(
     gateway: JobsGateway,
     rows: Sequence[ClaimedJob],
     job_of: dict[tuple[str, str], Job[Any, Any]],
 ) -> Admitted:
-    """Take the tokens of ``rows`` (one claim's attempts, in claim order)."""
+    """Take the tokens of ``rows`` (one claim's attempts, in claim order): two statements."""
     out = Admitted()
+    wants: list[TokenWant] = []
+    asking: list[ClaimedJob] = []
     for row in rows:
         job = job_of[(row.actor_type, row.command)]
         rates = job.options.rates
@@ -78,16 +75,20 @@ async def admit(
             await _key_defect(gateway, row, job, exc)
             out.defects.append(row)
             continue
-        buckets = [
-            (no, key, rate.tokens_per_ms, float(rate.burst))
+        owner = job.owner.name if job.owner else row.actor_type
+        wants += [
+            TokenWant(len(asking), owner, job.name, no, key, rate.tokens_per_ms, rate.burst)
             for no, (rate, key) in enumerate(zip(rates, keys, strict=True))
         ]
-        owner = job.owner.name if job.owner else row.actor_type
-        wait = wait_ms(await gateway.take_tokens(owner, job.name, buckets))
-        if wait <= 0:
-            out.start.append(row)
-        elif await gateway.defer_for_token(row, wait_ms=wait):
-            out.deferred.append(row)
+        asking.append(row)
+    if not asking:
+        return out
+    waits = await gateway.take_tokens(wants)
+    later = [(row, waits[n]) for n, row in enumerate(asking) if waits[n] > 0]
+    out.start += [row for n, row in enumerate(asking) if waits[n] <= 0]
+    if later:
+        written = await gateway.defer_for_tokens(later)
+        out.deferred = [row for row, _ in later if row.intent_id in written]
     return out
 
 

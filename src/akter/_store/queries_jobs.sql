@@ -234,51 +234,76 @@ WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NU
 RETURNING intent_id;
 
 -- rate_seed --
--- the token buckets an attempt needs, created full (at their burst) if missing
+-- the token buckets a claim's attempts need, created full (at their burst) if missing
 INSERT INTO {schema}.rate_buckets (actor_type, job, limit_no, key, tokens, at_ms)
-SELECT %(type)s, %(job)s, w.no, w.key, w.burst, {schema}.stmt_ms(%(off)s::bigint)
-FROM unnest(%(nos)s::smallint[], %(keys)s::text[], %(bursts)s::float8[]) AS w(no, key, burst)
+SELECT DISTINCT ON (w.type, w.job, w.no, w.key) w.type, w.job, w.no, w.key, w.burst,
+       {schema}.stmt_ms(%(off)s::bigint)
+FROM unnest(%(types)s::text[], %(jobs)s::text[], %(nos)s::smallint[], %(keys)s::text[],
+            %(bursts)s::float8[]) AS w(type, job, no, key, burst)
 ON CONFLICT (actor_type, job, limit_no, key) DO NOTHING;
 
 -- rate_take --
--- one token from each of an attempt's buckets (refilled to now, locked in key order), booked ahead when a bucket is empty: returns each bucket's level after the take (below 0: the token is due in -level / per_ms ms)
+-- one token of each bucket per attempt of a claim, in claim order (buckets locked in key order, refilled to now); from an empty bucket the token is booked ahead: returns per attempt the ms until its last booked token is due (0: all were there)
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
 want AS MATERIALIZED (
-    SELECT * FROM unnest(%(nos)s::smallint[], %(keys)s::text[], %(per_ms)s::float8[],
-                         %(bursts)s::float8[]) AS w(no, key, per_ms, burst)
+    SELECT w.*, row_number() OVER (PARTITION BY w.type, w.job, w.no, w.key ORDER BY w.row_no)
+               AS ord
+    FROM unnest(%(rows)s::int[], %(types)s::text[], %(jobs)s::text[], %(nos)s::smallint[],
+                %(keys)s::text[], %(per_ms)s::float8[], %(bursts)s::float8[])
+        AS w(row_no, type, job, no, key, per_ms, burst)
+),
+wanted AS MATERIALIZED (
+    SELECT type, job, no, key, max(per_ms) AS per_ms, max(burst) AS burst, count(*) AS n
+    FROM want GROUP BY type, job, no, key
 ),
 held AS MATERIALIZED (
-    SELECT b.limit_no, b.key, b.tokens, b.at_ms, w.per_ms, w.burst
+    SELECT b.actor_type, b.job, b.limit_no, b.key, b.tokens, b.at_ms
     FROM {schema}.rate_buckets b
-    JOIN want w ON b.limit_no = w.no AND b.key = w.key
-    WHERE b.actor_type = %(type)s AND b.job = %(job)s
-    ORDER BY b.limit_no, b.key
+    JOIN wanted w ON b.actor_type = w.type AND b.job = w.job AND b.limit_no = w.no
+                 AND b.key = w.key
+    ORDER BY b.actor_type, b.job, b.limit_no, b.key
     FOR UPDATE OF b
 ),
 level AS MATERIALIZED (
-    SELECT h.limit_no, h.key, h.per_ms,
-           least(h.burst, h.tokens + greatest(0, clock.now - h.at_ms) * h.per_ms) - 1 AS level
-    FROM held h, clock
+    SELECT h.actor_type, h.job, h.limit_no, h.key, w.per_ms, w.n,
+           least(w.burst, h.tokens + greatest(0, clock.now - h.at_ms) * w.per_ms) AS level
+    FROM held h
+    JOIN wanted w ON h.actor_type = w.type AND h.job = w.job AND h.limit_no = w.no
+                 AND h.key = w.key
+    CROSS JOIN clock
+),
+taken AS (
+    UPDATE {schema}.rate_buckets b
+    SET tokens = l.level - l.n, at_ms = clock.now
+    FROM level l, clock
+    WHERE b.actor_type = l.actor_type AND b.job = l.job AND b.limit_no = l.limit_no
+      AND b.key = l.key
+    RETURNING b.limit_no
 )
-UPDATE {schema}.rate_buckets b
-SET tokens = l.level, at_ms = clock.now
-FROM level l, clock
-WHERE b.actor_type = %(type)s AND b.job = %(job)s AND b.limit_no = l.limit_no
-  AND b.key = l.key
-RETURNING l.limit_no, l.level, l.per_ms;
+SELECT x.row_no, ceil(max(greatest(0, x.ord - l.level) / l.per_ms))::bigint AS wait_ms,
+       (SELECT count(*) FROM taken) AS buckets
+FROM want x
+JOIN level l ON l.actor_type = x.type AND l.job = x.job AND l.limit_no = x.no AND l.key = x.key
+GROUP BY x.row_no
+ORDER BY x.row_no;
 
--- defer_job_for_token --
--- a claimed attempt whose token was booked ahead is handed back uncounted (attempt, ambiguity and its error undone), due when its token is, marked as holding it; only under the claim
-UPDATE {schema}.outbox
-SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint,
-    attempts = %(prior_attempts)s, ambiguous = %(prior_ambiguous)s,
-    maybe_applied = %(prior_maybe_applied)s, running = false, last_error = %(prior_error)s,
+-- defer_jobs_for_token --
+-- claimed attempts whose tokens were booked ahead are handed back uncounted (attempt, ambiguity and error undone), each due when its tokens are, marked as holding them; only under each claim
+UPDATE {schema}.outbox o
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + u.wait,
+    attempts = u.prior_attempts, ambiguous = u.prior_ambiguous,
+    maybe_applied = u.prior_maybe_applied, running = false, last_error = u.prior_error,
     waiting_for = 'rate'
-WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
-  AND attempts = %(attempt)s AND due_at_ms = %(token)s
-RETURNING intent_id;
+FROM unnest(%(rks)s::bigint[], %(job_ids)s::text[], %(attempts)s::int[], %(tokens)s::bigint[],
+            %(prior_attempts)s::int[], %(prior_ambiguous)s::bool[],
+            %(prior_maybe_applied)s::bool[], %(prior_errors)s::text[], %(waits)s::bigint[])
+    AS u(rk, job_id, attempt, token, prior_attempts, prior_ambiguous, prior_maybe_applied,
+         prior_error, wait)
+WHERE o.routing_key = u.rk AND o.intent_id = u.job_id AND o.kind = 'job'
+  AND o.attempts = u.attempt AND o.due_at_ms = u.token
+RETURNING o.intent_id;
 
 -- park_job --
 -- a claimed job the code cannot execute is parked (evolution E3): the claim's attempt and ambiguity undone, every other column kept, the cause recorded; only under the claim (attempt N, its lease end)

@@ -78,6 +78,19 @@ class Group:
 
 
 @dataclass(frozen=True)
+class TokenWant:
+    """One token an attempt (``row_no`` within a claim) needs from one rate bucket."""
+
+    row_no: int
+    actor_type: str
+    job: str
+    limit_no: int
+    key: str
+    per_ms: float
+    burst: float
+
+
+@dataclass(frozen=True)
 class RouteWrite:
     """A settle that rewrites the job row into a route intent (command and canonical payload).
 
@@ -287,49 +300,50 @@ class JobsGateway:
 
     # --- rate limits --------------------------------------------------------------------------
 
-    async def take_tokens(
-        self, actor_type: str, job: str, buckets: Sequence[tuple[int, str, float, float]]
-    ) -> list[Row]:
-        """Take (or book ahead) one token of each bucket ``(limit no, key, per ms, burst)``.
+    async def take_tokens(self, wants: Sequence[TokenWant]) -> dict[int, int]:
+        """Take (or book ahead) the tokens of a claim's attempts, in one transaction.
 
-        Returns each bucket's level after the take: below zero, its token is due in
-        ``-level / per_ms`` ms.
+        Returns, per attempt number ``row_no``, the ms until its last booked token is due
+        (0: every token was there).
         """
         q = self._store.queries
         params = {
-            "type": actor_type,
-            "job": job,
-            "nos": [b[0] for b in buckets],
-            "keys": [b[1] for b in buckets],
-            "per_ms": [b[2] for b in buckets],
-            "bursts": [b[3] for b in buckets],
+            "rows": [w.row_no for w in wants],
+            "types": [w.actor_type for w in wants],
+            "jobs": [w.job for w in wants],
+            "nos": [w.limit_no for w in wants],
+            "keys": [w.key for w in wants],
+            "per_ms": [w.per_ms for w in wants],
+            "bursts": [w.burst for w in wants],
             "off": self._off,
         }
         async with self._store.framework.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["rate_seed"], params)
             await cur.execute(q["rate_take"], params)
-            return await cur.fetchall()
+            return {int(r["row_no"]): int(r["wait_ms"]) for r in await cur.fetchall()}
 
-    async def defer_for_token(self, row: Any, *, wait_ms: int) -> bool:
-        """Hand a claimed attempt back uncounted, due in ``wait_ms``; False if the claim was lost.
+    async def defer_for_tokens(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
+        """Hand claimed attempts ``(claim, wait ms)`` back uncounted, due when their tokens are.
 
-        ``row`` is the claim (a ``ClaimedJob``): its attempt and lease end guard the write.
+        Each claim (a ``ClaimedJob``) guards its write by its attempt and lease end; returns the
+        job ids written (a lost claim is left alone).
         """
         params = {
-            **_key(row),
-            "attempt": row.attempts,
-            "token": row.claimed_until,
-            "prior_attempts": row.prior_attempts,
-            "prior_ambiguous": row.prior_ambiguous,
-            "prior_maybe_applied": row.prior_maybe_applied,
-            "prior_error": row.prior_error,
-            "wait": wait_ms,
+            "rks": [r.routing_key for r, _ in rows],
+            "job_ids": [r.intent_id for r, _ in rows],
+            "attempts": [r.attempts for r, _ in rows],
+            "tokens": [r.claimed_until for r, _ in rows],
+            "prior_attempts": [r.prior_attempts for r, _ in rows],
+            "prior_ambiguous": [r.prior_ambiguous for r, _ in rows],
+            "prior_maybe_applied": [r.prior_maybe_applied for r, _ in rows],
+            "prior_errors": [r.prior_error for r, _ in rows],
+            "waits": [w for _, w in rows],
             "off": self._off,
         }
         async with self._store.framework.connection() as conn:
-            cur = await conn.execute(self._store.queries["defer_job_for_token"], params)
-            return bool(await cur.fetchall())
+            cur = await conn.execute(self._store.queries["defer_jobs_for_token"], params)
+            return {str(r[0]) for r in await cur.fetchall()}
 
     # --- leases -------------------------------------------------------------------------------
 
