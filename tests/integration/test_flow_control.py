@@ -123,6 +123,14 @@ async def test_concurrency_holds_across_three_runners(akter_test: Make) -> None:
             "SELECT status, count(*) AS n FROM {schema}.v_jobs GROUP BY status ORDER BY 1"
         )
         assert [(r["status"], r["n"]) for r in states] == [("running", 2), ("waiting_slot", 10)]
+        await t.runtime.runners.sampler.sample()
+        gauge = t.runtime.metrics.gauge
+        assert gauge("akter.jobs.waiting_slot", actor_type="Slots", job="capped") == 10
+        assert gauge("akter.jobs.running", actor_type="Slots", job="capped") == 2
+        q = t.runtime.store.queries
+        for listing in (q["jobs_overview"], q["console_jobs"]):  # akter jobs list, console
+            shown = await t.rows(listing, {"limit": 100})
+            assert sorted(r["status"] for r in shown) == ["running"] * 2 + ["waiting_slot"] * 10
         limits = await t.rows(
             "SELECT actor_type, job, concurrency FROM {schema}.job_limits ORDER BY job"
         )
@@ -219,6 +227,9 @@ async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) 
             "SELECT limit_no, key, tokens FROM {schema}.rate_buckets ORDER BY limit_no"
         )
         assert [(b["limit_no"], b["key"]) for b in buckets] == [(0, "default"), (1, "")]
+        await t.runtime.runners.sampler.sample()
+        gauge = t.runtime.metrics.gauge
+        assert gauge("akter.jobs.waiting_rate", actor_type="Metered", job="metered") == 3
         assert buckets[0]["tokens"] < 1
         for _ in range(3):
             assert await t.runtime.jobs.run_pass() == 0  # nothing due before a token is

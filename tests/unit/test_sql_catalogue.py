@@ -66,6 +66,8 @@ GLOBAL = frozenset(
 #: None exists yet: the relay claim and the retention sweeps (semantics §3.2, §7) will belong
 #: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
 CROSS_ACTOR: dict[str, str] = {
+    "sample_flow_jobs": "sampled gauges (maintenance owner) count job rows held back by flow "
+    "control per type across actors (read-only; kind, running, waiting_for and due_at_ms named)",
     "job_type_live": "a job type's deployment-wide cap counts its live attempts across actors "
     "(read-only, under the type lock; kind, running and the lease end named)",
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",

@@ -359,13 +359,33 @@ ORDER BY due_at_ms
 LIMIT %(limit)s;
 
 -- jobs_overview --
--- operators' view of job rows across actors, oldest due first
-SELECT intent_id AS job_id, tenant_id, actor_type, actor_id, command AS job, attempts, running,
-       waiting, ambiguous, maybe_applied, final_failure, cancelled_at_ms, due_at_ms, last_error,
-       parked_at_ms
-FROM {schema}.outbox
-WHERE kind = 'job'
-ORDER BY due_at_ms
+-- operators' view of job rows across actors, oldest due first, with v_jobs' status (waiting_slot, waiting_rate: flow control, migration 0007) and priority
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(0) AS now
+),
+live AS MATERIALIZED (
+    SELECT r.actor_type, r.command, count(*) AS n
+    FROM {schema}.outbox r, clock
+    WHERE r.kind = 'job' AND r.running AND r.due_at_ms > clock.now
+    GROUP BY r.actor_type, r.command
+)
+SELECT o.intent_id AS job_id, o.tenant_id, o.actor_type, o.actor_id, o.command AS job,
+       o.attempts, o.running, o.waiting, o.ambiguous, o.maybe_applied, o.final_failure,
+       o.cancelled_at_ms, o.due_at_ms, o.last_error, o.parked_at_ms, o.priority,
+       CASE WHEN o.parked_at_ms IS NOT NULL THEN 'parked'
+            WHEN o.cancelled_at_ms IS NOT NULL THEN 'cancelled'
+            WHEN o.running THEN 'running'
+            WHEN o.waiting THEN 'waiting'
+            WHEN o.waiting_for = 'rate' THEN 'waiting_rate'
+            WHEN o.due_at_ms <= clock.now AND l.concurrency <= coalesce(v.n, 0) THEN 'waiting_slot'
+            WHEN o.attempts = 0 THEN 'pending'
+            ELSE 'backoff' END AS status
+FROM {schema}.outbox o
+CROSS JOIN clock
+LEFT JOIN {schema}.job_limits l ON l.actor_type = o.actor_type AND l.job = o.command
+LEFT JOIN live v ON v.actor_type = o.actor_type AND v.command = o.command
+WHERE o.kind = 'job'
+ORDER BY o.due_at_ms
 LIMIT %(limit)s;
 
 -- cancel_job_by_id_unstarted --

@@ -305,6 +305,31 @@ WHERE o.routing_key = u.rk AND o.intent_id = u.job_id AND o.kind = 'job'
   AND o.attempts = u.attempt AND o.due_at_ms = u.token
 RETURNING o.intent_id;
 
+-- sample_flow_jobs --
+-- sampled gauges (maintenance owner): per job type with flow control, due rows waiting for a deployment-wide slot and rows waiting for a rate token, across actors
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+live AS MATERIALIZED (
+    SELECT r.actor_type, r.command, count(*) AS n
+    FROM {schema}.outbox r, clock
+    WHERE r.kind = 'job' AND r.running AND r.due_at_ms > clock.now
+    GROUP BY r.actor_type, r.command
+)
+SELECT o.actor_type, o.command AS job,
+       count(*) FILTER (WHERE o.waiting_for = 'rate') AS waiting_rate,
+       count(*) FILTER (WHERE o.waiting_for IS NULL AND o.due_at_ms <= clock.now
+                          AND o.cancelled_at_ms IS NULL AND l.concurrency <= coalesce(v.n, 0))
+           AS waiting_slot
+FROM {schema}.outbox o
+CROSS JOIN clock
+LEFT JOIN {schema}.job_limits l ON l.actor_type = o.actor_type AND l.job = o.command
+LEFT JOIN live v ON v.actor_type = o.actor_type AND v.command = o.command
+WHERE o.kind = 'job' AND o.parked_at_ms IS NULL AND NOT o.running
+  AND (o.waiting_for IS NOT NULL OR l.concurrency IS NOT NULL)
+GROUP BY o.actor_type, o.command
+ORDER BY o.actor_type, o.command;
+
 -- park_job --
 -- a claimed job the code cannot execute is parked (evolution E3): the claim's attempt and ambiguity undone, every other column kept, the cause recorded; only under the claim (attempt N, its lease end)
 UPDATE {schema}.outbox

@@ -345,6 +345,13 @@ class JobsGateway:
             cur = await conn.execute(self._store.queries["defer_jobs_for_token"], params)
             return {str(r[0]) for r in await cur.fetchall()}
 
+    async def sample_flow(self) -> list[Row]:
+        """Per job type with flow control: rows waiting for a slot and for a rate token."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["sample_flow_jobs"], {"off": self._off})
+            return await cur.fetchall()
+
     # --- leases -------------------------------------------------------------------------------
 
     async def shift_leases(self, ms: int, rows: Sequence[tuple[JobRow, int]]) -> dict[str, int]:
