@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from akter._engine.job_claims import ClaimedJob
-from akter._store.gateway.jobs import TokenWant
+from akter._store.gateway.job_flow import TokenWant
 from akter.callers import System, caller_from_json
 from akter.jobs import JobCall
 
 if TYPE_CHECKING:
+    from akter._store.gateway.job_flow import FlowGateway
     from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
 
@@ -55,6 +56,7 @@ def key_call(row: ClaimedJob) -> JobCall:
 
 async def admit(
     gateway: JobsGateway,
+    flow: FlowGateway,
     rows: Sequence[ClaimedJob],
     job_of: dict[tuple[str, str], Job[Any, Any]],
 ) -> Admitted:
@@ -83,11 +85,11 @@ async def admit(
         asking.append(row)
     if not asking:
         return out
-    waits = await gateway.take_tokens(wants)
+    waits = await flow.take_tokens(wants)
     later = [(row, waits[n]) for n, row in enumerate(asking) if waits[n] > 0]
     out.start += [row for n, row in enumerate(asking) if waits[n] <= 0]
     if later:
-        written = await gateway.defer_for_tokens(later)
+        written = await flow.defer_for_tokens(later)
         out.deferred = [row for row, _ in later if row.intent_id in written]
     return out
 

@@ -38,6 +38,7 @@ from akter._engine.job_claims import (
     wake_waiting,
 )
 from akter._engine.progress import ProgressHub
+from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.jobs import JobsGateway
 from akter.errors import DefinitionError, InjectedCrash
 
@@ -63,6 +64,7 @@ class JobExecutor:
         self._services = services
         self._relay_wake = wake
         self.gateway = JobsGateway(services.store, services.clock, services.local)
+        self.flow = FlowGateway(services.store, services.clock)
         self._attempts: dict[tuple[str, int], Attempt] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pass_lock = asyncio.Lock()
@@ -97,7 +99,7 @@ class JobExecutor:
                 f"Job {flowing[0]!r} has concurrency= or rate=, which akter does not enforce "
                 "on Citus yet: remove them, or run the job's type on plain PostgreSQL."
             )
-        await self.gateway.record_limits([limit_of(j) for j in limited])
+        await self.flow.record_limits([limit_of(j) for j in limited])
         self.progress.start()
 
     async def stop(self) -> None:
@@ -237,7 +239,7 @@ class JobExecutor:
         """The claimed attempts that got their rate tokens (``job_rates``); the rest wait."""
         if not any(by_key[(r.actor_type, r.command)].options.rates for r in rows):
             return rows
-        admitted = await job_rates.admit(self.gateway, rows, by_key)
+        admitted = await job_rates.admit(self.gateway, self.flow, rows, by_key)
         if admitted.defects:
             self._wake()  # the next pass dead-letters them
         return admitted.start

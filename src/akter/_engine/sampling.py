@@ -19,7 +19,7 @@ import psycopg
 
 from akter._engine import job_watch
 from akter._engine.parking import OncePer
-from akter._store.gateway.jobs import JobsGateway
+from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.maintenance import MaintenanceGateway
 from akter._store.gateway.parked import ParkedGateway
 from akter.telemetry import SAMPLED_GAUGES
@@ -50,7 +50,7 @@ class Sampler:
         self._live = live
         self._gateway = MaintenanceGateway(services.store, services.clock)
         self._parked = ParkedGateway(services.store, services.clock)
-        self._jobs = JobsGateway(services.store, services.clock)
+        self._flow = FlowGateway(services.store, services.clock)
         self._unserved_log = OncePer(job_watch.LOG_EVERY_S)
         #: The interval between samples (``sample_every``); read before each wait.
         self.every_ms = SAMPLE_EVERY_MS
@@ -69,7 +69,7 @@ class Sampler:
         ):
             metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
         await self._sample_parked()
-        flow = await self._jobs.sample_flow()
+        flow = await self._flow.sample_flow()
         for name in ("waiting_slot", "waiting_rate"):
             metrics.replace(
                 f"akter.jobs.{name}",

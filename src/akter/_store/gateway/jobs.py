@@ -78,19 +78,6 @@ class Group:
 
 
 @dataclass(frozen=True)
-class TokenWant:
-    """One token an attempt (``row_no`` within a claim) needs from one rate bucket."""
-
-    row_no: int
-    actor_type: str
-    job: str
-    limit_no: int
-    key: str
-    per_ms: float
-    burst: float
-
-
-@dataclass(frozen=True)
 class RouteWrite:
     """A settle that rewrites the job row into a route intent (command and canonical payload).
 
@@ -189,20 +176,6 @@ class JobsGateway:
         assert live is not None
         return max(0, cap - int(live["live"]))
 
-    async def record_limits(self, limits: Sequence[tuple[str, str, int]]) -> None:
-        """Write the deployment-wide caps ``(actor type, job, concurrency)`` of executed jobs."""
-        if not limits:
-            return
-        async with self._store.framework.connection() as conn:
-            await conn.execute(
-                self._store.queries["job_limit_upsert"],
-                {
-                    "types": [t for t, _, _ in limits],
-                    "jobs": [j for _, j, _ in limits],
-                    "caps": [c for _, _, c in limits],
-                },
-            )
-
     async def discover_groups(self, jobs: Sequence[JobType], *, free: int) -> list[Group]:
         """The capped groups with due rows, by their earliest due time, at most ``free``."""
         params = {
@@ -260,7 +233,6 @@ class JobsGateway:
         row is locked after the group lock (the one lock order), and the claim also stays
         within the cap minus the type's live attempts.
         """
-        q = self._store.queries
         params = {
             **group.params(),
             "off": self._off,
@@ -270,20 +242,51 @@ class JobsGateway:
             "lease": lease_ms,
             "slots": None,
         }
-        async with self._store.framework.connection() as conn, conn.transaction():
+        async with self._store.framework.connection() as conn:
+            if limit is None:
+                return await self._claim_group_pipelined(conn, params)
+            return await self._claim_group_limited(conn, params, limit, names)
+
+    async def _claim_group_pipelined(
+        self, conn: Connection, params: dict[str, Any]
+    ) -> tuple[list[Row], float]:
+        """The group claim's five statements in one round trip.
+
+        Sent one at a time, the settings, lock and defer round trips were most of a capped
+        claim's cost (docs/benchmarks.md, "Jobs vs peers").
+        """
+        q = self._store.queries
+        claim = conn.cursor(row_factory=dict_row)
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+            await conn.execute(q["job_group_lock"], params)
+            await conn.execute(q["job_group_lock_running"], params)
+            sent_at = self._local.now()
+            await claim.execute(q["claim_capped_group"], params)
+            await conn.execute(q["defer_capped_group"], params)
+        return await claim.fetchall(), sent_at
+
+    async def _claim_group_limited(
+        self,
+        conn: Connection,
+        params: dict[str, Any],
+        limit: tuple[str, str, int],
+        names: Sequence[str],
+    ) -> tuple[list[Row], float]:
+        """The group claim of a type with a deployment-wide cap: its free slots first."""
+        q = self._store.queries
+        async with conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
             await cur.execute(q["job_group_lock"], params)
             await cur.execute(q["job_group_lock_running"], params)
-            if limit is not None:
-                params["slots"] = await self._slots(cur, limit, names or [limit[1]])
+            params["slots"] = await self._slots(cur, limit, names or [limit[1]])
             sent_at = self._local.now()
             await cur.execute(q["claim_capped_group"], params)
             rows = await cur.fetchall()
             # Rows the type's deployment-wide cap held back stay due, for the next pass: a
             # deferred row waits for a wake from its own group, which may have none running.
-            slots = params["slots"]
-            if slots is None or len(rows) < slots:
+            if len(rows) < params["slots"]:
                 await cur.execute(q["defer_capped_group"], params)
         return rows, sent_at
 
@@ -291,66 +294,14 @@ class JobsGateway:
         """Make the group's oldest waiting row due now, under the group lock; True if one woke."""
         q = self._store.queries
         params = {**group.params(), "off": self._off}
-        async with self._store.framework.connection() as conn, conn.transaction():
+        async with self._store.framework.connection() as conn:
             cur = conn.cursor()
-            await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
-            await cur.execute(q["job_group_lock"], params)
-            await cur.execute(q["wake_waiting_job"], params)
+            # One round trip, like the group claim: the lock waits inside the pipeline.
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+                await conn.execute(q["job_group_lock"], params)
+                await cur.execute(q["wake_waiting_job"], params)
             return bool(await cur.fetchall())
-
-    # --- rate limits --------------------------------------------------------------------------
-
-    async def take_tokens(self, wants: Sequence[TokenWant]) -> dict[int, int]:
-        """Take (or book ahead) the tokens of a claim's attempts, in one transaction.
-
-        Returns, per attempt number ``row_no``, the ms until its last booked token is due
-        (0: every token was there).
-        """
-        q = self._store.queries
-        params = {
-            "rows": [w.row_no for w in wants],
-            "types": [w.actor_type for w in wants],
-            "jobs": [w.job for w in wants],
-            "nos": [w.limit_no for w in wants],
-            "keys": [w.key for w in wants],
-            "per_ms": [w.per_ms for w in wants],
-            "bursts": [w.burst for w in wants],
-            "off": self._off,
-        }
-        async with self._store.framework.connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q["rate_seed"], params)
-            await cur.execute(q["rate_take"], params)
-            return {int(r["row_no"]): int(r["wait_ms"]) for r in await cur.fetchall()}
-
-    async def defer_for_tokens(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
-        """Hand claimed attempts ``(claim, wait ms)`` back uncounted, due when their tokens are.
-
-        Each claim (a ``ClaimedJob``) guards its write by its attempt and lease end; returns the
-        job ids written (a lost claim is left alone).
-        """
-        params = {
-            "rks": [r.routing_key for r, _ in rows],
-            "job_ids": [r.intent_id for r, _ in rows],
-            "attempts": [r.attempts for r, _ in rows],
-            "tokens": [r.claimed_until for r, _ in rows],
-            "prior_attempts": [r.prior_attempts for r, _ in rows],
-            "prior_ambiguous": [r.prior_ambiguous for r, _ in rows],
-            "prior_maybe_applied": [r.prior_maybe_applied for r, _ in rows],
-            "prior_errors": [r.prior_error for r, _ in rows],
-            "waits": [w for _, w in rows],
-            "off": self._off,
-        }
-        async with self._store.framework.connection() as conn:
-            cur = await conn.execute(self._store.queries["defer_jobs_for_token"], params)
-            return {str(r[0]) for r in await cur.fetchall()}
-
-    async def sample_flow(self) -> list[Row]:
-        """Per job type with flow control: rows waiting for a slot and for a rate token."""
-        async with self._store.framework.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(self._store.queries["sample_flow_jobs"], {"off": self._off})
-            return await cur.fetchall()
 
     # --- leases -------------------------------------------------------------------------------
 
