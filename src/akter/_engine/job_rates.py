@@ -2,7 +2,7 @@
 
 Claims stay as they are; between a claim and the start of its attempts, every claimed attempt of
 a job with ``rate=`` takes one token from each of its limits' buckets (``rate_buckets``, shared
-by all runners), all of one claim's attempts in one statement. When a bucket is empty the token
+by all runners), all of one claim's attempts in one upsert. When a bucket is empty the token
 is booked ahead (the bucket's level goes below zero) and the attempt is handed back uncounted,
 with its attempt number, ambiguity and error as they were before the claim, due when its token
 is and marked as holding it (``waiting_for = 'rate'``): its next claim starts it without taking
@@ -17,12 +17,14 @@ that never started, and the next claim dead-letters the row with the cause named
 from __future__ import annotations
 
 import logging
+import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from akter._engine.job_claims import ClaimedJob
-from akter._store.gateway.job_flow import TokenWant
+from akter._store.gateway.job_flow import Bucket, TokenWant
 from akter.callers import System, caller_from_json
 from akter.jobs import JobCall
 
@@ -54,16 +56,37 @@ def key_call(row: ClaimedJob) -> JobCall:
     )
 
 
+def waits_ms(
+    asked: Sequence[Sequence[tuple[Bucket, float]]], levels: dict[Bucket, float]
+) -> list[int]:
+    """Per attempt (in claim order), the ms until the last of its booked tokens is due.
+
+    ``asked``: each attempt's buckets with their refill rate (tokens per ms); ``levels``: each
+    bucket's level before the take. The k-th taker of a bucket with level L gets its token now
+    if k ≤ L, else when the bucket has refilled to k: (k − L) / rate ms later.
+    """
+    seen: Counter[Bucket] = Counter()
+    out: list[int] = []
+    for buckets in asked:
+        wait = 0.0
+        for bucket, per_ms in buckets:
+            seen[bucket] += 1
+            wait = max(wait, (seen[bucket] - levels[bucket]) / per_ms)
+        out.append(max(0, math.ceil(wait)))
+    return out
+
+
 async def admit(
     gateway: JobsGateway,
     flow: FlowGateway,
     rows: Sequence[ClaimedJob],
     job_of: dict[tuple[str, str], Job[Any, Any]],
 ) -> Admitted:
-    """Take the tokens of ``rows`` (one claim's attempts, in claim order): two statements."""
+    """Take the tokens of ``rows`` (one claim's attempts, in claim order): one statement."""
     out = Admitted()
-    wants: list[TokenWant] = []
+    asked: list[list[tuple[Bucket, float]]] = []
     asking: list[ClaimedJob] = []
+    wants: dict[Bucket, TokenWant] = {}
     for row in rows:
         job = job_of[(row.actor_type, row.command)]
         rates = job.options.rates
@@ -78,16 +101,20 @@ async def admit(
             out.defects.append(row)
             continue
         owner = job.owner.name if job.owner else row.actor_type
-        wants += [
-            TokenWant(len(asking), owner, job.name, no, key, rate.tokens_per_ms, rate.burst)
-            for no, (rate, key) in enumerate(zip(rates, keys, strict=True))
-        ]
+        buckets: list[tuple[Bucket, float]] = []
+        for no, (rate, key) in enumerate(zip(rates, keys, strict=True)):
+            bucket = (owner, job.name, no, key)
+            had = wants.get(bucket)
+            n = had.n + 1 if had else 1
+            wants[bucket] = TokenWant(*bucket, rate.tokens_per_ms, float(rate.burst), n)
+            buckets.append((bucket, rate.tokens_per_ms))
+        asked.append(buckets)
         asking.append(row)
     if not asking:
         return out
-    waits = await flow.take_tokens(wants)
-    later = [(row, waits[n]) for n, row in enumerate(asking) if waits[n] > 0]
-    out.start += [row for n, row in enumerate(asking) if waits[n] <= 0]
+    waits = waits_ms(asked, await flow.take_tokens(list(wants.values())))
+    later = [(row, wait) for row, wait in zip(asking, waits, strict=True) if wait > 0]
+    out.start += [row for row, wait in zip(asking, waits, strict=True) if wait <= 0]
     if later:
         written = await flow.defer_for_tokens(later)
         out.deferred = [row for row, _ in later if row.intent_id in written]

@@ -188,17 +188,23 @@ class JobExecutor:
             return claimed
 
     async def _claim_uncapped(self, jobs: list[Job[Any, Any]], free: int) -> int:
+        cap = jobs[0].options.concurrency if len(jobs) == 1 else None
+        if cap is not None:
+            # A capped type's claim takes at most its cap, and falls short of ``free`` by design
+            # when the cap is full: widening the probe for it would only scan more rows.
+            free = min(free, cap)
         rows, candidates = await claim_uncapped(
             self.gateway,
             jobs=jobs,
             free=free,
-            probe=2 * free * self._widen,
+            probe=2 * free * (1 if cap is not None else self._widen),
             lease_ms=self._services.config.job_lease_ms,
         )
-        if len(rows) < free and candidates > len(rows):
-            self._widen = min(self._widen * 2, MAX_WIDEN)
-        else:
-            self._widen = 1
+        if cap is None:
+            if len(rows) < free and candidates > len(rows):
+                self._widen = min(self._widen * 2, MAX_WIDEN)
+            else:
+                self._widen = 1
         by_key = by_stored_name(jobs)
         for row in await self._admit(rows, by_key):
             self._start(row, by_key[(row.actor_type, row.command)])

@@ -233,61 +233,36 @@ WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NU
   )
 RETURNING intent_id;
 
--- rate_seed --
--- the token buckets a claim's attempts need, created full (at their burst) if missing
-INSERT INTO {schema}.rate_buckets (actor_type, job, limit_no, key, tokens, at_ms)
-SELECT DISTINCT ON (w.type, w.job, w.no, w.key) w.type, w.job, w.no, w.key, w.burst,
-       {schema}.stmt_ms(%(off)s::bigint)
-FROM unnest(%(types)s::text[], %(jobs)s::text[], %(nos)s::smallint[], %(keys)s::text[],
-            %(bursts)s::float8[]) AS w(type, job, no, key, burst)
-ON CONFLICT (actor_type, job, limit_no, key) DO NOTHING;
-
 -- rate_take --
--- one token of each bucket per attempt of a claim, in claim order (buckets locked in key order, refilled to now); from an empty bucket the token is booked ahead: returns per attempt the ms until its last booked token is due (0: all were there)
+-- n tokens of each of a claim's buckets in one upsert (created full, else refilled to now under the row lock, in key order); the level may go below zero (tokens booked ahead); returns each bucket's level before the take
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
-want AS MATERIALIZED (
-    SELECT w.*, row_number() OVER (PARTITION BY w.type, w.job, w.no, w.key ORDER BY w.row_no)
-               AS ord
-    FROM unnest(%(rows)s::int[], %(types)s::text[], %(jobs)s::text[], %(nos)s::smallint[],
-                %(keys)s::text[], %(per_ms)s::float8[], %(bursts)s::float8[])
-        AS w(row_no, type, job, no, key, per_ms, burst)
-),
 wanted AS MATERIALIZED (
-    SELECT type, job, no, key, max(per_ms) AS per_ms, max(burst) AS burst, count(*) AS n
-    FROM want GROUP BY type, job, no, key
-),
-held AS MATERIALIZED (
-    SELECT b.actor_type, b.job, b.limit_no, b.key, b.tokens, b.at_ms
-    FROM {schema}.rate_buckets b
-    JOIN wanted w ON b.actor_type = w.type AND b.job = w.job AND b.limit_no = w.no
-                 AND b.key = w.key
-    ORDER BY b.actor_type, b.job, b.limit_no, b.key
-    FOR UPDATE OF b
-),
-level AS MATERIALIZED (
-    SELECT h.actor_type, h.job, h.limit_no, h.key, w.per_ms, w.n,
-           least(w.burst, h.tokens + greatest(0, clock.now - h.at_ms) * w.per_ms) AS level
-    FROM held h
-    JOIN wanted w ON h.actor_type = w.type AND h.job = w.job AND h.limit_no = w.no
-                 AND h.key = w.key
-    CROSS JOIN clock
-),
-taken AS (
-    UPDATE {schema}.rate_buckets b
-    SET tokens = l.level - l.n, at_ms = clock.now
-    FROM level l, clock
-    WHERE b.actor_type = l.actor_type AND b.job = l.job AND b.limit_no = l.limit_no
-      AND b.key = l.key
-    RETURNING b.limit_no
+    SELECT w.type, w.job, w.no, w.key, w.per_ms, w.burst, w.n
+    FROM unnest(%(types)s::text[], %(jobs)s::text[], %(nos)s::smallint[], %(keys)s::text[],
+                %(per_ms)s::float8[], %(bursts)s::float8[], %(wants)s::int[])
+        AS w(type, job, no, key, per_ms, burst, n)
 )
-SELECT x.row_no, ceil(max(greatest(0, x.ord - l.level) / l.per_ms))::bigint AS wait_ms,
-       (SELECT count(*) FROM taken) AS buckets
-FROM want x
-JOIN level l ON l.actor_type = x.type AND l.job = x.job AND l.limit_no = x.no AND l.key = x.key
-GROUP BY x.row_no
-ORDER BY x.row_no;
+INSERT INTO {schema}.rate_buckets AS b (actor_type, job, limit_no, key, tokens, at_ms)
+SELECT w.type, w.job, w.no, w.key, w.burst - w.n, clock.now
+FROM wanted w, clock
+ORDER BY w.type, w.job, w.no, w.key
+ON CONFLICT (actor_type, job, limit_no, key) DO UPDATE
+SET tokens = least(
+        (SELECT w.burst FROM wanted w
+         WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no AND w.key = b.key),
+        b.tokens + greatest(0, excluded.at_ms - b.at_ms)
+            * (SELECT w.per_ms FROM wanted w
+               WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
+                 AND w.key = b.key))
+      - (SELECT w.n FROM wanted w
+         WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no AND w.key = b.key),
+    at_ms = excluded.at_ms
+RETURNING b.actor_type, b.job, b.limit_no, b.key,
+          b.tokens + (SELECT w.n FROM wanted w
+                      WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
+                        AND w.key = b.key) AS level;
 
 -- defer_jobs_for_token --
 -- claimed attempts whose tokens were booked ahead are handed back uncounted (attempt, ambiguity and error undone), each due when its tokens are, marked as holding them; only under each claim

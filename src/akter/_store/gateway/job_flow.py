@@ -2,7 +2,7 @@
 
 Deployment-wide concurrency is counted inside the claims (``JobsGateway``); here are the
 statements around it: the caps a runner records at start, the rate tokens of a claim's attempts
-(taken, or booked ahead, in one transaction) and the deferral of the attempts whose tokens are
+(taken, or booked ahead, in one statement) and the deferral of the attempts whose tokens are
 booked ahead, and the sampled gauges of rows held back. All run on the framework pool.
 """
 
@@ -18,19 +18,21 @@ if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
 Row = dict[str, Any]
+#: A rate bucket: (actor type, job, limit no, key).
+Bucket = tuple[str, str, int, str]
 
 
 @dataclass(frozen=True)
 class TokenWant:
-    """One token an attempt (``row_no`` within a claim) needs from one rate bucket."""
+    """``n`` tokens a claim's attempts need from one rate bucket of one job type."""
 
-    row_no: int
     actor_type: str
     job: str
     limit_no: int
     key: str
     per_ms: float
     burst: float
+    n: int
 
 
 class FlowGateway:
@@ -58,28 +60,32 @@ class FlowGateway:
                 },
             )
 
-    async def take_tokens(self, wants: Sequence[TokenWant]) -> dict[int, int]:
-        """Take (or book ahead) the tokens of a claim's attempts, in one transaction.
+    async def take_tokens(self, wants: Sequence[TokenWant]) -> dict[Bucket, float]:
+        """Take ``n`` tokens of each bucket (``rate_take``: one statement, autocommit).
 
-        Returns, per attempt number ``row_no``, the ms until its last booked token is due
-        (0: every token was there).
+        ``wants`` name one bucket each. Returns each bucket's level before the take, by
+        (actor type, job, limit no, key); the level may go below zero: tokens booked ahead.
         """
-        q = self._store.queries
         params = {
-            "rows": [w.row_no for w in wants],
             "types": [w.actor_type for w in wants],
             "jobs": [w.job for w in wants],
             "nos": [w.limit_no for w in wants],
             "keys": [w.key for w in wants],
             "per_ms": [w.per_ms for w in wants],
             "bursts": [w.burst for w in wants],
+            "wants": [w.n for w in wants],
             "off": self._off,
         }
-        async with self._store.framework.connection() as conn, conn.transaction():
+        async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q["rate_seed"], params)
-            await cur.execute(q["rate_take"], params)
-            return {int(r["row_no"]): int(r["wait_ms"]) for r in await cur.fetchall()}
+            await cur.execute(self._store.queries["rate_take"], params)
+            rows = await cur.fetchall()
+        return {
+            (str(r["actor_type"]), str(r["job"]), int(r["limit_no"]), str(r["key"])): float(
+                r["level"]
+            )
+            for r in rows
+        }
 
     async def defer_for_tokens(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
         """Hand claimed attempts ``(claim, wait ms)`` back uncounted, due when their tokens are.
