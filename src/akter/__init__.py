@@ -26,7 +26,17 @@ from akter.errors import (
     ReadOnlyError,
 )
 from akter.events import EventRecord, EventStream
-from akter.jobs import Cancelled, DeadLetter, Failed, Job, JobCall, Succeeded, Unknown, job
+from akter.jobs import (
+    Cancelled,
+    DeadLetter,
+    Failed,
+    Job,
+    JobCall,
+    Rate,
+    Succeeded,
+    Unknown,
+    job,
+)
 from akter.outbox import ParkedRow
 from akter.runtime import Runtime
 from akter.schedules import schedule
@@ -64,6 +74,7 @@ __all__ = [
     "ParkedRow",
     "Policy",
     "QueryView",
+    "Rate",
     "ReadOnlyError",
     "Runtime",
     "Succeeded",

@@ -107,6 +107,18 @@ FAMILIES: tuple[Family, ...] = (
         _K,
     ),
     Family(
+        "akter.jobs.waiting_slot",
+        "gauge",
+        "Due job rows held back by their type's deployment-wide concurrency cap (sampled).",
+        ("actor_type", "job"),
+    ),
+    Family(
+        "akter.jobs.waiting_rate",
+        "gauge",
+        "Job rows handed back to wait for a rate-limit token (sampled).",
+        ("actor_type", "job"),
+    ),
+    Family(
         "akter.jobs.unserved",
         "gauge",
         "Due job rows of a type no live runner executes (sampled; evolution E3).",
@@ -136,6 +148,8 @@ SAMPLED_GAUGES = frozenset(
         "akter.jobs.running",
         "akter.outbox.parked",
         "akter.jobs.unserved",
+        "akter.jobs.waiting_slot",
+        "akter.jobs.waiting_rate",
         "akter.orphans",
     }
 )

@@ -30,6 +30,9 @@ class StagedRow:
     timer_key: str | None
     #: The target command's (or job's) payload version (evolution E3).
     payload_version: int = 0
+    #: A job's priority, 0-9 (higher first), and its max_wait in ms (migration 0006).
+    priority: int = 0
+    max_wait_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

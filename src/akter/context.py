@@ -99,6 +99,13 @@ class Later:
         _stage_intent(ctx, command, actor_id, args, kwargs, self._delay_ms, self._at_ms, self._key)
 
 
+def _row_priority(priority: Any) -> int:
+    """``enqueue(priority=)``: 0-9, or the command is refused as ``InvalidInput``."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise invalid_input(f"enqueue(priority=) must be an integer from 0 to 9, got {priority!r}.")
+    return priority
+
+
 def _stage_intent(
     ctx: CommandContext,
     command: Any,
@@ -385,8 +392,12 @@ class TurnApi(Generic[S]):
         key: str | None = None,
         after: float | timedelta | None = None,
         at: datetime | None = None,
+        priority: int | None = None,
     ) -> str:
-        """Stage a job of this actor type; returns its id (the provider idempotency key)."""
+        """Stage a job of this actor type; returns its id (the provider idempotency key).
+
+        ``priority`` (0-9, higher first) overrides the job's declared default for this row.
+        """
         ctx = _writable(self, "enqueue")
         if not isinstance(job, Job) or job.owner is not ctx.definition:
             raise invalid_input(
@@ -396,6 +407,7 @@ class TurnApi(Generic[S]):
         if key is not None:
             validate_key(key, "job key")
         delay_ms, at_ms = parse_due(after, at, "enqueue()")
+        rank = job.options.priority if priority is None else _row_priority(priority)
         body = job.validate_payload(payload)
         # A job without after= or at= is relative: due now, with the execution timeout's slack.
         relative = delay_ms if at_ms is not None else (delay_ms or 0)
@@ -413,6 +425,8 @@ class TurnApi(Generic[S]):
             at_ms=at_ms,
             timer_key=None if key is None else "$job:" + key,
             payload_version=job.version,
+            priority=rank,
+            max_wait_ms=job.options.max_wait_ms,
         )
         if key is not None:
             ctx.staged.ops.append(CancelJob("$job:" + key))

@@ -116,6 +116,69 @@ class Cancelled(BaseModel, Generic[P, R]):
     ambiguous: bool
 
 
+class Rate:
+    """A token-bucket rate limit of a job, kept in the database and shared by all runners.
+
+    ``Rate(100, per=timedelta(seconds=1), key=lambda call: call.tenant, burst=20)``: each key
+    (the key function's result, as text; one bucket without a key) gets ``limit`` tokens per
+    ``per``, holding at most ``burst`` (default ``limit``). An attempt takes one token from
+    each of its job's limits before it starts; a row that finds none is handed back uncounted,
+    due when a token will be (docs/flow-control.md).
+
+    Raises:
+        DefinitionError: ``limit`` or ``burst`` is not a positive integer, ``per`` is not a
+            positive duration, or ``key`` is not callable.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        *,
+        per: Duration = 1.0,
+        key: Callable[[JobCall], Any] | None = None,
+        burst: int | None = None,
+    ) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1_000_000:
+            raise DefinitionError(
+                f"Rate limit must be an integer from 1 to 1000000, got {limit!r}."
+            )
+        if burst is not None and (
+            isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 1_000_000
+        ):
+            raise DefinitionError(
+                f"Rate burst must be an integer from 1 to 1000000, got {burst!r}."
+            )
+        if key is not None and not callable(key):
+            raise DefinitionError(f"Rate key must be a function of the JobCall, not {key!r}.")
+        self.limit = limit
+        self.per_ms = _ms(per, "Rate per")
+        self.key = key
+        self.burst = limit if burst is None else burst
+
+    @property
+    def tokens_per_ms(self) -> float:
+        """The refill rate."""
+        return self.limit / self.per_ms
+
+    def key_of(self, call: JobCall) -> str:
+        """The bucket key of one attempt (the key function may raise: the caller decides)."""
+        return "" if self.key is None else str(self.key(call))
+
+    def __repr__(self) -> str:
+        return f"akter.Rate({self.limit}, per={self.per_ms} ms, burst={self.burst})"
+
+
+def _rates(rate: Rate | list[Rate] | tuple[Rate, ...] | None) -> tuple[Rate, ...]:
+    if rate is None:
+        return ()
+    found = (rate,) if isinstance(rate, Rate) else rate
+    if not isinstance(found, tuple | list) or not all(isinstance(r, Rate) for r in found):
+        raise DefinitionError(f"rate= takes an akter.Rate or a list of them, not {rate!r}.")
+    if len(found) > 8:
+        raise DefinitionError(f"rate= takes at most 8 limits, got {len(found)}.")
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """A job's options in whole milliseconds."""
@@ -131,6 +194,14 @@ class JobOptions:
     version: int = 0
     #: Earlier names of the job that stored rows and dead letters may carry (evolution E2).
     aliases: tuple[str, ...] = ()
+    #: The default priority of its rows, 0-9, higher first (docs/flow-control.md).
+    priority: int = 0
+    #: After this long due, a row ranks like a top-priority row (``None``: strict priority).
+    max_wait_ms: int | None = None
+    #: At most this many live attempts of the job across all runners (``None``: no cap).
+    concurrency: int | None = None
+    #: Token-bucket limits an attempt takes a token from each of before it starts.
+    rates: tuple[Rate, ...] = ()
 
 
 class Job(Generic[PL, R]):
@@ -268,6 +339,27 @@ def _version(version: Any) -> int:
     return version
 
 
+def check_priority(priority: Any, what: str = "priority") -> int:
+    """A priority from 0 to 9 (higher first), or a ``DefinitionError`` naming the value."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise DefinitionError(f"{what} must be an integer from 0 to 9, got {priority!r}.")
+    return priority
+
+
+def _concurrency(concurrency: Any) -> int | None:
+    if concurrency is None:
+        return None
+    if (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, int)
+        or not 1 <= concurrency <= 10_000
+    ):
+        raise DefinitionError(
+            f"concurrency must be an integer from 1 to 10000, got {concurrency!r}."
+        )
+    return concurrency
+
+
 def job(
     *,
     attempts: int = 4,
@@ -278,6 +370,10 @@ def job(
     progress_every: Duration = 0.25,
     version: int = 0,
     aliases: tuple[str, ...] | list[str] = (),
+    priority: int = 0,
+    max_wait: Duration | None = None,
+    concurrency: int | None = None,
+    rate: Rate | list[Rate] | tuple[Rate, ...] | None = None,
 ) -> Callable[[Callable[[JobCall, PL], Awaitable[R]]], Job[PL, R]]:
     """Declare a job executor inside an actor class (semantics §5.1).
 
@@ -291,6 +387,13 @@ def job(
         version: The version of its payload (evolution E3): pending rows and dead letters
             stored at an older version are upgraded by the ``@job.migrate_payload`` chain.
         aliases: Earlier names of the job, claimed for stored rows (evolution E2).
+        priority: The default priority of its rows, 0-9, higher first; ``self.enqueue(...,
+            priority=)`` overrides it per row (docs/flow-control.md).
+        max_wait: Once a row has been ready this long it ranks like a priority-9 row, so
+            higher priorities never starve it (``None``: strict priority).
+        concurrency: At most this many attempts of the job run at once across all runners,
+            counted in the database (1…10000, or unlimited).
+        rate: An :class:`Rate` or a list of them (stacked: an attempt needs a token of each).
     """
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 101:
         raise DefinitionError(f"attempts must be an integer from 1 to 101, got {attempts!r}.")
@@ -320,6 +423,10 @@ def job(
         progress_every_ms=every,
         version=_version(version),
         aliases=check_aliases("@job", aliases),
+        priority=check_priority(priority),
+        max_wait_ms=None if max_wait is None else _ms(max_wait, "max_wait"),
+        concurrency=_concurrency(concurrency),
+        rates=_rates(rate),
     )
 
     def declare(fn: Callable[[JobCall, PL], Awaitable[R]]) -> Job[PL, R]:

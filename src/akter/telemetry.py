@@ -22,7 +22,9 @@ Metrics (semantics §10.1):
   ``$maintenance`` lease owner only, every ``sample_every`` (``akter._engine.sampling``):
   ``akter.outbox.rows``, ``akter.relay.lag_ms`` (age of the oldest due unclaimed row, 0 if none),
   ``akter.relay.stuck_rows`` (``attempts ≥ 8``), by ``kind``; and, extending §10.1,
-  ``akter.jobs.running`` (attempts running under a live lease, by ``actor_type`` and ``job``).
+  ``akter.jobs.running`` (attempts running under a live lease, by ``actor_type`` and ``job``);
+  ``akter.jobs.waiting_slot`` and ``akter.jobs.waiting_rate`` (rows held back by a concurrency
+  cap or waiting for a rate token, by ``actor_type`` and ``job``; docs/flow-control.md).
 
 Spans (semantics §10.2): ``akter.<Actor>/batch`` (+ ``batch.size``) is the parent of
 ``akter.admission`` (the admission flight and fence), ``akter.commit`` (the commit flight) and one

@@ -298,4 +298,44 @@ class Crowd(akter.Actor[Log], access=akter.public):
         self.state.reports.append({"route": "dead_letter", "id": self.command_id})
 
 
-ACTORS: list[type[akter.Actor[Any]]] = [Worker, Crowd]
+class Paced(akter.Actor[Log], access=akter.public):
+    """The flow-control drills' actor.
+
+    ``slots`` runs at most three attempts across all runners, ``paced`` at most 50 per second
+    (burst 50) across all runners.
+    """
+
+    @akter.command
+    async def fill_slots(self, n: int, hold: float, long: int = -1) -> list[str]:
+        """Enqueue ``n`` ``slots`` jobs; the one at index ``long`` holds 1.5 s."""
+        return [
+            self.enqueue(
+                Paced.slots,
+                Work(tag="long", hold=LONG_HOLD) if i == long else Work(tag="slot", hold=hold),
+            )
+            for i in range(n)
+        ]
+
+    @akter.command
+    async def fill_paced(self, n: int) -> list[str]:
+        """Enqueue ``n`` ``paced`` jobs that return at once."""
+        return [self.enqueue(Paced.paced, Work(tag="paced", hold=0.0)) for _ in range(n)]
+
+    @akter.job(attempts=4, backoff=(0.01, 0.04), timeout=60, concurrency=3)
+    async def slots(call: akter.JobCall, work: Work) -> int:
+        return await RECORDER.call("slots", call, work)
+
+    @slots.on_success
+    async def slotted(self, result: int) -> None:
+        self.state.done += 1
+
+    @akter.job(attempts=4, backoff=(0.01, 0.04), timeout=60, rate=akter.Rate(50, per=1))
+    async def paced(call: akter.JobCall, work: Work) -> int:
+        return await RECORDER.call("paced", call, work)
+
+    @paced.on_success
+    async def paced_done(self, result: int) -> None:
+        self.state.done += 1
+
+
+ACTORS: list[type[akter.Actor[Any]]] = [Worker, Crowd, Paced]

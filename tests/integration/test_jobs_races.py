@@ -337,6 +337,7 @@ async def test_JB25_a_wake_racing_a_claim_of_the_oldest_waiting_row_wakes_the_ne
             "cap": 1,
             "max_attempts": 2,
             "lease": lease,
+            "slots": None,
         }
 
         async with side(t) as conn:

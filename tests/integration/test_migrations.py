@@ -68,7 +68,12 @@ COLUMNS: dict[str, set[str]] = {
         "timer_key",
         "traceparent",
         "parked_at_ms",
+        "priority",
+        "rank_ms",
+        "waiting_for",
     },
+    "job_limits": {"actor_type", "job", "concurrency"},
+    "rate_buckets": {"actor_type", "job", "limit_no", "key", "tokens", "at_ms"},
     "deployment_names": {"actor_type", "kind", "name", "recorded_at_ms"},
     "operator_audit": {
         "audit_id",
@@ -122,6 +127,8 @@ PRIMARY_KEYS: dict[str, list[str]] = {
     "singletons": ["actor_type"],
     "migrations": ["id"],
     "deployment_names": ["actor_type", "kind", "name"],
+    "job_limits": ["actor_type", "job"],
+    "rate_buckets": ["actor_type", "job", "limit_no", "key"],
 }
 
 #: Secondary indexes by name: (table, unique, columns, partial predicate or None).
@@ -160,6 +167,18 @@ INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
             "intent_id",
         ],
         "((kind = 'job'::text) AND (NOT running))",
+    ),
+    "outbox_jobs_rank": (
+        "outbox",
+        False,
+        ["bucket", "rank_ms"],
+        "((kind = 'job'::text) AND (parked_at_ms IS NULL))",
+    ),
+    "outbox_jobs_type_running": (
+        "outbox",
+        False,
+        ["actor_type", "command"],
+        "((kind = 'job'::text) AND running)",
     ),
     "receipts_expiry": ("receipts", False, ["actor_type", "expires_at_ms"], None),
     "events_emitted": ("events", False, ["actor_type", "emitted_at_ms"], None),

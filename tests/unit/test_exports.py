@@ -36,6 +36,7 @@ AKTER_ALL = [
     "ParkedRow",
     "Policy",
     "QueryView",
+    "Rate",
     "ReadOnlyError",
     "Runtime",
     "Succeeded",

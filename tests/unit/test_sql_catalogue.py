@@ -50,12 +50,26 @@ QUERIES_SQL = "\n".join(
 #: Tables holding one actor's rows (semantics §1.8): keyed by routing_key first.
 PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters", "operator_audit"})
 #: Framework tables that belong to no actor (one row, or one per runner / type / migration).
-GLOBAL = frozenset({"deployment", "deployment_names", "runners", "singletons", "migrations"})
+GLOBAL = frozenset(
+    {
+        "deployment",
+        "deployment_names",
+        "runners",
+        "singletons",
+        "migrations",
+        "job_limits",
+        "rate_buckets",
+    }
+)
 
 #: Statements allowed to touch per-actor tables without a routing_key filter, with the reason.
 #: None exists yet: the relay claim and the retention sweeps (semantics §3.2, §7) will belong
 #: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
 CROSS_ACTOR: dict[str, str] = {
+    "sample_flow_jobs": "sampled gauges (maintenance owner) count job rows held back by flow "
+    "control per type across actors (read-only; kind, running, waiting_for and due_at_ms named)",
+    "job_type_live": "a job type's deployment-wide cap counts its live attempts across actors "
+    "(read-only, under the type lock; kind, running and the lease end named)",
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
     "any_due": "an idle relay's poll asks whether any unparked intent or job row is due across "
     "actors, by bucket, kind, due_at_ms and parked_at_ms (read-only, one row per bucket at most)",

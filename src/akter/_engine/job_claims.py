@@ -55,6 +55,10 @@ class ClaimedJob:
     prior_attempts: int = 0
     prior_ambiguous: bool = False
     prior_maybe_applied: bool = False
+    #: The row's error before this claim wrote its own (restored when it waits for a token).
+    prior_error: str | None = None
+    #: ``"rate"``: the row came back holding the rate tokens an earlier claim booked for it.
+    prior_waiting_for: str | None = None
 
     @property
     def ref(self) -> ActorRef:
@@ -101,6 +105,8 @@ def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
         prior_attempts=int(row.get("prior_attempts", row["attempts"])),
         prior_ambiguous=bool(row.get("prior_ambiguous", row["ambiguous"])),
         prior_maybe_applied=bool(row.get("prior_maybe_applied", row["maybe_applied"])),
+        prior_error=row.get("prior_error"),
+        prior_waiting_for=row.get("prior_waiting_for"),
     )
 
 
@@ -115,6 +121,12 @@ def job_types(jobs: Sequence[Job[Any, Any]]) -> list[JobType]:
         for j in jobs
         for name in (j.name, *j.aliases)
     ]
+
+
+def limit_of(job: Job[Any, Any]) -> tuple[str, str, int]:
+    """The ``job_limits`` key of a job with a deployment-wide cap, and the cap."""
+    assert job.options.concurrency is not None
+    return (job.owner.name if job.owner else "", job.name, job.options.concurrency)
 
 
 def by_stored_name(jobs: Sequence[Job[Any, Any]]) -> dict[tuple[str, str], Job[Any, Any]]:
@@ -133,8 +145,15 @@ async def claim_uncapped(
     lease_ms: int,
 ) -> tuple[list[ClaimedJob], int]:
     """Claim due rows of uncapped ``jobs``; returns the claims and the candidate count."""
+    limited = [j for j in jobs if j.options.concurrency is not None]
+    # A type with a deployment-wide cap is claimed alone, under its job_limits lock.
+    assert not limited or len(jobs) == 1
     rows, sent_at = await gateway.claim_uncapped(
-        job_types(jobs), free=free, probe=probe, lease_ms=lease_ms
+        job_types(jobs),
+        free=free,
+        probe=probe,
+        lease_ms=lease_ms,
+        limit=limit_of(limited[0]) if limited else None,
     )
     candidates = int(rows[0]["candidates"]) if rows else 0
     return [_claimed(r, sent_at) for r in rows], candidates
@@ -158,6 +177,8 @@ async def claim_group(
         cap=job.options.per_actor,
         max_attempts=job.options.attempts,
         lease_ms=lease_ms,
+        limit=None if job.options.concurrency is None else limit_of(job),
+        names=(job.name, *job.aliases),
     )
     return [_claimed(r, sent_at) for r in rows]
 

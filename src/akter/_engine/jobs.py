@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from akter._engine import job_rates
 from akter._engine.job_attempt import Attempt, AttemptRunner
 from akter._engine.job_claims import (
     ClaimedJob,
@@ -33,11 +34,13 @@ from akter._engine.job_claims import (
     claim_group,
     claim_uncapped,
     discover_groups,
+    limit_of,
     wake_waiting,
 )
 from akter._engine.progress import ProgressHub
+from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.jobs import JobsGateway
-from akter.errors import InjectedCrash
+from akter.errors import DefinitionError, InjectedCrash
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
@@ -61,6 +64,7 @@ class JobExecutor:
         self._services = services
         self._relay_wake = wake
         self.gateway = JobsGateway(services.store, services.clock, services.local)
+        self.flow = FlowGateway(services.store, services.clock)
         self._attempts: dict[tuple[str, int], Attempt] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pass_lock = asyncio.Lock()
@@ -86,8 +90,16 @@ class JobExecutor:
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start background work: none; passes come from the relay loop and drains."""
+        """Record the executed jobs' deployment-wide caps; passes come from the relay loop."""
         self._stopping = False
+        limited = [j for j in self.executed_jobs() if j.options.concurrency is not None]
+        flowing = [j for j in self.executed_jobs() if j.options.concurrency or j.options.rates]
+        if flowing and self._services.store.strategy == "citus":
+            raise DefinitionError(
+                f"Job {flowing[0]!r} has concurrency= or rate=, which akter does not enforce "
+                "on Citus yet: remove them, or run the job's type on plain PostgreSQL."
+            )
+        await self.flow.record_limits([limit_of(j) for j in limited])
         self.progress.start()
 
     async def stop(self) -> None:
@@ -149,8 +161,12 @@ class JobExecutor:
             jobs = self.executed_jobs()
             uncapped = [j for j in jobs if j.options.per_actor is None]
             capped = [j for j in jobs if j.options.per_actor is not None]
-            order = [("uncapped", uncapped), ("capped", capped)]
-            if uncapped and capped:
+            # Uncapped types with a deployment-wide cap are claimed one type per claim.
+            free_types = [j for j in uncapped if j.options.concurrency is None]
+            batches = [free_types] if free_types else []
+            batches += [[j] for j in uncapped if j.options.concurrency is not None]
+            order = [("uncapped", batch) for batch in batches] + [("capped", capped)]
+            if batches and capped:
                 if self._capped_first:
                     order.reverse()
                 self._capped_first = not self._capped_first
@@ -172,19 +188,25 @@ class JobExecutor:
             return claimed
 
     async def _claim_uncapped(self, jobs: list[Job[Any, Any]], free: int) -> int:
+        cap = jobs[0].options.concurrency if len(jobs) == 1 else None
+        if cap is not None:
+            # A capped type's claim takes at most its cap, and falls short of ``free`` by design
+            # when the cap is full: widening the probe for it would only scan more rows.
+            free = min(free, cap)
         rows, candidates = await claim_uncapped(
             self.gateway,
             jobs=jobs,
             free=free,
-            probe=2 * free * self._widen,
+            probe=2 * free * (1 if cap is not None else self._widen),
             lease_ms=self._services.config.job_lease_ms,
         )
-        if len(rows) < free and candidates > len(rows):
-            self._widen = min(self._widen * 2, MAX_WIDEN)
-        else:
-            self._widen = 1
+        if cap is None:
+            if len(rows) < free and candidates > len(rows):
+                self._widen = min(self._widen * 2, MAX_WIDEN)
+            else:
+                self._widen = 1
         by_key = by_stored_name(jobs)
-        for row in rows:
+        for row in await self._admit(rows, by_key):
             self._start(row, by_key[(row.actor_type, row.command)])
         return len(rows)
 
@@ -207,10 +229,26 @@ class JobExecutor:
                 )
             except psycopg.errors.LockNotAvailable:
                 continue  # a turn holds the actor: the group waits for a later pass
-            for row in rows:
+            started = await self._admit(rows, by_key)
+            for row in started:
                 self._start(row, job)
+            if len(started) < len(rows):
+                # A row handed back for want of a token frees its group's place: the group's
+                # next waiting row may start now rather than at its fallback re-check.
+                await self._wake_row_group(rows[0])
             claimed += len(rows)
         return claimed
+
+    async def _admit(
+        self, rows: list[ClaimedJob], by_key: dict[tuple[str, str], Job[Any, Any]]
+    ) -> list[ClaimedJob]:
+        """The claimed attempts that got their rate tokens (``job_rates``); the rest wait."""
+        if not any(by_key[(r.actor_type, r.command)].options.rates for r in rows):
+            return rows
+        admitted = await job_rates.admit(self.gateway, self.flow, rows, by_key)
+        if admitted.defects:
+            self._wake()  # the next pass dead-letters them
+        return admitted.start
 
     # --- attempts -----------------------------------------------------------------------------
 
@@ -250,13 +288,16 @@ class JobExecutor:
             await self._wake_group(attempt)
 
     async def _wake_group(self, attempt: Attempt) -> None:
+        await self._wake_row_group(attempt.row)
+
+    async def _wake_row_group(self, row: ClaimedJob) -> None:
         try:
-            woke = await wake_waiting(self.gateway, attempt.row.group)
+            woke = await wake_waiting(self.gateway, row.group)
         except psycopg.Error as exc:
             # A missed wake only delays the waiting row until its fallback re-check.
             log.warning(
                 "Waking a waiting job failed",
-                extra={**attempt.row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
+                extra={**row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
             )
             return
         if woke:

@@ -3,8 +3,9 @@
 Every ``sample_every`` (15 s) the owner reads the outbox once: rows, relay lag (the age of the
 oldest due unclaimed row, 0 if none) and stuck rows (``attempts ≥ 8``) by ``kind``, and, extending
 §10.1, the job attempts running under a live lease (``akter.jobs.running`` by ``actor_type`` and
-``job``). A runner that loses (or releases) the lease stops reporting them, so a scrape of many
-runners sees each value once.
+``job``) and the rows held back by flow control (``akter.jobs.waiting_slot``,
+``akter.jobs.waiting_rate``; docs/flow-control.md). A runner that loses (or releases) the lease
+stops reporting them, so a scrape of many runners sees each value once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psycopg
 
 from akter._engine import job_watch
 from akter._engine.parking import OncePer
+from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.maintenance import MaintenanceGateway
 from akter._store.gateway.parked import ParkedGateway
 from akter.telemetry import SAMPLED_GAUGES
@@ -48,6 +50,7 @@ class Sampler:
         self._live = live
         self._gateway = MaintenanceGateway(services.store, services.clock)
         self._parked = ParkedGateway(services.store, services.clock)
+        self._flow = FlowGateway(services.store, services.clock)
         self._unserved_log = OncePer(job_watch.LOG_EVERY_S)
         #: The interval between samples (``sample_every``); read before each wait.
         self.every_ms = SAMPLE_EVERY_MS
@@ -66,6 +69,15 @@ class Sampler:
         ):
             metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
         await self._sample_parked()
+        flow = await self._flow.sample_flow()
+        for name in ("waiting_slot", "waiting_rate"):
+            metrics.replace(
+                f"akter.jobs.{name}",
+                (
+                    ({"actor_type": str(r["actor_type"]), "job": str(r["job"])}, float(r[name]))
+                    for r in flow
+                ),
+            )
         metrics.replace(
             "akter.jobs.running",
             (

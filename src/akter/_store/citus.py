@@ -27,7 +27,15 @@ Strategy = Literal["plain", "citus"]
 #: Per-actor tables, distributed by ``routing_key`` and co-located with the first one.
 DISTRIBUTED = ("actors", "receipts", "events", "outbox", "dead_letters", "operator_audit")
 #: Tables that belong to no actor: reference tables (a copy on every node).
-REFERENCE = ("migrations", "deployment", "deployment_names", "runners", "singletons")
+REFERENCE = (
+    "migrations",
+    "deployment",
+    "deployment_names",
+    "runners",
+    "singletons",
+    "job_limits",
+    "rate_buckets",
+)
 #: Statements that lock or write rows across shards, run on plain PostgreSQL only; on Citus the
 #: gateways run these variants instead (an unlocked scan, then keyed single-shard statements).
 PLAIN_ONLY: dict[str, tuple[str, ...]] = {

@@ -25,7 +25,7 @@ from akter.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)

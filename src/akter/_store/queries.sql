@@ -166,13 +166,29 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 RETURNING intent_id, running;
 
 -- insert_outbox --
--- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from the commit, whose clock is passed in (bounded from admission_read's: one clock reading per turn)
+-- stages the batch's intents, timers and jobs (each with the staging span's traceparent, or NULL); relative delays count from the commit, whose clock is passed in (bounded from admission_read's: one clock reading per turn); a job's claim rank from its ready time, priority and max_wait (migration 0006)
 INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
-     ready_at_ms, timer_key, traceparent)
+     ready_at_ms, timer_key, traceparent, priority, rank_ms)
 SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.target_type,
        o.target_id, o.command, o.payload, o.payload_version, o.caller, d.due, d.due,
+       r.ready, o.timer_key, %(traceparent)s::text, o.priority,
+       -- least() ignores a NULL max_wait: without one the rank is priority, then ready time
+       least(r.ready - o.priority * 10000000000000::bigint,
+             r.ready + o.max_wait - 90000000000000::bigint)
+FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
+            %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
+            %(payload_versions)s::int[], %(callers)s::text[], %(delays)s::bigint[],
+            %(ats)s::bigint[], %(timer_keys)s::text[], %(ords)s::int[],
+            %(priorities)s::smallint[], %(max_waits)s::bigint[])
+    AS o(intent_id, kind, target_type, target_id, command, payload, payload_version, caller,
+         delay, at, timer_key, ord, priority, max_wait)
+CROSS JOIN LATERAL (
+    SELECT coalesce(o.at, %(commit)s::bigint + coalesce(o.delay, 0)) AS due
+) d
+CROSS JOIN LATERAL (
+    SELECT
        -- capped jobs of one (actor, job) get strictly increasing ready times in enqueue order
        -- (§5.3.4); the two probes follow the running / not-running partial job indexes
        CASE WHEN o.kind = 'job' AND o.ord > 0 THEN greatest(d.due + o.ord - 1, greatest(
@@ -185,17 +201,8 @@ SELECT %(rk)s, o.intent_id, %(bucket)s, o.kind, %(tenant)s, %(type)s, %(id)s, o.
               AND x.actor_type = %(type)s AND x.actor_id = %(id)s AND x.command = o.command
               AND x.kind = 'job' AND x.running AND x.scheduled_at_ms <= d.due),
            d.due - 1) + o.ord)
-            WHEN o.kind = 'job' THEN d.due END,
-       o.timer_key, %(traceparent)s::text
-FROM unnest(%(intent_ids)s::text[], %(kinds)s::text[], %(target_types)s::text[],
-            %(target_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
-            %(payload_versions)s::int[], %(callers)s::text[], %(delays)s::bigint[],
-            %(ats)s::bigint[], %(timer_keys)s::text[], %(ords)s::int[])
-    AS o(intent_id, kind, target_type, target_id, command, payload, payload_version, caller,
-         delay, at, timer_key, ord)
-CROSS JOIN LATERAL (
-    SELECT coalesce(o.at, %(commit)s::bigint + coalesce(o.delay, 0)) AS due
-) d
+            WHEN o.kind = 'job' THEN d.due END AS ready
+) r
 RETURNING intent_id, kind, due_at_ms;
 
 -- insert_receipts --
@@ -377,13 +384,33 @@ ORDER BY due_at_ms
 LIMIT %(limit)s;
 
 -- jobs_overview --
--- operators' view of job rows across actors, oldest due first
-SELECT intent_id AS job_id, tenant_id, actor_type, actor_id, command AS job, attempts, running,
-       waiting, ambiguous, maybe_applied, final_failure, cancelled_at_ms, due_at_ms, last_error,
-       parked_at_ms
-FROM {schema}.outbox
-WHERE kind = 'job'
-ORDER BY due_at_ms
+-- operators' view of job rows across actors, oldest due first, with v_jobs' status (waiting_slot, waiting_rate: flow control, migration 0006) and priority
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(0) AS now
+),
+live AS MATERIALIZED (
+    SELECT r.actor_type, r.command, count(*) AS n
+    FROM {schema}.outbox r, clock
+    WHERE r.kind = 'job' AND r.running AND r.due_at_ms > clock.now
+    GROUP BY r.actor_type, r.command
+)
+SELECT o.intent_id AS job_id, o.tenant_id, o.actor_type, o.actor_id, o.command AS job,
+       o.attempts, o.running, o.waiting, o.ambiguous, o.maybe_applied, o.final_failure,
+       o.cancelled_at_ms, o.due_at_ms, o.last_error, o.parked_at_ms, o.priority,
+       CASE WHEN o.parked_at_ms IS NOT NULL THEN 'parked'
+            WHEN o.cancelled_at_ms IS NOT NULL THEN 'cancelled'
+            WHEN o.running THEN 'running'
+            WHEN o.waiting THEN 'waiting'
+            WHEN o.waiting_for = 'rate' THEN 'waiting_rate'
+            WHEN o.due_at_ms <= clock.now AND l.concurrency <= coalesce(v.n, 0) THEN 'waiting_slot'
+            WHEN o.attempts = 0 THEN 'pending'
+            ELSE 'backoff' END AS status
+FROM {schema}.outbox o
+CROSS JOIN clock
+LEFT JOIN {schema}.job_limits l ON l.actor_type = o.actor_type AND l.job = o.command
+LEFT JOIN live v ON v.actor_type = o.actor_type AND v.command = o.command
+WHERE o.kind = 'job'
+ORDER BY o.due_at_ms
 LIMIT %(limit)s;
 
 -- cancel_job_by_id_unstarted --

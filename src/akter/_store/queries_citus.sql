@@ -63,12 +63,12 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.t
           o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, %(now)s::bigint AS now;
 
 -- citus_claim_jobs_scan --
--- Citus, step 1 of an uncapped job claim: due unparked job rows of the (actor type, job) pairs this runner executes, at the pass's clock reading, oldest first, read without locks across shards
+-- Citus, step 1 of an uncapped job claim: due unparked job rows of the (actor type, job) pairs this runner executes, at the pass's clock reading, highest rank first (priority, max_wait: migration 0006), read without locks across shards
 SELECT o.routing_key, o.intent_id, o.actor_type, o.command, o.due_at_ms
 FROM {schema}.outbox o
 WHERE o.kind = 'job' AND o.due_at_ms <= %(now)s::bigint AND o.parked_at_ms IS NULL
   AND o.actor_type = ANY(%(types)s::text[]) AND o.command = ANY(%(jobs)s::text[])
-ORDER BY o.due_at_ms, o.routing_key, o.intent_id
+ORDER BY o.rank_ms, o.routing_key, o.intent_id
 LIMIT %(probe)s;
 
 -- citus_claim_job --

@@ -77,16 +77,32 @@ ORDER BY due_at_ms, intent_id
 LIMIT %(limit)s;
 
 -- console_jobs --
--- operators' view of job rows across actors with their status (like v_jobs), oldest first
-SELECT intent_id AS job_id, tenant_id, actor_type, actor_id, command AS job, attempts, running,
-       waiting, ambiguous, maybe_applied, last_error, due_at_ms, scheduled_at_ms,
-       CASE WHEN parked_at_ms IS NOT NULL THEN 'parked'
-            WHEN cancelled_at_ms IS NOT NULL THEN 'cancelled'
-            WHEN running THEN 'running'
-            WHEN waiting THEN 'waiting'
-            WHEN attempts = 0 THEN 'pending'
-            ELSE 'backoff' END AS status
-FROM {schema}.outbox
-WHERE kind = 'job'
-ORDER BY scheduled_at_ms, intent_id
+-- operators' view of job rows across actors with v_jobs' status (flow control: waiting_slot, waiting_rate) and priority, oldest first
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(0) AS now
+),
+live AS MATERIALIZED (
+    SELECT r.actor_type, r.command, count(*) AS n
+    FROM {schema}.outbox r, clock
+    WHERE r.kind = 'job' AND r.running AND r.due_at_ms > clock.now
+    GROUP BY r.actor_type, r.command
+)
+SELECT o.intent_id AS job_id, o.tenant_id, o.actor_type, o.actor_id, o.command AS job,
+       o.attempts, o.running, o.waiting, o.ambiguous, o.maybe_applied, o.last_error, o.due_at_ms,
+       o.scheduled_at_ms,
+       CASE WHEN o.parked_at_ms IS NOT NULL THEN 'parked'
+            WHEN o.cancelled_at_ms IS NOT NULL THEN 'cancelled'
+            WHEN o.running THEN 'running'
+            WHEN o.waiting THEN 'waiting'
+            WHEN o.waiting_for = 'rate' THEN 'waiting_rate'
+            WHEN o.due_at_ms <= clock.now AND l.concurrency <= coalesce(v.n, 0) THEN 'waiting_slot'
+            WHEN o.attempts = 0 THEN 'pending'
+            ELSE 'backoff' END AS status,
+       o.priority
+FROM {schema}.outbox o
+CROSS JOIN clock
+LEFT JOIN {schema}.job_limits l ON l.actor_type = o.actor_type AND l.job = o.command
+LEFT JOIN live v ON v.actor_type = o.actor_type AND v.command = o.command
+WHERE o.kind = 'job'
+ORDER BY o.scheduled_at_ms, o.intent_id
 LIMIT %(limit)s;

@@ -3,7 +3,7 @@
 -- `now` is computed once per statement from statement_timestamp() (stmt_ms) plus the offset.
 
 -- claim_jobs --
--- due job rows of the uncapped types this runner executes, probed per bucket, SKIP LOCKED, leased with ambiguity pre-marked
+-- due job rows of the uncapped types this runner executes, highest rank first, probed per bucket, SKIP LOCKED, leased with ambiguity pre-marked; at most slots (NULL: no cap) rows
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -13,24 +13,25 @@ mine AS MATERIALIZED (
         AS m(actor_type, job, max_attempts)
 ),
 candidates AS MATERIALIZED (
-    SELECT p.routing_key, p.intent_id, p.due_at_ms
+    SELECT p.routing_key, p.intent_id, p.rank_ms
     FROM generate_series(-128, 127) AS b(bucket)
     CROSS JOIN clock
     CROSS JOIN LATERAL (
-        SELECT o.routing_key, o.intent_id, o.due_at_ms
+        SELECT o.routing_key, o.intent_id, o.rank_ms
         FROM {schema}.outbox o
         WHERE o.bucket = b.bucket AND o.kind = 'job' AND o.due_at_ms <= clock.now
           AND o.parked_at_ms IS NULL
           AND (o.actor_type, o.command) IN (SELECT actor_type, job FROM mine)
-        ORDER BY o.due_at_ms
+        ORDER BY o.rank_ms
         LIMIT %(probe)s
     ) p
-    ORDER BY p.due_at_ms
+    ORDER BY p.rank_ms
     LIMIT %(probe)s
 ),
 locked AS (
     SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
            o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled, m.max_attempts,
+           o.last_error AS prior_error, o.waiting_for AS prior_waiting_for,
            (o.cancelled_at_ms IS NULL AND o.attempts < m.max_attempts
             AND NOT o.final_failure) AS attempting
     FROM {schema}.outbox o
@@ -38,13 +39,14 @@ locked AS (
     JOIN mine m ON m.actor_type = o.actor_type AND m.job = o.command
     CROSS JOIN clock
     WHERE o.kind = 'job' AND o.due_at_ms <= clock.now
-    ORDER BY o.due_at_ms
-    LIMIT %(free)s
+    ORDER BY o.rank_ms
+    -- least() ignores the NULL of an uncapped claim
+    LIMIT greatest(0, least(%(free)s::bigint, %(slots)s::bigint))
     FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE {schema}.outbox o
 SET due_at_ms = clock.now + %(lease)s::bigint,
-    waiting = false,
+    waiting = false, waiting_for = NULL,
     attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
     running = l.attempting,
     ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
@@ -60,7 +62,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied,
+          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
           (SELECT count(*) FROM candidates) AS candidates;
 
 -- discover_capped_groups --
@@ -89,6 +91,27 @@ GROUP BY p.routing_key, p.tenant_id, p.actor_type, p.actor_id, p.command
 ORDER BY min(p.due_at_ms)
 LIMIT %(free)s;
 
+-- job_limit_upsert --
+-- records a job type's deployment-wide cap (the declared one of the runner that starts last)
+INSERT INTO {schema}.job_limits (actor_type, job, concurrency)
+SELECT m.actor_type, m.job, m.concurrency
+FROM unnest(%(types)s::text[], %(jobs)s::text[], %(caps)s::int[]) AS m(actor_type, job, concurrency)
+ON CONFLICT (actor_type, job) DO UPDATE SET concurrency = excluded.concurrency;
+
+-- job_limit_lock --
+-- the type lock: serializes one capped type's claims across runners (the row is locked even when its cap is unchanged), recording the claimer's declared cap
+INSERT INTO {schema}.job_limits (actor_type, job, concurrency)
+VALUES (%(type)s, %(job)s, %(cap)s)
+ON CONFLICT (actor_type, job) DO UPDATE SET concurrency = excluded.concurrency
+WHERE {schema}.job_limits.concurrency <> excluded.concurrency;
+
+-- job_type_live --
+-- a capped type's live attempts across actors: running rows whose lease has not ended; read under the type lock (job_limit_lock)
+SELECT count(*) AS live
+FROM {schema}.outbox
+WHERE kind = 'job' AND running AND actor_type = %(type)s AND command = ANY(%(jobs)s::text[])
+  AND due_at_ms > {schema}.stmt_ms(%(off)s::bigint);
+
 -- job_group_settings --
 -- transaction-local lock wait of one capped group's claim or wake
 SELECT set_config('lock_timeout', %(lock_timeout)s, true);
@@ -108,7 +131,7 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 FOR UPDATE;
 
 -- claim_capped_group --
--- claims a group's due cancelled rows and its oldest ready rows up to the cap minus live attempts
+-- claims a group's due cancelled rows and its oldest ready rows up to the cap minus live attempts, and at most slots (NULL: no deployment-wide cap) of them
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -139,12 +162,14 @@ next AS MATERIALIZED (
       AND (o.due_at_ms <= clock.now OR (o.waiting AND NOT o.running))
     ORDER BY o.ready_at_ms, o.intent_id
     LIMIT greatest(0, least(%(cap)s::bigint - (SELECT n FROM live),
-                            %(free)s::bigint - (SELECT count(*) FROM settle)))
+                            %(free)s::bigint - (SELECT count(*) FROM settle),
+                            %(slots)s::bigint))
     FOR UPDATE OF o SKIP LOCKED
 ),
 locked AS (
     SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
            o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled,
+           o.last_error AS prior_error, o.waiting_for AS prior_waiting_for,
            (o.cancelled_at_ms IS NULL AND o.attempts < %(max_attempts)s::int
             AND NOT o.final_failure) AS attempting
     FROM {schema}.outbox o
@@ -153,7 +178,7 @@ locked AS (
 )
 UPDATE {schema}.outbox o
 SET due_at_ms = clock.now + %(lease)s::bigint,
-    waiting = false,
+    waiting = false, waiting_for = NULL,
     attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
     running = l.attempting,
     ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
@@ -170,7 +195,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
               AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied,
+          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
           0::bigint AS candidates;
 
 -- defer_capped_group --
@@ -207,6 +232,78 @@ WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NU
       FOR UPDATE OF o SKIP LOCKED
   )
 RETURNING intent_id;
+
+-- rate_take --
+-- n tokens of each of a claim's buckets in one upsert (created full, else refilled to now under the row lock, in key order); the level may go below zero (tokens booked ahead); returns each bucket's level before the take
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+wanted AS MATERIALIZED (
+    SELECT w.type, w.job, w.no, w.key, w.per_ms, w.burst, w.n
+    FROM unnest(%(types)s::text[], %(jobs)s::text[], %(nos)s::smallint[], %(keys)s::text[],
+                %(per_ms)s::float8[], %(bursts)s::float8[], %(wants)s::int[])
+        AS w(type, job, no, key, per_ms, burst, n)
+)
+INSERT INTO {schema}.rate_buckets AS b (actor_type, job, limit_no, key, tokens, at_ms)
+SELECT w.type, w.job, w.no, w.key, w.burst - w.n, clock.now
+FROM wanted w, clock
+ORDER BY w.type, w.job, w.no, w.key
+ON CONFLICT (actor_type, job, limit_no, key) DO UPDATE
+SET tokens = least(
+        (SELECT w.burst FROM wanted w
+         WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no AND w.key = b.key),
+        b.tokens + greatest(0, excluded.at_ms - b.at_ms)
+            * (SELECT w.per_ms FROM wanted w
+               WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
+                 AND w.key = b.key))
+      - (SELECT w.n FROM wanted w
+         WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no AND w.key = b.key),
+    at_ms = excluded.at_ms
+RETURNING b.actor_type, b.job, b.limit_no, b.key,
+          b.tokens + (SELECT w.n FROM wanted w
+                      WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
+                        AND w.key = b.key) AS level;
+
+-- defer_jobs_for_token --
+-- claimed attempts whose tokens were booked ahead are handed back uncounted (attempt, ambiguity and error undone), each due when its tokens are, marked as holding them; only under each claim
+UPDATE {schema}.outbox o
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + u.wait,
+    attempts = u.prior_attempts, ambiguous = u.prior_ambiguous,
+    maybe_applied = u.prior_maybe_applied, running = false, last_error = u.prior_error,
+    waiting_for = 'rate'
+FROM unnest(%(rks)s::bigint[], %(job_ids)s::text[], %(attempts)s::int[], %(tokens)s::bigint[],
+            %(prior_attempts)s::int[], %(prior_ambiguous)s::bool[],
+            %(prior_maybe_applied)s::bool[], %(prior_errors)s::text[], %(waits)s::bigint[])
+    AS u(rk, job_id, attempt, token, prior_attempts, prior_ambiguous, prior_maybe_applied,
+         prior_error, wait)
+WHERE o.routing_key = u.rk AND o.intent_id = u.job_id AND o.kind = 'job'
+  AND o.attempts = u.attempt AND o.due_at_ms = u.token
+RETURNING o.intent_id;
+
+-- sample_flow_jobs --
+-- sampled gauges (maintenance owner): per job type with flow control, due rows waiting for a deployment-wide slot and rows waiting for a rate token, across actors
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+live AS MATERIALIZED (
+    SELECT r.actor_type, r.command, count(*) AS n
+    FROM {schema}.outbox r, clock
+    WHERE r.kind = 'job' AND r.running AND r.due_at_ms > clock.now
+    GROUP BY r.actor_type, r.command
+)
+SELECT o.actor_type, o.command AS job,
+       count(*) FILTER (WHERE o.waiting_for = 'rate') AS waiting_rate,
+       count(*) FILTER (WHERE o.waiting_for IS NULL AND o.due_at_ms <= clock.now
+                          AND o.cancelled_at_ms IS NULL AND l.concurrency <= coalesce(v.n, 0))
+           AS waiting_slot
+FROM {schema}.outbox o
+CROSS JOIN clock
+LEFT JOIN {schema}.job_limits l ON l.actor_type = o.actor_type AND l.job = o.command
+LEFT JOIN live v ON v.actor_type = o.actor_type AND v.command = o.command
+WHERE o.kind = 'job' AND o.parked_at_ms IS NULL AND NOT o.running
+  AND (o.waiting_for IS NOT NULL OR l.concurrency IS NOT NULL)
+GROUP BY o.actor_type, o.command
+ORDER BY o.actor_type, o.command;
 
 -- park_job --
 -- a claimed job the code cannot execute is parked (evolution E3): the claim's attempt and ambiguity undone, every other column kept, the cause recorded; only under the claim (attempt N, its lease end)
@@ -353,15 +450,15 @@ RETURNING routing_key, job_id, tenant_id, actor_type, actor_id, job, payload, pa
           attempts, cause, ambiguous, dead_at_ms;
 
 -- dead_letter_requeue --
--- a retried dead letter becomes a new job row, due now, maybe applied as the letter was ambiguous
+-- a retried dead letter becomes a new job row, due now, at priority 0 ranked by now, maybe applied as the letter was ambiguous
 INSERT INTO {schema}.outbox
     (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
      target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
-     ready_at_ms, maybe_applied)
+     ready_at_ms, maybe_applied, rank_ms)
 VALUES (%(rk)s, %(new_id)s, %(bucket)s, 'job', %(tenant)s, %(type)s, %(id)s, %(type)s, %(id)s,
         %(job)s, %(payload)s, %(payload_version)s, %(caller)s,
         {schema}.stmt_ms(%(off)s::bigint), {schema}.stmt_ms(%(off)s::bigint),
-        {schema}.stmt_ms(%(off)s::bigint), %(maybe_applied)s)
+        {schema}.stmt_ms(%(off)s::bigint), %(maybe_applied)s, {schema}.stmt_ms(%(off)s::bigint))
 RETURNING intent_id, due_at_ms;
 
 -- release_skewed_jobs --

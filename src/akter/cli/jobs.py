@@ -53,25 +53,19 @@ def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) 
         if as_json:
             print(json.dumps(rows, default=str))
             return
-        table = Table("job id", "actor", "job", "attempts", "state", "last error", title="jobs")
+        table = Table(
+            "job id", "actor", "job", "priority", "attempts", "state", "last error", title="jobs"
+        )
         for r in rows:
-            state = (
-                "parked"
-                if r.get("parked_at_ms") is not None
-                else "cancelled"
-                if r["cancelled_at_ms"]
-                else "running"
-                if r["running"]
-                else "waiting"
-                if r["waiting"]
-                else "pending"
-            )
+            # v_jobs' status: pending, running, waiting, waiting_slot, waiting_rate, backoff,
+            # cancelled, parked (docs/flow-control.md for the two flow-control states).
             table.add_row(
                 str(r["job_id"])[-12:],
                 f"{r['actor_type']}/{r['actor_id']}",
                 r["job"],
+                str(r["priority"]),
                 str(r["attempts"]),
-                state,
+                str(r["status"]),
                 str(r["last_error"] or "")[:50],
             )
         stdout.print(table)

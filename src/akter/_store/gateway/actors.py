@@ -245,6 +245,8 @@ def insert_outbox(
             "ats": [r.at_ms for r in rows],
             "timer_keys": [r.timer_key for r in rows],
             "ords": ordinals,
+            "priorities": [r.priority for r in rows],
+            "max_waits": [r.max_wait_ms for r in rows],
             "traceparent": traceparent,
         },
     )

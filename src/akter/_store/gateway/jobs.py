@@ -120,9 +120,20 @@ class JobsGateway:
     # --- claims -------------------------------------------------------------------------------
 
     async def claim_uncapped(
-        self, jobs: Sequence[JobType], *, free: int, probe: int, lease_ms: int
+        self,
+        jobs: Sequence[JobType],
+        *,
+        free: int,
+        probe: int,
+        lease_ms: int,
+        limit: tuple[str, str, int] | None = None,
     ) -> tuple[list[Row], float]:
-        """Claim due rows of uncapped ``jobs``; the rows and the monotonic time they were sent."""
+        """Claim due rows of uncapped ``jobs``; the rows and the monotonic time they were sent.
+
+        ``limit``: the (actor type, job, cap) of a type with a deployment-wide cap (``jobs``
+        are its names): its ``job_limits`` row is locked first, and the claim takes at most
+        the cap minus the attempts still live.
+        """
         params = {
             "off": self._off,
             "types": [j.actor_type for j in jobs],
@@ -131,15 +142,39 @@ class JobsGateway:
             "probe": probe,
             "free": free,
             "lease": lease_ms,
+            "slots": None,
         }
         if self._store.strategy == "citus":
             return await self._claim_uncapped_citus(params)
+        q = self._store.queries
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            sent_at = self._local.now()
-            # Planned per pass (no cached generic plan), like the intent claim: see outbox.py.
-            await cur.execute(self._store.queries["claim_jobs"], params, prepare=False)
-            return await cur.fetchall(), sent_at
+            if limit is None:
+                sent_at = self._local.now()
+                # Planned per pass (no cached generic plan), like the intent claim: outbox.py.
+                await cur.execute(q["claim_jobs"], params, prepare=False)
+                return await cur.fetchall(), sent_at
+            async with conn.transaction():
+                params["slots"] = await self._slots(cur, limit, [j.job for j in jobs])
+                sent_at = self._local.now()
+                await cur.execute(q["claim_jobs"], params, prepare=False)
+                return await cur.fetchall(), sent_at
+
+    async def _slots(self, cur: Any, limit: tuple[str, str, int], names: Sequence[str]) -> int:
+        """Lock a capped type's ``job_limits`` row; its free slots under the declared cap.
+
+        Live attempts are counted after the lock, in a statement of their own: READ COMMITTED
+        gives it a snapshot taken after the previous holder committed its claim.
+        """
+        q = self._store.queries
+        actor_type, job, cap = limit
+        await cur.execute(q["job_limit_lock"], {"type": actor_type, "job": job, "cap": cap})
+        await cur.execute(
+            q["job_type_live"], {"type": actor_type, "jobs": list(names), "off": self._off}
+        )
+        live = await cur.fetchone()
+        assert live is not None
+        return max(0, cap - int(live["live"]))
 
     async def discover_groups(self, jobs: Sequence[JobType], *, free: int) -> list[Group]:
         """The capped groups with due rows, by their earliest due time, at most ``free``."""
@@ -182,10 +217,22 @@ class JobsGateway:
             return await citus_claims.discover_groups(conn, self._store.queries, params)
 
     async def claim_group(
-        self, group: Group, *, free: int, cap: int, max_attempts: int, lease_ms: int
+        self,
+        group: Group,
+        *,
+        free: int,
+        cap: int,
+        max_attempts: int,
+        lease_ms: int,
+        limit: tuple[str, str, int] | None = None,
+        names: Sequence[str] = (),
     ) -> tuple[list[Row], float]:
-        """Claim one capped group in its own transaction (semantics §5.6 steps 1-7)."""
-        q = self._store.queries
+        """Claim one capped group in its own transaction (semantics §5.6 steps 1-7).
+
+        ``limit``: the group's job type also has a deployment-wide cap; its ``job_limits``
+        row is locked after the group lock (the one lock order), and the claim also stays
+        within the cap minus the type's live attempts.
+        """
         params = {
             **group.params(),
             "off": self._off,
@@ -193,27 +240,67 @@ class JobsGateway:
             "cap": cap,
             "max_attempts": max_attempts,
             "lease": lease_ms,
+            "slots": None,
         }
-        async with self._store.framework.connection() as conn, conn.transaction():
+        async with self._store.framework.connection() as conn:
+            if limit is None:
+                return await self._claim_group_pipelined(conn, params)
+            return await self._claim_group_limited(conn, params, limit, names)
+
+    async def _claim_group_pipelined(
+        self, conn: Connection, params: dict[str, Any]
+    ) -> tuple[list[Row], float]:
+        """The group claim's five statements in one round trip.
+
+        Sent one at a time, the settings, lock and defer round trips were most of a capped
+        claim's cost (docs/benchmarks.md, "Jobs vs peers").
+        """
+        q = self._store.queries
+        claim = conn.cursor(row_factory=dict_row)
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+            await conn.execute(q["job_group_lock"], params)
+            await conn.execute(q["job_group_lock_running"], params)
+            sent_at = self._local.now()
+            await claim.execute(q["claim_capped_group"], params)
+            await conn.execute(q["defer_capped_group"], params)
+        return await claim.fetchall(), sent_at
+
+    async def _claim_group_limited(
+        self,
+        conn: Connection,
+        params: dict[str, Any],
+        limit: tuple[str, str, int],
+        names: Sequence[str],
+    ) -> tuple[list[Row], float]:
+        """The group claim of a type with a deployment-wide cap: its free slots first."""
+        q = self._store.queries
+        async with conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
             await cur.execute(q["job_group_lock"], params)
             await cur.execute(q["job_group_lock_running"], params)
+            params["slots"] = await self._slots(cur, limit, names or [limit[1]])
             sent_at = self._local.now()
             await cur.execute(q["claim_capped_group"], params)
             rows = await cur.fetchall()
-            await cur.execute(q["defer_capped_group"], params)
+            # Rows the type's deployment-wide cap held back stay due, for the next pass: a
+            # deferred row waits for a wake from its own group, which may have none running.
+            if len(rows) < params["slots"]:
+                await cur.execute(q["defer_capped_group"], params)
         return rows, sent_at
 
     async def wake_waiting(self, group: Group) -> bool:
         """Make the group's oldest waiting row due now, under the group lock; True if one woke."""
         q = self._store.queries
         params = {**group.params(), "off": self._off}
-        async with self._store.framework.connection() as conn, conn.transaction():
+        async with self._store.framework.connection() as conn:
             cur = conn.cursor()
-            await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
-            await cur.execute(q["job_group_lock"], params)
-            await cur.execute(q["wake_waiting_job"], params)
+            # One round trip, like the group claim: the lock waits inside the pipeline.
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+                await conn.execute(q["job_group_lock"], params)
+                await cur.execute(q["wake_waiting_job"], params)
             return bool(await cur.fetchall())
 
     # --- leases -------------------------------------------------------------------------------
