@@ -410,7 +410,8 @@ async def test_EVO12_dead_letter_retry_refuses_a_payload_that_no_longer_validate
         assert refused.value.field == "sku" and "'sku'" in refused.value.message
         assert await everything(t) == before
         # Under code whose job accepts it (by an alias), the retry goes through.
-        renamed = await t.add_runtime([ShopRenamed], jobs=None)
+        # (jobs=[]: this runtime executes nothing, so the requeued row stays to be read.)
+        renamed = await t.add_runtime([ShopRenamed], jobs=[])
         new_id = await renamed.dead_letters.retry(job["intent_id"])
         assert await t.rows("SELECT * FROM {schema}.dead_letters") == []
         [row] = await outbox(t)
