@@ -76,6 +76,7 @@ LIMIT %(probe)s;
 WITH locked AS (
     SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
            o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled,
+           o.last_error AS prior_error, o.waiting_for AS prior_waiting_for,
            (o.cancelled_at_ms IS NULL AND o.attempts < %(max_attempts)s::int
             AND NOT o.final_failure) AS attempting
     FROM {schema}.outbox o
@@ -86,7 +87,7 @@ WITH locked AS (
 )
 UPDATE {schema}.outbox o
 SET due_at_ms = %(now)s::bigint + %(lease)s::bigint,
-    waiting = false,
+    waiting = false, waiting_for = NULL,
     attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
     running = l.attempting,
     ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
@@ -104,7 +105,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           (NOT l.cancelled AND (l.attempts >= %(max_attempts)s::int OR l.final_failure))
               AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied;
+          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for;
 
 -- citus_discover_capped_groups --
 -- Citus: the (actor, job) groups of this runner's capped job types with due unparked rows at the pass's clock reading, earliest first, no locks (each group is then claimed by keyed statements)
