@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from akter.testing import ActorTest
-from akter.testing.provider import succeed
+from akter.testing.provider import gate
 from tests.integration.telemetry_actors import ACTORS, PROVIDER, Pinger, Pong
 
 Make = Callable[..., ActorTest]
@@ -79,11 +79,15 @@ async def test_a_timer_keeps_the_staging_batch_and_its_delivery_continues_it(
 async def test_an_attempt_continues_the_turn_that_enqueued_it(
     akter_test: Make, spans: InMemorySpanExporter
 ) -> None:
-    PROVIDER.script(succeed(1))
+    # The attempt is held at a gate until the stored row is read: the background relay may
+    # claim the job the moment the turn commits, and a settled job's row is gone.
+    step = gate(1)
+    PROVIDER.script(step)
     async with akter_test(ACTORS) as t:
         await t.get(Pinger, "a").start()
         staging = one(spans, "akter.Pinger/batch")
         assert await stored(t) == [traceparent(staging)]
+        step.release()
         await t.drain()
         attempt = one(spans, "akter.job/Pinger/hold")
         assert child_of(attempt, staging)
@@ -91,9 +95,13 @@ async def test_an_attempt_continues_the_turn_that_enqueued_it(
 
 async def test_rows_staged_without_a_tracer_hold_null_and_deliver(akter_test: Make) -> None:
     async with akter_test(ACTORS) as t:
+        # The background relay may deliver the ping's intent the moment the turn commits; the
+        # pause keeps its row until the stored columns are read.
+        held = t.pause_next("before_outbox_delete")
         await t.get(Pinger, "a").remind(5)
         await t.get(Pinger, "a").ping(1)
         assert await stored(t) == [None, None]
+        held.release()
         await t.advance(5)
         assert await t.get(Pong, "t").got(0) == 1
         assert await t.get(Pong, "p0").got(0) == 1
