@@ -150,6 +150,10 @@ class Rate:
             )
         if key is not None and not callable(key):
             raise DefinitionError(f"Rate key must be a function of the JobCall, not {key!r}.")
+        if key is not None and inspect.iscoroutinefunction(key):
+            raise DefinitionError(
+                f"Rate key must be a plain function (it runs inside the claim), not async {key!r}."
+            )
         self.limit = limit
         self.per_ms = _ms(per, "Rate per")
         self.key = key
@@ -162,7 +166,14 @@ class Rate:
 
     def key_of(self, call: JobCall) -> str:
         """The bucket key of one attempt (the key function may raise: the caller decides)."""
-        return "" if self.key is None else str(self.key(call))
+        if self.key is None:
+            return ""
+        key = self.key(call)
+        if inspect.isawaitable(key):  # an async callable the definition check cannot see
+            if inspect.iscoroutine(key):
+                key.close()
+            raise TypeError("the key function returned an awaitable; it must return the key")
+        return str(key)
 
     def __repr__(self) -> str:
         return f"akter.Rate({self.limit}, per={self.per_ms} ms, burst={self.burst})"

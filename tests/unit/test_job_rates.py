@@ -1,8 +1,8 @@
-"""The pure rule of rate tokens (akter._engine.job_rates.waits_ms; docs/flow-control.md F3.3)."""
+"""The pure rules of rate tokens and keys (akter._engine.job_rates; flow-control F3.3, F3.4)."""
 
 from __future__ import annotations
 
-from akter._engine.job_rates import waits_ms
+from akter._engine.job_rates import MAX_KEY_BYTES, key_problem, waits_ms
 
 A = ("T", "job", 0, "acme")
 B = ("T", "job", 0, "beta")
@@ -23,3 +23,13 @@ def test_stacked_limits_wait_for_the_later_token() -> None:
     asked = [[(A, 0.1), (ALL, 1.0)], [(B, 0.1), (ALL, 1.0)], [(A, 0.1), (ALL, 1.0)]]
     # acme has one token, beta none (its first in 10 ms), the shared bucket two (third in 1 ms)
     assert waits_ms(asked, {A: 1.0, B: 0.0, ALL: 2.0}) == [0, 10, 10]
+
+
+def test_a_key_is_usable_up_to_1024_bytes_of_utf8_without_nul_or_surrogates() -> None:
+    assert key_problem("") is None
+    assert key_problem("k" * MAX_KEY_BYTES) is None
+    assert key_problem("\u00e9" * (MAX_KEY_BYTES // 2)) is None  # two bytes each
+    assert key_problem("k" * (MAX_KEY_BYTES + 1)) == "is 1025 bytes long (at most 1024)"
+    assert key_problem("\u00e9" * 513) == "is 1026 bytes long (at most 1024)"
+    assert key_problem("a\x00") == "contains a NUL character"
+    assert key_problem("\udc80") == "is not valid UTF-8 (a lone surrogate)"

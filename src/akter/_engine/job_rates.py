@@ -11,7 +11,9 @@ polling for them.
 
 A key function that raises is a defect of the job: the attempt is recorded as a final failure
 that never started, and the next claim dead-letters the row with the cause named
-(``Rate key of ... raised ...``).
+(``Rate key of ... raised ...``). So is a key PostgreSQL cannot store (a NUL, a lone surrogate,
+more than :data:`MAX_KEY_BYTES`): it would fail the one statement that takes the tokens of the
+whole claim, on every claim, and wedge every row claimed beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,22 @@ if TYPE_CHECKING:
     from akter.jobs import Job
 
 log = logging.getLogger("akter.jobs")
+
+#: The longest rate key, in bytes of UTF-8 (a btree key holds at most about 2.7 kB).
+MAX_KEY_BYTES = 1024
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a ``rate_buckets.key``, or None when it can."""
+    if "\x00" in key:
+        return "contains a NUL character"
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid UTF-8 (a lone surrogate)"
+    if size > MAX_KEY_BYTES:
+        return f"is {size} bytes long (at most {MAX_KEY_BYTES})"
+    return None
 
 
 @dataclass
@@ -94,13 +112,20 @@ async def admit(
             out.start.append(row)
             continue
         call = key_call(row)
+        owner = job.owner.name if job.owner else row.actor_type
         try:
             keys = [rate.key_of(call) for rate in rates]
         except Exception as exc:
-            await _key_defect(gateway, row, job, exc)
+            await _key_defect(
+                gateway, row, f"{owner}.{job.name}", f"raised {type(exc).__name__}: {exc}"
+            )
             out.defects.append(row)
             continue
-        owner = job.owner.name if job.owner else row.actor_type
+        problem = next((p for p in map(key_problem, keys) if p is not None), None)
+        if problem is not None:
+            await _key_defect(gateway, row, f"{owner}.{job.name}", f"returned a key that {problem}")
+            out.defects.append(row)
+            continue
         buckets: list[tuple[Bucket, float]] = []
         for no, (rate, key) in enumerate(zip(rates, keys, strict=True)):
             bucket = (owner, job.name, no, key)
@@ -121,12 +146,9 @@ async def admit(
     return out
 
 
-async def _key_defect(
-    gateway: JobsGateway, row: ClaimedJob, job: Job[Any, Any], exc: Exception
-) -> None:
-    owner = job.owner.name if job.owner else row.actor_type
-    cause = f"Rate key of {owner}.{job.name} raised {type(exc).__name__}: {exc}"
-    log.error("A rate key function raised; the job is dead-lettered", extra=row.log_fields())
+async def _key_defect(gateway: JobsGateway, row: ClaimedJob, job: str, what: str) -> None:
+    cause = f"Rate key of {job} {what}"
+    log.error("A rate key function failed; the job is dead-lettered", extra=row.log_fields())
     await gateway.record_failure(
         row,
         attempt=row.attempts,
