@@ -79,6 +79,8 @@ CROSS_ACTOR: dict[str, str] = {
     "actors by bucket, kind and due_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
     "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
     "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
+    "rank_unranked_jobs": "the $maintenance owner ranks a batch of job rows written without a "
+    "claim rank (a pre-0006 runner in a rolling deploy) across actors, by kind and rank_ms",
     "outbox_overview": "operators' read-only listing of pending rows (akter outbox)",
     "jobs_overview": "operators' read-only listing of job rows (akter jobs list)",
     "cancel_job_by_id_unstarted": "an operator cancels one job by its id (akter jobs cancel)",

@@ -5,6 +5,10 @@ in batches of 1,000 rows with ``FOR UPDATE SKIP LOCKED``. A receipt is never del
 outbox row still carries its id (a redelivery must replay it), nor before its id's expiry plus
 the margin ``max(keep_receipts − retry_window, delivery_timeout)``. Outbox rows, dead letters and
 actors are never pruned.
+
+The sweep also ranks job rows written without a claim rank (``rank_ms``, migration 0006) by a
+runner that predates it during a rolling deploy: a NULL rank sorts after every ranked row, so
+under a steady backlog such a row would never be claimed (docs/flow-control.md F1).
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ BATCH = 1_000
 
 @dataclass
 class SweepCounts:
-    """Rows one sweep deleted."""
+    """Rows one sweep deleted (and job rows it ranked)."""
 
     receipts: int = 0
     events: int = 0
+    ranked: int = 0
 
 
 async def sweep(services: Services) -> SweepCounts:
@@ -52,6 +57,16 @@ async def sweep(services: Services) -> SweepCounts:
             services.metrics.count("akter.events.pruned", deleted, actor_type=name)
             if deleted < BATCH:
                 break
+    while True:
+        ranked = await gateway.rank_unranked_jobs(batch=BATCH)
+        counts.ranked += ranked
+        if ranked < BATCH:
+            break
+    if counts.ranked:
+        log.warning(
+            "Ranked job rows written without a claim rank (a runner older than migration 0006)",
+            extra={"jobs_ranked": counts.ranked},
+        )
     if counts.receipts or counts.events:
         log.info(
             "Retention sweep",

@@ -497,3 +497,17 @@ FROM (SELECT 1) AS one
 LEFT JOIN {schema}.outbox o
   ON o.routing_key = %(rk)s AND o.intent_id = %(job_id)s AND o.tenant_id = %(tenant)s
  AND o.actor_type = %(type)s AND o.actor_id = %(id)s;
+
+-- rank_unranked_jobs --
+-- gives a batch of job rows written without a claim rank (by a runner older than migration 0006, during a rolling deploy) the rank of their ready time and priority; NULL ranks sort after every ranked row, so under a steady backlog they would never be claimed; no function in the modification (Citus)
+WITH unranked AS (
+    SELECT o.routing_key, o.intent_id
+    FROM {schema}.outbox o
+    WHERE o.kind = 'job' AND o.rank_ms IS NULL
+    LIMIT %(batch)s
+)
+UPDATE {schema}.outbox o
+SET rank_ms = o.ready_at_ms - o.priority * 10000000000000::bigint
+FROM unranked u
+WHERE o.routing_key = u.routing_key AND o.intent_id = u.intent_id AND o.rank_ms IS NULL
+RETURNING 1;

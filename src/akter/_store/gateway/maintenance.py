@@ -34,6 +34,12 @@ class MaintenanceGateway:
             cur = await conn.execute(statement or q["prune_receipts"], params)
             return len(await cur.fetchall())
 
+    async def rank_unranked_jobs(self, *, batch: int) -> int:
+        """Rank one batch of job rows an older runner wrote without a rank; how many."""
+        async with self._store.framework.connection() as conn:
+            cur = await conn.execute(self._store.queries["rank_unranked_jobs"], {"batch": batch})
+            return len(await cur.fetchall())
+
     async def prune_events(self, actor_type: str, *, cutoff: int, batch: int) -> int:
         """Delete one batch of a type's events older than ``cutoff``; how many were deleted."""
         async with self._store.framework.connection() as conn:
