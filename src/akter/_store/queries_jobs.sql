@@ -113,8 +113,9 @@ WHERE kind = 'job' AND running AND actor_type = %(type)s AND command = ANY(%(job
   AND due_at_ms > {schema}.stmt_ms(%(off)s::bigint);
 
 -- job_group_settings --
--- transaction-local lock wait of one capped group's claim or wake
-SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+-- transaction-local lock wait of one capped group's or capped type's claim or wake, and the idle bound that ends the transaction on the server if its session goes silent inside it (a frozen claimer gives its locks back)
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle_bound)s, true);
 
 -- job_group_lock --
 -- the group lock: serializes a group's claims and wakes, conflicts with turns, not with key-share locks

@@ -2,7 +2,9 @@
 
 Every statement runs on the framework pool (README, "Connections"): user turns never hold up a
 claim, a renewal or a settle. Capped groups are claimed and woken in their own transaction
-under the group lock, waiting at most ``GROUP_LOCK_WAIT`` for it. Also here: an operator's
+under the group lock, waiting at most ``GROUP_LOCK_WAIT`` for it (so does a capped type's claim
+for its type lock), and end on the server if their session goes silent inside them for
+``CLAIM_IDLE_BOUND``. Also here: an operator's
 cancellation of one job by its id (``akter jobs cancel``), on the callers' pool.
 """
 
@@ -22,8 +24,14 @@ if TYPE_CHECKING:
 
 Row = dict[str, Any]
 
-#: Longest wait for a capped group's lock before the group is left for a later pass.
+#: Longest wait for a capped group's or capped type's lock before it is left for a later pass.
 GROUP_LOCK_WAIT = "2000ms"
+#: How long a claim's transaction may sit idle inside it before the server ends it: a claimer
+#: frozen between two statements gives its group and type locks back (tests/integration/
+#: test_frozen_claimer.py).
+CLAIM_IDLE_BOUND = "10000ms"
+#: The parameters of ``job_group_settings``.
+CLAIM_SETTINGS = {"lock_timeout": GROUP_LOCK_WAIT, "idle_bound": CLAIM_IDLE_BOUND}
 
 
 class JobRow(Protocol):
@@ -155,6 +163,7 @@ class JobsGateway:
                 await cur.execute(q["claim_jobs"], params, prepare=False)
                 return await cur.fetchall(), sent_at
             async with conn.transaction():
+                await cur.execute(q["job_group_settings"], CLAIM_SETTINGS)
                 params["slots"] = await self._slots(cur, limit, [j.job for j in jobs])
                 sent_at = self._local.now()
                 await cur.execute(q["claim_jobs"], params, prepare=False)
@@ -258,7 +267,7 @@ class JobsGateway:
         q = self._store.queries
         claim = conn.cursor(row_factory=dict_row)
         async with conn.pipeline(), conn.transaction():
-            await conn.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+            await conn.execute(q["job_group_settings"], CLAIM_SETTINGS)
             await conn.execute(q["job_group_lock"], params)
             await conn.execute(q["job_group_lock_running"], params)
             sent_at = self._local.now()
@@ -277,7 +286,7 @@ class JobsGateway:
         q = self._store.queries
         async with conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+            await cur.execute(q["job_group_settings"], CLAIM_SETTINGS)
             await cur.execute(q["job_group_lock"], params)
             await cur.execute(q["job_group_lock_running"], params)
             params["slots"] = await self._slots(cur, limit, names or [limit[1]])
@@ -298,7 +307,7 @@ class JobsGateway:
             cur = conn.cursor()
             # One round trip, like the group claim: the lock waits inside the pipeline.
             async with conn.pipeline(), conn.transaction():
-                await conn.execute(q["job_group_settings"], {"lock_timeout": GROUP_LOCK_WAIT})
+                await conn.execute(q["job_group_settings"], CLAIM_SETTINGS)
                 await conn.execute(q["job_group_lock"], params)
                 await cur.execute(q["wake_waiting_job"], params)
             return bool(await cur.fetchall())

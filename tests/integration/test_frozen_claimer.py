@@ -1,0 +1,97 @@
+"""A frozen claimer holds a capped type's lock (issue 17, adversarial: a frozen process).
+
+The claim of a job type with ``concurrency=`` locks the type's ``job_limits`` row for its
+transaction (docs/flow-control.md F2). A runner frozen inside that transaction (SIGSTOP, a VM
+stall, a stuck event loop) keeps the lock. Two bounds keep that from wedging the deployment:
+
+- a claimer waits at most ``GROUP_LOCK_WAIT`` for the lock, then leaves the type for a later pass
+  and claims every other type in the same pass (before, it waited without bound, holding the
+  runner's pass lock, so no job of any type started on it);
+- the claim's transaction ends itself on the server if its session sits idle inside it for
+  ``CLAIM_IDLE_BOUND`` (``idle_in_transaction_session_timeout``), so a frozen holder's lock is
+  given back without its process.
+
+The frozen holder is a raw connection that takes the lock and goes silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+from akter._store.gateway import jobs as jobs_gateway
+from akter.testing import ActorTest
+from tests.integration.flow_actors import LIVE, STARTS, Lanes, Slots
+
+Make = Callable[..., ActorTest]
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> Iterator[None]:
+    STARTS.clear()
+    LIVE.reset()
+    LIVE.gate.set()  # capped calls return at once
+    yield
+    STARTS.clear()
+
+
+async def test_a_claimer_leaves_a_locked_type_for_later_and_claims_the_others(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Slots, Lanes], relay=False) as t:
+        await t.get(Slots, "s").fill(2)
+        await t.get(Lanes, "l").fill(2, "free")
+        await t.runtime.jobs.run_pass()  # the first pass records the type's job_limits row
+        await t.runtime.jobs.wait_idle()
+        STARTS.clear()
+        await t.get(Slots, "s").fill(2)
+        await t.get(Lanes, "l").fill(2, "more")
+        async with await psycopg.AsyncConnection.connect(t.database_url) as frozen:
+            await frozen.execute(
+                f"SELECT 1 FROM {t.runtime.store.queries.schema}.job_limits"
+                " WHERE actor_type = 'Slots' AND job = 'capped' FOR UPDATE"
+            )
+            async with asyncio.timeout(15):  # unbounded before: the pass never returned
+                await t.runtime.jobs.run_pass()
+            await t.runtime.jobs.wait_idle()
+            assert sorted(tag for _, tag in STARTS) == ["more-0", "more-1"]
+            left = await t.rows(
+                "SELECT count(*) AS n FROM {schema}.outbox WHERE command = 'capped'"
+                " AND NOT running AND attempts = 0"
+            )
+            assert left == [{"n": 2}]  # untouched, still due
+            await frozen.rollback()
+        await t.runtime.jobs.run_pass()
+        await t.runtime.jobs.wait_idle()
+        assert sorted(tag for _, tag in STARTS) == ["more-0", "more-1", "s-0", "s-1"]
+
+
+async def test_the_claim_settings_end_a_holder_that_goes_silent_inside_its_transaction(
+    akter_test: Make,
+) -> None:
+    """The settings statement every type and group claim begins with, with a short bound."""
+    async with akter_test([Slots], relay=False) as t:
+        q = t.runtime.store.queries
+        await t.get(Slots, "s").fill(1)
+        await t.runtime.jobs.run_pass()
+        await t.runtime.jobs.wait_idle()
+        assert jobs_gateway.CLAIM_IDLE_BOUND == "10000ms"
+        lock = f"SELECT 1 FROM {q.schema}.job_limits WHERE job = 'capped' FOR UPDATE"
+        async with (
+            await psycopg.AsyncConnection.connect(t.database_url) as frozen,
+            await psycopg.AsyncConnection.connect(t.database_url) as successor,
+        ):
+            await frozen.execute(
+                q["job_group_settings"], {"lock_timeout": "1000ms", "idle_bound": "500ms"}
+            )
+            await frozen.execute(lock)
+            async with asyncio.timeout(20):  # the server ends the silent holder's session
+                await successor.execute(lock)
+            await successor.rollback()
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                await frozen.execute("SELECT 1")
