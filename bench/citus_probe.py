@@ -82,6 +82,7 @@ SKIP = frozenset(
 #: Statements the gateways never send to Citus, and what runs instead.
 NOT_ON_CITUS: dict[str, str] = {
     "any_due": "the idle probe answers due on Citus (the claims run)",
+    "next_due": "the idle probe answers due on Citus (the claims run)",
     "count_intent_backlog": "count_intent_backlog_flat (one clock read, a flat scan)",
     "job_limit_upsert": "concurrency= is refused at startup on Citus (flow control, issue 17)",
     "job_limit_lock": "concurrency= is refused at startup on Citus (flow control, issue 17)",

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from akter._engine.idle import IDLE_POLLS
 from akter.testing import ActorTest
 from tests._support import until
-from tests.integration.relay_actors import ALL, RUNS, Sender, reset
+from tests.integration.relay_actors import ALL, RUNS, Receiver, Sender, reset
 
 Make = Callable[..., ActorTest]
 
@@ -84,3 +85,86 @@ async def test_idle_polls_ask_any_due_and_a_timer_due_without_a_wake_is_delivere
         await relay.wait_idle()
         assert await t.rows("SELECT intent_id FROM {schema}.outbox WHERE kind = 'intent'") == []
         assert sorted(RUNS.values()) == [1, 1]  # each delivery ran its handler once
+
+
+# --- notify=True: an idle relay sleeps until the next due row ---------------------------------
+
+
+async def test_next_due_names_the_first_unparked_due_time(akter_test: Make) -> None:
+    async with akter_test(ALL, relay=False) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("the probe answers 0 on Citus (the claims run)")
+        outbox = t.runtime.relay._outbox
+        assert await outbox.next_due() is None  # no row at all
+
+        await t.get(Sender, "nd-s1").send_then("nd-r1", 1, "ok")  # now, and a 60 s timer
+        assert (await outbox.next_due() or 0) <= 0  # the immediate intent is due
+        await t.drain()  # delivers it; the timer stays
+        wait_ms = await outbox.next_due()
+        assert wait_ms is not None and 55_000 < wait_ms <= 60_000
+
+        # A parked row is never due: only the timer's due time counts.
+        await t.rows(
+            "UPDATE {schema}.outbox SET parked_at_ms = 1, due_at_ms = 0 WHERE kind = 'intent'"
+        )
+        assert await outbox.next_due() is None
+        await t.rows("UPDATE {schema}.outbox SET parked_at_ms = NULL WHERE kind = 'intent'")
+        assert (await outbox.next_due() or 0) <= 0
+
+
+async def test_with_notify_an_idle_relay_sleeps_until_the_next_due_row_bounded(
+    akter_test: Make,
+) -> None:
+    async with akter_test(ALL, notify=True, poll=0.05) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("counts the plain claim path")
+        relay = t.runtime.relay
+        calls = count_calls(relay._outbox, ["any_due", "next_due", "claim"])
+        await t.get(Sender, "nq-s1").send_then("nq-r1", 1, "ok")  # now + a 60 s timer
+        await until(lambda: received(t, "nq-r1"), what="the immediate intent delivered")
+
+        # Idle: the probe is next_due (never any_due), and the wait it sets is the bound
+        # (IDLE_POLLS polls), not the timer's 60 s and not one poll.
+        # (A poll wait is poll × uniform[0.9, 1.1]; the bound is exact.)
+        await until(
+            lambda: calls["next_due"] >= 2 and relay._idle.next_wait() == IDLE_POLLS * 0.05,
+            what="an idle probe setting the bounded sleep",
+        )
+        assert calls["any_due"] == 0
+
+        # The clock passes the timer and nothing commits: the bounded sleep still finds it.
+        for runtime in t.runtimes:
+            runtime.clock.offset_ms += 61_000
+
+        async def both_delivered() -> bool:
+            return len(await received(t, "nq-r1")) == 2
+
+        await until(both_delivered, what="the timer delivered after a bounded sleep")
+        await relay.wait_idle()
+        assert sorted(RUNS.values()) == [1, 1]
+
+
+async def test_with_notify_another_runners_commit_wakes_a_sleeping_relay(
+    akter_test: Make,
+) -> None:
+    # Runner A hosts only the receiver and sleeps (nothing due, no bound reached: poll 1 s, so
+    # up to 10 s); runner B's commit reaches it by NOTIFY, not by a poll.
+    async with akter_test([Receiver], notify=True) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("counts the plain claim path")
+        relay = t.runtime.relay
+        calls = count_calls(relay._outbox, ["next_due"])
+        b = await t.add_runtime([Sender], relay=False)
+        # B's start may wake A once more; wait until A's latest idle probe set the long sleep
+        # (exactly the bound: a poll wait is poll × uniform[0.9, 1.1]).
+        await until(
+            lambda: calls["next_due"] >= 1 and relay._idle.next_wait() == IDLE_POLLS * 1.0,
+            what="A asleep after an idle probe",
+            within=5,
+        )
+        probes = calls["next_due"]
+
+        await b.get(Sender, "nw-s1").send_to("nw-r1", 1)
+        await until(lambda: received(t, "nw-r1"), what="A delivering B's intent", within=5)
+        # Delivered by a woken pass: A asked no idle probe in between (a poll would have).
+        assert calls["next_due"] == probes

@@ -73,6 +73,9 @@ CROSS_ACTOR: dict[str, str] = {
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
     "any_due": "an idle relay's poll asks whether any unparked intent or job row is due across "
     "actors, by bucket, kind, due_at_ms and parked_at_ms (read-only, one row per bucket at most)",
+    "next_due": "an idle relay's poll with notify=True asks how long until the first unparked "
+    "intent or job row is due across actors, by bucket, kind, parked_at_ms and due_at_ms "
+    "(read-only, one index entry per bucket and kind)",
     "count_intent_backlog_flat": "Citus: count_intent_backlog without the per-bucket probe, by "
     "kind, due_at_ms and parked_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
     "count_intent_backlog": "admission backpressure counts due intents of hosted types across "

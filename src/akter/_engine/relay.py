@@ -2,7 +2,8 @@
 
 Correctness rests on polling with a due-time index, claims leased through ``due_at_ms`` and
 settles guarded by the claim token. Wakeups (in-process after a local commit, ``NOTIFY`` from other
-runners) only cut latency; a missed wake delays work by at most one poll.
+runners) only cut latency; a missed wake delays work by at most one poll (with ``notify=True``, an
+idle relay sleeps until the next due row, at most ``IDLE_POLLS`` polls: ``akter._engine.idle``).
 
 Per runner, passes are serialized. A pass claims intents up to the free delivery slots in one
 statement, then lets the job executor claim its rows. Each claimed intent is delivered by its own
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ import psycopg
 from akter import telemetry
 from akter._engine import parking, ticks
 from akter._engine.backlog import BacklogGate
+from akter._engine.idle import IdleWait
 from akter._engine.skew import SkewWatch
 from akter._retry import Backoff
 from akter._store.gateway.notify import Notifier
@@ -124,6 +125,9 @@ class Relay:
         self._events = events
         self._jobs = jobs
         self._outbox = OutboxGateway(services.store, services.clock)
+        self._idle = IdleWait(
+            self._outbox, poll_ms=services.config.poll_ms, notify=services.config.notify
+        )
         self._notifier = Notifier(services.store)
         self._wake = asyncio.Event()
         self._pass_lock = asyncio.Lock()
@@ -192,6 +196,12 @@ class Relay:
         if self._flusher is not None:
             # A settle statement already sent finishes (its deliveries may be gone by now).
             await asyncio.gather(self._flusher, return_exceptions=True)
+        if self._released and self._services.config.notify:
+            # The released rows are due now; idle runners may sleep until their next due row.
+            try:
+                await self._notifier.notify_wake()
+            except (psycopg.Error, OSError) as exc:
+                log.warning("Wake notification failed", extra={"error": str(exc)})
         await self._outbox.close()
         return self._released
 
@@ -251,10 +261,9 @@ class Relay:
                 await asyncio.sleep(backoff.next())
 
     async def _loop(self) -> None:
-        poll = self._services.config.poll_ms / 1000
         idle = False
         while True:
-            woken = await wait_event(self._wake, poll * random.uniform(0.9, 1.1))
+            woken = await wait_event(self._wake, self._idle.next_wait())
             self._wake.clear()
             try:
                 # A poll after a pass that claimed nothing asks first (``any_due``): idle cost.
@@ -294,7 +303,8 @@ class Relay:
             return 0
         async with self._pass_lock:
             await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
-            if idle_poll and not await self._outbox.any_due():
+            self._idle.passed()
+            if idle_poll and not await self._idle.anything_due():
                 self._left_candidates = False
                 self.backlog.observe(False)
                 return 0

@@ -125,6 +125,19 @@ SELECT EXISTS (
     ) p
 ) AS due;
 
+-- next_due --
+-- an idle relay's poll with notify=True: how long until the first unparked intent or job row is due across actors (one index probe per bucket and kind, each reading one entry), NULL when no row waits; the relay sleeps until then or a wake
+SELECT min(p.due_at_ms) - {schema}.stmt_ms(%(off)s::bigint) AS wait_ms
+FROM generate_series(-128, 127) AS b(bucket)
+CROSS JOIN (VALUES ('intent'::text), ('job'::text)) AS k(kind)
+CROSS JOIN LATERAL (
+    SELECT o.due_at_ms
+    FROM {schema}.outbox o
+    WHERE o.bucket = b.bucket AND o.kind = k.kind AND o.parked_at_ms IS NULL
+    ORDER BY o.due_at_ms
+    LIMIT 1
+) p;
+
 -- count_intent_backlog_flat --
 -- count_intent_backlog without the per-bucket probe, for Citus (which plans no lateral join over a distributed table): due, unclaimed, unparked intents of hosted types, stopping after %(limit)s rows
 SELECT count(*) AS backlog

@@ -182,6 +182,22 @@ class OutboxGateway:
             row = await cur.fetchone()
             return bool(row and row["due"])
 
+    async def next_due(self) -> int | None:
+        """Milliseconds until the first unparked intent or job row is due (``None``: no row).
+
+        At most zero when a row is due now. On Citus always ``0`` (the claims run as before,
+        like :meth:`any_due`).
+        """
+        if self._store.strategy == "citus":
+            return 0
+        async with self._claim_conn.use() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["next_due"], {"off": self._clock.offset_ms}, prepare=False
+            )
+            row = await cur.fetchone()
+            return None if row is None or row["wait_ms"] is None else int(row["wait_ms"])
+
     async def rewrite_tick(
         self, claim: IntentClaim, *, new_id: str, due: int, payload_version: int = 0
     ) -> None:

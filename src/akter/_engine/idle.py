@@ -1,0 +1,66 @@
+"""How long an idle relay waits before its next pass (semantics §3.5.2; issue 13, goal 5).
+
+A pass runs at least every ``poll`` × uniform[0.9, 1.1]. After a pass that claimed nothing the
+next one is an *idle poll*: it first asks whether any row is due at all and claims nothing when
+none is (every claim needs a due, unparked intent or job row).
+
+With ``notify=True`` the question is "how long until the first row is due" (``next_due``), and
+the loop may sleep that long, at most ``IDLE_POLLS`` polls: every commit on any runner sends a
+wake (this runner's own listener hears its own), so a row that becomes due sooner wakes the
+relay. Lease ends, backoffs, timers and debounce windows are due times in the outbox, so they
+are covered by the probe itself. The bound catches what neither covers: a write made outside a
+turn without a NOTIFY (an operator's script) and a NOTIFY lost while the listener reconnected.
+Without ``notify`` nothing tells this runner of another's commits, so it polls every ``poll``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Protocol
+
+#: With ``notify=True``, the longest an idle relay sleeps, in polls, when no row is due sooner.
+IDLE_POLLS = 10
+
+
+class _Outbox(Protocol):
+    async def any_due(self) -> bool: ...
+    async def next_due(self) -> int | None: ...
+
+
+class IdleWait:
+    """The relay loop's wait between passes and its idle probe (module docstring).
+
+    Args:
+        outbox: The relay's outbox gateway (its claim connection).
+        poll_ms: The configured ``poll``.
+        notify: Whether this runner hears other runners' commits (``notify=True``).
+    """
+
+    def __init__(self, outbox: _Outbox, *, poll_ms: int, notify: bool) -> None:
+        self._outbox = outbox
+        self._poll = poll_ms / 1000
+        self._notify = notify
+        # After an idle probe with notify: seconds until the first row is due; else None.
+        self._quiet_s: float | None = None
+
+    def next_wait(self) -> float:
+        """Seconds until the next pass unless woken."""
+        wait = self._poll * random.uniform(0.9, 1.1)
+        if self._quiet_s is None:
+            return wait
+        return min(max(wait, self._quiet_s), self._poll * IDLE_POLLS)
+
+    def passed(self) -> None:
+        """A pass began: the next wait is a poll again unless its probe says otherwise."""
+        self._quiet_s = None
+
+    async def anything_due(self) -> bool:
+        """An idle poll's probe: whether any unparked intent or job row is due now."""
+        if not self._notify:
+            return await self._outbox.any_due()
+        wait_ms = await self._outbox.next_due()
+        if wait_ms is not None and wait_ms <= 0:
+            return True
+        self._quiet_s = math.inf if wait_ms is None else wait_ms / 1000
+        return False
