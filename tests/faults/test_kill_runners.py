@@ -137,6 +137,7 @@ async def test_RN01_frozen_owner_commits_no_fenced_beat_after_its_successor_acqu
 # --- RN-01: an owner whose refreshes stall -------------------------------------------------------
 
 #: The owner's lease statement, replaced on its runtime only: it hangs, or fails, on the server.
+LEASE_ROUNDS = ("renew_singletons", "acquire_singleton")
 STALLS = {
     "hang": "SELECT pg_sleep(3600) WHERE %(runner_id)s::text IS NOT NULL",
     "error": "SELECT 1 / 0 WHERE %(runner_id)s::text IS NOT NULL",
@@ -178,7 +179,8 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
         assert [rt.runners.owns("Beacon") for rt in t.runtimes].count(True) == 1
 
         stall_ms = await db_now(conn)
-        monkeypatch.setitem(owner.store.queries._statements, "acquire_singleton", STALLS[stall])
+        for name in LEASE_ROUNDS:  # an owner renews in one statement, else runs a full round
+            monkeypatch.setitem(owner.store.queries._statements, name, STALLS[stall])
         running = lease.task
         assert running is not None
         # Not owns(): that turns False already when the guard fires, before the loop ends.
@@ -199,11 +201,10 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
         await asyncio.sleep(2 * timing.refresh_ms / 1000)  # nobody else starts meanwhile
         if stall == "error":
             # The owner's database comes back: its refreshes now find another owner.
-            monkeypatch.setitem(
-                owner.store.queries._statements,
-                "acquire_singleton",
-                t.runtime.store.queries["acquire_singleton"],
-            )
+            for name in LEASE_ROUNDS:
+                monkeypatch.setitem(
+                    owner.store.queries._statements, name, t.runtime.store.queries[name]
+                )
             await asyncio.sleep(2 * timing.refresh_ms / 1000)
             assert not owner.runners.owns("Beacon")
         end_ms = await db_now(conn)

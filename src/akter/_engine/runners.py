@@ -205,9 +205,43 @@ class Runners:
 
     async def _contend(self) -> None:
         while True:
+            renewed = await self._renew_owned()
             for lease in self._leases.values():
-                await self._refresh(lease)
+                if lease.actor_type not in renewed:
+                    await self._refresh(lease)
             await asyncio.sleep(self.refresh_ms / 1000)
+
+    async def _renew_owned(self) -> set[str]:
+        """Renew the leases this runner holds in one statement; the types renewed.
+
+        A lease being refreshed right now (``ActorTest.advance``) is left to its round, and one
+        no longer this runner's gets a full round. A failed statement counts as this round's
+        attempt for every lease held (as a failed full round would): each stays as it was and
+        its loop's guard stops it if the lease is not renewed in time.
+        """
+        held = [lease for lease in self._leases.values() if lease.owned]
+        held = [lease for lease in held if not lease.refreshing.locked()]
+        if not held:
+            return set()
+        for lease in held:
+            await lease.refreshing.acquire()  # unlocked: returns without yielding
+        try:
+            sent = time.monotonic()
+            try:
+                rows = await self._gateway.renew_singletons(
+                    [lease.actor_type for lease in held], self.runner_id, lease_ms=self.lease_ms
+                )
+            except (psycopg.Error, OSError) as exc:
+                log.warning("Singleton lease renewal failed", extra={"error": str(exc)})
+                return {lease.actor_type for lease in held}
+            by_type = {row["actor_type"]: row for row in rows}
+            for lease in held:
+                if lease.actor_type in by_type:
+                    await self._apply(lease, [by_type[lease.actor_type]], sent)
+            return set(by_type)
+        finally:
+            for lease in held:
+                lease.refreshing.release()
 
     async def refresh_leases(self, *, owned: bool) -> None:
         """One refresh round now: of the leases held (``owned``), else contend for the others.
@@ -240,7 +274,13 @@ class Runners:
         except (psycopg.Error, OSError) as exc:
             failed = True
             log.warning("Singleton lease refresh failed", extra={"error": str(exc)})
-        if rows and rows[0]["skew_ms"] is not None:
+        await self._apply(lease, rows, sent, failed=failed)
+
+    async def _apply(
+        self, lease: _Lease, rows: list[dict[str, Any]], sent: float, *, failed: bool = False
+    ) -> None:
+        """Act on a lease round's answer: one row (sent at ``sent``) iff this runner owns it."""
+        if rows and rows[0].get("skew_ms") is not None:
             log.warning(
                 "Took over a singleton lease ahead of the database clock (the clock moved back)",
                 extra={

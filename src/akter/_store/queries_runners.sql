@@ -79,6 +79,17 @@ WHERE s.lease_until_ms <= excluded.acquired_at_ms OR s.owner = excluded.owner
    OR s.lease_until_ms > excluded.acquired_at_ms + %(skew_ms)s::bigint
 RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms;
 
+-- renew_singletons --
+-- the lease round of a runner that holds leases: extends every lease of %(types)s it still owns in one statement (one clock reading, a materialised CTE: Citus refuses a volatile function in a modification); a plain UPDATE takes FOR NO KEY UPDATE, which fenced turns' FOR KEY SHARE does not block; a lease not returned was taken over and gets a full round
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+UPDATE {schema}.singletons s
+SET lease_until_ms = clock.now + %(lease_ms)s::bigint
+FROM clock
+WHERE s.actor_type = ANY(%(types)s::text[]) AND s.owner = %(runner_id)s::uuid
+RETURNING s.actor_type, s.owner::text AS owner, s.lease_until_ms, s.acquired_at_ms;
+
 -- release_singleton --
 -- a stopping owner ends its lease at once (one clock reading, a materialised CTE) so a survivor can take over
 WITH clock AS MATERIALIZED (

@@ -115,6 +115,19 @@ class RunnersGateway:
         skewed = [lead for lead in leads if lead > skew_ms]
         return [{**row, "skew_ms": max(skewed) if skewed else None} for row in rows]
 
+    async def renew_singletons(
+        self, actor_types: Sequence[str], runner_id: str, *, lease_ms: int
+    ) -> list[Row]:
+        """Extend every lease of ``actor_types`` this runner still owns, in one statement.
+
+        One row per lease renewed (``actor_type``, ``owner``, ``lease_until_ms``,
+        ``acquired_at_ms``); a lease missing from them is no longer this runner's.
+        """
+        return await self._run(
+            self._store.queries["renew_singletons"],
+            {"types": list(actor_types), "runner_id": runner_id, "lease_ms": lease_ms},
+        )
+
     async def release_singleton(self, actor_type: str, runner_id: str) -> None:
         """End this runner's lease of ``actor_type`` at once (a stopping owner)."""
         await self._run(
