@@ -22,6 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
+from akter._store.gateway.skew import SkewSession
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, succeed
 from tests.integration.relay_actors import Receiver, Sender
@@ -182,3 +183,37 @@ async def test_h8_a_live_runner_sees_the_clock_move_back(
         [warning] = skew_warnings(caplog, "The database clock moved back")
         assert AHEAD_MS - 5_000 <= warning.skew_ms <= AHEAD_MS + 1_000  # round-trip blur
         assert warning.runner_id == t.runtime.runners.runner_id
+
+
+async def test_h8_the_job_release_is_sent_only_when_the_probe_sees_a_lease_ahead(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Idle cost (issue 13, goal 5): the probe reads the newest running lease end; the release
+    # statement runs only when that lies further ahead than a lease can.
+    sent: list[dict[str, Any]] = []
+    release = SkewSession.release_jobs
+
+    async def counted(self: SkewSession, **kw: Any) -> list[dict[str, Any]]:
+        sent.append(kw)
+        return await release(self, **kw)
+
+    monkeypatch.setattr(SkewSession, "release_jobs", counted)
+    async with akter_test(ALL, relay=False) as t:
+        skew = t.runtime.relay.skew
+        await skew.check(force=True)
+        assert sent == []  # no running attempt at all
+
+        t.crash_next("before_execute")  # attempt 1 dies holding a live lease
+        await t.get(Shop, "s1").buy(1)
+        await t.advance(0)
+        [live] = await t.rows("SELECT running, due_at_ms FROM {schema}.outbox")
+        assert live["running"]
+        await skew.check(force=True)
+        assert sent == []  # a live lease within its bound: nothing to release, nothing sent
+
+        # The same lease as if written before the clock moved back 10 minutes.
+        await t.rows("UPDATE {schema}.outbox SET due_at_ms = due_at_ms + %(ms)s", {"ms": AHEAD_MS})
+        await skew.check(force=True)
+        assert len(sent) == 1
+        [released] = await t.rows("SELECT running, due_at_ms FROM {schema}.outbox")
+        assert released["due_at_ms"] < live["due_at_ms"]  # due now: the claims take it over

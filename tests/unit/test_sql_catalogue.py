@@ -111,6 +111,8 @@ CROSS_ACTOR: dict[str, str] = {
     "by kind, running and lease end (extends semantics §10.1)",
     "release_skewed_intents": "after a backward clock move, claimed intents of hosted types due "
     "further ahead than any claim or backoff, by kind, attempts and due_at_ms (akter._engine.skew)",
+    "clock_skew_probe": "the skew probe reads the newest running job lease end across actors, "
+    "by kind and running (read-only, the running-jobs index; akter._engine.skew)",
     "release_skewed_jobs": "after a backward clock move, running attempts of executed job types "
     "whose lease lies further ahead than any lease, by kind, running and due_at_ms "
     "(akter._engine.skew)",

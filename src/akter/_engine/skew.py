@@ -13,7 +13,9 @@ ended, with a warning naming the skew:
 - job attempt leases and relay claims (outbox rows): ``release_skewed_jobs`` and
   ``release_skewed_intents`` make them due now, so the ordinary claims take them over as after
   a lease end. They run from the relay pass, at most every ``SKEW_CHECK_MS``: the job statement
-  each time (it only looks at running rows, a handful by the running-jobs index), the intent
+  when the probe sees a running attempt's lease end further ahead than a lease can (the probe
+  reads the newest by the running-jobs index; statements later in the session see a later clock,
+  so a lease the probe does not see skewed is not skewed for the release either), the intent
   statement only when a skew is suspected, because claimed intents have no index of their own
   and a scan would read every sleeping timer. A skew is suspected when this runner's probe sees
   the database clock behind where it was (less the monotonic time elapsed), a heartbeat or
@@ -89,19 +91,23 @@ class SkewWatch:
             async with self._gateway.session() as session:
                 probe, sent = await session.probe()
                 self._judge(probe, sent)
-                await self._release_jobs(session)
+                await self._release_jobs(session, probe)
                 if self.suspected:
                     await self._release_intents(session)
         except (psycopg.Error, OSError) as exc:
             log.warning("Clock skew check failed", extra={"error": str(exc)})
 
-    async def _release_jobs(self, session: SkewSession) -> None:
+    async def _release_jobs(self, session: SkewSession, probe: dict[str, Any]) -> None:
         jobs = self._executed_jobs()
         if not jobs:
             return
         config = self._services.config
+        skew_ms = self._services.clock.skew_ms(config.job_lease_ms)
+        ahead = probe["job_lease_ahead_ms"]
+        if ahead is None or ahead <= skew_ms:
+            return  # no running attempt's lease lies ahead further than a lease can
         rows = await session.release_jobs(
-            skew_ms=self._services.clock.skew_ms(config.job_lease_ms),
+            skew_ms=skew_ms,
             types=[j.owner.name if j.owner else "" for j in jobs],
             jobs=[j.name for j in jobs],
             limit=SKEW_BATCH,

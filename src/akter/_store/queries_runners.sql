@@ -180,11 +180,13 @@ GROUP BY o.actor_type, o.command
 ORDER BY o.actor_type, o.command;
 
 -- clock_skew_probe --
--- the clock, and how far the newest heartbeat and lease end lie ahead of it (small tables; a backward clock move leaves them ahead)
+-- the clock, and how far the newest heartbeat, singleton lease end and job attempt lease end lie ahead of it (small tables and the running-jobs index, across actors; a backward clock move leaves them ahead)
 WITH clock AS MATERIALIZED (
     SELECT {schema}.now_ms(%(off)s::bigint) AS now
 )
 SELECT clock.now,
        (SELECT max(r.heartbeat_at_ms) FROM {schema}.runners r) - clock.now AS heartbeat_ahead_ms,
-       (SELECT max(s.lease_until_ms) FROM {schema}.singletons s) - clock.now AS lease_ahead_ms
+       (SELECT max(s.lease_until_ms) FROM {schema}.singletons s) - clock.now AS lease_ahead_ms,
+       (SELECT max(o.due_at_ms) FROM {schema}.outbox o WHERE o.kind = 'job' AND o.running)
+           - clock.now AS job_lease_ahead_ms
 FROM clock;
