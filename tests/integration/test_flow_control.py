@@ -8,7 +8,6 @@ Passes are driven explicitly (``run_pass``) where a test asserts that a claim to
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 import akter
 from akter.testing import ActorTest
 from tests._support import until
+from tests._support.citus import ON_CITUS
 from tests.integration.flow_actors import FLOW, LIVE, STARTS, Lanes, Metered, Search, Slots
 
 Make = Callable[..., ActorTest]
@@ -26,9 +26,6 @@ pytestmark = pytest.mark.timeout(90)
 #: In the Citus pass (make test-citus) a runtime that executes a job with concurrency= or rate=
 #: refuses to start (docs/flow-control.md): those tests run on plain PostgreSQL only, and the
 #: priority and debounce tests host only the uncapped types there too.
-ON_CITUS = os.environ.get("AKTER_TEST_CITUS_URL") not in (None, "") and os.environ.get(
-    "AKTER_TEST_CITUS_URL"
-) == os.environ.get("AKTER_TEST_DATABASE_URL")
 plain_only = pytest.mark.skipif(ON_CITUS, reason="concurrency= and rate= are refused on Citus")
 UNCAPPED: list[type[akter.Actor[Any]]] = [Lanes, Search]
 

@@ -1,0 +1,14 @@
+"""Whether this test process runs the Citus pass (``make test-citus``).
+
+The pass points ``AKTER_TEST_DATABASE_URL`` at the coordinator named by ``AKTER_TEST_CITUS_URL``.
+Child runner processes inherit both, so they agree with their parent. A runtime that executes a
+job with ``concurrency=`` or ``rate=`` refuses to start on Citus (docs/flow-control.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+ON_CITUS = os.environ.get("AKTER_TEST_CITUS_URL", "") != "" and os.environ.get(
+    "AKTER_TEST_CITUS_URL"
+) == os.environ.get("AKTER_TEST_DATABASE_URL")
