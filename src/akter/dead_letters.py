@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +90,9 @@ class DeadLetters:
         wake: Asks the relay for a pass (a retried letter's new job is due now).
     """
 
-    def __init__(self, services: Services, *, wake: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, services: Services, *, wake: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._services = services
         self._gateway = DeadLettersGateway(services.store, services.clock)
         self._wake = wake
@@ -141,7 +143,7 @@ class DeadLetters:
                 extra={"job_id": job_id, "new_job_id": new_id, "job": letter.job},
             )
         if self._wake is not None:
-            self._wake()
+            await self._wake()
         return new_id
 
     def _revalidate(self, letter: Letter) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import getpass
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -97,7 +97,9 @@ class Outbox:
         wake: Asks the relay for a pass (retried rows are due now).
     """
 
-    def __init__(self, services: Services, *, wake: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, services: Services, *, wake: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._services = services
         self._gateway = ParkedGateway(services.store, services.clock)
         self._wake = wake
@@ -139,7 +141,7 @@ class Outbox:
         except UnknownParked as exc:
             raise _unknown(exc.missing) from None
         if done and self._wake is not None:
-            self._wake()
+            await self._wake()
         return done
 
     async def discard(

@@ -124,9 +124,9 @@ class Runtime:
         )
         self.dispatcher.admission = self.relay.backlog
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
-        self.dead_letters = DeadLetters(services, wake=self.relay.wake)
+        self.dead_letters = DeadLetters(services, wake=self.relay.announce)
         #: Parked outbox rows: list, retry, discard (evolution E3).
-        self.outbox = Outbox(services, wake=self.relay.wake)
+        self.outbox = Outbox(services, wake=self.relay.announce)
         self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
         self._lifecycle = Lifecycle(services, self.dispatcher, self.jobs, self.relay, self.runners)
         self._database_url = config.database_url
@@ -239,7 +239,7 @@ class Runtime:
         or ``"unknown"`` (no such live job).
         """
         self.supervisor.require_started()
-        return await cancel_job(self.services, job_id, self.jobs.cancel_signal, self.relay.wake)
+        return await cancel_job(self.services, job_id, self.jobs.cancel_signal, self.relay.announce)
 
     async def check(
         self,

@@ -945,7 +945,7 @@ async def test_JB29_retry_and_discard_dead_letters(
         retried = await shop.buy(1, tag="r")
         discarded = await shop.buy(2, tag="d")
         await advance_until(t, lambda: settled(t))
-        letters_ = DeadLetters(t.runtime.services, wake=t.runtime.relay.wake)
+        letters_ = DeadLetters(t.runtime.services, wake=t.runtime.relay.announce)
         assert {x.job_id: x.ambiguous for x in await letters_.list()} == {
             retried: True,
             discarded: False,

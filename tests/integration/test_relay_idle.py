@@ -168,3 +168,35 @@ async def test_with_notify_another_runners_commit_wakes_a_sleeping_relay(
         await until(lambda: received(t, "nw-r1"), what="A delivering B's intent", within=5)
         # Delivered by a woken pass: A asked no idle probe in between (a poll would have).
         assert calls["next_due"] == probes
+
+
+async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping_relay(
+    akter_test: Make,
+) -> None:
+    # An operator's runtime (as `akter outbox retry` starts one: no relay) retries a parked
+    # timer; the wake it sends and awaits reaches runner A, asleep with nothing due.
+    async with akter_test(ALL, notify=True) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("counts the plain claim path")
+        relay = t.runtime.relay
+        calls = count_calls(relay._outbox, ["next_due"])
+        await t.get(Sender, "op-s1").send_then("op-r1", 1, "ok")  # now + a 60 s timer
+        await until(lambda: received(t, "op-r1"), what="the immediate intent delivered")
+        # Started first: a runtime's start may wake A once.
+        operator = await t.add_runtime(ALL, relay=False, maintenance=False)
+        [timer] = await t.rows("SELECT intent_id FROM {schema}.outbox WHERE kind = 'intent'")
+        await t.rows("UPDATE {schema}.outbox SET parked_at_ms = 1, last_error = 'probe'")
+        relay.wake()  # one pass sees nothing due at all: A sleeps the whole bound
+        await until(
+            lambda: relay._idle.next_wait() == IDLE_POLLS * 1.0 and calls["next_due"] >= 1,
+            what="A asleep with nothing due",
+        )
+        probes = calls["next_due"]
+
+        assert await operator.outbox.retry([timer["intent_id"]]) == 1
+
+        async def both_delivered() -> bool:
+            return len(await received(t, "op-r1")) == 2
+
+        await until(both_delivered, what="the retried timer delivered", within=5)
+        assert calls["next_due"] == probes  # by the wake, not by the bounded sleep's end

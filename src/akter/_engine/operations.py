@@ -6,7 +6,7 @@ singletons' default instance and their schedule ticks (inserts that already exis
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from akter._engine.dispatcher import routing_key_of
 from akter._engine.services import Services
@@ -41,12 +41,12 @@ async def cancel_job(
     services: Services,
     job_id: str,
     signal_running: Callable[[list[str]], None],
-    wake_relay: Callable[[], None],
+    wake_relay: Callable[[], Awaitable[None]],
 ) -> str:
     """Cancel a job by id: ``"deleted"`` (never ran), ``"cancelled"`` or ``"unknown"``."""
     cancelled = await JobsGateway(services.store, services.clock).cancel_by_id(job_id)
     if cancelled.running:
         signal_running([job_id])
     if cancelled.outcome == "cancelled":
-        wake_relay()
+        await wake_relay()
     return cancelled.outcome

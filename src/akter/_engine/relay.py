@@ -209,6 +209,21 @@ class Relay:
         """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
         self._wake.set()
 
+    async def announce(self) -> None:
+        """After an operator made rows due now: a pass here, and every runner woken.
+
+        With ``notify=True`` the wake is sent and awaited (not throttled, not left to a task):
+        the operator's process may be a CLI that stops at once, and sleeping relays would
+        otherwise find the rows only at their bounded sleep's end (``akter._engine.idle``).
+        """
+        self.wake()
+        if not self._services.config.notify:
+            return
+        try:
+            await self._notifier.notify_wake()
+        except (psycopg.Error, OSError) as exc:
+            log.warning("Wake notification failed", extra={"error": str(exc)})
+
     def poke_others(self) -> None:
         """After a local commit with ``notify=True``: NOTIFY other runners, at most every 50 ms."""
         if not self._services.config.notify or self._notify_pending or self._stopping:
