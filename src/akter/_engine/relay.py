@@ -1,9 +1,10 @@
 """The relay: claims due outbox rows after commit and delivers them as commands (semantics §3).
 
 Correctness rests on polling with a due-time index, claims leased through ``due_at_ms`` and
-settles guarded by the claim token. Wakeups (in-process after a local commit, ``NOTIFY`` from other
-runners) only cut latency; a missed wake delays work by at most one poll (with ``notify=True``, an
-idle relay sleeps until the next due row, at most ``IDLE_POLLS`` polls: ``akter._engine.idle``).
+settles guarded by the claim token. Wakeups (``akter._engine.wake_channel``: in-process after a
+local commit, ``NOTIFY`` from other runners) only cut latency; a missed wake delays work by at
+most one poll (with ``notify=True``, an idle relay sleeps until the next due row, at most
+``IDLE_POLLS`` polls: ``akter._engine.idle``).
 
 Per runner, passes are serialized. A pass claims intents up to the free delivery slots in one
 statement, then lets the job executor claim its rows. Each claimed intent is delivered by its own
@@ -38,8 +39,7 @@ from akter._engine import parking, ticks
 from akter._engine.backlog import BacklogGate
 from akter._engine.idle import IdleWait
 from akter._engine.skew import SkewWatch
-from akter._retry import Backoff
-from akter._store.gateway.notify import Notifier
+from akter._engine.wake_channel import WakeChannel
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, caller_from_json
@@ -48,14 +48,9 @@ from akter.errors import ActorError, InjectedCrash
 if TYPE_CHECKING:
     from akter._engine.events import EventBus
     from akter._engine.services import Services
-    from akter._store.pool import Connection
     from akter.jobs import Job
 
 log = logging.getLogger("akter.relay")
-
-_NOTIFY_EVERY = 0.05
-#: Waits between reconnects of the wake listener (doubling).
-_RECONNECT_FIRST_S, _RECONNECT_MAX_S = 0.1, 5.0
 
 
 @dataclass
@@ -128,17 +123,13 @@ class Relay:
         self._idle = IdleWait(
             self._outbox, poll_ms=services.config.poll_ms, notify=services.config.notify
         )
-        self._notifier = Notifier(services.store)
-        self._wake = asyncio.Event()
+        self._channel = WakeChannel(services, heard=events.wake_all)
         self._pass_lock = asyncio.Lock()
         self._claims: dict[tuple[int, str], _Claim] = {}
         self._widen = 1
         self._left_candidates = False
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._listener: Connection | None = None
-        self._notify_pending = False
-        self._last_notify = 0.0
         # Settles waiting for the next group statement, each with the future its delivery awaits
         # (resolved with None, or with the error the statement raised).
         self._settles: list[tuple[IntentClaim, asyncio.Future[BaseException | None]]] = []
@@ -161,10 +152,7 @@ class Relay:
 
     async def listen(self) -> None:
         """With ``notify=True``: LISTEN for other runners' wakes (relay passes, event feeds)."""
-        if self._services.config.notify and self._listener is None:
-            self._listener = await self._notifier.listen_wake()
-            task = asyncio.create_task(self._listen(), name="akter.relay.listen")
-            self._tasks.append(self._services.supervisor.supervise(task))
+        await self._channel.listen()
 
     async def stop(self, deadline: float) -> int:
         """Stop claiming; let dispatched deliveries finish until ``deadline``; release the rest.
@@ -177,9 +165,7 @@ class Relay:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.backlog.stop()
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
+        await self._channel.stop()
         # Claims whose turn has not been dispatched are handed back at once; dispatched ones may
         # finish (their turn is running) until the deadline.
         for claim in list(self._claims.values()):
@@ -196,90 +182,29 @@ class Relay:
         if self._flusher is not None:
             # A settle statement already sent finishes (its deliveries may be gone by now).
             await asyncio.gather(self._flusher, return_exceptions=True)
-        if self._released and self._services.config.notify:
+        if self._released:
             # The released rows are due now; idle runners may sleep until their next due row.
-            try:
-                await self._notifier.notify_wake()
-            except (psycopg.Error, OSError) as exc:
-                log.warning("Wake notification failed", extra={"error": str(exc)})
+            await self._channel.announce()
         await self._outbox.close()
         return self._released
 
     def wake(self) -> None:
         """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
-        self._wake.set()
+        self._channel.wake()
 
     async def announce(self) -> None:
-        """After an operator made rows due now: a pass here, and every runner woken.
-
-        With ``notify=True`` the wake is sent and awaited (not throttled, not left to a task):
-        the operator's process may be a CLI that stops at once, and sleeping relays would
-        otherwise find the rows only at their bounded sleep's end (``akter._engine.idle``).
-        """
-        self.wake()
-        if not self._services.config.notify:
-            return
-        try:
-            await self._notifier.notify_wake()
-        except (psycopg.Error, OSError) as exc:
-            log.warning("Wake notification failed", extra={"error": str(exc)})
+        """After an operator made rows due now: a pass here, and every runner woken."""
+        await self._channel.announce()
 
     def poke_others(self) -> None:
         """After a local commit with ``notify=True``: NOTIFY other runners, at most every 50 ms."""
-        if not self._services.config.notify or self._notify_pending or self._stopping:
-            return
-        self._notify_pending = True
-        self._tasks.append(asyncio.create_task(self._notify(), name="akter.relay.notify"))
-
-    async def _notify(self) -> None:
-        try:
-            wait = self._last_notify + _NOTIFY_EVERY - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._notify_pending = False
-            self._last_notify = time.monotonic()
-            # Sent on a pooled autocommit connection, strictly after the commit: never inside
-            # a turn transaction (design principle 5).
-            await self._notifier.notify_wake()
-        except (psycopg.Error, OSError) as exc:
-            self._notify_pending = False
-            log.warning("Wake notification failed", extra={"error": str(exc)})
-        finally:
-            task = asyncio.current_task()
-            if task in self._tasks:
-                self._tasks.remove(task)
-
-    async def _listen(self) -> None:
-        """Follow wakes; if the server drops the connection, reconnect with backoff.
-
-        Polling stays the correctness path meanwhile; after reconnecting, one wake covers the
-        notifications missed while the connection was down.
-        """
-        backoff = Backoff(_RECONNECT_FIRST_S, _RECONNECT_MAX_S)
-        while True:
-            try:
-                if self._listener is None or self._listener.closed:
-                    self._listener = await self._notifier.listen_wake()
-                    self.wake()
-                    self._events.wake_all()
-                backoff.reset()
-                async for _ in self._listener.notifies():
-                    self.wake()
-                    self._events.wake_all()
-            except (psycopg.Error, OSError) as exc:
-                log.warning(
-                    "Wake listener lost its connection; reconnecting", extra={"error": str(exc)}
-                )
-                if self._listener is not None:
-                    await self._listener.close()
-                    self._listener = None
-                await asyncio.sleep(backoff.next())
+        self._channel.poke_others()
 
     async def _loop(self) -> None:
         idle = False
         while True:
-            woken = await wait_event(self._wake, self._idle.next_wait())
-            self._wake.clear()
+            woken = await wait_event(self._channel.event, self._idle.next_wait())
+            self._channel.event.clear()
             try:
                 # A poll after a pass that claimed nothing asks first (``any_due``): idle cost.
                 idle = await self.run_pass(idle_poll=idle and not woken) == 0

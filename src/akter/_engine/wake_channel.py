@@ -1,0 +1,141 @@
+"""One runner's relay wakes: the in-process event, ``NOTIFY`` to others, the ``LISTEN`` loop.
+
+Wakes only cut latency (semantics §3.5.2): a local commit that made a row due sets the event at
+once; with ``notify=True`` a commit with new rows or events sends one ``NOTIFY`` on
+``<schema>_wake`` (at most every 50 ms, strictly after the commit), and a dedicated connection
+listens for other runners' and wakes this relay and its live event feeds. A listener that loses
+its connection reconnects with backoff and wakes once for whatever it missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from akter._retry import Backoff
+from akter._store.gateway.notify import Notifier
+
+if TYPE_CHECKING:
+    from akter._engine.services import Services
+    from akter._store.pool import Connection
+
+log = logging.getLogger("akter.relay")
+
+_NOTIFY_EVERY = 0.05
+#: Waits between reconnects of the wake listener (doubling).
+_RECONNECT_FIRST_S, _RECONNECT_MAX_S = 0.1, 5.0
+
+
+class WakeChannel:
+    """The relay's wakes (module docstring).
+
+    Args:
+        services: The runner's services.
+        heard: Called for every wake heard from another runner, after the relay's own (the
+            event bus wakes its live feeds).
+    """
+
+    def __init__(self, services: Services, *, heard: Callable[[], None]) -> None:
+        self._services = services
+        self._heard = heard
+        self._notifier = Notifier(services.store)
+        #: Set by a wake; the relay's loop waits on it between passes.
+        self.event = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: Connection | None = None
+        self._notify_pending = False
+        self._last_notify = 0.0
+        self._stopping = False
+
+    def wake(self) -> None:
+        """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
+        self.event.set()
+
+    async def listen(self) -> None:
+        """With ``notify=True``: LISTEN for other runners' wakes."""
+        if self._services.config.notify and self._listener is None:
+            self._listener = await self._notifier.listen_wake()
+            task = asyncio.create_task(self._listen(), name="akter.relay.listen")
+            self._tasks.append(self._services.supervisor.supervise(task))
+
+    async def stop(self) -> None:
+        """Stop listening and sending (a notification in flight is cancelled)."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+
+    async def announce(self) -> None:
+        """Wake this relay and, with ``notify=True``, every runner now (sent and awaited).
+
+        For writes made outside a turn (an operator's retry, released claims at a stop): the
+        process may stop at once, and idle relays sleep until their next due row
+        (``akter._engine.idle``), so the wake is not throttled nor left to a task.
+        """
+        self.wake()
+        if not self._services.config.notify:
+            return
+        try:
+            await self._notifier.notify_wake()
+        except (psycopg.Error, OSError) as exc:
+            log.warning("Wake notification failed", extra={"error": str(exc)})
+
+    def poke_others(self) -> None:
+        """After a local commit with ``notify=True``: NOTIFY other runners, at most every 50 ms."""
+        if not self._services.config.notify or self._notify_pending or self._stopping:
+            return
+        self._notify_pending = True
+        self._tasks.append(asyncio.create_task(self._notify(), name="akter.relay.notify"))
+
+    async def _notify(self) -> None:
+        try:
+            wait = self._last_notify + _NOTIFY_EVERY - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._notify_pending = False
+            self._last_notify = time.monotonic()
+            # Sent on a pooled autocommit connection, strictly after the commit: never inside
+            # a turn transaction (design principle 5).
+            await self._notifier.notify_wake()
+        except (psycopg.Error, OSError) as exc:
+            self._notify_pending = False
+            log.warning("Wake notification failed", extra={"error": str(exc)})
+        finally:
+            task = asyncio.current_task()
+            if task in self._tasks:
+                self._tasks.remove(task)
+
+    async def _listen(self) -> None:
+        """Follow wakes; if the server drops the connection, reconnect with backoff.
+
+        Polling stays the correctness path meanwhile; after reconnecting, one wake covers the
+        notifications missed while the connection was down.
+        """
+        backoff = Backoff(_RECONNECT_FIRST_S, _RECONNECT_MAX_S)
+        while True:
+            try:
+                if self._listener is None or self._listener.closed:
+                    self._listener = await self._notifier.listen_wake()
+                    self.wake()
+                    self._heard()
+                backoff.reset()
+                async for _ in self._listener.notifies():
+                    self.wake()
+                    self._heard()
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "Wake listener lost its connection; reconnecting", extra={"error": str(exc)}
+                )
+                if self._listener is not None:
+                    await self._listener.close()
+                    self._listener = None
+                await asyncio.sleep(backoff.next())
