@@ -8,7 +8,6 @@ gateway's methods are wrapped to count calls; every statement still runs on Post
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from akter._engine.idle import IDLE_POLLS
 from akter.testing import ActorTest
 from tests._support import until
+from tests._support.counting import count_calls
 from tests.integration.relay_actors import ALL, RUNS, Receiver, Sender, reset
 
 Make = Callable[..., ActorTest]
@@ -29,20 +29,6 @@ def _fresh_records() -> Iterator[None]:
     reset()
     yield
     reset()
-
-
-def count_calls(gateway: Any, names: list[str]) -> Counter[str]:
-    """Wrap ``names`` of ``gateway`` so that each call is counted (then run as before)."""
-    calls: Counter[str] = Counter()
-    for name in names:
-        original = getattr(gateway, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
-            calls[_name] += 1
-            return _original(*args, **kw)
-
-        setattr(gateway, name, counted)
-    return calls
 
 
 async def received(t: ActorTest, actor_id: str) -> list[Any]:

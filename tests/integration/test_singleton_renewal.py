@@ -19,6 +19,7 @@ from pydantic import BaseModel
 import akter
 from akter.testing import ActorTest
 from tests._support import until
+from tests._support.counting import count_calls
 
 Make = Callable[..., ActorTest]
 
@@ -43,19 +44,6 @@ class Foghorn(akter.Actor[Nothing], singleton=True):
 
     async def run(self) -> None:
         await asyncio.Event().wait()
-
-
-def count_calls(gateway: Any, names: list[str]) -> Counter[str]:
-    calls: Counter[str] = Counter()
-    for name in names:
-        original = getattr(gateway, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
-            calls[_name] += 1
-            return _original(*args, **kw)
-
-        setattr(gateway, name, counted)
-    return calls
 
 
 async def holder(t: ActorTest, *, refresh_ms: int) -> tuple[akter.Runtime, Counter[str]]:
