@@ -22,8 +22,14 @@ from akter.errors import (
     DeclaredError,
     DefinitionError,
     DrainError,
+    JobCancelled,
+    JobDeadLettered,
     JobFailure,
     ReadOnlyError,
+    StepFailed,
+    WorkflowCancelled,
+    WorkflowDiverged,
+    WorkflowFailed,
 )
 from akter.events import EventRecord, EventStream
 from akter.jobs import (
@@ -40,6 +46,14 @@ from akter.jobs import (
 from akter.outbox import ParkedRow
 from akter.runtime import Runtime
 from akter.schedules import schedule
+from akter.workflows import (
+    Workflow,
+    WorkflowError,
+    WorkflowOutcome,
+    WorkflowRun,
+    WorkflowStatus,
+    workflow,
+)
 
 # A library never configures logging; without a handler set up by the application, records are
 # dropped rather than printed (the application decides).
@@ -70,6 +84,8 @@ __all__ = [
     "Finding",
     "Job",
     "JobCall",
+    "JobCancelled",
+    "JobDeadLettered",
     "JobFailure",
     "ParkedRow",
     "Policy",
@@ -77,10 +93,19 @@ __all__ = [
     "Rate",
     "ReadOnlyError",
     "Runtime",
+    "StepFailed",
     "Succeeded",
     "System",
     "Unknown",
     "User",
+    "Workflow",
+    "WorkflowCancelled",
+    "WorkflowDiverged",
+    "WorkflowError",
+    "WorkflowFailed",
+    "WorkflowOutcome",
+    "WorkflowRun",
+    "WorkflowStatus",
     "__version__",
     "as_caller",
     "command",
@@ -90,4 +115,5 @@ __all__ = [
     "public",
     "query",
     "schedule",
+    "workflow",
 ]

@@ -63,6 +63,7 @@ class RuntimeOptions(TypedDict, total=False):
     maintenance: bool
     host_actors: bool
     singleton_lease: Duration
+    workflow_lease: Duration
     clock_offset: Duration
 
 
@@ -116,6 +117,9 @@ class RuntimeConfig:
             to 1 day (default 35 s, semantics §8.2). The owner refreshes it every lease × 10/35
             and stops its loop min(5 s, lease ÷ 7) before it could end; a dead owner's loop is
             taken over once its lease ends. Every runner of a deployment should use the same.
+        workflow_lease: The lease on a running workflow run (default 30 s, 1 s to 1 h): renewed
+            every third of it while the run's code executes; a dead runner's run is resumed by
+            another runner once it has passed.
         clock_offset: Moves this runner's framework clock ahead of the database clock (default
             0; at most 366 days). The test offset of semantics §1.7, for demos and drills that
             need a time of day: every runner of the schema must use the same offset. Never set
@@ -149,6 +153,7 @@ class RuntimeConfig:
     maintenance: bool = True
     host_actors: bool = True
     singleton_lease: Duration = 35.0
+    workflow_lease: Duration = 30.0
     clock_offset: Duration = 0.0
     # --- derived, in whole milliseconds -------------------------------------------------------
     window_ms: int = field(init=False)
@@ -161,6 +166,7 @@ class RuntimeConfig:
     job_lease_ms: int = field(init=False)
     cancel_check_ms: int = field(init=False)
     singleton_lease_ms: int = field(init=False)
+    workflow_lease_ms: int = field(init=False)
     clock_offset_ms: int = field(init=False)
     #: The job types this runner executes, as (actor type, job name).
     executes: frozenset[tuple[str, str]] = field(init=False)
@@ -196,6 +202,12 @@ class RuntimeConfig:
             else _at_least(claim, "claim_lease", 1),
         )
         self._check_jobs()
+        workflow_lease_ms = _duration(self.workflow_lease, "workflow_lease")
+        if not 1_000 <= workflow_lease_ms <= 3_600_000:
+            raise ConfigurationError(
+                f"workflow_lease must be between 1 s and 1 hour, got {workflow_lease_ms} ms."
+            )
+        self._set("workflow_lease_ms", workflow_lease_ms)
         self._set("executes", _executes(definitions, self.jobs))
         for name in ("relay", "maintenance", "host_actors"):
             self._set(name, bool(getattr(self, name)))

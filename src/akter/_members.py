@@ -443,6 +443,8 @@ class ActorDefinition:
     policy: ResolvedPolicy
     members: dict[str, Member] = field(default_factory=dict)
     jobs: dict[str, Any] = field(default_factory=dict)
+    #: The declared workflows by name (``akter.workflows.WorkflowMember``).
+    workflows: dict[str, Any] = field(default_factory=dict)
     events: tuple[type[Event], ...] = ()
     schedules: list[Any] = field(default_factory=list)
     resolved: bool = False
@@ -542,6 +544,8 @@ class ActorDefinition:
             _resolve_member(member)
         for job in self.jobs.values():
             job.resolve()
+        for flow in self.workflows.values():
+            flow.resolve()
         self.resolved = True
 
 

@@ -130,6 +130,18 @@ FAMILIES: tuple[Family, ...] = (
         "Stored names (type, command, job, event tag) no definition or alias claims (E2).",
         ("kind",),
     ),
+    # Workflows (issue 15, workflows spec W4).
+    Family("akter.workflows.started", "counter", "Workflow runs started.", _A),
+    Family("akter.workflows.completed", "counter", "Workflow runs that completed.", _A),
+    Family("akter.workflows.failed", "counter", "Workflow runs that failed.", _A),
+    Family("akter.workflows.cancelled", "counter", "Workflow runs that ended cancelled.", _A),
+    Family(
+        "akter.workflow.step.duration_ms",
+        "histogram",
+        "Duration of a workflow's local step, from its first attempt to its result (ms).",
+        (),
+        DURATION_BUCKETS_MS,
+    ),
 )
 #: Every metric by name.
 METRICS: Mapping[str, Family] = {family.name: family for family in FAMILIES}

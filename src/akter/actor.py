@@ -74,7 +74,8 @@ RESERVED_MEMBER_NAMES = frozenset(
     {
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
-        "events", "cursor", "with_command_id", "run", "runtime", "progress",
+        "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
+        "signal_workflow", "cancel_workflow",
     }
 )  # fmt: skip
 
@@ -195,6 +196,7 @@ def _check_state_model(type_name: str, model: type[BaseModel]) -> type[BaseModel
 
 def _collect_members(cls: type, definition: ActorDefinition) -> None:
     from akter.jobs import Job
+    from akter.workflows import WorkflowMember
 
     seen: dict[str, str] = {}
     state_migrations: dict[int, tuple[type, StateMigration]] = {}
@@ -215,6 +217,10 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
                 _check_member_name(definition.name, attr, seen, "job")
                 definition.jobs[attr] = value
                 continue
+            if isinstance(value, WorkflowMember):
+                _check_member_name(definition.name, attr, seen, "workflow")
+                definition.workflows[attr] = value
+                continue
             if not isinstance(spec, MemberSpec):
                 continue
             if spec.route is not None and not any(
@@ -233,6 +239,13 @@ def _collect_members(cls: type, definition: ActorDefinition) -> None:
                 setattr(value, _OWNER_ATTR, definition)
     for job in definition.jobs.values():
         job.bind_owner(definition)
+    for flow in definition.workflows.values():
+        flow.bind_owner(definition)
+        if flow.on_complete_name is not None and flow.on_complete_name not in definition.members:
+            raise DefinitionError(
+                f"{definition.name}.{flow.name}: its on_complete command "
+                f"{flow.on_complete_name!r} must be a method of {definition.name}."
+            )
     definition.state_chain = build_chain(
         f"{definition.name} state", [m for _, m in state_migrations.values()]
     )

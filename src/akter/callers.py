@@ -12,7 +12,7 @@ from typing import Any, Literal
 from akter._ids import validate_subject
 from akter.errors import invalid_input
 
-SystemSource = Literal["process", "actor", "timer", "cron", "job"]
+SystemSource = Literal["process", "actor", "timer", "cron", "job", "workflow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +52,15 @@ class System:
         ref: The actor that caused the delivery, if any.
         on_behalf_of: The principal the work is attributed to.
         mint: ``(parent_command_id, ordinal)`` proof for a minted child's creating intent.
+        workflow: ``(run_id, seq)`` of the workflow step a job row belongs to: its outcome is
+            routed to that step instead of the job's routes.
     """
 
     source: SystemSource = "process"
     ref: ActorRef | None = None
     on_behalf_of: str | None = None
     mint: tuple[str, int] | None = None
+    workflow: tuple[str, int] | None = None
 
 
 Caller = User | Anonymous | System
@@ -107,6 +110,8 @@ def caller_to_json(caller: Caller) -> str:
         }
         if caller.mint is not None:
             data["mint"] = [caller.mint[0], caller.mint[1]]
+        if caller.workflow is not None:
+            data["workflow"] = [caller.workflow[0], caller.workflow[1]]
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -121,11 +126,13 @@ def caller_from_json(text: str) -> Caller:
     if kind == "System":
         ref = data.get("ref")
         mint = data.get("mint")
+        workflow = data.get("workflow")
         return System(
             source=data["source"],
             ref=ActorRef(ref["tenant"], ref["type"], ref["id"]) if ref else None,
             on_behalf_of=data.get("on_behalf_of"),
             mint=(str(mint[0]), int(mint[1])) if mint else None,
+            workflow=(str(workflow[0]), int(workflow[1])) if workflow else None,
         )
     raise ValueError(f"Unknown caller kind {kind!r}.")
 

@@ -16,8 +16,10 @@ from collections.abc import AsyncGenerator, Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
+from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel
 
 from akter._event_decl import Event, decode_stored
 from akter._retry import CommandRetry
@@ -27,6 +29,7 @@ from akter.context import LoopLease
 from akter.errors import ActorError, DeclaredError, Reason
 from akter.events import EventRecord, EventStream, parse_cursor
 from akter.handles import BaseHandle
+from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStatus, signal_name
 
 A = TypeVar("A", bound=Actor[Any])
 
@@ -140,10 +143,21 @@ class Client:
         pinned: str | None,
     ) -> Any:
         """POST a command, retrying with one id until the delivery timeout."""
-        command_id = pinned or await self.mint_command_id()
         path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/{member.name}"
+        what = f"{definition.name}/{actor_id!r}.{member.name}"
+        response = await self._post_retrying(path, body, pinned, what)
+        return member.result.validate_python(response.json())
+
+    async def _post_retrying(
+        self, path: str, body: dict[str, Any], pinned: str | None, what: str
+    ) -> httpx.Response:
+        """POST under one command id, retrying retryable failures until the delivery timeout.
+
+        Returns the 200 response; raises the declared error or the non-retryable ``ActorError``.
+        """
+        command_id = pinned or await self.mint_command_id()
         retries = CommandRetry(
-            f"{definition.name}/{actor_id!r}.{member.name}",
+            what,
             command_id,
             time.monotonic() + self.delivery_timeout,
             first_wait=0.25,
@@ -163,7 +177,7 @@ class Client:
                 )
             else:
                 if response.status_code == 200:
-                    return member.result.validate_python(response.json())
+                    return response
                 error_or_declared = _error_of(response)
                 if isinstance(error_or_declared, DeclaredError):
                     raise error_or_declared
@@ -171,6 +185,26 @@ class Client:
                 if not error.retryable:
                     raise error
             await asyncio.sleep(retries.wait_after(error))
+
+    # --- workflows ----------------------------------------------------------------------------
+
+    async def start_workflow(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        flow: WorkflowMember[Any, Any],
+        body: dict[str, Any],
+        pinned: str | None,
+    ) -> WorkflowRun[Any]:
+        """POST a workflow start (idempotent by its command id): a handle to the run."""
+        path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/workflows/{flow.name}"
+        what = f"{definition.name}/{actor_id!r}.{flow.name}"
+        response = await self._post_retrying(path, body, pinned, what)
+        return WorkflowRun(str(response.json()["run_id"]), _RemoteRuns(self), flow.result)
+
+    def workflow_run(self, run_id: str) -> WorkflowRun[Any]:
+        """A handle to a workflow run by id (``result``, ``status``, ``signal``, ``cancel``)."""
+        return WorkflowRun(run_id, _RemoteRuns(self))
 
     async def call_query(
         self, definition: ActorDefinition, actor_id: str, member: Member, body: dict[str, Any]
@@ -283,6 +317,42 @@ class _RemoteTransport:
             lambda: client.read_events(definition, ref.id, after, limit),
             lambda: client.follow_events(definition, ref.id, after),
         )
+
+    async def start_workflow(
+        self,
+        flow: WorkflowMember[Any, Any],
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+    ) -> WorkflowRun[Any]:
+        """POST a workflow start."""
+        return await self._client.start_workflow(self._definition, ref.id, flow, body, pinned)
+
+
+class _RemoteRuns:
+    """A remote run handle's calls: ``/workflows/{run_id}`` requests through the client."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    async def status(self, run_id: str) -> WorkflowStatus:
+        """GET the run's status and journal."""
+        response = await self._client._http.get(f"/workflows/{quote(run_id, safe='')}")
+        _raise_for(response)
+        return WorkflowStatus.model_validate(response.json())
+
+    async def signal(self, run_id: str, signal: BaseModel) -> None:
+        """POST a signal to the run."""
+        path = f"/workflows/{quote(run_id, safe='')}/signals/{signal_name(signal)}"
+        response = await self._client._http.post(path, json=signal.model_dump(mode="json"))
+        _raise_for(response)
+
+    async def cancel(self, run_id: str) -> None:
+        """POST a cancel of the run."""
+        response = await self._client._http.post(f"/workflows/{quote(run_id, safe='')}/cancel")
+        _raise_for(response)
 
 
 class RemoteHandle(BaseHandle):

@@ -106,6 +106,27 @@ def _row_priority(priority: Any) -> int:
     return priority
 
 
+def _stage_workflow(ctx: CommandContext, command: str, body: dict[str, Any]) -> str:
+    """Stage a ``$workflow.*`` intent to this actor (the relay hands it to the engine)."""
+    timeout = ctx.definition.policy.execution_timeout
+    intent_id = framework_id(ctx.now_ms, 0, None, timeout, ctx.window_ms)
+    ctx.staged.ops.append(
+        StagedRow(
+            intent_id=intent_id,
+            kind="intent",
+            target_type=ctx.definition.name,
+            target_id=ctx.ref.id,
+            command=command,
+            payload=canonical_json(body),
+            caller=ctx.system_caller("actor"),
+            delay_ms=0,
+            at_ms=None,
+            timer_key=None,
+        )
+    )
+    return intent_id
+
+
 def _stage_intent(
     ctx: CommandContext,
     command: Any,
@@ -377,6 +398,56 @@ class TurnApi(Generic[S]):
         if delay_ms is None and at_ms is None:
             delay_ms = 0
         return Later(self, delay_ms, at_ms, key)
+
+    def start_workflow(
+        self, workflow: Any, /, *args: Any, key: str | None = None, **kwargs: Any
+    ) -> str:
+        """Start a workflow run on this actor if the turn commits; returns the run id.
+
+        ``self.start_workflow(Order.fulfil, sku, cents, key="fulfil")``: the arguments are
+        validated now; the run exists once the turn has committed (the relay creates it).
+        With ``key=``, at most one run per (actor, workflow, key) is live: a start while one
+        is live starts nothing. (The workflows spec's ``self.start``: ``start`` is a common
+        command name, which this method would clash with.)
+        """
+        from akter.workflows import WorkflowMember
+
+        ctx = _writable(self, "start_workflow")
+        if not isinstance(workflow, WorkflowMember) or workflow.owner is not ctx.definition:
+            raise invalid_input(
+                f"start() takes a workflow of {ctx.definition.name!r} (e.g. "
+                f"{ctx.definition.name}.<workflow>), not {workflow!r}."
+            )
+        if key is not None:
+            validate_key(key, "workflow key")
+        body = {"workflow": workflow.name, "input": workflow.bind(args, kwargs), "key": key}
+        return _stage_workflow(ctx, "$workflow.start", body)
+
+    def signal_workflow(self, run_id: str, signal: BaseModel) -> None:
+        """Send ``signal`` to a workflow run if the turn commits (kept until a wait takes it).
+
+        (The workflows spec's ``self.signal``; ``signal`` is a common command name.)
+        """
+        from akter._members import storable_payload
+        from akter.workflows import signal_name
+
+        ctx = _writable(self, "signal_workflow")
+        if not isinstance(run_id, str) or not run_id:
+            raise invalid_input(f"signal_workflow() takes a run id, not {run_id!r}.")
+        if not isinstance(signal, BaseModel):
+            raise invalid_input(
+                f"signal_workflow() takes a pydantic model instance, not {signal!r}."
+            )
+        payload = canonical_json(storable_payload(signal, f"signal {signal_name(signal)}"))
+        body = {"run_id": run_id, "name": signal_name(signal), "payload": payload}
+        _stage_workflow(ctx, "$workflow.signal", body)
+
+    def cancel_workflow(self, run_id: str) -> None:
+        """Ask a workflow run to cancel if the turn commits."""
+        ctx = _writable(self, "cancel_workflow")
+        if not isinstance(run_id, str) or not run_id:
+            raise invalid_input(f"cancel_workflow() takes a run id, not {run_id!r}.")
+        _stage_workflow(ctx, "$workflow.cancel", {"run_id": run_id})
 
     def cancel_timer(self, key: str) -> None:
         """Delete this actor's pending timer with ``key`` if the turn commits."""

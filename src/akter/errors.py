@@ -273,6 +273,85 @@ class JobFailure(AkterError):
         self.final = final
 
 
+class WorkflowCancelled(AkterError):
+    """The workflow run was cancelled (``run.cancel()``, or its ``timeout=`` passed).
+
+    Raised at the run's next durable await; the workflow may catch it and run compensating
+    steps. Raised by ``await run.result()`` of a cancelled run.
+    """
+
+    def __init__(self, message: str = "The workflow run was cancelled.") -> None:
+        super().__init__(message)
+
+
+class WorkflowFailed(AkterError):
+    """``await run.result()`` of a run whose code raised (not a declared error).
+
+    Attributes:
+        run_id: The run.
+        type: The class name of the exception that escaped the workflow.
+        message: Its message.
+    """
+
+    def __init__(self, run_id: str, type: str, message: str) -> None:
+        super().__init__(f"Workflow run {run_id!r} failed: {type}: {message}")
+        self.run_id = run_id
+        self.type = type
+        self.message = message
+
+
+class WorkflowDiverged(AkterError):
+    """``await run.result()`` of a run parked as ``diverged`` (its code changed under it).
+
+    An operator retries it after a fix (``akter workflows retry RUN``) or cancels it.
+    """
+
+
+class JobDeadLettered(AkterError):
+    """A workflow's job step ran out of attempts (or failed finally): the job's dead letter.
+
+    Attributes:
+        letter: The dead letter (``akter.DeadLetter``): attempts, cause, and ``ambiguous``
+            (the provider may have applied the call).
+    """
+
+    def __init__(self, letter: Any) -> None:
+        super().__init__(
+            f"Job {letter.job_id!r} was dead-lettered after {letter.attempts} attempt(s): "
+            f"{letter.cause}" + (" (it may have been applied)" if letter.ambiguous else "")
+        )
+        self.letter = letter
+
+
+class JobCancelled(AkterError):
+    """A workflow's job step was cancelled.
+
+    Attributes:
+        report: What is known of the job (``akter.Cancelled``): its outcome (``Succeeded``,
+            ``Failed`` or ``Unknown``) and ``ambiguous``.
+    """
+
+    def __init__(self, report: Any) -> None:
+        super().__init__(f"Job {report.job_id!r} was cancelled ({report.outcome.kind}).")
+        self.report = report
+
+
+class StepFailed(AkterError):
+    """A workflow's local step (``wf.step``) failed on every attempt.
+
+    Attributes:
+        step: The step's function name.
+        attempts: How many attempts ran.
+        cause: The last attempt's error, in words.
+    """
+
+    def __init__(self, step: str, attempts: int, cause: str) -> None:
+        super().__init__(f"Step {step!r} failed after {attempts} attempt(s): {cause}")
+        self.step = step
+        self.attempts = attempts
+        self.cause = cause
+
+
 class InjectedCrash(BaseException):
     """A simulated process death at a fault-injection point (testing only)."""
 
@@ -290,10 +369,16 @@ __all__ = [
     "DefinitionError",
     "DrainError",
     "InjectedCrash",
+    "JobCancelled",
+    "JobDeadLettered",
     "JobFailure",
     "ReadOnlyError",
     "Reason",
+    "StepFailed",
     "UnknownDeclaredError",
+    "WorkflowCancelled",
+    "WorkflowDiverged",
+    "WorkflowFailed",
     "invalid_input",
     "invalid_input_from",
     "unavailable",

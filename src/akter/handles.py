@@ -22,6 +22,7 @@ from akter.callers import ActorRef
 from akter.context import LoopLease
 from akter.errors import ActorError
 from akter.events import EventRecord, EventStream
+from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStarter
 
 if TYPE_CHECKING:
     from akter.actor import Actor
@@ -49,6 +50,16 @@ class Transport(Protocol):
 
     def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
         """The actor's event feed after a cursor."""
+        ...
+
+    async def start_workflow(
+        self,
+        flow: WorkflowMember[Any, Any],
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+    ) -> WorkflowRun[Any]:
+        """Start a workflow run (its id derives from the command id)."""
         ...
 
 
@@ -97,6 +108,14 @@ class BaseHandle:
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         if name.startswith("__"):
             raise AttributeError(name)
+        flow = self._definition.workflows.get(name)
+        if flow is not None:
+            transport, ref, pinned = self._transport, self._ref, self._command_id
+
+            async def start(*args: Any, **kwargs: Any) -> WorkflowRun[Any]:
+                return await transport.start_workflow(flow, ref, flow.bind(args, kwargs), pinned)
+
+            return WorkflowStarter(start)  # type: ignore[return-value]
         member = self._definition.members.get(name)
         if member is None or member.internal:
             raise ActorError(
@@ -172,6 +191,16 @@ class Host(Protocol):
         """A job's progress frames."""
         ...
 
+    async def start_workflow(
+        self,
+        flow: WorkflowMember[Any, Any],
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+    ) -> WorkflowRun[Any]:
+        """Start a workflow run."""
+        ...
+
 
 class LocalTransport:
     """Calls into this process's runtime."""
@@ -207,6 +236,17 @@ class LocalTransport:
     def progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
         """A job's progress frames."""
         return self._host.job_progress(ref, job_id)
+
+    async def start_workflow(
+        self,
+        flow: WorkflowMember[Any, Any],
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+    ) -> WorkflowRun[Any]:
+        """Start a workflow run, refused from inside a running turn (use ``self.start``)."""
+        refuse_inside_turn()
+        return await self._host.start_workflow(flow, ref, body, pinned)
 
 
 class Handle(BaseHandle):

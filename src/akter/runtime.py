@@ -31,6 +31,7 @@ from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
 from akter._engine.turn import Result, TurnEngine
 from akter._engine.wakes import CommitWakes
+from akter._engine.workflows import WorkflowEngine
 from akter._ids import ms_from_duration, uuid7
 from akter._local_clock import LocalClock
 from akter._store.migrate import Deployment
@@ -42,9 +43,10 @@ from akter.context import LoopLease
 from akter.dead_letters import DeadLetters
 from akter.errors import ActorError, ConfigurationError
 from akter.events import EventRecord
-from akter.handles import FencedRuntime, local_handle
+from akter.handles import FencedRuntime, Handle, local_handle
 from akter.outbox import Outbox
 from akter.telemetry import Metrics
+from akter.workflows import WorkflowMember, WorkflowRun
 
 log = logging.getLogger("akter.runtime")
 
@@ -115,12 +117,21 @@ class Runtime:
         self.progress = self.jobs.progress
         self.progress_streams = ProgressStreams(services, self.progress, check_access)
         self.runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
+        #: The workflow engine: runs, their steps and wakes (the workflows spec).
+        self.workflow_engine = WorkflowEngine(
+            services,
+            calls=self.calls,
+            make_handle=Handle,
+            wake=lambda: self._wake_workflows(),
+            runner_id=self.runners.runner_id,
+        )
         self.relay = Relay(
             services,
             deliver=self.calls.deliver_decoded,  # the relay's decode validated the payload
             events=self.events,
             jobs=self.jobs,
             runner_id=self.runners.runner_id,
+            workflows=self.workflow_engine,
         )
         self.dispatcher.admission = self.relay.backlog
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
@@ -128,7 +139,9 @@ class Runtime:
         #: Parked outbox rows: list, retry, discard (evolution E3).
         self.outbox = Outbox(services, wake=self.relay.announce)
         self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
-        self._lifecycle = Lifecycle(services, self.dispatcher, self.jobs, self.relay, self.runners)
+        self._lifecycle = Lifecycle(
+            services, self.dispatcher, self.jobs, self.relay, self.runners, self.workflow_engine
+        )
         self._database_url = config.database_url
         self.last_drain: DrainReport | None = None
 
@@ -147,6 +160,12 @@ class Runtime:
 
     def _refuse_work(self) -> None:
         self.dispatcher.accepting = False
+
+    def _wake_workflows(self) -> None:
+        """A run became runnable (or an on_complete intent due): a pass here and on others."""
+        self.relay.wake()
+        if self.config.notify:
+            self.relay.poke_others()
 
     @property
     def readiness(self) -> Readiness:
@@ -365,6 +384,28 @@ class Runtime:
         self.supervisor.require_started()
         definition = self.definition(ref.type)
         await check_access(definition, ref, caller or current_caller(), kind)
+
+    # --- workflows ----------------------------------------------------------------------------
+
+    def workflow_run(self, run_id: str) -> WorkflowRun[Any]:
+        """A handle to a workflow run by id (``result``, ``status``, ``signal``, ``cancel``)."""
+        return self.workflow_engine.run(run_id)
+
+    async def start_workflow(
+        self,
+        flow: WorkflowMember[Any, Any],
+        ref: ActorRef,
+        body: dict[str, Any],
+        pinned: str | None,
+        caller: Caller | None = None,
+    ) -> WorkflowRun[Any]:
+        """Start a run of ``flow`` on ``ref`` (``handle.<workflow>.start``; HTTP's entry)."""
+        return await self.workflow_engine.start_from_handle(flow, ref, body, pinned, caller)
+
+    async def retry_workflow(self, run_id: str) -> bool:
+        """Make a run parked as diverged runnable again (``akter workflows retry``)."""
+        self.supervisor.require_started()
+        return await self.workflow_engine.retry(run_id)
 
     # --- call paths ---------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ AKTER_ALL = [
     "Finding",
     "Job",
     "JobCall",
+    "JobCancelled",
+    "JobDeadLettered",
     "JobFailure",
     "ParkedRow",
     "Policy",
@@ -39,10 +41,19 @@ AKTER_ALL = [
     "Rate",
     "ReadOnlyError",
     "Runtime",
+    "StepFailed",
     "Succeeded",
     "System",
     "Unknown",
     "User",
+    "Workflow",
+    "WorkflowCancelled",
+    "WorkflowDiverged",
+    "WorkflowError",
+    "WorkflowFailed",
+    "WorkflowOutcome",
+    "WorkflowRun",
+    "WorkflowStatus",
     "__version__",
     "as_caller",
     "command",
@@ -52,6 +63,7 @@ AKTER_ALL = [
     "public",
     "query",
     "schedule",
+    "workflow",
 ]
 
 TESTING_ALL = ["ActorTest", "Hooks", "Inspection", "ManualClock", "POINTS", "Pause"]
@@ -85,8 +97,11 @@ def test_akter_exports_are_documented_public_objects() -> None:
 
 
 def test_every_error_derives_from_the_root() -> None:
-    errors = [getattr(akter, n) for n in AKTER_ALL if n.endswith(("Error", "Escaped", "Failure"))]
-    assert len(errors) == 9
+    suffixes = ("Error", "Escaped", "Failure", "Failed", "Cancelled", "Diverged", "DeadLettered")
+    # WorkflowError is a model (what escaped a run); Cancelled and Failed are job route models.
+    models = {"WorkflowError", "Cancelled", "Failed"}
+    errors = [getattr(akter, n) for n in AKTER_ALL if n.endswith(suffixes) and n not in models]
+    assert len(errors) == 15
     for error in errors:
         assert issubclass(error, akter.AkterError), error
 

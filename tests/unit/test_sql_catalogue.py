@@ -48,7 +48,21 @@ QUERIES_SQL = "\n".join(
 )
 
 #: Tables holding one actor's rows (semantics §1.8): keyed by routing_key first.
-PER_ACTOR = frozenset({"actors", "receipts", "events", "outbox", "dead_letters", "operator_audit"})
+PER_ACTOR = frozenset(
+    {
+        "actors",
+        "receipts",
+        "events",
+        "outbox",
+        "dead_letters",
+        "operator_audit",
+        # Workflows (migration 0007): a run, its journal and signals belong to its actor.
+        "workflows",
+        "workflow_steps",
+        "workflow_signals",
+        "workflow_aliases",
+    }
+)
 #: Framework tables that belong to no actor (one row, or one per runner / type / migration).
 GLOBAL = frozenset(
     {
@@ -72,10 +86,21 @@ CROSS_ACTOR: dict[str, str] = {
     "(read-only, under the type lock; kind, running and the lease end named)",
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
     "any_due": "an idle relay's poll asks whether any unparked intent or job row is due across "
-    "actors, by bucket, kind, due_at_ms and parked_at_ms (read-only, one row per bucket at most)",
+    "actors, by bucket, kind, due_at_ms and parked_at_ms, or any workflow run by wake_at_ms "
+    "(read-only, one row per bucket at most, one index probe on the runs)",
     "next_due": "an idle relay's poll with notify=True asks how long until the first unparked "
-    "intent or job row is due across actors, by bucket, kind, parked_at_ms and due_at_ms "
-    "(read-only, one index entry per bucket and kind)",
+    "intent or job row is due across actors, by bucket, kind, parked_at_ms and due_at_ms, or "
+    "the first workflow run by wake_at_ms (read-only, one index entry per bucket and kind, one "
+    "on the runs)",
+    "wf_claim": "the workflow engine claims runs of hosted types whose wake_at_ms has come "
+    "(SKIP LOCKED, bounded by free slots; like the relay's claim)",
+    "citus_wf_claim_scan": "Citus: wf_claim's unlocked candidate scan, by wake_at_ms and type, "
+    "bounded by free slots (each candidate is then claimed in its own shard)",
+    "wf_locate": "a run is found by its id alone (run ids are unique; run_id and alias indexes)",
+    "wf_list": "operators list runs across actors, by status and type, newest first (read-only, "
+    "bounded by limit)",
+    "wf_prune": "retention deletes finished runs of one type by finished_at_ms, a bounded batch "
+    "(the journal, signals and aliases follow by routing_key)",
     "count_intent_backlog_flat": "Citus: count_intent_backlog without the per-bucket probe, by "
     "kind, due_at_ms and parked_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
     "count_intent_backlog": "admission backpressure counts due intents of hosted types across "

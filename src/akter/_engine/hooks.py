@@ -24,6 +24,10 @@ POINTS = frozenset(
         "before_park",
         "before_discard_commit",
         "before_retry_commit",
+        # Workflows (issue 15): around a step's record, and before a run's end is written.
+        "before_step_record",
+        "after_step_record",
+        "before_workflow_complete",
     }
 )
 

@@ -388,15 +388,21 @@ async def _shielded(operation: Any) -> Any:
 def _classify_value(attempt: Attempt, value: Any) -> Reported:
     """A returned value: Succeeded with its routes, or Rejected when on_success refuses it."""
     row, job = attempt.row, attempt.job
+    workflow = job_routes.workflow_of(row.caller)
     try:
         cancelled = job_routes.cancelled(
-            job, row.intent_id, row.payload, row.attempts, {"kind": "Succeeded", "value": value}
+            job,
+            row.intent_id,
+            row.payload,
+            row.attempts,
+            {"kind": "Succeeded", "value": value},
+            workflow,
         )
     except RouteRejected as exc:
         cause = f"The on_cancelled route cannot accept the result: {exc}"
         cancelled = _unknown_cancelled(attempt, cause)
     try:
-        success = job_routes.success(job, value)
+        success = job_routes.success(job, value, workflow)
     except RouteRejected as exc:
         cause = f"The on_success route cannot accept the result: {exc}"
         return Rejected(Failure(cause, ambiguous=True, final=True), cancelled)
@@ -412,6 +418,7 @@ def _unknown_cancelled(attempt: Attempt, cause: str) -> job_routes.Route | None:
             row.payload,
             row.attempts,
             {"kind": "Unknown", "cause": cause},
+            job_routes.workflow_of(row.caller),
         )
     except RouteRejected:
         return None

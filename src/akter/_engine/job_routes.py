@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from akter._ids import canonical_json
+from akter._json import Unstorable, storable_json
 from akter.errors import ActorError
 
 if TYPE_CHECKING:
     from akter.jobs import Job
 
 RouteKind = Literal["success", "dead_letter", "cancelled"]
+#: A workflow step's job (its caller names the step): every outcome goes to the step, through
+#: the workflow engine's ``$workflow.job`` intent, instead of the job's routes.
+Workflow = tuple[str, int] | None
+WORKFLOW_ROUTE = "$workflow.job"
 
 
 @dataclass(frozen=True)
@@ -33,9 +38,34 @@ class RouteRejected(Exception):
     """The route's parameter type does not accept the value."""
 
 
-def has_route(job: Job[Any, Any], kind: RouteKind) -> bool:
-    """Whether the job declares a route of ``kind``."""
-    return kind in job.routes
+def workflow_of(caller: str) -> Workflow:
+    """The workflow step a job row's caller names (``System.workflow``), if any."""
+    if '"workflow"' not in caller:
+        return None
+    step = json.loads(caller).get("workflow")
+    return (str(step[0]), int(step[1])) if step else None
+
+
+def has_route(job: Job[Any, Any], kind: RouteKind, workflow: Workflow = None) -> bool:
+    """Whether the job's outcome of ``kind`` is routed (a workflow step's always is)."""
+    return workflow is not None or kind in job.routes
+
+
+def _to_step(workflow: tuple[str, int], outcome: dict[str, Any]) -> Route:
+    """The ``$workflow.job`` intent that records ``outcome`` at the step."""
+    run_id, seq = workflow
+    try:
+        payload = storable_json({"run_id": run_id, "seq": seq, "outcome": outcome}, "outcome")
+    except Unstorable as exc:
+        raise RouteRejected(str(exc)) from None
+    return Route(WORKFLOW_ROUTE, payload)
+
+
+def _result_json(job: Job[Any, Any], value: Any) -> Any:
+    try:
+        return job.result.dump_python(value, mode="json")
+    except Exception as exc:  # pydantic serialization errors
+        raise RouteRejected(f"the result does not fit {job.name}'s return type: {exc}") from None
 
 
 def build(job: Job[Any, Any], kind: RouteKind, value: Any) -> Route | None:
@@ -64,13 +94,21 @@ def stored_payload(payload: str) -> Any:
     return json.loads(payload)
 
 
-def success(job: Job[Any, Any], value: Any) -> Route | None:
-    """The ``on_success`` route for a result."""
+def success(job: Job[Any, Any], value: Any, workflow: Workflow = None) -> Route | None:
+    """The ``on_success`` route for a result (a workflow step's: the step's record)."""
+    if workflow is not None:
+        return _to_step(workflow, {"ok": _result_json(job, value)})
     return build(job, "success", value)
 
 
 def dead_letter(
-    job: Job[Any, Any], job_id: str, payload: str, attempts: int, cause: str, ambiguous: bool
+    job: Job[Any, Any],
+    job_id: str,
+    payload: str,
+    attempts: int,
+    cause: str,
+    ambiguous: bool,
+    workflow: Workflow = None,
 ) -> Route | None:
     """The ``on_dead_letter`` route; ``None`` without one or when the payload no longer fits."""
     letter = {
@@ -80,6 +118,8 @@ def dead_letter(
         "cause": cause,
         "ambiguous": ambiguous,
     }
+    if workflow is not None:
+        return _to_step(workflow, {"dead_letter": letter})
     try:
         return build(job, "dead_letter", letter)
     except RouteRejected:
@@ -87,7 +127,12 @@ def dead_letter(
 
 
 def cancelled(
-    job: Job[Any, Any], job_id: str, payload: str, attempts: int, outcome: dict[str, Any]
+    job: Job[Any, Any],
+    job_id: str,
+    payload: str,
+    attempts: int,
+    outcome: dict[str, Any],
+    workflow: Workflow = None,
 ) -> Route | None:
     """The ``on_cancelled`` route for an outcome (``Succeeded`` / ``Failed`` / ``Unknown``).
 
@@ -102,4 +147,8 @@ def cancelled(
         "outcome": outcome,
         "ambiguous": outcome["kind"] == "Unknown",
     }
+    if workflow is not None:
+        if outcome["kind"] == "Succeeded":
+            report["outcome"] = {**outcome, "value": _result_json(job, outcome["value"])}
+        return _to_step(workflow, {"cancelled": report})
     return build(job, "cancelled", report)

@@ -146,7 +146,9 @@ class Settler:
         self.retry_every = retry_every
         self.wake = wake
         self.capped = job.options.per_actor is not None
-        self.routes_cancelled = job_routes.has_route(job, "cancelled")
+        #: The workflow step the job belongs to: every outcome is routed to it.
+        self.workflow = job_routes.workflow_of(row.caller)
+        self.routes_cancelled = job_routes.has_route(job, "cancelled", self.workflow)
         #: How the job ended once a settle was terminal (``succeeded``, ``dead_lettered``,
         #: ``cancelled``): what the progress close tells readers (semantics §5.11).
         self.outcome: str | None = None
@@ -247,6 +249,7 @@ class Settler:
                     self.row.payload,
                     n,
                     {"kind": outcome, "cause": cause},
+                    self.workflow,
                 )
             except RouteRejected:
                 route = None  # the stored payload no longer validates
@@ -271,7 +274,9 @@ class Settler:
 
     async def _dead_letter(self, n: int, cause: str, ambiguous: bool, *, cancelled: bool) -> bool:
         row = self.row
-        route = job_routes.dead_letter(self.job, row.intent_id, row.payload, n, cause, ambiguous)
+        route = job_routes.dead_letter(
+            self.job, row.intent_id, row.payload, n, cause, ambiguous, self.workflow
+        )
         armed = self.hooks.armed("before_dead_letter_commit")
         written = await self.gateway.dead_letter(
             row,
@@ -305,6 +310,10 @@ class Settler:
             self._log(logging.WARNING, "Job succeeded after it was dead-lettered")
             return
         if not self.routes_cancelled or cancelled is None:
+            return
+        if self.workflow is not None:
+            # The step already took the cancellation (JobCancelled was raised in the workflow).
+            self._log(logging.WARNING, "Job of a workflow step succeeded after its cancellation")
             return
         route_command = self.job.routes["cancelled"].__name__
         recorded = await self.gateway.insert_late_letter(

@@ -47,6 +47,10 @@ class _Runners(_Component, Protocol):
     async def stop(self) -> None: ...
 
 
+class _Workflows(Protocol):
+    async def stop(self) -> None: ...
+
+
 class Lifecycle:
     """Starts and drains one runner (module docstring)."""
 
@@ -57,12 +61,14 @@ class Lifecycle:
         jobs: _Jobs,
         relay: _Relay,
         runners: _Runners,
+        workflows: _Workflows | None = None,
     ) -> None:
         self._services = services
         self._dispatcher = dispatcher
         self._jobs = jobs
         self._relay = relay
         self._runners = runners
+        self._workflows = workflows
         #: The runner's own background tasks (hibernation).
         self.tasks: list[asyncio.Task[None]] = []
         #: The deployment row read at start.
@@ -109,6 +115,8 @@ class Lifecycle:
         self._dispatcher.accepting = False
         deadline = time.monotonic() + self._services.config.drain_deadline_ms / 1000
         released = await self._relay.stop(deadline)
+        if self._workflows is not None:
+            await self._workflows.stop()  # running attempts hand their runs back
         attempts = self._jobs.running
         await self._jobs.stop()
         interrupted = await self._dispatcher.quiesce(deadline)

@@ -95,6 +95,16 @@ class JobPasses(Protocol):
     def executed_jobs(self) -> list[Job[Any, Any]]: ...
 
 
+class WorkflowPasses(Protocol):
+    """What the relay needs of the workflow engine."""
+
+    def run_pass(self) -> Awaitable[int]: ...
+
+    def deliver(
+        self, ref: ActorRef, command: str, payload: str, intent_id: str, caller: str
+    ) -> Awaitable[None]: ...
+
+
 class Relay:
     """Claims and delivers intents and timers for one runner.
 
@@ -103,6 +113,8 @@ class Relay:
         deliver: Runs one claimed intent as an internal command (``Runtime.deliver``).
         events: The runner's event bus: a wake from another runner wakes its live feeds.
         jobs: The job executor: each pass lets it claim its rows.
+        workflows: The workflow engine: each pass lets it claim runnable runs, and it takes
+            the ``$workflow.*`` intents instead of an actor.
         runner_id: This runner's id (for the skew watch's warnings).
     """
 
@@ -114,8 +126,10 @@ class Relay:
         events: EventBus,
         jobs: JobPasses,
         runner_id: str,
+        workflows: WorkflowPasses | None = None,
     ) -> None:
         self._services = services
+        self._workflows = workflows
         self._deliver_command = deliver
         self._events = events
         self._jobs = jobs
@@ -250,9 +264,10 @@ class Relay:
                 return 0
             # Side by side (own connection, framework pool): in series, an intent committed
             # while the job claims ran waited for them before its own claim.
-            outcomes = await asyncio.gather(
-                self._claim_intents(drain), self._jobs.run_pass(), return_exceptions=True
-            )
+            passes = [self._claim_intents(drain), self._jobs.run_pass()]
+            if self._workflows is not None:
+                passes.append(self._workflows.run_pass())
+            outcomes = await asyncio.gather(*passes, return_exceptions=True)
             self.backlog.observe(self._left_candidates)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -314,6 +329,15 @@ class Relay:
                 caller = caller_from_json(str(row["caller"]))
                 definition = self._services.registry.definition(ref.type)
                 command = str(row["command"])
+                if self._workflows is not None and command.startswith("$workflow."):
+                    # Staged by a turn or a job settle for the workflow engine, not an actor.
+                    claim.dispatched = True
+                    await self._workflows.deliver(
+                        ref, command, str(row["payload"]), key[1], str(row["caller"])
+                    )
+                    await self._settle(params)
+                    self.delivered += 1
+                    return
                 if str(row["timer_key"] or "").startswith("$cron:"):
                     entry = next(
                         (e for e in definition.schedules if e.key == row["timer_key"]), None

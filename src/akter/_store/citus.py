@@ -25,7 +25,18 @@ from akter.errors import ConfigurationError
 Strategy = Literal["plain", "citus"]
 
 #: Per-actor tables, distributed by ``routing_key`` and co-located with the first one.
-DISTRIBUTED = ("actors", "receipts", "events", "outbox", "dead_letters", "operator_audit")
+DISTRIBUTED = (
+    "actors",
+    "receipts",
+    "events",
+    "outbox",
+    "dead_letters",
+    "operator_audit",
+    "workflows",
+    "workflow_steps",
+    "workflow_signals",
+    "workflow_aliases",
+)
 #: Tables that belong to no actor: reference tables (a copy on every node).
 REFERENCE = (
     "migrations",
@@ -55,6 +66,8 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "names_count_commands": ("citus_names_count_command",),
     "names_count_jobs": ("citus_names_count_job",),
     "names_count_events": ("citus_names_count_event",),
+    # Workflows (issue 15): the run claim, like the job claim.
+    "wf_claim": ("citus_wf_claim_scan", "citus_wf_claim"),
 }
 
 

@@ -111,7 +111,7 @@ FROM (
 ) due;
 
 -- any_due --
--- an idle relay's poll: whether any unparked intent or job row is due across actors (one index probe per bucket, stopping at the first); every claim requires all of these, so false means no claim of this pass could take a row
+-- an idle relay's poll: whether any unparked intent or job row, or any workflow run, is due across actors (one index probe per bucket, stopping at the first, then one on the runs' wake times); every claim requires all of these, so false means no claim of this pass could take a row
 SELECT EXISTS (
     SELECT 1
     FROM generate_series(-128, 127) AS b(bucket)
@@ -123,11 +123,16 @@ SELECT EXISTS (
           AND o.parked_at_ms IS NULL
         LIMIT 1
     ) p
+) OR EXISTS (
+    SELECT 1 FROM {schema}.workflows w
+    WHERE w.wake_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
 ) AS due;
 
 -- next_due --
--- an idle relay's poll with notify=True: how long until the first unparked intent or job row is due across actors (one index probe per bucket and kind, each reading one entry), NULL when no row waits; the relay sleeps until then or a wake
-SELECT min(p.due_at_ms) - {schema}.stmt_ms(%(off)s::bigint) AS wait_ms
+-- an idle relay's poll with notify=True: how long until the first unparked intent or job row, or workflow run, is due across actors (one index probe per bucket and kind, each reading one entry, and one on the runs' wake times), NULL when nothing waits; the relay sleeps until then or a wake
+SELECT least(min(p.due_at_ms),
+             (SELECT min(w.wake_at_ms) FROM {schema}.workflows w WHERE w.wake_at_ms IS NOT NULL))
+       - {schema}.stmt_ms(%(off)s::bigint) AS wait_ms
 FROM generate_series(-128, 127) AS b(bucket)
 CROSS JOIN (VALUES ('intent'::text), ('job'::text)) AS k(kind)
 CROSS JOIN LATERAL (

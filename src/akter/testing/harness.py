@@ -37,6 +37,7 @@ from akter.callers import ActorRef
 from akter.check import CheckReport
 from akter.errors import DrainError
 from akter.runtime import Runtime
+from akter.workflows import WorkflowStatus
 
 A = TypeVar("A", bound=Actor[Any])
 
@@ -320,6 +321,9 @@ class ActorTest:
         """
         ms = ms_from_duration(by, "advance")
         live = self.live_runtimes
+        for runtime in live:
+            # A workflow attempt under way ends first: a jump must not end its lease under it.
+            await runtime.workflow_engine.wait_idle()
         if ms:
             # Leases move first: between two offsets another runner must not see a live lease
             # as ended, nor a moved one as written before a backward clock jump (skew).
@@ -355,23 +359,37 @@ class ActorTest:
 
         def progress() -> tuple[int, ...]:
             return tuple(
-                n for rt in live for n in (rt.relay.delivered, rt.relay.retried, rt.jobs.finished)
+                n
+                for rt in live
+                for n in (
+                    rt.relay.delivered,
+                    rt.relay.retried,
+                    rt.jobs.finished,
+                    rt.workflow_engine.attempted,
+                )
             )
 
         for _ in range(rounds):
             for runtime in live:
                 await runtime.relay.wait_idle()
                 await runtime.jobs.wait_idle()
+                await runtime.workflow_engine.wait_idle()
             before = progress()
             claimed = 0
             for runtime in live:
                 claimed += await runtime.relay.run_pass(drain=True)
-            busy = any(rt.relay.in_flight or rt.jobs.running for rt in live)
+            busy = any(
+                rt.relay.in_flight or rt.jobs.running or rt.workflow_engine.running for rt in live
+            )
             # Work that finished during this round (a background pass, an attempt's settle)
             # may have made new rows due after the pass looked: go round again.
             if claimed == 0 and not busy and progress() == before:
                 return
         raise DrainError(f"Outbox did not settle after {rounds} drain rounds.")
+
+    async def workflow(self, run_id: str) -> WorkflowStatus:
+        """A workflow run's status and step journal (read through a live runner)."""
+        return await self._any_live().workflow_run(run_id).status()
 
     async def now_ms(self) -> int:
         """The framework clock (read through a live runner)."""

@@ -1,0 +1,630 @@
+"""One attempt of a workflow run: the function re-run from the top against its journal.
+
+The attempt is the ``wf`` context's :class:`~akter.workflows.StepDriver`. Each durable await
+takes the next ``seq``. A journal record at that seq answers the step without doing anything
+(its kind and name must match the code's, else the run *diverged*, W5). Past the journal the
+step is performed and recorded, each record guarded by the attempt's token:
+
+- a command (or query) step writes a ``pending`` record with a fresh command id first, then runs
+  the turn with that id, then records the outcome: a crash in between replays the receipt;
+- a job step stages the job row with its ``pending`` record in one transaction, then suspends;
+  the job's settle routes its outcome to the step (``$workflow.job``) and wakes the run;
+- a sleep or a signal wait records its wake time as ``pending`` and suspends until then;
+- a local step (``wf.step``) runs, then records (at least once);
+- recorded values (``now``, ``uuid4``, ``random``) and ``patched`` markers are buffered and
+  written with the next record, before any effect that could depend on them.
+
+Control leaves the user's code through ``BaseException`` subclasses (``except Exception`` in a
+workflow cannot swallow them): :class:`Suspend`, :class:`Diverged`, :class:`Outage` and
+:class:`LeaseLost`. The executor (:mod:`akter._engine.workflows`) decides what each means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from akter._ids import canonical_json
+from akter._json import Unstorable, storable_json
+from akter._staging import framework_id
+from akter._store.gateway.workflows import OutboxRow, RunKey, StepRecord
+from akter.callers import ActorRef, System, caller_to_json
+from akter.errors import (
+    ActorError,
+    DeclaredError,
+    InjectedCrash,
+    JobCancelled,
+    JobDeadLettered,
+    StepFailed,
+    WorkflowCancelled,
+    invalid_input,
+)
+from akter.jobs import Cancelled, DeadLetter, Job
+from akter.workflows import signal_name
+
+if TYPE_CHECKING:
+    from akter._engine.services import Services
+    from akter._store.gateway.workflows import WorkflowsGateway
+    from akter.actor import Member
+    from akter.workflows import WorkflowMember
+
+log = logging.getLogger("akter.workflows")
+
+#: Limits of the workflows spec, W3: steps per run and bytes per recorded outcome.
+MAX_STEPS = 10_000
+MAX_OUTCOME_BYTES = 1 << 20
+#: Steps whose pending record is a suspension: a cancel replaces it (a pending command step
+#: is finished first: its turn may have committed).
+_SUSPENDING = frozenset({"sleep", "wait", "job"})
+
+
+class Suspend(BaseException):
+    """The run waits for something not yet there: hand it back until ``wake_at``."""
+
+    def __init__(self, wake_at: int | None, waiting: str) -> None:
+        super().__init__(waiting)
+        self.wake_at = wake_at
+        self.waiting = waiting
+
+
+class Diverged(BaseException):
+    """The code asked for a step the journal does not hold at that seq (W5)."""
+
+
+class Outage(BaseException):
+    """A step could not be performed or recorded for a reason outside the workflow's code."""
+
+
+class LeaseLost(BaseException):
+    """Another attempt holds the run now: this one writes nothing more."""
+
+
+class Fatal(Exception):
+    """The run cannot go on (a limit, an outcome that cannot be stored): it fails."""
+
+
+@dataclass
+class Record:
+    """A journal record as loaded."""
+
+    seq: int
+    kind: str
+    name: str
+    status: str
+    detail: str | None
+    outcome: str | None
+
+
+@dataclass
+class PendingSignal:
+    """An unconsumed signal as loaded (arrival order)."""
+
+    signal_id: str
+    name: str
+    payload: str
+
+
+@dataclass
+class Claimed:
+    """A claimed run, as the claim returned it."""
+
+    run: RunKey
+    ref: ActorRef
+    workflow: str
+    input: str
+    caller: str
+    token: int
+    attempts: int
+    cancel_requested: bool
+    deadline_ms: int | None
+    now: int
+
+
+class StepsCalls(typing.Protocol):
+    """The runtime's call paths a command or query step uses (``akter._engine.calls.Calls``)."""
+
+    async def command(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        pinned: str | None,
+        caller: Any = None,
+        *,
+        retry: bool = True,
+    ) -> Any:
+        """A command with retries under one id."""
+        ...
+
+    async def query(
+        self, member: Member, ref: ActorRef, payload: dict[str, Any], caller: Any = None
+    ) -> Any:
+        """A query."""
+        ...
+
+    def mint_command_id(self) -> str:
+        """A fresh command id."""
+        ...
+
+
+HandleFactory = Callable[[Any, Any, ActorRef], Any]
+
+
+@dataclass
+class RunAttempt:
+    """One attempt of a claimed run (module docstring): the ``wf`` context's driver."""
+
+    services: Services
+    gateway: WorkflowsGateway
+    calls: StepsCalls
+    make_handle: HandleFactory
+    claimed: Claimed
+    member: WorkflowMember[Any, Any]
+    journal: dict[int, Record] = field(default_factory=dict)
+    signals: list[PendingSignal] = field(default_factory=list)
+    seq: int = 0
+    buffered: list[StepRecord] = field(default_factory=list)
+    #: Set once WorkflowCancelled was raised into the code (recorded as a ``cancel`` step).
+    cancel_delivered: bool = False
+    #: Set when the attempt raised WorkflowCancelled at a cancellation recorded earlier.
+    replayed_cancel: bool = False
+
+    # --- the StepDriver's identity ----------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.claimed.run.run_id
+
+    @property
+    def ref(self) -> ActorRef:
+        """The workflow's actor."""
+        return self.claimed.ref
+
+    @property
+    def workflow(self) -> str:
+        """The workflow's name."""
+        return self.claimed.workflow
+
+    def load(self, rows: list[dict[str, Any]]) -> None:
+        """Take the journal and pending signals from ``wf_journal``'s rows."""
+        for row in rows:
+            if row["what"] == "step":
+                rec = Record(
+                    int(row["seq"]),
+                    str(row["kind"]),
+                    str(row["name"]),
+                    str(row["status"]),
+                    row["detail"],
+                    row["outcome"],
+                )
+                self.journal[rec.seq] = rec
+                if rec.kind == "cancel":
+                    self.cancel_delivered = True
+            else:
+                self.signals.append(
+                    PendingSignal(str(row["detail"]), str(row["name"]), str(row["outcome"]))
+                )
+
+    # --- sequencing -------------------------------------------------------------------------
+
+    def _next(self, kind: str, name: str, *, durable: bool = True) -> tuple[int, Record | None]:
+        """Take the next seq; the record there, if any, after the divergence and cancel checks.
+
+        Raises:
+            WorkflowCancelled: a cancellation recorded at this seq (replay), or a requested one
+                reached past the journal (recorded now); only for ``durable`` steps.
+            Diverged: the journal's record here is another step.
+        """
+        seq = self.seq
+        self.seq += 1
+        rec = self.journal.get(seq)
+        if (
+            rec is not None
+            and durable
+            and rec.status == "pending"
+            and rec.kind in _SUSPENDING
+            and self._cancelling()
+        ):
+            # A cancel reaches a run suspended here: the pending record becomes the cancel.
+            self.cancel_delivered = True
+            self.buffered.append(StepRecord(seq, "cancel", "cancel", "done"))
+            raise WorkflowCancelled(self._cancel_message())
+        if rec is not None:
+            if rec.kind == "cancel":
+                self.replayed_cancel = True
+                raise WorkflowCancelled(self._cancel_message())
+            if (rec.kind, rec.name) != (kind, name):
+                raise Diverged(
+                    f"Step {seq} of workflow run {self.run_id!r} was recorded as {rec.kind} "
+                    f"{rec.name!r}, but the code now asks for {kind} {name!r}; the run is "
+                    "parked. Restore the code's order (or guard the change with wf.patched()), "
+                    f"then 'akter workflows retry {self.run_id}', or cancel the run."
+                )
+            return seq, rec
+        if seq >= MAX_STEPS:
+            raise Fatal(f"The run reached the limit of {MAX_STEPS} steps.")
+        if durable and self._cancelling():
+            self.cancel_delivered = True
+            self.buffered.append(StepRecord(seq, "cancel", "cancel", "done"))
+            raise WorkflowCancelled(self._cancel_message())
+        return seq, None
+
+    def _cancelling(self) -> bool:
+        if self.cancel_delivered:
+            return False
+        deadline = self.claimed.deadline_ms
+        timed_out = deadline is not None and self._now() >= deadline
+        return self.claimed.cancel_requested or timed_out
+
+    def _cancel_message(self) -> str:
+        deadline = self.claimed.deadline_ms
+        if not self.claimed.cancel_requested and deadline is not None and self._now() >= deadline:
+            return f"Workflow run {self.run_id!r} timed out (timeout= of {self.workflow})."
+        return f"Workflow run {self.run_id!r} was cancelled."
+
+    def _now(self) -> int:
+        return self.services.clock.estimate()
+
+    # --- writing ----------------------------------------------------------------------------
+
+    async def _record(
+        self,
+        *records: StepRecord,
+        consumed: tuple[tuple[str, int], ...] = (),
+        outbox: tuple[OutboxRow, ...] = (),
+    ) -> None:
+        """Write the buffered records and ``records`` under the attempt's token."""
+        batch = [*self.buffered, *records]
+        info = {"run_id": self.run_id, "seqs": [r.seq for r in batch]}
+        await self.services.hooks.at("before_step_record", info)
+        try:
+            held = await self.gateway.record(
+                self.claimed.run,
+                self.claimed.token,
+                self.services.config.workflow_lease_ms,
+                batch,
+                consumed=consumed,
+                outbox=outbox,
+            )
+        except (psycopg.Error, OSError) as exc:
+            raise Outage(f"A step record failed: {exc}") from exc
+        if not held:
+            raise LeaseLost(self.run_id)
+        self.buffered.clear()
+        await self.services.hooks.at("after_step_record", info)
+
+    async def flush(self) -> None:
+        """Write buffered records (before the attempt suspends or ends)."""
+        if self.buffered:
+            await self._record()
+
+    def _encode(self, value: Any, what: str) -> str:
+        try:
+            text = storable_json(value, what)
+        except Unstorable as exc:
+            raise Fatal(f"The outcome of {what} cannot be stored: {exc}") from None
+        if len(text.encode()) > MAX_OUTCOME_BYTES:
+            raise Fatal(f"The outcome of {what} is larger than 1 MiB ({len(text.encode())} bytes).")
+        return text
+
+    # --- command and query steps ------------------------------------------------------------
+
+    def handle(self, actor: type[Any], id: str, tenant: str | None) -> Any:
+        """``wf.get(X, id)``: a handle whose calls are steps."""
+        registry = self.services.registry
+        ref = registry.ref(actor, id, tenant=tenant or self.ref.tenant)
+        return self.make_handle(self, registry.definition(ref.type), ref)
+
+    def _caller(self, workflow: tuple[str, int] | None = None) -> System:
+        from akter.callers import caller_from_json, principal_of
+
+        starter = caller_from_json(self.claimed.caller)
+        return System(
+            source="workflow",
+            ref=self.ref,
+            on_behalf_of=principal_of(starter),
+            workflow=workflow,
+        )
+
+    async def command(
+        self, member: Member, ref: ActorRef, body: dict[str, Any], pinned: str | None, fence: Any
+    ) -> Any:
+        """A command step (the handle transport's entry)."""
+        name = f"{ref.type}.{member.name}"
+        seq, rec = self._next("command", name)
+        if rec is not None and rec.status == "done":
+            return self._replay_call(member, rec)
+        if rec is not None:
+            command_id = str(json.loads(rec.detail or "{}")["command_id"])
+        else:
+            command_id = self.calls.mint_command_id()
+            detail = canonical_json({"command_id": command_id, "actor": ref.to_json()})
+            await self._record(StepRecord(seq, "command", name, "pending", detail))
+        return await self._call(seq, "command", name, member, ref, body, command_id)
+
+    async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
+        """A query step: its answer is recorded, so a replay sees the same value."""
+        name = f"{ref.type}.{member.name}"
+        seq, rec = self._next("query", name)
+        if rec is not None and rec.status == "done":
+            return self._replay_call(member, rec)
+        return await self._call(seq, "query", name, member, ref, body, None)
+
+    def events(self, ref: ActorRef, after: str | None, limit: int) -> Any:
+        """Event feeds are not steps."""
+        raise invalid_input("A workflow's handles have no event feed; read events in a step.")
+
+    async def _call(
+        self,
+        seq: int,
+        kind: str,
+        name: str,
+        member: Member,
+        ref: ActorRef,
+        body: dict[str, Any],
+        command_id: str | None,
+    ) -> Any:
+        try:
+            if command_id is not None:
+                value = await self.calls.command(
+                    member, ref, body, command_id, self._caller(), retry=True
+                )
+            else:
+                value = await self.calls.query(member, ref, body, self._caller())
+        except DeclaredError as exc:
+            outcome = {
+                "declared": {"tag": type(exc).tag, "fields": exc.fields, "message": str(exc)}
+            }
+            await self._record(StepRecord(seq, kind, name, "done", None, canonical_json(outcome)))
+            raise
+        except ActorError as exc:
+            if exc.retryable:
+                raise Outage(f"{name} is unavailable: {exc}") from exc
+            refused = {"reason": exc.reason, "code": exc.code, "message": exc.message}
+            await self._record(
+                StepRecord(seq, kind, name, "done", None, canonical_json({"refused": refused}))
+            )
+            raise
+        except (psycopg.Error, OSError) as exc:
+            raise Outage(f"{name} failed: {exc}") from exc
+        stored = self._encode({"ok": member.result.dump_python(value, mode="json")}, name)
+        await self._record(StepRecord(seq, kind, name, "done", None, stored))
+        return member.result.validate_python(json.loads(stored)["ok"])
+
+    def _replay_call(self, member: Member, rec: Record) -> Any:
+        outcome = json.loads(rec.outcome or "null")
+        if "ok" in outcome:
+            return member.result.validate_python(outcome["ok"])
+        if "declared" in outcome:
+            d = outcome["declared"]
+            raise DeclaredError.from_receipt(d["tag"], d["fields"], d.get("message"))
+        refused = outcome["refused"]
+        raise ActorError(refused["reason"], refused["message"], code=refused.get("code"))
+
+    # --- job steps --------------------------------------------------------------------------
+
+    async def job(self, job: Job[Any, Any], payload: BaseModel) -> Any:
+        """A job step: staged with its pending record, then a suspension until its outcome."""
+        definition = self.services.registry.definition(self.ref.type)
+        if not isinstance(job, Job) or job.owner is not definition:
+            raise invalid_input(
+                f"wf.job() takes a job of {definition.name!r} (the workflow's actor type), "
+                f"not {job!r}."
+            )
+        seq, rec = self._next("job", job.name)
+        if rec is not None and rec.status == "done":
+            return _replay_job(job, rec)
+        if rec is None:
+            body = job.validate_payload(payload)
+            policy = definition.policy
+            job_id = framework_id(
+                self._now(), 0, None, policy.execution_timeout, self.services.config.window_ms
+            )
+            row = OutboxRow(
+                intent_id=job_id,
+                kind="job",
+                tenant=self.ref.tenant,
+                actor_type=self.ref.type,
+                actor_id=self.ref.id,
+                command=job.name,
+                payload=canonical_json(body),
+                caller=caller_to_json(self._caller((self.run_id, seq))),
+                payload_version=job.version,
+                priority=job.options.priority,
+                max_wait_ms=job.options.max_wait_ms,
+            )
+            detail = canonical_json({"job_id": job_id})
+            await self._record(StepRecord(seq, "job", job.name, "pending", detail), outbox=(row,))
+            self.services.metrics.count("akter.outbox.staged", kind="job")
+        else:
+            job_id = str(json.loads(rec.detail or "{}").get("job_id", "?"))
+        raise Suspend(None, f"job {job.name} {job_id}")
+
+    # --- sleeps and waits -------------------------------------------------------------------
+
+    async def sleep(self, delay_ms: int | None, until_ms: int | None) -> None:
+        """A durable timer: its end recorded as pending, then a suspension until it passes."""
+        seq, rec = self._next("sleep", "sleep")
+        if rec is not None and rec.status == "done":
+            return
+        if rec is not None:
+            until = int(json.loads(rec.detail or "{}")["until"])
+        else:
+            until = until_ms if until_ms is not None else self._now() + (delay_ms or 0)
+            if until > self._now():
+                detail = canonical_json({"until": until})
+                await self._record(StepRecord(seq, "sleep", "sleep", "pending", detail))
+        if self._now() >= until:
+            self.buffered.append(
+                StepRecord(seq, "sleep", "sleep", "done", canonical_json({"until": until}))
+            )
+            return
+        raise Suspend(until, f"sleep until {until}")
+
+    async def wait(self, signal: type[BaseModel], timeout_ms: int | None) -> Any:
+        """A signal wait: the oldest unconsumed signal of the class, or a suspension."""
+        name = signal_name(signal)
+        seq, rec = self._next("wait", name)
+        if rec is not None and rec.status == "done":
+            payload = json.loads(rec.outcome or "null")["signal"]
+            return None if payload is None else signal.model_validate(payload)
+        if rec is not None:
+            until = json.loads(rec.detail or "{}").get("until")
+        else:
+            until = None if timeout_ms is None else self._now() + timeout_ms
+        found = next((s for s in self.signals if s.name == name), None)
+        if found is not None:
+            try:
+                value = signal.model_validate_json(found.payload)
+            except ValidationError as exc:
+                raise Fatal(
+                    f"Signal {found.signal_id!r} ({name}) does not validate against "
+                    f"{signal.__qualname__}: {exc}"
+                ) from None
+            outcome = canonical_json({"signal": json.loads(found.payload)})
+            await self._record(
+                StepRecord(seq, "wait", name, "done", None, outcome),
+                consumed=((found.signal_id, seq),),
+            )
+            self.signals.remove(found)
+            return value
+        if until is not None and self._now() >= until:
+            await self._record(
+                StepRecord(seq, "wait", name, "done", None, canonical_json({"signal": None}))
+            )
+            return None
+        if rec is None:
+            await self._record(
+                StepRecord(seq, "wait", name, "pending", canonical_json({"until": until}))
+            )
+        raise Suspend(until, f"signal {name}")
+
+    # --- local steps, values, markers -------------------------------------------------------
+
+    async def step(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        attempts: int,
+        backoff: tuple[float, float],
+    ) -> Any:
+        """A local function step: run, then record (at least once)."""
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+        adapter = _result_adapter(fn)
+        seq, rec = self._next("step", name)
+        if rec is not None:
+            outcome = json.loads(rec.outcome or "null")
+            if "failed" in outcome:
+                failed = outcome["failed"]
+                raise StepFailed(name, int(failed["attempts"]), str(failed["cause"]))
+            return adapter.validate_python(outcome["ok"])
+        await self.flush()  # values its arguments came from are recorded before the call
+        started = time.monotonic()
+        delay, cause = backoff[0], ""
+        for attempt in range(1, attempts + 1):
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    value = await fn(*args)
+                else:
+                    value = await asyncio.to_thread(fn, *args)
+                    if inspect.isawaitable(value):
+                        value = await value
+                break
+            except Exception as exc:
+                cause = f"{type(exc).__name__}: {exc}"
+                log.info(
+                    "Workflow step attempt failed",
+                    extra={"run_id": self.run_id, "step": name, "attempt": attempt},
+                )
+                if attempt < attempts:
+                    await asyncio.sleep(delay)
+                    delay = min(backoff[1], max(delay * 2, 0.001))
+        else:
+            failed = {"failed": {"attempts": attempts, "cause": cause}}
+            await self._record(StepRecord(seq, "step", name, "done", None, canonical_json(failed)))
+            raise StepFailed(name, attempts, cause)
+        self.services.metrics.observe(
+            "akter.workflow.step.duration_ms", (time.monotonic() - started) * 1000
+        )
+        try:
+            dumped = adapter.dump_python(value, mode="json")
+        except Exception as exc:
+            raise Fatal(f"The result of step {name!r} is not JSON: {exc}") from None
+        stored = self._encode({"ok": dumped}, f"step {name!r}")
+        await self._record(StepRecord(seq, "step", name, "done", None, stored))
+        return adapter.validate_python(json.loads(stored)["ok"])
+
+    def value(self, kind: str, make: Callable[[], Any], adapter: TypeAdapter[Any]) -> Any:
+        """A recorded value: the journal's on replay, else made now and buffered."""
+        seq, rec = self._next("value", kind, durable=False)
+        if rec is not None:
+            return adapter.validate_python(json.loads(rec.outcome or "null")["ok"])
+        value = make()
+        stored = canonical_json({"ok": adapter.dump_python(value, mode="json")})
+        self.buffered.append(StepRecord(seq, "value", kind, "done", None, stored))
+        return adapter.validate_python(json.loads(stored)["ok"])
+
+    def patched(self, marker: str) -> bool:
+        """A version marker (W5): recorded where new code first meets it."""
+        rec = self.journal.get(self.seq)
+        if rec is None:
+            self.buffered.append(StepRecord(self.seq, "patch", marker, "done"))
+            self.seq += 1
+            return True
+        if rec.kind == "patch" and rec.name == marker:
+            self.seq += 1
+            return True
+        return False
+
+
+def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    return TypeAdapter(hints.get("return", Any))
+
+
+def _replay_job(job: Job[Any, Any], rec: Record) -> Any:
+    outcome = json.loads(rec.outcome or "null")
+    if "ok" in outcome:
+        return _job_result(job).validate_python(outcome["ok"])
+    if "dead_letter" in outcome:
+        raise JobDeadLettered(DeadLetter[Any].model_validate(outcome["dead_letter"]))
+    raise JobCancelled(Cancelled[Any, Any].model_validate(outcome["cancelled"]))
+
+
+def _job_result(job: Job[Any, Any]) -> TypeAdapter[Any]:
+    return job.result
+
+
+def job_result_json(job: Job[Any, Any], value: Any) -> Any:
+    """A job's result as JSON for a workflow's journal (``ValueError`` when it is not JSON)."""
+    try:
+        return _job_result(job).dump_python(value, mode="json")
+    except Exception as exc:
+        raise ValueError(str(exc)) from None
+
+
+__all__ = [
+    "Claimed",
+    "Diverged",
+    "Fatal",
+    "InjectedCrash",
+    "LeaseLost",
+    "Outage",
+    "RunAttempt",
+    "Suspend",
+    "job_result_json",
+]

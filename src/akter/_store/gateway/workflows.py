@@ -1,0 +1,393 @@
+"""The workflow engine's statements (issue 15): runs, their journal and their signals.
+
+Every statement runs on the framework pool, like job claims and settles: a runner whose turns
+hold every pooled connection still records its workflow steps. A write of a running attempt is
+guarded by the run's ``token`` (bumped by every claim): when it returns nothing, the attempt
+lost its lease and wrote nothing. Statements raise the driver's errors; the engine hands the run
+back and tries again later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from psycopg.rows import dict_row
+
+from akter._ids import bucket
+
+if TYPE_CHECKING:
+    from akter._store.pool import Clock, Connection, Store
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """Where a run lives: its actor's routing key and its id."""
+
+    routing_key: int
+    run_id: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One journal record to write: new, or a pending step that is now done."""
+
+    seq: int
+    kind: str
+    name: str
+    status: str  # "pending" | "done"
+    detail: str | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """An outbox row a workflow write stages with it (a job step's job, an on_complete intent).
+
+    The row belongs to the run's actor; ``kind`` is ``"job"`` or ``"intent"``.
+    """
+
+    intent_id: str
+    kind: str
+    tenant: str
+    actor_type: str
+    actor_id: str
+    command: str
+    payload: str
+    caller: str
+    payload_version: int = 0
+    priority: int = 0
+    max_wait_ms: int | None = None
+
+
+class WorkflowsGateway:
+    """The workflow statements (module docstring), on the framework clock's offset."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def _run(self, statement: LiteralString, params: dict[str, Any]) -> list[Row]:
+        async with self._store.framework.connection() as conn:
+            return await self._on(conn, statement, params)
+
+    async def _on(
+        self, conn: Connection, statement: LiteralString, params: dict[str, Any]
+    ) -> list[Row]:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(statement, {"off": self._clock.offset_ms, **params})
+        return await cur.fetchall() if cur.description else []
+
+    # --- starting ---------------------------------------------------------------------------
+
+    async def start(
+        self,
+        run: RunKey,
+        *,
+        ref: tuple[str, str, str],
+        workflow: str,
+        key: str | None,
+        input: str,
+        input_hash: str,
+        caller: str,
+        timeout_ms: int,
+        actor: dict[str, Any],
+    ) -> Row:
+        """Create a run (and its actor's fence row) unless it, or a live run of ``key``, exists.
+
+        Returns ``run_id``, ``input_hash``, ``workflow`` and ``created`` of the run that holds.
+        """
+        tenant, actor_type, actor_id = ref
+        params = {
+            "rk": run.routing_key,
+            "run_id": run.run_id,
+            "tenant": tenant,
+            "type": actor_type,
+            "id": actor_id,
+            "workflow": workflow,
+            "key": key,
+            "input": input,
+            "input_hash": input_hash,
+            "caller": caller,
+            "timeout_ms": timeout_ms,
+        }
+        queries = self._store.queries
+        for _ in range(3):
+            async with self._store.framework.connection() as conn, conn.transaction():
+                # Job steps dead-letter against the actor's row: it exists from the start.
+                await self._on(
+                    conn,
+                    queries["ensure_actor"],
+                    {
+                        "rk": run.routing_key,
+                        "tenant": tenant,
+                        "type": actor_type,
+                        "id": actor_id,
+                        **actor,
+                    },
+                )
+                rows = await self._on(conn, queries["wf_start"], params)
+                if rows and key is not None and rows[0]["run_id"] != run.run_id:
+                    await self._on(
+                        conn,
+                        queries["wf_alias"],
+                        {"rk": run.routing_key, "run_id": run.run_id, "target": rows[0]["run_id"]},
+                    )
+            if rows:
+                return rows[0]
+            # A concurrent start of the same run or key committed after this statement's
+            # snapshot: the next one sees it.
+        raise RuntimeError(f"Workflow run {run.run_id!r} could not be started or found.")
+
+    # --- an attempt -------------------------------------------------------------------------
+
+    async def claim(
+        self, runner_id: str, types: Sequence[str], limit: int, lease_ms: int
+    ) -> list[Row]:
+        """Lease up to ``limit`` runs whose wake time has come (SKIP LOCKED)."""
+        params = {"runner": runner_id, "types": list(types), "limit": limit, "lease_ms": lease_ms}
+        queries = self._store.queries
+        if self._store.strategy != "citus":
+            return await self._run(queries["wf_claim"], params)
+        # Citus: an unlocked scan, then one single-shard claim per candidate (each skips a run
+        # another claimer holds), all on one clock reading.
+        async with self._store.framework.connection() as conn:
+            now = await self._clock.read_on(conn)
+            scan = await self._on(conn, queries["citus_wf_claim_scan"], {**params, "now": now})
+            claimed: list[Row] = []
+            for c in scan:
+                claimed += await self._on(
+                    conn,
+                    queries["citus_wf_claim"],
+                    {**params, "now": now, "rk": c["routing_key"], "run_id": c["run_id"]},
+                )
+            return claimed
+
+    async def journal(self, run: RunKey) -> list[Row]:
+        """The run's journal, then its unconsumed signals (one query)."""
+        return await self._run(
+            self._store.queries["wf_journal"], {"rk": run.routing_key, "run_id": run.run_id}
+        )
+
+    async def record(
+        self,
+        run: RunKey,
+        token: int,
+        lease_ms: int,
+        records: Sequence[StepRecord],
+        *,
+        consumed: Sequence[tuple[str, int]] = (),
+        outbox: Sequence[OutboxRow] = (),
+    ) -> bool:
+        """Write records (and stage ``outbox`` rows) while ``token`` holds the run.
+
+        Returns False, having written nothing, when the attempt lost its lease.
+        """
+        params = {
+            "rk": run.routing_key,
+            "run_id": run.run_id,
+            "token": token,
+            "lease_ms": lease_ms,
+            "seqs": [r.seq for r in records],
+            "kinds": [r.kind for r in records],
+            "names": [r.name for r in records],
+            "statuses": [r.status for r in records],
+            "details": [r.detail for r in records],
+            "outcomes": [r.outcome for r in records],
+            "signal_ids": [s for s, _ in consumed],
+            "signal_seqs": [n for _, n in consumed],
+        }
+        async with self._store.framework.connection() as conn, conn.transaction():
+            rows = await self._on(conn, self._store.queries["wf_record"], params)
+            if not rows or not rows[0]["held"]:
+                return False
+            if outbox:
+                await self._stage(conn, run.routing_key, outbox)
+        return True
+
+    async def renew(self, run: RunKey, token: int, lease_ms: int) -> bool:
+        """Extend the lease; False when it was lost."""
+        rows = await self._run(
+            self._store.queries["wf_renew"],
+            {"rk": run.routing_key, "run_id": run.run_id, "token": token, "lease_ms": lease_ms},
+        )
+        return bool(rows)
+
+    async def suspend(
+        self, run: RunKey, token: int, wake_at: int | None, waiting: str
+    ) -> str | None:
+        """Hand the run back until ``wake_at``; its new status, ``None`` when the lease was lost."""
+        rows = await self._run(
+            self._store.queries["wf_suspend"],
+            {
+                "rk": run.routing_key,
+                "run_id": run.run_id,
+                "token": token,
+                "wake_at": wake_at,
+                "waiting": waiting,
+            },
+        )
+        return str(rows[0]["status"]) if rows else None
+
+    async def release(self, run: RunKey, token: int, delay_ms: int, why: str) -> bool:
+        """Hand the run back, runnable after ``delay_ms``."""
+        rows = await self._run(
+            self._store.queries["wf_release"],
+            {
+                "rk": run.routing_key,
+                "run_id": run.run_id,
+                "token": token,
+                "delay_ms": delay_ms,
+                "waiting": why,
+            },
+        )
+        return bool(rows)
+
+    async def finish(
+        self,
+        run: RunKey,
+        token: int,
+        status: str,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        outbox: Sequence[OutboxRow] = (),
+    ) -> bool:
+        """End the run (staging ``outbox`` rows with it); False when the lease was lost."""
+        params = {
+            "rk": run.routing_key,
+            "run_id": run.run_id,
+            "token": token,
+            "status": status,
+            "result": result,
+            "error": error,
+        }
+        async with self._store.framework.connection() as conn, conn.transaction():
+            rows = await self._on(conn, self._store.queries["wf_finish"], params)
+            if not rows:
+                return False
+            if outbox:
+                await self._stage(conn, run.routing_key, outbox)
+        return True
+
+    async def _stage(self, conn: Connection, rk: int, rows: Sequence[OutboxRow]) -> None:
+        first = rows[0]
+        await self._on(
+            conn,
+            self._store.queries["insert_outbox"],
+            {
+                "rk": rk,
+                "bucket": bucket(rk),
+                "tenant": first.tenant,
+                "type": first.actor_type,
+                "id": first.actor_id,
+                "traceparent": None,
+                "commit": await self._clock.read_on(conn),
+                "intent_ids": [r.intent_id for r in rows],
+                "kinds": [r.kind for r in rows],
+                "target_types": [r.actor_type for r in rows],
+                "target_ids": [r.actor_id for r in rows],
+                "commands": [r.command for r in rows],
+                "payloads": [r.payload for r in rows],
+                "payload_versions": [r.payload_version for r in rows],
+                "callers": [r.caller for r in rows],
+                "delays": [None for _ in rows],
+                "ats": [None for _ in rows],
+                "timer_keys": [None for _ in rows],
+                "ords": [0 for _ in rows],
+                "priorities": [r.priority for r in rows],
+                "max_waits": [r.max_wait_ms for r in rows],
+            },
+        )
+
+    # --- from outside an attempt ------------------------------------------------------------
+
+    async def locate(self, run_id: str) -> Row | None:
+        """A run's routing key and actor, by id alone."""
+        rows = await self._run(self._store.queries["wf_locate"], {"run_id": run_id})
+        return rows[0] if rows else None
+
+    async def get(self, run: RunKey) -> Row | None:
+        """The run's row."""
+        rows = await self._run(
+            self._store.queries["wf_get"], {"rk": run.routing_key, "run_id": run.run_id}
+        )
+        return rows[0] if rows else None
+
+    async def steps(self, run: RunKey, after: int = -1) -> list[Row]:
+        """The run's journal after ``after`` (a seq), in order."""
+        return await self._run(
+            self._store.queries["wf_steps"],
+            {"rk": run.routing_key, "run_id": run.run_id, "after": after},
+        )
+
+    async def signals(self, run: RunKey) -> list[Row]:
+        """The run's signals in arrival order."""
+        return await self._run(
+            self._store.queries["wf_signals"], {"rk": run.routing_key, "run_id": run.run_id}
+        )
+
+    async def signal(
+        self, run: RunKey, signal_id: str, name: str, payload: str
+    ) -> tuple[bool, bool]:
+        """Keep a signal for a live run: (the run is live, the signal is new)."""
+        rows = await self._run(
+            self._store.queries["wf_signal"],
+            {
+                "rk": run.routing_key,
+                "run_id": run.run_id,
+                "signal_id": signal_id,
+                "name": name,
+                "payload": payload,
+            },
+        )
+        return bool(rows[0]["live"]), bool(rows[0]["kept"])
+
+    async def cancel(self, run: RunKey) -> bool:
+        """Ask a live run to cancel; False when it is not live."""
+        rows = await self._run(
+            self._store.queries["wf_cancel"], {"rk": run.routing_key, "run_id": run.run_id}
+        )
+        return bool(rows)
+
+    async def abandon_diverged(self, run: RunKey, error: str) -> bool:
+        """End a diverged run as cancelled; False when it is not diverged."""
+        rows = await self._run(
+            self._store.queries["wf_abandon_diverged"],
+            {"rk": run.routing_key, "run_id": run.run_id, "error": error},
+        )
+        return bool(rows)
+
+    async def retry(self, run: RunKey) -> bool:
+        """Make a diverged run runnable again; False when it is not diverged."""
+        rows = await self._run(
+            self._store.queries["wf_retry"], {"rk": run.routing_key, "run_id": run.run_id}
+        )
+        return bool(rows)
+
+    async def job_outcome(self, run: RunKey, seq: int, outcome: str) -> bool:
+        """Record a job step's outcome once and wake the run; False when it was recorded."""
+        rows = await self._run(
+            self._store.queries["wf_job_outcome"],
+            {"rk": run.routing_key, "run_id": run.run_id, "seq": seq, "outcome": outcome},
+        )
+        return bool(rows)
+
+    async def list(
+        self, *, status: str | None = None, actor_type: str | None = None, limit: int = 100
+    ) -> list[Row]:
+        """Runs for operators, newest first."""
+        return await self._run(
+            self._store.queries["wf_list"], {"status": status, "type": actor_type, "limit": limit}
+        )
+
+    async def prune(self, actor_type: str, keep_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` finished runs of a type older than ``keep_ms``."""
+        rows = await self._run(
+            self._store.queries["wf_prune"],
+            {"type": actor_type, "keep_ms": keep_ms, "limit": limit},
+        )
+        return int(rows[0]["pruned"]) if rows else 0

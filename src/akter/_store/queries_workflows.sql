@@ -1,0 +1,300 @@
+-- Workflows (issue 15, migration 0007): runs, their journal and their signals.
+-- Every time written is the database clock (stmt_ms) plus the runtime's test offset.
+
+-- wf_start --
+-- creates a run once: a replayed start (same run id) or a live run holding the same key returns that run instead, with its input hash; nothing is written then
+WITH ins AS (
+    INSERT INTO {schema}.workflows
+        (routing_key, run_id, tenant_id, actor_type, actor_id, workflow, run_key, input,
+         input_hash, caller, status, wake_at_ms, deadline_ms, started_at_ms, updated_at_ms)
+    VALUES (%(rk)s, %(run_id)s, %(tenant)s, %(type)s, %(id)s, %(workflow)s, %(key)s,
+            %(input)s, %(input_hash)s, %(caller)s, 'runnable', {schema}.stmt_ms(%(off)s),
+            {schema}.stmt_ms(%(off)s) + %(timeout_ms)s::bigint, {schema}.stmt_ms(%(off)s),
+            {schema}.stmt_ms(%(off)s))
+    ON CONFLICT DO NOTHING
+    RETURNING run_id, input_hash, workflow
+)
+SELECT run_id, input_hash, workflow, true AS created FROM ins
+UNION ALL
+SELECT w.run_id, w.input_hash, w.workflow, false
+FROM {schema}.workflows w
+WHERE w.routing_key = %(rk)s
+  AND NOT EXISTS (SELECT 1 FROM ins)
+  AND (w.run_id = %(run_id)s
+       OR (w.tenant_id = %(tenant)s AND w.actor_type = %(type)s AND w.actor_id = %(id)s
+           AND w.workflow = %(workflow)s AND w.run_key = %(key)s
+           AND w.status IN ('runnable', 'running', 'suspended', 'diverged')))
+ORDER BY 4 DESC
+LIMIT 1;
+
+-- wf_claim --
+-- leases runnable runs of hosted types whose wake time has come (a suspended run's timer or deadline, a dead runner's lease end), SKIP LOCKED; each claim bumps the run's token, which guards every later write of this attempt
+UPDATE {schema}.workflows w
+SET status = 'running', lease_owner = %(runner)s::uuid, token = w.token + 1,
+    attempts = w.attempts + 1, pending_wake = false, waiting = NULL,
+    wake_at_ms = c.now + %(lease_ms)s::bigint, updated_at_ms = c.now
+FROM (
+    SELECT x.routing_key, x.run_id, {schema}.stmt_ms(%(off)s) AS now
+    FROM {schema}.workflows x
+    WHERE x.wake_at_ms <= {schema}.stmt_ms(%(off)s) AND x.actor_type = ANY(%(types)s::text[])
+    ORDER BY x.wake_at_ms
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) c
+WHERE w.routing_key = c.routing_key AND w.run_id = c.run_id
+RETURNING w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow,
+          w.input, w.caller, w.token, w.attempts, w.cancel_requested, w.deadline_ms, c.now;
+
+-- citus_wf_claim_scan --
+-- Citus: wf_claim's candidate scan, without locks (Citus has no multi-shard SKIP LOCKED): runs of hosted types whose wake time has come, oldest first
+SELECT x.routing_key, x.run_id
+FROM {schema}.workflows x
+WHERE x.wake_at_ms <= %(now)s::bigint AND x.actor_type = ANY(%(types)s::text[])
+ORDER BY x.wake_at_ms
+LIMIT %(limit)s;
+
+-- citus_wf_claim --
+-- Citus: claims one scanned run in its own shard, skipping it when another claimer holds it or it is no longer due
+UPDATE {schema}.workflows w
+SET status = 'running', lease_owner = %(runner)s::uuid, token = w.token + 1,
+    attempts = w.attempts + 1, pending_wake = false, waiting = NULL,
+    wake_at_ms = %(now)s::bigint + %(lease_ms)s::bigint, updated_at_ms = %(now)s::bigint
+FROM (
+    SELECT x.routing_key, x.run_id
+    FROM {schema}.workflows x
+    WHERE x.routing_key = %(rk)s AND x.run_id = %(run_id)s AND x.wake_at_ms <= %(now)s::bigint
+    FOR UPDATE SKIP LOCKED
+) c
+WHERE w.routing_key = %(rk)s AND w.routing_key = c.routing_key AND w.run_id = c.run_id
+RETURNING w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow,
+          w.input, w.caller, w.token, w.attempts, w.cancel_requested, w.deadline_ms,
+          %(now)s::bigint AS now;
+
+-- wf_journal --
+-- one run's journal in seq order, then its unconsumed signals in arrival order (one query per resumption)
+SELECT 'step' AS what, s.seq, s.kind, s.name, s.status, s.detail, s.outcome,
+       NULL::bigint AS signal_seq
+FROM {schema}.workflow_steps s
+WHERE s.routing_key = %(rk)s AND s.run_id = %(run_id)s
+UNION ALL
+SELECT 'signal', NULL, 'signal', g.name, 'pending', g.signal_id, g.payload, g.signal_seq
+FROM {schema}.workflow_signals g
+WHERE g.routing_key = %(rk)s AND g.run_id = %(run_id)s AND g.consumed_seq IS NULL
+ORDER BY 1 DESC, 2, 8;
+
+-- wf_record --
+-- writes step records (new, pending to done, or a suspension's pending record replaced by a cancel) and marks consumed signals, only while this attempt's token holds the run (its row locked, so a claimer skips it); renews the lease; no row back means the lease was lost and nothing was written
+WITH run AS (
+    UPDATE {schema}.workflows w
+    SET wake_at_ms = {schema}.stmt_ms(%(off)s) + %(lease_ms)s::bigint,
+        updated_at_ms = {schema}.stmt_ms(%(off)s)
+    WHERE w.routing_key = %(rk)s AND w.run_id = %(run_id)s AND w.token = %(token)s
+      AND w.status = 'running'
+    RETURNING w.run_id
+), steps AS (
+    INSERT INTO {schema}.workflow_steps
+        (routing_key, run_id, seq, kind, name, status, detail, outcome, started_at_ms,
+         recorded_at_ms)
+    SELECT %(rk)s, %(run_id)s, s.seq, s.kind, s.name, s.status, s.detail, s.outcome,
+           {schema}.stmt_ms(%(off)s),
+           CASE WHEN s.status = 'done' THEN {schema}.stmt_ms(%(off)s) END
+    FROM unnest(%(seqs)s::int[], %(kinds)s::text[], %(names)s::text[], %(statuses)s::text[],
+                %(details)s::text[], %(outcomes)s::text[])
+        AS s(seq, kind, name, status, detail, outcome)
+    WHERE EXISTS (SELECT 1 FROM run)
+    ON CONFLICT (routing_key, run_id, seq) DO UPDATE
+        SET kind = excluded.kind, name = excluded.name,
+            status = excluded.status, outcome = excluded.outcome,
+            detail = coalesce(excluded.detail, workflow_steps.detail),
+            recorded_at_ms = excluded.recorded_at_ms
+    RETURNING seq
+), consumed AS (
+    UPDATE {schema}.workflow_signals g
+    SET consumed_seq = c.seq
+    FROM unnest(%(signal_ids)s::text[], %(signal_seqs)s::int[]) AS c(signal_id, seq)
+    WHERE g.routing_key = %(rk)s AND g.run_id = %(run_id)s AND g.signal_id = c.signal_id
+      AND EXISTS (SELECT 1 FROM run)
+    RETURNING g.signal_id
+)
+SELECT (SELECT count(*) FROM run) AS held, (SELECT count(*) FROM steps) AS steps,
+       (SELECT count(*) FROM consumed) AS consumed;
+
+-- wf_renew --
+-- extends this attempt's lease while its token holds the run; no row back means it was lost
+UPDATE {schema}.workflows
+SET wake_at_ms = {schema}.stmt_ms(%(off)s) + %(lease_ms)s::bigint
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'
+RETURNING run_id;
+
+-- wf_suspend --
+-- hands the run back until its wake time (NULL: until a signal, job outcome or cancel); a wake that arrived while it ran makes it runnable at once instead
+UPDATE {schema}.workflows
+SET status = CASE WHEN pending_wake THEN 'runnable' ELSE 'suspended' END,
+    wake_at_ms = CASE WHEN pending_wake THEN {schema}.stmt_ms(%(off)s)
+                      ELSE %(wake_at)s::bigint END,
+    waiting = %(waiting)s, lease_owner = NULL, updated_at_ms = {schema}.stmt_ms(%(off)s)
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'
+RETURNING status;
+
+-- wf_release --
+-- hands the run back after an outage or a failed write, runnable again after the backoff
+UPDATE {schema}.workflows
+SET status = 'runnable', wake_at_ms = {schema}.stmt_ms(%(off)s) + %(delay_ms)s::bigint,
+    waiting = %(waiting)s, lease_owner = NULL, updated_at_ms = {schema}.stmt_ms(%(off)s)
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'
+RETURNING status;
+
+-- wf_finish --
+-- ends the run (completed, failed, cancelled or diverged) with its result or error, only while this attempt's token holds it
+UPDATE {schema}.workflows
+SET status = %(status)s, result = %(result)s, error = %(error)s, wake_at_ms = NULL,
+    waiting = NULL, lease_owner = NULL, updated_at_ms = {schema}.stmt_ms(%(off)s),
+    finished_at_ms = CASE WHEN %(status)s = 'diverged' THEN NULL
+                          ELSE {schema}.stmt_ms(%(off)s) END
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'
+RETURNING status, {schema}.stmt_ms(%(off)s) AS now;
+
+-- wf_locate --
+-- finds a run by id alone (run ids are unique across actors), or the live run a deduplicated keyed start's id names: its routing key, id and actor
+SELECT w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, w.status
+FROM {schema}.workflows w
+WHERE w.run_id = %(run_id)s
+UNION ALL
+SELECT w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, w.status
+FROM {schema}.workflow_aliases a
+JOIN {schema}.workflows w ON w.routing_key = a.routing_key AND w.run_id = a.target_run_id
+WHERE a.run_id = %(run_id)s
+LIMIT 1;
+
+-- wf_alias --
+-- a deduplicated keyed start's run id names the live run it found (once)
+INSERT INTO {schema}.workflow_aliases (routing_key, run_id, target_run_id)
+VALUES (%(rk)s, %(run_id)s, %(target)s)
+ON CONFLICT DO NOTHING;
+
+-- wf_get --
+-- one run's row
+SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, input, status, waiting,
+       wake_at_ms, cancel_requested, deadline_ms, attempts, result, error, started_at_ms,
+       updated_at_ms, finished_at_ms, lease_owner::text AS lease_owner
+FROM {schema}.workflows
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s;
+
+-- wf_steps --
+-- one run's journal in seq order
+SELECT seq, kind, name, status, detail, outcome, started_at_ms, recorded_at_ms
+FROM {schema}.workflow_steps
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND seq > %(after)s
+ORDER BY seq;
+
+-- wf_signals --
+-- one run's signals in arrival order, consumed or not
+SELECT signal_id, name, payload, sent_at_ms, consumed_seq
+FROM {schema}.workflow_signals
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s
+ORDER BY signal_seq;
+
+-- wf_signal --
+-- keeps a signal for a live run (once per signal id) and wakes the run; a finished run takes none
+WITH run AS (
+    UPDATE {schema}.workflows
+    SET pending_wake = true,
+        status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
+        wake_at_ms = CASE WHEN status = 'suspended' THEN {schema}.stmt_ms(%(off)s)
+                          ELSE wake_at_ms END
+    WHERE routing_key = %(rk)s AND run_id = %(run_id)s
+      AND status IN ('runnable', 'running', 'suspended', 'diverged')
+    RETURNING run_id
+), sig AS (
+    INSERT INTO {schema}.workflow_signals
+        (routing_key, run_id, signal_id, name, payload, sent_at_ms)
+    SELECT %(rk)s, %(run_id)s, %(signal_id)s, %(name)s, %(payload)s, {schema}.stmt_ms(%(off)s)
+    WHERE EXISTS (SELECT 1 FROM run)
+    ON CONFLICT DO NOTHING
+    RETURNING signal_id
+)
+SELECT (SELECT count(*) FROM run) AS live, (SELECT count(*) FROM sig) AS kept;
+
+-- wf_cancel --
+-- asks a live run to cancel: its next durable await raises WorkflowCancelled (a suspended run wakes now); returns the run's status, none when there is no such run
+UPDATE {schema}.workflows
+SET cancel_requested = cancel_requested OR status <> 'diverged', pending_wake = true,
+    status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
+    wake_at_ms = CASE WHEN status = 'suspended' THEN {schema}.stmt_ms(%(off)s)
+                      ELSE wake_at_ms END,
+    updated_at_ms = {schema}.stmt_ms(%(off)s)
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s
+  AND status IN ('runnable', 'running', 'suspended')
+RETURNING status;
+
+-- wf_abandon_diverged --
+-- an operator cancels a diverged run: it ends as cancelled without running again
+UPDATE {schema}.workflows
+SET status = 'cancelled', error = %(error)s, wake_at_ms = NULL, waiting = NULL,
+    cancel_requested = true, finished_at_ms = {schema}.stmt_ms(%(off)s),
+    updated_at_ms = {schema}.stmt_ms(%(off)s)
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND status = 'diverged'
+RETURNING status;
+
+-- wf_retry --
+-- an operator retries a diverged run after a fix: runnable now, its journal kept
+UPDATE {schema}.workflows
+SET status = 'runnable', wake_at_ms = {schema}.stmt_ms(%(off)s), error = NULL,
+    updated_at_ms = {schema}.stmt_ms(%(off)s)
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND status = 'diverged'
+RETURNING status;
+
+-- wf_job_outcome --
+-- a job step's outcome (delivered from the job's settle): records the pending step once and wakes the run; a repeat changes nothing
+WITH step AS (
+    UPDATE {schema}.workflow_steps
+    SET status = 'done', outcome = %(outcome)s, recorded_at_ms = {schema}.stmt_ms(%(off)s)
+    WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND seq = %(seq)s AND kind = 'job'
+      AND status = 'pending'
+    RETURNING seq
+)
+UPDATE {schema}.workflows
+SET pending_wake = true,
+    status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
+    wake_at_ms = CASE WHEN status = 'suspended' THEN {schema}.stmt_ms(%(off)s)
+                      ELSE wake_at_ms END
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND EXISTS (SELECT 1 FROM step)
+RETURNING status;
+
+-- wf_list --
+-- runs for operators, newest first, optionally of one status and actor type
+SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, attempts,
+       started_at_ms, updated_at_ms, finished_at_ms, error
+FROM {schema}.workflows
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(type)s::text IS NULL OR actor_type = %(type)s)
+ORDER BY started_at_ms DESC, run_id
+LIMIT %(limit)s;
+
+-- wf_prune --
+-- retention: finished runs older than their type's keep_workflows, with their journal and signals, a bounded batch per call
+WITH gone AS (
+    DELETE FROM {schema}.workflows w
+    USING (
+        SELECT x.routing_key, x.run_id
+        FROM {schema}.workflows x
+        WHERE x.finished_at_ms < {schema}.stmt_ms(%(off)s) - %(keep_ms)s::bigint
+          AND x.actor_type = %(type)s
+        LIMIT %(limit)s
+    ) c
+    WHERE w.routing_key = c.routing_key AND w.run_id = c.run_id
+    RETURNING w.routing_key, w.run_id
+), steps AS (
+    DELETE FROM {schema}.workflow_steps s
+    USING gone
+    WHERE s.routing_key = gone.routing_key AND s.run_id = gone.run_id
+), sigs AS (
+    DELETE FROM {schema}.workflow_signals g
+    USING gone
+    WHERE g.routing_key = gone.routing_key AND g.run_id = gone.run_id
+), aliases AS (
+    DELETE FROM {schema}.workflow_aliases a
+    USING gone
+    WHERE a.routing_key = gone.routing_key AND a.target_run_id = gone.run_id
+)
+SELECT count(*) AS pruned FROM gone;
