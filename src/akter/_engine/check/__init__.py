@@ -208,6 +208,13 @@ def _judge_intent_row(
     if row["parked_at_ms"] is not None:
         found.add("parked", actor_type, command, example=f"{example}: {row['last_error']}")
         return
+    if command.startswith("$workflow."):
+        # The workflow engine takes these; a start names a workflow this code must declare.
+        if command == "$workflow.start":
+            name = str(json.loads(str(row["payload"])).get("workflow"))
+            if name not in definition.workflows:
+                found.add("unknown_command", actor_type, f"{command}:{name}", example=example)
+        return
     timer_key = str(row["timer_key"] or "")
     if timer_key.startswith("$cron:"):
         entry = next((e for e in definition.schedules if e.key == timer_key), None)
