@@ -483,30 +483,36 @@ class RunAttempt:
             until = json.loads(rec.detail or "{}").get("until")
         else:
             until = None if timeout_ms is None else self._now() + timeout_ms
-        found = next((s for s in self.signals if s.name == name), None)
-        if found is not None:
+        rejected: list[tuple[str, int]] = []
+        for found in [s for s in self.signals if s.name == name]:
+            self.signals.remove(found)
             try:
                 value = signal.model_validate_json(found.payload)
             except ValidationError as exc:
-                raise Fatal(
-                    f"Signal {found.signal_id!r} ({name}) does not validate against "
-                    f"{signal.__qualname__}: {exc}"
-                ) from None
+                # Set aside (consumed at seq -1), never fatal: a sender's bad payload must not
+                # end the run. The journal keeps it for operators.
+                log.warning(
+                    "Workflow signal does not validate; set aside",
+                    extra={"run_id": self.run_id, "signal_id": found.signal_id, "error": str(exc)},
+                )
+                rejected.append((found.signal_id, -1))
+                continue
             outcome = canonical_json({"signal": json.loads(found.payload)})
             await self._record(
                 StepRecord(seq, "wait", name, "done", None, outcome),
-                consumed=((found.signal_id, seq),),
+                consumed=(*rejected, (found.signal_id, seq)),
             )
-            self.signals.remove(found)
             return value
         if until is not None and self._now() >= until:
             await self._record(
-                StepRecord(seq, "wait", name, "done", None, canonical_json({"signal": None}))
+                StepRecord(seq, "wait", name, "done", None, canonical_json({"signal": None})),
+                consumed=tuple(rejected),
             )
             return None
-        if rec is None:
+        if rec is None or rejected:
             await self._record(
-                StepRecord(seq, "wait", name, "pending", canonical_json({"until": until}))
+                StepRecord(seq, "wait", name, "pending", canonical_json({"until": until})),
+                consumed=tuple(rejected),
             )
         raise Suspend(until, f"signal {name}")
 

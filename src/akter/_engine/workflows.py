@@ -40,6 +40,7 @@ from akter._engine.workflow_run import (
     Suspend,
 )
 from akter._ids import canonical_json, parse_command_id, payload_hash, uuid7
+from akter._json import Unstorable, storable_json
 from akter._members import storable_payload
 from akter._staging import framework_id
 from akter._store.gateway.workflows import OutboxRow, RunKey, WorkflowsGateway
@@ -459,11 +460,31 @@ class WorkflowEngine:
         """Keep ``signal`` for the run (``run.signal``); refused for a finished run."""
         if not isinstance(signal, BaseModel):
             raise invalid_input(f"A signal is a pydantic model instance, not {signal!r}.")
-        payload = canonical_json(storable_payload(signal, f"signal {signal_name(signal)}"))
+        body = storable_payload(signal, f"signal {signal_name(signal)}")
+        await self.signal_json(run_id, signal_name(signal), body, signal_id)
+
+    async def signal_json(
+        self, run_id: str, name: str, payload: dict[str, Any], signal_id: str | None = None
+    ) -> None:
+        """Keep a signal given as JSON (HTTP, the CLI): validated by the wait that takes it.
+
+        Raises:
+            ActorError: ``InvalidInput``: the name is not an identifier, the payload is not a
+                storable JSON object (``invalid_signal``), the run is unknown
+                (``unknown_workflow_run``) or has ended (``workflow_finished``).
+        """
+        if not isinstance(name, str) or not name.isidentifier() or len(name) > 200:
+            raise invalid_input(
+                f"A signal name is a class name, not {name!r}.", code="invalid_signal"
+            )
+        if not isinstance(payload, dict):
+            raise invalid_input("A signal's payload is a JSON object.", code="invalid_signal")
+        try:
+            text = storable_json(payload, "signal")
+        except Unstorable as exc:
+            raise invalid_input(str(exc), code="invalid_signal") from None
         run, _ = await self._locate(run_id)
-        live, _kept = await self.gateway.signal(
-            run, signal_id or uuid7(), signal_name(signal), payload
-        )
+        live, _kept = await self.gateway.signal(run, signal_id or uuid7(), name, text)
         if not live:
             raise ActorError(
                 "InvalidInput",
