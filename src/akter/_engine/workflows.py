@@ -31,7 +31,6 @@ from akter._engine.calls import check_access
 from akter._engine.workflow_run import (
     Claimed,
     Diverged,
-    Fatal,
     HandleFactory,
     LeaseLost,
     Outage,
@@ -226,10 +225,16 @@ class WorkflowEngine:
         )
         attempt.load(rows)
         try:
-            try:
-                kwargs = member.arguments(json.loads(claimed.input))
-            except Exception as exc:
-                raise Fatal(f"The stored input no longer validates: {exc}") from None
+            kwargs = member.arguments(json.loads(claimed.input))
+        except Exception as exc:
+            # New code that cannot read a stored input parks the run; it never fails it.
+            await self._end_diverged(
+                claimed,
+                f"The stored input of workflow run {run.run_id!r} does not validate against "
+                f"{claimed.ref.type}.{claimed.workflow} any more: {exc}",
+            )
+            return
+        try:
             value = await member.fn(Workflow(attempt), **kwargs)
         except Suspend as suspend:
             await attempt.flush()
