@@ -6,7 +6,7 @@ Every ``assert_type`` pins what a user's editor sees; mypy must report no error 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import assert_type
+from typing import Any, assert_type
 
 from pydantic import BaseModel
 
@@ -226,3 +226,53 @@ async def evolution(runtime: akter.Runtime) -> None:
     account = runtime.get(Account, "a-1")
     assert_type(await account.deposit(5), int)
     assert_type(Account.deposit.__name__, str)
+
+
+# --- workflows (the workflows spec, W1, WF-11) -------------------------------------------------
+
+
+class Shipped(BaseModel):
+    tracking: str
+
+
+class Fulfilment(akter.Actor[AccountState], name="Fulfilment"):
+    @akter.command
+    async def mark(self, text: str) -> int:
+        return len(text)
+
+    @akter.job()
+    async def charge(call: akter.JobCall, payload: Charge) -> str:
+        return call.job_id
+
+    @akter.workflow(timeout=60)
+    async def fulfil(wf: akter.Workflow, sku: str, cents: int = 0) -> str:
+        assert_type(await wf.get(Fulfilment, wf.ref.id).mark(sku), int)
+        assert_type(await wf.job(Fulfilment.charge, Charge(order=sku, cents=cents)), str)
+        shipped = await wf.wait(Shipped, timeout=5)
+        assert_type(shipped, Shipped | None)
+        assert_type(await wf.step(len, sku), int)
+        assert_type(wf.now(), datetime)
+        assert_type(wf.patched("x"), bool)
+        await wf.sleep(1)
+        return "done"
+
+    @fulfil.on_complete
+    async def fulfilled(self, outcome: akter.WorkflowOutcome[str]) -> None:
+        assert_type(outcome.result, str | None)
+
+    @akter.command
+    async def begin(self) -> str:
+        run_id = self.start_workflow(Fulfilment.fulfil, "sku", key="k")
+        self.signal_workflow(run_id, Shipped(tracking="t"))
+        self.cancel_workflow(run_id)
+        return run_id
+
+
+async def workflows(runtime: akter.Runtime) -> None:
+    run = await runtime.get(Fulfilment, "f-1").fulfil.start("sku", cents=5)
+    assert_type(run, akter.WorkflowRun[str])
+    assert_type(await run.result(timeout=10), str)
+    assert_type(await run.status(), akter.WorkflowStatus)
+    await run.signal(Shipped(tracking="t"))
+    await run.cancel()
+    assert_type(runtime.workflow_run(run.id), akter.WorkflowRun[Any])

@@ -81,3 +81,20 @@ class Evolving(akter.Actor[Stock]):
     @akter.migrate_state(from_version=0)  # E: arg-type
     def _bad_state(old: dict[str, Any]) -> str:
         return ""
+
+
+# --- workflows: arguments and results are checked (WF-11) ---------------------------------------
+
+
+class Flow(akter.Actor[Stock]):
+    @akter.workflow
+    async def fulfil(wf: akter.Workflow, sku: str) -> str:
+        return sku
+
+
+async def workflows(rt: akter.Runtime) -> None:
+    handle = rt.get(Flow, "f-1")
+    await handle.fulfil.start(5)  # E: arg-type
+    await handle.fulfil.start("sku", extra=1)  # E: call-arg
+    run = await handle.fulfil.start("sku")
+    count: int = await run.result()  # E: assignment
