@@ -98,3 +98,4 @@ async def workflows(rt: akter.Runtime) -> None:
     await handle.fulfil.start("sku", extra=1)  # E: call-arg
     run = await handle.fulfil.start("sku")
     count: int = await run.result()  # E: assignment
+    assert count
