@@ -1,0 +1,29 @@
+"""The README's "Workflows" example runs as printed (its test function, on a fresh schema)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def block(heading: str) -> str:
+    """The first python block after ``heading`` in the README."""
+    text = README.read_text("utf-8")
+    start = text.index("```python", text.index(heading)) + len("```python")
+    return text[start : text.index("```", start)]
+
+
+async def test_the_workflows_example_runs(
+    akter_test: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module of its own: pydantic registers WorkflowOutcome[str] in its defining module.
+    module = types.ModuleType("readme_workflows")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(block("## Workflows"), "README Workflows", "exec"), module.__dict__)
+    await module.test_an_order_is_fulfilled(akter_test)
