@@ -43,6 +43,7 @@ attempt's. An HTTP request's server span (``akter.http._tracing``) continues the
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -506,6 +507,75 @@ def end_delivery(span: trace.Span, token: _Token) -> None:
     """End a delivery span and restore the context it replaced."""
     otel_context.detach(token)
     span.end()
+
+
+# --- workflows ------------------------------------------------------------------------------------
+
+
+def start_workflow_attempt(
+    ref: ActorRef, workflow: str, run_id: str, attempt: int, started_by: str | None
+) -> tuple[trace.Span, _Token]:
+    """Start ``akter.workflow/<Type>.<workflow>`` for one attempt of a run; make it current.
+
+    Each attempt is a root span *linked* to the span that started the run (its stored
+    ``traceparent``): a run that sleeps for days is many traces, one per attempt, all
+    reachable from the start. Its steps' spans and the turns they run are its children.
+    """
+    links: list[trace.Link] = []
+    parent = stored_context(started_by)
+    if parent is not None:
+        links.append(trace.Link(trace.get_current_span(parent).get_span_context()))
+    span = tracer.start_span(
+        f"akter.workflow/{ref.type}.{workflow}", context=otel_context.Context(), links=links
+    )
+    if span.is_recording():
+        span.set_attributes(
+            {
+                "actor.type": ref.type,
+                "actor.tenant": ref.tenant,
+                "actor.id": ref.id,
+                "workflow.name": workflow,
+                "workflow.run_id": run_id,
+                "workflow.attempt": attempt,
+            }
+        )
+    return span, otel_context.attach(trace.set_span_in_context(span))
+
+
+def end_workflow_attempt(span: trace.Span, token: _Token, outcome: str) -> None:
+    """End an attempt's span with how it ended (``suspended``, ``completed``, ...)."""
+    if span.is_recording():
+        span.set_attribute("workflow.outcome", outcome)
+        if outcome in ("failed", "diverged"):
+            span.set_status(trace.Status(trace.StatusCode.ERROR, outcome))
+    otel_context.detach(token)
+    span.end()
+
+
+@contextlib.contextmanager
+def workflow_step(kind: str, name: str, seq: int) -> Iterator[None]:
+    """A span ``akter.workflow.step`` around a step the attempt performs (not a replayed one).
+
+    An exception that leaves the step marks the span failed and propagates.
+    """
+    if not trace.get_current_span().is_recording():
+        yield
+        return
+    with tracer.start_as_current_span(
+        "akter.workflow.step",
+        attributes={
+            "workflow.step.kind": kind,
+            "workflow.step.name": name,
+            "workflow.step.seq": seq,
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield
+        except BaseException as exc:
+            span.set_attribute("workflow.step.error", type(exc).__name__)
+            raise
 
 
 # --- turns ----------------------------------------------------------------------------------------

@@ -19,9 +19,7 @@ def block(heading: str) -> str:
     return text[start : text.index("```", start)]
 
 
-async def test_the_workflows_example_runs(
-    akter_test: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_workflows_example_runs(akter_test: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # A module of its own: pydantic registers WorkflowOutcome[str] in its defining module.
     module = types.ModuleType("readme_workflows")
     monkeypatch.setitem(sys.modules, module.__name__, module)

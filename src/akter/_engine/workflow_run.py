@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from akter import telemetry
 from akter._ids import canonical_json
 from akter._json import Unstorable, storable_json
 from akter._staging import framework_id
@@ -128,6 +129,8 @@ class Claimed:
     cancel_requested: bool
     deadline_ms: int | None
     now: int
+    #: The W3C traceparent of the span that started the run (attempts link to it).
+    traceparent: str | None = None
 
 
 class StepsCalls(typing.Protocol):
@@ -375,6 +378,19 @@ class RunAttempt:
         body: dict[str, Any],
         command_id: str | None,
     ) -> Any:
+        with telemetry.workflow_step(kind, name, seq):
+            return await self._perform_call(seq, kind, name, member, ref, body, command_id)
+
+    async def _perform_call(
+        self,
+        seq: int,
+        kind: str,
+        name: str,
+        member: Member,
+        ref: ActorRef,
+        body: dict[str, Any],
+        command_id: str | None,
+    ) -> Any:
         try:
             if command_id is not None:
                 value = await self.calls.command(
@@ -445,7 +461,10 @@ class RunAttempt:
                 max_wait_ms=job.options.max_wait_ms,
             )
             detail = canonical_json({"job_id": job_id})
-            await self._record(StepRecord(seq, "job", job.name, "pending", detail), outbox=(row,))
+            with telemetry.workflow_step("job", job.name, seq):
+                await self._record(
+                    StepRecord(seq, "job", job.name, "pending", detail), outbox=(row,)
+                )
             self.services.metrics.count("akter.outbox.staged", kind="job")
         else:
             job_id = str(json.loads(rec.detail or "{}").get("job_id", "?"))
@@ -536,6 +555,19 @@ class RunAttempt:
                 raise StepFailed(name, int(failed["attempts"]), str(failed["cause"]))
             return adapter.validate_python(outcome["ok"])
         await self.flush()  # values its arguments came from are recorded before the call
+        with telemetry.workflow_step("step", name, seq):
+            return await self._run_step(seq, name, fn, args, attempts, backoff, adapter)
+
+    async def _run_step(
+        self,
+        seq: int,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        attempts: int,
+        backoff: tuple[float, float],
+        adapter: TypeAdapter[Any],
+    ) -> Any:
         started = time.monotonic()
         delay, cause = backoff[0], ""
         for attempt in range(1, attempts + 1):

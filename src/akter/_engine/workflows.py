@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from pydantic import BaseModel
 
+from akter import telemetry
 from akter._engine.calls import check_access
 from akter._engine.workflow_run import (
     Claimed,
@@ -156,6 +157,7 @@ class WorkflowEngine:
                 cancel_requested=bool(row["cancel_requested"]),
                 deadline_ms=None if row["deadline_ms"] is None else int(row["deadline_ms"]),
                 now=int(row["now"]),
+                traceparent=row["traceparent"],
             )
             key = (claimed.run.routing_key, claimed.run.run_id)
             self._attempts[key] = asyncio.create_task(
@@ -168,8 +170,12 @@ class WorkflowEngine:
     async def _attempt(self, claimed: Claimed) -> None:
         key = (claimed.run.routing_key, claimed.run.run_id)
         renewal = asyncio.create_task(self._renew(claimed), name=f"akter.workflow.renew {key[1]}")
+        span, token = telemetry.start_workflow_attempt(
+            claimed.ref, claimed.workflow, claimed.run.run_id, claimed.attempts, claimed.traceparent
+        )
+        outcome = "abandoned"
         try:
-            await self._run(claimed, renewal)
+            outcome = await self._run(claimed)
         except InjectedCrash:
             return  # abandoned like a process death: the lease ends, another claim resumes
         except asyncio.CancelledError:
@@ -184,6 +190,7 @@ class WorkflowEngine:
                 extra={"run_id": claimed.run.run_id},
             )
         finally:
+            telemetry.end_workflow_attempt(span, token, outcome)
             renewal.cancel()
             self._attempts.pop(key, None)
             self.attempted += 1
@@ -203,7 +210,8 @@ class WorkflowEngine:
                     task.cancel()
                 return
 
-    async def _run(self, claimed: Claimed, renewal: asyncio.Task[None]) -> None:
+    async def _run(self, claimed: Claimed) -> str:
+        """Run one attempt; how it ended (``suspended``, ``completed``, ``released`` ...)."""
         services = self._services
         definition = services.registry.definition(claimed.ref.type)
         member: WorkflowMember[Any, Any] | None = definition.workflows.get(claimed.workflow)
@@ -214,12 +222,12 @@ class WorkflowEngine:
                 f"Workflow {claimed.ref.type}.{claimed.workflow} is not declared by this code; "
                 "deploy code that declares it, then retry the run.",
             )
-            return
+            return "diverged"
         try:
             rows = await self.gateway.journal(run)
         except (psycopg.Error, OSError) as exc:
             await self._release(claimed, f"journal read failed: {exc}")
-            return
+            return "released"
         attempt = RunAttempt(
             services, self.gateway, self._calls, self._make_handle, claimed, member
         )
@@ -233,7 +241,7 @@ class WorkflowEngine:
                 f"The stored input of workflow run {run.run_id!r} does not validate against "
                 f"{claimed.ref.type}.{claimed.workflow} any more: {exc}",
             )
-            return
+            return "diverged"
         try:
             value = await member.fn(Workflow(attempt), **kwargs)
         except Suspend as suspend:
@@ -243,21 +251,21 @@ class WorkflowEngine:
             )
             if status == "runnable":
                 self._wake()
-            return
+            return "suspended"
         except Diverged as exc:
             log.warning("Workflow run diverged; parked", extra={"run_id": run.run_id})
             await self._end_diverged(claimed, str(exc))
-            return
+            return "diverged"
         except Outage as exc:
             await self._release(claimed, str(exc))
-            return
+            return "released"
         except LeaseLost:
-            return
+            return "lease_lost"
         except Exception as exc:  # the workflow's code raised: the run ends
             cancelled = attempt.cancel_delivered or attempt.replayed_cancel
             status = "cancelled" if cancelled and isinstance(exc, WorkflowCancelled) else "failed"
             await self._end(attempt, member, status, error=_error_of(exc))
-            return
+            return status
         cancelled = attempt.cancel_delivered or attempt.replayed_cancel
         try:
             result = member.result.dump_python(value, mode="json")
@@ -272,8 +280,10 @@ class WorkflowEngine:
                     message=f"The workflow's return value cannot be stored: {exc}",
                 ),
             )
-            return
-        await self._end(attempt, member, "cancelled" if cancelled else "completed", result=result)
+            return "failed"
+        status = "cancelled" if cancelled else "completed"
+        await self._end(attempt, member, status, result=result)
+        return status
 
     async def _release(self, claimed: Claimed, why: str) -> None:
         delay = min(_RETRY_MAX_MS, _RETRY_FIRST_MS * 2 ** min(claimed.attempts - 1, 10))
@@ -399,6 +409,7 @@ class WorkflowEngine:
             input_hash=payload_hash(input),
             caller=caller_to_json(caller),
             timeout_ms=member.timeout_ms,
+            traceparent=telemetry.traceparent(),
             actor={"state": canonical_json(state), "state_version": definition.state_version},
         )
         found = str(row["run_id"])

@@ -6,11 +6,12 @@
 WITH ins AS (
     INSERT INTO {schema}.workflows
         (routing_key, run_id, tenant_id, actor_type, actor_id, workflow, run_key, input,
-         input_hash, caller, status, wake_at_ms, deadline_ms, started_at_ms, updated_at_ms)
+         input_hash, caller, status, wake_at_ms, deadline_ms, started_at_ms, updated_at_ms,
+         traceparent)
     VALUES (%(rk)s, %(run_id)s, %(tenant)s, %(type)s, %(id)s, %(workflow)s, %(key)s,
             %(input)s, %(input_hash)s, %(caller)s, 'runnable', {schema}.stmt_ms(%(off)s),
             {schema}.stmt_ms(%(off)s) + %(timeout_ms)s::bigint, {schema}.stmt_ms(%(off)s),
-            {schema}.stmt_ms(%(off)s))
+            {schema}.stmt_ms(%(off)s), %(traceparent)s::text)
     ON CONFLICT DO NOTHING
     RETURNING run_id, input_hash, workflow
 )
@@ -43,7 +44,8 @@ FROM (
 ) c
 WHERE w.routing_key = c.routing_key AND w.run_id = c.run_id
 RETURNING w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow,
-          w.input, w.caller, w.token, w.attempts, w.cancel_requested, w.deadline_ms, c.now;
+          w.input, w.caller, w.token, w.attempts, w.cancel_requested, w.deadline_ms,
+          w.traceparent, c.now;
 
 -- citus_wf_claim_scan --
 -- Citus: wf_claim's candidate scan, without locks (Citus has no multi-shard SKIP LOCKED): runs of hosted types whose wake time has come, oldest first
@@ -68,7 +70,7 @@ FROM (
 WHERE w.routing_key = %(rk)s AND w.routing_key = c.routing_key AND w.run_id = c.run_id
 RETURNING w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow,
           w.input, w.caller, w.token, w.attempts, w.cancel_requested, w.deadline_ms,
-          %(now)s::bigint AS now;
+          w.traceparent, %(now)s::bigint AS now;
 
 -- wf_journal --
 -- one run's journal in seq order, then its unconsumed signals in arrival order (one query per resumption)

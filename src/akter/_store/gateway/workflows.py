@@ -95,6 +95,7 @@ class WorkflowsGateway:
         caller: str,
         timeout_ms: int,
         actor: dict[str, Any],
+        traceparent: str | None = None,
     ) -> Row:
         """Create a run (and its actor's fence row) unless it, or a live run of ``key``, exists.
 
@@ -113,6 +114,7 @@ class WorkflowsGateway:
             "input_hash": input_hash,
             "caller": caller,
             "timeout_ms": timeout_ms,
+            "traceparent": traceparent,
         }
         queries = self._store.queries
         for _ in range(3):

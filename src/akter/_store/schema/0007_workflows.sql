@@ -37,6 +37,8 @@ CREATE TABLE {schema}.workflows (
     started_at_ms bigint NOT NULL,
     updated_at_ms bigint NOT NULL,
     finished_at_ms bigint,
+    -- The W3C traceparent of the span that started the run: every attempt's span links to it.
+    traceparent text,
     PRIMARY KEY (routing_key, run_id),
     CHECK (status = 'suspended'
            OR (status IN ('runnable', 'running')) = (wake_at_ms IS NOT NULL))
