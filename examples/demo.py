@@ -72,11 +72,17 @@ owners at the end), in a schema of its own that is dropped at the end:
 
 Then a fifth part, evolving the code over durable data: it lives in ``examples/demo_evolution.py``,
 whose docstring says what it shows.
+
+Then a sixth part, workflows: it lives in ``examples/demo_workflows.py``. An order workflow
+charges through a flaky provider, waits for a shipment signal with a timeout, is SIGKILLed in a
+child runner while it prints a label, and is resumed by another runner; it prints the step
+journal before and after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import dataclasses
 import itertools
 import logging
@@ -1587,6 +1593,16 @@ def run() -> int:
 
     evolution = asyncio.run(evolution_main(echo=lambda line: console.print(line, highlight=False)))
     console.print(render_evolution(evolution))
+    console.rule("workflows: an order workflow, a flaky provider, a signal, a SIGKILL, a resume")
+    console.print(
+        "R1, a runner in a child process, runs two orders' fulfil workflow; A's shipment "
+        "arrives, R1 is SIGKILLed while it prints A's label, and R2 (here) resumes A from its "
+        "journal; B's wait times out. This part uses a schema of its own, dropped at the end."
+    )
+    from examples.demo_workflows import render_workflows, workflows_main
+
+    flows = asyncio.run(workflows_main(echo=lambda line: console.print(line, highlight=False)))
+    console.print(render_workflows(flows))
     console.print(f"Done in {time.perf_counter() - started:.1f} s.", style="dim")
     return 0
 
@@ -1805,16 +1821,18 @@ class RunnerProcess:
 
     @classmethod
     async def spawn(cls, database_url: str, schema: str, offset_ms: int) -> RunnerProcess:
+        return await cls.start(str(DEMO_PATH), "--runner", database_url, schema, str(offset_ms))
+
+    @classmethod
+    async def start(cls, *argv: str, env: dict[str, str] | None = None) -> RunnerProcess:
+        """Run ``python *argv`` as a child process (its stdin, stdout and stderr are pipes)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            str(DEMO_PATH),
-            "--runner",
-            database_url,
-            schema,
-            str(offset_ms),
+            *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            env=None if env is None else {**os.environ, **env},
         )
         return cls(proc)
 
