@@ -82,10 +82,10 @@ journal before and after.
 from __future__ import annotations
 
 import asyncio
-import os
 import dataclasses
 import itertools
 import logging
+import os
 import sys
 import time
 import uuid

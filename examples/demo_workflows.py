@@ -153,7 +153,7 @@ class WorkflowsReport:
     log: list[str] = field(default_factory=list)
 
 
-async def _rows(url: str, query: sql.Composable, *params: Any) -> list[dict[str, Any]]:
+async def _rows(url: str, query: sql.Composed, *params: Any) -> list[dict[str, Any]]:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(query, params)

@@ -1,4 +1,4 @@
-"""Part 6 of the demo (``examples/demo_workflows.py``) runs and shows what it claims (WF-02 live)."""
+"""Part 6 of the demo (``examples/demo_workflows.py``) runs and shows what it claims."""
 
 from __future__ import annotations
 
