@@ -23,6 +23,7 @@ from tests.integration.workflow_actors import (
     ALL,
     CALLS,
     PROVIDER,
+    Careless,
     Note,
     Order,
     OutOfStock,
@@ -392,3 +393,31 @@ async def test_wf10_a_timeout_cancels_the_run(akter_test: Make) -> None:
         assert "timed out" in str(cancelled.value)
         outcomes = await order.outcomes()
         assert [o.status for o in outcomes] == ["cancelled"]
+
+
+# --- careless workflow code --------------------------------------------------------------------
+
+
+async def test_a_workflow_that_swallows_its_suspension_still_suspends(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        run = await t.get(Careless, "c-1").swallows.start()
+        await t.drain()
+        assert (await run_row(t, run.id))["status"] == "suspended"
+        assert CALLS["careless:c-1:after the wait"] == 0
+        assert await steps(t, run.id) == [(0, "wait", "Shipped", "pending")]
+
+
+async def test_steps_started_together_fail_the_run_with_a_clear_error(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        run = await t.get(Careless, "c-2").parallel.start()
+        await t.drain()
+        with pytest.raises(akter.WorkflowFailed) as failed:
+            await run.result(timeout=10)
+        assert "one at a time" in failed.value.message
+
+
+async def test_job_steps_of_a_capped_job_keep_their_order(akter_test: Make) -> None:
+    async with akter_test(ALL) as t:
+        run = await t.get(Careless, "c-3").capped.start()
+        await t.drain()
+        assert await run.result(timeout=10) == "shipped 1 shipped 2"

@@ -6,6 +6,7 @@ it); the fake provider scripts the job steps.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from datetime import timedelta
 
@@ -199,4 +200,38 @@ class Order(akter.Actor[OrderState]):
         self.state.outcomes.append(outcome)
 
 
-ALL = [Order, Stock]
+class Careless(akter.Actor[OrderState]):
+    """Workflows that misuse control flow: the engine must not be fooled."""
+
+    @akter.command
+    async def mark(self, text: str) -> int:
+        CALLS[f"careless:{self.id}:{text}"] += 1
+        self.state.marks.append(text)
+        return len(self.state.marks)
+
+    @akter.workflow
+    async def swallows(wf: akter.Workflow) -> str:
+        try:
+            await wf.wait(Shipped)
+        except BaseException:
+            pass
+        await wf.get(Careless, wf.ref.id).mark("after the wait")
+        return "ran past its suspension"
+
+    @akter.workflow
+    async def parallel(wf: akter.Workflow) -> list[int]:
+        mine = wf.get(Careless, wf.ref.id)
+        return list(await asyncio.gather(mine.mark("x"), mine.mark("y")))
+
+    @akter.workflow
+    async def capped(wf: akter.Workflow) -> str:
+        first = await wf.job(Careless.ship, Charge(order="1", cents=1))
+        second = await wf.job(Careless.ship, Charge(order="2", cents=2))
+        return f"{first} {second}"
+
+    @akter.job(per_actor=1)
+    async def ship(call: akter.JobCall, payload: Charge) -> str:
+        return f"shipped {payload.order}"
+
+
+ALL = [Order, Stock, Careless]

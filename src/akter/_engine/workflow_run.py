@@ -27,9 +27,9 @@ import json
 import logging
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -162,6 +162,40 @@ class StepsCalls(typing.Protocol):
 
 HandleFactory = Callable[[Any, Any, ActorRef], Any]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Control = Suspend | Diverged | Outage | LeaseLost
+
+
+def durable(
+    method: Callable[Concatenate[RunAttempt, _P], Awaitable[_R]],
+) -> Callable[Concatenate[RunAttempt, _P], Coroutine[Any, Any, _R]]:
+    """A durable step: one at a time, and none after the attempt was halted.
+
+    Once a step raised a control exception (a suspension, a divergence, an outage, a lost
+    lease), every later step raises it again: code that swallowed it (``except
+    BaseException``) cannot run steps past the point where the attempt ended.
+    """
+
+    async def run(self: RunAttempt, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self.halted is not None:
+            raise self.halted
+        if self.in_step:
+            raise Fatal(
+                "Steps of one workflow run one at a time: await each step before starting the "
+                "next (asyncio.gather over steps is not supported)."
+            )
+        self.in_step = True
+        try:
+            return await method(self, *args, **kwargs)
+        except (Suspend, Diverged, Outage, LeaseLost) as exc:
+            self.halted = exc
+            raise
+        finally:
+            self.in_step = False
+
+    return run
+
 
 @dataclass
 class RunAttempt:
@@ -181,6 +215,10 @@ class RunAttempt:
     cancel_delivered: bool = False
     #: Set when the attempt raised WorkflowCancelled at a cancellation recorded earlier.
     replayed_cancel: bool = False
+    #: The control exception that ended the attempt, raised again by any later step.
+    halted: _Control | None = None
+    #: A durable step is under way (steps run one at a time).
+    in_step: bool = False
 
     # --- the StepDriver's identity ----------------------------------------------------------
 
@@ -340,6 +378,7 @@ class RunAttempt:
             workflow=workflow,
         )
 
+    @durable
     async def command(
         self, member: Member, ref: ActorRef, body: dict[str, Any], pinned: str | None, fence: Any
     ) -> Any:
@@ -356,6 +395,7 @@ class RunAttempt:
             await self._record(StepRecord(seq, "command", name, "pending", detail))
         return await self._call(seq, "command", name, member, ref, body, command_id)
 
+    @durable
     async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
         """A query step: its answer is recorded, so a replay sees the same value."""
         name = f"{ref.type}.{member.name}"
@@ -430,6 +470,7 @@ class RunAttempt:
 
     # --- job steps --------------------------------------------------------------------------
 
+    @durable
     async def job(self, job: Job[Any, Any], payload: BaseModel) -> Any:
         """A job step: staged with its pending record, then a suspension until its outcome."""
         definition = self.services.registry.definition(self.ref.type)
@@ -459,6 +500,7 @@ class RunAttempt:
                 payload_version=job.version,
                 priority=job.options.priority,
                 max_wait_ms=job.options.max_wait_ms,
+                capped=job.options.per_actor is not None,
             )
             detail = canonical_json({"job_id": job_id})
             with telemetry.workflow_step("job", job.name, seq):
@@ -472,6 +514,7 @@ class RunAttempt:
 
     # --- sleeps and waits -------------------------------------------------------------------
 
+    @durable
     async def sleep(self, delay_ms: int | None, until_ms: int | None) -> None:
         """A durable timer: its end recorded as pending, then a suspension until it passes."""
         seq, rec = self._next("sleep", "sleep")
@@ -491,6 +534,7 @@ class RunAttempt:
             return
         raise Suspend(until, f"sleep until {until}")
 
+    @durable
     async def wait(self, signal: type[BaseModel], timeout_ms: int | None) -> Any:
         """A signal wait: the oldest unconsumed signal of the class, or a suspension."""
         name = signal_name(signal)
@@ -537,6 +581,7 @@ class RunAttempt:
 
     # --- local steps, values, markers -------------------------------------------------------
 
+    @durable
     async def step(
         self,
         fn: Callable[..., Any],

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -243,7 +243,7 @@ class WorkflowEngine:
             )
             return "diverged"
         try:
-            value = await member.fn(Workflow(attempt), **kwargs)
+            value = await _halting(attempt, member.fn(Workflow(attempt), **kwargs))
         except Suspend as suspend:
             await attempt.flush()
             status = await self.gateway.suspend(
@@ -580,6 +580,19 @@ class WorkflowEngine:
                 await self.cancel(str(data["run_id"]))
             return
         raise ValueError(f"Unknown workflow intent {command!r}")
+
+
+async def _halting(attempt: RunAttempt, body: Coroutine[Any, Any, Any]) -> Any:
+    """Await the workflow's code; a control exception it swallowed still ends the attempt."""
+    try:
+        value = await body
+    except Exception:
+        if attempt.halted is not None:
+            raise attempt.halted from None
+        raise
+    if attempt.halted is not None:
+        raise attempt.halted
+    return value
 
 
 def _error_of(exc: BaseException) -> WorkflowError:

@@ -61,6 +61,8 @@ class OutboxRow:
     payload_version: int = 0
     priority: int = 0
     max_wait_ms: int | None = None
+    #: A job with a per-actor cap: its ready time keeps the group's enqueue order (§5.3.4).
+    capped: bool = False
 
 
 class WorkflowsGateway:
@@ -299,7 +301,7 @@ class WorkflowsGateway:
                 "delays": [None for _ in rows],
                 "ats": [None for _ in rows],
                 "timer_keys": [None for _ in rows],
-                "ords": [0 for _ in rows],
+                "ords": [1 if r.capped else 0 for r in rows],
                 "priorities": [r.priority for r in rows],
                 "max_waits": [r.max_wait_ms for r in rows],
             },
