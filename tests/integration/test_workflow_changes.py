@@ -241,3 +241,20 @@ async def test_a_signal_to_an_unknown_run_is_refused(akter_test: Any) -> None:
         with pytest.raises(akter.ActorError) as refused:
             await t.runtime.workflow_run("no-such-run").signal(Go())
         assert refused.value.code == "unknown_workflow_run"
+
+
+async def test_akter_check_reports_runs_the_new_code_would_park(akter_test: Any) -> None:
+    async with akter_test([FlowV1]) as t:
+        await t.get(FlowV1, "f-7").ship.start()
+        await t.get(FlowV1, "f-8").notes.start()
+        await t.drain()
+        ok = await akter.Runtime([FlowV1], database_url=t.database_url, schema=t.schema).check()
+        assert [f.kind for f in ok.findings if f.severity == "error"] == []
+        report = await akter.Runtime([FlowV4], database_url=t.database_url, schema=t.schema).check()
+        errors = sorted(
+            (f.kind, f.member, f.count) for f in report.findings if f.severity == "error"
+        )
+        assert errors == [("unknown_workflow", "notes", 1), ("workflow_input", "ship", 1)]
+        # The check wrote nothing: both runs wait where they were.
+        rows = await t.rows("SELECT status FROM {schema}.workflows ORDER BY run_id")
+        assert [r["status"] for r in rows] == ["suspended", "suspended"]

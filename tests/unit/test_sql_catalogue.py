@@ -162,6 +162,8 @@ CROSS_ACTOR: dict[str, str] = {
     "check_actors_page": "akter check pages through every actor row by primary key (read-only)",
     "check_sample_states": "akter check samples the first states of one type (read-only, limited)",
     "check_outbox_page": "akter check pages through every outbox row by primary key (read-only)",
+    "check_workflows_page": "akter check pages through unfinished workflow runs by primary key "
+    "(read-only)",
     "check_dead_letters_page": "akter check pages through every dead letter by primary key "
     "(read-only)",
     "check_events_page": "akter check pages through every event's tag and version by primary key "

@@ -53,6 +53,15 @@ WHERE (d.routing_key, d.job_id) > (%(rk)s::bigint, %(id)s::text)
 ORDER BY d.routing_key, d.job_id
 LIMIT %(limit)s;
 
+-- check_workflows_page --
+-- one page of unfinished workflow runs after a primary-key cursor, in key order, with their inputs
+SELECT w.routing_key, w.run_id, w.actor_type, w.actor_id, w.workflow, w.input, w.status
+FROM {schema}.workflows w
+WHERE (w.routing_key, w.run_id) > (%(rk)s::bigint, %(id)s::text)
+  AND w.status IN ('runnable', 'running', 'suspended', 'diverged')
+ORDER BY w.routing_key, w.run_id
+LIMIT %(limit)s;
+
 -- check_events_page --
 -- one page of event keys, tags and payload versions after a primary-key cursor, in key order
 SELECT e.routing_key, e.tenant_id, e.actor_type, e.actor_id, e.seq, e.tag, e.payload_version

@@ -75,6 +75,7 @@ async def run_check(
         await _scan_outbox(gateway, definitions, found, now, live, tell)
         await _scan_dead_letters(gateway, definitions, found, tell)
         await _scan_events(gateway, definitions, found, tell)
+        await _scan_workflows(gateway, definitions, found, tell)
     return CheckReport(report(found, definitions))
 
 
@@ -346,3 +347,34 @@ def _name(row: Row) -> str:
 
 
 __all__ = ["CheckOptions", "Progress", "run_check"]
+
+
+async def _scan_workflows(
+    gateway: CheckGateway,
+    definitions: Mapping[str, ActorDefinition],
+    found: Findings,
+    progress: Progress,
+) -> None:
+    """Unfinished runs: their workflow must be declared and their input must still validate.
+
+    (A reordered step cannot be found without running the code: a replay parks such a run.)
+    """
+    seen = 0
+    async for page in gateway.workflows():
+        for row in page:
+            actor_type, name = str(row["actor_type"]), str(row["workflow"])
+            example = f"run {row['run_id']} of {actor_type}/{row['actor_id']!r} ({row['status']})"
+            definition = definitions.get(actor_type)
+            if definition is None:
+                found.add("unknown_type", actor_type, example=example, source="workflows")
+                continue
+            flow = definition.workflows.get(name)
+            if flow is None:
+                found.add("unknown_workflow", actor_type, name, example=example)
+                continue
+            try:
+                flow.arguments(json.loads(str(row["input"])))
+            except Exception as exc:
+                found.add("workflow_input", actor_type, name, example=f"{example}: {exc}")
+        seen += len(page)
+        progress("workflows", seen, None)

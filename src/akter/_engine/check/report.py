@@ -161,6 +161,18 @@ _MESSAGES: dict[str, tuple[Severity, str, str]] = {
         "{n} due {t}.{m} job rows and no live runner executes {t}.{m}.",
         "Start a worker that executes the job (its Runtime(jobs=...) includes it).",
     ),
+    "unknown_workflow": (
+        "error",
+        "{n} unfinished runs of the workflow {t}.{m}, which this code does not declare: "
+        "they would be parked as diverged when they next run.",
+        "Keep the @akter.workflow (under the same name) until its runs have finished.",
+    ),
+    "workflow_input": (
+        "error",
+        "{n} unfinished runs of {t}.{m} hold an input that fails validation under this code: "
+        "they would be parked as diverged when they next run.",
+        "Give the new parameters defaults, or keep the old signature until the runs finish.",
+    ),
     "state_version": ("info", "{n} {t} states at state version {v} (this code: {code}).", ""),
     "payload_version": (
         "info",

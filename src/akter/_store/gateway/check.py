@@ -190,6 +190,13 @@ class CheckGateway:
         async for page in self._pages("the dead letters", statement, cursor, _letter_cursor):
             yield page
 
+    async def workflows(self) -> AsyncIterator[list[Row]]:
+        """Pages of unfinished workflow runs in key order."""
+        cursor: Row = {"rk": _FIRST_RK, "id": ""}
+        statement = self.queries["check_workflows_page"]
+        async for page in self._pages("the workflows", statement, cursor, _run_cursor):
+            yield page
+
     async def events(self) -> AsyncIterator[list[Row]]:
         """Pages of event keys, tags and payload versions in key order."""
         cursor: Row = {"rk": _FIRST_RK, "tenant": "", "type": "", "id": "", "seq": 0}
@@ -232,6 +239,10 @@ def _outbox_cursor(row: Row) -> Row:
 
 def _letter_cursor(row: Row) -> Row:
     return {"rk": row["routing_key"], "id": row["job_id"]}
+
+
+def _run_cursor(row: Row) -> Row:
+    return {"rk": row["routing_key"], "id": row["run_id"]}
 
 
 def _event_cursor(row: Row) -> Row:
