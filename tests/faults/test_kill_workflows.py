@@ -22,6 +22,8 @@ import pytest
 from akter.testing import ActorTest
 from tests.faults.workflow_actors import ACTORS, EFFECTS, Flow, install
 from tests.faults.workflow_drill import (
+    Chaos,
+    chaos_drill,
     effects,
     journal,
     receipts,
@@ -155,3 +157,22 @@ async def test_WF04_a_local_step_killed_between_call_and_record_runs_again(
             {("s1", "handler"): 1, ("touch", "local"): 2, ("s3", "handler"): 1}
         )
         assert await t.get(Flow, "f").applied() == {"s1": 1, "s3": 1}
+
+
+# --- the chaos drill ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_workflow_chaos_three_runners_sigkilled_every_10s(
+    workflow_test: WorkflowTest,
+) -> None:
+    """Runs of five steps finish as their inputs say while runner processes are SIGKILLed."""
+    drill = Chaos()
+    async with workflow_test() as t:
+        report = await chaos_drill(t, drill)
+        print(report.summary())
+        assert report.problems() == []
+        assert len(report.kills) >= 4
+        assert sum(k.held_runs for k in report.kills) > 0  # kills landed on running runs
+        assert report.statuses["completed"] + report.statuses["failed"] == drill.runs

@@ -7,9 +7,9 @@ The same classes run in the parent test process and in its child runners
   written from inside the turn on a connection of its own, so it stays even when the turn rolls
   back), of a local step's function (``'local'``) and of a job executor call (``'job'``, with the
   job id and attempt), each with the process id and the database clock;
-- ``<schema>.wf_job_ends``: a trigger on akter's ``outbox`` logs the deletion of every job row
-  (its settle: a route, a dead letter or a cancellation), so a test can tell that no attempt of
-  a job started after its terminal outcome was committed.
+- ``<schema>.wf_job_ends``: a trigger on akter's ``outbox`` logs when each job row stops being a
+  job (its settle rewrites it into the route intent, a workflow step's ``$workflow.job``, or
+  deletes it), so a test can tell that no attempt of a job started after its terminal outcome.
 
 Committed effects live in the ``Flow`` actor's state (``applied``: how many committed turns
 applied each step), read back with its ``applied`` query.
@@ -17,6 +17,7 @@ applied each step), read back with its ``applied`` query.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from datetime import timedelta
 from typing import Any
@@ -48,14 +49,15 @@ CREATE TABLE IF NOT EXISTS {schema}.wf_job_ends (
 );
 CREATE OR REPLACE FUNCTION {schema}.log_job_end() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF OLD.kind = 'job' THEN
+    IF OLD.kind = 'job' AND (TG_OP = 'DELETE' OR NEW.kind <> 'job') THEN
         INSERT INTO {schema}.wf_job_ends (job_id, at_ms)
-        VALUES (OLD.intent_id, extract(epoch FROM clock_timestamp()) * 1000);
+        VALUES (OLD.intent_id, extract(epoch FROM clock_timestamp()) * 1000)
+        ON CONFLICT DO NOTHING;
     END IF;
-    RETURN OLD;
+    RETURN NULL;
 END $$;
 DROP TRIGGER IF EXISTS wf_job_ends ON {schema}.outbox;
-CREATE TRIGGER wf_job_ends AFTER DELETE ON {schema}.outbox
+CREATE TRIGGER wf_job_ends AFTER UPDATE OR DELETE ON {schema}.outbox
     FOR EACH ROW EXECUTE FUNCTION {schema}.log_job_end();
 """
 
@@ -121,10 +123,14 @@ class FlowState(BaseModel):
 
 
 class Charge(BaseModel):
-    """A job step's payload: attempts up to ``fail_until`` fail (known not applied)."""
+    """A job step's payload: attempts up to ``fail_until`` fail (known not applied).
+
+    Each call holds ``hold`` seconds first (a window for a kill mid-attempt).
+    """
 
     run_id: str
     fail_until: int = 0
+    hold: float = 0.0
 
 
 class Go(BaseModel):
@@ -143,9 +149,14 @@ class Flow(akter.Actor[FlowState], access=akter.public):
     """One workflow run per actor; every step's effect is logged and counted."""
 
     @akter.command
-    async def apply(self, run_id: str, step: str) -> int:
-        """A command step's handler: logged when it runs, counted when its turn commits."""
+    async def apply(self, run_id: str, step: str, hold: float = 0.0) -> int:
+        """A command step's handler: logged when it runs, counted when its turn commits.
+
+        It holds ``hold`` seconds inside the turn (a window for a kill before the commit).
+        """
         await EFFECTS.log(run_id, step, "handler")
+        if hold > 0:
+            await asyncio.sleep(hold)
         self.state.applied[step] = self.state.applied.get(step, 0) + 1
         return self.state.applied[step]
 
@@ -157,6 +168,8 @@ class Flow(akter.Actor[FlowState], access=akter.public):
     @akter.job(attempts=6, backoff=(0.05, 0.2), timeout=10)
     async def charge(call: akter.JobCall, payload: Charge) -> int:
         await EFFECTS.log(payload.run_id, "charge", "job", call.job_id, call.attempt)
+        if payload.hold > 0:
+            await asyncio.sleep(payload.hold)
         if call.attempt <= payload.fail_until:
             raise akter.JobFailure(f"flaky: attempt {call.attempt} of {payload.fail_until}")
         return call.attempt
@@ -175,17 +188,20 @@ class Flow(akter.Actor[FlowState], access=akter.public):
         return touched
 
     @akter.workflow
-    async def chaos(wf: akter.Workflow, fail_until: int) -> str:
+    async def chaos(wf: akter.Workflow, fail_until: int, hold: float = 0.0) -> str:
         """The chaos drill's five steps: a command, a flaky job, a sleep, a signal, a command.
 
-        A job that dead-letters (``fail_until`` ≥ its attempts) fails the run.
+        A job that dead-letters (``fail_until`` ≥ its attempts) fails the run; the handlers
+        and the job's calls hold ``hold`` seconds.
         """
-        await wf.get(Flow, wf.ref.id).apply(wf.run_id, "s1")
-        attempt = await wf.job(Flow.charge, Charge(run_id=wf.run_id, fail_until=fail_until))
+        await wf.get(Flow, wf.ref.id).apply(wf.run_id, "s1", hold)
+        attempt = await wf.job(
+            Flow.charge, Charge(run_id=wf.run_id, fail_until=fail_until, hold=hold)
+        )
         await wf.sleep(timedelta(seconds=1))
         go = await wf.wait(Go)
         assert go is not None
-        await wf.get(Flow, wf.ref.id).apply(wf.run_id, "s5")
+        await wf.get(Flow, wf.ref.id).apply(wf.run_id, "s5", hold)
         return f"charged at attempt {attempt}, go {go.n}"
 
 

@@ -13,7 +13,7 @@ With ``--pause``, the ``K``-th (default first) operation reaching the workflow f
 ``POINT`` (``before_step_record`` or ``after_step_record``) with the journal records of seq
 ``N`` alone holds there until the process is killed. Protocol lines on stdout:
 
-- ``READY <pid>`` once the runtime is up;
+- ``READY <pid> <runner_id>`` once the runtime is up;
 - ``PAUSED <point> <run_id> <seqs, comma-separated>`` when it holds at the point.
 
 End of input stops the runtime gracefully, prints ``STOPPED`` and exits with status 0.
@@ -78,7 +78,7 @@ async def run(args: argparse.Namespace) -> int:
                 say(f"PAUSED {pause.point} {info['run_id']} {seqs}")
 
             watcher = asyncio.create_task(report_pause()) if pause else None
-            say(f"READY {os.getpid()}")
+            say(f"READY {os.getpid()} {runtime.runners.runner_id}")
             runtime.relay.wake()  # a first pass at once, not after one poll
             while await asyncio.to_thread(sys.stdin.readline):
                 pass
