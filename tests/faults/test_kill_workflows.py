@@ -159,6 +159,94 @@ async def test_WF04_a_local_step_killed_between_call_and_record_runs_again(
         assert await t.get(Flow, "f").applied() == {"s1": 1, "s3": 1}
 
 
+async def test_WF03_killed_after_the_pending_record_before_the_turn_runs_it_once_by_that_id(
+    workflow_test: WorkflowTest,
+) -> None:
+    async with workflow_test() as t:
+        run = await t.get(Flow, "f").three.start()
+        # Seq 1's first write is its pending record: the turn has not begun when the child dies.
+        async with workflow_child(t, *CHILD, "--pause", "after_step_record", "--seq", "1") as c:
+            assert await c.expect("PAUSED") == ["after_step_record", run.id, "1"]
+            await c.kill()
+        before = await journal(t, run.id)
+        assert shape(before) == [(0, "command", APPLY, "done"), (1, "command", APPLY, "pending")]
+        pending_id = command_id_of(before[1])
+        assert await receipts(t, pending_id) == []
+        assert await effects(t, run.id) == Counter({("s1", "handler"): 1})
+
+        await t.advance(LEASE_S + 1)
+        assert await run.result(timeout=10) == [1, 1, 1]
+        after = await journal(t, run.id)
+        assert shape(after) == [(seq, "command", APPLY, "done") for seq in range(3)]
+        assert command_id_of(after[1]) == pending_id  # the turn ran under the recorded id
+        assert len(await receipts(t, pending_id)) == 1
+        assert await effects(t, run.id) == Counter(
+            {("s1", "handler"): 1, ("s2", "handler"): 1, ("s3", "handler"): 1}
+        )
+
+
+async def test_a_job_step_staged_by_a_killed_attempt_runs_once_and_the_run_resumes(
+    workflow_test: WorkflowTest,
+) -> None:
+    async with workflow_test() as t:
+        run = await t.get(Flow, "f").paid.start()
+        # The job step's pending record and its job commit together; the dead runner executes
+        # no jobs, so the job is still staged when it dies, before the run is suspended.
+        async with workflow_child(
+            t, *CHILD, "--no-jobs", "--pause", "after_step_record", "--seq", "1"
+        ) as a:
+            assert await a.expect("PAUSED") == ["after_step_record", run.id, "1"]
+            await a.kill()
+        before = await journal(t, run.id)
+        assert shape(before) == [(0, "command", APPLY, "done"), (1, "job", "charge", "pending")]
+        job_id = str(json.loads(str(before[1]["detail"]))["job_id"])
+        staged = await t.rows("SELECT intent_id, kind, attempts FROM {schema}.outbox")
+        assert staged == [{"intent_id": job_id, "kind": "job", "attempts": 0}]
+        assert (await run_row(t, run.id))["status"] == "running"
+
+        async with workflow_child(t, *CHILD) as b:
+            assert await run.result(timeout=LEASE_S + 30) == 1
+            await b.close(grace=10)
+        assert shape(await journal(t, run.id)) == [
+            (0, "command", APPLY, "done"),
+            (1, "job", "charge", "done"),
+            (2, "command", APPLY, "done"),
+        ]
+        calls = await t.rows("SELECT job_id, attempt FROM {schema}.wf_effects WHERE kind = 'job'")
+        assert calls == [{"job_id": job_id, "attempt": 1}]  # staged once, executed once
+        assert await effects(t, run.id) == Counter(
+            {("s1", "handler"): 1, ("charge", "job"): 1, ("s3", "handler"): 1}
+        )
+        assert await t.rows("SELECT * FROM {schema}.outbox") == []
+
+
+async def test_killed_before_the_run_end_is_written_the_resume_replays_every_step_and_ends_once(
+    workflow_test: WorkflowTest,
+) -> None:
+    async with workflow_test() as t:
+        run = await t.get(Flow, "f").three.start()
+        async with workflow_child(t, *CHILD, "--pause", "before_workflow_complete") as child:
+            assert await child.expect("PAUSED") == [
+                "before_workflow_complete",
+                run.id,
+                "completed",
+            ]
+            await child.kill()
+        before = await journal(t, run.id)
+        assert shape(before) == [(seq, "command", APPLY, "done") for seq in range(3)]
+        dead = await run_row(t, run.id)
+        assert (dead["status"], dead["result"]) == ("running", None)
+
+        await t.advance(LEASE_S + 1)
+        assert await run.result(timeout=10) == [1, 1, 1]
+        assert await journal(t, run.id) == before  # every step answered from the journal
+        assert await effects(t, run.id) == Counter(
+            {("s1", "handler"): 1, ("s2", "handler"): 1, ("s3", "handler"): 1}
+        )
+        done = await run_row(t, run.id)
+        assert (done["status"], done["attempts"]) == ("completed", 2)
+
+
 # --- the chaos drill ----------------------------------------------------------------------------
 
 

@@ -188,6 +188,14 @@ class Flow(akter.Actor[FlowState], access=akter.public):
         return touched
 
     @akter.workflow
+    async def paid(wf: akter.Workflow) -> int:
+        """A command, a job step, a command: the job's attempt number."""
+        await wf.get(Flow, wf.ref.id).apply(wf.run_id, "s1")
+        attempt = await wf.job(Flow.charge, Charge(run_id=wf.run_id))
+        await wf.get(Flow, wf.ref.id).apply(wf.run_id, "s3")
+        return attempt
+
+    @akter.workflow
     async def chaos(wf: akter.Workflow, fail_until: int, hold: float = 0.0) -> str:
         """The chaos drill's five steps: a command, a flaky job, a sleep, a signal, a command.
 

@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python -m tests.faults.workflow_child URL SCHEMA [--pause POINT --seq N [--nth K]]
-        [--workflow-lease S] [--lease S] [--claim-lease S] [--poll S]
+        [--workflow-lease S] [--lease S] [--claim-lease S] [--poll S] [--no-jobs]
 
 It runs ``akter.Runtime(ACTORS)`` of :mod:`tests.faults.workflow_actors` with its relay (so it
 claims workflow runs, delivers intents and executes jobs) on the given database and schema; its
@@ -11,10 +11,12 @@ handlers, local steps and executors log every execution in ``<schema>.wf_effects
 
 With ``--pause``, the ``K``-th (default first) operation reaching the workflow fault point
 ``POINT`` (``before_step_record`` or ``after_step_record``) with the journal records of seq
-``N`` alone holds there until the process is killed. Protocol lines on stdout:
+``N`` alone holds there until the process is killed; ``before_workflow_complete`` holds the
+first run's end. ``--no-jobs`` executes no jobs (a job step's job stays staged). Protocol lines
+on stdout:
 
 - ``READY <pid> <runner_id>`` once the runtime is up;
-- ``PAUSED <point> <run_id> <seqs, comma-separated>`` when it holds at the point.
+- ``PAUSED <point> <run_id> <seqs, comma-separated, or the ending status>`` when it holds.
 
 End of input stops the runtime gracefully, prints ``STOPPED`` and exits with status 0.
 """
@@ -44,6 +46,8 @@ def nth_record_of(seq: int, nth: int) -> Any:
 
     def matches(info: dict[str, Any]) -> bool:
         nonlocal seen
+        if "seqs" not in info:
+            return True  # before_workflow_complete: the first run's end
         if list(info["seqs"]) != [seq]:
             return False
         seen += 1
@@ -67,6 +71,7 @@ async def run(args: argparse.Namespace) -> int:
         claim_lease=args.claim_lease,
         poll=args.poll,
         maintenance=False,
+        jobs=[] if args.no_jobs else None,
     )
     try:
         async with runtime:
@@ -74,7 +79,7 @@ async def run(args: argparse.Namespace) -> int:
             async def report_pause() -> None:
                 assert pause is not None
                 info = await pause.wait(within=3600)
-                seqs = ",".join(str(s) for s in info["seqs"])
+                seqs = ",".join(str(s) for s in info.get("seqs", [])) or info["status"]
                 say(f"PAUSED {pause.point} {info['run_id']} {seqs}")
 
             watcher = asyncio.create_task(report_pause()) if pause else None
@@ -96,8 +101,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("url")
     parser.add_argument("schema")
     parser.add_argument(
-        "--pause", choices=["before_step_record", "after_step_record"], default=None
+        "--pause",
+        choices=["before_step_record", "after_step_record", "before_workflow_complete"],
+        default=None,
     )
+    parser.add_argument("--no-jobs", action="store_true")
     parser.add_argument("--seq", type=int, default=0)
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--workflow-lease", type=float, default=2.0)
