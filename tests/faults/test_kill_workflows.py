@@ -1,5 +1,9 @@
 """Workflows under real process death (the workflows spec, W6: WF-02, WF-03, WF-04; kill).
 
+Beside the named cases: a cut after a command step's pending record, after a job step's job is
+staged, and before the run's end is written; and a ``slow`` chaos drill (200 five-step runs on
+three runner processes, one SIGKILLed every ~10 s, :func:`tests.faults.workflow_drill.chaos_drill`).
+
 A child process (``tests.faults.workflow_child``) runs the workflow engine on the test's schema
 with a short workflow lease; the parent's runtime only starts runs and reads rows (no relay loop,
 no executors) until the child, held at a workflow fault point, is SIGKILLed. Only what
