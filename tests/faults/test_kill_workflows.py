@@ -74,12 +74,17 @@ async def test_WF02_killed_after_step_2_is_recorded_a_second_runner_resumes_with
 ) -> None:
     async with workflow_test() as t:
         run = await t.get(Flow, "f").three.start()
-        # Held before step 3's first record: steps 1 and 2 are recorded, step 3 not begun.
-        async with workflow_child(t, *CHILD, "--pause", "before_step_record", "--seq", "2") as a:
-            assert await a.expect("PAUSED") == ["before_step_record", run.id, "2"]
+        # Held after step 3's pending record, which carried step 2's outcome: steps 1 and 2 are
+        # recorded done, step 3's turn has not begun.
+        async with workflow_child(t, *CHILD, "--pause", "after_step_record", "--seq", "2") as a:
+            assert await a.expect("PAUSED") == ["after_step_record", run.id, "1,2"]
             await a.kill()
         before = await journal(t, run.id)
-        assert shape(before) == [(0, "command", APPLY, "done"), (1, "command", APPLY, "done")]
+        assert shape(before) == [
+            (0, "command", APPLY, "done"),
+            (1, "command", APPLY, "done"),
+            (2, "command", APPLY, "pending"),
+        ]
         assert await effects(t, run.id) == Counter({("s1", "handler"): 1, ("s2", "handler"): 1})
         dead = await run_row(t, run.id)
         assert (dead["status"], dead["attempts"]) == ("running", 1)
@@ -91,8 +96,9 @@ async def test_WF02_killed_after_step_2_is_recorded_a_second_runner_resumes_with
             await b.close(grace=10)
         after = await journal(t, run.id)
         assert shape(after) == [(seq, "command", APPLY, "done") for seq in range(3)]
-        assert after[:2] == before  # steps 1 and 2 answered from the journal, untouched
-        assert after[2]["started_at_ms"] >= lease_end
+        assert after[:2] == before[:2]  # steps 1 and 2 answered from the journal, untouched
+        assert command_id_of(after[2]) == command_id_of(before[2])  # step 3 by its recorded id
+        assert after[2]["recorded_at_ms"] >= lease_end
         assert await effects(t, run.id) == Counter(
             {("s1", "handler"): 1, ("s2", "handler"): 1, ("s3", "handler"): 1}
         )
@@ -108,11 +114,11 @@ async def test_WF03_killed_after_a_command_step_committed_before_its_record_repl
 ) -> None:
     async with workflow_test() as t:
         run = await t.get(Flow, "f").three.start()
-        # Seq 1's records: 1st its pending record, 2nd its 'done' after the turn committed.
+        # Seq 1's 'done' is written with seq 2's pending record, after seq 1's turn committed.
         async with workflow_child(
-            t, *CHILD, "--pause", "before_step_record", "--seq", "1", "--nth", "2"
+            t, *CHILD, "--pause", "before_step_record", "--seq", "2"
         ) as child:
-            assert await child.expect("PAUSED") == ["before_step_record", run.id, "1"]
+            assert await child.expect("PAUSED") == ["before_step_record", run.id, "1,2"]
             await child.kill()
         before = await journal(t, run.id)
         assert shape(before) == [(0, "command", APPLY, "done"), (1, "command", APPLY, "pending")]
@@ -170,7 +176,7 @@ async def test_WF03_killed_after_the_pending_record_before_the_turn_runs_it_once
         run = await t.get(Flow, "f").three.start()
         # Seq 1's first write is its pending record: the turn has not begun when the child dies.
         async with workflow_child(t, *CHILD, "--pause", "after_step_record", "--seq", "1") as c:
-            assert await c.expect("PAUSED") == ["after_step_record", run.id, "1"]
+            assert await c.expect("PAUSED") == ["after_step_record", run.id, "0,1"]
             await c.kill()
         before = await journal(t, run.id)
         assert shape(before) == [(0, "command", APPLY, "done"), (1, "command", APPLY, "pending")]
@@ -199,7 +205,7 @@ async def test_a_job_step_staged_by_a_killed_attempt_runs_once_and_the_run_resum
         async with workflow_child(
             t, *CHILD, "--no-jobs", "--pause", "after_step_record", "--seq", "1"
         ) as a:
-            assert await a.expect("PAUSED") == ["after_step_record", run.id, "1"]
+            assert await a.expect("PAUSED") == ["after_step_record", run.id, "0,1"]
             await a.kill()
         before = await journal(t, run.id)
         assert shape(before) == [(0, "command", APPLY, "done"), (1, "job", "charge", "pending")]
@@ -237,13 +243,21 @@ async def test_killed_before_the_run_end_is_written_the_resume_replays_every_ste
             ]
             await child.kill()
         before = await journal(t, run.id)
-        assert shape(before) == [(seq, "command", APPLY, "done") for seq in range(3)]
+        # The last step's outcome is written with the run's end: it is still pending.
+        assert shape(before) == [
+            (0, "command", APPLY, "done"),
+            (1, "command", APPLY, "done"),
+            (2, "command", APPLY, "pending"),
+        ]
         dead = await run_row(t, run.id)
         assert (dead["status"], dead["result"]) == ("running", None)
 
         await t.advance(LEASE_S + 1)
         assert await run.result(timeout=10) == [1, 1, 1]
-        assert await journal(t, run.id) == before  # every step answered from the journal
+        after = await journal(t, run.id)
+        assert after[:2] == before[:2]  # answered from the journal
+        assert command_id_of(after[2]) == command_id_of(before[2])  # its receipt replayed
+        assert shape(after) == [(seq, "command", APPLY, "done") for seq in range(3)]
         assert await effects(t, run.id) == Counter(
             {("s1", "handler"): 1, ("s2", "handler"): 1, ("s3", "handler"): 1}
         )

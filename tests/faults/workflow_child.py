@@ -41,14 +41,18 @@ def say(line: str) -> None:
 
 
 def nth_record_of(seq: int, nth: int) -> Any:
-    """A fault-point matcher: the ``nth`` write of exactly the records of ``seq``."""
+    """A fault-point matcher: the ``nth`` write whose newest record is ``seq``'s.
+
+    A write holds the step's own record last; before it, the 'done' records buffered since the
+    previous write (a command step's outcome is written with the next record).
+    """
     seen = 0
 
     def matches(info: dict[str, Any]) -> bool:
         nonlocal seen
         if "seqs" not in info:
             return True  # before_workflow_complete: the first run's end
-        if list(info["seqs"]) != [seq]:
+        if not info["seqs"] or list(info["seqs"])[-1] != seq:
             return False
         seen += 1
         return seen == nth

@@ -139,7 +139,7 @@ async def test_a_declared_error_of_a_command_step_fails_the_run_with_its_class(
         assert raised.value.sku == "sku-4"
         status = await t.workflow(run.id)
         assert status.status == "failed"
-        assert status.error is not None and status.error.tag == "OutOfStock"
+        assert status.error is not None and status.error.tag == "WfOutOfStock"
         assert status.steps[0].outcome["declared"]["fields"] == {"sku": "sku-4"}
 
 

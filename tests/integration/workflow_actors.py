@@ -27,7 +27,7 @@ class Note(BaseModel):
     text: str
 
 
-class OutOfStock(akter.DeclaredError):
+class OutOfStock(akter.DeclaredError, tag="WfOutOfStock"):
     sku: str
 
 

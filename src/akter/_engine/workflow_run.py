@@ -5,8 +5,11 @@ takes the next ``seq``. A journal record at that seq answers the step without do
 (its kind and name must match the code's, else the run *diverged*, W5). Past the journal the
 step is performed and recorded, each record guarded by the attempt's token:
 
-- a command (or query) step writes a ``pending`` record with a fresh command id first, then runs
-  the turn with that id, then records the outcome: a crash in between replays the receipt;
+- a command step writes a ``pending`` record with a fresh command id first, then runs the turn
+  with that id; its outcome is written with the next record (the next step's, or the run's
+  suspension or end), so a command step costs one write beside its turn: a crash before that
+  write leaves it pending, and the resumed run replays the receipt under the same id. A query
+  step's answer is written the same way (a crash before it lets the query run again);
 - a job step stages the job row with its ``pending`` record in one transaction, then suspends;
   the job's settle routes its outcome to the step (``$workflow.job``) and wakes the run;
 - a sleep or a signal wait records its wake time as ``pending`` and suspends until then;
@@ -346,9 +349,22 @@ class RunAttempt:
         await self.services.hooks.at("after_step_record", info)
 
     async def flush(self) -> None:
-        """Write buffered records (before the attempt suspends or ends)."""
+        """Write buffered records now (before a local step runs)."""
         if self.buffered:
             await self._record()
+
+    async def handover(self) -> list[StepRecord]:
+        """Take the buffered records for the suspension or end that writes them.
+
+        The ``before_step_record`` fault point fires here, as before any record write.
+        """
+        if not self.buffered:
+            return []
+        batch = list(self.buffered)
+        info = {"run_id": self.run_id, "seqs": [r.seq for r in batch]}
+        await self.services.hooks.at("before_step_record", info)
+        self.buffered.clear()
+        return batch
 
     def _encode(self, value: Any, what: str) -> str:
         try:
@@ -442,20 +458,22 @@ class RunAttempt:
             outcome = {
                 "declared": {"tag": type(exc).tag, "fields": exc.fields, "message": str(exc)}
             }
-            await self._record(StepRecord(seq, kind, name, "done", None, canonical_json(outcome)))
+            self.buffered.append(StepRecord(seq, kind, name, "done", None, canonical_json(outcome)))
             raise
         except ActorError as exc:
             if exc.retryable:
                 raise Outage(f"{name} is unavailable: {exc}") from exc
             refused = {"reason": exc.reason, "code": exc.code, "message": exc.message}
-            await self._record(
+            self.buffered.append(
                 StepRecord(seq, kind, name, "done", None, canonical_json({"refused": refused}))
             )
             raise
         except (psycopg.Error, OSError) as exc:
             raise Outage(f"{name} failed: {exc}") from exc
         stored = self._encode({"ok": member.result.dump_python(value, mode="json")}, name)
-        await self._record(StepRecord(seq, kind, name, "done", None, stored))
+        # Written with the next record (the next step's, or the run's suspension or end): until
+        # then a crash leaves the step pending, and its command id replays the receipt.
+        self.buffered.append(StepRecord(seq, kind, name, "done", None, stored))
         return member.result.validate_python(json.loads(stored)["ok"])
 
     def _replay_call(self, member: Member, rec: Record) -> Any:

@@ -245,10 +245,20 @@ class WorkflowEngine:
         try:
             value = await _halting(attempt, member.fn(Workflow(attempt), **kwargs))
         except Suspend as suspend:
-            await attempt.flush()
-            status = await self.gateway.suspend(
-                run, claimed.token, suspend.wake_at, suspend.waiting
-            )
+            try:
+                status = await self.gateway.suspend(
+                    run,
+                    claimed.token,
+                    suspend.wake_at,
+                    suspend.waiting,
+                    records=await attempt.handover(),
+                    lease_ms=services.config.workflow_lease_ms,
+                )
+            except (psycopg.Error, OSError) as exc:
+                await self._release(claimed, f"the suspension could not be written: {exc}")
+                return "released"
+            if status is None:
+                return "lease_lost"
             if status == "runnable":
                 self._wake()
             return "suspended"
@@ -309,10 +319,7 @@ class WorkflowEngine:
         error: WorkflowError | None = None,
     ) -> None:
         claimed = attempt.claimed
-        try:
-            await attempt.flush()
-        except (LeaseLost, Outage):
-            return
+        records = await attempt.handover()
         outcome = {
             "run_id": claimed.run.run_id,
             "workflow": member.name,
@@ -333,6 +340,8 @@ class WorkflowEngine:
                 result=result_text,
                 error=None if error is None else error.model_dump_json(),
                 outbox=outbox,
+                records=records,
+                lease_ms=self._services.config.workflow_lease_ms,
             )
         except (psycopg.Error, OSError) as exc:
             await self._release(claimed, f"the run's end could not be written: {exc}")

@@ -190,6 +190,25 @@ class WorkflowsGateway:
 
         Returns False, having written nothing, when the attempt lost its lease.
         """
+        async with self._store.framework.connection() as conn, conn.transaction():
+            if not await self._write_records(
+                conn, run, token, lease_ms, records, consumed=consumed
+            ):
+                return False
+            if outbox:
+                await self._stage(conn, run.routing_key, outbox)
+        return True
+
+    async def _write_records(
+        self,
+        conn: Connection,
+        run: RunKey,
+        token: int,
+        lease_ms: int,
+        records: Sequence[StepRecord],
+        *,
+        consumed: Sequence[tuple[str, int]] = (),
+    ) -> bool:
         params = {
             "rk": run.routing_key,
             "run_id": run.run_id,
@@ -204,13 +223,8 @@ class WorkflowsGateway:
             "signal_ids": [s for s, _ in consumed],
             "signal_seqs": [n for _, n in consumed],
         }
-        async with self._store.framework.connection() as conn, conn.transaction():
-            rows = await self._on(conn, self._store.queries["wf_record"], params)
-            if not rows or not rows[0]["held"]:
-                return False
-            if outbox:
-                await self._stage(conn, run.routing_key, outbox)
-        return True
+        rows = await self._on(conn, self._store.queries["wf_record"], params)
+        return bool(rows and rows[0]["held"])
 
     async def renew(self, run: RunKey, token: int, lease_ms: int) -> bool:
         """Extend the lease; False when it was lost."""
@@ -221,19 +235,29 @@ class WorkflowsGateway:
         return bool(rows)
 
     async def suspend(
-        self, run: RunKey, token: int, wake_at: int | None, waiting: str
+        self,
+        run: RunKey,
+        token: int,
+        wake_at: int | None,
+        waiting: str,
+        records: Sequence[StepRecord] = (),
+        lease_ms: int = 0,
     ) -> str | None:
-        """Hand the run back until ``wake_at``; its new status, ``None`` when the lease was lost."""
-        rows = await self._run(
-            self._store.queries["wf_suspend"],
-            {
-                "rk": run.routing_key,
-                "run_id": run.run_id,
-                "token": token,
-                "wake_at": wake_at,
-                "waiting": waiting,
-            },
-        )
+        """Write ``records``, then hand the run back until ``wake_at``, in one transaction.
+
+        Returns the run's new status; ``None`` when the lease was lost (nothing written).
+        """
+        params = {
+            "rk": run.routing_key,
+            "run_id": run.run_id,
+            "token": token,
+            "wake_at": wake_at,
+            "waiting": waiting,
+        }
+        async with self._store.framework.connection() as conn, conn.transaction():
+            if records and not await self._write_records(conn, run, token, lease_ms, records):
+                return None
+            rows = await self._on(conn, self._store.queries["wf_suspend"], params)
         return str(rows[0]["status"]) if rows else None
 
     async def release(self, run: RunKey, token: int, delay_ms: int, why: str) -> bool:
@@ -259,8 +283,13 @@ class WorkflowsGateway:
         result: str | None = None,
         error: str | None = None,
         outbox: Sequence[OutboxRow] = (),
+        records: Sequence[StepRecord] = (),
+        lease_ms: int = 0,
     ) -> bool:
-        """End the run (staging ``outbox`` rows with it); False when the lease was lost."""
+        """Write ``records``, end the run and stage ``outbox`` rows, in one transaction.
+
+        Returns False, having written nothing, when the lease was lost.
+        """
         params = {
             "rk": run.routing_key,
             "run_id": run.run_id,
@@ -270,6 +299,8 @@ class WorkflowsGateway:
             "error": error,
         }
         async with self._store.framework.connection() as conn, conn.transaction():
+            if records and not await self._write_records(conn, run, token, lease_ms, records):
+                return False
             rows = await self._on(conn, self._store.queries["wf_finish"], params)
             if not rows:
                 return False
