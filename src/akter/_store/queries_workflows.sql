@@ -263,11 +263,23 @@ RETURNING status;
 
 -- wf_list --
 -- runs for operators, newest first, optionally of one status and actor type
-SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, attempts,
-       started_at_ms, updated_at_ms, finished_at_ms, error
+SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, wake_at_ms,
+       deadline_ms, cancel_requested, attempts, started_at_ms, updated_at_ms, finished_at_ms,
+       error
 FROM {schema}.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(type)s::text IS NULL OR actor_type = %(type)s)
+ORDER BY started_at_ms DESC, run_id
+LIMIT %(limit)s;
+
+-- wf_actor_runs --
+-- one actor's runs for operators (the console), newest first, keyed
+SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, wake_at_ms,
+       deadline_ms, cancel_requested, attempts, started_at_ms, updated_at_ms, finished_at_ms,
+       error
+FROM {schema}.workflows
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s
 ORDER BY started_at_ms DESC, run_id
 LIMIT %(limit)s;
 
