@@ -283,6 +283,17 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 ORDER BY started_at_ms DESC, run_id
 LIMIT %(limit)s;
 
+-- sample_workflows --
+-- sampled gauges (maintenance owner): live runs per actor type across actors, running under a live lease and suspended (the workflows_live index)
+SELECT actor_type,
+       count(*) FILTER (WHERE status = 'running'
+                          AND wake_at_ms > {schema}.stmt_ms(%(off)s)) AS running,
+       count(*) FILTER (WHERE status = 'suspended') AS suspended
+FROM {schema}.workflows
+WHERE status IN ('running', 'suspended')
+GROUP BY actor_type
+ORDER BY actor_type;
+
 -- wf_prune --
 -- retention: finished runs older than their type's keep_workflows, with their journal and signals, a bounded batch per call
 WITH gone AS (

@@ -392,6 +392,10 @@ class WorkflowsGateway:
             },
         )
 
+    async def sample(self) -> list[Row]:
+        """Per actor type with live runs: ``running`` (under a live lease) and ``suspended``."""
+        return await self._run(self._store.queries["sample_workflows"], {})
+
     async def list(
         self, *, status: str | None = None, actor_type: str | None = None, limit: int = 100
     ) -> list[Row]:
