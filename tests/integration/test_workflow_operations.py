@@ -129,8 +129,8 @@ async def test_finished_runs_are_pruned_after_keep_workflows_and_live_ones_never
         # Far past any retention, the live and the diverged runs are still there.
         await t.advance(timedelta(days=60))
         assert (await t.runtime.cleanup()).workflows == 0
-        left = {
+        still = {
             r["run_id"]: r["status"]
             for r in await t.rows("SELECT run_id, status FROM {schema}.workflows")
         }
-        assert left == {asleep.id: "suspended", parked.id: "suspended", diverged.id: "diverged"}
+        assert still == {asleep.id: "suspended", parked.id: "suspended", diverged.id: "diverged"}
