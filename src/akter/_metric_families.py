@@ -136,6 +136,19 @@ FAMILIES: tuple[Family, ...] = (
     Family("akter.workflows.failed", "counter", "Workflow runs that failed.", _A),
     Family("akter.workflows.cancelled", "counter", "Workflow runs that ended cancelled.", _A),
     Family(
+        "akter.workflows.running",
+        "gauge",
+        "Workflow runs executing under a live lease (sampled).",
+        _A,
+    ),
+    Family(
+        "akter.workflows.suspended",
+        "gauge",
+        "Workflow runs suspended until a wake: a timer, a signal or a job outcome (sampled).",
+        _A,
+    ),
+    Family("akter.workflows.pruned", "counter", "Finished workflow runs deleted by retention.", _A),
+    Family(
         "akter.workflow.step.duration_ms",
         "histogram",
         "Duration of a workflow's local step, from its first attempt to its result (ms).",
@@ -163,6 +176,8 @@ SAMPLED_GAUGES = frozenset(
         "akter.jobs.waiting_slot",
         "akter.jobs.waiting_rate",
         "akter.orphans",
+        "akter.workflows.running",
+        "akter.workflows.suspended",
     }
 )
 #: Every gauge.

@@ -24,6 +24,9 @@ class Policy:
         max_state_bytes: Largest canonical state, in UTF-8 bytes (default 65,536).
         keep_receipts: Receipt retention (default 7 days).
         keep_events: Event retention (default 30 days).
+        keep_workflows: Retention of finished workflow runs, with their journal and signals,
+            counted from their end (default 30 days); running, suspended and diverged runs are
+            never pruned.
         max_schedule_lag: Ticks older than this are skipped (default 1 day).
         hibernate_after: Idle activations are dropped from memory after this (default 60 s).
     """
@@ -34,6 +37,7 @@ class Policy:
     max_state_bytes: int = 65_536
     keep_receipts: Duration = timedelta(days=7)
     keep_events: Duration = timedelta(days=30)
+    keep_workflows: Duration = timedelta(days=30)
     max_schedule_lag: Duration = timedelta(days=1)
     hibernate_after: Duration = 60.0
 
@@ -72,6 +76,7 @@ class ResolvedPolicy:
     max_state_bytes: int
     keep_receipts: int
     keep_events: int
+    keep_workflows: int
     max_schedule_lag: int
     hibernate_after: int
 

@@ -112,6 +112,56 @@ COLUMNS: dict[str, set[str]] = {
     },
     "singletons": {"actor_type", "owner", "lease_until_ms", "acquired_at_ms"},
     "migrations": {"id", "applied_at_ms", "checksum"},
+    # Workflows (migration 0007, the workflows spec W3).
+    "workflows": {
+        "routing_key",
+        "run_id",
+        "tenant_id",
+        "actor_type",
+        "actor_id",
+        "workflow",
+        "run_key",
+        "input",
+        "input_hash",
+        "caller",
+        "status",
+        "wake_at_ms",
+        "waiting",
+        "cancel_requested",
+        "pending_wake",
+        "deadline_ms",
+        "lease_owner",
+        "token",
+        "attempts",
+        "result",
+        "error",
+        "started_at_ms",
+        "updated_at_ms",
+        "finished_at_ms",
+    },
+    "workflow_steps": {
+        "routing_key",
+        "run_id",
+        "seq",
+        "kind",
+        "name",
+        "status",
+        "detail",
+        "outcome",
+        "started_at_ms",
+        "recorded_at_ms",
+    },
+    "workflow_signals": {
+        "routing_key",
+        "run_id",
+        "signal_id",
+        "signal_seq",
+        "name",
+        "payload",
+        "sent_at_ms",
+        "consumed_seq",
+    },
+    "workflow_aliases": {"routing_key", "run_id", "target_run_id"},
 }
 
 #: Primary keys, in order (semantics §1.8: per-actor tables lead with routing_key).
@@ -129,6 +179,10 @@ PRIMARY_KEYS: dict[str, list[str]] = {
     "deployment_names": ["actor_type", "kind", "name"],
     "job_limits": ["actor_type", "job"],
     "rate_buckets": ["actor_type", "job", "limit_no", "key"],
+    "workflows": ["routing_key", "run_id"],
+    "workflow_steps": ["routing_key", "run_id", "seq"],
+    "workflow_signals": ["routing_key", "run_id", "signal_id"],
+    "workflow_aliases": ["routing_key", "run_id"],
 }
 
 #: Secondary indexes by name: (table, unique, columns, partial predicate or None).
@@ -182,6 +236,12 @@ INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
     ),
     "receipts_expiry": ("receipts", False, ["actor_type", "expires_at_ms"], None),
     "events_emitted": ("events", False, ["actor_type", "emitted_at_ms"], None),
+    "workflows_live": (
+        "workflows",
+        False,
+        ["actor_type", "status"],
+        "(status = ANY (ARRAY['running'::text, 'suspended'::text]))",
+    ),
 }
 
 DEFAULT_WINDOW_MS = 86_400_000

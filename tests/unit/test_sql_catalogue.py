@@ -99,6 +99,8 @@ CROSS_ACTOR: dict[str, str] = {
     "wf_locate": "a run is found by its id alone (run ids are unique; run_id and alias indexes)",
     "wf_list": "operators list runs across actors, by status and type, newest first (read-only, "
     "bounded by limit)",
+    "sample_workflows": "the $maintenance owner samples live workflow runs per type across "
+    "actors, by status and wake_at_ms (read-only, the workflows_live partial index)",
     "wf_prune": "retention deletes finished runs of one type by finished_at_ms, a bounded batch "
     "(the journal, signals and aliases follow by routing_key)",
     "count_intent_backlog_flat": "Citus: count_intent_backlog without the per-bucket probe, by "

@@ -1,5 +1,9 @@
 """Retention sweeps (semantics §7): receipts after expiry + margin, events as a prefix.
 
+Finished workflow runs (completed, failed, cancelled) go with their journal, signals and aliases
+``keep_workflows`` after their end (the workflows spec W3); running, suspended and diverged runs
+have no end and are never pruned.
+
 Run by the ``$maintenance`` owner every 60 s (and by ``ActorTest.cleanup()``), per actor type,
 in batches of 1,000 rows with ``FOR UPDATE SKIP LOCKED``. A receipt is never deleted while an
 outbox row still carries its id (a redelivery must replay it), nor before its id's expiry plus
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from akter._store.gateway.maintenance import MaintenanceGateway
+from akter._store.gateway.workflows import WorkflowsGateway
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
@@ -34,12 +39,14 @@ class SweepCounts:
     receipts: int = 0
     events: int = 0
     ranked: int = 0
+    workflows: int = 0
 
 
 async def sweep(services: Services) -> SweepCounts:
     """One retention pass over every actor type this runtime hosts."""
     counts = SweepCounts()
     gateway = MaintenanceGateway(services.store, services.clock)
+    runs = WorkflowsGateway(services.store, services.clock)
     now = await services.clock.read()
     for definition in services.registry.definitions.values():
         policy = definition.policy
@@ -57,6 +64,12 @@ async def sweep(services: Services) -> SweepCounts:
             services.metrics.count("akter.events.pruned", deleted, actor_type=name)
             if deleted < BATCH:
                 break
+        while True:
+            deleted = await runs.prune(name, keep_ms=policy.keep_workflows, limit=BATCH)
+            counts.workflows += deleted
+            services.metrics.count("akter.workflows.pruned", deleted, actor_type=name)
+            if deleted < BATCH:
+                break
     while True:
         ranked = await gateway.rank_unranked_jobs(batch=BATCH)
         counts.ranked += ranked
@@ -67,9 +80,13 @@ async def sweep(services: Services) -> SweepCounts:
             "Ranked job rows written without a claim rank (a runner older than migration 0006)",
             extra={"jobs_ranked": counts.ranked},
         )
-    if counts.receipts or counts.events:
+    if counts.receipts or counts.events or counts.workflows:
         log.info(
             "Retention sweep",
-            extra={"receipts_pruned": counts.receipts, "events_pruned": counts.events},
+            extra={
+                "receipts_pruned": counts.receipts,
+                "events_pruned": counts.events,
+                "workflows_pruned": counts.workflows,
+            },
         )
     return counts

@@ -4,7 +4,9 @@ Every ``sample_every`` (15 s) the owner reads the outbox once: rows, relay lag (
 oldest due unclaimed row, 0 if none) and stuck rows (``attempts ≥ 8``) by ``kind``, and, extending
 §10.1, the job attempts running under a live lease (``akter.jobs.running`` by ``actor_type`` and
 ``job``) and the rows held back by flow control (``akter.jobs.waiting_slot``,
-``akter.jobs.waiting_rate``; docs/flow-control.md). A runner that loses (or releases) the lease
+``akter.jobs.waiting_rate``; docs/flow-control.md), and the workflow runs running under a live
+lease and suspended (``akter.workflows.running``, ``akter.workflows.suspended`` by
+``actor_type``; the workflows spec W4). A runner that loses (or releases) the lease
 stops reporting them, so a scrape of many runners sees each value once.
 """
 
@@ -22,6 +24,7 @@ from akter._engine.parking import OncePer
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.maintenance import MaintenanceGateway
 from akter._store.gateway.parked import ParkedGateway
+from akter._store.gateway.workflows import WorkflowsGateway
 from akter.telemetry import SAMPLED_GAUGES
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ class Sampler:
         self._gateway = MaintenanceGateway(services.store, services.clock)
         self._parked = ParkedGateway(services.store, services.clock)
         self._flow = FlowGateway(services.store, services.clock)
+        self._workflows = WorkflowsGateway(services.store, services.clock)
         self._unserved_log = OncePer(job_watch.LOG_EVERY_S)
         #: The interval between samples (``sample_every``); read before each wait.
         self.every_ms = SAMPLE_EVERY_MS
@@ -85,6 +89,12 @@ class Sampler:
                 for r in running
             ),
         )
+        runs = await self._workflows.sample()
+        for name in ("running", "suspended"):
+            metrics.replace(
+                f"akter.workflows.{name}",
+                (({"actor_type": str(r["actor_type"])}, float(r[name])) for r in runs),
+            )
         self.taken += 1
         self._sampled.set()
         self._sampled = asyncio.Event()

@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -68,8 +69,119 @@ START, SIGNAL, CANCEL, JOB = (
     "$workflow.cancel",
     "$workflow.job",
 )
+#: The error of a diverged run an operator cancelled.
+_ABANDONED = WorkflowError(
+    type="WorkflowCancelled", message="Cancelled while parked as diverged."
+).model_dump_json()
 #: The first and the longest wait before a run handed back after an outage is claimed again.
 _RETRY_FIRST_MS, _RETRY_MAX_MS = 1_000, 60_000
+
+
+#: A run's statuses that have ended (no more steps, signals or cancels).
+ENDED = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run as operators list it (``akter workflows list``, the console).
+
+    Attributes:
+        wake_at_ms: For a suspended run, when it wakes by itself (the end of its sleep, wait
+            timeout or deadline); ``None`` while only a signal, a job outcome or a cancel
+            wakes it. For a runnable run, since when it is due; for a running one, its lease
+            end.
+    """
+
+    run_id: str
+    actor: ActorRef
+    workflow: str
+    key: str | None
+    status: str
+    waiting: str | None
+    wake_at_ms: int | None
+    deadline_ms: int | None
+    cancel_requested: bool
+    attempts: int
+    started_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None
+    error: WorkflowError | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (``--json``, the console)."""
+        return {
+            "run_id": self.run_id,
+            "actor": self.actor.to_json(),
+            "workflow": self.workflow,
+            "key": self.key,
+            "status": self.status,
+            "waiting": self.waiting,
+            "wake_at_ms": self.wake_at_ms,
+            "deadline_ms": self.deadline_ms,
+            "cancel_requested": self.cancel_requested,
+            "attempts": self.attempts,
+            "started_at_ms": self.started_at_ms,
+            "updated_at_ms": self.updated_at_ms,
+            "finished_at_ms": self.finished_at_ms,
+            "error": None if self.error is None else self.error.model_dump(mode="json"),
+        }
+
+
+@dataclass(frozen=True)
+class SignalView:
+    """A signal sent to a run, as operators see it.
+
+    It is ``pending`` until a wait takes it (``consumed_seq`` is then that wait's step), and
+    ``set_aside`` (``consumed_seq`` -1) when it did not validate against the wait of its name.
+    """
+
+    signal_id: str
+    name: str
+    payload: Any
+    sent_at_ms: int
+    consumed_seq: int | None
+
+    @property
+    def state(self) -> str:
+        """``pending``, ``consumed`` or ``set_aside``."""
+        if self.consumed_seq is None:
+            return "pending"
+        return "set_aside" if self.consumed_seq < 0 else "consumed"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (``--json``, the console)."""
+        return {
+            "signal_id": self.signal_id,
+            "name": self.name,
+            "payload": self.payload,
+            "sent_at_ms": self.sent_at_ms,
+            "consumed_seq": self.consumed_seq,
+            "state": self.state,
+        }
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """One run for operators (``akter workflows show``, the console).
+
+    Its status and journal, when it wakes by itself (:attr:`RunSummary.wake_at_ms`) and its
+    deadline, and its signals in arrival order.
+    """
+
+    status: WorkflowStatus
+    wake_at_ms: int | None
+    deadline_ms: int | None
+    signals: list[SignalView]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (``--json``, the console)."""
+        return {
+            **self.status.model_dump(mode="json"),
+            "actor": self.status.actor.to_json(),
+            "wake_at_ms": self.wake_at_ms,
+            "deadline_ms": self.deadline_ms,
+            "signals": [s.to_json() for s in self.signals],
+        }
 
 
 def is_workflow_command(command: str) -> bool:
@@ -481,6 +593,49 @@ class WorkflowEngine:
         steps = await self.gateway.steps(run)
         return status_of(row, steps)
 
+    async def detail(self, run_id: str) -> RunDetail:
+        """The run for operators: status, journal, wake time and signals (RunDetail).
+
+        Raises:
+            ActorError: ``InvalidInput`` (``unknown_workflow_run``) when there is no such run.
+        """
+        run, _ = await self._locate(run_id)
+        row = await self.gateway.get(run)
+        if row is None:
+            raise ActorError(
+                "InvalidInput", f"No workflow run {run_id!r}.", code="unknown_workflow_run"
+            )
+        steps = await self.gateway.steps(run)
+        signals = await self.gateway.signals(run)
+        return RunDetail(
+            status=status_of(row, steps),
+            wake_at_ms=row["wake_at_ms"],
+            deadline_ms=row["deadline_ms"],
+            signals=[
+                SignalView(
+                    signal_id=str(g["signal_id"]),
+                    name=str(g["name"]),
+                    payload=json.loads(g["payload"]),
+                    sent_at_ms=int(g["sent_at_ms"]),
+                    consumed_seq=g["consumed_seq"],
+                )
+                for g in signals
+            ],
+        )
+
+    async def runs(
+        self, *, status: str | None = None, actor_type: str | None = None, limit: int = 100
+    ) -> list[RunSummary]:
+        """Runs across actors for operators, newest first (``akter workflows list``)."""
+        rows = await self.gateway.list(status=status, actor_type=actor_type, limit=limit)
+        return [summary_of(r) for r in rows]
+
+    async def actor_runs(self, ref: ActorRef, limit: int = 100) -> list[RunSummary]:
+        """One actor's runs for operators, newest first (the console)."""
+        rk = self._services.registry.routing_key(ref)
+        rows = await self.gateway.actor_runs(rk, (ref.tenant, ref.type, ref.id), limit)
+        return [summary_of(r) for r in rows]
+
     async def signal(self, run_id: str, signal: BaseModel, signal_id: str | None = None) -> None:
         """Keep ``signal`` for the run (``run.signal``); refused for a finished run."""
         if not isinstance(signal, BaseModel):
@@ -522,15 +677,36 @@ class WorkflowEngine:
         """Ask the run to cancel (``run.cancel``); a diverged run ends cancelled at once."""
         run, row = await self._locate(run_id)
         if row["status"] == "diverged":
-            await self.gateway.abandon_diverged(
-                run,
-                WorkflowError(
-                    type="WorkflowCancelled", message="Cancelled while parked as diverged."
-                ).model_dump_json(),
-            )
+            await self.gateway.abandon_diverged(run, _ABANDONED)
             return
         if await self.gateway.cancel(run):
             self._wake()
+
+    async def operator_cancel(self, run_id: str) -> str:
+        """Cancel for operators (``akter workflows cancel``): refused for an ended run.
+
+        Returns:
+            ``"requested"`` (the run's next durable await raises ``WorkflowCancelled``) or
+            ``"cancelled"`` (a diverged run ended at once, without running again).
+
+        Raises:
+            ActorError: ``InvalidInput``: no such run (``unknown_workflow_run``), or it has
+                ended (``workflow_finished``).
+        """
+        run, row = await self._locate(run_id)
+        if row["status"] == "diverged":
+            if await self.gateway.abandon_diverged(run, _ABANDONED):
+                return "cancelled"
+        elif await self.gateway.cancel(run):
+            self._wake()
+            return "requested"
+        current = await self.gateway.get(run)
+        status = current["status"] if current else "gone"
+        raise ActorError(
+            "InvalidInput",
+            f"Workflow run {run_id!r} has ended ({status}); there is nothing to cancel.",
+            code="workflow_finished",
+        )
 
     async def retry(self, run_id: str) -> bool:
         """Make a diverged run runnable again (``akter workflows retry``)."""
@@ -612,6 +788,26 @@ def _error_of(exc: BaseException) -> WorkflowError:
     return WorkflowError(type=type(exc).__name__, message=str(exc)[:4000])
 
 
+def summary_of(row: dict[str, Any]) -> RunSummary:
+    """A listed run's row as a :class:`RunSummary`."""
+    return RunSummary(
+        run_id=str(row["run_id"]),
+        actor=ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"])),
+        workflow=str(row["workflow"]),
+        key=row["run_key"],
+        status=str(row["status"]),
+        waiting=row["waiting"],
+        wake_at_ms=row["wake_at_ms"],
+        deadline_ms=row["deadline_ms"],
+        cancel_requested=bool(row["cancel_requested"]),
+        attempts=int(row["attempts"]),
+        started_at_ms=int(row["started_at_ms"]),
+        updated_at_ms=int(row["updated_at_ms"]),
+        finished_at_ms=row["finished_at_ms"],
+        error=WorkflowError.model_validate_json(row["error"]) if row["error"] else None,
+    )
+
+
 def status_of(row: dict[str, Any], steps: list[dict[str, Any]]) -> WorkflowStatus:
     """A run's row and journal as a :class:`WorkflowStatus`."""
     error = WorkflowError.model_validate_json(row["error"]) if row["error"] else None
@@ -645,4 +841,13 @@ def status_of(row: dict[str, Any], steps: list[dict[str, Any]]) -> WorkflowStatu
     )
 
 
-__all__ = ["WorkflowEngine", "is_workflow_command", "status_of"]
+__all__ = [
+    "ENDED",
+    "RunDetail",
+    "RunSummary",
+    "SignalView",
+    "WorkflowEngine",
+    "is_workflow_command",
+    "status_of",
+    "summary_of",
+]

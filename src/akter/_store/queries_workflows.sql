@@ -265,13 +265,36 @@ RETURNING status;
 
 -- wf_list --
 -- runs for operators, newest first, optionally of one status and actor type
-SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, attempts,
-       started_at_ms, updated_at_ms, finished_at_ms, error
+SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, wake_at_ms,
+       deadline_ms, cancel_requested, attempts, started_at_ms, updated_at_ms, finished_at_ms,
+       error
 FROM {schema}.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(type)s::text IS NULL OR actor_type = %(type)s)
 ORDER BY started_at_ms DESC, run_id
 LIMIT %(limit)s;
+
+-- wf_actor_runs --
+-- one actor's runs for operators (the console), newest first, keyed
+SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, wake_at_ms,
+       deadline_ms, cancel_requested, attempts, started_at_ms, updated_at_ms, finished_at_ms,
+       error
+FROM {schema}.workflows
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s
+ORDER BY started_at_ms DESC, run_id
+LIMIT %(limit)s;
+
+-- sample_workflows --
+-- sampled gauges (maintenance owner): live runs per actor type across actors, running under a live lease and suspended (the workflows_live index)
+SELECT actor_type,
+       count(*) FILTER (WHERE status = 'running'
+                          AND wake_at_ms > {schema}.stmt_ms(%(off)s)) AS running,
+       count(*) FILTER (WHERE status = 'suspended') AS suspended
+FROM {schema}.workflows
+WHERE status IN ('running', 'suspended')
+GROUP BY actor_type
+ORDER BY actor_type;
 
 -- wf_prune --
 -- retention: finished runs older than their type's keep_workflows, with their journal and signals, a bounded batch per call

@@ -5,7 +5,8 @@ One sub-app per module, composed here on :data:`app`: ``serve`` and ``worker``
 (:mod:`~akter.cli.check`), ``inspect`` and ``outbox`` (:mod:`~akter.cli.inspection`,
 :mod:`~akter.cli.outbox`), ``dev`` (:mod:`~akter.cli.dev`), ``bench`` (:mod:`~akter.cli.bench`),
 ``db`` (:mod:`~akter.cli.db`), ``jobs`` (:mod:`~akter.cli.jobs`), ``dead-letters``
-(:mod:`~akter.cli.dead_letters`) and ``citus`` (:mod:`~akter.cli.citus`). The
+(:mod:`~akter.cli.dead_letters`), ``workflows`` (:mod:`~akter.cli.workflows`) and ``citus``
+(:mod:`~akter.cli.citus`). The
 modules share only :mod:`akter.cli._common` (output, options, targets) and
 :mod:`akter.cli._serving`; none imports this package or another command module.
 
@@ -32,6 +33,7 @@ from akter.cli.jobs import jobs_app
 from akter.cli.migrate import migrate_app
 from akter.cli.outbox import outbox_app
 from akter.cli.runner import runner_app
+from akter.cli.workflows import workflows_app
 
 app = typer.Typer(
     name="akter",
@@ -45,7 +47,7 @@ app = typer.Typer(
 # commands to the root (listed first, as they come), named ones add a group each.
 for sub_app in (runner_app, migrate_app, check_app, inspection_app, dev_app, bench_app):
     app.add_typer(sub_app)
-for group in (db_app, jobs_app, letters_app, outbox_app, citus_app):
+for group in (db_app, jobs_app, letters_app, outbox_app, workflows_app, citus_app):
     app.add_typer(group)
 
 

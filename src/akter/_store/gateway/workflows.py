@@ -411,6 +411,26 @@ class WorkflowsGateway:
         )
         return bool(rows)
 
+    async def actor_runs(
+        self, routing_key: int, ref: tuple[str, str, str], limit: int
+    ) -> list[Row]:
+        """One actor's runs for operators, newest first."""
+        tenant, actor_type, actor_id = ref
+        return await self._run(
+            self._store.queries["wf_actor_runs"],
+            {
+                "rk": routing_key,
+                "tenant": tenant,
+                "type": actor_type,
+                "id": actor_id,
+                "limit": limit,
+            },
+        )
+
+    async def sample(self) -> list[Row]:
+        """Per actor type with live runs: ``running`` (under a live lease) and ``suspended``."""
+        return await self._run(self._store.queries["sample_workflows"], {})
+
     async def list(
         self, *, status: str | None = None, actor_type: str | None = None, limit: int = 100
     ) -> list[Row]:

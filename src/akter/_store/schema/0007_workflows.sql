@@ -91,3 +91,49 @@ CREATE TABLE {schema}.workflow_aliases (
     PRIMARY KEY (routing_key, run_id)
 );
 CREATE INDEX workflow_aliases_run_id ON {schema}.workflow_aliases (run_id);
+-- The samplers' count of live runs by type (akter.workflows.running and .suspended) reads only
+-- the runs that hold a lease or wait, never the finished ones retention keeps.
+CREATE INDEX workflows_live ON {schema}.workflows (actor_type, status)
+    WHERE status IN ('running', 'suspended');
+
+-- Inspection views (W4), read-only like those of 0002_inspection_views.sql: times as
+-- timestamptz (the tables keep them in ms), the error's type and message, the journal's counts,
+-- and for a suspended run what it waits for (waiting) and until when (wake_at: the end of its
+-- sleep, wait timeout or deadline; NULL while only a signal, a job outcome or a cancel wakes
+-- it). A running run's lease end is lease_until. Stored JSON (input, result, error, outcomes)
+-- is shown as jsonb.
+CREATE VIEW {schema}.v_workflows AS
+SELECT w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, w.run_key, w.status,
+       w.waiting,
+       CASE WHEN w.status = 'suspended' THEN to_timestamp(w.wake_at_ms / 1000.0) END
+           AS wake_at,
+       CASE WHEN w.status = 'running' THEN to_timestamp(w.wake_at_ms / 1000.0) END
+           AS lease_until,
+       to_timestamp(w.deadline_ms / 1000.0) AS deadline_at,
+       w.cancel_requested, w.attempts,
+       w.error::jsonb ->> 'type' AS error_type,
+       w.error::jsonb ->> 'message' AS error_message,
+       (SELECT count(*) FROM {schema}.workflow_steps s
+        WHERE s.routing_key = w.routing_key AND s.run_id = w.run_id) AS steps,
+       (SELECT count(*) FROM {schema}.workflow_steps s
+        WHERE s.routing_key = w.routing_key AND s.run_id = w.run_id
+          AND s.status = 'pending') AS pending_steps,
+       (SELECT count(*) FROM {schema}.workflow_signals g
+        WHERE g.routing_key = w.routing_key AND g.run_id = w.run_id
+          AND g.consumed_seq IS NULL) AS pending_signals,
+       to_timestamp(w.started_at_ms / 1000.0) AS started_at,
+       to_timestamp(w.updated_at_ms / 1000.0) AS updated_at,
+       to_timestamp(w.finished_at_ms / 1000.0) AS finished_at,
+       w.result::jsonb AS result, w.error::jsonb AS error, w.input::jsonb AS input,
+       w.routing_key
+FROM (SELECT * FROM {schema}.workflows) w;
+
+CREATE VIEW {schema}.v_workflow_steps AS
+SELECT s.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, s.seq, s.kind, s.name,
+       s.status, s.detail, s.outcome::jsonb AS outcome,
+       to_timestamp(s.started_at_ms / 1000.0) AS started_at,
+       to_timestamp(s.recorded_at_ms / 1000.0) AS recorded_at,
+       s.recorded_at_ms - s.started_at_ms AS duration_ms,
+       s.routing_key
+FROM (SELECT * FROM {schema}.workflow_steps) s
+JOIN {schema}.workflows w ON w.routing_key = s.routing_key AND w.run_id = s.run_id;

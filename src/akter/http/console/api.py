@@ -14,6 +14,8 @@ Routes (present only when the app was built with ``console=``)::
     GET  /console/api/dead-letters?limit=  dead letters, newest first
     POST /console/api/dead-letters/{job_id}/retry    as ``akter dead-letters retry``
     POST /console/api/dead-letters/{job_id}/discard  as ``akter dead-letters discard``
+    GET  /console/api/actor/workflows?type=&id=&tenant=  one actor's workflow runs
+    GET  /console/api/workflows/{run_id}   one run: wake condition, step timeline, signals
 
 Every API request first passes :func:`akter.http.console.guard.operator` (the console header,
 its own page as the sender, loopback and token for ``Console.local()``, then the auth provider and
@@ -47,6 +49,7 @@ from akter.http.auth import AuthProvider
 from akter.http.console import Console
 from akter.http.console.guard import operator
 from akter.http.console.parked import ParkedApi
+from akter.http.console.workflows import WorkflowsApi
 from akter.http.problems import from_actor_error
 
 if TYPE_CHECKING:
@@ -110,6 +113,7 @@ class ConsoleApi:
             Route("/console/api/dead-letters/{job_id}/retry", self.retry, methods=["POST"]),
             Route("/console/api/dead-letters/{job_id}/discard", self.discard, methods=["POST"]),
             *ParkedApi(self.runtime, self._operator).routes(),
+            *WorkflowsApi(self.runtime, self._operator, self._ref).routes(),
         ]
 
     # --- the guard ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ const state = {
   tab: "actors",
   type: null,
   actor: null, // {type, id, tenant}
+  run: null, // the workflow run shown under the actor
   after: null,
   feed: null, // AbortController of the actor's event feed
   progress: new Map(), // job id -> {abort, bar, label, closed, ended}
@@ -229,6 +230,8 @@ async function loadActors() {
 async function openActor(type, id, tenant) {
   if (state.feed) state.feed.abort();
   state.actor = { type, id, tenant };
+  state.run = null;
+  document.getElementById("run").hidden = true;
   for (const tr of document.querySelectorAll("#actors tbody tr")) {
     tr.classList.toggle("active", tr.dataset.id === id && tr.dataset.tenant === tenant);
   }
@@ -268,7 +271,90 @@ async function loadActor() {
       ),
     ),
   );
+  await loadRuns();
   return detail;
+}
+
+// --- workflow runs of the actor ---------------------------------------------------------------
+
+// What a suspended run waits for (a signal, a job, a sleep) and until when it waits by itself.
+function wakeText(wake) {
+  if (!wake) return "";
+  return wake.until ? `${wake.waiting || "a wake"} · until ${when(wake.until)}` : wake.waiting || "a wake";
+}
+
+async function loadRuns() {
+  const { type, id, tenant } = state.actor;
+  const { runs } = await api("actor/workflows?" + query({ type, id, tenant }));
+  fill(
+    document.querySelector("#actor-runs tbody"),
+    runs.map((r) =>
+      el(
+        "tr",
+        { class: r.run_id === state.run ? "active" : "", dataset: { run: r.run_id }, onclick: () => openRun(r.run_id).catch(failed) },
+        el("td", { class: "mono" }, r.run_id),
+        el("td", {}, r.workflow),
+        el("td", { class: r.status === "failed" || r.status === "diverged" ? "error" : "" }, r.status + (r.cancel_requested && !r.finished_at ? " (cancel requested)" : "")),
+        el("td", {}, wakeText(r.wake)),
+        el("td", {}, when(r.started_at)),
+      ),
+    ),
+  );
+  if (state.run) await loadRun();
+}
+
+async function openRun(runId) {
+  state.run = runId;
+  for (const tr of document.querySelectorAll("#actor-runs tbody tr")) {
+    tr.classList.toggle("active", tr.dataset.run === runId);
+  }
+  await loadRun();
+}
+
+async function loadRun() {
+  const run = await api("workflows/" + encodeURIComponent(state.run));
+  document.getElementById("run").hidden = false;
+  document.getElementById("run-title").textContent = `${run.workflow} · ${run.run_id}`;
+  const facts = [
+    ["status", run.status + (run.cancel_requested && !run.finished_at ? " (cancel requested)" : "")],
+    ["waits for", wakeText(run.wake)],
+    ["attempts", run.attempts],
+    ["started", when(run.started_at)],
+    ["deadline", when(run.deadline)],
+    ["finished", when(run.finished_at)],
+    ["result", run.status === "completed" ? JSON.stringify(run.result) : ""],
+    ["error", run.error ? `${run.error.type}: ${run.error.message}` : ""],
+  ].filter(([, v]) => v !== "" && v !== null && v !== undefined);
+  document
+    .getElementById("run-facts")
+    .replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { fact: k } }, String(v))]));
+  // The step timeline, in seq order: a pending step is the one under way (or waited on).
+  document.getElementById("run-steps").replaceChildren(
+    ...run.steps.map((step) =>
+      el(
+        "li",
+        { class: step.status, dataset: { seq: String(step.seq) } },
+        el("span", { class: "tag" }, `${step.kind} ${step.name}`),
+        " ",
+        el("span", { class: "mono" }, step.status === "done" ? JSON.stringify(step.outcome) : step.detail || ""),
+        " ",
+        el("span", { class: "muted" }, step.status === "done" ? when(step.recorded_at) : `pending since ${when(step.started_at)}`),
+      ),
+    ),
+  );
+  fill(
+    document.querySelector("#run-signals tbody"),
+    run.signals.map((g) =>
+      el(
+        "tr",
+        { class: g.state === "pending" ? "" : "finished" },
+        el("td", {}, g.name),
+        el("td", { class: g.state === "set_aside" ? "error" : "" }, g.state === "consumed" ? `consumed at step ${g.consumed_seq}` : g.state.replace("_", " ")),
+        el("td", { class: "mono" }, JSON.stringify(g.payload)),
+        el("td", {}, when(g.sent_at)),
+      ),
+    ),
+  );
 }
 
 function eventItem(e, fresh) {
@@ -527,7 +613,13 @@ async function operateParked(row, action) {
 
 // --- tabs and the refresh loop ---------------------------------------------------------------
 
-const loaders = { actors: loadOverview, outbox: loadOutbox, jobs: loadJobs, letters: loadLetters, parked: loadParked };
+// An open actor's workflow runs (and the run shown) follow the poll: a run moves without events.
+async function loadActorsTab() {
+  await loadOverview();
+  if (state.actor) await loadRuns();
+}
+
+const loaders = { actors: loadActorsTab, outbox: loadOutbox, jobs: loadJobs, letters: loadLetters, parked: loadParked };
 
 async function refreshOnce() {
   try {
