@@ -138,6 +138,7 @@ COLUMNS: dict[str, set[str]] = {
         "started_at_ms",
         "updated_at_ms",
         "finished_at_ms",
+        "traceparent",
     },
     "workflow_steps": {
         "routing_key",
