@@ -421,3 +421,26 @@ async def test_job_steps_of_a_capped_job_keep_their_order(akter_test: Make) -> N
         run = await t.get(Careless, "c-3").capped.start()
         await t.drain()
         assert await run.result(timeout=10) == "shipped 1 shipped 2"
+
+
+@pytest.mark.parametrize(
+    ("workflow", "type", "says"),
+    [
+        ("nan_result", "InvalidResult", "NaN"),
+        ("nul_step", "Fatal", "NUL"),
+        ("huge_step", "Fatal", "larger than 1 MiB"),
+    ],
+)
+async def test_a_value_akter_cannot_store_fails_the_run_with_its_reason_and_stores_nothing_bad(
+    akter_test: Make, workflow: str, type: str, says: str
+) -> None:
+    async with akter_test(ALL) as t:
+        starter = getattr(t.get(Careless, f"c-{workflow}"), workflow)
+        run = await starter.start()
+        await t.drain()
+        with pytest.raises(akter.WorkflowFailed) as failed:
+            await run.result(timeout=10)
+        assert (failed.value.type, says in failed.value.message) == (type, True)
+        rows = await t.rows("SELECT outcome FROM {schema}.workflow_steps")
+        assert all("\\u0000" not in (r["outcome"] or "") for r in rows)
+        assert CALLS["nul_text"] <= 1

@@ -200,6 +200,15 @@ class Order(akter.Actor[OrderState]):
         self.state.outcomes.append(outcome)
 
 
+def nul_text() -> str:
+    CALLS["nul_text"] += 1
+    return "a\x00b"
+
+
+def huge_text() -> str:
+    return "x" * (1 << 20)
+
+
 class Careless(akter.Actor[OrderState]):
     """Workflows that misuse control flow: the engine must not be fooled."""
 
@@ -228,6 +237,18 @@ class Careless(akter.Actor[OrderState]):
         first = await wf.job(Careless.ship, Charge(order="1", cents=1))
         second = await wf.job(Careless.ship, Charge(order="2", cents=2))
         return f"{first} {second}"
+
+    @akter.workflow
+    async def nan_result(wf: akter.Workflow) -> float:
+        return float("nan")
+
+    @akter.workflow
+    async def nul_step(wf: akter.Workflow) -> str:
+        return await wf.step(nul_text)
+
+    @akter.workflow
+    async def huge_step(wf: akter.Workflow) -> str:
+        return await wf.step(huge_text)
 
     @akter.job(per_actor=1)
     async def ship(call: akter.JobCall, payload: Charge) -> str:

@@ -391,7 +391,7 @@ class WorkflowEngine:
         cancelled = attempt.cancel_delivered or attempt.replayed_cancel
         try:
             result = member.result.dump_python(value, mode="json")
-            canonical_json(result)
+            storable_json(result, "result")
         except Exception as exc:
             await self._end(
                 attempt,
