@@ -8,7 +8,10 @@ the kinds and members the routes promise; and adversarial bodies.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,11 +19,13 @@ import pytest
 from pydantic import BaseModel
 
 import akter
+import akter.http
 from akter.http._workflows import POLL_FIRST
 from tests._support import until
+from tests.e2e import test_http_schemathesis as st
 from tests.e2e.conftest import Account, Serve, Served, SseReader, assert_problem, count, token
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)
 
 ALICE = token("alice")
 MALLORY = token("mallory")
@@ -316,10 +321,10 @@ async def test_signals_over_http(served: Serve) -> None:
         assert_problem(deep, 400, "InvalidInput")
         huge = await http.post(f"{signals}/Note", json={"text": "x" * 1_100_000})
         assert_problem(huge, 413, "InvalidInput", "body_too_large")
-        malformed = await http.post(
-            f"{signals}/Note", json={"text": "x"}, headers={"Idempotency-Key": "k"}
+        long_key = await http.post(
+            f"{signals}/Note", json={"text": "x"}, headers={"Idempotency-Key": "k" * 201}
         )
-        assert_problem(malformed, 400, "InvalidCommandId")
+        assert_problem(long_key, 400, "InvalidInput", "invalid_idempotency_key")
         assert_problem(
             await http.post("/workflows/v1.1.2.nope/signals/Note", json={"text": "x"}),
             404,
@@ -484,12 +489,17 @@ async def test_access_policy_decides_every_route(served: Serve) -> None:
             ("waiter", "query"),
         ]
 
-        # Another tenant's run does not exist for the caller: not for a caller without
-        # credentials (served in the tenant "default"), not for alice's login elsewhere.
+        # Another tenant's run does not exist for the caller; one without credentials (served
+        # in the tenant "default") hears "log in", for a run elsewhere as for no run at all.
         anonymous = s.http()
-        elsewhere = s.http(ALICE_ELSEWHERE)
         for response in (
             await anonymous.get(f"/workflows/{run_id}"),
+            await anonymous.get("/workflows/v1.1.2.nope"),
+            await anonymous.post(f"/workflows/{run_id}/signals/Note", json={"text": "x"}),
+        ):
+            assert_problem(response, 401, "Unauthorized", "missing_credentials")
+        elsewhere = s.http(ALICE_ELSEWHERE)
+        for response in (
             await elsewhere.get(f"/workflows/{run_id}"),
             await elsewhere.post(f"/workflows/{run_id}/cancel"),
             await elsewhere.post(f"/workflows/{run_id}/signals/Note", json={"text": "x"}),
@@ -550,3 +560,81 @@ def test_frames_are_compact_json() -> None:
 
     frame = _frame(3, json.dumps({"outcome": "a\nb"}))
     assert frame.count("\n") == 4 and frame.startswith("id: 3\nevent: step\ndata: ")
+
+
+# --- schemathesis over the workflow routes ----------------------------------------------------
+
+
+def st_config(document: dict[str, Any], run_id: str) -> str:
+    """The API key as the document's scheme; the run routes read one ended run.
+
+    Declared as the ``ApiKeys`` scheme (not a plain header), schemathesis can leave it out to
+    check that each operation refuses a request without it. Any run id but the ended run's is a
+    documented 404 (or 401 without the key).
+    """
+    sections = [f'[auth.openapi.ApiKeys]\napi_key = "{st.KEY}"\n']
+    for path, item in document["paths"].items():
+        if not path.startswith("/workflows/{run_id}"):
+            continue
+        for method in item:
+            sections.append(
+                f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
+                f'parameters = {{ "path.run_id" = "{run_id}" }}\n'
+            )
+    return "\n".join(sections)
+
+
+async def test_schemathesis_checks_all_pass_on_workflow_routes(
+    served: Serve, tmp_path: Path
+) -> None:
+    auth = akter.http.ApiKeys({st.KEY: ("alice", "acme")})
+    async with served([Shop], auth=auth) as s:
+        document = (await s.http().get("/openapi.json")).json()
+        shop = s.t.get(Shop, "st-shop", tenant="acme")
+        run = await shop.three.start("st")
+        await run.result(timeout=10)
+        settings = tmp_path / "schemathesis.toml"
+        settings.write_text(st_config(document, run.id))
+        header = f"X-API-Key: {st.KEY}"
+        env = {
+            **os.environ,
+            "AKTER_ST_URL": s.url,
+            "AKTER_ST_HEADER": header,
+            "SCHEMATHESIS_HOOKS": "tests.e2e.schemathesis_hooks",
+            "PYTHONPATH": os.pathsep.join([str(st.ROOT), *map(os.path.abspath, st.PYTHONPATH)]),
+        }
+        proc = await asyncio.create_subprocess_exec(
+            st.ST,
+            "--config-file",
+            str(settings),
+            "run",
+            f"{s.url}/openapi.json",
+            "--checks",
+            "all",
+            "--include-path-regex",
+            "^/(workflows/|actors/Shop/\\{id\\}/workflows/)",
+            "--max-examples",
+            st.EXAMPLES,
+            "--phases",
+            "examples,coverage,fuzzing",
+            "--request-timeout",
+            "1.5",
+            "--workers",
+            "1",
+            "--seed",
+            st.SEED,
+            "--no-color",
+            "--report-dir",
+            str(tmp_path),
+            env=env,
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await proc.communicate()
+        text = out.decode()
+        (tmp_path / "schemathesis.txt").write_text(text)
+        assert proc.returncode == 0, text
+        # Three starts and four run routes.
+        assert "7 selected / 13 total" in text, text
+        assert "No issues found" in text, text

@@ -258,9 +258,10 @@ def workflow_run_paths(security: _SECURITY, status: dict[str, Any]) -> dict[str,
             "name": "Idempotency-Key",
             "in": "header",
             "required": False,
-            "schema": {"type": "string", "pattern": COMMAND_ID_PATTERN},
-            "description": "A command id: the signal is kept once per key, however often it "
-            "is sent. Without it each request sends a new signal.",
+            "schema": {"type": "string", "maxLength": 200},
+            "description": "Any key of at most 200 characters (the Python client sends a "
+            "command id): the signal is kept once per key, however often it is sent. Without "
+            "it (or empty) each request sends a new signal.",
         },
     ]
     signal["requestBody"] = {

@@ -12,7 +12,11 @@ A start is a command of the actor type's access policy (kind ``command``, the wo
 member) and is idempotent by its command id: the run id derives from it, the same id and body
 answer the same run, the same id with another body is a ``CommandConflict``. The run routes ask
 the policy of the run's actor: reads are kind ``query``, signals and cancels kind ``command``,
-the member always the workflow's name. A run of another tenant is an unknown run (404).
+the member always the workflow's name. A run of another tenant is an unknown run (404); to a
+caller without credentials, a run it cannot see (unknown, or of a tenant other than "default")
+is the provider's 401 ``missing_credentials``, the same answer either way. A signal sent with
+an ``Idempotency-Key`` (any key of at most 200 characters) is kept once per key, however often
+it is sent.
 
 The steps feed sends one ``step`` frame per journal record in ``seq`` order. A done record's
 frame carries its ``seq`` as the frame ``id`` (``Last-Event-ID`` resumes after it); a pending
@@ -39,7 +43,7 @@ from akter._store.gateway.workflows import RunKey
 from akter.actor import AccessKind, ActorDefinition
 from akter.callers import ActorRef
 from akter.errors import ActorError, ConfigurationError
-from akter.http._openapi_parts import COMMAND_ID_PATTERN, CURSOR_PATTERN
+from akter.http._openapi_parts import CURSOR_PATTERN
 from akter.http._sse import MEDIA_TYPE, keep_alive
 from akter.http._tracing import http_span, http_status
 from akter.http.auth import Identity
@@ -52,12 +56,13 @@ if TYPE_CHECKING:
 RUN_ID_PATTERN = r"^[!-~]{1,200}$"
 #: A signal's name: its class name.
 SIGNAL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,199}$"
+#: The longest Idempotency-Key of a signal (an opaque key: the client sends a command id).
+MAX_SIGNAL_KEY = 200
 #: The steps feed's first and longest pause between two reads of the journal, in seconds.
 POLL_FIRST = 0.05
 POLL_MOST = 1.0
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
-_COMMAND_ID = re.compile(COMMAND_ID_PATTERN)
 _CURSOR = re.compile(CURSOR_PATTERN)
 _FINISHED = ("completed", "failed", "cancelled")
 _STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -161,6 +166,9 @@ class WorkflowRoutes:
         run_id = str(request.path_params["run_id"])
         row = await self.engine.gateway.locate(run_id) if _RUN_ID.fullmatch(run_id) else None
         if row is None or row["tenant_id"] != identity.tenant:
+            missing = getattr(request.state, "missing_credentials", None)
+            if isinstance(missing, ActorError):
+                raise missing  # no run of the tenant "default": logging in may find it
             raise ActorError(
                 "InvalidInput", f"No workflow run {run_id[:200]!r}.", code="unknown_workflow_run"
             )
@@ -182,12 +190,12 @@ class WorkflowRoutes:
         """``POST /workflows/{run_id}/signals/{Signal}``: keep a signal for the run."""
         try:
             await self.host._identity(request)
-            signal_id = request.headers.get("idempotency-key")
-            if signal_id is not None and not _COMMAND_ID.fullmatch(signal_id):
+            signal_id = request.headers.get("idempotency-key") or None  # empty: none given
+            if signal_id is not None and len(signal_id) > MAX_SIGNAL_KEY:
                 raise ActorError(
-                    "InvalidCommandId",
-                    "A signal's Idempotency-Key is a command id (mint one with POST /command-ids).",
-                    code="malformed",
+                    "InvalidInput",
+                    f"A signal's Idempotency-Key holds at most {MAX_SIGNAL_KEY} characters.",
+                    code="invalid_idempotency_key",
                 )
             _, body = await self.host._json_object(request)
             _, run = await self._run(request, "command")
