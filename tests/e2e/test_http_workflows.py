@@ -153,6 +153,14 @@ async def test_start_is_idempotent_by_key_and_status_reads_the_run(served: Serve
         assert again.json() == {"run_id": key}
         other = await http.post(path, json={"sku": "tea", "qty": 3}, headers=headers)
         assert_problem(other, 409, "CommandConflict")
+        elsewhere = await http.post(
+            "/actors/Shop/s9/workflows/three", json={"sku": "tea", "qty": 2}, headers=headers
+        )
+        assert_problem(elsewhere, 409, "CommandConflict")  # the key started s1's run
+        another = await http.post(
+            "/actors/Shop/s1/workflows/waiter", json={"n": 1}, headers=headers
+        )
+        assert_problem(another, 409, "CommandConflict")
         assert await count(s.t, "workflows") == 1
 
         status = await ended(http, key)
