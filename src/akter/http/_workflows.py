@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
@@ -42,7 +42,7 @@ from akter._engine.workflows import status_of
 from akter._store.gateway.workflows import RunKey
 from akter.actor import AccessKind, ActorDefinition
 from akter.callers import ActorRef
-from akter.errors import ActorError, ConfigurationError
+from akter.errors import ActorError
 from akter.http._openapi_parts import CURSOR_PATTERN
 from akter.http._sse import MEDIA_TYPE, keep_alive
 from akter.http._tracing import http_span, http_status
@@ -230,10 +230,14 @@ class WorkflowRoutes:
         except ActorError as exc:
             return self.host._refused(request, exc)
         return StreamingResponse(
-            keep_alive(step_frames(self.engine, run, after)),
+            keep_alive(step_frames(self.engine, run, after, self._running)),
             media_type=MEDIA_TYPE,
             headers=_STREAM_HEADERS,
         )
+
+    def _running(self) -> bool:
+        supervisor = self.runtime.supervisor
+        return supervisor.started and not supervisor.stopping and supervisor.fatal is None
 
 
 def _after(request: Request) -> int:
@@ -251,25 +255,25 @@ def _after(request: Request) -> int:
     return -1 if chosen is None else int(chosen)
 
 
-async def step_frames(engine: WorkflowEngine, run: RunKey, after: int) -> AsyncIterator[str]:
+async def step_frames(
+    engine: WorkflowEngine, run: RunKey, after: int, running: Callable[[], bool]
+) -> AsyncIterator[str]:
     """The run's step records after ``after`` as frames, live, then the ``closed`` frame.
 
     Each pass reads the run's row before the journal, so a pass that sees the run ended has
-    read every record. A runtime that stops ends the feed (the client resumes elsewhere).
+    read every record. A runtime that stops (``running()`` turns false) ends the feed without
+    a ``closed`` frame: the client resumes elsewhere with its ``Last-Event-ID``.
     """
     pause = POLL_FIRST
     announced: set[int] = set()  # pending records already sent on this connection
-    while True:
-        try:
-            engine_row = await engine.gateway.get(run)
-            if engine_row is None:
-                return  # pruned
-            records = await engine.gateway.steps(run, after)
-        except ConfigurationError:
-            return
-        ended = engine_row["status"] in _FINISHED
+    while running():
+        row = await engine.gateway.get(run)
+        if row is None:
+            return  # pruned
+        records = await engine.gateway.steps(run, after)
+        ended = row["status"] in _FINISHED
         sent = False
-        for view in status_of(engine_row, records).steps:
+        for view in status_of(row, records).steps:
             if view.status == "pending":
                 if not ended and view.seq in announced:
                     break
@@ -283,7 +287,7 @@ async def step_frames(engine: WorkflowEngine, run: RunKey, after: int) -> AsyncI
             after = view.seq
             sent = True
         if ended:
-            final = status_of(engine_row, []).model_dump(mode="json", exclude={"steps"})
+            final = status_of(row, []).model_dump(mode="json", exclude={"steps"})
             yield f"event: closed\ndata: {json.dumps(final, separators=(',', ':'))}\n\n"
             return
         pause = POLL_FIRST if sent else min(pause * 2, POLL_MOST)
