@@ -344,10 +344,10 @@ class _RemoteRuns:
         return WorkflowStatus.model_validate(response.json())
 
     async def signal(self, run_id: str, signal: BaseModel) -> None:
-        """POST a signal to the run."""
+        """POST a signal to the run under one Idempotency-Key (a retry keeps it once)."""
         path = f"/workflows/{quote(run_id, safe='')}/signals/{signal_name(signal)}"
-        response = await self._client._http.post(path, json=signal.model_dump(mode="json"))
-        _raise_for(response)
+        what = f"signal {signal_name(signal)} to workflow run {run_id!r}"
+        await self._client._post_retrying(path, signal.model_dump(mode="json"), None, what)
 
     async def cancel(self, run_id: str) -> None:
         """POST a cancel of the run."""

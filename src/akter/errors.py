@@ -141,8 +141,11 @@ class ActorError(AkterError):
             "unknown_type",
             "unknown_member",
             "unknown_job",
+            "unknown_workflow_run",
         ):
             return 404
+        if self.reason == "InvalidInput" and self.code == "workflow_finished":
+            return 409
         return HTTP_STATUS[self.reason]
 
     def __repr__(self) -> str:

@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, Generic, Literal, Protocol, overload
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from typing_extensions import ParamSpec, TypeVar
 
 from akter._ids import ms_from_duration
-from akter._members import _MEMBER_ATTR, MemberSpec, storable_payload
+from akter._members import _MEMBER_ATTR, MemberSpec, storable_payload, unstorable_argument
 from akter.callers import ActorRef
 from akter.errors import (
     DeclaredError,
@@ -542,6 +542,28 @@ class WorkflowMember(Generic[P, R]):
                 raise invalid_input_from(exc, f"{self.name}()") from None
             raise
         return storable_payload(model, f"{self.name}()")
+
+    def validate_json_body(self, raw: bytes, body: dict[str, Any]) -> None:
+        """Check an HTTP start body strictly, as a command's (JSON ``true`` is not an ``int``).
+
+        Args:
+            raw: The body as received.
+            body: The same body parsed (checked first for unstorable values).
+
+        Raises:
+            ActorError: ``InvalidInput`` naming the field.
+        """
+        self.resolve()
+        assert self.args_model is not None
+        what = f"arguments for {self.owner.name if self.owner else '?'}.{self.name}"
+        problem = unstorable_argument(body)
+        if problem is not None:
+            where, why = problem
+            raise invalid_input(f"Invalid {what}: field {where!r} {why}.", field=where)
+        try:
+            self.args_model.model_validate_json(raw or b"{}", strict=True)
+        except ValidationError as exc:
+            raise invalid_input_from(exc, what) from None
 
     def arguments(self, stored: Mapping[str, Any]) -> dict[str, Any]:
         """The function's keyword arguments from the stored input."""

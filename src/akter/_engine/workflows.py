@@ -567,6 +567,20 @@ class WorkflowEngine:
             if pinned is not None
             else self._calls.mint_command_id()
         )
+        held = await self.gateway.locate(run_id)
+        if held is not None and (
+            (held["tenant_id"], held["actor_type"], held["actor_id"], held["workflow"])
+            != (ref.tenant, ref.type, ref.id, member.name)
+        ):
+            # The run id is the command id: one used for another actor's (or workflow's) run
+            # would answer that run, or (another routing key) make a second run of the same id.
+            raise ActorError(
+                "CommandConflict",
+                f"Command id {run_id!r} started a run of another actor or workflow; use a new "
+                "command id.",
+                code="workflow_input",
+                command_id=run_id,
+            )
         found = await self.start(member, ref, input, run_id=run_id, key=None, caller=caller)
         return WorkflowRun(found, self, member.result)
 

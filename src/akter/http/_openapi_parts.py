@@ -70,6 +70,14 @@ IDEMPOTENCY_KEY: dict[str, Any] = {
 }
 
 
+START_KEY: dict[str, Any] = {
+    **IDEMPOTENCY_KEY,
+    "description": "The command id, `v1.<issued_ms>.<expires_ms>.<uuid4>`, as commands take "
+    "it: the run id derives from it. Sending the same id and body again answers the same run; "
+    "the same id with another body is a `CommandConflict` (409).",
+}
+
+
 def problem_schema() -> dict[str, Any]:
     """The schema of every refusal's problem+json body (RFC 9457 plus akter's ``reason``)."""
     return {
@@ -184,6 +192,192 @@ def progress_operation(type_name: str, singleton: bool, security: _SECURITY) -> 
             },
         },
         "security": security,
+    }
+
+
+def run_id_parameter() -> dict[str, Any]:
+    """The ``{run_id}`` path parameter of the workflow run routes."""
+    return {
+        "name": "run_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": r"^[!-~]{1,200}$"},
+        "description": "The run id `start` answered (printable ASCII, 1-200 characters).",
+    }
+
+
+def _run_operation(
+    operation_id: str, summary: str, responses: dict[str, Any], security: _SECURITY
+) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "tags": ["workflows"],
+        "summary": summary,
+        "parameters": [run_id_parameter()],
+        "responses": {
+            **responses,
+            "404": {
+                "description": "No run of the caller's tenant has this id (reason "
+                "`InvalidInput`, code `unknown_workflow_run`).",
+                "content": _problem_content(),
+            },
+            **refusals(),
+        },
+        "security": security,
+    }
+
+
+def workflow_run_paths(security: _SECURITY, status: dict[str, Any]) -> dict[str, Any]:
+    """The routes of workflow runs by id; ``status`` is the schema of a run's status."""
+    json_content = {"application/json": {"schema": {"$ref": _SCHEMAS + "WorkflowCancel"}}}
+    signal = _run_operation(
+        "workflow.signal",
+        "Send a signal to the run: the oldest wait for its class takes it.",
+        {
+            "200": {
+                "description": "The signal is kept for the run.",
+                "content": {"application/json": {"schema": {"$ref": _SCHEMAS + "WorkflowSignal"}}},
+            },
+            "409": {
+                "description": "The run has ended (reason `InvalidInput`, code "
+                "`workflow_finished`).",
+                "content": _problem_content(),
+            },
+        },
+        security,
+    )
+    signal["parameters"] += [
+        {
+            "name": "signal",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,199}$"},
+            "description": "The signal's class name.",
+        },
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "maxLength": 200},
+            "description": "Any key of at most 200 characters (the Python client sends a "
+            "command id): the signal is kept once per key, however often it is sent. Without "
+            "it (or empty) each request sends a new signal.",
+        },
+    ]
+    signal["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": _SCHEMAS + "SignalFields"}}},
+    }
+    steps = _run_operation(
+        "workflow.steps",
+        "Server-sent step records of the run, live, then its final status.",
+        _stream_responses(
+            "`step` frames, one per journal record in `seq` order (a `WorkflowStatus` step); a "
+            "done record's frame has its `seq` as `id`, a pending record's frame has none (a "
+            "resumed feed sends it again). When the run has ended, one `closed` frame holds "
+            "its final status (without `steps`)."
+        ),
+        security,
+    )
+    cursor = {"type": "string", "pattern": CURSOR_PATTERN}
+    steps["parameters"] += [
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "schema": cursor,
+            "description": "Resume after this `seq`: the `id` of the last frame seen. Wins "
+            "over `after`.",
+        },
+        {
+            "name": "after",
+            "in": "query",
+            "schema": cursor,
+            "description": "Resume after this `seq`, as `Last-Event-ID` does. Without either, "
+            "the feed starts at the first record.",
+        },
+    ]
+    return {
+        "/workflows/{run_id}": {
+            "get": _run_operation(
+                "workflow.status",
+                "The run's status, result or error, and its step journal.",
+                {
+                    "200": {
+                        "description": "The run as it stands.",
+                        "content": {"application/json": {"schema": status}},
+                    }
+                },
+                security,
+            )
+        },
+        "/workflows/{run_id}/signals/{signal}": {"post": signal},
+        "/workflows/{run_id}/cancel": {
+            "post": _run_operation(
+                "workflow.cancel",
+                "Ask the run to cancel: its next durable await raises WorkflowCancelled.",
+                {
+                    "200": {
+                        "description": "The run's status after the request (an ended run "
+                        "stays as it ended).",
+                        "content": json_content,
+                    }
+                },
+                security,
+            )
+        },
+        "/workflows/{run_id}/steps": {"get": steps},
+    }
+
+
+def workflow_schemas() -> dict[str, Any]:
+    """The components of the workflow routes (besides the status and the arguments)."""
+    value: dict[str, Any] = {
+        "anyOf": [
+            {"type": "string", "pattern": "^[^\\u0000]*$"},
+            {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": "array", "items": {"$ref": _SCHEMAS + "SignalValue"}},
+            {
+                "type": "object",
+                "propertyNames": {"pattern": "^[^\\u0000]*$"},
+                "additionalProperties": {"$ref": _SCHEMAS + "SignalValue"},
+            },
+        ]
+    }
+    return {
+        "WorkflowStarted": {
+            "type": "object",
+            "title": "WorkflowStarted",
+            "properties": {"run_id": {"type": "string"}},
+            "required": ["run_id"],
+        },
+        "WorkflowSignal": {
+            "type": "object",
+            "title": "WorkflowSignal",
+            "properties": {"run_id": {"type": "string"}, "signal": {"type": "string"}},
+            "required": ["run_id", "signal"],
+        },
+        "WorkflowCancel": {
+            "type": "object",
+            "title": "WorkflowCancel",
+            "properties": {
+                "run_id": {"type": "string"},
+                "status": {"type": "string"},
+                "cancel_requested": {"type": "boolean"},
+            },
+            "required": ["run_id", "status", "cancel_requested"],
+        },
+        "SignalFields": {
+            "type": "object",
+            "title": "SignalFields",
+            "description": "The signal's fields, validated by the wait that takes it (a "
+            "signal that does not validate is set aside).",
+            "propertyNames": {"pattern": "^[^\\u0000]*$"},
+            "additionalProperties": {"$ref": _SCHEMAS + "SignalValue"},
+        },
+        "SignalValue": value,
     }
 
 

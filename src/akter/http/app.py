@@ -6,6 +6,9 @@ Routes (design §2.2)::
     POST /actors/{Type}/{id}/queries/{query}   body = arguments by name
     GET  /actors/{Type}/{id}/events            server-sent events; resumes with Last-Event-ID
     GET  /actors/{Type}/{id}/jobs/{job_id}/progress   server-sent progress frames, then the close
+    POST /actors/{Type}/{id}/workflows/{name}  start a workflow run; Idempotency-Key = command id
+    GET  /workflows/{run_id}                   a run's status; also .../signals/{Signal},
+                                               .../cancel (POST) and .../steps (SSE)
     POST /command-ids                          mints a command id from the database clock
     GET  /ready                                readiness for probes
     GET  /metrics                              Prometheus text exposition
@@ -47,6 +50,7 @@ from akter.events import parse_cursor
 from akter.http._docs import docs_page
 from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http._tracing import http_span, http_status
+from akter.http._workflows import WorkflowRoutes
 from akter.http.auth import AuthProvider, Identity, anonymous
 from akter.http.console import Console
 from akter.http.console.api import ConsoleApi
@@ -131,6 +135,7 @@ class _Api:
         self.max_body = max_body
         self.origins = origins
         self.title = title
+        workflows = WorkflowRoutes(self)
         self.app = Starlette(
             routes=[
                 Route("/actors/{type}/{id:path}/queries/{member}", self.query, methods=["POST"]),
@@ -140,7 +145,9 @@ class _Api:
                     self.progress,
                     methods=["GET"],
                 ),
+                workflows.start_route(),
                 Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
+                *workflows.run_routes(),
                 Route("/command-ids", self.command_ids, methods=["POST"]),
                 Route("/ready", self.ready, methods=["GET"]),
                 Route("/metrics", self.metrics, methods=["GET"]),
@@ -200,6 +207,16 @@ class _Api:
         return from_actor_error(exc)
 
     async def _body(self, request: Request, member: Member) -> dict[str, Any]:
+        raw, body = await self._json_object(request)
+        # Strict JSON: `true` or "5" is no int over HTTP (in-process calls keep Python's rules).
+        member.validate_json_body(raw, body)
+        return body
+
+    async def _json_object(self, request: Request) -> tuple[bytes, dict[str, Any]]:
+        """The body as a JSON object (``{}`` when empty), within the limits; raw and parsed.
+
+        The raw bytes are re-encoded when integral numbers (``1.0``) were read as ints.
+        """
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/json":
             raise ActorError(
@@ -236,9 +253,7 @@ class _Api:
         if integral:
             # JSON Schema's integer includes 1.0: read such numbers as the ints they are.
             raw = json.dumps(body).encode()  # NaN stays NaN, refused as before
-        # Strict JSON: `true` or "5" is no int over HTTP (in-process calls keep Python's rules).
-        member.validate_json_body(raw, body)
-        return body
+        return raw, body
 
     def _resolve(self, request: Request) -> tuple[ActorDefinition, str]:
         definition = self.runtime.definition(request.path_params["type"])

@@ -2,6 +2,8 @@
 
 Every public command and query is an operation whose request body and result are schemas of
 their own (``AccountDepositArgs``, the result model's name), so generated clients get clean names.
+Each workflow's start is one too (``OrderFulfilWorkflowArgs``); the routes of runs by id
+(``/workflows/{run_id}/...``) are documented when some actor declares a workflow.
 A command that declares errors lists a 422 response with one schema per error (its tag as
 ``error`` and its fields as ``fields``); the others do not. The limits the server enforces are
 stated on each parameter (actor ids, ``Idempotency-Key``, ``Last-Event-ID`` and ``?after=``),
@@ -19,6 +21,7 @@ from akter.actor import ARGUMENT_INT_RANGE, ActorDefinition, Member, public
 from akter.errors import DeclaredError
 from akter.http import _openapi_parts as parts
 from akter.http.auth import AuthProvider, security_schemes
+from akter.workflows import WorkflowMember, WorkflowStatus
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -142,6 +145,34 @@ def _operation(builder: _Builder, member: Member) -> dict[str, Any]:
     return operation
 
 
+def _start_operation(builder: _Builder, flow: WorkflowMember[Any, Any]) -> dict[str, Any]:
+    definition: ActorDefinition = flow.owner
+    flow.resolve()
+    assert flow.args_model is not None
+    args = builder.schema(
+        TypeAdapter(flow.args_model), _pascal(definition.name, flow.name, "WorkflowArgs")
+    )
+    operation: dict[str, Any] = {
+        "operationId": f"{definition.name}.workflow.{flow.name}",
+        "tags": [definition.name],
+        "summary": f"Start a run of the workflow {flow.name}.",
+        "parameters": [parts.id_parameter(definition.singleton), parts.START_KEY],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": args}}},
+        "responses": {
+            "200": {
+                "description": "The run, new or (the same command id again) the one it started.",
+                "content": {"application/json": {"schema": _ref("WorkflowStarted")}},
+            },
+            **parts.refusals(),
+        },
+        "security": builder.security(definition),
+    }
+    doc = (flow.fn.__doc__ or "").strip().split("\n")[0]
+    if doc:
+        operation["description"] = doc
+    return operation
+
+
 def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     definition.resolve()
@@ -154,6 +185,9 @@ def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, An
             else f"/actors/{definition.name}/{{id}}/queries/{member.name}"
         )
         paths[path] = {"post": _operation(builder, member)}
+    for flow in definition.workflows.values():
+        path = f"/actors/{definition.name}/{{id}}/workflows/{flow.name}"
+        paths[path] = {"post": _start_operation(builder, flow)}
     security = builder.security(definition)
     paths[f"/actors/{definition.name}/{{id}}/events"] = {
         "get": parts.events_operation(definition.name, definition.singleton, security)
@@ -178,10 +212,18 @@ def document(
     schemes = security_schemes(auth) if auth is not None else {}
     builder = _Builder(schemes)
     paths: dict[str, Any] = {}
-    for definition in sorted(runtime.definitions.values(), key=lambda d: d.name):
+    definitions = sorted(runtime.definitions.values(), key=lambda d: d.name)
+    for definition in definitions:
         paths.update(_actor_paths(builder, definition))
     anyone: list[dict[str, list[str]]] = [{}]
     anyone.extend({name: []} for name in schemes)
+    flows = [d for d in definitions if d.workflows]
+    if flows:
+        # The run's actor's policy decides; credentials are optional if a public actor has runs.
+        runs_security = anyone if any(d.access is public for d in flows) else anyone[1:]
+        builder.components.update(parts.workflow_schemas())
+        status = builder.schema(TypeAdapter(WorkflowStatus), "WorkflowStatus")
+        paths.update(parts.workflow_run_paths(runs_security, status))
     paths.update(parts.framework_paths(anyone))
     components: dict[str, Any] = {"schemas": builder.components}
     if schemes:
