@@ -109,7 +109,7 @@ async def start(
     )
     assert response.status_code == 200, response.text
     run_id = str(response.json()["run_id"])
-    assert run_id == key
+    assert run_id.startswith(key + "~")  # the run id derives from the command id
     return run_id
 
 
@@ -148,22 +148,27 @@ async def test_start_is_idempotent_by_key_and_status_reads_the_run(served: Serve
         first = await http.post(path, json={"sku": "tea", "qty": 2}, headers=headers)
         assert first.status_code == 200, first.text
         assert first.headers["content-type"].startswith("application/json")
-        assert first.json() == {"run_id": key}
+        run_id = first.json()["run_id"]
+        assert run_id.startswith(key + "~")  # the run id derives from the command id
         again = await http.post(path, json={"sku": "tea", "qty": 2}, headers=headers)
-        assert again.json() == {"run_id": key}
+        assert again.json() == {"run_id": run_id}
         other = await http.post(path, json={"sku": "tea", "qty": 3}, headers=headers)
         assert_problem(other, 409, "CommandConflict")
-        elsewhere = await http.post(
-            "/actors/Shop/s9/workflows/three", json={"sku": "tea", "qty": 2}, headers=headers
-        )
-        assert_problem(elsewhere, 409, "CommandConflict")  # the key started s1's run
         another = await http.post(
             "/actors/Shop/s1/workflows/waiter", json={"n": 1}, headers=headers
         )
         assert_problem(another, 409, "CommandConflict")
         assert await count(s.t, "workflows") == 1
+        # Like a command's receipt, a start is idempotent per actor: the same key on another
+        # actor starts that actor's own run.
+        elsewhere = await http.post(
+            "/actors/Shop/s9/workflows/three", json={"sku": "tea", "qty": 2}, headers=headers
+        )
+        assert elsewhere.status_code == 200, elsewhere.text
+        assert elsewhere.json()["run_id"] not in (run_id, key)
+        assert await count(s.t, "workflows") == 2
 
-        status = await ended(http, key)
+        status = await ended(http, run_id)
         assert status["status"] == "completed"
         assert status["result"] == "2 x tea"
         assert status["error"] is None
@@ -176,7 +181,7 @@ async def test_start_is_idempotent_by_key_and_status_reads_the_run(served: Serve
         ]
         # A replayed start after the end answers the same run; the steps ran once.
         assert (await http.post(path, json={"sku": "tea", "qty": 2}, headers=headers)).json() == {
-            "run_id": key
+            "run_id": run_id
         }
         marks = await s.t.get(Shop, "s1", tenant="acme").marks()
         assert marks == ["tea 0", "tea 1", "tea 2"]
@@ -259,8 +264,8 @@ async def test_client_starts_runs_and_awaits_results(served: Serve) -> None:
         # A pinned command id starts one run, however often it is sent.
         cid = await client.mint_command_id()
         pinned = await shop.with_command_id(cid).three.start("oat")
-        assert pinned.id == cid
-        assert (await shop.with_command_id(cid).three.start("oat")).id == cid
+        assert pinned.id.startswith(cid + "~")
+        assert (await shop.with_command_id(cid).three.start("oat")).id == pinned.id
         with pytest.raises(akter.ActorError) as conflict:
             await shop.with_command_id(cid).three.start("rye")
         assert conflict.value.reason == "CommandConflict"

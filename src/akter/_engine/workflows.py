@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Coroutine
@@ -562,25 +563,12 @@ class WorkflowEngine:
         definition = self._services.registry.definition(ref.type)
         await check_access(definition, ref, caller, "command", member.name)
         window_ms = self._services.config.window_ms
-        run_id = (
+        command_id = (
             parse_command_id(pinned, window_ms).raw
             if pinned is not None
             else self._calls.mint_command_id()
         )
-        held = await self.gateway.locate(run_id)
-        if held is not None and (
-            (held["tenant_id"], held["actor_type"], held["actor_id"], held["workflow"])
-            != (ref.tenant, ref.type, ref.id, member.name)
-        ):
-            # The run id is the command id: one used for another actor's (or workflow's) run
-            # would answer that run, or (another routing key) make a second run of the same id.
-            raise ActorError(
-                "CommandConflict",
-                f"Command id {run_id!r} started a run of another actor or workflow; use a new "
-                "command id.",
-                code="workflow_input",
-                command_id=run_id,
-            )
+        run_id = run_id_of(ref, command_id)
         found = await self.start(member, ref, input, run_id=run_id, key=None, caller=caller)
         return WorkflowRun(found, self, member.result)
 
@@ -779,6 +767,18 @@ class WorkflowEngine:
                 await self.cancel(str(data["run_id"]))
             return
         raise ValueError(f"Unknown workflow intent {command!r}")
+
+
+def run_id_of(ref: ActorRef, command_id: str) -> str:
+    """The id of the run a command id starts on ``ref``: ``<command id>~<actor digest>``.
+
+    Like a command's receipt, a start is idempotent per actor: the same command id on another
+    actor starts another run (its id differs), and on the same actor it names one run, whose
+    workflow and input must match (else ``CommandConflict``). The digest keeps run ids unique
+    across actors without a cross-shard unique index.
+    """
+    digest = hashlib.sha256(f"{ref.tenant}\0{ref.type}\0{ref.id}".encode()).hexdigest()[:12]
+    return f"{command_id}~{digest}"
 
 
 async def _halting(attempt: RunAttempt, body: Coroutine[Any, Any, Any]) -> Any:
