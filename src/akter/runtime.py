@@ -125,6 +125,8 @@ class Runtime:
             wake=lambda: self._wake_workflows(),
             runner_id=self.runners.runner_id,
         )
+        #: Workflow runs by id: status, journals, signals, cancels, retries (operators, HTTP).
+        self.workflows = self.workflow_engine.ops
         self.relay = Relay(
             services,
             deliver=self.calls.deliver_decoded,  # the relay's decode validated the payload
@@ -389,7 +391,7 @@ class Runtime:
 
     def workflow_run(self, run_id: str) -> WorkflowRun[Any]:
         """A handle to a workflow run by id (``result``, ``status``, ``signal``, ``cancel``)."""
-        return self.workflow_engine.run(run_id)
+        return self.workflows.run(run_id)
 
     async def start_workflow(
         self,
@@ -405,7 +407,7 @@ class Runtime:
     async def retry_workflow(self, run_id: str) -> bool:
         """Make a run parked as diverged runnable again (``akter workflows retry``)."""
         self.supervisor.require_started()
-        return await self.workflow_engine.retry(run_id)
+        return await self.workflows.retry(run_id)
 
     # --- call paths ---------------------------------------------------------------------------
 

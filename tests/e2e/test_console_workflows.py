@@ -46,7 +46,7 @@ async def test_an_actors_runs_and_a_runs_timeline(served: Serve) -> None:
         waiting = await order.compensating.start()
         await t.get(Order, "o-2", tenant="acme").sleeper.start(1)  # another actor's run
         await t.drain()
-        await t.runtime.workflow_engine.signal_json(waiting.id, "Note", {"text": "not yet"})
+        await t.runtime.workflows.signal_json(waiting.id, "Note", {"text": "not yet"})
         await t.drain()
         ops = s.http(token(OPERATOR), headers=HEADER)
 
@@ -103,7 +103,7 @@ async def test_an_actors_runs_and_a_runs_timeline(served: Serve) -> None:
         ]
 
         missing = await ops.get("/console/api/workflows/nope")
-        assert_problem(missing, 400, "InvalidInput", "unknown_workflow_run")
+        assert_problem(missing, 404, "InvalidInput", "unknown_workflow_run")
         # The guard refuses first: no console header, or a caller the rule does not admit.
         plain = s.http(token(OPERATOR))
         assert_problem(

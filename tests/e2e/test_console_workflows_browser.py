@@ -39,7 +39,7 @@ async def test_an_actors_runs_with_their_timeline_and_signals(
         t = s.t
         run = await t.get(Order, "o-1").compensating.start()
         await t.drain()
-        engine = t.runtime.workflow_engine
+        engine = t.runtime.workflows
         await engine.signal_json(run.id, "Note", {"text": "<b>not</b> shipped"})
         async with console_page(browser, s.url) as page:
             await page.click("#types li[data-type=Order]")

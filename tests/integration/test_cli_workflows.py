@@ -97,8 +97,8 @@ async def drain(runtime: Any, rounds: int = 20) -> None:
     for _ in range(rounds):
         await runtime.relay.run_pass()
         await runtime.workflow_engine.wait_idle()
-        busy = await runtime.workflow_engine.runs(status="runnable")
-        busy += await runtime.workflow_engine.runs(status="running")
+        busy = await runtime.workflows.runs(status="runnable")
+        busy += await runtime.workflows.runs(status="running")
         if not busy:
             return
     raise AssertionError(f"runs still busy after {rounds} passes: {busy}")
@@ -243,7 +243,7 @@ async def test_retry_and_cancel_diverged_runs(project: dict[str, str]) -> None:
                 {"ids": list(runs)},
             )
             for run_id in runs:
-                await rt.workflow_engine.signal_json(run_id, "Shipped", {"tracking": run_id})
+                await rt.workflows.signal_json(run_id, "Shipped", {"tracking": run_id})
             await drain(rt)
     for run_id in runs:
         status, _, error, _ = row(project, run_id)

@@ -53,9 +53,9 @@ async def test_workflow_views_show_runs_their_wake_condition_and_journal(
         waiting = await order.waiter.start(1)
         parked = await order.compensating.start()
         await t.drain()
-        await t.runtime.workflow_engine.signal_json(waiting.id, "Note", {"text": "early"})
-        await t.runtime.workflow_engine.signal_json(waiting.id, "Other", {"x": 1})
-        await t.runtime.workflow_engine.signal_json(parked.id, "Note", {"text": "not shipped"})
+        await t.runtime.workflows.signal_json(waiting.id, "Note", {"text": "early"})
+        await t.runtime.workflows.signal_json(waiting.id, "Other", {"x": 1})
+        await t.runtime.workflows.signal_json(parked.id, "Note", {"text": "not shipped"})
         await t.drain()
         runs = {r["run_id"]: r for r in await t.rows("SELECT * FROM {schema}.v_workflows")}
         assert set(runs) == {done.id, asleep.id, failed.id, waiting.id, parked.id}

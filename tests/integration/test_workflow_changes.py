@@ -200,7 +200,7 @@ async def test_a_signal_that_does_not_validate_is_set_aside_and_the_wait_goes_on
 ) -> None:
     async with akter_test([FlowV1]) as t:
         run = await t.get(FlowV1, "f-5").notes.start()
-        engine = t.runtime.workflow_engine
+        engine = t.runtime.workflows
         await engine.signal_json(run.id, "Note", {"text": 5})  # not a string
         await t.drain()
         assert (await run.status()).status == "suspended"
@@ -231,7 +231,7 @@ async def test_a_signal_akter_cannot_store_is_refused_and_writes_nothing(
     async with akter_test([FlowV1]) as t:
         run = await t.get(FlowV1, "f-6").notes.start()
         with pytest.raises(akter.ActorError) as refused:
-            await t.runtime.workflow_engine.signal_json(run.id, name, payload)
+            await t.runtime.workflows.signal_json(run.id, name, payload)
         assert (refused.value.reason, refused.value.code) == ("InvalidInput", code)
         assert await t.rows("SELECT * FROM {schema}.workflow_signals") == []
 

@@ -68,7 +68,7 @@ async def test_running_and_suspended_runs_are_sampled_by_the_maintenance_owner(
         held.release()
         await t.drain()
 
-        await t.runtime.workflow_engine.signal_json(waiting.id, "Note", {"text": "hi"})
+        await t.runtime.workflows.signal_json(waiting.id, "Note", {"text": "hi"})
         await t.drain()
         await sampler.sample()
         assert run_gauges(t) == (0, 2)  # the series stays, at 0 when nothing runs
@@ -86,7 +86,7 @@ async def test_finished_runs_are_pruned_after_keep_workflows_and_live_ones_never
         parked = await order.compensating.start()  # waits for a signal only
         diverged = await order.waiter.start(1)
         await t.drain()
-        engine = t.runtime.workflow_engine
+        engine = t.runtime.workflows
         await engine.signal_json(done.id, "Note", {"text": "done"})
         await engine.signal_json(done.id, "Stray", {"kept": "with the run"})
         await engine.signal_json(diverged.id, "Note", {"text": "late"})

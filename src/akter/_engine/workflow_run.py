@@ -19,7 +19,8 @@ step is performed and recorded, each record guarded by the attempt's token:
 
 Control leaves the user's code through ``BaseException`` subclasses (``except Exception`` in a
 workflow cannot swallow them): :class:`Suspend`, :class:`Diverged`, :class:`Outage` and
-:class:`LeaseLost`. The executor (:mod:`akter._engine.workflows`) decides what each means.
+:class:`LeaseLost` (:mod:`akter._engine.workflow_control`). The executor
+(:mod:`akter._engine.workflows`) decides what each means.
 """
 
 from __future__ import annotations
@@ -30,23 +31,39 @@ import json
 import logging
 import time
 import typing
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from akter import telemetry
+from akter._engine.workflow_control import (
+    MAX_OUTCOME_BYTES,
+    MAX_STEPS,
+    SUSPENDING,
+    Claimed,
+    Control,
+    Diverged,
+    Fatal,
+    HandleFactory,
+    LeaseLost,
+    Outage,
+    PendingSignal,
+    Record,
+    StepsCalls,
+    Suspend,
+    durable,
+)
 from akter._ids import canonical_json
 from akter._json import Unstorable, storable_json
 from akter._staging import framework_id
-from akter._store.gateway.workflows import OutboxRow, RunKey, StepRecord
+from akter._store.gateway.workflows import OutboxRow, StepRecord
 from akter.callers import ActorRef, System, caller_to_json
 from akter.errors import (
     ActorError,
     DeclaredError,
-    InjectedCrash,
     JobCancelled,
     JobDeadLettered,
     StepFailed,
@@ -63,141 +80,6 @@ if TYPE_CHECKING:
     from akter.workflows import WorkflowMember
 
 log = logging.getLogger("akter.workflows")
-
-#: Limits of the workflows spec, W3: steps per run and bytes per recorded outcome.
-MAX_STEPS = 10_000
-MAX_OUTCOME_BYTES = 1 << 20
-#: Steps whose pending record is a suspension: a cancel replaces it (a pending command step
-#: is finished first: its turn may have committed).
-_SUSPENDING = frozenset({"sleep", "wait", "job"})
-
-
-class Suspend(BaseException):
-    """The run waits for something not yet there: hand it back until ``wake_at``."""
-
-    def __init__(self, wake_at: int | None, waiting: str) -> None:
-        super().__init__(waiting)
-        self.wake_at = wake_at
-        self.waiting = waiting
-
-
-class Diverged(BaseException):
-    """The code asked for a step the journal does not hold at that seq (W5)."""
-
-
-class Outage(BaseException):
-    """A step could not be performed or recorded for a reason outside the workflow's code."""
-
-
-class LeaseLost(BaseException):
-    """Another attempt holds the run now: this one writes nothing more."""
-
-
-class Fatal(Exception):
-    """The run cannot go on (a limit, an outcome that cannot be stored): it fails."""
-
-
-@dataclass
-class Record:
-    """A journal record as loaded."""
-
-    seq: int
-    kind: str
-    name: str
-    status: str
-    detail: str | None
-    outcome: str | None
-
-
-@dataclass
-class PendingSignal:
-    """An unconsumed signal as loaded (arrival order)."""
-
-    signal_id: str
-    name: str
-    payload: str
-
-
-@dataclass
-class Claimed:
-    """A claimed run, as the claim returned it."""
-
-    run: RunKey
-    ref: ActorRef
-    workflow: str
-    input: str
-    caller: str
-    token: int
-    attempts: int
-    cancel_requested: bool
-    deadline_ms: int | None
-    now: int
-    #: The W3C traceparent of the span that started the run (attempts link to it).
-    traceparent: str | None = None
-
-
-class StepsCalls(typing.Protocol):
-    """The runtime's call paths a command or query step uses (``akter._engine.calls.Calls``)."""
-
-    async def command(
-        self,
-        member: Member,
-        ref: ActorRef,
-        payload: dict[str, Any],
-        pinned: str | None,
-        caller: Any = None,
-        *,
-        retry: bool = True,
-    ) -> Any:
-        """A command with retries under one id."""
-        ...
-
-    async def query(
-        self, member: Member, ref: ActorRef, payload: dict[str, Any], caller: Any = None
-    ) -> Any:
-        """A query."""
-        ...
-
-    def mint_command_id(self) -> str:
-        """A fresh command id."""
-        ...
-
-
-HandleFactory = Callable[[Any, Any, ActorRef], Any]
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-_Control = Suspend | Diverged | Outage | LeaseLost
-
-
-def durable(
-    method: Callable[Concatenate[RunAttempt, _P], Awaitable[_R]],
-) -> Callable[Concatenate[RunAttempt, _P], Coroutine[Any, Any, _R]]:
-    """A durable step: one at a time, and none after the attempt was halted.
-
-    Once a step raised a control exception (a suspension, a divergence, an outage, a lost
-    lease), every later step raises it again: code that swallowed it (``except
-    BaseException``) cannot run steps past the point where the attempt ended.
-    """
-
-    async def run(self: RunAttempt, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        if self.halted is not None:
-            raise self.halted
-        if self.in_step:
-            raise Fatal(
-                "Steps of one workflow run one at a time: await each step before starting the "
-                "next (asyncio.gather over steps is not supported)."
-            )
-        self.in_step = True
-        try:
-            return await method(self, *args, **kwargs)
-        except (Suspend, Diverged, Outage, LeaseLost) as exc:
-            self.halted = exc
-            raise
-        finally:
-            self.in_step = False
-
-    return run
 
 
 @dataclass
@@ -219,7 +101,7 @@ class RunAttempt:
     #: Set when the attempt raised WorkflowCancelled at a cancellation recorded earlier.
     replayed_cancel: bool = False
     #: The control exception that ended the attempt, raised again by any later step.
-    halted: _Control | None = None
+    halted: Control | None = None
     #: A durable step is under way (steps run one at a time).
     in_step: bool = False
 
@@ -277,7 +159,7 @@ class RunAttempt:
             rec is not None
             and durable
             and rec.status == "pending"
-            and rec.kind in _SUSPENDING
+            and rec.kind in SUSPENDING
             and self._cancelling()
         ):
             # A cancel reaches a run suspended here: the pending record becomes the cancel.
@@ -710,22 +592,4 @@ def _job_result(job: Job[Any, Any]) -> TypeAdapter[Any]:
     return job.result
 
 
-def job_result_json(job: Job[Any, Any], value: Any) -> Any:
-    """A job's result as JSON for a workflow's journal (``ValueError`` when it is not JSON)."""
-    try:
-        return _job_result(job).dump_python(value, mode="json")
-    except Exception as exc:
-        raise ValueError(str(exc)) from None
-
-
-__all__ = [
-    "Claimed",
-    "Diverged",
-    "Fatal",
-    "InjectedCrash",
-    "LeaseLost",
-    "Outage",
-    "RunAttempt",
-    "Suspend",
-    "job_result_json",
-]
+__all__ = ["RunAttempt"]

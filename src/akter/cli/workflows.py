@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
-from akter._engine.workflows import ENDED, RunDetail, RunSummary
+from akter._engine.workflow_ops import ENDED, RunDetail, RunSummary
 from akter.cli._common import JsonOption, TargetArg, operate, refusals_exit, stdout
 from akter.errors import ConfigurationError
 from akter.runtime import Runtime
@@ -58,7 +58,7 @@ def workflows_list(
             )
 
         async def work(rt: Runtime) -> list[RunSummary]:
-            return await rt.workflow_engine.runs(status=status, actor_type=actor_type, limit=limit)
+            return await rt.workflows.runs(status=status, actor_type=actor_type, limit=limit)
 
         runs: list[RunSummary] = operate(target, work)
         if as_json:
@@ -93,7 +93,7 @@ def workflows_list(
 def workflows_show(target: TargetArg, run_id: RunArg, as_json: JsonOption = False) -> None:
     """Show one run: status, wake condition, error, the step journal and its signals."""
     with refusals_exit():
-        detail: RunDetail = operate(target, lambda rt: rt.workflow_engine.detail(run_id))
+        detail: RunDetail = operate(target, lambda rt: rt.workflows.detail(run_id))
         if as_json:
             print(json.dumps(detail.to_json(), default=str))
             return
@@ -107,7 +107,7 @@ def workflows_cancel(target: TargetArg, run_id: RunArg) -> None:
     A run parked as diverged ends cancelled at once, without running again.
     """
     with refusals_exit():
-        outcome = operate(target, lambda rt: rt.workflow_engine.operator_cancel(run_id))
+        outcome = operate(target, lambda rt: rt.workflows.operator_cancel(run_id))
         if outcome == "cancelled":
             stdout.print(f"cancelled diverged run {run_id}", markup=False)
         else:
@@ -131,7 +131,7 @@ def workflows_signal(
             raise ConfigurationError(f"The signal's payload is not JSON: {exc}.") from None
         if not isinstance(body, dict):
             raise ConfigurationError("The signal's payload must be a JSON object.")
-        operate(target, lambda rt: rt.workflow_engine.signal_json(run_id, signal, body))
+        operate(target, lambda rt: rt.workflows.signal_json(run_id, signal, body))
         stdout.print(f"sent {signal} to run {run_id}", markup=False)
 
 
@@ -143,7 +143,7 @@ def workflows_retry(target: TargetArg, run_id: RunArg) -> None:
         async def work(rt: Runtime) -> str | None:
             if await rt.retry_workflow(run_id):
                 return None
-            return (await rt.workflow_engine.detail(run_id)).status.status
+            return (await rt.workflows.detail(run_id)).status.status
 
         status = operate(target, work)
         if status is not None:

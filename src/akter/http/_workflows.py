@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from akter._engine.calls import check_access
-from akter._engine.workflows import status_of
+from akter._engine.workflow_ops import status_of
 from akter._store.gateway.workflows import RunKey
 from akter.actor import AccessKind, ActorDefinition
 from akter.callers import ActorRef
@@ -49,7 +49,7 @@ from akter.http._tracing import http_span, http_status
 from akter.http.auth import Identity
 
 if TYPE_CHECKING:
-    from akter._engine.workflows import WorkflowEngine
+    from akter._engine.workflow_ops import WorkflowOps
     from akter.runtime import Runtime
 
 #: A run id as the routes take it: printable ASCII without spaces (command ids, intent ids).
@@ -92,9 +92,9 @@ class WorkflowRoutes:
         self.runtime = host.runtime
 
     @property
-    def engine(self) -> WorkflowEngine:
-        """The runtime's workflow engine."""
-        return self.runtime.workflow_engine
+    def engine(self) -> WorkflowOps:
+        """The runtime's workflow runs by id."""
+        return self.runtime.workflows
 
     def start_route(self) -> Route:
         """The start route; it must precede the command route, whose ``{id}`` it would match."""
@@ -256,7 +256,7 @@ def _after(request: Request) -> int:
 
 
 async def step_frames(
-    engine: WorkflowEngine, run: RunKey, after: int, running: Callable[[], bool]
+    engine: WorkflowOps, run: RunKey, after: int, running: Callable[[], bool]
 ) -> AsyncIterator[str]:
     """The run's step records after ``after`` as frames, live, then the ``closed`` frame.
 
