@@ -337,11 +337,15 @@ class _RemoteRuns:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    async def status(self, run_id: str) -> WorkflowStatus:
-        """GET the run's status and journal."""
+    async def status(self, run_id: str, *, steps: bool = True) -> WorkflowStatus:
+        """GET the run's status and journal (the journal comes with it, ``steps`` or not)."""
         response = await self._client._http.get(f"/workflows/{quote(run_id, safe='')}")
         _raise_for(response)
         return WorkflowStatus.model_validate(response.json())
+
+    async def settled(self, run_id: str, within: float) -> None:
+        """Over HTTP there is no end notification: wait ``within`` before the next read."""
+        await asyncio.sleep(within)
 
     async def signal(self, run_id: str, signal: BaseModel) -> None:
         """POST a signal to the run under one Idempotency-Key (a retry keeps it once)."""

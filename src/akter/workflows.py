@@ -11,7 +11,6 @@ what users declare and hold.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 import typing
@@ -124,8 +123,12 @@ def signal_name(signal: type[BaseModel] | BaseModel) -> str:
 class RunOps(Protocol):
     """What a :class:`WorkflowRun` asks of the runtime (in-process or over HTTP)."""
 
-    async def status(self, run_id: str) -> WorkflowStatus:
-        """The run's status and journal."""
+    async def status(self, run_id: str, *, steps: bool = True) -> WorkflowStatus:
+        """The run's status and (with ``steps``) its journal."""
+        ...
+
+    async def settled(self, run_id: str, within: float) -> None:
+        """Return once the run may have ended, at the latest after ``within`` seconds."""
         ...
 
     async def signal(self, run_id: str, signal: BaseModel) -> None:
@@ -186,13 +189,14 @@ class WorkflowRun(Generic[T]):
         deadline = None if limit is None else time.monotonic() + limit
         wait = 0.005
         while True:
-            status = await self._ops.status(self.id)
+            status = await self._ops.status(self.id, steps=False)
             if status.finished or status.status == "diverged":
                 return self._outcome(status)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"Workflow run {self.id!r} is still {status.status}.")
             pause = wait if deadline is None else min(wait, max(0.0, deadline - time.monotonic()))
-            await asyncio.sleep(pause)
+            # Woken at once when the run ends on this runner; else the backoff polls again.
+            await self._ops.settled(status.run_id, pause)
             wait = min(wait * 2, 0.5)
 
     def _outcome(self, status: WorkflowStatus) -> T:

@@ -9,6 +9,7 @@ workflow gateway; every write that makes a run runnable wakes the relay (``wake`
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,6 +160,9 @@ class WorkflowOps:
         self.gateway = gateway
         self._registry = registry
         self._wake = wake
+        # run id -> the event its result() waiters wait on, and how many wait
+        self._ends: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
 
     def run(self, run_id: str) -> WorkflowRun[Any]:
         """A handle to a run by id (``runtime.workflow_run``)."""
@@ -172,16 +176,34 @@ class WorkflowOps:
             )
         return RunKey(int(row["routing_key"]), str(row["run_id"])), row
 
-    async def status(self, run_id: str) -> WorkflowStatus:
-        """The run's status and journal (``run.status()``)."""
-        run, _ = await self._locate(run_id)
-        row = await self.gateway.get(run)
-        if row is None:
-            raise ActorError(
-                "InvalidInput", f"No workflow run {run_id!r}.", code="unknown_workflow_run"
-            )
-        steps = await self.gateway.steps(run)
-        return status_of(row, steps)
+    async def status(self, run_id: str, *, steps: bool = True) -> WorkflowStatus:
+        """The run's status and (with ``steps``) its journal (``run.status()``)."""
+        run, row = await self._locate(run_id)
+        return status_of(row, await self.gateway.steps(run) if steps else [])
+
+    async def settled(self, run_id: str, within: float) -> None:
+        """Return once the run may have ended: when it ends on this runner, or after ``within``.
+
+        ``run.result()`` waits here between its reads, so a run that ends on this runner is
+        answered at once, and one that ends elsewhere within its polling backoff.
+        """
+        event = self._ends.setdefault(run_id, asyncio.Event())
+        self._waiting[run_id] = self._waiting.get(run_id, 0) + 1
+        try:
+            await asyncio.wait_for(event.wait(), within)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting[run_id] -= 1
+            if not self._waiting[run_id]:
+                del self._waiting[run_id]
+                self._ends.pop(run_id, None)
+
+    def ended(self, run_id: str) -> None:
+        """A run ended on this runner: wake its ``result()`` waiters here."""
+        event = self._ends.get(run_id)
+        if event is not None:
+            event.set()
 
     async def detail(self, run_id: str) -> RunDetail:
         """The run for operators: status, journal, wake time and signals (RunDetail).

@@ -106,6 +106,8 @@ class WorkflowEngine:
         self._stopping = False
         #: Attempts that have ended on this runner (the test kit's drain watches it).
         self.attempted = 0
+        # The last claim took every free slot: more runs may be runnable (a backlog).
+        self._full = False
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -143,6 +145,7 @@ class WorkflowEngine:
         rows = await self.gateway.claim(
             self._runner_id, types, free, self._services.config.workflow_lease_ms
         )
+        self._full = len(rows) == free
         for row in rows:
             self._services.clock.observe(int(row["now"]))
             claimed = Claimed(
@@ -193,6 +196,10 @@ class WorkflowEngine:
             renewal.cancel()
             self._attempts.pop(key, None)
             self.attempted += 1
+            if self._full:
+                # A slot is free and the last claim left runnable runs: claim again now, not at
+                # the next poll (a backlog of due timers or starts drains at once).
+                self._wake()
 
     async def _renew(self, claimed: Claimed) -> None:
         """Extend the lease every third of it; cancel the attempt if it was lost."""
@@ -347,6 +354,7 @@ class WorkflowEngine:
             return
         if not ended:
             return
+        self.ops.ended(claimed.run.run_id)
         self._services.metrics.count(f"akter.workflows.{status}", actor_type=claimed.ref.type)
         if outbox:
             self._wake()

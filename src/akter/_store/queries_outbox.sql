@@ -123,9 +123,11 @@ SELECT EXISTS (
           AND o.parked_at_ms IS NULL
         LIMIT 1
     ) p
-) OR EXISTS (
-    SELECT 1 FROM {schema}.workflows w
-    WHERE w.wake_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
+) OR coalesce(
+    -- the first wake time (one index entry of workflows_wake), not a scan of the due runs
+    (SELECT min(w.wake_at_ms) FROM {schema}.workflows w WHERE w.wake_at_ms IS NOT NULL)
+        <= {schema}.stmt_ms(%(off)s::bigint),
+    false
 ) AS due;
 
 -- next_due --

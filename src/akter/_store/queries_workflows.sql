@@ -157,12 +157,18 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND sta
 RETURNING status, {schema}.stmt_ms(%(off)s) AS now;
 
 -- wf_locate --
--- finds a run by id alone (run ids are unique across actors), or the live run a deduplicated keyed start's id names: its routing key, id and actor
-SELECT w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, w.status
+-- finds a run by id alone (run ids are unique across actors), or the live run a deduplicated keyed start's id names: its whole row (wf_get's columns and its routing key)
+SELECT w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, w.run_key,
+       w.input, w.status, w.waiting, w.wake_at_ms, w.cancel_requested, w.deadline_ms, w.attempts,
+       w.result, w.error, w.started_at_ms, w.updated_at_ms, w.finished_at_ms,
+       w.lease_owner::text AS lease_owner
 FROM {schema}.workflows w
 WHERE w.run_id = %(run_id)s
 UNION ALL
-SELECT w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, w.status
+SELECT w.routing_key, w.run_id, w.tenant_id, w.actor_type, w.actor_id, w.workflow, w.run_key,
+       w.input, w.status, w.waiting, w.wake_at_ms, w.cancel_requested, w.deadline_ms, w.attempts,
+       w.result, w.error, w.started_at_ms, w.updated_at_ms, w.finished_at_ms,
+       w.lease_owner::text AS lease_owner
 FROM {schema}.workflow_aliases a
 JOIN {schema}.workflows w ON w.routing_key = a.routing_key AND w.run_id = a.target_run_id
 WHERE a.run_id = %(run_id)s

@@ -190,12 +190,16 @@ class WorkflowsGateway:
 
         Returns False, having written nothing, when the attempt lost its lease.
         """
-        async with self._store.framework.connection() as conn, conn.transaction():
-            if not await self._write_records(
-                conn, run, token, lease_ms, records, consumed=consumed
-            ):
-                return False
-            if outbox:
+        async with self._store.framework.connection() as conn:
+            if not outbox:  # one statement: it commits alone (autocommit), no BEGIN/COMMIT
+                return await self._write_records(
+                    conn, run, token, lease_ms, records, consumed=consumed
+                )
+            async with conn.transaction():
+                if not await self._write_records(
+                    conn, run, token, lease_ms, records, consumed=consumed
+                ):
+                    return False
                 await self._stage(conn, run.routing_key, outbox)
         return True
 
@@ -254,10 +258,14 @@ class WorkflowsGateway:
             "wake_at": wake_at,
             "waiting": waiting,
         }
-        async with self._store.framework.connection() as conn, conn.transaction():
-            if records and not await self._write_records(conn, run, token, lease_ms, records):
-                return None
-            rows = await self._on(conn, self._store.queries["wf_suspend"], params)
+        async with self._store.framework.connection() as conn:
+            if not records:  # one statement: it commits alone
+                rows = await self._on(conn, self._store.queries["wf_suspend"], params)
+                return str(rows[0]["status"]) if rows else None
+            async with conn.transaction():
+                if not await self._write_records(conn, run, token, lease_ms, records):
+                    return None
+                rows = await self._on(conn, self._store.queries["wf_suspend"], params)
         return str(rows[0]["status"]) if rows else None
 
     async def release(self, run: RunKey, token: int, delay_ms: int, why: str) -> bool:
@@ -298,14 +306,17 @@ class WorkflowsGateway:
             "result": result,
             "error": error,
         }
-        async with self._store.framework.connection() as conn, conn.transaction():
-            if records and not await self._write_records(conn, run, token, lease_ms, records):
-                return False
-            rows = await self._on(conn, self._store.queries["wf_finish"], params)
-            if not rows:
-                return False
-            if outbox:
-                await self._stage(conn, run.routing_key, outbox)
+        async with self._store.framework.connection() as conn:
+            if not records and not outbox:  # one statement: it commits alone
+                return bool(await self._on(conn, self._store.queries["wf_finish"], params))
+            async with conn.transaction():
+                if records and not await self._write_records(conn, run, token, lease_ms, records):
+                    return False
+                rows = await self._on(conn, self._store.queries["wf_finish"], params)
+                if not rows:
+                    return False
+                if outbox:
+                    await self._stage(conn, run.routing_key, outbox)
         return True
 
     async def _stage(self, conn: Connection, rk: int, rows: Sequence[OutboxRow]) -> None:
