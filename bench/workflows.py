@@ -76,6 +76,7 @@ sys.path.append(str(BENCH_DIR))  # after the standard library: bench/ may shadow
 from jobs import (  # noqa: E402  (bench/jobs.py: helpers shared by both virtualenvs)
     CpuWindow,
     _f,
+    _get,
     _ratio,
     commit_probe,
     emit,
@@ -494,13 +495,6 @@ ROWS: list[tuple[str, str, str, bool]] = [
     ("commit latency before the run (ms)", "commit_ms", "{:.2f}", False),
     ("load average before → after", "load", "{}", False),
 ]
-
-
-def _get(record: dict[str, Any], key: str) -> Any:
-    value: Any = record
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
 
 def _per_run(record: dict[str, Any]) -> dict[str, Any]:

@@ -317,46 +317,36 @@ class RunAttempt:
         command_id: str | None,
     ) -> Any:
         with telemetry.workflow_step(kind, name, seq):
-            return await self._perform_call(seq, kind, name, member, ref, body, command_id)
-
-    async def _perform_call(
-        self,
-        seq: int,
-        kind: str,
-        name: str,
-        member: Member,
-        ref: ActorRef,
-        body: dict[str, Any],
-        command_id: str | None,
-    ) -> Any:
-        try:
-            if command_id is not None:
-                value = await self.calls.command(
-                    member, ref, body, command_id, self._caller(), retry=True
+            try:
+                if command_id is not None:
+                    value = await self.calls.command(
+                        member, ref, body, command_id, self._caller(), retry=True
+                    )
+                else:
+                    value = await self.calls.query(member, ref, body, self._caller())
+            except DeclaredError as exc:
+                outcome = {
+                    "declared": {"tag": type(exc).tag, "fields": exc.fields, "message": str(exc)}
+                }
+                self.buffered.append(
+                    StepRecord(seq, kind, name, "done", None, canonical_json(outcome))
                 )
-            else:
-                value = await self.calls.query(member, ref, body, self._caller())
-        except DeclaredError as exc:
-            outcome = {
-                "declared": {"tag": type(exc).tag, "fields": exc.fields, "message": str(exc)}
-            }
-            self.buffered.append(StepRecord(seq, kind, name, "done", None, canonical_json(outcome)))
-            raise
-        except ActorError as exc:
-            if exc.retryable:
-                raise Outage(f"{name} is unavailable: {exc}") from exc
-            refused = {"reason": exc.reason, "code": exc.code, "message": exc.message}
-            self.buffered.append(
-                StepRecord(seq, kind, name, "done", None, canonical_json({"refused": refused}))
-            )
-            raise
-        except (psycopg.Error, OSError) as exc:
-            raise Outage(f"{name} failed: {exc}") from exc
-        stored = self._encode({"ok": member.result.dump_python(value, mode="json")}, name)
-        # Written with the next record (the next step's, or the run's suspension or end): until
-        # then a crash leaves the step pending, and its command id replays the receipt.
-        self.buffered.append(StepRecord(seq, kind, name, "done", None, stored))
-        return member.result.validate_python(json.loads(stored)["ok"])
+                raise
+            except ActorError as exc:
+                if exc.retryable:
+                    raise Outage(f"{name} is unavailable: {exc}") from exc
+                refused = {"reason": exc.reason, "code": exc.code, "message": exc.message}
+                self.buffered.append(
+                    StepRecord(seq, kind, name, "done", None, canonical_json({"refused": refused}))
+                )
+                raise
+            except (psycopg.Error, OSError) as exc:
+                raise Outage(f"{name} failed: {exc}") from exc
+            stored = self._encode({"ok": member.result.dump_python(value, mode="json")}, name)
+            # Written with the next record (the next step's, or the run's suspension or end): until
+            # then a crash leaves the step pending, and its command id replays the receipt.
+            self.buffered.append(StepRecord(seq, kind, name, "done", None, stored))
+            return member.result.validate_python(json.loads(stored)["ok"])
 
     def _replay_call(self, member: Member, rec: Record) -> Any:
         outcome = json.loads(rec.outcome or "null")
