@@ -444,3 +444,20 @@ async def test_a_value_akter_cannot_store_fails_the_run_with_its_reason_and_stor
         rows = await t.rows("SELECT outcome FROM {schema}.workflow_steps")
         assert all("\\u0000" not in (r["outcome"] or "") for r in rows)
         assert CALLS["nul_text"] <= 1
+
+
+async def test_a_signal_resent_with_its_id_after_the_run_ended_answers_as_the_first_send(
+    akter_test: Make,
+) -> None:
+    async with akter_test(ALL) as t:
+        run = await t.get(Order, "o-19").waiter.start(1)
+        ops = t.runtime.workflows
+        await ops.signal(run.id, Note(text="only"), signal_id="sig-1")
+        await t.drain()
+        assert await run.result(timeout=10) == ["only"]
+        await ops.signal(run.id, Note(text="only"), signal_id="sig-1")  # a retry: no error
+        with pytest.raises(akter.ActorError) as ended:
+            await ops.signal(run.id, Note(text="new"), signal_id="sig-2")
+        assert ended.value.code == "workflow_finished"
+        signals = await t.rows("SELECT signal_id FROM {schema}.workflow_signals")
+        assert [s["signal_id"] for s in signals] == ["sig-1"]

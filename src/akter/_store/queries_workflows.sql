@@ -203,7 +203,7 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s
 ORDER BY signal_seq;
 
 -- wf_signal --
--- keeps a signal for a live run (once per signal id) and wakes the run; a finished run takes none
+-- keeps a signal for a live run (once per signal id) and wakes the run; a finished run takes none, but a signal id it already kept answers as kept (a retried send)
 WITH run AS (
     UPDATE {schema}.workflows
     SET pending_wake = true,
@@ -221,7 +221,10 @@ WITH run AS (
     ON CONFLICT DO NOTHING
     RETURNING signal_id
 )
-SELECT (SELECT count(*) FROM run) AS live, (SELECT count(*) FROM sig) AS kept;
+SELECT (SELECT count(*) FROM run) AS live, (SELECT count(*) FROM sig) AS kept,
+       EXISTS (SELECT 1 FROM {schema}.workflow_signals g
+               WHERE g.routing_key = %(rk)s AND g.run_id = %(run_id)s
+                 AND g.signal_id = %(signal_id)s) AS known;
 
 -- wf_cancel --
 -- asks a live run to cancel: its next durable await raises WorkflowCancelled (a suspended run wakes now); returns the run's status, none when there is no such run

@@ -379,7 +379,11 @@ class WorkflowsGateway:
     async def signal(
         self, run: RunKey, signal_id: str, name: str, payload: str
     ) -> tuple[bool, bool]:
-        """Keep a signal for a live run: (the run is live, the signal is new)."""
+        """Keep a signal for a live run: (the run took it or had it already, it is new).
+
+        A signal id the run kept before answers as taken even once the run has ended, so a
+        retried send gets the answer of the first one.
+        """
         rows = await self._run(
             self._store.queries["wf_signal"],
             {
@@ -390,7 +394,7 @@ class WorkflowsGateway:
                 "payload": payload,
             },
         )
-        return bool(rows[0]["live"]), bool(rows[0]["kept"])
+        return bool(rows[0]["live"] or rows[0]["known"]), bool(rows[0]["kept"])
 
     async def cancel(self, run: RunKey) -> bool:
         """Ask a live run to cancel; False when it is not live."""
