@@ -85,7 +85,6 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import os
 import sys
 import time
 import uuid
@@ -102,6 +101,9 @@ from pydantic import BaseModel, Field, PositiveInt
 from rich.console import Console, Group
 from rich.table import Table
 
+# As a script, examples/ is sys.path[0] and not a package: the repository root makes it one.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import akter
 from akter.actor import definition_of
 from akter.schedules import next_fire
@@ -114,6 +116,7 @@ from akter.testing.provider import (
     raises,
     succeed,
 )
+from examples.runner_process import CHILD_WITHIN, RunnerProcess
 
 HISTORY_LENGTH = 5
 CONCURRENT_DEPOSITS = 50
@@ -1627,7 +1630,6 @@ MAX_STEPS = 400
 FEES = {"ada": 1_500, "ben": 900, "cem": 2_000}
 OPENING = {"ada": 10_000, "ben": 5_000, "cem": 2_500}
 #: Longest wait for a runner process's first line, and for the takeover after the kill.
-CHILD_WITHIN = 60.0
 TAKEOVER_WITHIN = SINGLETON_LEASE + 10.0
 #: This file: the runner process runs it with ``--runner``.
 DEMO_PATH = Path(__file__).resolve()
@@ -1811,65 +1813,11 @@ class BillingReport:
         return next((s for s in reversed(self.steps) if s.runner == runner), None)
 
 
-class RunnerProcess:
-    """A runner of part 4 in a child process (``demo.py --runner``); stderr is always drained."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self._stderr = bytearray()
-        self._drain = asyncio.create_task(self._collect(), name="demo runner stderr")
-
-    @classmethod
-    async def spawn(cls, database_url: str, schema: str, offset_ms: int) -> RunnerProcess:
-        return await cls.start(str(DEMO_PATH), "--runner", database_url, schema, str(offset_ms))
-
-    @classmethod
-    async def start(cls, *argv: str, env: dict[str, str] | None = None) -> RunnerProcess:
-        """Run ``python *argv`` as a child process (its stdin, stdout and stderr are pipes)."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=None if env is None else {**os.environ, **env},
-        )
-        return cls(proc)
-
-    async def _collect(self) -> None:
-        assert self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(65536):
-            self._stderr += chunk
-
-    async def line(self, within: float = CHILD_WITHIN) -> str:
-        """The next line it prints, within a deadline."""
-        assert self.proc.stdout is not None
-        try:
-            raw = await asyncio.wait_for(self.proc.stdout.readline(), within)
-        except TimeoutError:
-            raise RuntimeError(f"The runner process said nothing for {within} s.") from None
-        if not raw:
-            await self.proc.wait()
-            await self._drain
-            raise RuntimeError(
-                f"The runner process ended (exit {self.proc.returncode}): "
-                + self._stderr.decode(errors="replace")[-2000:]
-            )
-        return raw.decode().rstrip("\n")
-
-    def kill(self) -> None:
-        """SIGKILL: no drain, no lease release, no goodbye."""
-        if self.proc.returncode is None:
-            self.proc.kill()
-
-    async def close(self) -> int:
-        """Kill it if it still runs, and reap it (always called)."""
-        self.kill()
-        code = await self.proc.wait()
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        await self._drain
-        return code
+async def spawn_runner(database_url: str, schema: str, offset_ms: int) -> RunnerProcess:
+    """R1 of part 4: ``demo.py --runner URL SCHEMA OFFSET_MS`` in a child process."""
+    return await RunnerProcess.start(
+        str(DEMO_PATH), "--runner", database_url, schema, str(offset_ms)
+    )
 
 
 class BillingDemo:
@@ -1976,9 +1924,7 @@ class BillingDemo:
             account = self.front.get(Account, name)
             await account.open(name.title())
             await account.deposit(cents)
-        child = await RunnerProcess.spawn(
-            self.front.database_url, self.front.schema, self.offset_ms
-        )
+        child = await spawn_runner(self.front.database_url, self.front.schema, self.offset_ms)
         report.child_pid = child.proc.pid
         try:
             ready = (await child.line()).split()

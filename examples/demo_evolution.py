@@ -170,6 +170,17 @@ async def evolution_main(
     echo: Callable[[str], None] = print,
 ) -> EvolutionReport:
     """Run part 5 and return what it observed (the schema is dropped at the end)."""
+    if database_url is None:
+        # One embedded server for the whole part: its checks run between the runtimes, which
+        # would otherwise each start and stop the server (and a check finds none running).
+        from akter._store.embedded import EmbeddedPostgres, default_data_dir
+
+        server = EmbeddedPostgres(default_data_dir())
+        url = await asyncio.to_thread(server.start)
+        try:
+            return await evolution_main(url, schema=schema, echo=echo)
+        finally:
+            await asyncio.to_thread(server.stop)
     schema = schema or f"evolve_{uuid.uuid4().hex[:8]}"
     report = EvolutionReport()
     actors = f'"{schema}".actors'

@@ -189,6 +189,17 @@ async def workflows_main(
     echo: Callable[[str], None] = print,
 ) -> WorkflowsReport:
     """Run part 6 and return what it observed (the schema is dropped at the end)."""
+    if database_url is None:
+        # One embedded server for the whole part: the child runner and the resuming runner
+        # connect to it, and the schema is dropped after the runtimes have stopped.
+        from akter._store.embedded import EmbeddedPostgres, default_data_dir
+
+        server = EmbeddedPostgres(default_data_dir())
+        url = await asyncio.to_thread(server.start)
+        try:
+            return await workflows_main(url, schema=schema, echo=echo)
+        finally:
+            await asyncio.to_thread(server.stop)
     schema = schema or f"flows_{uuid.uuid4().hex[:8]}"
     report = WorkflowsReport()
 
@@ -217,7 +228,7 @@ async def _scenario(
     report: WorkflowsReport,
     say: Callable[[str], None],
 ) -> None:
-    from examples.demo import RunnerProcess  # part 4's child-process helper
+    from examples.runner_process import RunnerProcess
 
     child = await RunnerProcess.start(
         str(HERE), "--runner", url, schema, env={"AKTER_DEMO_RUNNER": "R1"}
