@@ -47,11 +47,14 @@ class LoopLease:
         owner: This runner's id (the row's ``owner``).
         epoch: ``acquired_at_ms`` of the acquisition that started this loop; a takeover by
             another runner writes a new one.
+        routing_key: The routing key of the singleton's actor (the row's ``routing_key``): on
+            Citus the lease row lives in that actor's shard.
     """
 
     actor_type: str
     owner: str
     epoch: int
+    routing_key: int
 
 
 class _Context:

@@ -249,7 +249,11 @@ class Runtime:
         ``epoch`` is ``acquired_at_ms`` of the lease acquisition that started the loop: the
         commands the loop sends through ``self.runtime`` handles are fenced on it.
         """
-        lease = None if epoch is None else LoopLease(actor_type, runner_id, epoch)
+        lease = (
+            None
+            if epoch is None
+            else LoopLease(actor_type, runner_id, epoch, self.runners.lease_key(actor_type))
+        )
         facade = self if lease is None else FencedRuntime(self, lease)
         await self.calls.run_loop(actor_type, runner_id, lease, facade)
 

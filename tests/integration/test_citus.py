@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from akter._store.citus import DISTRIBUTED, REFERENCE
+from akter._store.citus import DISTRIBUTED, REFERENCE, singleton_routing_key
 from akter._store.gateway.jobs import JobsGateway, JobType
 from akter._store.gateway.names import NamesGateway
 from akter._store.gateway.outbox import OutboxGateway
@@ -127,6 +127,53 @@ def test_distribute_places_every_table_once_and_is_idempotent(citus_app: Any) ->
     assert again.exit_code == 0, again.output
     assert '"distributed": []' in again.output and '"reference": []' in again.output
     assert _placement(CITUS_URL, schema) == placed
+
+
+@needs_citus
+async def test_distribute_moves_reference_leases_into_their_actors_shards() -> None:
+    """Leases of a layout older than 0008 move into their singleton actors' shards.
+
+    That layout kept singleton leases in a reference table: a lease row written then (no
+    routing key) is keyed from the placements and lands in the shard of its singleton's actor,
+    co-located with actors; nothing else of the row changes, and a rerun places nothing.
+    """
+    assert CITUS_URL
+    schema = _schema()
+    queries = Queries(schema)
+    placements = {"Billing": "actor"}
+    conn = await psycopg.AsyncConnection.connect(CITUS_URL, autocommit=True)
+    try:
+        await migrate(conn, queries, retry_window_ms=86_400_000, placements=placements)
+        # The layout before 0008: the lease table replicated, its rows without a key.
+        await conn.execute(f"SELECT create_reference_table('\"{schema}\".singletons')")
+        owner = str(uuid.uuid4())
+        await conn.execute(
+            f'INSERT INTO "{schema}".singletons (actor_type, owner, lease_until_ms,'
+            " acquired_at_ms) VALUES ('Billing', %s, 9e12, 5), ('$maintenance', %s, 9e12, 6)",
+            [owner, owner],
+        )
+        await migrate_and_distribute(
+            CITUS_URL, queries, retry_window_ms=86_400_000, placements=placements
+        )
+        placed = _placement(CITUS_URL, schema)
+        assert placed["singletons"][0] == "h" and placed["singletons"][2] == "routing_key"
+        assert placed["singletons"][1] == placed["actors"][1], "co-located with actors"
+        cur = await conn.execute(
+            f"SELECT actor_type, routing_key, owner::text, lease_until_ms, acquired_at_ms"
+            f' FROM "{schema}".singletons ORDER BY actor_type'
+        )
+        rows = await cur.fetchall()
+        assert rows == [
+            ("$maintenance", singleton_routing_key("$maintenance", "tenant"), owner, 9e12, 6),
+            ("Billing", singleton_routing_key("Billing", "actor"), owner, 9e12, 5),
+        ]
+        again = await migrate_and_distribute(
+            CITUS_URL, queries, retry_window_ms=86_400_000, placements=placements
+        )
+        assert again.distributed == [] and again.referenced == []
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
 
 
 @needs_citus

@@ -110,7 +110,8 @@ COLUMNS: dict[str, set[str]] = {
         "version",
         "draining",
     },
-    "singletons": {"actor_type", "owner", "lease_until_ms", "acquired_at_ms"},
+    # 0008: the routing key of the singleton's actor (the row's shard on Citus).
+    "singletons": {"routing_key", "actor_type", "owner", "lease_until_ms", "acquired_at_ms"},
     "migrations": {"id", "applied_at_ms", "checksum"},
     # Workflows (migration 0007, the workflows spec W3).
     "workflows": {
@@ -196,6 +197,7 @@ INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
     ),
     "outbox_parked": ("outbox", False, ["kind", "parked_at_ms"], "(parked_at_ms IS NOT NULL)"),
     "operator_audit_at": ("operator_audit", False, ["at_ms"], None),
+    "singletons_routing": ("singletons", True, ["routing_key", "actor_type"], None),
     "outbox_timer_key": (
         "outbox",
         True,

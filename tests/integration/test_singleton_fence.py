@@ -117,7 +117,8 @@ async def order(loop: Loop, n: int) -> object:
 
 async def lease_row(t: ActorTest) -> dict[str, Any]:
     rows = await t.rows(
-        "SELECT owner::text AS owner, lease_until_ms, acquired_at_ms FROM {schema}.singletons"
+        "SELECT owner::text AS owner, lease_until_ms, acquired_at_ms, routing_key"
+        " FROM {schema}.singletons"
         " WHERE actor_type = 'Fenced'"
     )
     assert len(rows) == 1
@@ -151,7 +152,11 @@ async def run_acquire(t: ActorTest, cur: Any, params: dict[str, Any]) -> None:
     q = t.runtime.store.queries
     await cur.execute(q["clock_now"], params)
     now = await cur.fetchone()
-    params = {**params, "now": now["now_ms"] if isinstance(now, dict) else now[0]}
+    params = {
+        **params,
+        "now": now["now_ms"] if isinstance(now, dict) else now[0],
+        "rk": t.runtime.runners.lease_key(params["actor_type"]),
+    }
     await cur.execute(q["singleton_takeover"], params)
     await cur.execute(q["acquire_singleton"], params)
 
@@ -171,7 +176,11 @@ async def test_a_fenced_command_from_the_loop_commits_while_the_lease_is_held(
         loop, lease = await owned_loop(t)
         row = await lease_row(t)
         # self.lease is the acquisition that started the loop.
-        assert lease == LoopLease("Fenced", t.runtime.runners.runner_id, row["acquired_at_ms"])
+        assert lease == LoopLease(
+            "Fenced", t.runtime.runners.runner_id, row["acquired_at_ms"], row["routing_key"]
+        )
+        # The lease row carries the routing key of the singleton's actor (0008).
+        assert row["routing_key"] == t.runtime.routing_key(t.get(Fenced).ref)
         assert row["owner"] == lease.owner
         assert isinstance(loop.runtimes[0], FencedRuntime) and loop.runtimes[0].lease == lease
         assert await order(loop, 2) == 2

@@ -156,7 +156,7 @@ def test_a_query_reads_a_read_only_state_and_its_cursor() -> None:
 
 
 def test_a_loop_has_a_runtime_and_a_lease_but_no_state() -> None:
-    lease = LoopLease(BOX.name, "r-1", 3)
+    lease = LoopLease(BOX.name, "r-1", 3, 7)
 
     def read(self: Box) -> Any:
         with pytest.raises(ReadOnlyError, match="A singleton loop has no state"):

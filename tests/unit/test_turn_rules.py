@@ -327,7 +327,7 @@ def test_unavailable_is_honest_about_the_outcome() -> None:
 
 
 def test_lease_lost_names_the_lease() -> None:
-    request = _request(fence=LoopLease("Loop", "runner-1", 42))
+    request = _request(fence=LoopLease("Loop", "runner-1", 42, 7))
     error = rules.lease_lost(request)
     assert error.reason == "LeaseLost" and "epoch 42" in error.message
 
@@ -449,8 +449,12 @@ def test_a_receipt_alone_is_written() -> None:
 
 def test_only_current_leases_are_held_once_each() -> None:
     act = _activation()
-    lease = LoopLease("Loop", "r1", 1)
-    batch = [_request(fence=lease), _request(fence=lease), _request(fence=LoopLease("L", "r", 2))]
+    lease = LoopLease("Loop", "r1", 1, 7)
+    batch = [
+        _request(fence=lease),
+        _request(fence=lease),
+        _request(fence=LoopLease("L", "r", 2, 8)),
+    ]
     outcomes = [Outcome(Result("ok")) for _ in batch]
     todo = writes.plan(act, batch, _run(act, outcomes), {2}, NOW, WINDOW)
     assert todo.fences == [lease]

@@ -21,6 +21,7 @@ import psycopg
 
 from akter._engine.orphans import Orphans
 from akter._engine.sampling import Sampler
+from akter._store.citus import singleton_routing_key
 from akter._store.gateway.runners import RunnersGateway
 from akter._version import __version__
 
@@ -49,6 +50,8 @@ class _Lease:
     """One singleton lease this runner tries to hold, and the loop it runs while it does."""
 
     actor_type: str
+    #: The routing key of the singleton's actor: the lease row's (``Runners.lease_key``).
+    routing_key: int
     body: Callable[[], Coroutine[Any, Any, None]]
     owned: bool = False
     confirmed_at: float = 0.0  # monotonic send time of the last successful acquire/refresh
@@ -88,6 +91,13 @@ class Runners:
         #: Stored names no definition claims: checked at start and every maintenance cycle.
         self.orphans = Orphans(services)
 
+    def lease_key(self, actor_type: str) -> int:
+        """The routing key of a singleton's lease row: its actor's (tenant "default", id "")."""
+        definition = self._services.registry.definitions.get(actor_type)
+        return singleton_routing_key(
+            actor_type, "tenant" if definition is None else definition.placement
+        )
+
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -99,10 +109,14 @@ class Runners:
             run = getattr(definition.cls, "run", None)
             if definition.singleton and callable(run) and not _is_base_run(run):
                 self._leases[definition.name] = _Lease(
-                    definition.name, self._singleton_body(definition.name)
+                    definition.name,
+                    self.lease_key(definition.name),
+                    self._singleton_body(definition.name),
                 )
         if self._services.config.maintenance:
-            self._leases[MAINTENANCE] = _Lease(MAINTENANCE, self._maintenance_body)
+            self._leases[MAINTENANCE] = _Lease(
+                MAINTENANCE, self.lease_key(MAINTENANCE), self._maintenance_body
+            )
         self._tasks.append(
             supervisor.supervise(
                 asyncio.create_task(self._heartbeats(), name="akter.runners.heartbeat")
@@ -127,7 +141,9 @@ class Runners:
             if lease.owned:
                 await _quietly(
                     "release_singleton",
-                    self._gateway.release_singleton(lease.actor_type, self.runner_id),
+                    self._gateway.release_singleton(
+                        lease.actor_type, lease.routing_key, self.runner_id
+                    ),
                     None,
                 )
                 lease.owned = False
@@ -264,6 +280,7 @@ class Runners:
         try:
             rows = await self._gateway.acquire_singleton(
                 lease.actor_type,
+                lease.routing_key,
                 self.runner_id,
                 lease_ms=self.lease_ms,
                 skew_ms=self._services.clock.skew_ms(self.lease_ms),

@@ -2,9 +2,11 @@
 
 Design principle 7: every per-actor table leads its primary key with ``routing_key``, so on
 Citus those tables are distributed by ``routing_key``, co-located with ``actors`` (a turn is a
-single-shard transaction, foreign keys hold inside a shard). The tables that belong to no actor
-(the deployment row, the migration ledger, runners, singleton leases) are reference tables,
-replicated to every node. ``docs/citus.md`` describes the layout.
+single-shard transaction, foreign keys hold inside a shard). Singleton leases are distributed
+too, each row in the shard of its singleton's actor (tenant ``"default"``, id ``""``), so a
+loop's fence is a row lock in the shard of its own turns (migration 0008). The tables that
+belong to no actor (the deployment row, the migration ledger, runners, job limits and rate
+buckets) are reference tables, replicated to every node. ``docs/citus.md`` describes the layout.
 
 The strategy is read from the server once at start (:func:`detect_strategy`): ``"citus"`` when
 the ``citus`` extension is installed in the database, else ``"plain"``. Plain PostgreSQL keeps
@@ -19,6 +21,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from akter._ids import placement_key, routing_key
 from akter._store.queries import Queries
 from akter.errors import ConfigurationError
 
@@ -36,6 +39,8 @@ DISTRIBUTED = (
     "workflow_steps",
     "workflow_signals",
     "workflow_aliases",
+    # Keyed by the routing key of the singleton's actor (0008); ``distribute`` fills and rekeys it.
+    "singletons",
 )
 #: Tables that belong to no actor: reference tables (a copy on every node).
 REFERENCE = (
@@ -43,7 +48,6 @@ REFERENCE = (
     "deployment",
     "deployment_names",
     "runners",
-    "singletons",
     "job_limits",
     "rate_buckets",
 )
@@ -68,7 +72,34 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "names_count_events": ("citus_names_count_event",),
     # Workflows (issue 15): the run claim, like the job claim.
     "wf_claim": ("citus_wf_claim_scan", "citus_wf_claim"),
+    # Singleton leases (0008): keyed by actor type alone they would lock across shards.
+    "singleton_takeover": ("citus_singleton_takeover",),
+    "acquire_singleton": ("citus_acquire_singleton",),
+    "release_singleton": ("citus_release_singleton",),
+    "check_singleton_fence": ("citus_check_singleton_fence",),
+    "hold_singleton_fence": ("citus_hold_singleton_fence",),
 }
+#: Plain statements whose Citus variant takes the same parameters (plus ``rk``, which the plain
+#: one ignores) and answers the same rows: on Citus the catalogue serves the variant under the
+#: plain name (``Queries.prefer``), so their callers need no branch.
+DROP_IN = {
+    name: variants[0]
+    for name, variants in PLAIN_ONLY.items()
+    if name
+    in ("singleton_takeover", "acquire_singleton", "check_singleton_fence", "hold_singleton_fence")
+}
+
+
+def singleton_routing_key(actor_type: str, placement: str) -> int:
+    """The routing key of a singleton type's actor (tenant ``"default"``, id ``""``).
+
+    ``placement`` is the type's (``"tenant"`` for ``$maintenance``, which is no actor type).
+    """
+    if placement == "tenant":
+        return routing_key(placement_key("tenant", "default", actor_type, ""))
+    if placement == "actor":
+        return routing_key(placement_key("actor", "default", actor_type, ""))
+    raise ConfigurationError(f"Unknown placement {placement!r} of {actor_type!r}.")
 
 
 async def detect_strategy(conn: psycopg.AsyncConnection[Any], queries: Queries) -> Strategy:
@@ -103,15 +134,21 @@ async def check_coordinator(conn: psycopg.AsyncConnection[Any], queries: Queries
         )
 
 
-async def distribute(conn: psycopg.AsyncConnection[Any], queries: Queries) -> Distribution:
+async def distribute(
+    conn: psycopg.AsyncConnection[Any], queries: Queries, placements: dict[str, str]
+) -> Distribution:
     """Distribute a migrated schema's tables (idempotent: a table already placed is left alone).
 
     ``conn`` is an autocommit connection to the coordinator; the schema's migrations must have
-    been applied (``akter.cli.citus`` runs them first).
+    been applied (``akter.cli.citus`` runs them first). ``placements`` are the deployment's
+    type placements, which key the singleton leases (a type not among them: ``"tenant"``).
     """
     await check_coordinator(conn, queries)
     done = Distribution()
     placed = await _placed(conn, queries)
+    if "singletons" not in placed or "singletons" in await _references(conn, queries):
+        await _key_singletons(conn, queries, placements, placed)
+        placed.discard("singletons")
     missing = [t for t in (*DISTRIBUTED, *REFERENCE) if not await _exists(conn, queries, t)]
     if missing:
         raise ConfigurationError(
@@ -137,6 +174,37 @@ async def distribute(conn: psycopg.AsyncConnection[Any], queries: Queries) -> Di
         )
         done.distributed.append(table)
     return done
+
+
+async def _references(conn: psycopg.AsyncConnection[Any], queries: Queries) -> set[str]:
+    cur = await conn.execute(queries["citus_reference_tables"], {"schema": queries.schema})
+    return {str(r[0]) for r in await cur.fetchall()}
+
+
+async def _key_singletons(
+    conn: psycopg.AsyncConnection[Any],
+    queries: Queries,
+    placements: dict[str, str],
+    placed: set[str],
+) -> None:
+    """Make the lease rows distributable: every row keyed, the key ``(routing_key, actor_type)``.
+
+    A schema distributed before 0008 holds them in a reference table, which is turned back into
+    a local table first (its rows kept). Runs in one transaction with the rekey, so a failure
+    leaves the table as it was.
+    """
+    if "singletons" in placed:
+        await conn.execute(
+            queries["citus_undistribute"], {"table": _qualified(queries, "singletons")}
+        )
+    async with conn.transaction():
+        cur = await conn.execute(queries["singletons_unkeyed"])
+        for (actor_type,) in await cur.fetchall():
+            key = singleton_routing_key(actor_type, placements.get(actor_type, "tenant"))
+            await conn.execute(queries["singletons_key"], {"rk": key, "actor_type": actor_type})
+        # Rekeyed once: the unique index becomes the primary key (a rerun finds it gone).
+        if await _exists(conn, queries, "singletons_routing"):
+            await conn.execute(queries["singletons_rekey"])
 
 
 async def is_distributed(conn: psycopg.AsyncConnection[Any], queries: Queries) -> bool:

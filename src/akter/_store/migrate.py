@@ -185,6 +185,6 @@ async def migrate_and_distribute(
     try:
         await check_coordinator(conn, queries)
         await migrate(conn, queries, retry_window_ms=retry_window_ms, placements=placements)
-        return await distribute(conn, queries)
+        return await distribute(conn, queries, placements)
     finally:
         await conn.close()

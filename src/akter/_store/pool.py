@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from akter._store.citus import Strategy, detect_strategy
+from akter._store.citus import DROP_IN, Strategy, detect_strategy
 from akter._store.queries import Queries
 from akter.errors import ActorError
 
@@ -139,6 +139,8 @@ class Store:
         async with self.framework.connection() as conn:
             self.server_version = conn.info.server_version
             self.strategy = await detect_strategy(conn, self.queries)
+        if self.strategy == "citus":
+            self.queries.prefer(DROP_IN)
 
     async def close(self) -> None:
         """Close both pools."""

@@ -84,6 +84,11 @@ class Queries:
         """The channel name of ``wake_channel`` or ``progress_channel`` for this schema."""
         return _CHANNELS[placeholder].format(self.schema)
 
+    def prefer(self, variants: dict[str, str]) -> None:
+        """Serve ``variants[name]``'s text under ``name`` (the Citus drop-ins of ``citus``)."""
+        for name, variant in variants.items():
+            self._statements[name] = self._statements[variant]
+
     def names(self) -> list[str]:
         """Every statement name."""
         return sorted(self._statements)

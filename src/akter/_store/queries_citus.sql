@@ -32,6 +32,86 @@ SELECT create_reference_table(%(table)s::regclass);
 -- distributes a per-actor table by routing_key, co-located with the named table (or the default group)
 SELECT create_distributed_table(%(table)s::regclass, 'routing_key', colocate_with => %(with)s);
 
+-- citus_reference_tables --
+-- the schema's tables that Citus holds as reference tables (a layout older than 0008 kept singletons there)
+SELECT c.relname::text AS relname
+FROM pg_dist_partition p
+JOIN pg_class c ON c.oid = p.logicalrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND p.partmethod = 'n';
+
+-- citus_undistribute --
+-- turns a Citus table back into a local table on the coordinator, its rows kept (before it is placed again)
+SELECT undistribute_table(%(table)s::regclass);
+
+-- singletons_unkeyed --
+-- lease rows without the routing key of their singleton's actor (written before 0008, or by an older runner)
+SELECT actor_type FROM {schema}.singletons WHERE routing_key IS NULL;
+
+-- singletons_key --
+-- fills one singleton's routing key (distribution, before the table moves into the actors' shards)
+UPDATE {schema}.singletons SET routing_key = %(rk)s::bigint
+WHERE actor_type = %(actor_type)s::text AND routing_key IS NULL;
+
+-- singletons_rekey --
+-- the lease rows' key becomes (routing_key, actor_type), which Citus needs of a distributed table
+ALTER TABLE {schema}.singletons ALTER COLUMN routing_key SET NOT NULL,
+    DROP CONSTRAINT singletons_pkey,
+    ADD CONSTRAINT singletons_pkey PRIMARY KEY USING INDEX singletons_routing;
+
+-- === Singleton leases on Citus (0008): the rows live in their singleton actor's shard ===
+-- Each statement names the routing key, so Citus routes it to that one shard: the fence's
+-- FOR KEY SHARE is a row lock in the shard of the singleton's own turns, a takeover's
+-- FOR UPDATE a row lock there. The clock is a parameter (now, from clock_now on the
+-- coordinator, or the turn's one reading): Citus would read now_ms() on the worker.
+
+-- citus_singleton_takeover --
+-- Citus: singleton_takeover in the lease's shard
+SELECT t.lease_until_ms - %(now)s::bigint AS ahead_ms
+FROM {schema}.singletons t
+WHERE t.routing_key = %(rk)s::bigint AND t.actor_type = %(actor_type)s::text
+  AND t.owner IS DISTINCT FROM %(runner_id)s::uuid
+  AND (t.lease_until_ms <= %(now)s::bigint
+       OR t.lease_until_ms > %(now)s::bigint + %(skew_ms)s::bigint)
+FOR UPDATE OF t;
+
+-- citus_acquire_singleton --
+-- Citus: acquire_singleton in the lease's shard, on the (routing_key, actor_type) key
+INSERT INTO {schema}.singletons AS s
+    (routing_key, actor_type, owner, lease_until_ms, acquired_at_ms)
+VALUES (%(rk)s::bigint, %(actor_type)s::text, %(runner_id)s::uuid,
+        %(now)s::bigint + %(lease_ms)s::bigint, %(now)s::bigint)
+ON CONFLICT (routing_key, actor_type) DO UPDATE
+SET owner = excluded.owner, lease_until_ms = excluded.lease_until_ms,
+    acquired_at_ms = CASE WHEN s.owner = excluded.owner THEN s.acquired_at_ms
+                          ELSE excluded.acquired_at_ms END
+WHERE s.lease_until_ms <= excluded.acquired_at_ms OR s.owner = excluded.owner
+   OR s.lease_until_ms > excluded.acquired_at_ms + %(skew_ms)s::bigint
+RETURNING owner::text AS owner, lease_until_ms, acquired_at_ms;
+
+-- citus_release_singleton --
+-- Citus: release_singleton in the lease's shard, at the coordinator's clock (now)
+UPDATE {schema}.singletons s
+SET lease_until_ms = %(now)s::bigint
+WHERE s.routing_key = %(rk)s::bigint AND s.actor_type = %(actor_type)s::text
+  AND s.owner = %(runner_id)s::uuid;
+
+-- citus_check_singleton_fence --
+-- Citus: check_singleton_fence in the lease's shard
+SELECT lease_until_ms FROM {schema}.singletons
+WHERE routing_key = %(rk)s::bigint AND actor_type = %(actor_type)s
+  AND owner = %(owner)s::uuid AND acquired_at_ms = %(epoch)s::bigint;
+
+-- citus_hold_singleton_fence --
+-- Citus: hold_singleton_fence in the lease's shard (a row lock there, not on a whole reference shard)
+SELECT {schema}.fence_check(count(*)) FROM (
+    SELECT 1 FROM {schema}.singletons
+    WHERE routing_key = %(rk)s::bigint AND actor_type = %(actor_type)s
+      AND owner = %(owner)s::uuid AND acquired_at_ms = %(epoch)s::bigint
+      AND lease_until_ms > %(now)s::bigint
+    FOR KEY SHARE
+) AS fence;
+
 -- citus_claim_intents_scan --
 -- Citus, step 1 of an intent claim: due unparked intents of hosted types at the pass's clock reading (now, from clock_now), oldest first, read without locks across shards
 SELECT o.routing_key, o.intent_id, o.due_at_ms

@@ -67,12 +67,14 @@ WHERE t.actor_type = %(actor_type)s::text AND t.owner IS DISTINCT FROM %(runner_
 FOR UPDATE OF t;
 
 -- acquire_singleton --
--- after singleton_takeover, in its transaction and at its clock reading (now): takes or refreshes a lease where it ended, ends further ahead of the clock than a lease can, or this runner owns it
-INSERT INTO {schema}.singletons AS s (actor_type, owner, lease_until_ms, acquired_at_ms)
-VALUES (%(actor_type)s::text, %(runner_id)s::uuid, %(now)s::bigint + %(lease_ms)s::bigint,
-        %(now)s::bigint)
+-- after singleton_takeover, in its transaction and at its clock reading (now): takes or refreshes a lease where it ended, ends further ahead of the clock than a lease can, or this runner owns it; writes the singleton actor's routing key (0008)
+INSERT INTO {schema}.singletons AS s
+    (routing_key, actor_type, owner, lease_until_ms, acquired_at_ms)
+VALUES (%(rk)s::bigint, %(actor_type)s::text, %(runner_id)s::uuid,
+        %(now)s::bigint + %(lease_ms)s::bigint, %(now)s::bigint)
 ON CONFLICT (actor_type) DO UPDATE
-SET owner = excluded.owner, lease_until_ms = excluded.lease_until_ms,
+SET routing_key = excluded.routing_key, owner = excluded.owner,
+    lease_until_ms = excluded.lease_until_ms,
     acquired_at_ms = CASE WHEN s.owner = excluded.owner THEN s.acquired_at_ms
                           ELSE excluded.acquired_at_ms END
 WHERE s.lease_until_ms <= excluded.acquired_at_ms OR s.owner = excluded.owner
@@ -101,19 +103,18 @@ FROM clock
 WHERE s.actor_type = %(actor_type)s::text AND s.owner = %(runner_id)s::uuid;
 
 -- check_singleton_fence --
--- at admission, a loop's fenced command: its lease still current (owner, epoch, not ended); no lock, so a paused turn holds nothing
-SELECT 1 FROM {schema}.singletons
+-- at admission, a loop's fenced command: its lease (owner, epoch) and its end, which the turn compares with its one clock reading; no lock, so a paused turn holds nothing
+SELECT lease_until_ms FROM {schema}.singletons
 WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
-  AND acquired_at_ms = %(epoch)s::bigint
-  AND lease_until_ms > {schema}.now_ms(%(off)s::bigint);
+  AND acquired_at_ms = %(epoch)s::bigint;
 
 -- hold_singleton_fence --
--- in the commit flight: that lease still current, held FOR KEY SHARE through COMMIT (a takeover's FOR UPDATE waits); else serialization_failure rolls the batch back
+-- in the commit flight: that lease still current at the commit's clock (now, from the turn's one reading), held FOR KEY SHARE through COMMIT (a takeover's FOR UPDATE waits); else serialization_failure rolls the batch back
 SELECT {schema}.fence_check(count(*)) FROM (
     SELECT 1 FROM {schema}.singletons
     WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
       AND acquired_at_ms = %(epoch)s::bigint
-      AND lease_until_ms > {schema}.now_ms(%(off)s::bigint)
+      AND lease_until_ms > %(now)s::bigint
     FOR KEY SHARE
 ) AS fence;
 

@@ -129,12 +129,13 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND sta
 RETURNING run_id;
 
 -- wf_suspend --
--- hands the run back until its wake time (NULL: until a signal, job outcome or cancel); a wake that arrived while it ran makes it runnable at once instead
+-- hands the run back until its wake time (NULL: until a signal, job outcome or cancel); a wake that arrived while it ran makes it runnable at once instead; the clock read once in a materialised CTE (Citus)
+WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now)
 UPDATE {schema}.workflows
 SET status = CASE WHEN pending_wake THEN 'runnable' ELSE 'suspended' END,
-    wake_at_ms = CASE WHEN pending_wake THEN {schema}.stmt_ms(%(off)s)
-                      ELSE %(wake_at)s::bigint END,
-    waiting = %(waiting)s, lease_owner = NULL, updated_at_ms = {schema}.stmt_ms(%(off)s)
+    wake_at_ms = CASE WHEN pending_wake THEN clock.now ELSE %(wake_at)s::bigint END,
+    waiting = %(waiting)s, lease_owner = NULL, updated_at_ms = clock.now
+FROM clock
 WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'
 RETURNING status;
 
@@ -147,14 +148,15 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND sta
 RETURNING status;
 
 -- wf_finish --
--- ends the run (completed, failed, cancelled or diverged) with its result or error, only while this attempt's token holds it
+-- ends the run (completed, failed, cancelled or diverged) with its result or error, only while this attempt's token holds it; the clock read once in a materialised CTE (Citus)
+WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now)
 UPDATE {schema}.workflows
 SET status = %(status)s, result = %(result)s, error = %(error)s, wake_at_ms = NULL,
-    waiting = NULL, lease_owner = NULL, updated_at_ms = {schema}.stmt_ms(%(off)s),
-    finished_at_ms = CASE WHEN %(status)s = 'diverged' THEN NULL
-                          ELSE {schema}.stmt_ms(%(off)s) END
+    waiting = NULL, lease_owner = NULL, updated_at_ms = clock.now,
+    finished_at_ms = CASE WHEN %(status)s = 'diverged' THEN NULL ELSE clock.now END
+FROM clock
 WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'
-RETURNING status, {schema}.stmt_ms(%(off)s) AS now;
+RETURNING status, clock.now AS now;
 
 -- wf_locate --
 -- finds a run by id alone (run ids are unique across actors), or the live run a deduplicated keyed start's id names: its whole row (wf_get's columns and its routing key)
@@ -203,20 +205,21 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s
 ORDER BY signal_seq;
 
 -- wf_signal --
--- keeps a signal for a live run (once per signal id) and wakes the run; a finished run takes none, but a signal id it already kept answers as kept (a retried send)
-WITH run AS (
+-- keeps a signal for a live run (once per signal id) and wakes the run; a finished run takes none, but a signal id it already kept answers as kept (a retried send); the clock read once in a materialised CTE (Citus)
+WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now), run AS (
     UPDATE {schema}.workflows
     SET pending_wake = true,
         status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
-        wake_at_ms = CASE WHEN status = 'suspended' THEN {schema}.stmt_ms(%(off)s)
-                          ELSE wake_at_ms END
+        wake_at_ms = CASE WHEN status = 'suspended' THEN clock.now ELSE wake_at_ms END
+    FROM clock
     WHERE routing_key = %(rk)s AND run_id = %(run_id)s
       AND status IN ('runnable', 'running', 'suspended', 'diverged')
     RETURNING run_id
 ), sig AS (
     INSERT INTO {schema}.workflow_signals
         (routing_key, run_id, signal_id, name, payload, sent_at_ms)
-    SELECT %(rk)s, %(run_id)s, %(signal_id)s, %(name)s, %(payload)s, {schema}.stmt_ms(%(off)s)
+    SELECT %(rk)s, %(run_id)s, %(signal_id)s, %(name)s, %(payload)s, clock.now
+    FROM clock
     WHERE EXISTS (SELECT 1 FROM run)
     ON CONFLICT DO NOTHING
     RETURNING signal_id
@@ -227,13 +230,14 @@ SELECT (SELECT count(*) FROM run) AS live, (SELECT count(*) FROM sig) AS kept,
                  AND g.signal_id = %(signal_id)s) AS known;
 
 -- wf_cancel --
--- asks a live run to cancel: its next durable await raises WorkflowCancelled (a suspended run wakes now); returns the run's status, none when there is no such run
+-- asks a live run to cancel: its next durable await raises WorkflowCancelled (a suspended run wakes now); returns the run's status, none when there is no such run; the clock read once in a materialised CTE (Citus allows no function in a modification's CASE)
+WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now)
 UPDATE {schema}.workflows
 SET cancel_requested = cancel_requested OR status <> 'diverged', pending_wake = true,
     status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
-    wake_at_ms = CASE WHEN status = 'suspended' THEN {schema}.stmt_ms(%(off)s)
-                      ELSE wake_at_ms END,
-    updated_at_ms = {schema}.stmt_ms(%(off)s)
+    wake_at_ms = CASE WHEN status = 'suspended' THEN clock.now ELSE wake_at_ms END,
+    updated_at_ms = clock.now
+FROM clock
 WHERE routing_key = %(rk)s AND run_id = %(run_id)s
   AND status IN ('runnable', 'running', 'suspended')
 RETURNING status;
@@ -256,10 +260,11 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND status = 'diverged'
 RETURNING status;
 
 -- wf_job_outcome --
--- a job step's outcome (delivered from the job's settle): records the pending step once and wakes the run; a repeat changes nothing
-WITH step AS (
+-- a job step's outcome (delivered from the job's settle): records the pending step once and wakes the run; a repeat changes nothing; the clock read once in a materialised CTE (Citus)
+WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now), step AS (
     UPDATE {schema}.workflow_steps
-    SET status = 'done', outcome = %(outcome)s, recorded_at_ms = {schema}.stmt_ms(%(off)s)
+    SET status = 'done', outcome = %(outcome)s, recorded_at_ms = clock.now
+    FROM clock
     WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND seq = %(seq)s AND kind = 'job'
       AND status = 'pending'
     RETURNING seq
@@ -267,8 +272,8 @@ WITH step AS (
 UPDATE {schema}.workflows
 SET pending_wake = true,
     status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
-    wake_at_ms = CASE WHEN status = 'suspended' THEN {schema}.stmt_ms(%(off)s)
-                      ELSE wake_at_ms END
+    wake_at_ms = CASE WHEN status = 'suspended' THEN clock.now ELSE wake_at_ms END
+FROM clock
 WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND EXISTS (SELECT 1 FROM step)
 RETURNING status;
 

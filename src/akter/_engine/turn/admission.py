@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from akter import telemetry
+from akter._contexts import LoopLease
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import (
     SERVER_BOUND_GRACE_MS,
@@ -80,11 +81,14 @@ async def admit(
     off: int,
     settings: dict[str, str],
     observe: Callable[[int], None],
+    coordinator_clock: bool = False,
 ) -> Admitted:
     """Send flight 1 and read its answers; ``act``'s cache is refreshed when it was stale.
 
     ``settings`` are the type's :func:`settings`; ``observe`` gets the pinned database clock
-    (the runtime's clock estimate follows it).
+    (the runtime's clock estimate follows it). With ``coordinator_clock`` (Citus) the clock is
+    read by a statement of its own, which runs on the coordinator: ``admission_read`` runs in
+    the actor's shard, on a worker, whose clock is not the one every other write reads.
 
     Raises:
         Retryable: The cache believed the actor row existed, and it does not.
@@ -106,17 +110,19 @@ async def admit(
         if ensured:
             await actors.ensure_actor(curs.sink, q, key, default_json, state_version, off)
         lock_cur = await actors.lock_actor(curs.lock, q, key, act.version, settings)
+        clock_cur = await actors.read_clock(conn, q, off) if coordinator_clock else None
         read_cur = await actors.read_admission(curs.read, q, key, off, command_ids)
         # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
         # between the flights must not hold off a takeover) and held in the commit flight.
         fence_curs = [
-            (i, await actors.check_fence(conn, q, f.actor_type, f.owner, f.epoch, off))
+            (i, await actors.check_fence(conn, q, fence_of(f)))
             for i, r in enumerate(batch)
             if (f := r.fence) is not None
         ]
     locked = await lock_cur.fetchone()
     admission = await read_cur.fetchone()
-    stale = {i for i, cur in fence_curs if await cur.fetchone() is None}
+    clock = None if clock_cur is None else await clock_cur.fetchone()
+    leases = [(i, await cur.fetchone()) for i, cur in fence_curs]
     arrived_at = time.monotonic()
     if locked is None:
         # The cache believed the row existed; insert it in the next attempt.
@@ -124,14 +130,21 @@ async def admit(
         raise Retryable("actor row missing")
     assert admission is not None
     version, created, event_seq, shipped_state, shipped_sv = locked
-    now_ms = int(admission[0])  # type: ignore[call-overload]
+    now_ms = int((admission if clock is None else clock)[0])  # type: ignore[call-overload]
     observe(now_ms)
+    # A lease is current while it has not ended at the turn's clock.
+    stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}  # type: ignore[call-overload]
     stored: list[dict[str, Any]] = admission[1]  # type: ignore[assignment]
     locked_version = int(version)  # type: ignore[call-overload]
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
     telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}
     return Admitted(now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at)
+
+
+def fence_of(lease: LoopLease) -> dict[str, Any]:
+    """The parameters of a loop lease's fence statements."""
+    return actors.fence_params(lease.actor_type, lease.owner, lease.epoch, lease.routing_key)
 
 
 def refresh(

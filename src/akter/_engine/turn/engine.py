@@ -199,6 +199,7 @@ class TurnEngine:
             off=off,
             settings=self._settings(act),
             observe=self.clock.observe,
+            coordinator_clock=self.store.strategy == "citus",
         )
         now_ms = admitted.now_ms
         ran = await self._run_commands(act, batch, admitted)

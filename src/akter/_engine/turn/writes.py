@@ -19,6 +19,7 @@ from typing import Any
 from akter import telemetry
 from akter._contexts import LoopLease
 from akter._engine.ticks import first_ticks
+from akter._engine.turn.admission import fence_of
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
 from akter._staging import StagedRow
@@ -113,8 +114,10 @@ async def send(
             # The fence through COMMIT: the whole flight is sent before the server runs it,
             # so the lock is held for no client time. A lost lease fails the flight
             # (serialization_failure); the retry's admission check refuses with LeaseLost.
+            # The lease must still run at the commit's clock, taken from the turn's one reading.
+            commit_ms = commit_clock(now_ms, arrived_at)
             for f in todo.fences:
-                await actors.hold_fence(sink, q, f.actor_type, f.owner, f.epoch, off)
+                await actors.hold_fence(sink, q, fence_of(f), commit_ms)
             receipts = _receipts(todo.receipts) if todo.receipts else None
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
@@ -144,7 +147,7 @@ async def send(
                     q,
                     key,
                     bucket=act.bucket,
-                    commit_ms=commit_clock(now_ms, arrived_at),
+                    commit_ms=commit_ms,
                     rows=writes.rows,
                     ordinals=ords,
                     traceparent=telemetry.traceparent(),  # the batch span staged them

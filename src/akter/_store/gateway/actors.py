@@ -114,6 +114,11 @@ def lock_actor(
     return conn.execute(q["lock_actor"], {**key, **settings, "cached_version": cached_version})
 
 
+def read_clock(conn: Executor, q: Queries, off: int) -> Awaitable[Cursor]:
+    """The turn's one clock reading as a statement of its own (on Citus: the coordinator's)."""
+    return conn.execute(q["clock_now"], {"off": off})
+
+
 def read_admission(
     conn: Executor, q: Queries, key: Key, off: int, command_ids: list[str]
 ) -> Awaitable[Cursor]:
@@ -121,25 +126,22 @@ def read_admission(
     return conn.execute(q["admission_read"], {**key, "off": off, "command_ids": command_ids})
 
 
-def _fence(actor_type: str, owner: str, epoch: int, off: int) -> dict[str, Any]:
-    return {"actor_type": actor_type, "owner": owner, "epoch": epoch, "off": off}
+def fence_params(actor_type: str, owner: str, epoch: int, routing_key: int) -> dict[str, Any]:
+    """A singleton loop's lease: its type, owner, epoch and row's routing key."""
+    return {"actor_type": actor_type, "owner": owner, "epoch": epoch, "rk": routing_key}
 
 
-def check_fence(
-    conn: Executor, q: Queries, actor_type: str, owner: str, epoch: int, off: int
-) -> Awaitable[Cursor]:
-    """Whether a singleton loop's lease is current (a row, or none)."""
-    return conn.execute(q["check_singleton_fence"], _fence(actor_type, owner, epoch, off))
+def check_fence(conn: Executor, q: Queries, fence: dict[str, Any]) -> Awaitable[Cursor]:
+    """A loop's lease row (:func:`fence_params`) if still its (its ``lease_until_ms``), or none."""
+    return conn.execute(q["check_singleton_fence"], fence)
 
 
 # --- flight 2: commit ---------------------------------------------------------------------------
 
 
-def hold_fence(
-    conn: Executor, q: Queries, actor_type: str, owner: str, epoch: int, off: int
-) -> Awaitable[Cursor]:
-    """Hold a loop's lease row through ``COMMIT`` (a lost lease fails the flight)."""
-    return conn.execute(q["hold_singleton_fence"], _fence(actor_type, owner, epoch, off))
+def hold_fence(conn: Executor, q: Queries, fence: dict[str, Any], now_ms: int) -> Awaitable[Cursor]:
+    """Hold a loop's lease row through ``COMMIT`` if current at ``now_ms``, else fail the flight."""
+    return conn.execute(q["hold_singleton_fence"], {**fence, "now": now_ms})
 
 
 def update_actor(

@@ -84,18 +84,27 @@ class RunnersGateway:
         )
 
     async def acquire_singleton(
-        self, actor_type: str, runner_id: str, *, lease_ms: int, skew_ms: int, lock_wait_ms: int
+        self,
+        actor_type: str,
+        routing_key: int,
+        runner_id: str,
+        *,
+        lease_ms: int,
+        skew_ms: int,
+        lock_wait_ms: int,
     ) -> list[Row]:
         """Take or refresh a singleton lease in one transaction; one row iff this runner owns it.
 
         One clock reading for the round (``clock_now``, a table-less statement: on Citus it runs
         on the coordinator), then the takeover lock, then the upsert. A takeover waits at most
         ``lock_wait_ms`` for the old owner's fenced turns. The row's ``skew_ms`` says how far
-        ahead of the clock a skewed lease it replaced was (``None``: none was).
+        ahead of the clock a skewed lease it replaced was (``None``: none was). ``routing_key``
+        is the singleton actor's: the row's shard on Citus.
         """
         q = self._store.queries
         params = {
             "off": self._clock.offset_ms,
+            "rk": routing_key,
             "actor_type": actor_type,
             "runner_id": runner_id,
             "lease_ms": lease_ms,
@@ -128,9 +137,20 @@ class RunnersGateway:
             {"types": list(actor_types), "runner_id": runner_id, "lease_ms": lease_ms},
         )
 
-    async def release_singleton(self, actor_type: str, runner_id: str) -> None:
-        """End this runner's lease of ``actor_type`` at once (a stopping owner)."""
-        await self._run(
-            self._store.queries["release_singleton"],
-            {"actor_type": actor_type, "runner_id": runner_id},
-        )
+    async def release_singleton(self, actor_type: str, routing_key: int, runner_id: str) -> None:
+        """End this runner's lease of ``actor_type`` at once (a stopping owner).
+
+        On Citus the clock is read first (on the coordinator) and passed in: in the lease row's
+        shard ``now_ms()`` would be the worker's clock.
+        """
+        q = self._store.queries
+        params: dict[str, Any] = {
+            "actor_type": actor_type,
+            "rk": routing_key,
+            "runner_id": runner_id,
+        }
+        if self._store.strategy != "citus":
+            await self._run(q["release_singleton"], params)
+            return
+        clock = await self._run(q["clock_now"], {})
+        await self._run(q["citus_release_singleton"], {**params, "now": clock[0]["now_ms"]})
