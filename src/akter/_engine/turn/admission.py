@@ -110,7 +110,6 @@ async def admit(
         if ensured:
             await actors.ensure_actor(curs.sink, q, key, default_json, state_version, off)
         lock_cur = await actors.lock_actor(curs.lock, q, key, act.version, settings)
-        clock_cur = await actors.read_clock(conn, q, off) if coordinator_clock else None
         read_cur = await actors.read_admission(curs.read, q, key, off, command_ids)
         # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
         # between the flights must not hold off a takeover) and held in the commit flight.
@@ -119,6 +118,9 @@ async def admit(
             for i, r in enumerate(batch)
             if (f := r.fence) is not None
         ]
+        # Last in the flight: the answer's arrival then bounds the reading closely (the commit
+        # clock counts from it), however long the shard's statements before it took.
+        clock_cur = await actors.read_clock(conn, q, off) if coordinator_clock else None
     locked = await lock_cur.fetchone()
     admission = await read_cur.fetchone()
     clock = None if clock_cur is None else await clock_cur.fetchone()
