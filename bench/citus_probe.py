@@ -77,6 +77,8 @@ SAMPLES: dict[str, Any] = {
     "signal_id": "s1", "signal_ids": "s1", "signal_seqs": 0, "status": "completed",
     "statuses": "running", "result": "{}", "outcome": "{}", "target": "t", "wake_at": None,
     "waiting": None,
+    # flow control on Citus: one rate bucket per statement ("key": see OVERRIDES)
+    "no": 0, "burst": 2.0, "per_ms": 0.001, "n": 1, "prior_error": None,
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -92,9 +94,6 @@ NOT_ON_CITUS: dict[str, str] = {
     "any_due": "the idle probe answers due on Citus (the claims run)",
     "next_due": "the idle probe answers due on Citus (the claims run)",
     "count_intent_backlog": "count_intent_backlog_flat (one clock read, a flat scan)",
-    "job_limit_upsert": "concurrency= is refused at startup on Citus (flow control, issue 17)",
-    "job_limit_lock": "concurrency= is refused at startup on Citus (flow control, issue 17)",
-    "rate_take": "rate= is refused at startup on Citus (flow control, issue 17)",
 }
 #: SQLSTATEs of akter's own refusals (not Citus's): the fence, foreign keys, unique keys.
 OWN = frozenset({"40001", "23503", "23505", "55P03", "22012"})
@@ -104,6 +103,7 @@ OWN = frozenset({"40001", "23503", "23505", "55P03", "22012"})
 OVERRIDES: dict[str, dict[str, Any]] = {
     "rewrite_tick": {"version": 0},  # the payload version here, a runner's version elsewhere
     "names_record": {"kinds": "command"},  # the registry's kinds, not an outbox row's
+    "citus_rate_take": {"key": "k"},  # a rate bucket's key (NOT NULL), not a workflow's
 }
 
 

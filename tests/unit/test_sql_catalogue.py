@@ -84,6 +84,8 @@ CROSS_ACTOR: dict[str, str] = {
     "control per type across actors (read-only; kind, running, waiting_for and due_at_ms named)",
     "job_type_live": "a job type's deployment-wide cap counts its live attempts across actors "
     "(read-only, under the type lock; kind, running and the lease end named)",
+    "citus_job_type_live": "Citus: job_type_live at the claim's clock reading (read-only, "
+    "under the type lock; kind, running and the lease end named)",
     "claim_intents": "the relay claims due intents of every actor it hosts (semantics §3.2)",
     "any_due": "an idle relay's poll asks whether any unparked intent or job row is due across "
     "actors, by bucket, kind, due_at_ms and parked_at_ms, or any workflow run by wake_at_ms "

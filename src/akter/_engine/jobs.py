@@ -40,7 +40,7 @@ from akter._engine.job_claims import (
 from akter._engine.progress import ProgressHub
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.jobs import JobsGateway
-from akter.errors import DefinitionError, InjectedCrash
+from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
@@ -93,12 +93,6 @@ class JobExecutor:
         """Record the executed jobs' deployment-wide caps; passes come from the relay loop."""
         self._stopping = False
         limited = [j for j in self.executed_jobs() if j.options.concurrency is not None]
-        flowing = [j for j in self.executed_jobs() if j.options.concurrency or j.options.rates]
-        if flowing and self._services.store.strategy == "citus":
-            raise DefinitionError(
-                f"Job {flowing[0]!r} has concurrency= or rate=, which akter does not enforce "
-                "on Citus yet: remove them, or run the job's type on plain PostgreSQL."
-            )
         await self.flow.record_limits([limit_of(j) for j in limited])
         self.progress.start()
 

@@ -78,6 +78,15 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "release_singleton": ("citus_release_singleton",),
     "check_singleton_fence": ("citus_check_singleton_fence",),
     "hold_singleton_fence": ("citus_hold_singleton_fence",),
+    # Flow control (queries_citus.sql, "Flow control on Citus"). The claims' lock wait must
+    # reach the workers, where the type and group locks wait: SET LOCAL, propagated.
+    "job_group_settings": ("citus_job_group_settings", "citus_job_lock_wait"),
+    # Not a lock: the live count at the claim's one clock reading (clock_now), not the workers'.
+    "job_type_live": ("citus_job_type_live",),
+    # Citus cannot read the upsert's own CTE in ON CONFLICT: one keyed upsert per bucket.
+    "rate_take": ("citus_rate_take",),
+    # Not a lock: a join with unnest() spans every shard (a two-phase commit across workers).
+    "defer_jobs_for_token": ("citus_defer_job_for_token",),
 }
 #: Plain statements whose Citus variant takes the same parameters (plus ``rk``, which the plain
 #: one ignores) and answers the same rows: on Citus the catalogue serves the variant under the

@@ -275,3 +275,50 @@ RETURNING o.intent_id, o.actor_type, o.actor_id, o.command, o.attempts, s.ahead_
 DELETE FROM {schema}.outbox
 WHERE routing_key = %(rk)s::bigint AND intent_id = %(intent_id)s::text AND kind = 'intent'
   AND due_at_ms = %(token)s::bigint;
+
+-- === Flow control on Citus ===
+-- Deployment-wide caps and rate tokens (docs/flow-control.md). The type lock stays a row lock
+-- of job_limits (a reference table: Citus also takes the lock of the table's whole shard, on
+-- its first worker, so capped types' claims serialize with one another); the lock waits on a
+-- worker, where only SET LOCAL reaches (citus.propagate_set_commands). Rate tokens are taken by
+-- one upsert per bucket, in key order, in one transaction, at one clock reading.
+
+-- citus_job_group_settings --
+-- Citus: job_group_settings, and the transaction's SET LOCAL commands reach every worker it touches (the type and group locks wait there, out of reach of set_config)
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle_bound)s, true),
+       set_config('citus.propagate_set_commands', 'local', true);
+
+-- citus_job_lock_wait --
+-- Citus: the lock wait of a capped group's or capped type's claim or wake on the workers (GROUP_LOCK_WAIT, jobs.py; SET takes no parameter)
+SET LOCAL lock_timeout = '2000ms';
+
+-- citus_job_type_live --
+-- Citus: job_type_live at the claim's clock reading (now, from clock_now): a capped type's running rows whose lease has not ended, across shards; read under the type lock
+SELECT count(*) AS live
+FROM {schema}.outbox
+WHERE kind = 'job' AND running AND actor_type = %(type)s AND command = ANY(%(jobs)s::text[])
+  AND due_at_ms > %(now)s::bigint;
+
+-- citus_rate_take --
+-- Citus: n tokens of one bucket of a claim (rate_take, one bucket per statement, in key order, in one transaction): created full, else refilled to now under the row lock; the level may go below zero; returns the bucket's level before the take
+INSERT INTO {schema}.rate_buckets AS b (actor_type, job, limit_no, key, tokens, at_ms)
+VALUES (%(type)s::text, %(job)s::text, %(no)s::smallint, %(key)s::text,
+        %(burst)s::float8 - %(n)s::int, %(now)s::bigint)
+ON CONFLICT (actor_type, job, limit_no, key) DO UPDATE
+SET tokens = least(%(burst)s::float8,
+                   b.tokens + greatest(0, excluded.at_ms - b.at_ms) * %(per_ms)s::float8)
+             - %(n)s::int,
+    at_ms = excluded.at_ms
+RETURNING b.actor_type, b.job, b.limit_no, b.key, b.tokens + %(n)s::int AS level;
+
+-- citus_defer_job_for_token --
+-- Citus: one claimed attempt whose tokens were booked ahead is handed back uncounted in its own shard (defer_jobs_for_token joins an unnest, which spans every shard), due when its tokens are, marked as holding them; only under its claim
+UPDATE {schema}.outbox
+SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint,
+    attempts = %(prior_attempts)s::int, ambiguous = %(prior_ambiguous)s::bool,
+    maybe_applied = %(prior_maybe_applied)s::bool, running = false,
+    last_error = %(prior_error)s::text, waiting_for = 'rate'
+WHERE routing_key = %(rk)s::bigint AND intent_id = %(job_id)s::text AND kind = 'job'
+  AND attempts = %(attempt)s::int AND due_at_ms = %(token)s::bigint
+RETURNING intent_id;

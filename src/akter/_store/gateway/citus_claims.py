@@ -95,13 +95,27 @@ async def claim_intents(
 
 
 async def claim_jobs(
-    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any],
+    queries: Queries,
+    params: dict[str, Any],
+    *,
+    now: int | None = None,
 ) -> list[Row]:
-    """``claim_jobs`` on Citus: the same parameters, the same returned columns."""
+    """``claim_jobs`` on Citus: the same parameters, the same returned columns.
+
+    ``slots`` (not None: a capped type's free slots) bounds the claim like ``free``; ``now``
+    is the clock reading of a caller that read it already (under the type lock).
+    """
+    free = int(params["free"])
+    if params.get("slots") is not None:
+        free = min(free, int(params["slots"]))
+        if free <= 0:
+            return []  # the cap is full: nothing to scan for
     pairs = zip(params["types"], params["jobs"], strict=True)
     limits = dict(zip(pairs, params["max_attempts"], strict=True))
     cur = conn.cursor(row_factory=dict_row)
-    now = await read_clock(cur, queries, int(params["off"]))
+    if now is None:
+        now = await read_clock(cur, queries, int(params["off"]))
     base = {k: v for k, v in params.items() if k != "max_attempts"} | {"now": now}
     await cur.execute(queries["citus_claim_jobs_scan"], base, prepare=False)
     # The scan matches types and jobs separately; only the declared pairs are claimed.
@@ -110,7 +124,7 @@ async def claim_jobs(
         cur,
         queries["citus_claim_job"],
         candidates,
-        int(params["free"]),
+        free,
         lambda c: {
             **base,
             "rk": c["routing_key"],

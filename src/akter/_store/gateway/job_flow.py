@@ -4,6 +4,11 @@ Deployment-wide concurrency is counted inside the claims (``JobsGateway``); here
 statements around it: the caps a runner records at start, the rate tokens of a claim's attempts
 (taken, or booked ahead, in one statement) and the deferral of the attempts whose tokens are
 booked ahead, and the sampled gauges of rows held back. All run on the framework pool.
+
+On Citus (``queries_citus.sql``, "Flow control on Citus") the tokens are taken by one keyed
+upsert per bucket, at one clock reading, in one transaction, and each deferral is its own
+single-shard update: the plain statements join an ``unnest``, which Citus either refuses (the
+upsert reads its own CTE) or spreads over every shard.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
+
+from akter._store.gateway.citus_claims import each_alone, read_clock
 
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
@@ -66,6 +73,8 @@ class FlowGateway:
         ``wants`` name one bucket each. Returns each bucket's level before the take, by
         (actor type, job, limit no, key); the level may go below zero: tokens booked ahead.
         """
+        if self._store.strategy == "citus":
+            return _levels(await self._take_tokens_citus(wants))
         params = {
             "types": [w.actor_type for w in wants],
             "jobs": [w.job for w in wants],
@@ -79,13 +88,35 @@ class FlowGateway:
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["rate_take"], params)
-            rows = await cur.fetchall()
-        return {
-            (str(r["actor_type"]), str(r["job"]), int(r["limit_no"]), str(r["key"])): float(
-                r["level"]
+            return _levels(await cur.fetchall())
+
+    async def _take_tokens_citus(self, wants: Sequence[TokenWant]) -> list[Row]:
+        """``rate_take`` on Citus: one upsert per bucket, pipelined, all or none.
+
+        In key order, like the plain statement (two claims never lock buckets in opposite
+        orders), at one clock reading passed to each.
+        """
+        q = self._store.queries
+        ordered = sorted(wants, key=lambda w: (w.actor_type, w.job, w.limit_no, w.key))
+        async with self._store.framework.connection() as conn, conn.transaction():
+            now = await read_clock(conn.cursor(row_factory=dict_row), q, self._off)
+            return await each_alone(
+                conn,
+                q["citus_rate_take"],
+                [
+                    {
+                        "type": w.actor_type,
+                        "job": w.job,
+                        "no": w.limit_no,
+                        "key": w.key,
+                        "per_ms": w.per_ms,
+                        "burst": w.burst,
+                        "n": w.n,
+                        "now": now,
+                    }
+                    for w in ordered
+                ],
             )
-            for r in rows
-        }
 
     async def defer_for_tokens(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
         """Hand claimed attempts ``(claim, wait ms)`` back uncounted, due when their tokens are.
@@ -93,6 +124,8 @@ class FlowGateway:
         Each claim (a ``ClaimedJob``) guards its write by its attempt and lease end; returns the
         job ids written (a lost claim is left alone).
         """
+        if self._store.strategy == "citus":
+            return await self._defer_for_tokens_citus(rows)
         params = {
             "rks": [r.routing_key for r, _ in rows],
             "job_ids": [r.intent_id for r, _ in rows],
@@ -109,9 +142,38 @@ class FlowGateway:
             cur = await conn.execute(self._store.queries["defer_jobs_for_token"], params)
             return {str(r[0]) for r in await cur.fetchall()}
 
+    async def _defer_for_tokens_citus(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
+        """``defer_jobs_for_token`` on Citus: one keyed update per claim, pipelined."""
+        params = [
+            {
+                "rk": r.routing_key,
+                "job_id": r.intent_id,
+                "attempt": r.attempts,
+                "token": r.claimed_until,
+                "prior_attempts": r.prior_attempts,
+                "prior_ambiguous": r.prior_ambiguous,
+                "prior_maybe_applied": r.prior_maybe_applied,
+                "prior_error": r.prior_error,
+                "wait": wait,
+                "off": self._off,
+            }
+            for r, wait in rows
+        ]
+        async with self._store.framework.connection() as conn:
+            found = await each_alone(conn, self._store.queries["citus_defer_job_for_token"], params)
+        return {str(r["intent_id"]) for r in found}
+
     async def sample_flow(self) -> list[Row]:
         """Per job type with flow control: rows waiting for a slot and for a rate token."""
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["sample_flow_jobs"], {"off": self._off})
             return await cur.fetchall()
+
+
+def _levels(rows: Sequence[Row]) -> dict[Bucket, float]:
+    """Each bucket's level before the take, by (actor type, job, limit no, key)."""
+    return {
+        (str(r["actor_type"]), str(r["job"]), int(r["limit_no"]), str(r["key"])): float(r["level"])
+        for r in rows
+    }

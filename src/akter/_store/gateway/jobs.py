@@ -153,7 +153,7 @@ class JobsGateway:
             "slots": None,
         }
         if self._store.strategy == "citus":
-            return await self._claim_uncapped_citus(params)
+            return await self._claim_uncapped_citus(params, limit, [j.job for j in jobs])
         q = self._store.queries
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
@@ -163,7 +163,7 @@ class JobsGateway:
                 await cur.execute(q["claim_jobs"], params, prepare=False)
                 return await cur.fetchall(), sent_at
             async with conn.transaction():
-                await cur.execute(q["job_group_settings"], CLAIM_SETTINGS)
+                await self._settings(conn)
                 params["slots"] = await self._slots(cur, limit, [j.job for j in jobs])
                 sent_at = self._local.now()
                 await cur.execute(q["claim_jobs"], params, prepare=False)
@@ -184,6 +184,39 @@ class JobsGateway:
         live = await cur.fetchone()
         assert live is not None
         return max(0, cap - int(live["live"]))
+
+    async def _slots_citus(
+        self, cur: Any, limit: tuple[str, str, int], names: Sequence[str]
+    ) -> tuple[int, int]:
+        """``_slots`` on Citus: also the clock, read once after the lock, for the claim.
+
+        The live count compares lease ends with the coordinator's reading (``clock_now``), the
+        clock every Citus claim writes them with, not with each worker's own.
+        """
+        q = self._store.queries
+        actor_type, job, cap = limit
+        await cur.execute(q["job_limit_lock"], {"type": actor_type, "job": job, "cap": cap})
+        now = await citus_claims.read_clock(cur, q, self._off)
+        await cur.execute(
+            q["citus_job_type_live"], {"type": actor_type, "jobs": list(names), "now": now}
+        )
+        live = await cur.fetchone()
+        assert live is not None
+        return max(0, cap - int(live["live"])), now
+
+    async def _settings(self, conn: Connection) -> None:
+        """A capped claim's or wake's lock wait and idle bound (``CLAIM_SETTINGS``).
+
+        On Citus the type and group locks wait on a worker, which ``set_config`` does not
+        reach: a ``SET LOCAL``, propagated to every worker the transaction touches, bounds the
+        wait there (pipelined with the rest: no round trip of its own).
+        """
+        q = self._store.queries
+        if self._store.strategy == "citus":
+            await conn.execute(q["citus_job_group_settings"], CLAIM_SETTINGS)
+            await conn.execute(q["citus_job_lock_wait"])
+        else:
+            await conn.execute(q["job_group_settings"], CLAIM_SETTINGS)
 
     async def discover_groups(self, jobs: Sequence[JobType], *, free: int) -> list[Group]:
         """The capped groups with due rows, by their earliest due time, at most ``free``."""
@@ -214,11 +247,25 @@ class JobsGateway:
             for r in rows
         ]
 
-    async def _claim_uncapped_citus(self, params: dict[str, Any]) -> tuple[list[Row], float]:
-        """The uncapped claim on Citus: a scan, then single-shard claims (``citus_claims``)."""
+    async def _claim_uncapped_citus(
+        self, params: dict[str, Any], limit: tuple[str, str, int] | None, names: Sequence[str]
+    ) -> tuple[list[Row], float]:
+        """The uncapped claim on Citus: a scan, then single-shard claims (``citus_claims``).
+
+        A type with a deployment-wide cap is claimed in one transaction under its type lock,
+        as on plain PostgreSQL: the lock is released only once the claims have committed on
+        every worker, so the next claimer's live count sees them.
+        """
+        q = self._store.queries
         async with self._store.framework.connection() as conn:
             sent_at = self._local.now()  # before the clock reading: a lease starts no earlier
-            return await citus_claims.claim_jobs(conn, self._store.queries, params), sent_at
+            if limit is None:
+                return await citus_claims.claim_jobs(conn, q, params), sent_at
+            async with conn.transaction():
+                await self._settings(conn)
+                cur = conn.cursor(row_factory=dict_row)
+                params["slots"], now = await self._slots_citus(cur, limit, names)
+                return await citus_claims.claim_jobs(conn, q, params, now=now), sent_at
 
     async def _discover_groups_citus(self, params: dict[str, Any]) -> list[Row]:
         """The capped groups' discovery on Citus (``citus_claims``)."""
@@ -267,7 +314,7 @@ class JobsGateway:
         q = self._store.queries
         claim = conn.cursor(row_factory=dict_row)
         async with conn.pipeline(), conn.transaction():
-            await conn.execute(q["job_group_settings"], CLAIM_SETTINGS)
+            await self._settings(conn)
             await conn.execute(q["job_group_lock"], params)
             await conn.execute(q["job_group_lock_running"], params)
             sent_at = self._local.now()
@@ -286,10 +333,13 @@ class JobsGateway:
         q = self._store.queries
         async with conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q["job_group_settings"], CLAIM_SETTINGS)
+            await self._settings(conn)
             await cur.execute(q["job_group_lock"], params)
             await cur.execute(q["job_group_lock_running"], params)
-            params["slots"] = await self._slots(cur, limit, names or [limit[1]])
+            if self._store.strategy == "citus":
+                params["slots"], _ = await self._slots_citus(cur, limit, names or [limit[1]])
+            else:
+                params["slots"] = await self._slots(cur, limit, names or [limit[1]])
             sent_at = self._local.now()
             await cur.execute(q["claim_capped_group"], params)
             rows = await cur.fetchall()
@@ -307,7 +357,7 @@ class JobsGateway:
             cur = conn.cursor()
             # One round trip, like the group claim: the lock waits inside the pipeline.
             async with conn.pipeline(), conn.transaction():
-                await conn.execute(q["job_group_settings"], CLAIM_SETTINGS)
+                await self._settings(conn)
                 await conn.execute(q["job_group_lock"], params)
                 await cur.execute(q["wake_waiting_job"], params)
             return bool(await cur.fetchall())
