@@ -27,7 +27,6 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field
 
 import akter
-from tests._support.citus import ON_CITUS
 
 #: Seconds a ``Crowd`` job tagged ``long`` holds: a call the caps drill can kill surely mid-call.
 LONG_HOLD = 1.5
@@ -339,5 +338,5 @@ class Paced(akter.Actor[Log], access=akter.public):
         self.state.done += 1
 
 
-#: The drills' types; on Citus without ``Paced`` (its capped and rate-limited jobs are refused).
-ACTORS: list[type[akter.Actor[Any]]] = [Worker, Crowd] if ON_CITUS else [Worker, Crowd, Paced]
+#: The drills' types.
+ACTORS: list[type[akter.Actor[Any]]] = [Worker, Crowd, Paced]

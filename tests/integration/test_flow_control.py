@@ -16,18 +16,11 @@ import pytest
 import akter
 from akter.testing import ActorTest
 from tests._support import until
-from tests._support.citus import ON_CITUS
 from tests.integration.flow_actors import FLOW, LIVE, STARTS, Lanes, Metered, Search, Slots
 
 Make = Callable[..., ActorTest]
 
 pytestmark = pytest.mark.timeout(90)
-
-#: In the Citus pass (make test-citus) a runtime that executes a job with concurrency= or rate=
-#: refuses to start (docs/flow-control.md): those tests run on plain PostgreSQL only, and the
-#: priority and debounce tests host only the uncapped types there too.
-plain_only = pytest.mark.skipif(ON_CITUS, reason="concurrency= and rate= are refused on Citus")
-UNCAPPED: list[type[akter.Actor[Any]]] = [Lanes, Search]
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +46,7 @@ async def running(t: ActorTest, job: str) -> int:
 
 async def test_high_priority_rows_start_before_an_older_low_backlog(akter_test: Make) -> None:
     """1,000 low rows, then 100 high ones: every high row starts before any low row."""
-    async with akter_test(UNCAPPED, relay=False, executor_concurrency=64) as t:
+    async with akter_test(FLOW, relay=False, executor_concurrency=64) as t:
         lanes = t.get(Lanes, "l1")
         for chunk in range(10):
             await lanes.fill(100, f"low{chunk}")
@@ -71,7 +64,7 @@ async def test_high_priority_rows_start_before_an_older_low_backlog(akter_test: 
 
 async def test_max_wait_lets_a_low_row_through_a_steady_high_load(akter_test: Make) -> None:
     """High rows due every 0.5 s: the max_wait=2 s row starts among them, the strict one last."""
-    async with akter_test(UNCAPPED, relay=False, executor_concurrency=1) as t:
+    async with akter_test(FLOW, relay=False, executor_concurrency=1) as t:
         await t.get(Lanes, "l1").spread(10, 0.5)
         await t.advance(6)  # everything due at once: one attempt per pass, by rank
         tags = [tag for _, tag in STARTS]
@@ -95,7 +88,7 @@ async def test_bad_priorities_are_refused() -> None:
 
 
 async def test_an_enqueue_priority_out_of_range_refuses_the_command(akter_test: Make) -> None:
-    async with akter_test(UNCAPPED, relay=False) as t:
+    async with akter_test(FLOW, relay=False) as t:
         lanes = t.get(Lanes, "l1")
         for bad in (10, -1, "9", 2.5):
             with pytest.raises(akter.ActorError) as caught:
@@ -116,7 +109,6 @@ async def test_bad_concurrency_is_refused() -> None:
             akter.job(concurrency=bad)  # type: ignore[arg-type]
 
 
-@plain_only
 async def test_concurrency_holds_across_three_runners(akter_test: Make) -> None:
     async with akter_test(FLOW, relay=False, runners=3) as t:
         for i in range(4):
@@ -160,7 +152,6 @@ async def test_concurrency_holds_across_three_runners(akter_test: Make) -> None:
         assert sorted(seen) == sorted(f"s{i}-{j}" for i in range(4) for j in range(3))
 
 
-@plain_only
 async def test_a_crashed_attempt_holds_its_slot_until_its_lease_ends(akter_test: Make) -> None:
     async with akter_test(FLOW, relay=False, lease=3, cancel_check=1) as t:
         LIVE.gate.set()
@@ -183,7 +174,6 @@ async def test_a_crashed_attempt_holds_its_slot_until_its_lease_ends(akter_test:
         assert LIVE.most <= 2
 
 
-@plain_only
 async def test_concurrency_combines_with_per_actor(akter_test: Make) -> None:
     async with akter_test(FLOW, relay=False, runners=2) as t:
         for i in range(3):
@@ -219,7 +209,6 @@ def test_concurrency_options_land_in_the_job_options() -> None:
 # --- keyed rate limits --------------------------------------------------------------------------
 
 
-@plain_only
 async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) -> None:
     """Burst 2 per tenant: two start at once, the rest wait uncounted, one per 10 s."""
     async with akter_test(FLOW, relay=False) as t:
@@ -251,7 +240,6 @@ async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) 
         assert len(ids) == 5
 
 
-@plain_only
 async def test_rate_keys_keep_tenants_apart(akter_test: Make) -> None:
     async with akter_test(FLOW, relay=False) as t:
         await t.get(Metered, "m1", tenant="a").fill(3)
@@ -264,7 +252,6 @@ async def test_rate_keys_keep_tenants_apart(akter_test: Make) -> None:
         assert [k["key"] for k in keys] == ["a", "b"]
 
 
-@plain_only
 async def test_a_rate_key_that_raises_dead_letters_the_job(akter_test: Make) -> None:
     async with akter_test(FLOW, relay=False) as t:
         job_id = await t.get(Metered, "m2").fill_broken()
@@ -305,7 +292,7 @@ def test_bad_rates_are_refused() -> None:
 
 async def test_the_debounce_recipe_fires_once_after_the_last_event(akter_test: Make) -> None:
     """Events 1 s apart keep moving the flush; it fires once, 2 s after the last, with all."""
-    async with akter_test(UNCAPPED) as t:
+    async with akter_test(FLOW) as t:
         search = t.get(Search, "q1")
         for text in ("a", "ab", "abc"):
             await search.typed(text)

@@ -24,15 +24,11 @@ import pytest
 
 from akter._store.gateway import jobs as jobs_gateway
 from akter.testing import ActorTest
-from tests._support.citus import ON_CITUS
 from tests.integration.flow_actors import LIVE, STARTS, Lanes, Slots
 
 Make = Callable[..., ActorTest]
 
-pytestmark = [
-    pytest.mark.timeout(60),
-    pytest.mark.skipif(ON_CITUS, reason="concurrency= is refused on Citus (no type lock there)"),
-]
+pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(autouse=True)

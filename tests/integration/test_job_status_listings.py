@@ -8,7 +8,6 @@ in every status the view knows and checks that each listing names it the same wa
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import pytest
@@ -19,10 +18,6 @@ from tests.integration.flow_actors import LIVE, Lanes, Slots
 Make = Callable[..., ActorTest]
 
 pytestmark = pytest.mark.timeout(60)
-
-ON_CITUS = os.environ.get("AKTER_TEST_CITUS_URL") not in (None, "") and os.environ.get(
-    "AKTER_TEST_CITUS_URL"
-) == os.environ.get("AKTER_TEST_DATABASE_URL")
 
 #: The state each staged ``capped`` row is put in, by its index, and the status it must show.
 #: Two rows hold live leases, so the type's two slots (concurrency=2) are taken.
@@ -38,7 +33,6 @@ SHAPES: list[tuple[str, str]] = [
 ]
 
 
-@pytest.mark.skipif(ON_CITUS, reason="concurrency= is refused on Citus (docs/flow-control.md)")
 async def test_every_status_reads_the_same_in_the_view_and_both_listings(
     akter_test: Make,
 ) -> None:

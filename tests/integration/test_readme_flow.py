@@ -5,10 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests._support.citus import ON_CITUS
-
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -19,7 +15,6 @@ def block(heading: str) -> str:
     return text[start : text.index("```", start)]
 
 
-@pytest.mark.skipif(ON_CITUS, reason="concurrency= and rate= are refused on Citus")
 async def test_the_flow_control_example_runs(akter_test: Any) -> None:
     namespace: dict[str, Any] = {"__name__": "readme_flow"}
     exec(compile(block("## Flow control"), "README Flow control", "exec"), namespace)
