@@ -179,7 +179,7 @@ class ActorTest:
         if offset is not None:
             runtime.clock.offset_ms = offset
         if not self.runtimes:
-            await _distribute_on_citus(runtime)
+            await _distribute_on_citus(runtime, self.database_url)
         await runtime.start()
         self._specs[runtime] = (list(actors) if actors is not None else None, dict(options))
         self._tags[runtime] = tag
@@ -449,18 +449,20 @@ class ActorTest:
 # --- process death ------------------------------------------------------------------------------
 
 
-async def _distribute_on_citus(runtime: Runtime) -> None:
+async def _distribute_on_citus(runtime: Runtime, url: str) -> None:
     """On a Citus coordinator, migrate and distribute the schema before the first runtime starts.
 
-    Plain PostgreSQL: nothing (the runtime migrates at start, as always).
+    Plain PostgreSQL: nothing (the runtime migrates at start, as always). ``url`` is the
+    harness's: ``runtime.database_url`` is known only once the runtime has started (before,
+    it is empty, and libpq's defaults named some other server: the schema stayed local).
     """
     queries = runtime.store.queries
-    async with await psycopg.AsyncConnection.connect(runtime.database_url) as conn:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
         if await detect_strategy(conn, queries) != "citus":
             return
     services = runtime.services
     await migrate_and_distribute(
-        runtime.database_url,
+        url,
         queries,
         retry_window_ms=services.config.window_ms,
         placements={d.name: d.placement for d in services.definitions.values()},
