@@ -95,38 +95,60 @@ async def claim_intents(
 
 
 async def claim_jobs(
+    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+) -> list[Row]:
+    """``claim_jobs`` on Citus: the same parameters, the same returned columns."""
+    candidates = await job_candidates(conn, queries, params)
+    return await claim_job_candidates(conn, queries, params, candidates)
+
+
+async def job_candidates(
+    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+) -> list[Row]:
+    """Step 1 of ``claim_jobs`` on Citus: the due rows of the declared pairs, without locks.
+
+    Each candidate carries the scan's clock reading (``now``), which the claims use unless
+    their caller read the clock again (under a capped type's lock).
+    """
+    pairs = set(zip(params["types"], params["jobs"], strict=True))
+    cur = conn.cursor(row_factory=dict_row)
+    now = await read_clock(cur, queries, int(params["off"]))
+    base = {k: v for k, v in params.items() if k != "max_attempts"} | {"now": now}
+    await cur.execute(queries["citus_claim_jobs_scan"], base, prepare=False)
+    # The scan matches types and jobs separately; only the declared pairs are claimed.
+    found = await cur.fetchall()
+    return [{**c, "now": now} for c in found if (c["actor_type"], c["command"]) in pairs]
+
+
+async def claim_job_candidates(
     conn: psycopg.AsyncConnection[Any],
     queries: Queries,
     params: dict[str, Any],
+    candidates: Sequence[Row],
     *,
     now: int | None = None,
 ) -> list[Row]:
-    """``claim_jobs`` on Citus: the same parameters, the same returned columns.
+    """Step 2 of ``claim_jobs`` on Citus: single-shard claims of ``candidates``, in order.
 
     ``slots`` (not None: a capped type's free slots) bounds the claim like ``free``; ``now``
-    is the clock reading of a caller that read it already (under the type lock).
+    (not None) replaces the scan's clock reading.
     """
     free = int(params["free"])
     if params.get("slots") is not None:
         free = min(free, int(params["slots"]))
-        if free <= 0:
-            return []  # the cap is full: nothing to scan for
+    if not candidates or free <= 0:
+        return []
     pairs = zip(params["types"], params["jobs"], strict=True)
     limits = dict(zip(pairs, params["max_attempts"], strict=True))
-    cur = conn.cursor(row_factory=dict_row)
-    if now is None:
-        now = await read_clock(cur, queries, int(params["off"]))
-    base = {k: v for k, v in params.items() if k != "max_attempts"} | {"now": now}
-    await cur.execute(queries["citus_claim_jobs_scan"], base, prepare=False)
-    # The scan matches types and jobs separately; only the declared pairs are claimed.
-    candidates = [c for c in await cur.fetchall() if (c["actor_type"], c["command"]) in limits]
+    base = {k: v for k, v in params.items() if k != "max_attempts"}
     rows = await claim_each(
-        cur,
+        conn.cursor(row_factory=dict_row),
         queries["citus_claim_job"],
         candidates,
         free,
         lambda c: {
             **base,
+            "now": c["now"] if now is None else now,
             "rk": c["routing_key"],
             "intent_id": c["intent_id"],
             "type": c["actor_type"],

@@ -254,18 +254,25 @@ class JobsGateway:
 
         A type with a deployment-wide cap is claimed in one transaction under its type lock,
         as on plain PostgreSQL: the lock is released only once the claims have committed on
-        every worker, so the next claimer's live count sees them.
+        every worker, so the next claimer's live count sees them. The candidates are scanned
+        first, without the lock: a type with no due row costs no locked transaction (one
+        writes the job_limits reference table on every node, a two-phase commit), and a row
+        that stopped being due meanwhile is skipped by its claim.
         """
         q = self._store.queries
         async with self._store.framework.connection() as conn:
             sent_at = self._local.now()  # before the clock reading: a lease starts no earlier
             if limit is None:
                 return await citus_claims.claim_jobs(conn, q, params), sent_at
+            candidates = await citus_claims.job_candidates(conn, q, params)
+            if not candidates:
+                return [], sent_at
             async with conn.transaction():
                 await self._settings(conn)
                 cur = conn.cursor(row_factory=dict_row)
                 params["slots"], now = await self._slots_citus(cur, limit, names)
-                return await citus_claims.claim_jobs(conn, q, params, now=now), sent_at
+                rows = await citus_claims.claim_job_candidates(conn, q, params, candidates, now=now)
+            return rows, sent_at
 
     async def _discover_groups_citus(self, params: dict[str, Any]) -> list[Row]:
         """The capped groups' discovery on Citus (``citus_claims``)."""
