@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from akter.testing import ActorTest
+from tests._support.citus import ON_CITUS
 from tests.integration.flow_actors import LIVE, Lanes, Slots
 
 Make = Callable[..., ActorTest]
@@ -50,8 +51,9 @@ async def test_every_status_reads_the_same_in_the_view_and_both_listings(
         expected = {job_id: status for job_id, (_, status) in zip(capped, SHAPES, strict=True)}
         expected[free] = "pending"
 
-        view = await t.rows("SELECT job_id, status FROM {schema}.v_jobs")
-        assert {r["job_id"]: r["status"] for r in view} == expected
+        if not ON_CITUS:  # Citus cannot plan v_jobs: its live count joins by job type
+            view = await t.rows("SELECT job_id, status FROM {schema}.v_jobs")
+            assert {r["job_id"]: r["status"] for r in view} == expected
         q = t.runtime.store.queries
         for name in ("jobs_overview", "console_jobs"):
             shown = await t.rows(q[name], {"limit": 100})
