@@ -1,8 +1,9 @@
 """Whether this test process runs the Citus pass (``make test-citus``).
 
 The pass points ``AKTER_TEST_DATABASE_URL`` at the coordinator named by ``AKTER_TEST_CITUS_URL``.
-Child runner processes inherit both, so they agree with their parent. A runtime that executes a
-job with ``concurrency=`` or ``rate=`` refuses to start on Citus (docs/flow-control.md).
+Child runner processes inherit both, so they agree with their parent. Flow control
+(``concurrency=``, ``rate=``) runs there too (docs/flow-control.md F2.7); what the pass skips is
+what Citus cannot do: ``v_jobs`` (not plannable) and triggers on distributed tables.
 """
 
 from __future__ import annotations

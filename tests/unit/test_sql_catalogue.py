@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from akter._store.citus import DROP_IN, PLAIN_ONLY
+from akter._store.gateway.jobs import GROUP_LOCK_WAIT
 from akter._store.migrate import known_migrations
 from akter._store.queries import raw_catalogue
 
@@ -667,3 +668,9 @@ def test_every_citus_variant_returns_the_columns_of_its_plain_statement() -> Non
 def test_the_returned_columns_are_read_by_name() -> None:
     sql = "UPDATE {schema}.outbox SET a = 1 RETURNING o.x, f(o.y, 2) AS y, (o.z > 0) AS z;"
     assert _returned(sql) == {"x", "y", "z"}
+
+
+def test_the_citus_lock_wait_is_the_claims_lock_wait() -> None:
+    # SET takes no parameter: the statement spells GROUP_LOCK_WAIT out, and must agree with it.
+    statement = raw_catalogue()["citus_job_lock_wait"]
+    assert f"SET LOCAL lock_timeout = '{GROUP_LOCK_WAIT}'" in statement
