@@ -68,11 +68,19 @@ async def until_lock_waiter(t: ActorTest, fragment: str, within: float = 10.0) -
     """Return once a statement on the schema containing ``fragment`` waits for a lock."""
 
     async def waiters() -> int:
-        rows = await t.rows(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND position(%(schema)s IN query) > 0 AND position(%(fragment)s IN query) > 0",
-            {"schema": t.schema, "fragment": fragment},
-        )
+        if t.runtime.store.strategy == "citus":
+            # The wait is on the worker that holds the row: the cluster's view of lock waits.
+            statement = (
+                "SELECT count(*) AS n FROM citus_lock_waits"
+                " WHERE position(%(schema)s IN blocked_statement) > 0"
+                " AND position(%(fragment)s IN blocked_statement) > 0"
+            )
+        else:
+            statement = (
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND position(%(schema)s IN query) > 0 AND position(%(fragment)s IN query) > 0"
+            )
+        rows = await t.rows(statement, {"schema": t.schema, "fragment": fragment})
         return int(rows[0]["n"])
 
     await until(waiters, within=within, what=f"a statement containing {fragment!r} waiting")
