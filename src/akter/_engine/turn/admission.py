@@ -106,7 +106,7 @@ async def admit(
     async with flights.admission():
         # A cold turn's ensure_actor may wait on another runner's insert of the row: it needs
         # the timeouts first. A warm turn's lock statement sets them itself (one statement less).
-        await actors.begin_turn(curs.sink, q, settings if ensured else None)
+        await actors.begin_turn(curs.begin, q, settings if ensured else None)
         if ensured:
             await actors.ensure_actor(curs.sink, q, key, default_json, state_version, off)
         lock_cur = await actors.lock_actor(curs.lock, q, key, act.version, settings)

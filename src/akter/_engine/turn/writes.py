@@ -105,7 +105,8 @@ async def send(
     """
     started_ns = time.time_ns()
     writes = ran.writes
-    sink = actors.turn_cursors(conn).sink
+    curs = actors.turn_cursors(conn)
+    sink = curs.sink
     cancels = None
     async with flights.commit():
         if todo.nothing:
@@ -122,7 +123,7 @@ async def send(
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
-                    sink,
+                    curs.write,
                     q,
                     key,
                     state_json=ran.state_json,

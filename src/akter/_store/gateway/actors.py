@@ -92,21 +92,25 @@ class _BigintArrayDumper(adapt.Dumper):
 
 
 class TurnCursors:
-    """The cursors a connection's turns reuse, one per statement whose result a turn reads.
+    """The cursors a connection's turns reuse, one per statement a warm turn sends.
 
     A new cursor per statement costs its construction and, worse, a cold dumper cache: every
-    parameter's type is looked up again on each turn. Reused, the lookups are cached. ``sink``
-    carries the statements whose results are not read (its status is the last one's: the
-    ``COMMIT``); ``lock`` and ``read`` the admission's two reads. Results are read before the
-    next flight reuses a cursor. Their array parameters (:class:`TextArray`,
-    :class:`BigintArray`) are dumped in binary; on any other executor they are plain lists.
+    parameter's type is looked up again on each turn. psycopg keeps a cursor's dumpers only
+    while it executes the same query as last time, so each statement of a warm turn has a
+    cursor of its own: ``begin`` (``BEGIN``), ``lock`` and ``read`` (the admission's two reads),
+    ``write`` (the actor row's update) and ``sink`` for the rest, whose status is the last
+    statement's (the ``COMMIT``). Results are read before the next flight reuses a cursor.
+    Their array parameters (:class:`TextArray`, :class:`BigintArray`) are dumped in binary; on
+    any other executor they are plain lists.
     """
 
-    __slots__ = ("lock", "read", "sink")
+    __slots__ = ("begin", "lock", "read", "sink", "write")
 
     def __init__(self, conn: Connection) -> None:
+        self.begin: Cursor = conn.cursor()
         self.lock: Cursor = conn.cursor()
         self.read: Cursor = _with_array_dumpers(conn.cursor())
+        self.write: Cursor = _with_array_dumpers(conn.cursor())
         self.sink: Cursor = _with_array_dumpers(conn.cursor())
 
 
