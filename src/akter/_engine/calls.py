@@ -212,11 +212,14 @@ class Calls:
         except ActorError as exc:
             return Result("error", error=exc)
         try:
-            # The caller's deadline never cancels an admitted turn: shield it.
+            # The caller's deadline never cancels an admitted turn: the turn runs in its
+            # mailbox's task, and a cancelled wait only cancels ``future``, which the mailbox
+            # then leaves alone (it sets only futures not done). No asyncio.shield: its outer
+            # future costs an event-loop iteration per call.
             # asyncio.timeout, not wait_for: on 3.11 wait_for can drop the caller's own
             # cancellation when the result arrives at the same moment (see akter._waits).
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                return await asyncio.shield(future)
+                return await future
         except TimeoutError:
             name, raw = member.name, command_id.raw
             return Result(
