@@ -17,7 +17,6 @@ import pytest
 import akter
 from akter.testing import ActorTest
 from tests._support import until
-from tests._support.citus import ON_CITUS
 from tests.integration.flow_actors import FLOW, LIVE, STARTS, Lanes, Metered, Search, Slots
 
 Make = Callable[..., ActorTest]
@@ -35,14 +34,7 @@ def fresh() -> Iterator[None]:
 
 
 async def job_rows(t: ActorTest) -> list[dict[str, Any]]:
-    """Every job row with its status: ``v_jobs``, or on Citus ``akter jobs list``'s statement.
-
-    Citus cannot plan ``v_jobs`` (migration 0006: its per-row live count joins the outbox to
-    itself by job type, not by routing key); ``jobs_overview`` derives the same status
-    (tests/integration/test_job_status_listings.py).
-    """
-    if ON_CITUS:
-        return await t.rows(t.runtime.store.queries["jobs_overview"], {"limit": 100_000})
+    """Every job row with its status (``v_jobs``; on Citus too since migration 0009)."""
     return await t.rows("SELECT * FROM {schema}.v_jobs")
 
 

@@ -5,10 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests._support.citus import ON_CITUS
-
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -19,11 +15,6 @@ def block(heading: str) -> str:
     return text[start : text.index("```", start)]
 
 
-@pytest.mark.skipif(
-    ON_CITUS,
-    reason="the example reads v_jobs, which Citus cannot plan (migration 0006: its live count "
-    "joins the outbox to itself by job type, not by routing key)",
-)
 async def test_the_flow_control_example_runs(akter_test: Any) -> None:
     namespace: dict[str, Any] = {"__name__": "readme_flow"}
     exec(compile(block("## Flow control"), "README Flow control", "exec"), namespace)
