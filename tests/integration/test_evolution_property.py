@@ -35,6 +35,7 @@ from pydantic import create_model
 
 import akter
 from akter.testing import ActorTest
+from tests._support.citus import ON_CITUS
 from tests._support.polling import until
 
 ACTORS = ("a0", "a1", "a2", "a3")
@@ -385,6 +386,8 @@ def _check_property(akter_db: str, **options: Any) -> None:
         loop.close()
 
 
+# Twelve deploys with their runtimes: about 1 min on one server, several on distributed tables.
+@pytest.mark.timeout(600 if ON_CITUS else 120)
 def test_evolution_property_deploys_over_old_rows(akter_db: str) -> None:
     before = dict(COVERAGE)
     _check_property(akter_db, max_examples=12, derandomize=True)
