@@ -102,8 +102,10 @@ async def test_h9_a_turn_refused_at_the_lock_says_it_was_not_committed(akter_tes
             # A side transaction holds the actor row: every attempt times out at lock_wait.
             await holder.execute(
                 t.runtime.store.queries.substitute(
-                    "SELECT 1 FROM {schema}.actors WHERE actor_id = 'a' FOR UPDATE"
-                )
+                    "SELECT 1 FROM {schema}.actors WHERE routing_key = %(rk)s"
+                    " AND actor_id = 'a' FOR UPDATE"
+                ),
+                {"rk": t.runtime.routing_key(t.get(Tally, "a").ref)},
             )
             cid = await t.runtime.mint_command_id()
             with pytest.raises(akter.ActorError) as once:
