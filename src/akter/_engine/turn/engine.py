@@ -216,7 +216,6 @@ class TurnEngine:
             todo,
             ran,
             key=key,
-            off=off,
             now_ms=now_ms,
             locked_version=admitted.locked_version,
             arrived_at=admitted.arrived_at,

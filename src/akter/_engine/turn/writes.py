@@ -93,7 +93,6 @@ async def send(
     ran: BatchRun,
     *,
     key: dict[str, Any],
-    off: int,
     now_ms: int,
     locked_version: int,
     arrived_at: float,
