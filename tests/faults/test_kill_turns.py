@@ -19,7 +19,7 @@ import pytest
 
 from akter.testing import ActorTest
 from akter.testing.harness import Inspection
-from tests._support import until
+from tests._support.locks import until_lock_waiter
 from tests.faults.actors import Counter
 from tests.faults.child_process import ChildProcess, start_module
 
@@ -70,20 +70,6 @@ async def counts(t: ActorTest) -> dict[str, int]:
         " (SELECT count(*) FROM {schema}.outbox) AS outbox"
     )
     return {name: int(n) for name, n in rows[0].items()}
-
-
-async def until_lock_waiter(t: ActorTest, within: float = 10.0) -> None:
-    """Return once some backend waits for a lock in a statement on the test's schema."""
-
-    async def waiters() -> int:
-        rows = await t.rows(
-            "SELECT count(*) AS n FROM pg_stat_activity"
-            " WHERE wait_event_type = 'Lock' AND position(%(schema)s IN query) > 0",
-            {"schema": t.schema},
-        )
-        return int(rows[0]["n"])
-
-    await until(waiters, within=within, what="a turn waiting for the actor row lock")
 
 
 def applied_by(rows: Inspection) -> list[str]:

@@ -22,6 +22,7 @@ import pytest
 
 from akter.testing import ActorTest
 from tests._support import until
+from tests._support.locks import lock_waiters
 from tests.integration.flow_actors import FLOW, LIVE, STARTS, Slots
 
 Make = Callable[..., ActorTest]
@@ -36,22 +37,6 @@ def fresh() -> Iterator[None]:
     yield
     LIVE.gate.set()
     STARTS.clear()
-
-
-async def lock_waiters(t: ActorTest) -> int:
-    """Statements on this schema's tables waiting for a lock, on any node."""
-    schema = t.runtime.store.queries.schema
-    if t.runtime.store.strategy == "citus":
-        statement = (
-            "SELECT count(*) AS n FROM citus_lock_waits WHERE blocked_statement LIKE %(like)s"
-        )
-    else:
-        statement = (
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND datname = current_database() AND query LIKE %(like)s"
-        )
-    rows = await t.rows(statement, {"like": f"%{schema}%"})
-    return int(rows[0]["n"])
 
 
 async def test_two_runners_claiming_a_capped_type_at_once_stay_within_its_cap(

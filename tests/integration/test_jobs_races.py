@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, fail, gate, hang, succeed
 from tests._support import until
+from tests._support.locks import until_lock_waiter
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Shop
 
 Make = Callable[..., ActorTest]
@@ -62,28 +63,6 @@ async def receipts_for(t: ActorTest, command_id: str) -> list[str]:
 async def db_now(t: ActorTest, runtime: int = 0) -> int:
     """A runtime's framework clock (database time plus its offset)."""
     return await t.runtimes[runtime].clock.read()
-
-
-async def until_lock_waiter(t: ActorTest, fragment: str, within: float = 10.0) -> None:
-    """Return once a statement on the schema containing ``fragment`` waits for a lock."""
-
-    async def waiters() -> int:
-        if t.runtime.store.strategy == "citus":
-            # The wait is on the worker that holds the row: the cluster's view of lock waits.
-            statement = (
-                "SELECT count(*) AS n FROM citus_lock_waits"
-                " WHERE position(%(schema)s IN blocked_statement) > 0"
-                " AND position(%(fragment)s IN blocked_statement) > 0"
-            )
-        else:
-            statement = (
-                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND position(%(schema)s IN query) > 0 AND position(%(fragment)s IN query) > 0"
-            )
-        rows = await t.rows(statement, {"schema": t.schema, "fragment": fragment})
-        return int(rows[0]["n"])
-
-    await until(waiters, within=within, what=f"a statement containing {fragment!r} waiting")
 
 
 @asynccontextmanager

@@ -34,6 +34,7 @@ from akter.context import LoopLease
 from akter.handles import FencedRuntime
 from akter.runtime import Runtime
 from akter.testing import ActorTest
+from tests._support.locks import until_lock_waiter
 
 Make = Callable[..., ActorTest]
 
@@ -307,7 +308,6 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
 ) -> None:
     async with (
         akter_test([Fenced], maintenance=False) as t,
-        await psycopg.AsyncConnection.connect(t.database_url, autocommit=True) as watch,
         await psycopg.AsyncConnection.connect(t.database_url) as successor,
     ):
         loop, lease = await owned_loop(t)
@@ -327,18 +327,8 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
         )
         assert [str(r[0]) for r in await cur.fetchall()] == [runner]
         loop.orders.put_nowait(3)
-        waiting = 0
-        for _ in range(2000):
-            cur = await watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE %s",
-                (f'%"{t.schema}".singletons%FOR KEY SHARE%',),
-            )
-            row = await cur.fetchone()
-            waiting = row[0] if row else 0
-            if waiting:
-                break
-            await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
+        # The commit flight's hold waits for the row (on Citus in the lease's shard, on a worker).
+        waiting = await until_lock_waiter(t, ".singletons", "FOR KEY SHARE")
         assert waiting == 1  # the fenced turn's check waits for the acquisition's outcome
         assert loop.results.empty()
         await successor.commit()

@@ -8,6 +8,7 @@ a lease it no longer holds, and every lease it does not hold, still gets the ful
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -68,7 +69,7 @@ async def holder(t: ActorTest, *, refresh_ms: int) -> tuple[akter.Runtime, Count
 
 async def leases(t: ActorTest) -> dict[str, dict[str, Any]]:
     rows = await t.rows(
-        "SELECT actor_type, owner::text AS owner, lease_until_ms, acquired_at_ms"
+        "SELECT actor_type, owner::text AS owner, lease_until_ms, acquired_at_ms, routing_key"
         " FROM {schema}.singletons"
     )
     return {row["actor_type"]: row for row in rows}
@@ -102,10 +103,14 @@ async def test_a_lease_taken_over_gets_a_full_round_and_its_loop_stops(
 ) -> None:
     async with akter_test([], maintenance=False) as t:
         runtime, calls = await holder(t, refresh_ms=50)
-        # Another runner took Lighthouse over (as after a stall longer than the lease).
+        # Another runner took Lighthouse over (as after a stall longer than the lease). The row
+        # is named by its routing key and the owner is a parameter: Citus routes the write to
+        # the lease's shard and refuses a volatile function in it.
+        key = (await leases(t))["Lighthouse"]["routing_key"]
         await t.rows(
-            "UPDATE {schema}.singletons SET owner = gen_random_uuid()"
-            " WHERE actor_type = 'Lighthouse'"
+            "UPDATE {schema}.singletons SET owner = %(owner)s"
+            " WHERE routing_key = %(key)s AND actor_type = 'Lighthouse'",
+            {"owner": str(uuid.uuid4()), "key": key},
         )
         acquired = calls["acquire_singleton"]
         await until(lambda: not runtime.runners.owns("Lighthouse"), what="the taken lease given up")
@@ -123,9 +128,12 @@ async def test_renewal_does_not_wait_for_a_fenced_turn(akter_test: Make) -> None
     # not stop the owner renewing (a takeover's FOR UPDATE is what waits for it).
     async with akter_test([], maintenance=False) as t:
         runtime, calls = await holder(t, refresh_ms=3_600_000)
+        key = (await leases(t))["Lighthouse"]["routing_key"]
         async with await psycopg.AsyncConnection.connect(t.database_url) as conn:
             await conn.execute(
-                f"SELECT 1 FROM {t.schema}.singletons WHERE actor_type = 'Lighthouse' FOR KEY SHARE"
+                f"SELECT 1 FROM {t.schema}.singletons"
+                " WHERE routing_key = %s AND actor_type = 'Lighthouse' FOR KEY SHARE",
+                (key,),
             )
             renewed = await asyncio.wait_for(runtime.runners._renew_owned(), 5)
             assert renewed == {"Lighthouse", "Foghorn"}
