@@ -452,7 +452,10 @@ async def test_RL07_stuck_rows_do_not_block_newer_ones(akter_test: Make) -> None
         await until(delivered, within=5)
         [delivery] = await received(t, "r1")
         latency = delivery["now"] - sent_at
-        assert latency <= 1100, f"the newer row waited {latency} ms"
+        # A pass within the poll, plus the passes that work through the stuck rows ahead of it
+        # four slots at a time: on Citus each pass scans every shard (hundreds of ms here).
+        bound = 3000 if t.runtime.store.strategy == "citus" else 1100
+        assert latency <= bound, f"the newer row waited {latency} ms"
         stuck = [r for r in await outbox(t) if r["command"] == "boom"]
         assert len(stuck) == 20 and sum(r["attempts"] for r in stuck) >= 1
         assert await dead_letters(t) == 0
@@ -513,12 +516,14 @@ async def test_RL09_locked_rows_are_skipped_not_waited_for(akter_test: Make, akt
         rows = sorted(await outbox(t), key=lambda r: (r["due_at_ms"], r["intent_id"]))
         locked, free = rows[:3], rows[3]
         async with await psycopg.AsyncConnection.connect(akter_db) as holder:
-            await holder.execute(
-                t.runtime.store.queries.substitute(
-                    "SELECT 1 FROM {schema}.outbox WHERE intent_id = ANY(%(ids)s) FOR UPDATE"
-                ),
-                {"ids": [r["intent_id"] for r in locked]},
-            )
+            for row in locked:  # one row per statement, named by its routing key (Citus)
+                await holder.execute(
+                    t.runtime.store.queries.substitute(
+                        "SELECT 1 FROM {schema}.outbox"
+                        " WHERE routing_key = %(rk)s AND intent_id = %(id)s FOR UPDATE"
+                    ),
+                    {"rk": row["routing_key"], "id": row["intent_id"]},
+                )
             # The pass neither waits for the locks nor gives up: it takes the fourth row.
             claimed = await asyncio.wait_for(t.runtime.relay.run_pass(), 5.0)
             await t.runtime.relay.wait_idle()
@@ -871,6 +876,8 @@ async def test_RL15_claim_plan_uses_the_due_index_with_10000_job_rows(
     akter_test: Make, akter_db: str
 ) -> None:
     async with akter_test(ALL, relay=False, jobs=[]) as t:  # no local executor
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("the plain one-statement claim's plan; Citus claims by a scan per shard")
         await t.rows(_FILL_JOBS, {"n": 10_000, "bucket": None})
         await t.get(Sender, "s1").send_to("r1", 1)
         await t.rows("ANALYZE {schema}.outbox")
@@ -1021,12 +1028,16 @@ async def test_lane_a_delete_held_by_a_lock_does_not_hold_its_slot(
         sender = t.get(Sender, "s1")
         await sender.send_to("first", 1)
         info = await committed.wait()
+        [row] = await t.rows(
+            "SELECT routing_key FROM {schema}.outbox WHERE intent_id = %(id)s",
+            {"id": info["intent_id"]},
+        )
         async with await psycopg.AsyncConnection.connect(akter_db) as blocker:  # a transaction
             await blocker.execute(
-                sql.SQL("SELECT 1 FROM {}.outbox WHERE intent_id = %s FOR UPDATE").format(
-                    sql.Identifier(t.schema)
-                ),
-                [info["intent_id"]],
+                sql.SQL(
+                    "SELECT 1 FROM {}.outbox WHERE routing_key = %s AND intent_id = %s FOR UPDATE"
+                ).format(sql.Identifier(t.schema)),
+                [row["routing_key"], info["intent_id"]],
             )
             await sender.send_many(["second", "third"], 2)
             committed.release()
