@@ -35,7 +35,7 @@ sys.path.insert(0, str(SELF.parent.parent / "src"))
 
 import psycopg  # noqa: E402
 
-from akter._store.citus import PLAIN_ONLY, distribute  # noqa: E402
+from akter._store.citus import PLAIN_ONLY, distribute, worker_lock_wait  # noqa: E402
 from akter._store.migrate import migrate  # noqa: E402
 from akter._store.queries import Queries  # noqa: E402
 
@@ -134,7 +134,9 @@ async def probe(url: str, runs: int, keep: bool, only: list[str]) -> int:
         )  # fmt: skip
         names = only or sorted(n for n in queries.names() if n not in SKIP)
         for name in names:
-            error = await _run(conn, queries[name], runs, name)
+            # SET takes no parameter: the lock wait is formatted in as its callers do.
+            text = worker_lock_wait(queries, 100) if name == "citus_lock_wait" else queries[name]
+            error = await _run(conn, text, runs, name)
             if error is None:
                 print(f"ok    {name}")
             elif name in PLAIN_ONLY:
@@ -155,7 +157,7 @@ async def probe(url: str, runs: int, keep: bool, only: list[str]) -> int:
 async def _run(
     conn: psycopg.AsyncConnection[Any], statement: Any, runs: int, name: str = ""
 ) -> str | None:
-    params = params_for(statement, name)
+    params = params_for(statement, name) if isinstance(statement, str) else {}
     for _ in range(runs):
         try:
             async with conn.transaction(force_rollback=True):

@@ -339,6 +339,36 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
         assert (await lease_row(t))["owner"] == runner != lease.owner
 
 
+async def test_a_takeover_waiting_for_a_fenced_turn_gives_up_at_its_lock_wait(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lease round waits for the old owner's fenced turns at most its lock wait, so one stuck
+    # lease row cannot hold up a runner's other leases. On Citus the row lock waits on the worker
+    # that holds the lease's shard, where the coordinator's lock_timeout does not reach.
+    async with akter_test([Fenced], maintenance=False) as t:
+        _, lease = await owned_loop(t)
+        rk = t.runtime.runners.lease_key("Fenced")
+        hold = t.runtime.store.queries.substitute(
+            "SELECT 1 FROM {schema}.singletons"
+            " WHERE routing_key = %(rk)s AND actor_type = 'Fenced' FOR KEY SHARE"
+        )
+        async with await psycopg.AsyncConnection.connect(t.database_url) as fenced:
+            await fenced.execute(hold, {"rk": rk})  # what a fenced commit flight holds
+            past = t.runtime.clock.offset_ms + PAST_LEASE_MS
+            monkeypatch.setattr(t.runtime.clock, "offset_ms", past)
+            round_ = t.runtime.runners._gateway.acquire_singleton(
+                "Fenced",
+                rk,
+                str(uuid.uuid4()),  # a successor, on a clock past the lease
+                lease_ms=t.runtime.runners.lease_ms,
+                skew_ms=t.runtime.clock.skew_ms(t.runtime.runners.lease_ms),
+                lock_wait_ms=200,
+            )
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                await asyncio.wait_for(round_, 10)  # without the bound: until the COMMIT
+        assert (await lease_row(t))["owner"] == lease.owner  # the failed round wrote nothing
+
+
 async def test_refreshes_and_contenders_for_a_live_lease_never_wait_for_a_fenced_turn(
     akter_test: Make,
 ) -> None:

@@ -386,8 +386,10 @@ async def test_TU14_lock_wait_then_retry(akter_test: Make, akter_db: str) -> Non
             async with await psycopg.AsyncConnection.connect(akter_db) as holder:
                 await holder.execute(
                     t.runtime.store.queries.substitute(
-                        "SELECT 1 FROM {schema}.actors WHERE actor_id = 'c' FOR UPDATE"
-                    )
+                        "SELECT 1 FROM {schema}.actors"
+                        " WHERE routing_key = %(rk)s AND actor_id = 'c' FOR UPDATE"
+                    ),
+                    {"rk": t.runtime.routing_key(counter.ref)},
                 )
                 with pytest.raises(akter.ActorError) as exc:
                     await counter.with_command_id(cid).add(1)
@@ -476,8 +478,10 @@ async def test_TU17_queries(akter_test: Make, akter_db: str) -> None:
         async with await psycopg.AsyncConnection.connect(akter_db) as holder:
             await holder.execute(
                 t.runtime.store.queries.substitute(
-                    "SELECT 1 FROM {schema}.actors WHERE actor_id = 'c' FOR UPDATE"
-                )
+                    "SELECT 1 FROM {schema}.actors"
+                    " WHERE routing_key = %(rk)s AND actor_id = 'c' FOR UPDATE"
+                ),
+                {"rk": t.runtime.routing_key(counter.ref)},
             )
             assert await asyncio.wait_for(counter.value(), 1.0) == 4
         with pytest.raises(akter.ReadOnlyError):

@@ -36,10 +36,10 @@ from pathlib import Path
 
 import pytest
 
-from akter._store.citus import DROP_IN, PLAIN_ONLY
+from akter._store.citus import DROP_IN, PLAIN_ONLY, worker_lock_wait
 from akter._store.gateway.jobs import GROUP_LOCK_WAIT
 from akter._store.migrate import known_migrations
-from akter._store.queries import raw_catalogue
+from akter._store.queries import Queries, raw_catalogue
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "akter"
 QUERIES_SQL = "\n".join(
@@ -674,3 +674,10 @@ def test_the_citus_lock_wait_is_the_claims_lock_wait() -> None:
     # SET takes no parameter: the statement spells GROUP_LOCK_WAIT out, and must agree with it.
     statement = raw_catalogue()["citus_job_lock_wait"]
     assert f"SET LOCAL lock_timeout = '{GROUP_LOCK_WAIT}'" in statement
+
+
+def test_the_worker_lock_wait_is_formatted_as_a_literal() -> None:
+    # SET takes no parameter: the type's lock wait is quoted in (at least 1 ms: 0 would disable).
+    queries = Queries("akter")
+    assert worker_lock_wait(queries, 250) == b"SET LOCAL lock_timeout = '250ms';"
+    assert worker_lock_wait(queries, 0) == b"SET LOCAL lock_timeout = '1ms';"

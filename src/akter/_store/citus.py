@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import psycopg
+from psycopg import sql
 
 from akter._ids import placement_key, routing_key
 from akter._store.queries import Queries
@@ -241,3 +242,15 @@ def _qualified(queries: Queries, table: str) -> str:
 def all_tenant_placed(placements: dict[str, str]) -> bool:
     """Whether every type is placed by tenant (then one tenant's actors share one shard)."""
     return bool(placements) and all(p == "tenant" for p in placements.values())
+
+
+def worker_lock_wait(queries: Queries, lock_wait_ms: int) -> bytes:
+    """The ``SET LOCAL`` bounding a transaction's lock waits on the workers (``citus_lock_wait``).
+
+    A row lock of a distributed table waits on the worker that holds its shard, out of reach of
+    the coordinator's ``lock_timeout`` (``set_config``). ``SET LOCAL`` reaches the workers once
+    ``citus_propagate_set_local`` ran in the transaction. ``SET`` takes no parameter, so callers
+    build the statement once per wait and keep it.
+    """
+    literal = sql.Literal(f"{max(lock_wait_ms, 1)}ms")
+    return sql.SQL(queries["citus_lock_wait"]).format(lock_timeout=literal).as_bytes(None)

@@ -24,6 +24,14 @@ WHERE n.nspname = %(schema)s;
 -- whether a schema-qualified table exists (distribution needs the migrated tables)
 SELECT to_regclass(%(table)s) IS NOT NULL AS present;
 
+-- citus_propagate_set_local --
+-- Citus: this transaction's SET LOCAL commands reach every worker it touches; set_config does not, and a row lock waits on the worker that holds the row (citus_lock_wait follows)
+SELECT set_config('citus.propagate_set_commands', 'local', true);
+
+-- citus_lock_wait --
+-- Citus: this transaction's lock wait on the workers (a turn's lock_wait, a lease round's), after citus_propagate_set_local; SET takes no parameter, so the wait is formatted in as a literal once per value (akter._store.citus.worker_lock_wait)
+SET LOCAL lock_timeout = {lock_timeout};
+
 -- citus_create_reference --
 -- makes a table that belongs to no actor a reference table (a copy on every node)
 SELECT create_reference_table(%(table)s::regclass);

@@ -82,13 +82,16 @@ async def admit(
     settings: dict[str, str],
     observe: Callable[[int], None],
     coordinator_clock: bool = False,
+    worker_lock_wait: bytes | None = None,
 ) -> Admitted:
     """Send flight 1 and read its answers; ``act``'s cache is refreshed when it was stale.
 
     ``settings`` are the type's :func:`settings`; ``observe`` gets the pinned database clock
     (the runtime's clock estimate follows it). With ``coordinator_clock`` (Citus) the clock is
     read by a statement of its own, which runs on the coordinator: ``admission_read`` runs in
-    the actor's shard, on a worker, whose clock is not the one every other write reads.
+    the actor's shard, on a worker, whose clock is not the one every other write reads. There
+    the row lock also waits on that worker: ``worker_lock_wait`` (the type's ``SET LOCAL``,
+    :func:`akter._store.citus.worker_lock_wait`) bounds it by the policy's ``lock_wait``.
 
     Raises:
         Retryable: The cache believed the actor row existed, and it does not.
@@ -107,6 +110,8 @@ async def admit(
         # A cold turn's ensure_actor may wait on another runner's insert of the row: it needs
         # the timeouts first. A warm turn's lock statement sets them itself (one statement less).
         await actors.begin_turn(curs.begin, q, settings if ensured else None)
+        if worker_lock_wait is not None:
+            await actors.bound_worker_locks(curs.sink, q, worker_lock_wait)
         if ensured:
             await actors.ensure_actor(curs.sink, q, key, default_json, state_version, off)
         lock_cur = await actors.lock_actor(curs.lock, q, key, act.version, settings)

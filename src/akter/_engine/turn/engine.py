@@ -32,7 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -68,6 +68,17 @@ from akter.errors import ActorError, InjectedCrash
 log = logging.getLogger("akter.turn")
 
 
+class _TypeSettings(NamedTuple):
+    """A type's turn timeouts, built once per policy and server."""
+
+    policy: ResolvedPolicy
+    server_version: int
+    #: ``admission.settings``: the parameters of the transaction-local timeouts.
+    params: dict[str, str]
+    #: On Citus, the ``SET LOCAL`` that bounds the row lock's wait on the worker; else ``None``.
+    worker_lock_wait: bytes | None
+
+
 class TurnEngine:
     """Runs batches; owned by the dispatcher."""
 
@@ -90,7 +101,7 @@ class TurnEngine:
         #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
         self.pool_wait = 2.0
         self.too_new_warnings = too_new.TooNewWarnings()
-        self._turn_settings: dict[str, tuple[ResolvedPolicy, int, dict[str, str]]] = {}
+        self._turn_settings: dict[str, _TypeSettings] = {}
 
     # The runtime replaces both (its own metrics; a new store at start): the store's pool records
     # its connection waits into the runner's metrics.
@@ -197,9 +208,10 @@ class TurnEngine:
             batch,
             key=key,
             off=off,
-            settings=self._settings(act),
+            settings=(typed := self._settings(act)).params,
             observe=self.clock.observe,
             coordinator_clock=self.store.strategy == "citus",
+            worker_lock_wait=typed.worker_lock_wait,
         )
         now_ms = admitted.now_ms
         ran = await self._run_commands(act, batch, admitted)
@@ -242,14 +254,20 @@ class TurnEngine:
             for o, r in zip(ran.outcomes, batch, strict=True)
         ]
 
-    def _settings(self, act: Activation) -> dict[str, str]:
+    def _settings(self, act: Activation) -> _TypeSettings:
         """The type's turn timeouts (``admission.settings``), rebuilt when its policy changes."""
         policy, version = act.definition.policy, self.store.server_version
         cached = self._turn_settings.get(act.definition.name)
-        if cached is None or cached[0] is not policy or cached[1] != version:
-            cached = (policy, version, admission.settings(act.definition, version))
+        if cached is None or cached.policy is not policy or cached.server_version != version:
+            on_citus = self.store.strategy == "citus"
+            cached = _TypeSettings(
+                policy,
+                version,
+                admission.settings(act.definition, version),
+                actors.worker_lock_wait(self.q, policy.lock_wait) if on_citus else None,
+            )
             self._turn_settings[act.definition.name] = cached
-        return cached[2]
+        return cached
 
     async def _run_commands(
         self, act: Activation, batch: Sequence[Request], admitted: admission.Admitted

@@ -20,6 +20,7 @@ from psycopg._encodings import conn_encoding
 from psycopg.abc import AdaptContext
 
 from akter._staging import StagedEvent, StagedRow
+from akter._store import citus
 from akter._store.gateway.errors import wrap_errors
 from akter._store.pool import Clock, Connection, Store, TurnConnection
 from akter._store.queries import Queries
@@ -166,6 +167,21 @@ async def begin_turn(conn: Executor, q: Queries, settings: Key | None) -> None:
     await conn.execute("BEGIN")
     if settings is not None:
         await conn.execute(q["turn_settings"], settings)
+
+
+def worker_lock_wait(q: Queries, lock_wait_ms: int) -> bytes:
+    """A type's ``citus_lock_wait`` for :func:`bound_worker_locks` (built once per type)."""
+    return citus.worker_lock_wait(q, lock_wait_ms)
+
+
+async def bound_worker_locks(conn: Executor, q: Queries, lock_wait: bytes) -> None:
+    """On Citus, right after ``BEGIN``: the turn's lock wait, also on the actor's worker.
+
+    ``lock_wait`` is the type's ``citus_lock_wait`` (:func:`akter._store.citus.worker_lock_wait`):
+    the row lock waits in the actor's shard, where ``lock_actor``'s ``set_config`` does not reach.
+    """
+    await conn.execute(q["citus_propagate_set_local"])
+    await conn.execute(lock_wait)
 
 
 def ensure_actor(

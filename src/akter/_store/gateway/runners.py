@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg.rows import dict_row
 
+from akter._store import citus
+
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
@@ -97,9 +99,10 @@ class RunnersGateway:
 
         One clock reading for the round (``clock_now``, a table-less statement: on Citus it runs
         on the coordinator), then the takeover lock, then the upsert. A takeover waits at most
-        ``lock_wait_ms`` for the old owner's fenced turns. The row's ``skew_ms`` says how far
-        ahead of the clock a skewed lease it replaced was (``None``: none was). ``routing_key``
-        is the singleton actor's: the row's shard on Citus.
+        ``lock_wait_ms`` for the old owner's fenced turns (on Citus also on the lease's worker,
+        by a propagated ``SET LOCAL``). The row's ``skew_ms`` says how far ahead of the clock a
+        skewed lease it replaced was (``None``: none was). ``routing_key`` is the singleton
+        actor's: the row's shard on Citus.
         """
         q = self._store.queries
         params = {
@@ -113,6 +116,9 @@ class RunnersGateway:
         async with self._store.framework.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["singleton_lock_timeout"], {"lock_timeout": str(lock_wait_ms)})
+            if self._store.strategy == "citus":  # the takeover's lock waits in the lease's shard
+                await cur.execute(q["citus_propagate_set_local"])
+                await cur.execute(citus.worker_lock_wait(q, lock_wait_ms))
             await cur.execute(q["clock_now"], params)
             clock = await cur.fetchone()
             assert clock is not None
