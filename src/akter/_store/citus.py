@@ -254,3 +254,17 @@ def worker_lock_wait(queries: Queries, lock_wait_ms: int) -> bytes:
     """
     literal = sql.Literal(f"{max(lock_wait_ms, 1)}ms")
     return sql.SQL(queries["citus_lock_wait"]).format(lock_timeout=literal).as_bytes(None)
+
+
+async def bound_worker_locks(
+    conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any],
+    queries: Queries,
+    lock_wait: bytes,
+) -> None:
+    """Bound this transaction's lock waits on every worker it will touch by ``lock_wait``.
+
+    ``lock_wait`` is a :func:`worker_lock_wait` statement; send this before the first statement
+    that reaches a shard.
+    """
+    await conn.execute(queries["citus_propagate_set_local"])
+    await conn.execute(lock_wait)

@@ -180,8 +180,7 @@ async def bound_worker_locks(conn: Executor, q: Queries, lock_wait: bytes) -> No
     ``lock_wait`` is the type's ``citus_lock_wait`` (:func:`akter._store.citus.worker_lock_wait`):
     the row lock waits in the actor's shard, where ``lock_actor``'s ``set_config`` does not reach.
     """
-    await conn.execute(q["citus_propagate_set_local"])
-    await conn.execute(lock_wait)
+    await citus.bound_worker_locks(conn, q, lock_wait)
 
 
 def ensure_actor(

@@ -117,8 +117,7 @@ class RunnersGateway:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q["singleton_lock_timeout"], {"lock_timeout": str(lock_wait_ms)})
             if self._store.strategy == "citus":  # the takeover's lock waits in the lease's shard
-                await cur.execute(q["citus_propagate_set_local"])
-                await cur.execute(citus.worker_lock_wait(q, lock_wait_ms))
+                await citus.bound_worker_locks(cur, q, citus.worker_lock_wait(q, lock_wait_ms))
             await cur.execute(q["clock_now"], params)
             clock = await cur.fetchone()
             assert clock is not None
