@@ -20,7 +20,8 @@ import pytest
 
 from akter.testing import ActorTest
 from tests._support import until
-from tests.faults.jobs_actors import ACTORS, RECORDER, Worker, install
+from tests._support.citus import ON_CITUS
+from tests.faults.jobs_actors import ACTORS, NO_LEASE_LOG, RECORDER, Worker, install
 from tests.faults.jobs_drill import (
     Drill,
     analyse,
@@ -220,6 +221,7 @@ async def test_JB34_the_last_attempts_runner_killed_dead_letters_ambiguously_onc
 # --- JB-24: cap 1, the runner of attempt 1 killed ------------------------------------------------
 
 
+@pytest.mark.skipif(ON_CITUS, reason=NO_LEASE_LOG)
 async def test_JB24_a_killed_attempt_holds_its_slot_until_its_lease_ends_then_goes_first(
     jobs_test: JobsTest,
 ) -> None:
@@ -325,6 +327,7 @@ async def test_JB24_a_killed_attempt_holds_its_slot_until_its_lease_ends_then_go
         ),
     ],
 )
+@pytest.mark.skipif(ON_CITUS, reason=NO_LEASE_LOG)
 async def test_caps_under_fire(jobs_test: JobsTest, drill: Drill) -> None:
     """Per-actor caps and fairness while one of three runner processes is killed."""
     async with jobs_test() as t:

@@ -22,6 +22,7 @@ import pytest
 from akter._engine.hooks import Hooks
 from akter.testing import ActorTest
 from tests._support import until
+from tests._support.citus import ON_CITUS
 from tests.faults.child_process import ChildProcess, start_module
 from tests.faults.relay_actors import RUNS, Receiver, Sender
 
@@ -201,6 +202,7 @@ async def test_RL05_sigkill_before_outbox_delete_redelivery_replays_the_receipt(
 # --- (3) two runners claiming concurrently (RL-06) ----------------------------------------------
 
 
+@pytest.mark.timeout(300 if ON_CITUS else 90)
 async def test_RL06_two_processes_deliver_5000_intents_each_exactly_once(
     akter_test: MakeTest,
 ) -> None:
@@ -219,7 +221,9 @@ async def test_RL06_two_processes_deliver_5000_intents_each_exactly_once(
             async def settled() -> bool:
                 return not await outbox(t)
 
-            await until(settled, within=60)
+            # Citus drains at about half of plain PostgreSQL's rate on one machine (each claim
+            # pass scans every shard; docs/benchmarks.md, "Citus"): the bound is a wedge check.
+            await until(settled, within=240 if ON_CITUS else 60)
             await other.relay.wait_idle()
             elapsed = time.monotonic() - started
             stats = await child.stop()

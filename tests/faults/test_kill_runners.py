@@ -50,9 +50,11 @@ from akter._store.embedded import EmbeddedPostgres, shutdown
 from akter.actor import definition_of
 from akter.testing import ActorTest
 from tests._support import until
+from tests._support.citus import ON_CITUS
 from tests.faults.child_process import ChildProcess, start_module
 from tests.faults.runner_actors import BEAT, LATER_S, Beacon, Inbox, Ledger, Tally
 from tests.faults.runner_drill import (
+    NO_LEASE_LOG,
     SCALED,
     Analysis,
     Timing,
@@ -93,6 +95,7 @@ def assert_rn01(analysis: Analysis, kills: int, timing: Timing) -> None:
 # --- RN-01: SIGKILL of the loop's owner ----------------------------------------------------------
 
 
+@pytest.mark.skipif(ON_CITUS, reason=NO_LEASE_LOG)
 async def test_RN01_one_loop_among_three_runners_one_successor_per_sigkill(
     akter_test: MakeTest,
 ) -> None:
@@ -101,6 +104,7 @@ async def test_RN01_one_loop_among_three_runners_one_successor_per_sigkill(
     assert_rn01(analysis, 3, SCALED)
 
 
+@pytest.mark.skipif(ON_CITUS, reason=NO_LEASE_LOG)
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 async def test_RN01_twenty_sigkills_of_the_owner(akter_test: MakeTest) -> None:
@@ -112,6 +116,7 @@ async def test_RN01_twenty_sigkills_of_the_owner(akter_test: MakeTest) -> None:
 # --- RN-01: SIGSTOP of the loop's owner past its lease, fenced beats ------------------------------
 
 
+@pytest.mark.skipif(ON_CITUS, reason=NO_LEASE_LOG)
 async def test_RN01_frozen_owner_commits_no_fenced_beat_after_its_successor_acquired(
     akter_test: MakeTest,
 ) -> None:
@@ -157,6 +162,7 @@ async def beacon_runtime(t: ActorTest, timing: Timing) -> akter.Runtime:
     return runtime
 
 
+@pytest.mark.skipif(ON_CITUS, reason=NO_LEASE_LOG)
 @pytest.mark.parametrize("stall", sorted(STALLS))
 async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_ends(
     akter_test: MakeTest, monkeypatch: pytest.MonkeyPatch, stall: str

@@ -24,7 +24,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import pytest
 
 from akter.testing import ActorTest
-from tests.faults.workflow_actors import ACTORS, EFFECTS, Flow, install
+from tests._support.citus import ON_CITUS
+from tests.faults.workflow_actors import ACTORS, EFFECTS, NO_JOB_END_LOG, Flow, install
 from tests.faults.workflow_drill import (
     Chaos,
     chaos_drill,
@@ -270,6 +271,7 @@ async def test_killed_before_the_run_end_is_written_the_resume_replays_every_ste
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.skipif(ON_CITUS, reason=NO_JOB_END_LOG)
 async def test_workflow_chaos_three_runners_sigkilled_every_10s(
     workflow_test: WorkflowTest,
 ) -> None:
