@@ -13,7 +13,6 @@ claimed beside it start.
 from __future__ import annotations
 
 import base64
-import os
 import random
 from collections.abc import Callable, Iterator
 
@@ -25,14 +24,7 @@ from akter.testing import ActorTest
 
 Make = Callable[..., ActorTest]
 
-pytestmark = [
-    pytest.mark.timeout(60),
-    pytest.mark.skipif(
-        os.environ.get("AKTER_TEST_CITUS_URL") not in (None, "")
-        and os.environ.get("AKTER_TEST_CITUS_URL") == os.environ.get("AKTER_TEST_DATABASE_URL"),
-        reason="rate= is refused on Citus (docs/flow-control.md)",
-    ),
-]
+pytestmark = pytest.mark.timeout(60)
 
 STARTED: list[str] = []
 
