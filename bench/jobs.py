@@ -1217,6 +1217,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         help="akter Runtime(delivery_concurrency=...) (default: the runtime's default)",
     )
+    p.add_argument(
+        "--framework-pool-size",
+        type=int,
+        help="akter Runtime(framework_pool_size=...) (default: the runtime's default)",
+    )
     p.add_argument("--json", help="append JSON lines here")
     # --peer mode (run by the orchestrator under the peers' virtualenv)
     p.add_argument("--peer", choices=["procrastinate", "dbos"], help=argparse.SUPPRESS)
@@ -1234,6 +1239,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     a.akter_options = {}
     if a.delivery_concurrency:
         a.akter_options["delivery_concurrency"] = a.delivery_concurrency
+    if a.framework_pool_size:
+        a.akter_options["framework_pool_size"] = a.framework_pool_size
     return a
 
 
