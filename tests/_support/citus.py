@@ -13,3 +13,11 @@ import os
 ON_CITUS = os.environ.get("AKTER_TEST_CITUS_URL", "") != "" and os.environ.get(
     "AKTER_TEST_CITUS_URL"
 ) == os.environ.get("AKTER_TEST_DATABASE_URL")
+
+
+def trigger_refused(what: str, table: str) -> str:
+    """The skip reason of a test whose evidence ``what`` is written by a trigger on ``table``."""
+    return (
+        f"{what} is written by a trigger on {table}, and Citus refuses triggers on "
+        "distributed tables"
+    )

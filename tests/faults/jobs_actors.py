@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field
 
 import akter
-from tests._support.citus import ON_CITUS
+from tests._support.citus import ON_CITUS, trigger_refused
 
 #: Seconds a ``Crowd`` job tagged ``long`` holds: a call the caps drill can kill surely mid-call.
 LONG_HOLD = 1.5
@@ -82,10 +82,7 @@ CREATE TRIGGER job_leases AFTER UPDATE ON {schema}.outbox
 
 
 #: Why the drills that read the lease log do not run on distributed Citus tables.
-NO_LEASE_LOG = (
-    "the lease log is written by a trigger on the outbox, and Citus refuses triggers on "
-    "distributed tables"
-)
+NO_LEASE_LOG = trigger_refused("the lease log", "the outbox")
 
 
 async def install(url: str, schema: str) -> None:

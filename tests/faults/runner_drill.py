@@ -33,14 +33,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from tests._support.citus import trigger_refused
 from tests.faults.child_process import ChildProcess, start_module
 from tests.faults.runner_actors import BEATS_DDL, FENCED_BEATS_DDL, db_ms_sql
 
 #: Why the drills that read the lease log do not run on distributed Citus tables.
-NO_LEASE_LOG = (
-    "the lease log is written by a trigger on the singletons table, and Citus refuses triggers "
-    "on distributed tables"
-)
+NO_LEASE_LOG = trigger_refused("the lease log", "the singletons table")
 
 LEASE_LOG_DDL = """
 CREATE TABLE IF NOT EXISTS {schema}.lease_log (

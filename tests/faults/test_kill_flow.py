@@ -21,15 +21,14 @@ import pytest
 
 from akter.testing import ActorTest
 from tests._support.citus import ON_CITUS
-from tests.faults.jobs_actors import ACTORS, DB_MS, RECORDER, Paced, install
+from tests.faults.jobs_actors import ACTORS, DB_MS, NO_LEASE_LOG, RECORDER, Paced, install
 from tests.faults.jobs_drill import JobsChild, call_log, lease_ends, max_live, spawn
 
 MakeTest = Callable[..., ActorTest]
 
 pytestmark = pytest.mark.skipif(
     ON_CITUS,
-    reason="the drills record claims by a trigger on the outbox, and Citus refuses triggers on "
-    "distributed tables (test_flow_race.py and test_flow_control.py cover flow control there)",
+    reason=f"{NO_LEASE_LOG} (test_flow_race.py and test_flow_control.py cover flow control there)",
 )
 
 OPTIONS = (

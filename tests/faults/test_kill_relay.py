@@ -221,7 +221,7 @@ async def test_RL06_two_processes_deliver_5000_intents_each_exactly_once(
             async def settled() -> bool:
                 return not await outbox(t)
 
-            # Citus drains at about half of plain PostgreSQL's rate on one machine (each claim
+            # Citus drains several times slower than plain PostgreSQL on one machine (each claim
             # pass scans every shard; docs/benchmarks.md, "Citus"): the bound is a wedge check.
             await until(settled, within=240 if ON_CITUS else 60)
             await other.relay.wait_idle()

@@ -29,7 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field
 
 import akter
-from tests._support.citus import ON_CITUS
+from tests._support.citus import ON_CITUS, trigger_refused
 
 #: The database clock in fractional epoch ms.
 DB_MS = "extract(epoch FROM clock_timestamp()) * 1000"
@@ -68,10 +68,7 @@ CREATE TRIGGER wf_job_ends AFTER UPDATE OR DELETE ON {schema}.outbox
 
 
 #: Why the drill that reads the job end log does not run on distributed Citus tables.
-NO_JOB_END_LOG = (
-    "the job end log is written by a trigger on the outbox, and Citus refuses triggers on "
-    "distributed tables"
-)
+NO_JOB_END_LOG = trigger_refused("the job end log", "the outbox")
 
 
 async def install(url: str, schema: str) -> None:
