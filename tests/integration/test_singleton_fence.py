@@ -30,13 +30,20 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel
 
 import akter
+from akter._engine.turn import writes
 from akter.context import LoopLease
 from akter.handles import FencedRuntime
 from akter.runtime import Runtime
 from akter.testing import ActorTest
+from tests._support.citus import ON_CITUS
 from tests._support.locks import until_lock_waiter
 
 Make = Callable[..., ActorTest]
+
+#: Why the server-clock fence test does not run on Citus: the lease's shard is on a worker,
+#: whose clock is not the coordinator's that wrote the lease, so the check there keeps the
+#: turn's own estimate of the coordinator's clock.
+CLIENT_FENCE_CLOCK = "on Citus the held fence compares with the turn's coordinator-clock estimate"
 
 #: Far enough past the default 35 s lease that any lease written before has ended.
 PAST_LEASE_MS = 36_000
@@ -419,3 +426,31 @@ async def test_a_fenced_turn_idling_past_its_lease_end_is_ended_so_a_takeover_pr
         before_commit.release()
         seen = await t.inspect(t.get(Fenced))
         assert not seen.exists and seen.receipts == []  # the frozen turn never committed
+
+
+@pytest.mark.skipif(ON_CITUS, reason=CLIENT_FENCE_CLOCK)
+async def test_a_fenced_commit_checks_its_lease_at_the_servers_clock_not_a_stale_estimate(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process frozen after it estimated the commit's clock, and before its commit flight ran,
+    # resumes with that estimate: the lease ended meanwhile and nobody took it over. The held
+    # check reads the server's own clock, so the command is refused, not committed after its
+    # lease (CI, 2026-12-04: RN-01's freeze drill saw a fenced beat 5 s past its lease's end).
+    async with akter_test([Fenced], maintenance=False) as t:
+        loop, lease = await owned_loop(t)
+        stale = 10_000  # how far the frozen process's estimate is behind the server's clock
+        monkeypatch.setattr(writes, "commit_clock", lambda now_ms, arrived_at: now_ms - stale)
+        before_commit = t.pause_next("before_commit")
+        loop.orders.put_nowait(6)
+        await before_commit.wait()
+        # The lease ends at the server's clock; owner and epoch stay: no successor yet.
+        await t.rows(
+            "UPDATE {schema}.singletons SET lease_until_ms = {schema}.now_ms(0) - 1"
+            " WHERE actor_type = 'Fenced'"
+        )
+        ended = await lease_row(t)
+        before_commit.release()
+        lease_lost(await asyncio.wait_for(loop.results.get(), 30))
+        seen = await t.inspect(t.get(Fenced))
+        assert not seen.exists and seen.receipts == []
+        assert await lease_row(t) == ended and ended["owner"] == lease.owner

@@ -111,7 +111,7 @@ WHERE routing_key = %(rk)s::bigint AND actor_type = %(actor_type)s
   AND owner = %(owner)s::uuid AND acquired_at_ms = %(epoch)s::bigint;
 
 -- citus_hold_singleton_fence --
--- Citus: hold_singleton_fence in the lease's shard (a row lock there, not on a whole reference shard)
+-- Citus: hold_singleton_fence in the lease's shard (a row lock there, not on a whole reference shard), at the turn's estimate of the coordinator's clock (now): the shard's worker clock is not the one the lease was written at
 SELECT {schema}.fence_check(count(*)) FROM (
     SELECT 1 FROM {schema}.singletons
     WHERE routing_key = %(rk)s::bigint AND actor_type = %(actor_type)s

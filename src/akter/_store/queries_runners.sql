@@ -109,12 +109,12 @@ WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
   AND acquired_at_ms = %(epoch)s::bigint;
 
 -- hold_singleton_fence --
--- in the commit flight: that lease still current at the commit's clock (now, from the turn's one reading), held FOR KEY SHARE through COMMIT (a takeover's FOR UPDATE waits); else serialization_failure rolls the batch back
+-- last before COMMIT in the commit flight: that lease still current at the server's clock as the check runs (not only at the turn's estimate, now: a process frozen mid-flight resumes with a stale one), held FOR KEY SHARE through COMMIT (a takeover's FOR UPDATE waits); else serialization_failure rolls the batch back
 SELECT {schema}.fence_check(count(*)) FROM (
     SELECT 1 FROM {schema}.singletons
     WHERE actor_type = %(actor_type)s AND owner = %(owner)s::uuid
       AND acquired_at_ms = %(epoch)s::bigint
-      AND lease_until_ms > %(now)s::bigint
+      AND lease_until_ms > GREATEST(%(now)s::bigint, {schema}.now_ms(%(off)s::bigint))
     FOR KEY SHARE
 ) AS fence;
 

@@ -229,6 +229,7 @@ class TurnEngine:
             ran,
             key=key,
             now_ms=now_ms,
+            off=off,
             locked_version=admitted.locked_version,
             arrived_at=admitted.arrived_at,
         )

@@ -2,8 +2,8 @@
 
 :func:`plan` decides, without the database, which statements the batch needs (nothing at all
 rolls back instead of committing); :func:`send` queues them in the turn's pipeline in their
-fixed order — loop fences, actor row (with the receipts, in one statement, when the state
-changed), events, timer deletes, job cancels, outbox, ticks, receipts (when it did not),
+fixed order — actor row (with the receipts, in one statement, when the state changed),
+events, timer deletes, job cancels, outbox, ticks, receipts (when it did not), loop fences,
 ``COMMIT``; :func:`answers` reads the flight's results once the pipeline has synced.
 The release check's clock is not read here: :func:`release_clock` bounds it from the turn's.
 """
@@ -94,13 +94,15 @@ async def send(
     *,
     key: dict[str, Any],
     now_ms: int,
+    off: int,
     locked_version: int,
     arrived_at: float,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
     ``arrived_at`` is when the admission's answers were in (``Admitted.arrived_at``): relative
-    delays count from the commit, whose clock is taken as :func:`commit_clock`.
+    delays count from the commit, whose clock is taken as :func:`commit_clock`. ``off`` is the
+    clock offset the turn's reading was taken at (the fences check the server's clock too).
     """
     started_ns = time.time_ns()
     writes = ran.writes
@@ -111,13 +113,7 @@ async def send(
         if todo.nothing:
             end = await actors.end_turn(sink, commit=False)
         else:
-            # The fence through COMMIT: the whole flight is sent before the server runs it,
-            # so the lock is held for no client time. A lost lease fails the flight
-            # (serialization_failure); the retry's admission check refuses with LeaseLost.
-            # The lease must still run at the commit's clock, taken from the turn's one reading.
             commit_ms = commit_clock(now_ms, arrived_at)
-            for f in todo.fences:
-                await actors.hold_fence(sink, q, fence_of(f), commit_ms)
             receipts = _receipts(todo.receipts) if todo.receipts else None
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
@@ -156,6 +152,15 @@ async def send(
                 await actors.insert_ticks(sink, q, todo.ticks)
             if receipts is not None and not todo.state_changed:
                 await actors.insert_receipts(sink, q, key, receipts)
+            # The fences last, held through COMMIT. psycopg sends each statement as it is
+            # queued, so a process frozen mid-flight leaves the server waiting for the rest
+            # with no timer armed (before PostgreSQL 17's transaction_timeout): the lease row
+            # is then locked only from the last check on, and every row stamped before it.
+            # The check reads the server's clock too: the estimate is stale after a freeze.
+            # A lost lease fails the flight (serialization_failure), and the retry's
+            # admission check refuses with LeaseLost.
+            for f in todo.fences:
+                await actors.hold_fence(sink, q, fence_of(f), commit_ms, off)
             end = await actors.end_turn(sink, commit=True)
     telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)

@@ -232,9 +232,15 @@ def check_fence(conn: Executor, q: Queries, fence: dict[str, Any]) -> Awaitable[
 # --- flight 2: commit ---------------------------------------------------------------------------
 
 
-def hold_fence(conn: Executor, q: Queries, fence: dict[str, Any], now_ms: int) -> Awaitable[Cursor]:
-    """Hold a loop's lease row through ``COMMIT`` if current at ``now_ms``, else fail the flight."""
-    return conn.execute(q["hold_singleton_fence"], {**fence, "now": now_ms})
+def hold_fence(
+    conn: Executor, q: Queries, fence: dict[str, Any], now_ms: int, off: int
+) -> Awaitable[Cursor]:
+    """Hold a loop's lease row through ``COMMIT`` if current, else fail the flight.
+
+    Current: not ended at ``now_ms`` (the turn's estimate) nor at the server's clock (offset
+    ``off``) as the check runs; on Citus at the estimate only (``citus_hold_singleton_fence``).
+    """
+    return conn.execute(q["hold_singleton_fence"], {**fence, "now": now_ms, "off": off})
 
 
 def update_actor(
