@@ -238,6 +238,42 @@ async def test_JB25_a_wake_blocked_by_a_claims_group_lock_then_wakes_the_oldest_
         assert [r["id"] for r in await hot.reports()] == [first, *waiting]
 
 
+async def test_JB25_a_settle_with_the_group_lock_free_wakes_the_oldest_waiting_row_in_its_own_transaction(
+    akter_test: Make, provider: FakeProvider
+) -> None:
+    # The wake after a capped attempt rides in its settle's transaction (one round trip, issue
+    # 13): the route rewrite and the wake are one transaction's tuples (same xmin), and the
+    # younger rows still wait. The blocked case above shows the other branch: with the group
+    # lock taken the settle commits without waiting and the executor wakes the group after.
+    async with akter_test(ALL, relay=False) as t:
+        a = gate(1)
+        provider.script(a, key="a")
+        provider.default = succeed(2)
+        hot = t.get(Hot, "h1")
+        first, *waiting = await enqueue_apart(t, hot, ["a", "b", "c"])
+        assert await t.runtime.jobs.run_pass() == 1
+        await asyncio.wait_for(a.entered.wait(), 10)
+        a.release()
+        await t.runtime.jobs.wait_idle()
+        now = await db_now(t)
+        rows = {
+            str(r["intent_id"]): r
+            for r in await t.rows("SELECT *, xmin::text AS tx FROM {schema}.outbox")
+        }
+        assert (rows[first]["kind"], rows[first]["command"]) == ("intent", "one_done")
+        woken, younger = rows[waiting[0]], rows[waiting[1]]
+        assert (woken["waiting"], woken["running"], woken["due_at_ms"] <= now) == (
+            False,
+            False,
+            True,
+        )
+        assert woken["tx"] == rows[first]["tx"]  # woken by the settle's own transaction
+        assert younger["waiting"] and younger["due_at_ms"] > now
+        await settle_all(t)
+        assert [c.key for c in provider.calls] == ["a", "b", "c"]
+        assert [r["id"] for r in await hot.reports()] == [first, *waiting]
+
+
 @pytest.mark.parametrize("renewal", ["commits", "rolls back"])
 async def test_JB25_a_claim_waits_for_an_older_attempts_renewal_and_starts_nothing_younger(
     akter_test: Make, provider: FakeProvider, renewal: str

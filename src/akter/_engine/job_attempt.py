@@ -87,6 +87,8 @@ class Attempt:
     traceparent: str | None = None
     #: The payload decoded under this code (migrated and validated) once the claim is usable.
     payload: dict[str, Any] = field(default_factory=dict)
+    #: Its settle's transaction already woke the capped group's next waiting row.
+    group_woken: bool = False
 
     def __post_init__(self) -> None:
         self.lease_until = self.row.claimed_until
@@ -153,6 +155,7 @@ class AttemptRunner:
             terminal = await self._run(attempt, slot, settler)
             return terminal
         finally:
+            attempt.group_woken = settler.group_woken
             if slot is not None:
                 if terminal:
                     await slot.close(settler.outcome)

@@ -154,6 +154,8 @@ class Settler:
         self.outcome: str | None = None
         #: The attempt's span (W3C text) once it ran: a route's delivery continues it.
         self.traceparent: str | None = None
+        #: A capped row's terminal settle also woke its group (``JobsGateway.end``).
+        self.group_woken = False
 
     # --- entry --------------------------------------------------------------------------------
 
@@ -341,24 +343,28 @@ class Settler:
         """
         after = self.row.attempts if self.capped and attempt is None else None
         while True:
-            changed, held = await self.gateway.end(
+            ended = await self.gateway.end(
                 self.row,
                 _write(route, self.traceparent, self.job),
                 cancelled=cancelled,
                 attempt=attempt,
                 after=after,
+                wake=self.row.group if self.capped else None,
             )
-            if changed or after is None:
+            if ended.changed or after is None:
                 break
-            if held is None:
+            if ended.held is None:
                 return False
-            if held["live"]:
+            if ended.held["live"]:
                 await asyncio.sleep(self.retry_every)
-        if changed:
+        if ended.changed:
             self.outcome = "cancelled" if cancelled else "succeeded"
-            if route is not None:
+            # The settle's own transaction woke the group's next waiting row (its last write):
+            # the executor need not wake the group again.
+            self.group_woken = ended.woke is not None
+            if route is not None or ended.woke:
                 self.wake()
-        return changed
+        return ended.changed
 
     def info(self) -> dict[str, Any]:
         """What fault-injection matchers see."""

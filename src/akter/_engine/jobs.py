@@ -284,7 +284,8 @@ class JobExecutor:
             raise
         except Exception:
             log.exception("Job attempt failed unexpectedly", extra=row.log_fields())
-        if attempt.job.options.per_actor is not None and not self._stopping:
+        capped = attempt.job.options.per_actor is not None
+        if capped and not self._stopping and not attempt.group_woken:
             await self._wake_group(attempt)
 
     async def _wake_group(self, attempt: Attempt) -> None:

@@ -20,6 +20,8 @@ from akter._local_clock import LocalClock
 from akter._store.gateway import citus_claims
 
 if TYPE_CHECKING:
+    from psycopg import AsyncCursor
+
     from akter._store.pool import Clock, Connection, Store
 
 Row = dict[str, Any]
@@ -83,6 +85,19 @@ class Group:
             "id": self.actor_id,
             "job": self.command,
         }
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What a settle's guarded end of a row did (``JobsGateway.end``)."""
+
+    #: The row was ended (deleted or rewritten into its route).
+    changed: bool
+    #: When it was not and the write waits for newer attempts: ``job_newer_live``'s answer.
+    held: Row | None
+    #: With a group wake: whether a waiting row woke; None when the wake was not done (no
+    #: group asked for, or its lock was busy): the executor wakes the group on its own then.
+    woke: bool | None
 
 
 @dataclass(frozen=True)
@@ -493,24 +508,61 @@ class JobsGateway:
         cancelled: bool,
         attempt: int | None,
         after: int | None,
-    ) -> tuple[bool, Row | None]:
-        """End the row under its guard (rewrite into ``route``, or delete): (changed, held).
+        wake: Group | None = None,
+    ) -> Ended:
+        """End the row under its guard (rewrite into ``route``, or delete).
 
         When nothing changed and ``after`` is set, ``held`` is the ``job_newer_live`` answer on
-        the same connection (None: no newer attempt holds the row).
+        the same connection (None: no newer attempt holds the row). With ``wake`` (a capped
+        row's group) the settle's own transaction also wakes the group's next waiting row,
+        when the group lock is free (``wake_waiting_job_if_free``): one round trip for both.
         """
         async with self._store.framework.connection() as conn:
-            changed = await self._write(
-                conn, row, route, cancelled=cancelled, attempt=attempt, after=after
-            )
+            if wake is None:
+                changed = await self._write(
+                    conn, row, route, cancelled=cancelled, attempt=attempt, after=after
+                )
+                woke = None
+            else:
+                changed, woke = await self._write_and_wake(
+                    conn, row, route, wake, cancelled=cancelled, attempt=attempt, after=after
+                )
             if changed or after is None:
-                return changed, None
+                return Ended(changed, None, woke)
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 self._store.queries["job_newer_live"],
                 {**_key(row), "after": after, "cancelled": cancelled, "off": self._off},
             )
-            return False, await cur.fetchone()
+            return Ended(False, await cur.fetchone(), woke)
+
+    async def _write_and_wake(
+        self,
+        conn: Connection,
+        row: JobRow,
+        route: RouteWrite | None,
+        group: Group,
+        *,
+        cancelled: bool,
+        attempt: int | None,
+        after: int | None,
+    ) -> tuple[bool, bool | None]:
+        """The settle and the group's wake in one pipelined transaction: (changed, woke)."""
+        wake = conn.cursor()
+        async with conn.pipeline(), conn.transaction():
+            await self._settings(conn)
+            settled = await self._send_write(
+                conn, row, route, cancelled=cancelled, attempt=attempt, after=after
+            )
+            await wake.execute(
+                self._store.queries["wake_waiting_job_if_free"],
+                {**group.params(), "off": self._off},
+            )
+        changed = bool(await settled.fetchall())
+        answer = await wake.fetchone()
+        assert answer is not None
+        held, woke = bool(answer[0]), bool(answer[1])
+        return changed, woke if held else None
 
     async def dead_letter(
         self,
@@ -557,6 +609,22 @@ class JobsGateway:
         attempt: int | None,
         after: int | None,
     ) -> bool:
+        cur = await self._send_write(
+            conn, row, route, cancelled=cancelled, attempt=attempt, after=after
+        )
+        return bool(await cur.fetchall())
+
+    async def _send_write(
+        self,
+        conn: Connection,
+        row: JobRow,
+        route: RouteWrite | None,
+        *,
+        cancelled: bool,
+        attempt: int | None,
+        after: int | None,
+    ) -> AsyncCursor[Any]:
+        """Send the guarded end of the row; its cursor yields the row iff it changed."""
         params: dict[str, Any] = {
             **_key(row),
             "cancelled": cancelled,
@@ -565,16 +633,14 @@ class JobsGateway:
             "off": self._off,
         }
         if route is None:
-            cur = await conn.execute(self._store.queries["settle_job_delete"], params)
-        else:
-            params.update(
-                command=route.command,
-                payload=route.payload,
-                traceparent=route.traceparent,
-                payload_version=route.payload_version,
-            )
-            cur = await conn.execute(self._store.queries["settle_job_route"], params)
-        return bool(await cur.fetchall())
+            return await conn.execute(self._store.queries["settle_job_delete"], params)
+        params.update(
+            command=route.command,
+            payload=route.payload,
+            traceparent=route.traceparent,
+            payload_version=route.payload_version,
+        )
+        return await conn.execute(self._store.queries["settle_job_route"], params)
 
     @staticmethod
     def _letter(row: JobRow) -> dict[str, Any]:
