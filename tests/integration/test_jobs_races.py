@@ -238,7 +238,7 @@ async def test_JB25_a_wake_blocked_by_a_claims_group_lock_then_wakes_the_oldest_
         assert [r["id"] for r in await hot.reports()] == [first, *waiting]
 
 
-async def test_JB25_a_settle_with_the_group_lock_free_wakes_the_oldest_waiting_row_in_its_own_transaction(
+async def test_JB25_a_settle_with_the_group_lock_free_wakes_the_oldest_waiting_row_itself(
     akter_test: Make, provider: FakeProvider
 ) -> None:
     # The wake after a capped attempt rides in its settle's transaction (one round trip, issue
