@@ -216,6 +216,8 @@ async def test_JB25_a_wake_blocked_by_a_claims_group_lock_then_wakes_the_oldest_
             a.release()
             await until_lock_waiter(t, "FOR NO KEY UPDATE")  # the wake after attempt 1 blocks
             rows = await by_id(t)
+            # The settle did not wait: its in-transaction wake skipped the held lock (SKIP
+            # LOCKED), and the executor's own wake transaction is the one waiting.
             assert (rows[first]["kind"], rows[first]["command"]) == ("intent", "one_done")
             assert all(rows[i]["waiting"] for i in waiting)  # nothing woken yet
             await conn.commit()
