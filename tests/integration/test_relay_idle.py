@@ -8,6 +8,7 @@ gateway's methods are wrapped to count calls; every statement still runs on Post
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -186,3 +187,50 @@ async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping
 
         await until(both_delivered, what="the retried timer delivered", within=5)
         assert calls["next_due"] == probes  # by the wake, not by the bounded sleep's end
+
+
+# --- jobs-only wakes (issue 13, goal 4) ----------------------------------------------------------
+
+
+async def test_a_stream_of_jobs_only_wakes_skips_intent_claims_but_never_starves_them(
+    akter_test: Make,
+) -> None:
+    # A runner that keeps committing job rows wakes its relay for job claims only, faster than
+    # it polls. Those passes skip the intent claim, but they never stand in for a poll: a timer
+    # that comes due with no wake is still delivered within about a poll.
+    async with akter_test(ALL, poll=0.2) as t:
+        relay = t.runtime.relay
+        passes = count_calls(relay._jobs, ["run_pass"])
+        claims = count_calls(relay._outbox, ["claim"])
+        await t.get(Sender, "jw-s1").send_then("jw-r1", 1, "ok")  # now + a 60 s timer
+        await until(lambda: received(t, "jw-r1"), what="the immediate intent delivered")
+
+        stop = asyncio.Event()
+
+        async def jobs_only_wakes() -> None:
+            while not stop.is_set():
+                relay.wake_jobs()
+                await asyncio.sleep(0.01)  # a steady stream of wakes, not an ordering
+
+        stream = asyncio.create_task(jobs_only_wakes())
+        try:
+            before = passes["run_pass"], claims["claim"]
+            await until(lambda: passes["run_pass"] >= before[0] + 40, what="40 passes")
+            job_passes = passes["run_pass"] - before[0]
+            intent_claims = claims["claim"] - before[1]
+            # At most one full pass per poll (0.2 s) among 40+ passes 10 ms apart.
+            assert intent_claims * 4 <= job_passes, (intent_claims, job_passes)
+
+            # The clock moves past the timer; nothing commits a due intent, so only the full
+            # passes the stream still leaves can find it.
+            for runtime in t.runtimes:
+                runtime.clock.offset_ms += 61_000
+
+            async def both_delivered() -> bool:
+                return len(await received(t, "jw-r1")) == 2
+
+            await until(both_delivered, what="the timer delivered under the stream")
+        finally:
+            stop.set()
+            await stream
+        assert sorted(RUNS.values()) == [1, 1]

@@ -206,6 +206,14 @@ class Relay:
         """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
         self._channel.wake()
 
+    def wake_jobs(self) -> None:
+        """Ask for a pass soon that need only claim jobs.
+
+        Unless another wake wants more, the pass skips the intent claim: a job's start latency
+        is then one claim, not two side by side.
+        """
+        self._channel.wake_jobs()
+
     async def announce(self) -> None:
         """After an operator made rows due now: a pass here, and every runner woken."""
         await self._channel.announce()
@@ -216,12 +224,19 @@ class Relay:
 
     async def _loop(self) -> None:
         idle = False
+        # Jobs-only passes never stand in for a poll: a stream of them (a runner that keeps
+        # staging jobs) still leaves a full pass at least every poll interval.
+        full_by = 0.0
         while True:
             woken = await wait_event(self._channel.event, self._idle.next_wait())
-            self._channel.event.clear()
+            jobs_only = self._channel.take() and woken and time.monotonic() < full_by
+            if not jobs_only:
+                full_by = time.monotonic() + self._services.config.poll_ms / 1000
             try:
                 # A poll after a pass that claimed nothing asks first (``any_due``): idle cost.
-                idle = await self.run_pass(idle_poll=idle and not woken) == 0
+                claimed = await self.run_pass(idle_poll=idle and not woken, jobs_only=jobs_only)
+                # A jobs-only pass says nothing of intents: idle only if the last one was.
+                idle = claimed == 0 and (idle or not jobs_only)
             except (psycopg.Error, OSError) as exc:
                 log.warning(
                     "Relay pass failed; retrying at the next poll", extra={"error": str(exc)}
@@ -245,13 +260,17 @@ class Relay:
                 return
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def run_pass(self, *, drain: bool = False, idle_poll: bool = False) -> int:
+    async def run_pass(
+        self, *, drain: bool = False, idle_poll: bool = False, jobs_only: bool = False
+    ) -> int:
         """One pass: claim intents into free slots, then let the executor claim jobs.
 
         A test drain (``drain=True``) may fill up to ``pass_limit`` delivery slots at once, so
         a backlog of thousands settles within the drain's round limit. An ``idle_poll`` (the
         loop's poll after a pass that claimed nothing) first asks whether any row is due at all
-        and claims nothing when none is: every claim needs a due, unparked row.
+        and claims nothing when none is: every claim needs a due, unparked row. A ``jobs_only``
+        pass (woken only by commits that staged job rows) skips the intent claim; the polls
+        claim both.
         """
         if self._stopping:
             return 0
@@ -264,7 +283,9 @@ class Relay:
                 return 0
             # Side by side (own connection, framework pool): in series, an intent committed
             # while the job claims ran waited for them before its own claim.
-            passes = [self._claim_intents(drain), self._jobs.run_pass()]
+            passes = [self._jobs.run_pass()]
+            if not jobs_only:
+                passes.insert(0, self._claim_intents(drain))
             if self._workflows is not None:
                 passes.append(self._workflows.run_pass())
             outcomes = await asyncio.gather(*passes, return_exceptions=True)

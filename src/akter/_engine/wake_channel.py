@@ -46,6 +46,8 @@ class WakeChannel:
         self._notifier = Notifier(services.store)
         #: Set by a wake; the relay's loop waits on it between passes.
         self.event = asyncio.Event()
+        #: Every wake since the event was last cleared asked for job claims only.
+        self.jobs_only = False
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Connection | None = None
         self._notify_pending = False
@@ -54,7 +56,20 @@ class WakeChannel:
 
     def wake(self) -> None:
         """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
+        self.jobs_only = False
         self.event.set()
+
+    def wake_jobs(self) -> None:
+        """Ask for a pass soon that need only claim jobs (a commit staged only job rows)."""
+        if not self.event.is_set():
+            self.jobs_only = True
+            self.event.set()
+
+    def take(self) -> bool:
+        """Clear the event; whether every wake since it was set asked for job claims only."""
+        jobs_only, self.jobs_only = self.jobs_only, False
+        self.event.clear()
+        return jobs_only
 
     async def listen(self) -> None:
         """With ``notify=True``: LISTEN for other runners' wakes."""

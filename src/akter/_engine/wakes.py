@@ -14,6 +14,7 @@ from akter.callers import ActorRef
 
 class _Relay(Protocol):
     def wake(self) -> None: ...
+    def wake_jobs(self) -> None: ...
     def poke_others(self) -> None: ...
 
 
@@ -36,15 +37,19 @@ class CommitWakes:
 
     def __call__(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
         now = self._clock.estimate()
-        due = any(
-            (r.at_ms is not None and r.at_ms <= now) or (r.at_ms is None and not r.delay_ms)
+        due = [
+            r.kind
             for r in writes.rows
-        )
+            if (r.at_ms is not None and r.at_ms <= now) or (r.at_ms is None and not r.delay_ms)
+        ]
         running = [job_id for job_id, is_running in cancelled if is_running]
         if running:
             self._jobs.cancel_signal(running)
-        if due or len(running) < len(cancelled):
+        if any(kind != "job" for kind in due):
             self._relay.wake()
+        elif due or len(running) < len(cancelled):
+            # Due job rows, or unstarted ones cancelled (a job claim settles them).
+            self._relay.wake_jobs()
         if writes.rows or cancelled:
             self._relay.poke_others()
         if writes.events:

@@ -1,0 +1,92 @@
+"""Which wake a local commit sends (``akter._engine.wakes.CommitWakes``, issue 13 goal 4).
+
+A commit that made only job rows due asks the relay for a jobs-only pass (one claim, not the
+intent claim beside it); a due intent or timer asks for a full pass; rows due later wake nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from akter._engine.wakes import CommitWakes
+from akter._staging import StagedRow
+
+NOW = 1_000_000
+
+
+@dataclass
+class Recorder:
+    calls: list[str] = field(default_factory=list)
+
+    def wake(self) -> None:
+        self.calls.append("wake")
+
+    def wake_jobs(self) -> None:
+        self.calls.append("wake_jobs")
+
+    def poke_others(self) -> None:
+        self.calls.append("poke")
+
+    def cancel_signal(self, job_ids: list[str]) -> None:
+        self.calls.append(f"signal {','.join(job_ids)}")
+
+    def publish(self, ref: Any) -> None:
+        self.calls.append("publish")
+
+
+class Clock:
+    def estimate(self) -> int:
+        return NOW
+
+
+def row(kind: str, *, delay_ms: int | None = None, at_ms: int | None = None) -> StagedRow:
+    return StagedRow(
+        intent_id=f"{kind}-1",
+        kind=kind,
+        target_type="T",
+        target_id="t",
+        command="c",
+        payload="{}",
+        caller="x",
+        delay_ms=delay_ms,
+        at_ms=at_ms,
+        timer_key=None,
+    )
+
+
+def wakes(rows: list[StagedRow], cancelled: list[tuple[str, bool]] | None = None) -> list[str]:
+    recorder = Recorder()
+    on_commit = CommitWakes(Clock(), recorder, recorder, recorder)  # type: ignore[arg-type]
+    on_commit(SimpleNamespace(ref=None), SimpleNamespace(rows=rows, events=[]), cancelled or [])
+    return [c for c in recorder.calls if c != "poke"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ([row("job")], ["wake_jobs"]),
+        ([row("job"), row("job", at_ms=NOW - 5)], ["wake_jobs"]),
+        ([row("intent")], ["wake"]),
+        ([row("job"), row("intent")], ["wake"]),
+        ([row("job"), row("intent", at_ms=NOW)], ["wake"]),
+        # Due later: the poll (or the idle relay's next-due sleep) finds them.
+        ([row("job", delay_ms=5_000)], []),
+        ([row("job"), row("intent", delay_ms=5_000)], ["wake_jobs"]),
+        ([row("intent", at_ms=NOW + 1)], []),
+        ([], []),
+    ],
+)
+def test_a_commit_wakes_the_relay_for_what_it_made_due(
+    rows: list[StagedRow], expected: list[str]
+) -> None:
+    assert wakes(rows) == expected
+
+
+def test_cancelled_jobs_signal_running_attempts_and_wake_job_claims_for_the_others() -> None:
+    assert wakes([], [("j1", True)]) == ["signal j1"]
+    assert wakes([], [("j1", True), ("j2", False)]) == ["signal j1", "wake_jobs"]
+    assert wakes([row("intent")], [("j2", False)]) == ["wake"]
