@@ -23,10 +23,11 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from akter._store.gateway import jobs as jobs_gateway
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, fail, gate, hang, succeed
 from tests._support import until
-from tests._support.locks import until_lock_waiter
+from tests._support.locks import lock_waiters, until_lock_waiter
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Shop
 
 Make = Callable[..., ActorTest]
@@ -274,6 +275,41 @@ async def test_JB25_a_settle_with_the_group_lock_free_wakes_the_oldest_waiting_r
         await settle_all(t)
         assert [c.key for c in provider.calls] == ["a", "b", "c"]
         assert [r["id"] for r in await hot.reports()] == [first, *waiting]
+
+
+async def test_JB25_a_capped_settle_behind_a_claim_holding_its_row_waits_past_the_lock_wait(
+    akter_test: Make, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another runner's group claim holds the running rows (job_group_lock_running) while the
+    # attempt settles. The settle waits for it as an autocommit settle always did: the claims'
+    # lock wait (here 100 ms) is not applied to the settle's transaction, whose own wake never
+    # waits (SKIP LOCKED). Failing at the lock wait would drop a success and re-run the job.
+    monkeypatch.setitem(jobs_gateway.CLAIM_SETTINGS, "lock_timeout", "100ms")
+    async with akter_test(ALL, relay=False) as t:
+        a = gate(1)
+        provider.script(a, key="a")
+        provider.default = succeed(2)
+        hot = t.get(Hot, "h1")
+        first, second = await enqueue_apart(t, hot, ["a", "b"])
+        assert await t.runtime.jobs.run_pass() == 1
+        await asyncio.wait_for(a.entered.wait(), 10)
+        async with side(t) as conn:
+            await conn.execute(
+                t.runtime.store.queries["job_group_lock_running"], group_params(t, hot, "one")
+            )
+            a.release()
+            await until_lock_waiter(t, "SET kind = 'intent'")  # the settle waits for the row
+            held_since = time.monotonic()
+            while time.monotonic() - held_since < 0.5:  # five times the claims' lock wait
+                assert await lock_waiters(t, "SET kind = 'intent'") == 1, "the settle gave up"
+                await asyncio.sleep(0.05)  # polling an observable condition over a span
+            await conn.commit()
+        await t.runtime.jobs.wait_idle()
+        rows = await by_id(t)
+        assert (rows[first]["kind"], rows[first]["command"]) == ("intent", "one_done")
+        await settle_all(t)
+        assert [(c.key, c.attempt) for c in provider.calls] == [("a", 1), ("b", 1)]
+        assert [r["id"] for r in await hot.reports()] == [first, second]
 
 
 @pytest.mark.parametrize("renewal", ["commits", "rolls back"])

@@ -547,10 +547,14 @@ class JobsGateway:
         attempt: int | None,
         after: int | None,
     ) -> tuple[bool, bool | None]:
-        """The settle and the group's wake in one pipelined transaction: (changed, woke)."""
+        """The settle and the group's wake in one pipelined transaction: (changed, woke).
+
+        No claim settings (``_settings``): the settle may wait for a claim that holds its row,
+        as an autocommit settle does (failing at the claims' lock wait would drop the attempt's
+        outcome), and the wake never waits (``SKIP LOCKED``).
+        """
         wake = conn.cursor()
         async with conn.pipeline(), conn.transaction():
-            await self._settings(conn)
             settled = await self._send_write(
                 conn, row, route, cancelled=cancelled, attempt=attempt, after=after
             )
