@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 from akter._store.gateway import jobs as jobs_gateway
 from akter.testing import ActorTest
-from akter.testing.provider import FakeProvider, fail, gate, hang, succeed
+from akter.testing.provider import FakeProvider, Step, fail, gate, hang, succeed
 from tests._support import until
 from tests._support.locks import lock_waiters, until_lock_waiter
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Shop
@@ -195,17 +195,29 @@ async def enqueue_apart(t: ActorTest, hot: Hot, tags: list[str]) -> list[str]:
     return ids
 
 
+async def first_held(
+    t: ActorTest, provider: FakeProvider, tags: list[str]
+) -> tuple[Step, Any, list[str]]:
+    """``Hot.one`` jobs ``tags`` enqueued apart; attempt 1 of the first claimed and held at a gate.
+
+    The others succeed when they run. Returns the gate, the handle and the job ids.
+    """
+    a = gate(1)
+    provider.script(a, key=tags[0])
+    provider.default = succeed(2)
+    hot = t.get(Hot, "h1")
+    ids = await enqueue_apart(t, hot, tags)
+    assert await t.runtime.jobs.run_pass() == 1
+    await asyncio.wait_for(a.entered.wait(), 10)
+    return a, hot, ids
+
+
 async def test_JB25_a_wake_blocked_by_a_claims_group_lock_then_wakes_the_oldest_waiting_row(
     akter_test: Make, provider: FakeProvider
 ) -> None:
     async with akter_test(ALL, relay=False) as t:
-        a = gate(1)
-        provider.script(a, key="a")
-        provider.default = succeed(2)
-        hot = t.get(Hot, "h1")
-        first, *waiting = await enqueue_apart(t, hot, ["a", "b", "c", "d"])
-        assert await t.runtime.jobs.run_pass() == 1
-        await asyncio.wait_for(a.entered.wait(), 10)
+        a, hot, ids = await first_held(t, provider, ["a", "b", "c", "d"])
+        first, *waiting = ids
         rows = await by_id(t)
         assert all(rows[i]["waiting"] for i in waiting)
 
@@ -249,13 +261,8 @@ async def test_JB25_a_settle_with_the_group_lock_free_wakes_the_oldest_waiting_r
     # younger rows still wait. The blocked case above shows the other branch: with the group
     # lock taken the settle commits without waiting and the executor wakes the group after.
     async with akter_test(ALL, relay=False) as t:
-        a = gate(1)
-        provider.script(a, key="a")
-        provider.default = succeed(2)
-        hot = t.get(Hot, "h1")
-        first, *waiting = await enqueue_apart(t, hot, ["a", "b", "c"])
-        assert await t.runtime.jobs.run_pass() == 1
-        await asyncio.wait_for(a.entered.wait(), 10)
+        a, hot, ids = await first_held(t, provider, ["a", "b", "c"])
+        first, *waiting = ids
         a.release()
         await t.runtime.jobs.wait_idle()
         now = await db_now(t)
@@ -286,13 +293,8 @@ async def test_JB25_a_capped_settle_behind_a_claim_holding_its_row_waits_past_th
     # waits (SKIP LOCKED). Failing at the lock wait would drop a success and re-run the job.
     monkeypatch.setitem(jobs_gateway.CLAIM_SETTINGS, "lock_timeout", "100ms")
     async with akter_test(ALL, relay=False) as t:
-        a = gate(1)
-        provider.script(a, key="a")
-        provider.default = succeed(2)
-        hot = t.get(Hot, "h1")
-        first, second = await enqueue_apart(t, hot, ["a", "b"])
-        assert await t.runtime.jobs.run_pass() == 1
-        await asyncio.wait_for(a.entered.wait(), 10)
+        a, hot, ids = await first_held(t, provider, ["a", "b"])
+        first, second = ids
         async with side(t) as conn:
             await conn.execute(
                 t.runtime.store.queries["job_group_lock_running"], group_params(t, hot, "one")
