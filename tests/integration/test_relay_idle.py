@@ -9,11 +9,13 @@ gateway's methods are wrapped to count calls; every statement still runs on Post
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from akter._engine import idle
 from akter._engine.idle import IDLE_POLLS
 from akter.testing import ActorTest
 from tests._support import until
@@ -75,6 +77,32 @@ async def test_idle_polls_ask_any_due_and_a_timer_due_without_a_wake_is_delivere
 
 
 # --- notify=True: an idle relay sleeps until the next due row ---------------------------------
+
+
+def probes_before_each_claim(relay: Any, calls: Counter[str]) -> list[int]:
+    """From now on, the count of ``next_due`` probes at each intent claim of ``relay``."""
+    seen: list[int] = []
+    claim = relay._outbox.claim
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        seen.append(calls["next_due"])
+        return claim(*args, **kw)
+
+    relay._outbox.claim = counted
+    return seen
+
+
+def heard_wakes(relay: Any) -> list[bool]:
+    """From now on, for each wake ``relay`` hears: whether its passes then follow it."""
+    following: list[bool] = []
+    heard = relay._channel._heard
+
+    def noted() -> None:
+        following.append(relay._idle.following)
+        heard()
+
+    relay._channel._heard = noted
+    return following
 
 
 async def test_next_due_names_the_first_unparked_due_time(akter_test: Make) -> None:
@@ -150,11 +178,13 @@ async def test_with_notify_another_runners_commit_wakes_a_sleeping_relay(
             within=5,
         )
         probes = calls["next_due"]
+        probes_at_claims = probes_before_each_claim(relay, calls)
 
         await b.get(Sender, "nw-s1").send_to("nw-r1", 1)
         await until(lambda: received(t, "nw-r1"), what="A delivering B's intent", within=5)
-        # Delivered by a woken pass: A asked no idle probe in between (a poll would have).
-        assert calls["next_due"] == probes
+        # Claimed by a woken pass: A asked no idle probe first (a poll would have; the passes
+        # that follow B's wake probe, but only after the claim).
+        assert probes_at_claims[0] == probes
 
 
 async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping_relay(
@@ -179,6 +209,7 @@ async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping
             what="A asleep with nothing due",
         )
         probes = calls["next_due"]
+        probes_at_claims = probes_before_each_claim(relay, calls)
 
         assert await operator.outbox.retry([timer["intent_id"]]) == 1
 
@@ -186,7 +217,76 @@ async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping
             return len(await received(t, "op-r1")) == 2
 
         await until(both_delivered, what="the retried timer delivered", within=5)
-        assert calls["next_due"] == probes  # by the wake, not by the bounded sleep's end
+        assert probes_at_claims[0] == probes  # by the wake, not by the bounded sleep's end
+
+
+# --- notify=True: following another runner's wake (issue 13, goal 3) -----------------------------
+
+
+async def test_with_notify_a_commit_inside_another_runners_notify_window_is_found_by_a_probe(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A runner coalesces its NOTIFYs to one per 50 ms, so a commit right after one has none of
+    # its own yet. Runner A (the receiver) follows B's wake with probing passes for the window;
+    # here the window is 5 s and B sends no second NOTIFY at all, so only a probe can find
+    # B's second commit before A's 10 s sleep ends.
+    monkeypatch.setattr(idle, "FOLLOW_FOR_S", 5.0)
+    async with akter_test([Receiver], notify=True) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("counts the plain claim path")
+        relay = t.runtime.relay
+        calls = count_calls(relay._outbox, ["next_due", "claim"])
+        b = await t.add_runtime([Sender], relay=False)
+        await until(
+            lambda: not relay._idle.following and relay._idle.next_wait() == IDLE_POLLS * 1.0,
+            what="A asleep (done following B's start)",
+            within=15,
+        )
+        following = heard_wakes(relay)
+
+        await b.get(Sender, "fw-s1").send_to("fw-r1", 1)
+        await until(lambda: received(t, "fw-r1"), what="A delivering B's first intent", within=5)
+        assert following == [True]  # A heard B's wake and follows it
+        monkeypatch.setattr(b.relay, "poke_others", lambda: None)  # B's next commit: no NOTIFY
+        probes, claims = calls["next_due"], calls["claim"]
+
+        await b.get(Sender, "fw-s1").send_to("fw-r2", 1)
+        await until(lambda: received(t, "fw-r2"), what="a probe finding B's intent", within=4)
+        assert following == [True]  # no wake brought it
+        assert calls["next_due"] > probes and calls["claim"] == claims + 1
+        # Probes that found nothing due claimed nothing; once the window ends A sleeps again.
+        await until(
+            lambda: not relay._idle.following and relay._idle.next_wait() == IDLE_POLLS * 1.0,
+            what="A asleep again after the window",
+            within=15,
+        )
+        assert calls["claim"] == claims + 1
+
+
+async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every runner hears its own NOTIFYs; its commits already woke its relay in-process, so
+    # they must not start 100 probes a second. An operator's wake (another process) does.
+    monkeypatch.setattr(idle, "FOLLOW_FOR_S", 5.0)
+    async with akter_test(ALL, notify=True) as t:
+        relay = t.runtime.relay
+        following = heard_wakes(relay)
+        sender = t.get(Sender, "ow-s1")
+
+        def heard(n: int) -> Callable[[], bool]:
+            return lambda: len(following) >= n
+
+        for k in range(1, 4):
+            await sender.send_to("ow-r1", k)
+            await until(heard(k), what="its own wake heard", within=5)
+        assert following == [False, False, False]
+        assert not relay._idle.following
+
+        operator = await t.add_runtime(ALL, relay=False, maintenance=False)
+        await operator.relay.announce()
+        await until(lambda: len(following) > 3, what="the operator's wake heard", within=5)
+        assert following[3:] and all(following[3:])
 
 
 # --- jobs-only wakes (issue 13, goal 4) ----------------------------------------------------------

@@ -11,16 +11,29 @@ relay. Lease ends, backoffs, timers and debounce windows are due times in the ou
 are covered by the probe itself. The bound catches what neither covers: a write made outside a
 turn without a NOTIFY (an operator's script) and a NOTIFY lost while the listener reconnected.
 Without ``notify`` nothing tells this runner of another's commits, so it polls every ``poll``.
+
+Following another runner (issue 13, goal 3): a runner sends at most one ``NOTIFY`` per 50 ms
+(semantics §2.7), so under a steady stream its commits wait 25 ms on average for the next one.
+After a wake from another runner the relay therefore runs a pass every ``FOLLOW_EVERY_S`` until
+``FOLLOW_FOR_S`` have passed since that wake, each asking first whether anything is due (one
+cheap statement; the claims run only when something is). At most 100 such probes a second, and
+only while other runners are committing; the runner's own wakes start none (its commits wake it
+in-process).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from typing import Protocol
 
 #: With ``notify=True``, the longest an idle relay sleeps, in polls, when no row is due sooner.
 IDLE_POLLS = 10
+#: With ``notify=True``: after another runner's wake, a probing pass this often ...
+FOLLOW_EVERY_S = 0.01
+#: ... for this long (the other runner's NOTIFY window, semantics §2.7).
+FOLLOW_FOR_S = 0.05
 
 
 class _Outbox(Protocol):
@@ -43,9 +56,22 @@ class IdleWait:
         self._notify = notify
         # After an idle probe with notify: seconds until the first row is due; else None.
         self._quiet_s: float | None = None
+        # ``time.monotonic()`` until which passes follow another runner's wake.
+        self._follow_until = 0.0
+
+    def heard_other(self) -> None:
+        """Another runner's wake arrived: follow it with probing passes (module docstring)."""
+        self._follow_until = time.monotonic() + FOLLOW_FOR_S
+
+    @property
+    def following(self) -> bool:
+        """Whether passes now follow another runner's wake (each probes before it claims)."""
+        return time.monotonic() < self._follow_until
 
     def next_wait(self) -> float:
         """Seconds until the next pass unless woken."""
+        if self.following:
+            return FOLLOW_EVERY_S
         wait = self._poll * random.uniform(0.9, 1.1)
         if self._quiet_s is None:
             return wait

@@ -137,7 +137,7 @@ class Relay:
         self._idle = IdleWait(
             self._outbox, poll_ms=services.config.poll_ms, notify=services.config.notify
         )
-        self._channel = WakeChannel(services, heard=events.wake_all)
+        self._channel = WakeChannel(services, heard=events.wake_all, other=self._idle.heard_other)
         self._pass_lock = asyncio.Lock()
         self._claims: dict[tuple[int, str], _Claim] = {}
         self._widen = 1
@@ -232,9 +232,11 @@ class Relay:
             jobs_only = self._channel.take() and woken and time.monotonic() < full_by
             if not jobs_only:
                 full_by = time.monotonic() + self._services.config.poll_ms / 1000
+            # A poll after a pass that claimed nothing, or one following another runner's wake,
+            # asks first (``any_due`` or ``next_due``): idle cost.
+            probe = (idle or self._idle.following) and not woken
             try:
-                # A poll after a pass that claimed nothing asks first (``any_due``): idle cost.
-                claimed = await self.run_pass(idle_poll=idle and not woken, jobs_only=jobs_only)
+                claimed = await self.run_pass(idle_poll=probe, jobs_only=jobs_only)
                 # A jobs-only pass says nothing of intents: idle only if the last one was.
                 idle = claimed == 0 and (idle or not jobs_only)
             except (psycopg.Error, OSError) as exc:

@@ -3,8 +3,9 @@
 Wakes only cut latency (semantics §3.5.2): a local commit that made a row due sets the event at
 once; with ``notify=True`` a commit with new rows or events sends one ``NOTIFY`` on
 ``<schema>_wake`` (at most every 50 ms, strictly after the commit), and a dedicated connection
-listens for other runners' and wakes this relay and its live event feeds. A listener that loses
-its connection reconnects with backoff and wakes once for whatever it missed meanwhile.
+listens for other runners' and wakes this relay and its live event feeds (and tells the relay's
+idle wait when a wake came from another runner, to follow it: ``akter._engine.idle``). A listener
+that loses its connection reconnects with backoff and wakes once for whatever it missed meanwhile.
 """
 
 from __future__ import annotations
@@ -36,13 +37,17 @@ class WakeChannel:
 
     Args:
         services: The runner's services.
-        heard: Called for every wake heard from another runner, after the relay's own (the
-            event bus wakes its live feeds).
+        heard: Called for every wake heard, after the relay's own (the event bus wakes its
+            live feeds).
+        other: Called for a wake another runner sent (this runner hears its own too).
     """
 
-    def __init__(self, services: Services, *, heard: Callable[[], None]) -> None:
+    def __init__(
+        self, services: Services, *, heard: Callable[[], None], other: Callable[[], None]
+    ) -> None:
         self._services = services
         self._heard = heard
+        self._other = other
         self._notifier = Notifier(services.store)
         #: Set by a wake; the relay's loop waits on it between passes.
         self.event = asyncio.Event()
@@ -143,7 +148,9 @@ class WakeChannel:
                     self.wake()
                     self._heard()
                 backoff.reset()
-                async for _ in self._listener.notifies():
+                async for notification in self._listener.notifies():
+                    if not self._notifier.sent_here(notification.pid):
+                        self._other()
                     self.wake()
                     self._heard()
             except (psycopg.Error, OSError) as exc:

@@ -14,16 +14,31 @@ if TYPE_CHECKING:
     from akter._store.pool import Connection, Store
 
 
+#: The most sending connections remembered (a pool's worth, with room for its churn).
+_SENDERS_KEPT = 256
+
+
 class Notifier:
     """The schema's two channels: relay and event-feed wakes, and job progress messages."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # Server process ids of the connections this runner sent wakes from: its own listener
+        # hears them too, and ``sent_here`` tells them apart from other runners'.
+        self._senders: set[int] = set()
 
     async def notify_wake(self) -> None:
         """Wake other runners' relays and event feeds (a framework connection)."""
         async with self._store.framework.connection() as conn:
+            # Noted before the statement: the listener may hear it before it returns.
+            if len(self._senders) >= _SENDERS_KEPT:
+                self._senders.clear()  # pool churn: at worst one wake is taken for another's
+            self._senders.add(conn.info.backend_pid)
             await conn.execute(self._store.queries["notify_wake"])
+
+    def sent_here(self, pid: int) -> bool:
+        """Whether a wake heard from server process ``pid`` was sent by this runner."""
+        return pid in self._senders
 
     async def listen_wake(self) -> Connection:
         """A new dedicated connection listening for wakes (the caller closes it)."""
