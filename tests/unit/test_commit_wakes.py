@@ -1,11 +1,13 @@
 """Which wake a local commit sends (``akter._engine.wakes.CommitWakes``, issue 13 goal 4).
 
 A commit that made only job rows due asks the relay for a jobs-only pass (one claim, not the
-intent claim beside it); a due intent or timer asks for a full pass; rows due later wake nothing.
+intent claim beside it) naming those rows, so the executor can claim them by key; a due intent
+or timer asks for a full pass; rows due later wake nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 
 from akter._engine.wakes import CommitWakes
 from akter._staging import StagedRow
+from akter._store.gateway.jobs import JobKey
 
 NOW = 1_000_000
 
@@ -21,12 +24,14 @@ NOW = 1_000_000
 @dataclass
 class Recorder:
     calls: list[str] = field(default_factory=list)
+    keys: list[JobKey] = field(default_factory=list)
 
     def wake(self) -> None:
         self.calls.append("wake")
 
-    def wake_jobs(self) -> None:
-        self.calls.append("wake_jobs")
+    def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None:
+        self.calls.append(f"wake_jobs {len(keys)}" if keys else "wake_jobs")
+        self.keys += keys
 
     def poke_others(self) -> None:
         self.calls.append("poke")
@@ -58,24 +63,31 @@ def row(kind: str, *, delay_ms: int | None = None, at_ms: int | None = None) -> 
     )
 
 
-def wakes(rows: list[StagedRow], cancelled: list[tuple[str, bool]] | None = None) -> list[str]:
+ACT = SimpleNamespace(ref=SimpleNamespace(type="Shop"), routing_key=42)
+
+
+def commit(rows: list[StagedRow], cancelled: list[tuple[str, bool]] | None = None) -> Recorder:
     recorder = Recorder()
     on_commit = CommitWakes(Clock(), recorder, recorder, recorder)  # type: ignore[arg-type]
-    on_commit(SimpleNamespace(ref=None), SimpleNamespace(rows=rows, events=[]), cancelled or [])
-    return [c for c in recorder.calls if c != "poke"]
+    on_commit(ACT, SimpleNamespace(rows=rows, events=[]), cancelled or [])
+    return recorder
+
+
+def wakes(rows: list[StagedRow], cancelled: list[tuple[str, bool]] | None = None) -> list[str]:
+    return [c for c in commit(rows, cancelled).calls if c != "poke"]
 
 
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
-        ([row("job")], ["wake_jobs"]),
-        ([row("job"), row("job", at_ms=NOW - 5)], ["wake_jobs"]),
+        ([row("job")], ["wake_jobs 1"]),
+        ([row("job"), row("job", at_ms=NOW - 5)], ["wake_jobs 2"]),
         ([row("intent")], ["wake"]),
         ([row("job"), row("intent")], ["wake"]),
         ([row("job"), row("intent", at_ms=NOW)], ["wake"]),
         # Due later: the poll (or the idle relay's next-due sleep) finds them.
         ([row("job", delay_ms=5_000)], []),
-        ([row("job"), row("intent", delay_ms=5_000)], ["wake_jobs"]),
+        ([row("job"), row("intent", delay_ms=5_000)], ["wake_jobs 1"]),
         ([row("intent", at_ms=NOW + 1)], []),
         ([], []),
     ],
@@ -90,3 +102,9 @@ def test_cancelled_jobs_signal_running_attempts_and_wake_job_claims_for_the_othe
     assert wakes([], [("j1", True)]) == ["signal j1"]
     assert wakes([], [("j1", True), ("j2", False)]) == ["signal j1", "wake_jobs"]
     assert wakes([row("intent")], [("j2", False)]) == ["wake"]
+
+
+def test_a_jobs_only_wake_names_each_due_row_by_its_actors_routing_key_and_its_job() -> None:
+    due, later = row("job"), row("job", delay_ms=5_000)
+    later.intent_id = "job-2"
+    assert commit([due, later]).keys == [JobKey(42, "job-1", "Shop", "c")]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from akter._store.gateway.jobs import Group, JobsGateway, JobType
+from akter._store.gateway.jobs import Group, JobKey, JobsGateway, JobType
 from akter.callers import ActorRef
 
 if TYPE_CHECKING:
@@ -157,6 +157,15 @@ async def claim_uncapped(
     )
     candidates = int(rows[0]["candidates"]) if rows else 0
     return [_claimed(r, sent_at) for r in rows], candidates
+
+
+async def claim_keyed(
+    gateway: JobsGateway, *, jobs: Sequence[Job[Any, Any]], keys: Sequence[JobKey], lease_ms: int
+) -> list[ClaimedJob]:
+    """Claim the rows a local commit just made due (``keys``) among uncapped ``jobs``."""
+    assert all(j.options.concurrency is None and j.options.per_actor is None for j in jobs)
+    rows, sent_at = await gateway.claim_keyed(job_types(jobs), keys, lease_ms=lease_ms)
+    return [_claimed(r, sent_at) for r in rows]
 
 
 async def discover_groups(

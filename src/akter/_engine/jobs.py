@@ -4,9 +4,11 @@ Interface used by the rest of the runtime (keep it stable):
 
 - ``JobExecutor(services, wake=...)``; ``await start()`` / ``await stop()`` (stop interrupts running
   attempts *without* settling: their rows stay running and ambiguous, taken over after the lease);
-- ``await run_pass() -> int``: claim due job rows of the job types this runner executes
+- ``await run_pass(keys=()) -> int``: claim due job rows of the job types this runner executes
   (``config.executes``), up to free executor slots, start their attempts as tasks; returns how
-  many rows it claimed. Called by the relay loop on every pass and by ``ActorTest`` drains;
+  many rows it claimed. Called by the relay loop on every pass and by ``ActorTest`` drains.
+  ``keys``: rows a local commit just made due (a jobs-only wake); when they can be, they are
+  claimed by primary key, and the full claims run only if that did not take them all;
 - ``await wait_idle()``: await every attempt task started so far;
 - ``running -> int``: attempts in flight on this runner;
 - ``cancel_signal(job_ids)``: a turn on this runner committed the cancellation of these running
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -32,6 +34,7 @@ from akter._engine.job_claims import (
     ClaimedJob,
     by_stored_name,
     claim_group,
+    claim_keyed,
     claim_uncapped,
     discover_groups,
     limit_of,
@@ -39,7 +42,7 @@ from akter._engine.job_claims import (
 )
 from akter._engine.progress import ProgressHub
 from akter._store.gateway.job_flow import FlowGateway
-from akter._store.gateway.jobs import JobsGateway
+from akter._store.gateway.jobs import JobKey, JobsGateway
 from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
@@ -69,6 +72,9 @@ class JobExecutor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._pass_lock = asyncio.Lock()
         self._widen = 1
+        # The last full uncapped claim may have left due rows behind (or none has run yet): a
+        # keyed claim would then take fresh rows ahead of them, so the full claim runs.
+        self._uncapped_backlog = True
         self._capped_first = False
         self._stopping = False
         #: Attempts that ended on this runner (a drain can tell that work finished mid-pass).
@@ -147,8 +153,8 @@ class JobExecutor:
                 found[(definition.name, name)] = job
         return [found[key] for key in sorted(self._services.config.executes) if key in found]
 
-    async def run_pass(self) -> int:
-        """Claim and start due attempts; returns how many rows were claimed."""
+    async def run_pass(self, keys: Sequence[JobKey] = ()) -> int:
+        """Claim and start due attempts; returns how many rows were claimed (module docstring)."""
         async with self._pass_lock:
             if self._stopping:
                 return 0
@@ -157,6 +163,10 @@ class JobExecutor:
             capped = [j for j in jobs if j.options.per_actor is not None]
             # Uncapped types with a deployment-wide cap are claimed one type per claim.
             free_types = [j for j in uncapped if j.options.concurrency is None]
+            if keys:
+                taken = await self._claim_keyed(free_types, keys)
+                if taken == len(keys):
+                    return taken
             batches = [free_types] if free_types else []
             batches += [[j] for j in uncapped if j.options.concurrency is not None]
             order = [("uncapped", batch) for batch in batches] + [("capped", capped)]
@@ -164,7 +174,7 @@ class JobExecutor:
                 if self._capped_first:
                     order.reverse()
                 self._capped_first = not self._capped_first
-            claimed = 0
+            claimed = taken if keys else 0
             for kind, chosen in order:
                 free = self._services.config.executor_concurrency - self.running
                 if not chosen or free <= 0:
@@ -205,7 +215,38 @@ class JobExecutor:
                 self._widen = min(self._widen * 2, MAX_WIDEN)
             else:
                 self._widen = 1
+            self._uncapped_backlog = len(rows) == free or candidates > len(rows)
         by_key = by_stored_name(jobs)
+        for row in await self._admit(rows, by_key):
+            self._start(row, by_key[(row.actor_type, row.command)])
+        return len(rows)
+
+    async def _claim_keyed(self, jobs: list[Job[Any, Any]], keys: Sequence[JobKey]) -> int:
+        """Claim the rows a local commit just made due, by key, if nothing else should go first.
+
+        Only rows of uncapped types without a deployment-wide cap, with a free slot each, on
+        plain PostgreSQL, and when the last full claim left no due rows behind. Returns how many
+        it claimed (0 when it did not try: the caller then runs the full claims).
+        """
+        by_key = by_stored_name(jobs)
+        free = self._services.config.executor_concurrency - self.running
+        if (
+            self._uncapped_backlog
+            or len(keys) > free
+            or not self.gateway.keyed_claims
+            or any((k.actor_type, k.job) not in by_key for k in keys)
+        ):
+            return 0
+        try:
+            rows = await claim_keyed(
+                self.gateway, jobs=jobs, keys=keys, lease_ms=self._services.config.job_lease_ms
+            )
+        except psycopg.Error as exc:
+            log.warning(
+                "Job claim failed; retrying at the next pass",
+                extra={"error": f"{type(exc).__name__}: {exc}"},
+            )
+            return 0
         for row in await self._admit(rows, by_key):
             self._start(row, by_key[(row.actor_type, row.command)])
         return len(rows)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -40,6 +40,7 @@ from akter._engine.backlog import BacklogGate
 from akter._engine.idle import IdleWait
 from akter._engine.skew import SkewWatch
 from akter._engine.wake_channel import WakeChannel
+from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, caller_from_json
@@ -90,7 +91,7 @@ class Deliver(Protocol):
 class JobPasses(Protocol):
     """What the relay needs of the job executor."""
 
-    def run_pass(self) -> Awaitable[int]: ...
+    def run_pass(self, keys: Sequence[JobKey] = ()) -> Awaitable[int]: ...
 
     def executed_jobs(self) -> list[Job[Any, Any]]: ...
 
@@ -206,13 +207,14 @@ class Relay:
         """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
         self._channel.wake()
 
-    def wake_jobs(self) -> None:
-        """Ask for a pass soon that need only claim jobs.
+    def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None:
+        """Ask for a pass soon that need only claim jobs (``keys``: the rows a commit made due).
 
         Unless another wake wants more, the pass skips the intent claim: a job's start latency
-        is then one claim, not two side by side.
+        is then one claim, not two side by side; and the executor may claim ``keys`` by primary
+        key instead of probing every bucket.
         """
-        self._channel.wake_jobs()
+        self._channel.wake_jobs(keys)
 
     async def announce(self) -> None:
         """After an operator made rows due now: a pass here, and every runner woken."""
@@ -229,14 +231,17 @@ class Relay:
         full_by = 0.0
         while True:
             woken = await wait_event(self._channel.event, self._idle.next_wait())
-            jobs_only = self._channel.take() and woken and time.monotonic() < full_by
+            keys = self._channel.take()
+            jobs_only = keys is not None and woken and time.monotonic() < full_by
             if not jobs_only:
                 full_by = time.monotonic() + self._services.config.poll_ms / 1000
             # A poll after a pass that claimed nothing, or one following another runner's wake,
             # asks first (``any_due`` or ``next_due``): idle cost.
             probe = (idle or self._idle.following) and not woken
             try:
-                claimed = await self.run_pass(idle_poll=probe, jobs_only=jobs_only)
+                claimed = await self.run_pass(
+                    idle_poll=probe, jobs_only=jobs_only, keys=keys if jobs_only else None
+                )
                 # A jobs-only pass says nothing of intents: idle only if the last one was.
                 idle = claimed == 0 and (idle or not jobs_only)
             except (psycopg.Error, OSError) as exc:
@@ -263,7 +268,12 @@ class Relay:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def run_pass(
-        self, *, drain: bool = False, idle_poll: bool = False, jobs_only: bool = False
+        self,
+        *,
+        drain: bool = False,
+        idle_poll: bool = False,
+        jobs_only: bool = False,
+        keys: Sequence[JobKey] | None = None,
     ) -> int:
         """One pass: claim intents into free slots, then let the executor claim jobs.
 
@@ -272,7 +282,8 @@ class Relay:
         loop's poll after a pass that claimed nothing) first asks whether any row is due at all
         and claims nothing when none is: every claim needs a due, unparked row. A ``jobs_only``
         pass (woken only by commits that staged job rows) skips the intent claim; the polls
-        claim both.
+        claim both. ``keys``: the job rows those commits made due (the executor may claim them
+        by key).
         """
         if self._stopping:
             return 0
@@ -285,7 +296,7 @@ class Relay:
                 return 0
             # Side by side (own connection, framework pool): in series, an intent committed
             # while the job claims ran waited for them before its own claim.
-            passes = [self._jobs.run_pass()]
+            passes = [self._jobs.run_pass(keys or ())]
             if not jobs_only:
                 passes.insert(0, self._claim_intents(drain))
             if self._workflows is not None:

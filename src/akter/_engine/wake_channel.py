@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import psycopg
 
 from akter._retry import Backoff
+from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.notify import Notifier
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("akter.relay")
 
 _NOTIFY_EVERY = 0.05
+#: The most job rows a jobs-only pass claims by key (more: the full claims).
+_JOB_KEYS_KEPT = 64
 #: Waits between reconnects of the wake listener (doubling).
 _RECONNECT_FIRST_S, _RECONNECT_MAX_S = 0.1, 5.0
 
@@ -51,8 +54,9 @@ class WakeChannel:
         self._notifier = Notifier(services.store)
         #: Set by a wake; the relay's loop waits on it between passes.
         self.event = asyncio.Event()
-        #: Every wake since the event was last cleared asked for job claims only.
-        self.jobs_only = False
+        # Every wake since the event was last cleared asked for job claims only: the job rows
+        # they made due (empty: not known), else None.
+        self._job_keys: list[JobKey] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Connection | None = None
         self._notify_pending = False
@@ -61,20 +65,28 @@ class WakeChannel:
 
     def wake(self) -> None:
         """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
-        self.jobs_only = False
+        self._job_keys = None
         self.event.set()
 
-    def wake_jobs(self) -> None:
-        """Ask for a pass soon that need only claim jobs (a commit staged only job rows)."""
+    def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None:
+        """Ask for a pass soon that need only claim jobs (a commit made only job rows due)."""
         if not self.event.is_set():
-            self.jobs_only = True
+            self._job_keys = list(keys)
             self.event.set()
+        elif self._job_keys:
+            self._job_keys += keys
+            if not keys or len(self._job_keys) > _JOB_KEYS_KEPT:
+                self._job_keys = []  # not all known: the executor's full claims
 
-    def take(self) -> bool:
-        """Clear the event; whether every wake since it was set asked for job claims only."""
-        jobs_only, self.jobs_only = self.jobs_only, False
+    def take(self) -> list[JobKey] | None:
+        """Clear the event; what the pass it starts must claim.
+
+        If every wake since the event was set asked for job claims only: the job rows they made
+        due (empty: not all known). Else None: a full pass.
+        """
+        keys, self._job_keys = self._job_keys, None
         self.event.clear()
-        return jobs_only
+        return keys
 
     async def listen(self) -> None:
         """With ``notify=True``: LISTEN for other runners' wakes."""

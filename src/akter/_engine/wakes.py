@@ -6,15 +6,17 @@ attempts get their signal; new rows and events poke the other runners (NOTIFY, w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
+from akter._store.gateway.jobs import JobKey
 from akter._store.pool import Clock
 from akter.callers import ActorRef
 
 
 class _Relay(Protocol):
     def wake(self) -> None: ...
-    def wake_jobs(self) -> None: ...
+    def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None: ...
     def poke_others(self) -> None: ...
 
 
@@ -38,18 +40,21 @@ class CommitWakes:
     def __call__(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
         now = self._clock.estimate()
         due = [
-            r.kind
+            r
             for r in writes.rows
             if (r.at_ms is not None and r.at_ms <= now) or (r.at_ms is None and not r.delay_ms)
         ]
         running = [job_id for job_id, is_running in cancelled if is_running]
         if running:
             self._jobs.cancel_signal(running)
-        if any(kind != "job" for kind in due):
+        if any(r.kind != "job" for r in due):
             self._relay.wake()
-        elif due or len(running) < len(cancelled):
-            # Due job rows, or unstarted ones cancelled (a job claim settles them).
-            self._relay.wake_jobs()
+        elif len(running) < len(cancelled):
+            self._relay.wake_jobs()  # unstarted jobs cancelled: a job claim settles them
+        elif due:
+            self._relay.wake_jobs(
+                [JobKey(act.routing_key, r.intent_id, act.ref.type, r.command) for r in due]
+            )
         if writes.rows or cancelled:
             self._relay.poke_others()
         if writes.events:

@@ -57,6 +57,8 @@ REFERENCE = (
 PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "claim_intents": ("citus_claim_intents_scan", "citus_claim_intent"),
     "claim_jobs": ("citus_claim_jobs_scan", "citus_claim_job"),
+    # Not run on Citus (a join with unnest() spans every shard): its wake runs the full claim.
+    "claim_jobs_keyed": ("citus_claim_job",),
     "discover_capped_groups": ("citus_discover_capped_groups",),
     "prune_receipts": ("citus_prune_receipts",),
     "release_skewed_intents": ("citus_release_skewed_intents_scan", "citus_release_skewed_intent"),

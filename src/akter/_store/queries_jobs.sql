@@ -65,6 +65,51 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
           (SELECT count(*) FROM candidates) AS candidates;
 
+-- claim_jobs_keyed --
+-- the given job rows (this runner just committed them) that are due, unparked and of the uncapped types this runner executes, highest rank first, SKIP LOCKED, leased with ambiguity pre-marked like claim_jobs; by primary key, so a cached generic plan is as good as any
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+),
+mine AS MATERIALIZED (
+    SELECT m.actor_type, m.job, m.max_attempts
+    FROM unnest(%(types)s::text[], %(jobs)s::text[], %(max_attempts)s::int[])
+        AS m(actor_type, job, max_attempts)
+),
+locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts, o.ambiguous, o.maybe_applied,
+           o.final_failure, o.cancelled_at_ms IS NOT NULL AS cancelled, m.max_attempts,
+           o.last_error AS prior_error, o.waiting_for AS prior_waiting_for,
+           (o.cancelled_at_ms IS NULL AND o.attempts < m.max_attempts
+            AND NOT o.final_failure) AS attempting
+    FROM unnest(%(rks)s::bigint[], %(ids)s::text[]) AS k(routing_key, intent_id)
+    JOIN {schema}.outbox o ON o.routing_key = k.routing_key AND o.intent_id = k.intent_id
+    JOIN mine m ON m.actor_type = o.actor_type AND m.job = o.command
+    CROSS JOIN clock
+    WHERE o.kind = 'job' AND o.due_at_ms <= clock.now AND o.parked_at_ms IS NULL
+    ORDER BY o.rank_ms
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET due_at_ms = clock.now + %(lease)s::bigint,
+    waiting = false, waiting_for = NULL,
+    attempts = CASE WHEN l.attempting THEN l.attempts + 1 ELSE l.attempts END,
+    running = l.attempting,
+    ambiguous = CASE WHEN l.attempting THEN true ELSE l.ambiguous END,
+    maybe_applied = CASE WHEN l.attempting THEN l.maybe_applied OR (l.attempts > 0 AND l.ambiguous)
+                         ELSE l.maybe_applied END,
+    last_error = CASE WHEN l.attempting
+                      THEN 'Attempt ' || (l.attempts + 1) || ' ended without reporting an outcome'
+                      ELSE o.last_error END
+FROM locked l, clock
+WHERE o.routing_key = l.routing_key AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.command,
+          o.payload, o.payload_version, o.caller, o.attempts, o.last_error, o.ambiguous,
+          o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
+          (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
+          l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
+          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
+          cardinality(%(ids)s::text[]) AS candidates;
+
 -- discover_capped_groups --
 -- the (actor, job) groups of this runner's capped job types with due rows, earliest first, no locks
 WITH clock AS MATERIALIZED (

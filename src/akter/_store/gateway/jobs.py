@@ -66,6 +66,16 @@ class JobType:
     max_attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class JobKey:
+    """A job row this runner just committed, as a keyed claim names it."""
+
+    routing_key: int
+    intent_id: str
+    actor_type: str
+    job: str
+
+
 @dataclass(frozen=True)
 class Group:
     """One job type of one actor whose attempts run under a per-actor cap."""
@@ -183,6 +193,35 @@ class JobsGateway:
                 sent_at = self._local.now()
                 await cur.execute(q["claim_jobs"], params, prepare=False)
                 return await cur.fetchall(), sent_at
+
+    @property
+    def keyed_claims(self) -> bool:
+        """Whether :meth:`claim_keyed` runs here (plain PostgreSQL; on Citus the full claim)."""
+        return self._store.strategy != "citus"
+
+    async def claim_keyed(
+        self, jobs: Sequence[JobType], keys: Sequence[JobKey], *, lease_ms: int
+    ) -> tuple[list[Row], float]:
+        """Claim the rows ``keys`` names that are due, unparked, unlocked and of uncapped ``jobs``.
+
+        The rows and the monotonic time they were sent. For the rows a local commit just made
+        due: found by primary key, not by the bucket probe of :meth:`claim_uncapped`, so the
+        statement is prepared like any other.
+        """
+        params = {
+            "off": self._off,
+            "types": [j.actor_type for j in jobs],
+            "jobs": [j.job for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "rks": [k.routing_key for k in keys],
+            "ids": [k.intent_id for k in keys],
+            "lease": lease_ms,
+        }
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            sent_at = self._local.now()
+            await cur.execute(self._store.queries["claim_jobs_keyed"], params)
+            return await cur.fetchall(), sent_at
 
     async def _slots(self, cur: Any, limit: tuple[str, str, int], names: Sequence[str]) -> int:
         """Lock a capped type's ``job_limits`` row; its free slots under the declared cap.
