@@ -253,38 +253,35 @@ async def test_JB25_a_wake_blocked_by_a_claims_group_lock_then_wakes_the_oldest_
         assert [r["id"] for r in await hot.reports()] == [first, *waiting]
 
 
-async def test_JB25_a_settle_with_the_group_lock_free_claims_the_oldest_waiting_row_itself(
+async def test_JB25_a_settle_with_the_group_lock_free_wakes_the_oldest_waiting_row_itself(
     akter_test: Make, provider: FakeProvider
 ) -> None:
-    # The wake after a capped attempt rides in its settle's transaction, and so does the claim
-    # of the row it woke (issue 13): the route rewrite, the wake and the claim commit together,
-    # the claimed row starts on this runner with no relay
-    # pass (relay=False here), and the younger rows still wait. The blocked case above shows
-    # the other branch: with the group lock taken the settle commits without waiting and the
-    # executor wakes the group after.
+    # The wake after a capped attempt rides in its settle's transaction (one round trip, issue
+    # 13): the route rewrite and the wake are one transaction's tuples (same xmin), and the
+    # younger rows still wait. The blocked case above shows the other branch: with the group
+    # lock taken the settle commits without waiting and the executor wakes the group after.
     async with akter_test(ALL, relay=False) as t:
-        b = gate(2)
-        provider.script(b, key="b")
         a, hot, ids = await first_held(t, provider, ["a", "b", "c"])
-        first, second, third = ids
+        first, *waiting = ids
         a.release()
-        await asyncio.wait_for(b.entered.wait(), 10)
+        await t.runtime.jobs.wait_idle()
+        now = await db_now(t)
         rows = {
             str(r["intent_id"]): r
             for r in await t.rows("SELECT *, xmin::text AS tx FROM {schema}.outbox")
         }
         assert (rows[first]["kind"], rows[first]["command"]) == ("intent", "one_done")
-        claimed, younger = rows[second], rows[third]
-        assert (claimed["waiting"], claimed["running"], claimed["attempts"]) == (False, True, 1)
-        # With relay=False no pass ran that could have claimed it. (Its xmin is the id of the
-        # savepoint the claim ran in, a subtransaction of the settle's.)
-        assert int(claimed["tx"]) > int(rows[first]["tx"])
-        assert younger["waiting"] and not younger["running"]
-        b.release()
-        await t.runtime.jobs.wait_idle()  # b's settle claims c the same way; c succeeds
+        woken, younger = rows[waiting[0]], rows[waiting[1]]
+        assert (woken["waiting"], woken["running"], woken["due_at_ms"] <= now) == (
+            False,
+            False,
+            True,
+        )
+        assert woken["tx"] == rows[first]["tx"]  # woken by the settle's own transaction
+        assert younger["waiting"] and younger["due_at_ms"] > now
         await settle_all(t)
         assert [c.key for c in provider.calls] == ["a", "b", "c"]
-        assert [r["id"] for r in await hot.reports()] == ids
+        assert [r["id"] for r in await hot.reports()] == [first, *waiting]
 
 
 async def test_JB25_a_capped_settle_behind_a_claim_holding_its_row_waits_past_the_lock_wait(
@@ -315,74 +312,6 @@ async def test_JB25_a_capped_settle_behind_a_claim_holding_its_row_waits_past_th
         await settle_all(t)
         assert [(c.key, c.attempt) for c in provider.calls] == [("a", 1), ("b", 1)]
         assert [r["id"] for r in await hot.reports()] == [first, second]
-
-
-async def test_JB25_a_settles_own_claim_stuck_past_the_lock_wait_is_undone_not_the_settle(
-    akter_test: Make, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Cap 2: x and y run, z waits. While y's row is held (its renewal in flight), x settles: its
-    # transaction wakes z and starts to claim it, and the claim's wait for the group's running
-    # rows (job_group_lock_running) runs past the claims' lock wait (here 100 ms). Only the
-    # claim's savepoint is undone: x's route commits, z stays woken for a pass, and every job
-    # runs once.
-    monkeypatch.setitem(jobs_gateway.CLAIM_SETTINGS, "lock_timeout", "100ms")
-    async with akter_test(ALL, relay=False) as t:
-        x, y = gate(1), gate(2)
-        provider.script(x, key="x")
-        provider.script(y, key="y")
-        provider.default = succeed(3)
-        hot = t.get(Hot, "h2")
-        ids = await hot.start_two(["x", "y", "z"])
-        assert await t.runtime.jobs.run_pass() == 2
-        await asyncio.wait_for(asyncio.gather(x.entered.wait(), y.entered.wait()), 10)
-        first, second, third = ids
-        async with side(t) as conn:
-            await conn.execute(
-                sql.SQL("SELECT 1 FROM {}.outbox WHERE intent_id = %(id)s FOR UPDATE").format(
-                    sql.Identifier(t.schema)
-                ),
-                {"id": second},
-            )
-            x.release()
-
-            async def routed() -> dict[str, dict[str, Any]] | None:
-                rows = await by_id(t)
-                return rows if rows[first]["kind"] == "intent" else None
-
-            rows = await until(routed, what="x's settle committed while y's row is held")
-            now = await db_now(t)
-            assert (rows[third]["waiting"], rows[third]["running"]) == (False, False)
-            assert rows[third]["attempts"] == 0 and rows[third]["due_at_ms"] <= now
-            assert [c.key for c in provider.calls] == ["x", "y"]
-        y.release()
-        await t.runtime.jobs.wait_idle()
-        await settle_all(t)
-        assert sorted(str(c.key) for c in provider.calls) == ["x", "y", "z"]
-        assert sorted(r["id"] for r in await hot.reports()) == sorted(ids)
-
-
-async def test_JB25_a_row_a_settle_claimed_whose_runner_dies_before_it_runs_is_taken_over(
-    akter_test: Make, provider: FakeProvider
-) -> None:
-    # a's settle claims b in its own transaction; the runner dies before b's attempt begins
-    # (a crash at b's after_claim: no further write). b's row stays claimed, running and
-    # pre-marked ambiguous, like any claim a death cut short; after its lease, attempt 2 runs.
-    # Every outcome is routed once.
-    async with akter_test(ALL, relay=False) as t:
-        a, hot, ids = await first_held(t, provider, ["a", "b"])
-        second = ids[1]
-        t.crash_next("after_claim", lambda info: info["job_id"] == second)
-        a.release()
-        await t.runtime.jobs.wait_idle()
-        row = (await by_id(t))[second]
-        assert (row["running"], row["attempts"], row["ambiguous"]) == (True, 1, True)
-        assert [c.key for c in provider.calls] == ["a"]
-
-        await t.advance(t.runtime.config.job_lease_ms / 1000 + 1)
-        await settle_all(t)
-        assert [(c.key, c.attempt) for c in provider.calls] == [("a", 1), ("b", 2)]
-        assert await receipts_for(t, second) == ["one_done"]
-        assert [r["id"] for r in await hot.reports()] == ids
 
 
 @pytest.mark.parametrize("renewal", ["commits", "rolls back"])

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from akter._engine.hooks import Hooks
     from akter._engine.progress import ProgressHub
     from akter._engine.progress_slot import ProgressSlot
-    from akter._store.gateway.jobs import JobsGateway, NextClaim
+    from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.telemetry import Metrics
 
@@ -89,8 +89,6 @@ class Attempt:
     payload: dict[str, Any] = field(default_factory=dict)
     #: Its settle's transaction already woke the capped group's next waiting row.
     group_woken: bool = False
-    #: The group's rows its settle's transaction also claimed: the executor starts them.
-    next_rows: list[ClaimedJob] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.lease_until = self.row.claimed_until
@@ -109,8 +107,6 @@ class AttemptRunner:
         progress: The runner's progress hub (frames reported by executors).
         metrics: The runner's metrics (dead letters, job deliveries and retries).
         local: The local clock the lease deadline is measured and slept on.
-        next_claim: A capped job's settle may claim the group's next rows: what it may claim
-            (None: it may not, e.g. the runner is stopping).
     """
 
     def __init__(
@@ -124,10 +120,8 @@ class AttemptRunner:
         progress: ProgressHub | None = None,
         metrics: Metrics | None = None,
         local: LocalClock | None = None,
-        next_claim: Callable[[Job[Any, Any]], NextClaim | None] | None = None,
     ) -> None:
         self.local = local or LocalClock()
-        self.next_claim = next_claim
         self.gateway = gateway
         self.hooks = hooks
         self.lease_ms = lease_ms
@@ -146,7 +140,6 @@ class AttemptRunner:
             retry_every=self.cancel_check_ms / 1000,
             wake=self.wake,
             metrics=self.metrics,
-            next_claim=self.next_claim(attempt.job) if self.next_claim else None,
         )
 
     async def run(self, attempt: Attempt) -> bool:
@@ -163,7 +156,6 @@ class AttemptRunner:
             return terminal
         finally:
             attempt.group_woken = settler.group_woken
-            attempt.next_rows = settler.next_rows
             if slot is not None:
                 if terminal:
                     await slot.close(settler.outcome)

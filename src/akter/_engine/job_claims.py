@@ -4,9 +4,7 @@ A claim leases a row for one attempt and pre-marks it ambiguous, so a crash at a
 point leaves it honestly ambiguous with no further bookkeeping. Uncapped rows are claimed by one
 cross-actor statement; capped rows group by (actor, job), and each group is claimed in its own
 transaction under the group lock, which keeps live attempts within ``per_actor`` across
-runners and waiting rows in enqueue order. (A capped settle that took the group lock may also
-claim the group's next row in its own transaction: ``JobsGateway.end``, docs/flow-control.md
-F2.9.) A commit's own due rows may be claimed by key (``claim_keyed``).
+runners and waiting rows in enqueue order.
 """
 
 from __future__ import annotations
@@ -84,8 +82,7 @@ class ClaimedJob:
         }
 
 
-def claimed_job(row: dict[str, Any], sent_at: float) -> ClaimedJob:
-    """A claim statement's row as a claim (``sent_at``: when the statement was sent)."""
+def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
     return ClaimedJob(
         routing_key=int(row["routing_key"]),
         intent_id=str(row["intent_id"]),
@@ -159,7 +156,7 @@ async def claim_uncapped(
         limit=limit_of(limited[0]) if limited else None,
     )
     candidates = int(rows[0]["candidates"]) if rows else 0
-    return [claimed_job(r, sent_at) for r in rows], candidates
+    return [_claimed(r, sent_at) for r in rows], candidates
 
 
 async def claim_keyed(
@@ -168,7 +165,7 @@ async def claim_keyed(
     """Claim the rows a local commit just made due (``keys``) among uncapped ``jobs``."""
     assert all(j.options.concurrency is None and j.options.per_actor is None for j in jobs)
     rows, sent_at = await gateway.claim_keyed(job_types(jobs), keys, lease_ms=lease_ms)
-    return [claimed_job(r, sent_at) for r in rows]
+    return [_claimed(r, sent_at) for r in rows]
 
 
 async def discover_groups(
@@ -192,7 +189,7 @@ async def claim_group(
         limit=None if job.options.concurrency is None else limit_of(job),
         names=(job.name, *job.aliases),
     )
-    return [claimed_job(r, sent_at) for r in rows]
+    return [_claimed(r, sent_at) for r in rows]
 
 
 async def wake_waiting(gateway: JobsGateway, group: Group) -> bool:

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 
 from akter._engine import job_routes
-from akter._engine.job_claims import ClaimedJob, claimed_job
+from akter._engine.job_claims import ClaimedJob
 from akter._engine.job_routes import Route, RouteRejected
 from akter._retry import Backoff
-from akter._store.gateway.jobs import NextClaim, RouteWrite
+from akter._store.gateway.jobs import RouteWrite
 
 if TYPE_CHECKING:
     from akter._engine.hooks import Hooks
@@ -125,8 +125,6 @@ class Settler:
         retry_every: Seconds between a capped success's tries while a newer attempt is live.
         wake: Wakes the relay after a routed write.
         metrics: Counts dead letters, job successes and backoffs (semantics §10.1).
-        next_claim: For a capped job: the terminal settle's transaction may also claim the
-            group's next rows (``JobsGateway.end``); None: it only wakes them.
     """
 
     def __init__(
@@ -139,10 +137,8 @@ class Settler:
         retry_every: float,
         wake: Callable[[], None],
         metrics: Metrics | None = None,
-        next_claim: NextClaim | None = None,
     ) -> None:
         self.gateway = gateway
-        self.next_claim = next_claim
         self.metrics = metrics
         self.hooks = hooks
         self.job = job
@@ -160,8 +156,6 @@ class Settler:
         self.traceparent: str | None = None
         #: A capped row's terminal settle also woke its group (``JobsGateway.end``).
         self.group_woken = False
-        #: The group's rows that settle's transaction claimed (with ``next_claim``).
-        self.next_rows: list[ClaimedJob] = []
 
     # --- entry --------------------------------------------------------------------------------
 
@@ -356,7 +350,6 @@ class Settler:
                 attempt=attempt,
                 after=after,
                 wake=self.row.group if self.capped else None,
-                claim=self.next_claim if self.capped else None,
             )
             if ended.changed or after is None:
                 break
@@ -369,10 +362,7 @@ class Settler:
             # The settle's own transaction woke the group's next waiting row (its last write):
             # the executor need not wake the group again.
             self.group_woken = ended.woke is not None
-            # Rows it also claimed start on this runner: no pass needed for them (any other
-            # due row of the group was deferred by that claim, to be woken by a settle).
-            self.next_rows = [claimed_job(r, ended.sent_at) for r in ended.claimed]
-            if route is not None or (ended.woke and not self.next_rows):
+            if route is not None or ended.woke:
                 self.wake()
         return ended.changed
 

@@ -42,7 +42,7 @@ from akter._engine.job_claims import (
 )
 from akter._engine.progress import ProgressHub
 from akter._store.gateway.job_flow import FlowGateway
-from akter._store.gateway.jobs import JobKey, JobsGateway, NextClaim
+from akter._store.gateway.jobs import JobKey, JobsGateway
 from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
@@ -91,7 +91,6 @@ class JobExecutor:
             progress=self.progress,
             metrics=services.metrics,
             local=services.local,
-            next_claim=self._next_claim,
         )
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -310,9 +309,8 @@ class JobExecutor:
             if self._attempts.get(key) is attempt:
                 del self._attempts[key]
             # A freed executor slot may let due rows start now (jobs without routes wake
-            # nothing else): ask for a pass instead of waiting for the poll. Unless the
-            # attempt's settle claimed its group's next row into that very slot.
-            if not self._stopping and not attempt.next_rows:
+            # nothing else): ask for a pass instead of waiting for the poll.
+            if not self._stopping:
                 self._relay_wake()
 
         task.add_done_callback(done)
@@ -330,42 +328,6 @@ class JobExecutor:
         capped = attempt.job.options.per_actor is not None
         if capped and not self._stopping and not attempt.group_woken:
             await self._wake_group(attempt)
-        for row in attempt.next_rows:
-            if self._stopping:
-                await self._give_back(row)
-            else:
-                self._start(row, attempt.job)
-
-    def _next_claim(self, job: Job[Any, Any]) -> NextClaim | None:
-        """What a capped settle may claim of its group itself: one row, in the slot it frees.
-
-        Not for a type with a deployment-wide cap or rates (their claims take more locks and
-        tokens), nor while the runner stops.
-        """
-        options = job.options
-        if self._stopping or options.per_actor is None or options.concurrency is not None:
-            return None
-        if options.rates:
-            return None
-        return NextClaim(
-            free=1,
-            cap=options.per_actor,
-            max_attempts=options.attempts,
-            lease_ms=self._services.config.job_lease_ms,
-        )
-
-    async def _give_back(self, row: ClaimedJob) -> None:
-        """A row a settle claimed while the runner began to stop: handed back, uncounted."""
-        try:
-            await self.gateway.unclaim(
-                row, park=False, error="The runner stopped before the attempt started"
-            )
-        except psycopg.Error as exc:
-            # The claim then runs out like an interrupted attempt's (ambiguous, retried).
-            log.warning(
-                "Handing back a claimed job failed",
-                extra={**row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
-            )
 
     async def _wake_group(self, attempt: Attempt) -> None:
         await self._wake_row_group(attempt.row)

@@ -245,7 +245,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           0::bigint AS candidates;
 
 -- wake_waiting_job_if_free --
--- in a capped settle's own transaction, after the settle: the group lock only if nobody holds it (SKIP LOCKED: a claim holding it waits for the settled row, so waiting here could deadlock), then wake_waiting_job under it; held false: not taken, the executor wakes the group in a transaction of its own after this one commits; oldest false: an older waiting row was skipped (another transaction holds it), so the settle must not claim on past it
+-- in a capped settle's own transaction, after the settle: the group lock only if nobody holds it (SKIP LOCKED: a claim holding it waits for the settled row, so waiting here could deadlock), then wake_waiting_job under it; held false: not taken, the executor wakes the group in a transaction of its own after this one commits
 WITH grp AS MATERIALIZED (
     SELECT 1 FROM {schema}.actors
     WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
@@ -267,17 +267,9 @@ WITH grp AS MATERIALIZED (
           LIMIT 1
           FOR UPDATE OF o SKIP LOCKED
       )
-    RETURNING intent_id, ready_at_ms
+    RETURNING intent_id
 )
-SELECT EXISTS (SELECT 1 FROM grp) AS held, EXISTS (SELECT 1 FROM woken) AS woke,
-       NOT EXISTS (
-           SELECT 1 FROM {schema}.outbox o, woken w
-           WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
-             AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
-             AND o.waiting AND NOT o.running AND o.cancelled_at_ms IS NULL
-             AND o.parked_at_ms IS NULL
-             AND (o.ready_at_ms, o.intent_id) < (w.ready_at_ms, w.intent_id)
-       ) AS oldest;
+SELECT EXISTS (SELECT 1 FROM grp) AS held, EXISTS (SELECT 1 FROM woken) AS woke;
 
 -- defer_capped_group --
 -- every other due uncancelled row of the group waits a lease, off the due index, until woken

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import psycopg
 from psycopg.rows import dict_row
 
 from akter._local_clock import LocalClock
@@ -109,27 +108,6 @@ class Ended:
     #: With a group wake: whether a waiting row woke; None when the wake was not done (no
     #: group asked for, or its lock was busy): the executor wakes the group on its own then.
     woke: bool | None
-    #: With a ``NextClaim``: the group's rows the settle's transaction claimed after its wake.
-    claimed: tuple[Row, ...] = ()
-    #: The local monotonic time that claim was sent.
-    sent_at: float = 0.0
-
-
-@dataclass(frozen=True)
-class NextClaim:
-    """A capped settle's own claim of its group's next rows (``JobsGateway.end``).
-
-    Attributes:
-        free: Executor slots for them (the settled attempt's own, at least).
-        cap: The job's ``per_actor``.
-        max_attempts: The job's ``attempts``.
-        lease_ms: The executor lease.
-    """
-
-    free: int
-    cap: int
-    max_attempts: int
-    lease_ms: int
 
 
 @dataclass(frozen=True)
@@ -570,7 +548,6 @@ class JobsGateway:
         attempt: int | None,
         after: int | None,
         wake: Group | None = None,
-        claim: NextClaim | None = None,
     ) -> Ended:
         """End the row under its guard (rewrite into ``route``, or delete).
 
@@ -578,35 +555,25 @@ class JobsGateway:
         the same connection (None: no newer attempt holds the row). With ``wake`` (a capped
         row's group) the settle's own transaction also wakes the group's next waiting row,
         when the group lock is free (``wake_waiting_job_if_free``): one round trip for both.
-        With ``claim`` too (plain PostgreSQL), when that wake took the lock and woke a row, the
-        same transaction claims the group's next rows as a group claim would
-        (:meth:`_claim_held_group`): a second round trip instead of a relay pass's two.
         """
         async with self._store.framework.connection() as conn:
             if wake is None:
                 changed = await self._write(
                     conn, row, route, cancelled=cancelled, attempt=attempt, after=after
                 )
-                ended = Ended(changed, None, None)
+                woke = None
             else:
-                ended = await self._write_and_wake(
-                    conn,
-                    row,
-                    route,
-                    wake,
-                    cancelled=cancelled,
-                    attempt=attempt,
-                    after=after,
-                    claim=claim if self.keyed_claims else None,
+                changed, woke = await self._write_and_wake(
+                    conn, row, route, wake, cancelled=cancelled, attempt=attempt, after=after
                 )
-            if ended.changed or after is None:
-                return ended
+            if changed or after is None:
+                return Ended(changed, None, woke)
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 self._store.queries["job_newer_live"],
                 {**_key(row), "after": after, "cancelled": cancelled, "off": self._off},
             )
-            return Ended(False, await cur.fetchone(), ended.woke)
+            return Ended(False, await cur.fetchone(), woke)
 
     async def _write_and_wake(
         self,
@@ -618,66 +585,27 @@ class JobsGateway:
         cancelled: bool,
         attempt: int | None,
         after: int | None,
-        claim: NextClaim | None,
-    ) -> Ended:
-        """The settle and the group's wake in one pipelined transaction (and maybe a claim).
+    ) -> tuple[bool, bool | None]:
+        """The settle and the group's wake in one pipelined transaction: (changed, woke).
 
-        No claim settings (``_settings``) for these two: the settle may wait for a claim that
-        holds its row, as an autocommit settle does (failing at the claims' lock wait would
-        drop the attempt's outcome), and the wake never waits (``SKIP LOCKED``).
+        No claim settings (``_settings``): the settle may wait for a claim that holds its row,
+        as an autocommit settle does (failing at the claims' lock wait would drop the attempt's
+        outcome), and the wake never waits (``SKIP LOCKED``).
         """
         wake = conn.cursor()
-        params = {**group.params(), "off": self._off}
-        claimed: list[Row] = []
-        sent_at = 0.0
-        async with conn.pipeline() as pipeline, conn.transaction():
+        async with conn.pipeline(), conn.transaction():
             settled = await self._send_write(
                 conn, row, route, cancelled=cancelled, attempt=attempt, after=after
             )
-            await wake.execute(self._store.queries["wake_waiting_job_if_free"], params)
-            if claim is not None:
-                await pipeline.sync()  # the answers, before the transaction ends
-                changed, held, woke, oldest = await _ended_and_woken(settled, wake)
-                # Only past a row it woke in order: an older waiting row another transaction
-                # holds keeps its turn (a relay pass claims the woken row, as before).
-                if changed and held and woke and oldest:
-                    claimed, sent_at = await self._claim_held_group(
-                        conn,
-                        {
-                            **params,
-                            "free": claim.free,
-                            "cap": claim.cap,
-                            "max_attempts": claim.max_attempts,
-                            "lease": claim.lease_ms,
-                            "slots": None,
-                        },
-                    )
-        if claim is None:
-            changed, held, woke, _ = await _ended_and_woken(settled, wake)
-        return Ended(changed, None, woke if held else None, tuple(claimed), sent_at)
-
-    async def _claim_held_group(
-        self, conn: Connection, params: dict[str, Any]
-    ) -> tuple[list[Row], float]:
-        """The group claim's statements, under the group lock this transaction already holds.
-
-        In a savepoint with the claims' lock wait (``_settings``): a wait for the group's
-        running rows past it undoes the claim, never the settle before it (whose woken row a
-        relay pass then claims, as before). Called only when the wake took the group lock, so
-        no claimer holds those rows waiting for this settle's row: no deadlock.
-        """
-        q = self._store.queries
-        claim = conn.cursor(row_factory=dict_row)
-        sent_at = self._local.now()
-        try:
-            async with conn.transaction():
-                await self._settings(conn)
-                await conn.execute(q["job_group_lock_running"], params)
-                await claim.execute(q["claim_capped_group"], params)
-                await conn.execute(q["defer_capped_group"], params)
-        except psycopg.errors.LockNotAvailable:
-            return [], sent_at
-        return await claim.fetchall(), sent_at
+            await wake.execute(
+                self._store.queries["wake_waiting_job_if_free"],
+                {**group.params(), "off": self._off},
+            )
+        changed = bool(await settled.fetchall())
+        answer = await wake.fetchone()
+        assert answer is not None
+        held, woke = bool(answer[0]), bool(answer[1])
+        return changed, woke if held else None
 
     async def dead_letter(
         self,
@@ -785,13 +713,3 @@ class JobsGateway:
         if not rows:
             return Cancelled("unknown")
         return Cancelled("cancelled", running=any(bool(r[1]) for r in rows))
-
-
-async def _ended_and_woken(
-    settled: AsyncCursor[Any], wake: AsyncCursor[Any]
-) -> tuple[bool, bool, bool, bool]:
-    """A settle-and-wake's answers: changed, held, woke, oldest (``wake_waiting_job_if_free``)."""
-    changed = bool(await settled.fetchall())
-    answer = await wake.fetchone()
-    assert answer is not None
-    return changed, bool(answer[0]), bool(answer[1]), bool(answer[2])
