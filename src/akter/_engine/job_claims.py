@@ -4,7 +4,8 @@ A claim leases a row for one attempt and pre-marks it ambiguous, so a crash at a
 point leaves it honestly ambiguous with no further bookkeeping. Uncapped rows are claimed by one
 cross-actor statement; capped rows group by (actor, job), and each group is claimed in its own
 transaction under the group lock, which keeps live attempts within ``per_actor`` across
-runners and waiting rows in enqueue order.
+runners and waiting rows in enqueue order. The rows a local commit just made due may be claimed
+by primary key (``claim_keyed``) instead of by the bucket probe.
 """
 
 from __future__ import annotations
