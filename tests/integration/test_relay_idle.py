@@ -289,6 +289,25 @@ async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
         assert following[3:] and all(following[3:])
 
 
+async def test_with_notify_passes_follow_another_runners_wake_only_where_probes_are_cheap(
+    akter_test: Make,
+) -> None:
+    # On Citus the idle probe answers "due" without asking (next_due is 0), so a probing pass
+    # would be a full multi-shard claim every 10 ms: there, a wake from another runner is
+    # followed by its one woken pass only. On plain PostgreSQL it is followed.
+    async with akter_test([Receiver], notify=True) as t:
+        relay = t.runtime.relay
+        following = heard_wakes(relay)
+        b = await t.add_runtime([Sender], relay=False)
+        await b.get(Sender, "cw-s1").send_to("cw-r1", 1)
+        await until(lambda: received(t, "cw-r1"), what="A delivering B's intent", within=5)
+        assert following  # A heard B's wake
+        if t.runtime.store.strategy == "citus":
+            assert not any(following) and not relay._idle.following
+        else:
+            assert any(following)
+
+
 # --- jobs-only wakes (issue 13, goal 4) ----------------------------------------------------------
 
 

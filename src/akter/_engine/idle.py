@@ -18,7 +18,7 @@ After a wake from another runner the relay therefore runs a pass every ``FOLLOW_
 ``FOLLOW_FOR_S`` have passed since that wake, each asking first whether anything is due (one
 cheap statement; the claims run only when something is). At most 100 such probes a second, and
 only while other runners are committing; the runner's own wakes start none (its commits wake it
-in-process).
+in-process). Not on Citus, where the probe is no cheaper than the claims it would spare.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ FOLLOW_FOR_S = 0.05
 
 
 class _Outbox(Protocol):
+    @property
+    def probes_cheaply(self) -> bool: ...
     async def any_due(self) -> bool: ...
     async def next_due(self) -> int | None: ...
 
@@ -61,7 +63,8 @@ class IdleWait:
 
     def heard_other(self) -> None:
         """Another runner's wake arrived: follow it with probing passes (module docstring)."""
-        self._follow_until = time.monotonic() + FOLLOW_FOR_S
+        if self._outbox.probes_cheaply:
+            self._follow_until = time.monotonic() + FOLLOW_FOR_S
 
     @property
     def following(self) -> bool:

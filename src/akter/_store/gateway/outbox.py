@@ -95,6 +95,14 @@ class OutboxGateway:
         await self._claim_conn.close()
         await self._settle_conn.close()
 
+    @property
+    def probes_cheaply(self) -> bool:
+        """Whether :meth:`any_due` and :meth:`next_due` ask the server (one cheap statement).
+
+        On Citus they answer "due" without asking, so a probing pass is a full claim there.
+        """
+        return self._store.strategy != "citus"
+
     async def claim(
         self,
         *,
