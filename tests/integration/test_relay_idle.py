@@ -286,7 +286,9 @@ async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
         operator = await t.add_runtime(ALL, relay=False, maintenance=False)
         await operator.relay.announce()
         await until(lambda: len(following) > 3, what="the operator's wake heard", within=5)
-        assert following[3:] and all(following[3:])
+        # (On Citus no wake is followed: the probe is no cheaper than a claim there.)
+        followed = t.runtime.store.strategy != "citus"
+        assert following[3:] and all(f is followed for f in following[3:])
 
 
 async def test_with_notify_passes_follow_another_runners_wake_only_where_probes_are_cheap(
