@@ -163,10 +163,9 @@ class JobExecutor:
             capped = [j for j in jobs if j.options.per_actor is not None]
             # Uncapped types with a deployment-wide cap are claimed one type per claim.
             free_types = [j for j in uncapped if j.options.concurrency is None]
-            if keys:
-                taken = await self._claim_keyed(free_types, keys)
-                if taken == len(keys):
-                    return taken
+            claimed = await self._claim_keyed(free_types, keys) if keys else 0
+            if keys and claimed == len(keys):
+                return claimed
             batches = [free_types] if free_types else []
             batches += [[j] for j in uncapped if j.options.concurrency is not None]
             order = [("uncapped", batch) for batch in batches] + [("capped", capped)]
@@ -174,7 +173,6 @@ class JobExecutor:
                 if self._capped_first:
                     order.reverse()
                 self._capped_first = not self._capped_first
-            claimed = taken if keys else 0
             for kind, chosen in order:
                 free = self._services.config.executor_concurrency - self.running
                 if not chosen or free <= 0:

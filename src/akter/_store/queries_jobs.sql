@@ -107,8 +107,7 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           o.maybe_applied, o.traceparent, o.due_at_ms AS claimed_until, l.cancelled,
           (NOT l.cancelled AND (l.attempts >= l.max_attempts OR l.final_failure)) AS exhausted,
           l.attempts AS prior_attempts, l.ambiguous AS prior_ambiguous,
-          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
-          cardinality(%(ids)s::text[]) AS candidates;
+          l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for;
 
 -- discover_capped_groups --
 -- the (actor, job) groups of this runner's capped job types with due rows, earliest first, no locks
