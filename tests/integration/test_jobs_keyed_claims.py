@@ -202,3 +202,29 @@ async def test_a_job_this_runner_does_not_execute_is_left_for_the_runner_that_do
         assert a_calls["claim_keyed"] == 0
         assert [c.job_id for c in provider.calls] == [job_id]
         assert b.jobs.finished == 1
+
+
+async def test_a_keyed_claim_cut_short_by_a_crash_is_taken_over_after_its_lease_and_runs_once(
+    akter_test: Make, provider: FakeProvider
+) -> None:
+    # The runner dies right after the keyed claim committed, before the attempt begins (a crash
+    # at after_claim: no further write). The row stays claimed, running and pre-marked
+    # ambiguous, like any claim a death cut short; after its lease attempt 2 runs, once, and
+    # its outcome is routed once.
+    async with akter_test(ALL, poll=60) as t:
+        plain_only(t)
+        await first_full_pass(t)
+        provider.script(succeed(4))
+        rows = claimed_rows(t.runtime.jobs.gateway)
+        t.crash_next("after_claim")
+        shop = t.get(Shop, "k6")
+        job_id = await shop.buy(100, tag="crash")
+        await until(lambda: rows["claim_keyed"] == 1, what="the keyed claim")
+        [row] = await job_rows(t)
+        assert (row["attempts"], row["running"], row["ambiguous"]) == (1, True, True)
+        assert provider.count == 0
+
+        await t.advance(t.runtime.config.job_lease_ms / 1000 + 1)
+        await settled(t, shop, 1)
+        assert [(c.job_id, c.attempt) for c in provider.calls] == [(job_id, 2)]
+        assert [r["value"] for r in await shop.reports()] == [4]
