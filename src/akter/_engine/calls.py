@@ -72,6 +72,15 @@ async def invoke(ctx: QueryContext | LoopContext, method: Callable[[Any], Awaita
         ctx.active = False
 
 
+class _DeliveryTimeout(Exception):
+    """A command's wait reached its delivery deadline (set on its result future)."""
+
+
+def _expire(future: asyncio.Future[Result]) -> None:
+    if not future.done():
+        future.set_exception(_DeliveryTimeout())
+
+
 class Calls:
     """The call paths of one runner (module docstring)."""
 
@@ -121,15 +130,7 @@ class Calls:
         await check_access(member.owner, ref, caller, "command", member.name)
         digest = payload_hash(payload)
         deadline = time.monotonic() + member.owner.policy.delivery_timeout / 1000
-        retries = CommandRetry(
-            f"{ref.type}/{ref.id!r}.{member.name}",
-            command_id.raw,
-            deadline,
-            first_wait=0.05,
-            floor=0.001,
-            fixed_first=True,
-            expiry_guard=lambda: (command_id.expires_ms - 1000 - services.clock.estimate()) / 1000,
-        )
+        retries: CommandRetry | None = None  # built at the first retry: most calls have none
         while True:
             result = await self.submit(
                 member, ref, payload, digest, command_id, caller, True, deadline, fence
@@ -144,6 +145,18 @@ class Calls:
                 raise error  # the runtime stopped or died: the caller retries elsewhere
             if error.reason == "Timeout" or error.code == "pool_exhausted":
                 raise error  # pool_exhausted: the turn already waited pool_wait; shed the load
+            if retries is None:
+                retries = CommandRetry(
+                    f"{ref.type}/{ref.id!r}.{member.name}",
+                    command_id.raw,
+                    deadline,
+                    first_wait=0.05,
+                    floor=0.001,
+                    fixed_first=True,
+                    expiry_guard=lambda: (
+                        (command_id.expires_ms - 1000 - services.clock.estimate()) / 1000
+                    ),
+                )
             await asyncio.sleep(retries.wait_after(error))
 
     async def deliver(
@@ -203,7 +216,8 @@ class Calls:
         fence: LoopLease | None = None,
     ) -> Result:
         """Hand a command to its mailbox and wait for its result until ``deadline``."""
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
         request = Request(
             member, ref, payload, digest, command_id, caller, external, future, fence=fence
         )
@@ -211,16 +225,17 @@ class Calls:
             self._dispatcher.submit(member.owner, request)
         except ActorError as exc:
             return Result("error", error=exc)
+        # The caller's deadline never cancels an admitted turn: the turn runs in its mailbox's
+        # task, and the deadline only ends the wait on ``future`` (``_expire``), which the
+        # mailbox then leaves alone (it sets only futures not done). No asyncio.shield: its
+        # outer future costs an event-loop iteration per call. No asyncio.timeout either: it
+        # cancels and uncancels the caller's task, where failing ``future`` is all it takes
+        # (and a caller cancelled at the same moment still sees its CancelledError: the task
+        # delivers a pending cancel before the result).
+        timer = loop.call_at(loop.time() + max(0.0, deadline - time.monotonic()), _expire, future)
         try:
-            # The caller's deadline never cancels an admitted turn: the turn runs in its
-            # mailbox's task, and a cancelled wait only cancels ``future``, which the mailbox
-            # then leaves alone (it sets only futures not done). No asyncio.shield: its outer
-            # future costs an event-loop iteration per call.
-            # asyncio.timeout, not wait_for: on 3.11 wait_for can drop the caller's own
-            # cancellation when the result arrives at the same moment (see akter._waits).
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                return await future
-        except TimeoutError:
+            return await future
+        except _DeliveryTimeout:
             name, raw = member.name, command_id.raw
             return Result(
                 "error",
@@ -232,6 +247,8 @@ class Calls:
                     command_id=raw,
                 ),
             )
+        finally:
+            timer.cancel()
 
     async def query(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from types import TracebackType
 
 import psycopg
 
@@ -56,23 +56,14 @@ class Flights:
         self._cm = conn.pipeline()
         self._pipeline: psycopg.AsyncPipeline | None = None
 
-    @contextlib.asynccontextmanager
-    async def admission(self) -> AsyncIterator[None]:
-        self._pipeline = await self._cm.__aenter__()
-        yield
-        await self._pipeline.sync()
+    # Two small context-manager classes, not @asynccontextmanager: a generator-based one costs
+    # an async generator and its hooks per use, twice per turn.
 
-    @contextlib.asynccontextmanager
-    async def commit(self) -> AsyncIterator[None]:
-        assert self._pipeline is not None
-        try:
-            yield
-        except BaseException as exc:
-            self._pipeline = None
-            await self._cm.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._pipeline = None
-        await self._cm.__aexit__(None, None, None)
+    def admission(self) -> _Admission:
+        return _Admission(self)
+
+    def commit(self) -> _Commit:
+        return _Commit(self)
 
     async def leave(self) -> bool:
         """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
@@ -84,6 +75,46 @@ class Flights:
         except (psycopg.Error, asyncio.CancelledError):
             return False
         return True
+
+
+class _Admission:
+    """Enters the pipeline; at the end, a Sync (read without the Flush that leaving sends)."""
+
+    __slots__ = ("_flights",)
+
+    def __init__(self, flights: Flights) -> None:
+        self._flights = flights
+
+    async def __aenter__(self) -> None:
+        flights = self._flights
+        flights._pipeline = await flights._cm.__aenter__()
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        pipeline = self._flights._pipeline
+        if kind is None and pipeline is not None:
+            await pipeline.sync()
+
+
+class _Commit:
+    """Leaves the pipeline: its Sync ends the commit flight (also after a failure inside)."""
+
+    __slots__ = ("_flights",)
+
+    def __init__(self, flights: Flights) -> None:
+        self._flights = flights
+
+    async def __aenter__(self) -> None:
+        assert self._flights._pipeline is not None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        flights = self._flights
+        flights._pipeline = None
+        await flights._cm.__aexit__(kind, exc, tb)
 
 
 async def rollback_quietly(conn: Connection) -> bool:
