@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,8 +78,13 @@ def principal_of(caller: Caller) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def caller_key(caller: Caller) -> str:
-    """The canonical caller key stored in receipts (no credential, ever)."""
+    """The canonical caller key stored in receipts (no credential, ever).
+
+    Cached: a caller is frozen, and most turns come from a few callers (one per process, job
+    or user), so the key's JSON is built once per caller rather than once per command.
+    """
     key: list[Any]
     if isinstance(caller, User):
         key = ["User", caller.subject]

@@ -155,13 +155,42 @@ class Metrics:
             _check(name, attributes)
             key = _CHECKED[seen] = tuple(sorted(attributes.items()))
         with self._lock:
-            series = self._histograms[name]
-            histogram = series.get(key)
-            if histogram is None:
-                histogram = series[key] = _Histogram(len(bounds))
-            histogram.counts[_bucket(bounds, value)] += 1
-            histogram.sum += value
+            _add_observation(self._histograms[name], key, bounds, value)
         _otel.record(name, value, attributes)
+
+    def turns(self, actor_type: str, outcomes: Sequence[str], duration_ms: float) -> None:
+        """One batch's turn metrics under one lock (what :func:`record_turns` counts).
+
+        ``akter.turn.batches`` and ``akter.turn.batch_size`` once; per command ``akter.turns``
+        (its outcome), ``akter.turn.duration_ms`` and, for a replay, ``akter.receipts.replayed``.
+        The same as the separate :meth:`count` and :meth:`observe` calls, at a fraction of
+        their cost on every turn.
+        """
+        by_type = (("actor_type", actor_type),)
+        attributes = {"actor_type": actor_type}
+        durations = HISTOGRAMS["akter.turn.duration_ms"]
+        sizes = HISTOGRAMS["akter.turn.batch_size"]
+        with self._lock:
+            counters, histograms = self._counters, self._histograms
+            series = counters["akter.turn.batches"]
+            series[by_type] = series.get(by_type, 0) + 1
+            _add_observation(histograms["akter.turn.batch_size"], by_type, sizes, len(outcomes))
+            turns = counters["akter.turns"]
+            duration_series = histograms["akter.turn.duration_ms"]
+            for outcome in outcomes:
+                key = (("actor_type", actor_type), ("outcome", outcome))
+                turns[key] = turns.get(key, 0) + 1
+                _add_observation(duration_series, by_type, durations, duration_ms)
+                if outcome == "replay":
+                    replayed = counters["akter.receipts.replayed"]
+                    replayed[by_type] = replayed.get(by_type, 0) + 1
+        _otel.add("akter.turn.batches", 1, attributes)
+        _otel.record("akter.turn.batch_size", len(outcomes), attributes)
+        for outcome in outcomes:
+            _otel.add("akter.turns", 1, {"actor_type": actor_type, "outcome": outcome})
+            _otel.record("akter.turn.duration_ms", duration_ms, attributes)
+            if outcome == "replay":
+                _otel.add("akter.receipts.replayed", 1, attributes)
 
     def set(self, name: str, value: float, **attributes: str) -> None:
         """Set one series of a gauge (one of :data:`GAUGES`)."""
@@ -301,6 +330,17 @@ def _number(value: float) -> str:
     if float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
     return repr(float(value))
+
+
+def _add_observation(
+    series: dict[_Key, _Histogram], key: _Key, bounds: Sequence[float], value: float
+) -> None:
+    """Record ``value`` in one histogram series (under the metrics' lock)."""
+    histogram = series.get(key)
+    if histogram is None:
+        histogram = series[key] = _Histogram(len(bounds))
+    histogram.counts[_bucket(bounds, value)] += 1
+    histogram.sum += value
 
 
 def _escape(value: str) -> str:
@@ -632,13 +672,7 @@ def record_turns(
     duration_ms = (ended - started_ns) / 1e6
     actor_type = ref.type
     size = len(outcomes)
-    metrics.count("akter.turn.batches", actor_type=actor_type)
-    metrics.observe("akter.turn.batch_size", size, actor_type=actor_type)
-    for outcome in outcomes:
-        metrics.count("akter.turns", actor_type=actor_type, outcome=outcome)
-        metrics.observe("akter.turn.duration_ms", duration_ms, actor_type=actor_type)
-        if outcome == "replay":
-            metrics.count("akter.receipts.replayed", actor_type=actor_type)
+    metrics.turns(actor_type, outcomes, duration_ms)
     if commands is None:
         return
     for command, outcome in zip(commands, outcomes, strict=True):

@@ -118,3 +118,27 @@ def test_a_fresh_registry_exposes_every_counter_at_zero_with_help() -> None:
     assert {s.labels["kind"] for s in families["akter_relay_retried"].samples} == {"intent", "job"}
     assert families["akter_pool_wait_ms"].type == "histogram"
     assert families["akter_activations"].type == "gauge"
+
+
+@pytest.mark.parametrize(
+    "outcomes",
+    [["success"], ["success", "replay", "failure"], ["replay", "replay"], ["defect"]],
+)
+def test_a_batchs_turn_metrics_equal_the_separate_counts(outcomes: list[str]) -> None:
+    """``Metrics.turns`` (every turn's fast path) records what the separate calls would."""
+    fast, separate = Metrics(actor_types=["A"]), Metrics(actor_types=["A"])
+    for metrics in (fast, separate):
+        metrics.count("akter.turns", actor_type="A", outcome="success")  # an earlier batch
+    fast.turns("A", outcomes, 12.5)
+    separate.count("akter.turn.batches", actor_type="A")
+    separate.observe("akter.turn.batch_size", len(outcomes), actor_type="A")
+    for outcome in outcomes:
+        separate.count("akter.turns", actor_type="A", outcome=outcome)
+        separate.observe("akter.turn.duration_ms", 12.5, actor_type="A")
+        if outcome == "replay":
+            separate.count("akter.receipts.replayed", actor_type="A")
+    assert fast.render() == separate.render()
+    assert fast.value("akter.turns", actor_type="A", outcome="success") == 1 + outcomes.count(
+        "success"
+    )
+    assert fast.histogram("akter.turn.duration_ms", actor_type="A").count == len(outcomes)
