@@ -95,3 +95,46 @@ async def test_the_claim_settings_end_a_holder_that_goes_silent_inside_its_trans
             await successor.rollback()
             with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
                 await frozen.execute("SELECT 1")
+
+
+async def test_the_group_lock_statement_carries_its_own_lock_wait_and_idle_bound(
+    akter_test: Make,
+) -> None:
+    """The settings ride in the group lock's own statement: in force before it waits.
+
+    ``job_group_lock_bounded`` is a capped group's claim and wake on plain PostgreSQL.
+    """
+    async with akter_test([Slots], relay=False) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("on Citus the settings are a SET LOCAL of their own before the lock")
+        q = t.runtime.store.queries
+        await t.get(Slots, "s").fill(1)  # the actor row exists
+        ref = t.get(Slots, "s").ref
+        group = {"rk": t.runtime.routing_key(ref), "tenant": ref.tenant, "type": ref.type}
+        group["id"] = ref.id
+        actor_lock = (
+            f"SELECT 1 FROM {q.schema}.actors WHERE routing_key = %(rk)s AND tenant_id = "
+            "%(tenant)s AND actor_type = %(type)s AND actor_id = %(id)s FOR UPDATE"
+        )
+        bounded = {**group, "lock_timeout": "200ms", "idle_bound": "500ms"}
+        async with (
+            await psycopg.AsyncConnection.connect(t.database_url) as holder,
+            await psycopg.AsyncConnection.connect(t.database_url) as claimer,
+            await psycopg.AsyncConnection.connect(t.database_url) as successor,
+        ):
+            # A turn holds the actor row and never lets go inside this block: only the lock
+            # wait the statement set for itself can end the claimer's wait.
+            await holder.execute(actor_lock, group)
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                async with asyncio.timeout(15):
+                    await claimer.execute(q["job_group_lock_bounded"], bounded)
+            await claimer.rollback()
+            await holder.rollback()
+            # Now it takes the lock, goes silent inside its transaction, and the server ends it.
+            cur = await claimer.execute(q["job_group_lock_bounded"], bounded)
+            assert await cur.fetchall() == [(1,)]
+            async with asyncio.timeout(20):
+                await successor.execute(actor_lock, group)
+            await successor.rollback()
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                await claimer.execute("SELECT 1")

@@ -84,6 +84,9 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     # Flow control (queries_citus.sql, "Flow control on Citus"). The claims' lock wait must
     # reach the workers, where the type and group locks wait: SET LOCAL, propagated.
     "job_group_settings": ("citus_job_group_settings", "citus_job_lock_wait"),
+    # The settings folded into the group lock: on Citus the two statements above, then
+    # job_group_lock (JobsGateway._lock_group).
+    "job_group_lock_bounded": ("citus_job_group_settings", "citus_job_lock_wait"),
     # Not a lock: the live count at the claim's one clock reading (clock_now), not the workers'.
     "job_type_live": ("citus_job_type_live",),
     # Citus cannot read the upsert's own CTE in ON CONFLICT: one keyed upsert per bucket.

@@ -168,6 +168,16 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
   AND actor_id = %(id)s
 FOR NO KEY UPDATE;
 
+-- job_group_lock_bounded --
+-- job_group_settings and job_group_lock in one statement: the settings are a one-time filter, evaluated before the row is fetched, so the lock wait is bounded by them (like lock_actor); plain PostgreSQL only (on Citus the lock waits on a worker: citus_job_group_settings, then job_group_lock)
+SELECT 1 FROM {schema}.actors
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s
+  AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true) IS NOT NULL
+              AND set_config('idle_in_transaction_session_timeout', %(idle_bound)s, true)
+                  IS NOT NULL)
+FOR NO KEY UPDATE;
+
 -- job_group_lock_running --
 -- waits for in-flight renewals and settles of the group's running rows
 SELECT intent_id FROM {schema}.outbox

@@ -272,6 +272,20 @@ class JobsGateway:
         else:
             await conn.execute(q["job_group_settings"], CLAIM_SETTINGS)
 
+    async def _lock_group(self, conn: Connection, params: dict[str, Any]) -> None:
+        """:meth:`_settings`, then the group lock (``job_group_lock``), in a transaction.
+
+        On plain PostgreSQL one statement does both (``job_group_lock_bounded``): a capped claim
+        or wake sends one statement fewer.
+        """
+        if self._store.strategy == "citus":
+            await self._settings(conn)
+            await conn.execute(self._store.queries["job_group_lock"], params)
+        else:
+            await conn.execute(
+                self._store.queries["job_group_lock_bounded"], {**params, **CLAIM_SETTINGS}
+            )
+
     async def discover_groups(self, jobs: Sequence[JobType], *, free: int) -> list[Group]:
         """The capped groups with due rows, by their earliest due time, at most ``free``."""
         params = {
@@ -375,8 +389,7 @@ class JobsGateway:
         q = self._store.queries
         claim = conn.cursor(row_factory=dict_row)
         async with conn.pipeline(), conn.transaction():
-            await self._settings(conn)
-            await conn.execute(q["job_group_lock"], params)
+            await self._lock_group(conn, params)
             await conn.execute(q["job_group_lock_running"], params)
             sent_at = self._local.now()
             await claim.execute(q["claim_capped_group"], params)
@@ -394,8 +407,7 @@ class JobsGateway:
         q = self._store.queries
         async with conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
-            await self._settings(conn)
-            await cur.execute(q["job_group_lock"], params)
+            await self._lock_group(conn, params)
             await cur.execute(q["job_group_lock_running"], params)
             if self._store.strategy == "citus":
                 params["slots"], _ = await self._slots_citus(cur, limit, names or [limit[1]])
@@ -418,8 +430,7 @@ class JobsGateway:
             cur = conn.cursor()
             # One round trip, like the group claim: the lock waits inside the pipeline.
             async with conn.pipeline(), conn.transaction():
-                await self._settings(conn)
-                await conn.execute(q["job_group_lock"], params)
+                await self._lock_group(conn, params)
                 await cur.execute(q["wake_waiting_job"], params)
             return bool(await cur.fetchall())
 
