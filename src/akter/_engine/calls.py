@@ -249,6 +249,10 @@ class Calls:
             )
         finally:
             timer.cancel()
+            if future.done() and not future.cancelled():
+                # Marks an error as read when a cancellation of the caller raced it (asyncio
+                # would log "exception was never retrieved" for it otherwise).
+                future.exception()
 
     async def query(
         self,
