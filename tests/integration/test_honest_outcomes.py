@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
-from akter.testing import ActorTest
+from akter.testing import ActorTest, Pause
 from tests._support.polling import until
 
 Make = Callable[..., ActorTest]
@@ -172,16 +172,31 @@ async def test_h9_an_unanswered_commit_says_it_may_have_committed(akter_test: Ma
         assert await receipts(t, other) == ["add"]
 
 
+async def held_before_commit(t: ActorTest, k: int) -> tuple[str, Pause, asyncio.Task[int]]:
+    """A call of ``Tally/a.add(k)`` whose turn is held just before its commit."""
+    cid = await t.runtime.mint_command_id()
+    held = t.pause_next("before_commit")
+    call = asyncio.create_task(t.get(Tally, "a").with_command_id(cid).add(k))
+    await held.wait()
+    return cid, held, call
+
+
+async def released_and_committed(t: ActorTest, cid: str, held: Pause) -> None:
+    held.release()
+
+    async def committed() -> bool:
+        return await receipts(t, cid) == ["add"]
+
+    await until(committed)
+
+
 async def test_h9_a_turn_still_running_at_the_delivery_deadline_may_commit_and_does(
     akter_test: Make,
 ) -> None:
     # The caller's wait ends at the delivery deadline (1 s); the admitted turn is not cancelled
     # by it: it commits once released, and a retry with the same id replays its receipt.
     async with akter_test([Tally]) as t:
-        cid = await t.runtime.mint_command_id()
-        held = t.pause_next("before_commit")
-        call = asyncio.create_task(t.get(Tally, "a").with_command_id(cid).add(4))
-        await held.wait()
+        cid, held, call = await held_before_commit(t, 4)
         with pytest.raises(akter.ActorError) as timed_out:
             await call
         assert timed_out.value.reason == "Timeout"
@@ -189,12 +204,7 @@ async def test_h9_a_turn_still_running_at_the_delivery_deadline_may_commit_and_d
         assert timed_out.value.command_id == cid
         assert "did not complete within the delivery timeout" in timed_out.value.message
         assert await receipts(t, cid) == []  # still held before its commit
-        held.release()
-
-        async def committed() -> bool:
-            return await receipts(t, cid) == ["add"]
-
-        await until(committed)
+        await released_and_committed(t, cid, held)
         assert await t.get(Tally, "a").with_command_id(cid).add(4) == 4  # the replay
         assert (await t.inspect(t.get(Tally, "a"))).state == {"n": 4}
 
@@ -203,19 +213,11 @@ async def test_h9_a_cancelled_caller_gets_its_cancellation_and_the_turn_still_co
     akter_test: Make,
 ) -> None:
     async with akter_test([Tally]) as t:
-        cid = await t.runtime.mint_command_id()
-        held = t.pause_next("before_commit")
-        call = asyncio.create_task(t.get(Tally, "a").with_command_id(cid).add(2))
-        await held.wait()
+        cid, held, call = await held_before_commit(t, 2)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        held.release()
-
-        async def committed() -> bool:
-            return await receipts(t, cid) == ["add"]
-
-        await until(committed)
+        await released_and_committed(t, cid, held)
         assert (await t.inspect(t.get(Tally, "a"))).state == {"n": 2}
         # Nothing of the cancelled wait is left behind: the next call runs normally.
         assert await t.get(Tally, "a").add(1) == 3
