@@ -414,7 +414,6 @@ async def test_JB25_a_wake_racing_a_claim_of_the_oldest_waiting_row_wakes_the_ne
                 cur = await conn.execute(q["claim_capped_group"], params)
                 (claimed_row,) = await cur.fetchall()
                 claimed: dict[str, Any] | None = claimed_row
-                await conn.execute(q["defer_capped_group"], params)
                 assert claimed_row["intent_id"] == second
                 await conn.commit()
                 await t.runtime.jobs.wait_idle()

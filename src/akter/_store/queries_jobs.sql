@@ -186,7 +186,7 @@ WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
 FOR UPDATE;
 
 -- claim_capped_group --
--- claims a group's due cancelled rows and its oldest ready rows up to the cap minus live attempts, and at most slots (NULL: no deployment-wide cap) of them
+-- claims a group's due cancelled rows and its oldest ready rows up to the cap minus live attempts, and at most slots (NULL: no deployment-wide cap) of them; every other due uncancelled row of the group then waits a lease, off the due index, until woken (deferred), unless the claim took all slots (rows the deployment-wide cap held back stay due for the next pass)
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -230,6 +230,27 @@ locked AS (
     FROM {schema}.outbox o
     WHERE o.routing_key = %(rk)s
       AND o.intent_id IN (SELECT intent_id FROM settle UNION ALL SELECT intent_id FROM next)
+),
+-- disjoint from the claimed rows (one statement updates no row twice); reads settle and next,
+-- not locked, so that Citus still routes the statement to the group's shard
+deferred AS (
+    UPDATE {schema}.outbox d
+    SET waiting = true, running = false, due_at_ms = clock.now + %(lease)s::bigint
+    FROM clock
+    WHERE d.routing_key = %(rk)s
+      AND d.intent_id IN (
+          SELECT o.intent_id FROM {schema}.outbox o, clock
+          WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
+            AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
+            AND o.cancelled_at_ms IS NULL AND o.due_at_ms <= clock.now
+            AND o.parked_at_ms IS NULL
+            AND o.intent_id NOT IN (SELECT intent_id FROM settle
+                                    UNION ALL SELECT intent_id FROM next)
+            AND (%(slots)s::bigint IS NULL
+                 OR (SELECT count(*) FROM settle) + (SELECT count(*) FROM next) < %(slots)s::bigint)
+          FOR UPDATE OF o SKIP LOCKED
+      )
+    RETURNING d.intent_id
 )
 UPDATE {schema}.outbox o
 SET due_at_ms = clock.now + %(lease)s::bigint,
@@ -279,21 +300,6 @@ WITH grp AS MATERIALIZED (
     RETURNING intent_id
 )
 SELECT EXISTS (SELECT 1 FROM grp) AS held, EXISTS (SELECT 1 FROM woken) AS woke;
-
--- defer_capped_group --
--- every other due uncancelled row of the group waits a lease, off the due index, until woken
-UPDATE {schema}.outbox
-SET waiting = true, running = false, due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(lease)s::bigint
-WHERE routing_key = %(rk)s
-  AND intent_id IN (
-      SELECT o.intent_id FROM {schema}.outbox o
-      WHERE o.routing_key = %(rk)s AND o.tenant_id = %(tenant)s AND o.actor_type = %(type)s
-        AND o.actor_id = %(id)s AND o.command = %(job)s AND o.kind = 'job'
-        AND o.cancelled_at_ms IS NULL AND o.due_at_ms <= {schema}.stmt_ms(%(off)s::bigint)
-        AND o.parked_at_ms IS NULL
-      FOR UPDATE OF o SKIP LOCKED
-  )
-RETURNING intent_id;
 
 -- wake_waiting_job --
 -- makes the group's oldest waiting row due now; never pulls back the lease end of a row just claimed

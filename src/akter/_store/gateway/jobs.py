@@ -381,10 +381,11 @@ class JobsGateway:
     async def _claim_group_pipelined(
         self, conn: Connection, params: dict[str, Any]
     ) -> tuple[list[Row], float]:
-        """The group claim's five statements in one round trip.
+        """The group claim's statements in one round trip.
 
         Sent one at a time, the settings, lock and defer round trips were most of a capped
-        claim's cost (docs/benchmarks.md, "Jobs vs peers").
+        claim's cost (docs/benchmarks.md, "Jobs vs peers"); the settings now ride in the lock
+        statement and the defer in the claim's.
         """
         q = self._store.queries
         claim = conn.cursor(row_factory=dict_row)
@@ -393,7 +394,6 @@ class JobsGateway:
             await conn.execute(q["job_group_lock_running"], params)
             sent_at = self._local.now()
             await claim.execute(q["claim_capped_group"], params)
-            await conn.execute(q["defer_capped_group"], params)
         return await claim.fetchall(), sent_at
 
     async def _claim_group_limited(
@@ -414,12 +414,11 @@ class JobsGateway:
             else:
                 params["slots"] = await self._slots(cur, limit, names or [limit[1]])
             sent_at = self._local.now()
+            # Rows the type's deployment-wide cap held back stay due, for the next pass: a
+            # deferred row waits for a wake from its own group, which may have none running
+            # (the statement defers only when it took fewer rows than ``slots``).
             await cur.execute(q["claim_capped_group"], params)
             rows = await cur.fetchall()
-            # Rows the type's deployment-wide cap held back stay due, for the next pass: a
-            # deferred row waits for a wake from its own group, which may have none running.
-            if len(rows) < params["slots"]:
-                await cur.execute(q["defer_capped_group"], params)
         return rows, sent_at
 
     async def wake_waiting(self, group: Group) -> bool:
