@@ -584,3 +584,48 @@ async def test_lease_loss_a_late_success_after_dead_lettering_marks_it_ambiguous
             (2, "failed"),
         ]
         assert await outbox(t) == []
+
+
+@pytest.mark.parametrize(
+    ("slots", "claimed", "deferred"),
+    [(None, 1, True), (2, 1, True), (1, 1, False), (0, 0, False)],
+)
+async def test_JB26_a_group_claim_defers_the_rest_unless_the_deployment_cap_held_them_back(
+    akter_test: Make, slots: int | None, claimed: int, deferred: bool
+) -> None:
+    """The claim statement's own defer (semantics §5.6 step 6), without the executor.
+
+    ``one`` is capped per actor at 1: the claim takes the oldest row, and the group's other due
+    rows start waiting (off the due index until a wake) unless the claim took every free slot
+    of the type's deployment-wide cap (``slots``): then they stay due for the next pass.
+    """
+    async with akter_test(ALL, relay=False) as t:
+        q = t.runtime.store.queries
+        hot = t.get(Hot, "h1")
+        ids = await hot.start_one(["a", "b", "c"])
+        params = {
+            **group_params(t, hot, "one"),
+            "off": 0,
+            "free": 4,
+            "cap": 1,
+            "max_attempts": 2,
+            "lease": t.runtime.config.job_lease_ms,
+            "slots": slots,
+        }
+        async with side(t) as conn:
+            now = await db_now(t)
+            cur = await conn.execute(q["claim_capped_group"], params)
+            assert [r["intent_id"] for r in await cur.fetchall()] == ids[:claimed]
+            cur = await conn.execute(
+                q.substitute(
+                    "SELECT intent_id, waiting, running, due_at_ms FROM {schema}.outbox"
+                    " WHERE routing_key = %(rk)s AND intent_id = ANY(%(ids)s)"
+                ),
+                {"rk": params["rk"], "ids": ids[claimed:]},
+            )
+            rest = await cur.fetchall()
+            assert len(rest) == 3 - claimed
+            for row in rest:
+                assert row["running"] is False
+                assert row["waiting"] is deferred
+                assert (row["due_at_ms"] > now + params["lease"] // 2) is deferred
