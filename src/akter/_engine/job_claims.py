@@ -2,10 +2,11 @@
 
 A claim leases a row for one attempt and pre-marks it ambiguous, so a crash at any later
 point leaves it honestly ambiguous with no further bookkeeping. Uncapped rows are claimed by one
-cross-actor statement; capped rows group by (actor, job), and each group is claimed in its own
-transaction under the group lock, which keeps live attempts within ``per_actor`` across
-runners and waiting rows in enqueue order. The rows a local commit just made due may be claimed
-by primary key (``claim_keyed``) instead of by the bucket probe.
+cross-actor statement; capped rows group by (actor, job), and each group is claimed under the
+group lock (several free groups in one transaction on plain PostgreSQL, ``claim_groups``),
+which keeps live attempts within ``per_actor`` across runners and waiting rows in enqueue order.
+The rows a local commit just made due may be claimed by primary key (``claim_keyed``) instead of
+by the bucket probe.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from akter._store.gateway.jobs import Group, JobKey, JobsGateway, JobType
+from akter._store.gateway.jobs import Group, GroupClaim, JobKey, JobsGateway, JobType
 from akter.callers import ActorRef
 
 if TYPE_CHECKING:
@@ -191,6 +192,26 @@ async def claim_group(
         names=(job.name, *job.aliases),
     )
     return [_claimed(r, sent_at) for r in rows]
+
+
+async def claim_groups(
+    gateway: JobsGateway,
+    groups: Sequence[tuple[Group, Job[Any, Any], int]],
+    *,
+    lease_ms: int,
+) -> dict[int, list[ClaimedJob]]:
+    """Claim a batch of groups ``(group, job, free)`` in one transaction (plain PostgreSQL).
+
+    The claims by position in ``groups``; a group whose lock another transaction holds is
+    absent (claim it with :func:`claim_group`, which waits for the lock). Only for jobs
+    without a deployment-wide cap: their claims lock ``job_limits`` first, one type at a time.
+    """
+    claims = []
+    for group, job, free in groups:
+        assert job.options.per_actor is not None and job.options.concurrency is None
+        claims.append(GroupClaim(group, free, job.options.per_actor, job.options.attempts))
+    rows, sent_at = await gateway.claim_groups(claims, lease_ms=lease_ms)
+    return {i: [_claimed(r, sent_at) for r in found] for i, found in rows.items()}
 
 
 async def wake_waiting(gateway: JobsGateway, group: Group) -> bool:

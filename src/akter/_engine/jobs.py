@@ -34,6 +34,7 @@ from akter._engine.job_claims import (
     ClaimedJob,
     by_stored_name,
     claim_group,
+    claim_groups,
     claim_keyed,
     claim_uncapped,
     discover_groups,
@@ -42,7 +43,7 @@ from akter._engine.job_claims import (
 )
 from akter._engine.progress import ProgressHub
 from akter._store.gateway.job_flow import FlowGateway
-from akter._store.gateway.jobs import JobKey, JobsGateway
+from akter._store.gateway.jobs import Group, JobKey, JobsGateway
 from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
@@ -252,8 +253,8 @@ class JobExecutor:
     async def _claim_capped(self, jobs: list[Job[Any, Any]], free: int) -> int:
         groups = await discover_groups(self.gateway, jobs=jobs, free=free)
         by_key = by_stored_name(jobs)
-        claimed = 0
-        for group in groups:
+        claimed, alone = await self._claim_batch(groups, by_key, free)
+        for group in alone:
             left = free - claimed
             if left <= 0:
                 break
@@ -268,15 +269,66 @@ class JobExecutor:
                 )
             except psycopg.errors.LockNotAvailable:
                 continue  # a turn holds the actor: the group waits for a later pass
-            started = await self._admit(rows, by_key)
-            for row in started:
-                self._start(row, job)
-            if len(started) < len(rows):
-                # A row handed back for want of a token frees its group's place: the group's
-                # next waiting row may start now rather than at its fallback re-check.
-                await self._wake_row_group(rows[0])
-            claimed += len(rows)
+            claimed += await self._start_group(rows, job, by_key)
         return claimed
+
+    async def _claim_batch(
+        self, groups: list[Group], by_key: dict[tuple[str, str], Job[Any, Any]], free: int
+    ) -> tuple[int, list[Group]]:
+        """Claim the groups nobody holds in one transaction; (rows claimed, groups left).
+
+        Each group in the batch is given ``min(per_actor, free slots left)``: a group that
+        takes fewer leaves its share to the next pass. The groups left over (their lock was
+        held, their type has a deployment-wide cap, the batch failed, or Citus) are claimed one
+        at a time, each waiting for its lock, as before batching.
+        """
+        batch: list[tuple[Group, Job[Any, Any], int]] = []
+        alone: list[Group] = []
+        left = free
+        for group in groups:
+            job = by_key[(group.actor_type, group.command)]
+            if job.options.concurrency is not None or left <= 0:
+                alone.append(group)
+                continue
+            assert job.options.per_actor is not None
+            share = min(left, job.options.per_actor)
+            batch.append((group, job, share))
+            left -= share
+        if len(batch) < 2 or not self.gateway.batched_group_claims:
+            return 0, groups
+        try:
+            found = await claim_groups(
+                self.gateway, batch, lease_ms=self._services.config.job_lease_ms
+            )
+        except psycopg.Error as exc:
+            log.info(
+                "A batched group claim failed; claiming its groups one at a time",
+                extra={"error": f"{type(exc).__name__}: {exc}"},
+            )
+            return 0, groups
+        claimed = 0
+        for i, (group, job, _) in enumerate(batch):
+            if i in found:
+                claimed += await self._start_group(found[i], job, by_key)
+            else:
+                alone.append(group)
+        return claimed, alone
+
+    async def _start_group(
+        self,
+        rows: list[ClaimedJob],
+        job: Job[Any, Any],
+        by_key: dict[tuple[str, str], Job[Any, Any]],
+    ) -> int:
+        """Start a group's claimed attempts that got their rate tokens; how many were claimed."""
+        started = await self._admit(rows, by_key)
+        for row in started:
+            self._start(row, job)
+        if len(started) < len(rows):
+            # A row handed back for want of a token frees its group's place: the group's
+            # next waiting row may start now rather than at its fallback re-check.
+            await self._wake_row_group(rows[0])
+        return len(rows)
 
     async def _admit(
         self, rows: list[ClaimedJob], by_key: dict[tuple[str, str], Job[Any, Any]]

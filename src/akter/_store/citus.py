@@ -87,6 +87,10 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     # The settings folded into the group lock: on Citus the two statements above, then
     # job_group_lock (JobsGateway._lock_group).
     "job_group_lock_bounded": ("citus_job_group_settings", "citus_job_lock_wait"),
+    # Batched group claims lock actor rows across shards: on Citus each group is claimed in a
+    # transaction of its own (JobsGateway.claim_group).
+    "job_groups_lock_skip": ("job_group_lock",),
+    "job_groups_lock_running": ("job_group_lock_running",),
     # Not a lock: the live count at the claim's one clock reading (clock_now), not the workers'.
     "job_type_live": ("citus_job_type_live",),
     # Citus cannot read the upsert's own CTE in ON CONFLICT: one keyed upsert per bucket.

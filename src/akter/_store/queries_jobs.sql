@@ -274,6 +274,30 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.c
           l.maybe_applied AS prior_maybe_applied, l.prior_error, l.prior_waiting_for,
           0::bigint AS candidates;
 
+-- job_groups_lock_skip --
+-- the group locks of a batch of capped groups (plain PostgreSQL): each group's actor row only if nobody holds it (SKIP LOCKED: a held group goes on to the one-group claim, which waits for it), with the claims' lock wait and idle bound as a one-time filter evaluated first (as in job_group_lock_bounded); the 1-based positions of the groups it locked
+SELECT g.i
+FROM unnest(%(rks)s::bigint[], %(tenants)s::text[], %(types)s::text[], %(ids)s::text[])
+     WITH ORDINALITY AS g(rk, tenant, type, id, i)
+JOIN {schema}.actors a
+  ON a.routing_key = g.rk AND a.tenant_id = g.tenant AND a.actor_type = g.type AND a.actor_id = g.id
+WHERE (SELECT set_config('lock_timeout', %(lock_timeout)s, true) IS NOT NULL
+              AND set_config('idle_in_transaction_session_timeout', %(idle_bound)s, true)
+                  IS NOT NULL)
+ORDER BY g.i
+FOR NO KEY UPDATE OF a SKIP LOCKED;
+
+-- job_groups_lock_running --
+-- job_group_lock_running for a batch of groups whose locks this transaction holds: waits for in-flight renewals and settles of their running rows
+SELECT o.intent_id
+FROM unnest(%(rks)s::bigint[], %(tenants)s::text[], %(types)s::text[], %(ids)s::text[],
+            %(jobs)s::text[]) AS g(rk, tenant, type, id, job)
+JOIN {schema}.outbox o
+  ON o.routing_key = g.rk AND o.tenant_id = g.tenant AND o.actor_type = g.type
+ AND o.actor_id = g.id AND o.command = g.job
+WHERE o.kind = 'job' AND o.running
+FOR UPDATE OF o;
+
 -- wake_waiting_job_if_free --
 -- in a capped settle's own transaction, after the settle: the group lock only if nobody holds it (SKIP LOCKED: a claim holding it waits for the settled row, so waiting here could deadlock), then wake_waiting_job under it; held false: not taken, the executor wakes the group in a transaction of its own after this one commits
 WITH grp AS MATERIALIZED (

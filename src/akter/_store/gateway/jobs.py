@@ -1,9 +1,10 @@
 """The job executor's statements (semantics §5): claims, group locks, renewals and settles.
 
 Every statement runs on the framework pool (README, "Connections"): user turns never hold up a
-claim, a renewal or a settle. Capped groups are claimed and woken in their own transaction
-under the group lock, waiting at most ``GROUP_LOCK_WAIT`` for it (so does a capped type's claim
-for its type lock), and end on the server if their session goes silent inside them for
+claim, a renewal or a settle. Capped groups are claimed and woken under the group lock, in a
+transaction of their own or, on plain PostgreSQL, several free groups in one (``claim_groups``,
+docs/flow-control.md F2.9), waiting at most ``GROUP_LOCK_WAIT`` for it (so does a capped
+type's claim for its type lock), and end on the server if their session goes silent inside them for
 ``CLAIM_IDLE_BOUND``. Also here: an operator's
 cancellation of one job by its id (``akter jobs cancel``), on the callers' pool.
 """
@@ -95,6 +96,29 @@ class Group:
             "id": self.actor_id,
             "job": self.command,
         }
+
+
+@dataclass(frozen=True)
+class GroupClaim:
+    """One group of a batched claim (``JobsGateway.claim_groups``) and what it may take."""
+
+    group: Group
+    #: At most this many rows (the executor's free slots given to the group).
+    free: int
+    #: The job's ``per_actor`` cap.
+    cap: int
+    max_attempts: int
+
+
+def _group_arrays(groups: Sequence[Group]) -> dict[str, list[Any]]:
+    """A batch of groups as the array parameters of ``job_groups_lock_*``."""
+    return {
+        "rks": [g.routing_key for g in groups],
+        "tenants": [g.tenant_id for g in groups],
+        "types": [g.actor_type for g in groups],
+        "ids": [g.actor_id for g in groups],
+        "jobs": [g.command for g in groups],
+    }
 
 
 @dataclass(frozen=True)
@@ -377,6 +401,59 @@ class JobsGateway:
             if limit is None:
                 return await self._claim_group_pipelined(conn, params)
             return await self._claim_group_limited(conn, params, limit, names)
+
+    @property
+    def batched_group_claims(self) -> bool:
+        """Whether :meth:`claim_groups` runs here (plain PostgreSQL; on Citus one group each)."""
+        return self._store.strategy != "citus"
+
+    async def claim_groups(
+        self, claims: Sequence[GroupClaim], *, lease_ms: int
+    ) -> tuple[dict[int, list[Row]], float]:
+        """Claim a batch of capped groups in one transaction of two round trips (plain only).
+
+        The first round trip takes the group locks nobody holds (``job_groups_lock_skip``); the
+        second waits for those groups' in-flight renewals and settles, then sends each locked
+        group's own ``claim_capped_group`` and the commit. A claim's snapshot is thus taken
+        after its group lock was granted, as in :meth:`claim_group`: a claim sharing a statement
+        with its lock could miss the rows the previous holder had just claimed and run more
+        attempts than the cap. Returns the claimed rows by position in ``claims`` (a group
+        whose lock another transaction held is absent: the caller claims it on its own, which
+        waits for the lock) and the monotonic time the claims were sent.
+        """
+        q = self._store.queries
+        groups = [c.group for c in claims]
+        async with self._store.framework.connection() as conn:
+            lock = conn.cursor(row_factory=dict_row)
+            pending: list[tuple[int, AsyncCursor[Any]]] = []
+            sent_at = self._local.now()
+            async with conn.pipeline(), conn.transaction():
+                await lock.execute(
+                    q["job_groups_lock_skip"], {**_group_arrays(groups), **CLAIM_SETTINGS}
+                )
+                locked = [int(r["i"]) - 1 for r in await lock.fetchall()]
+                if locked:
+                    await conn.execute(
+                        q["job_groups_lock_running"], _group_arrays([groups[i] for i in locked])
+                    )
+                    sent_at = self._local.now()
+                    for i in locked:
+                        claim = claims[i]
+                        cur = conn.cursor(row_factory=dict_row)
+                        await cur.execute(
+                            q["claim_capped_group"],
+                            {
+                                **claim.group.params(),
+                                "off": self._off,
+                                "free": claim.free,
+                                "cap": claim.cap,
+                                "max_attempts": claim.max_attempts,
+                                "lease": lease_ms,
+                                "slots": None,
+                            },
+                        )
+                        pending.append((i, cur))
+            return {i: await cur.fetchall() for i, cur in pending}, sent_at
 
     async def _claim_group_pipelined(
         self, conn: Connection, params: dict[str, Any]
