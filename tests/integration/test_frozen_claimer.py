@@ -138,3 +138,56 @@ async def test_the_group_lock_statement_carries_its_own_lock_wait_and_idle_bound
             await successor.rollback()
             with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
                 await claimer.execute("SELECT 1")
+
+
+async def test_a_batched_group_claim_skips_held_groups_and_a_frozen_one_is_ended_by_its_bound(
+    akter_test: Make,
+) -> None:
+    """``job_groups_lock_skip``: never waits for a held group, and bounds its own idleness.
+
+    A batch of group claims (docs/flow-control.md F2.9) takes only the locks nobody holds, so
+    it cannot wait on an actor row at all; the idle bound it sets first ends a claimer frozen
+    between its two round trips, and the locks it took come back without its process.
+    """
+    async with akter_test([Slots], relay=False) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("batched group claims run on plain PostgreSQL only")
+        q = t.runtime.store.queries
+        refs = []
+        for name in ("a", "b"):
+            await t.get(Slots, name).fill(1)  # the actor rows exist
+            refs.append(t.get(Slots, name).ref)
+        groups = [
+            {"rk": t.runtime.routing_key(r), "tenant": r.tenant, "type": r.type, "id": r.id}
+            for r in refs
+        ]
+        batch = {
+            "rks": [g["rk"] for g in groups],
+            "tenants": [g["tenant"] for g in groups],
+            "types": [g["type"] for g in groups],
+            "ids": [g["id"] for g in groups],
+            "lock_timeout": "200ms",
+            "idle_bound": "500ms",
+        }
+        actor_lock = (
+            f"SELECT 1 FROM {q.schema}.actors WHERE routing_key = %(rk)s AND tenant_id = "
+            "%(tenant)s AND actor_type = %(type)s AND actor_id = %(id)s FOR UPDATE"
+        )
+        async with (
+            await psycopg.AsyncConnection.connect(t.database_url) as holder,
+            await psycopg.AsyncConnection.connect(t.database_url) as claimer,
+            await psycopg.AsyncConnection.connect(t.database_url) as successor,
+        ):
+            # A turn holds "a" and never lets go inside this block: the batch skips it at once.
+            await holder.execute(actor_lock, groups[0])
+            async with asyncio.timeout(5):
+                cur = await claimer.execute(q["job_groups_lock_skip"], batch)
+            assert await cur.fetchall() == [(2,)]
+            await holder.rollback()
+            # The claimer now holds "b" and goes silent inside its transaction: the server ends
+            # it, and a turn of "b" gets the row.
+            async with asyncio.timeout(20):
+                await successor.execute(actor_lock, groups[1])
+            await successor.rollback()
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                await claimer.execute("SELECT 1")
