@@ -13,6 +13,7 @@ PostgreSQL; the gateway's methods are wrapped only to count calls.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -186,7 +187,10 @@ async def test_a_batch_waits_for_a_running_rows_settle_and_its_claim_sees_the_sl
 
 
 async def test_a_failed_batch_changes_no_row_and_the_pass_claims_its_groups_one_at_a_time(
-    akter_test: Make, monkeypatch: pytest.MonkeyPatch, provider: FakeProvider
+    akter_test: Make,
+    monkeypatch: pytest.MonkeyPatch,
+    provider: FakeProvider,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A settle of b0's running attempt outlasts the claims' lock wait: the batch fails at it
     # and rolls back whole (b1's claim in the same transaction too). The pass then claims the
@@ -214,8 +218,12 @@ async def test_a_failed_batch_changes_no_row_and_the_pass_claims_its_groups_one_
             assert await job_rows(t) == before
 
             rows = counted(t.runtime.jobs.gateway)
-            assert await t.runtime.jobs.run_pass() == 1
+            with caplog.at_level(logging.INFO, logger="akter"):
+                assert await t.runtime.jobs.run_pass() == 1
             assert rows == Counter(alone=1)
+            # The expected failure (the lock wait) is not a warning.
+            [failed] = [r for r in caplog.records if "batched group claim failed" in r.message]
+            assert failed.levelno == logging.INFO and "LockNotAvailable" in failed.error
             await t.runtime.jobs.wait_idle()
             assert [c.job_id for c in provider.calls] == [only_b1]
             await side.rollback()

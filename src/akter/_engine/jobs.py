@@ -301,7 +301,16 @@ class JobExecutor:
                 self.gateway, batch, lease_ms=self._services.config.job_lease_ms
             )
         except psycopg.Error as exc:
-            log.info(
+            # A renewal or settle outlasting the lock wait is expected under load; anything
+            # else is worth a warning. Either way nothing of the batch committed (or, if only
+            # its commit's answer was lost, its rows are live and the claims below count them).
+            level = (
+                logging.INFO
+                if isinstance(exc, psycopg.errors.LockNotAvailable)
+                else logging.WARNING
+            )
+            log.log(
+                level,
                 "A batched group claim failed; claiming its groups one at a time",
                 extra={"error": f"{type(exc).__name__}: {exc}"},
             )
