@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from akter._engine import job_attempt
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, fail, gate, succeed
+from tests._support.providers import fresh_provider
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Shop
 
 Make = Callable[..., ActorTest]
@@ -35,11 +36,7 @@ _EXPORTER = InMemorySpanExporter()
 _SHARED: list[TracerProvider] = []
 
 
-@pytest.fixture(autouse=True)
-def provider() -> Iterator[FakeProvider]:
-    PROVIDER.reset()
-    yield PROVIDER
-    PROVIDER.reset()
+provider = fresh_provider(PROVIDER)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -26,6 +26,7 @@ from akter._ids import parse_framework_id
 from akter.testing import ActorTest, ManualClock
 from akter.testing.provider import FakeProvider, fail, gate, hang, raises, succeed
 from tests._support import until
+from tests._support.providers import fresh_provider
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Rejecting, Shop
 
 Make = Callable[..., ActorTest]
@@ -33,11 +34,7 @@ Make = Callable[..., ActorTest]
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(autouse=True)
-def provider() -> Iterator[FakeProvider]:
-    PROVIDER.reset()
-    yield PROVIDER
-    PROVIDER.reset()
+provider = fresh_provider(PROVIDER)
 
 
 async def jobs(t: ActorTest) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -28,6 +28,7 @@ from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, gate, succeed
 from tests._support import until
 from tests._support.locks import until_lock_waiter
+from tests._support.providers import fresh_provider
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot
 
 Make = Callable[..., ActorTest]
@@ -35,11 +36,7 @@ Make = Callable[..., ActorTest]
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(autouse=True)
-def provider() -> Iterator[FakeProvider]:
-    PROVIDER.reset()
-    yield PROVIDER
-    PROVIDER.reset()
+provider = fresh_provider(PROVIDER)
 
 
 def plain_only(t: ActorTest) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -24,6 +24,7 @@ from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, gate, succeed
 from tests._support import until
 from tests._support.counting import count_calls
+from tests._support.providers import fresh_provider
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Shop
 
 Make = Callable[..., ActorTest]
@@ -50,11 +51,7 @@ def claimed_rows(gateway: Any) -> Counter[str]:
     return rows
 
 
-@pytest.fixture(autouse=True)
-def provider() -> Iterator[FakeProvider]:
-    PROVIDER.reset()
-    yield PROVIDER
-    PROVIDER.reset()
+provider = fresh_provider(PROVIDER)
 
 
 async def job_rows(t: ActorTest) -> list[dict[str, Any]]:

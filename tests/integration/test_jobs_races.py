@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -28,6 +28,7 @@ from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, Step, fail, gate, hang, succeed
 from tests._support import until
 from tests._support.locks import lock_waiters, until_lock_waiter
+from tests._support.providers import fresh_provider
 from tests.integration.test_jobs_actors import ALL, PROVIDER, Hot, Shop
 
 Make = Callable[..., ActorTest]
@@ -35,11 +36,7 @@ Make = Callable[..., ActorTest]
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(autouse=True)
-def provider() -> Iterator[FakeProvider]:
-    PROVIDER.reset()
-    yield PROVIDER
-    PROVIDER.reset()
+provider = fresh_provider(PROVIDER)
 
 
 async def outbox(t: ActorTest) -> list[dict[str, Any]]:

@@ -8,13 +8,14 @@ and their ownership across two runners.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from akter.runtime import Runtime
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, gate
+from tests._support.providers import fresh_provider
 from tests.integration.telemetry_actors import ACTORS, PROVIDER, Pinger
 
 Make = Callable[..., ActorTest]
@@ -22,11 +23,7 @@ Make = Callable[..., ActorTest]
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(autouse=True)
-def provider() -> Iterator[FakeProvider]:
-    PROVIDER.reset()
-    yield PROVIDER
-    PROVIDER.reset()
+provider = fresh_provider(PROVIDER)
 
 
 def gauges(runtime: Runtime, kind: str) -> tuple[float | None, ...]:
