@@ -3,9 +3,10 @@
 The proxy sits between a runtime and PostgreSQL (over TCP or a Unix socket) and relays both
 directions message by message. It parses just enough of the protocol to recognise a client
 running ``COMMIT``: a simple ``Query`` of it, or — what akter's pipelined commit flight sends —
-a ``Bind`` of a statement whose ``Parse`` was ``COMMIT``: unnamed at first, then a named
-statement once psycopg prepares it (``prepare_threshold``). Armed with :meth:`PgProxy.arm`, it
-acts on the next such ``COMMIT`` only:
+a ``Bind`` of a statement whose ``Parse`` was ``COMMIT``: named, as a turn prepares its
+statements on a connection's first use (``akter._store.pipeline``), or unnamed (psycopg's
+first uses, a connection whose turn statements are past ``MAX_PREPARED``). Armed with
+:meth:`PgProxy.arm`, it acts on the next such ``COMMIT`` only:
 
 ``before``
     forward the messages ahead of the ``COMMIT``, then cut: the server never sees the
@@ -35,6 +36,7 @@ import asyncio
 import contextlib
 import re
 import struct
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -91,6 +93,7 @@ class _Link:
     await_execute: bool = False  # race: cut right after the COMMIT's Execute
     cut: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    sent: Counter[str] = field(default_factory=Counter)  # client messages by type ("P", "S")
 
 
 class PgProxy:
@@ -243,8 +246,21 @@ class PgProxy:
             link.server.write(out)
             await link.server.drain()
 
+    def sent(self, statement_prefix: bytes) -> Counter[str]:
+        """Client messages by type, summed over some links.
+
+        The links counted prepared a statement named ``statement_prefix...`` (a runtime's turn
+        connections: ``b"akter_turn_"``).
+        """
+        total: Counter[str] = Counter()
+        for link in self._links:
+            if any(name.startswith(statement_prefix) for name in link.statements):
+                total.update(link.sent)
+        return total
+
     def _frontend(self, link: _Link, kind: int, body: bytes) -> Literal["before", "after"] | None:
         """Track one client message; say whether to cut before or after forwarding it."""
+        link.sent[chr(kind)] += 1
         commit: str | None = None
         if kind == ord("P"):
             name, at = _cstring(body)

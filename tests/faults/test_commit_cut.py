@@ -280,12 +280,11 @@ async def test_an_unarmed_proxy_relays_every_commit_untouched(akter_db: str) -> 
         assert list(results.values()) == [k * (k + 1) // 2 for k in range(1, WARM_TURNS + 1)]
         assert_applied_once(await t.inspect(handle), results)
         assert not proxy.fired.is_set()
-        # The turns commit through the extended protocol: an unnamed statement first, then the
-        # one psycopg prepares on a connection that has run it often enough.
+        # The turns commit through the extended protocol, with the COMMIT their connection
+        # prepared in its first turn's commit flight (akter._store.pipeline).
         binds = [c for c in proxy.commits if c.startswith("Bind")]
         assert len(binds) >= WARM_TURNS
-        assert "Bind ''" in binds
-        assert any(c != "Bind ''" for c in binds), binds
+        assert all(c.startswith("Bind 'akter_turn_") for c in binds), binds
 
 
 @pytest.mark.parametrize("cut", ["before", "after_reply"])
@@ -298,8 +297,8 @@ async def test_a_cut_prepared_commit_is_retryable_and_resolves_once(
         handle = t.get(Register, actor)
         results: dict[str, int] = {}
         total = 0
-        # Only a COMMIT bound to a prepared statement takes the cut: the turns before it, on
-        # connections that have not prepared COMMIT yet, commit normally.
+        # Only a COMMIT bound to a prepared statement takes the cut (a turn prepares COMMIT in
+        # its connection's first commit flight; any turn before a cut commits normally).
         for _ in range(WARM_TURNS):
             cid = await t.runtime.mint_command_id()
             proxy.arm(cut, match=cid, prepared=True)
@@ -324,3 +323,25 @@ async def test_a_cut_prepared_commit_is_retryable_and_resolves_once(
         assert RUNS[actor] == len(results) + (1 if cut == "before" else 0)
         assert_applied_once(await t.inspect(handle), results)
         await assert_healthy(t, proxy, actor)
+
+
+async def test_a_warm_turn_is_two_syncs_of_prepared_statements_on_the_wire(akter_db: str) -> None:
+    # Issue 13's two-round-trip rule, counted on the wire: each warm turn of Register (state and
+    # receipt in one statement, an event, an intent) sends BEGIN, the lock, the admission read,
+    # the update, the event, the outbox row and COMMIT, each bound to the statement its
+    # connection prepared in its first turn, in two flights ended by one Sync each.
+    async with (
+        PgProxy(akter_db) as proxy,
+        ActorTest([Register], database_url=proxy.url, relay=False) as t,
+    ):
+        t.database_url = akter_db
+        handle = t.get(Register, "wire")
+        for k in range(3):
+            await handle.move(k)
+        before = proxy.sent(b"akter_turn_")
+        for k in range(WARM_TURNS):
+            await handle.move(k)
+        sent = proxy.sent(b"akter_turn_") - before
+        assert sent["S"] == 2 * WARM_TURNS, sent
+        assert sent["E"] == sent["B"] == 7 * WARM_TURNS, sent
+        assert sent["P"] == 0 and sent["Q"] == 0, sent

@@ -39,10 +39,11 @@ Connection = psycopg.AsyncConnection[tuple[object, ...]]
 
 
 class TurnConnection(psycopg.AsyncConnection[tuple[object, ...]]):
-    """A pooled connection that keeps the cursors its turns reuse (``gateway.actors``)."""
+    """A pooled connection that keeps its turns' pipeline (``gateway.actors.turn_pipeline``)."""
 
-    #: ``gateway.actors.TurnCursors`` once a turn ran on the connection.
-    turn_cursors: Any = None
+    #: The ``akter._store.pipeline.TurnPipeline`` of the connection once a turn ran on it: its
+    #: prepared statements are this session's.
+    turn_pipeline: Any = None
 
 
 async def _configure(conn: Connection) -> None:

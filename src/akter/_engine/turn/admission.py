@@ -26,7 +26,7 @@ from akter._engine.turn.types import (
 from akter._evolution import StateDecodeError
 from akter._json import storable_json
 from akter._store.gateway import actors
-from akter._store.pool import TRANSACTION_TIMEOUT_SINCE, Connection
+from akter._store.pool import TRANSACTION_TIMEOUT_SINCE
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
 
@@ -71,7 +71,6 @@ def settings(definition: ActorDefinition, server_version: int) -> dict[str, str]
 
 
 async def admit(
-    conn: Connection,
     flights: Flights,
     q: Queries,
     act: Activation,
@@ -104,28 +103,28 @@ async def admit(
     default_json = default_state_json(act.definition) if ensured else ""
     state_version = act.definition.state_version
     command_ids = [r.command_id.raw for r in batch]
-    curs = actors.turn_cursors(conn)
+    pipe = flights.pipe
     sent_at = time.monotonic()
     async with flights.admission():
         # A cold turn's ensure_actor may wait on another runner's insert of the row: it needs
         # the timeouts first. A warm turn's lock statement sets them itself (one statement less).
-        await actors.begin_turn(curs.begin, q, settings if ensured else None)
+        await actors.begin_turn(pipe, q, settings if ensured else None)
         if worker_lock_wait is not None:
-            await actors.bound_worker_locks(curs.sink, q, worker_lock_wait)
+            await actors.bound_worker_locks(pipe, q, worker_lock_wait)
         if ensured:
-            await actors.ensure_actor(curs.sink, q, key, default_json, state_version, off)
-        lock_cur = await actors.lock_actor(curs.lock, q, key, act.version, settings)
-        read_cur = await actors.read_admission(curs.read, q, key, off, command_ids)
+            await actors.ensure_actor(pipe, q, key, default_json, state_version, off)
+        lock_cur = await actors.lock_actor(pipe, q, key, act.version, settings)
+        read_cur = await actors.read_admission(pipe, q, key, off, command_ids)
         # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
         # between the flights must not hold off a takeover) and held in the commit flight.
         fence_curs = [
-            (i, await actors.check_fence(conn, q, fence_of(f)))
+            (i, await actors.check_fence(pipe, q, fence_of(f)))
             for i, r in enumerate(batch)
             if (f := r.fence) is not None
         ]
         # Last in the flight: the answer's arrival then bounds the reading closely (the commit
         # clock counts from it), however long the shard's statements before it took.
-        clock_cur = await actors.read_clock(conn, q, off) if coordinator_clock else None
+        clock_cur = await actors.read_clock(pipe, q, off) if coordinator_clock else None
     locked = await lock_cur.fetchone()
     admission = await read_cur.fetchone()
     clock = None if clock_cur is None else await clock_cur.fetchone()
@@ -137,12 +136,12 @@ async def admit(
         raise Retryable("actor row missing")
     assert admission is not None
     version, created, event_seq, shipped_state, shipped_sv = locked
-    now_ms = int((admission if clock is None else clock)[0])  # type: ignore[call-overload]
+    now_ms = int((admission if clock is None else clock)[0])
     observe(now_ms)
     # A lease is current while it has not ended at the turn's clock.
-    stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}  # type: ignore[call-overload]
-    stored: list[dict[str, Any]] = admission[1]  # type: ignore[assignment]
-    locked_version = int(version)  # type: ignore[call-overload]
+    stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}
+    stored: list[dict[str, Any]] = admission[1]
+    locked_version = int(version)
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
     telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}

@@ -201,7 +201,6 @@ class TurnEngine:
         off = self.clock.offset_ms
         ensured = not act.exists
         admitted = await admission.admit(
-            conn,
             flights,
             self.q,
             act,
@@ -221,7 +220,6 @@ class TurnEngine:
         for request in batch:
             request.commit_sent = not todo.nothing  # from here a lost answer leaves it unknown
         sent = await writes.send(
-            conn,
             flights,
             self.q,
             act,

@@ -1,7 +1,7 @@
-"""The connection side of a turn: its one psycopg pipeline, and what a failure leaves behind.
+"""The connection side of a turn: its one libpq pipeline, and what a failure leaves behind.
 
-Both flights are one pipeline (:class:`Flights`): the admission flight ends with a Sync whose
-results are read without a Flush, so while the handlers run the server sees a transaction idle
+Both flights are one pipeline (:class:`Flights`, on ``akter._store.pipeline.TurnPipeline``): the
+admission flight ends with a Sync, so while the handlers run the server sees a transaction idle
 after a ReadyForQuery and its idle-in-transaction timer is armed (see ``engine``). After a
 failure, :func:`consistent` and :func:`rollback_quietly` decide whether the connection goes back
 to the pool or is discarded; :func:`describe_db_error` and :func:`commit_unanswered` word the
@@ -17,6 +17,8 @@ from types import TracebackType
 import psycopg
 
 from akter._engine.turn.types import BatchDefect, Retryable
+from akter._store.gateway import actors
+from akter._store.pipeline import TurnPipeline
 from akter._store.pool import Connection
 from akter.errors import InjectedCrash
 
@@ -24,11 +26,9 @@ from akter.errors import InjectedCrash
 def consistent(exc: BaseException) -> bool:
     """Whether the connection's client-side state is known after ``exc`` (see ``engine``).
 
-    Only failures raised between the flights qualify. A server error inside a pipeline aborts
-    the statements queued behind it, and psycopg may already count one of them as prepared: the
-    connection then fails every later use of that statement ("prepared statement _pg3_N does
-    not exist") and the turns of whichever actors draw it back off until their delivery timeout.
-    Reconnecting costs milliseconds; such errors (lock waits, a refused write) are rare.
+    Only failures raised between the flights qualify. After a server error inside a flight the
+    connection is discarded all the same: reconnecting costs milliseconds, such errors (lock
+    waits, a refused write) are rare, and a session that saw one has nothing worth keeping.
     """
     return isinstance(exc, BatchDefect | Retryable | InjectedCrash)
 
@@ -44,67 +44,60 @@ ROLLBACK_WAIT_S = 2.0
 
 
 class Flights:
-    """One psycopg pipeline for both flights of a turn (module docstring).
+    """Both flights of a turn on the connection's :class:`TurnPipeline` (module docstring).
 
-    ``admission()`` enters the pipeline and ends with ``sync()``: its results are read without
-    the Flush that leaving a pipeline sends, which would disarm the server's idle timer.
-    ``commit()`` leaves the pipeline, whose Sync ends the commit flight. ``leave()`` leaves it
-    after a failure in between.
+    ``admission()`` enters pipeline mode and ends with ``sync()``: its answers are read after a
+    Sync alone, so the server's idle timer is armed while the handlers run. ``commit()`` ends
+    with the commit flight's Sync and leaves pipeline mode. ``leave()`` leaves it after a
+    failure in between; a failure inside a flight leaves answers owed, and the connection is
+    discarded.
     """
 
+    __slots__ = ("pipe",)
+
     def __init__(self, conn: Connection) -> None:
-        self._cm = conn.pipeline()
-        self._pipeline: psycopg.AsyncPipeline | None = None
+        self.pipe = actors.turn_pipeline(conn)
 
     # Two small context-manager classes, not @asynccontextmanager: a generator-based one costs
     # an async generator and its hooks per use, twice per turn.
 
     def admission(self) -> _Admission:
-        return _Admission(self)
+        return _Admission(self.pipe)
 
     def commit(self) -> _Commit:
-        return _Commit(self)
+        return _Commit(self.pipe)
 
     async def leave(self) -> bool:
         """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
-        if self._pipeline is None:
-            return True
-        self._pipeline = None
-        try:
-            await asyncio.shield(self._cm.__aexit__(None, None, None))
-        except (psycopg.Error, asyncio.CancelledError):
-            return False
-        return True
+        return self.pipe.leave()
 
 
 class _Admission:
-    """Enters the pipeline; at the end, a Sync (read without the Flush that leaving sends)."""
+    """Enters pipeline mode; at the end, a Sync and every answer of the flight."""
 
-    __slots__ = ("_flights",)
+    __slots__ = ("_pipe",)
 
-    def __init__(self, flights: Flights) -> None:
-        self._flights = flights
+    def __init__(self, pipe: TurnPipeline) -> None:
+        self._pipe = pipe
 
     async def __aenter__(self) -> None:
-        flights = self._flights
-        flights._pipeline = await flights._cm.__aenter__()
+        self._pipe.enter()
 
     async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        pipeline = self._flights._pipeline
-        if kind is None and pipeline is not None:
-            await pipeline.sync()
+        if kind is None:
+            await self._pipe.sync()
 
 
 class _Commit:
-    """Leaves the pipeline: its Sync ends the commit flight (also after a failure inside)."""
+    """Ends the commit flight with its Sync and leaves pipeline mode."""
 
-    __slots__ = ("_flights",)
+    __slots__ = ("_pipe",)
 
-    def __init__(self, flights: Flights) -> None:
-        self._flights = flights
+    def __init__(self, pipe: TurnPipeline) -> None:
+        self._pipe = pipe
 
     async def __aenter__(self) -> None:
-        assert self._flights._pipeline is not None
+        pass
 
     async def __aexit__(
         self,
@@ -112,9 +105,10 @@ class _Commit:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        flights = self._flights
-        flights._pipeline = None
-        await flights._cm.__aexit__(kind, exc, tb)
+        if kind is None:
+            await self._pipe.sync()
+            if not self._pipe.leave():
+                raise psycopg.InterfaceError("the connection could not leave pipeline mode")
 
 
 async def rollback_quietly(conn: Connection) -> bool:

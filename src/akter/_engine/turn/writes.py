@@ -24,7 +24,6 @@ from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
 from akter._staging import StagedRow
 from akter._store.gateway import actors
-from akter._store.pool import Connection
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
 
@@ -85,7 +84,6 @@ class Sent:
 
 
 async def send(
-    conn: Connection,
     flights: Flights,
     q: Queries,
     act: Activation,
@@ -106,19 +104,18 @@ async def send(
     """
     started_ns = time.time_ns()
     writes = ran.writes
-    curs = actors.turn_cursors(conn)
-    sink = curs.sink
+    pipe = flights.pipe
     cancels = None
     async with flights.commit():
         if todo.nothing:
-            end = await actors.end_turn(sink, commit=False)
+            end = await actors.end_turn(pipe, commit=False)
         else:
             commit_ms = commit_clock(now_ms, arrived_at)
             receipts = _receipts(todo.receipts) if todo.receipts else None
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
-                    curs.write,
+                    pipe,
                     q,
                     key,
                     state_json=ran.state_json,
@@ -131,15 +128,15 @@ async def send(
                     receipts=receipts,
                 )
             if writes.events:
-                await actors.insert_events(sink, q, key, now_ms, act.event_seq + 1, writes.events)
+                await actors.insert_events(pipe, q, key, now_ms, act.event_seq + 1, writes.events)
             if writes.timer_deletes:
-                await actors.delete_timers(sink, q, key, writes.timer_deletes)
+                await actors.delete_timers(pipe, q, key, writes.timer_deletes)
             if writes.job_cancels:
-                cancels = await actors.cancel_jobs(conn, q, key, writes.job_cancels, now_ms)
+                cancels = await actors.cancel_jobs(pipe, q, key, writes.job_cancels, now_ms)
             if writes.rows:
                 ords = ordinals(act.definition, writes.rows)
                 await actors.insert_outbox(
-                    sink,
+                    pipe,
                     q,
                     key,
                     bucket=act.bucket,
@@ -149,19 +146,20 @@ async def send(
                     traceparent=telemetry.traceparent(),  # the batch span staged them
                 )
             if todo.ticks is not None:
-                await actors.insert_ticks(sink, q, todo.ticks)
+                await actors.insert_ticks(pipe, q, todo.ticks)
             if receipts is not None and not todo.state_changed:
-                await actors.insert_receipts(sink, q, key, receipts)
-            # The fences last, held through COMMIT. psycopg sends each statement as it is
-            # queued, so a process frozen mid-flight leaves the server waiting for the rest
-            # with no timer armed (before PostgreSQL 17's transaction_timeout): the lease row
-            # is then locked only from the last check on, and every row stamped before it.
+                await actors.insert_receipts(pipe, q, key, receipts)
+            # The fences last, held through COMMIT. libpq may send a long flight's first
+            # statements before its Sync, so a process frozen mid-flight leaves the server
+            # waiting for the rest with no timer armed (before PostgreSQL 17's
+            # transaction_timeout): the lease row is then locked only from the last check on,
+            # and every row stamped before it.
             # The check reads the server's clock too: the estimate is stale after a freeze.
             # A lost lease fails the flight (serialization_failure), and the retry's
             # admission check refuses with LeaseLost.
             for f in todo.fences:
-                await actors.hold_fence(sink, q, fence_of(f), commit_ms, off)
-            end = await actors.end_turn(sink, commit=True)
+                await actors.hold_fence(pipe, q, fence_of(f), commit_ms, off)
+            end = await actors.end_turn(pipe, commit=True)
     telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)
 

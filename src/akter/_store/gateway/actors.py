@@ -1,10 +1,9 @@
 """The actor statements of a turn: every parameter dict of its two flights.
 
-Each function queues one or two statements on a connection that is inside the turn's psycopg
-pipeline (a single statement is returned as the driver's awaitable, with no frame of its own);
-nothing here waits for the server or reads a result itself, so the flights stay two round trips
-(see ``akter._engine.turn``). The
-statements, their parameters and their order are the turn's: ``key`` is the actor's
+Each function queues one or two statements on the connection's turn pipeline
+(:func:`turn_pipeline`, ``akter._store.pipeline``); nothing here waits for the server or reads a
+result itself, so the flights stay two round trips (see ``akter._engine.turn``). The statements,
+their parameters and their order are the turn's: ``key`` is the actor's
 ``{"rk", "tenant", "type", "id"}`` (:func:`actor_key`), ``off`` the clock offset in ms.
 """
 
@@ -14,7 +13,6 @@ import struct
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
-import psycopg
 from psycopg import adapt, pq
 from psycopg._encodings import conn_encoding
 from psycopg.abc import AdaptContext
@@ -22,13 +20,14 @@ from psycopg.abc import AdaptContext
 from akter._staging import StagedEvent, StagedRow
 from akter._store import citus
 from akter._store.gateway.errors import wrap_errors
+from akter._store.pipeline import Answer, TurnPipeline
 from akter._store.pool import Clock, Connection, Store, TurnConnection
 from akter._store.queries import Queries
 
-Cursor = psycopg.AsyncCursor[tuple[object, ...]]
 Key = Mapping[str, Any]
-#: Where a statement is queued: the connection (a new cursor) or a reused cursor of it.
-Executor = Connection | Cursor
+#: Where a turn's statements are queued, and what each returns once its flight was synced.
+Executor = TurnPipeline
+Cursor = Answer
 
 
 class TextArray(list[str | None]):
@@ -92,43 +91,20 @@ class _BigintArrayDumper(adapt.Dumper):
         return _binary_array(_INT8_OID, len(obj), False, [_INT8.pack(8, v) for v in obj])
 
 
-class TurnCursors:
-    """The cursors a connection's turns reuse, one per statement a warm turn sends.
+_ARRAY_DUMPERS: dict[type, type] = {TextArray: _TextArrayDumper, BigintArray: _BigintArrayDumper}
 
-    A new cursor per statement costs its construction and, worse, a cold dumper cache: every
-    parameter's type is looked up again on each turn. psycopg keeps a cursor's dumpers only
-    while it executes the same query as last time, so each statement of a warm turn has a
-    cursor of its own: ``begin`` (``BEGIN``), ``lock`` and ``read`` (the admission's two reads),
-    ``write`` (the actor row's update) and ``sink`` for the rest, whose status is the last
-    statement's (the ``COMMIT``). Results are read before the next flight reuses a cursor.
-    Their array parameters (:class:`TextArray`, :class:`BigintArray`) are dumped in binary; on
-    any other executor they are plain lists.
+
+def turn_pipeline(conn: Connection) -> TurnPipeline:
+    """The turn pipeline of ``conn``: kept on a pooled connection, made afresh on any other.
+
+    Its array parameters (:class:`TextArray`, :class:`BigintArray`) are dumped in binary.
     """
-
-    __slots__ = ("begin", "lock", "read", "sink", "write")
-
-    def __init__(self, conn: Connection) -> None:
-        self.begin: Cursor = conn.cursor()
-        self.lock: Cursor = conn.cursor()
-        self.read: Cursor = _with_array_dumpers(conn.cursor())
-        self.write: Cursor = _with_array_dumpers(conn.cursor())
-        self.sink: Cursor = _with_array_dumpers(conn.cursor())
-
-
-def _with_array_dumpers(cursor: Cursor) -> Cursor:
-    cursor.adapters.register_dumper(TextArray, _TextArrayDumper)
-    cursor.adapters.register_dumper(BigintArray, _BigintArrayDumper)
-    return cursor
-
-
-def turn_cursors(conn: Connection) -> TurnCursors:
-    """The reused cursors of ``conn``: kept on a pooled connection, made afresh on any other."""
     if isinstance(conn, TurnConnection):
-        found = conn.turn_cursors
-        if not isinstance(found, TurnCursors):
-            found = conn.turn_cursors = TurnCursors(conn)
+        found = conn.turn_pipeline
+        if not isinstance(found, TurnPipeline):
+            found = conn.turn_pipeline = TurnPipeline(conn, _ARRAY_DUMPERS)
         return found
-    return TurnCursors(conn)
+    return TurnPipeline(conn, _ARRAY_DUMPERS)
 
 
 def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> dict[str, Any]:
@@ -303,9 +279,7 @@ def delete_timers(conn: Executor, q: Queries, key: Key, keys: list[str]) -> Awai
     return conn.execute(q["delete_timers"], {**key, "keys": keys})
 
 
-async def cancel_jobs(
-    conn: Connection, q: Queries, key: Key, keys: list[str], now_ms: int
-) -> Cursor:
+async def cancel_jobs(conn: Executor, q: Queries, key: Key, keys: list[str], now_ms: int) -> Cursor:
     """Cancel the actor's jobs with ``keys``; the cursor yields ``(job id, running)`` rows."""
     await conn.execute(q["cancel_jobs_unstarted"], {**key, "keys": keys})
     return await conn.execute(q["cancel_jobs_started"], {**key, "keys": keys, "now": now_ms})

@@ -1,0 +1,290 @@
+"""A turn's two flights on libpq's pipeline (``psycopg.pq``), without psycopg's cursor layer.
+
+psycopg's cursors in a pipeline pay, for every statement, the connection's lock, a writability
+poll and a flush, a result generator and a cursor's bookkeeping: the plain-psycopg floor's
+five-statement turn costs about 290 µs of client CPU on this project's bench machine, and the
+same five prepared statements queued on ``psycopg.pq`` and read after one Sync about 110 µs
+(``bench/docs``: issue 13). A turn's statements are few, known and repeated, so the turn sends
+them through :class:`TurnPipeline`: the same driver (libpq through psycopg's own wrapper), the
+connection's adapters (psycopg's ``Transformer`` dumps parameters and loads rows exactly as a
+cursor on that connection would) and psycopg's exception classes (``error_from_result``).
+
+A statement is queued by :meth:`TurnPipeline.execute`, which returns its :class:`Answer`;
+nothing is read until :meth:`TurnPipeline.sync` sends the Sync and reads every answer of the
+flight, raising the first server error after all of them are in. The first use of a statement
+(its text and parameter types) on a connection prepares it in the same flight; it counts as
+prepared only once the server answered the Parse. Any failure that leaves answers unread makes
+the pipeline *unusable* (:meth:`TurnPipeline.leave` says so) and the caller discards the
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import adapt, pq
+from psycopg._encodings import conn_encoding
+from psycopg.abc import Transformer
+
+#: Placeholders of the catalogue's statements: ``%(name)s``, ``%s`` and the escaped ``%%``.
+_PLACEHOLDER = re.compile(rb"%\((\w+)\)s|%s|%%")
+#: Prepared statements one connection keeps for turns; past this a statement runs unnamed.
+MAX_PREPARED = 128
+
+_TEXT = pq.Format.TEXT
+_AUTO = adapt.PyFormat.AUTO
+_OK = pq.ExecStatus.COMMAND_OK
+_TUPLES = pq.ExecStatus.TUPLES_OK
+_FATAL = pq.ExecStatus.FATAL_ERROR
+_SYNC = pq.ExecStatus.PIPELINE_SYNC
+
+Row = tuple[Any, ...]
+
+
+class Answer:
+    """One statement's result once its flight was synced: a cursor's reading methods."""
+
+    __slots__ = ("_loaded", "_result", "_tx")
+
+    def __init__(self, tx: Transformer) -> None:
+        self._tx = tx
+        self._result: pq.abc.PGresult | None = None
+        self._loaded: list[Row] | None = None
+
+    @property
+    def statusmessage(self) -> str | None:
+        """The command tag (``"COMMIT"``, ``"UPDATE 1"``), as ``psycopg.Cursor.statusmessage``."""
+        status = self._answered().command_status
+        return status.decode() if status else None
+
+    @property
+    def rowcount(self) -> int:
+        """Rows returned or affected (``-1`` when the tag carries none)."""
+        tuples = self._answered().command_tuples
+        return -1 if tuples is None else tuples
+
+    async def fetchone(self) -> Row | None:
+        rows = self._rows()
+        return rows[0] if rows else None
+
+    async def fetchall(self) -> list[Row]:
+        return list(self._rows())
+
+    def _answered(self) -> pq.abc.PGresult:
+        if self._result is None:
+            raise psycopg.InterfaceError("the statement's flight was not synced")
+        return self._result
+
+    def _rows(self) -> list[Row]:
+        if self._loaded is None:
+            result = self._answered()
+            if result.status != _TUPLES or not result.ntuples:
+                self._loaded = []
+            else:
+                tx = self._tx
+                tx.set_pgresult(result)
+                self._loaded = tx.load_rows(0, result.ntuples, tuple)
+        return self._loaded
+
+
+class _Context:
+    """The adapters a pipeline dumps and loads with: the connection's, plus ``extra``."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], extra: Mapping[type, type]) -> None:
+        self.connection = conn
+        self.adapters = adapt.AdaptersMap(conn.adapters)
+        for cls, dumper in extra.items():
+            self.adapters.register_dumper(cls, dumper)
+
+
+class TurnPipeline:
+    """The turn statements of one connection: queued, prepared once, read after one Sync.
+
+    Kept with its connection (its prepared statements are the session's). ``dumpers`` are
+    registered on top of the connection's adapters (the turn's binary array parameters).
+    """
+
+    def __init__(
+        self, conn: psycopg.AsyncConnection[Any], dumpers: Mapping[type, type] | None = None
+    ) -> None:
+        self._conn = conn
+        self._pg = conn.pgconn
+        self._tx = adapt.Transformer.from_context(_Context(conn, dumpers or {}))
+        self._encoding = conn_encoding(conn)
+        self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        #: Statements sent since the last Sync: ``(answer, key it prepares or None)``; a
+        #: Parse's answer is ``None``.
+        self._queued: list[tuple[Answer | None, tuple[bytes, tuple[int, ...]] | None]] = []
+        self._open = False
+        #: Answers are owed by the server, or a send may have been cut: not reusable.
+        self._unusable = False
+
+    @property
+    def usable(self) -> bool:
+        """Whether the connection can leave the pipeline cleanly."""
+        return not (self._unusable or self._queued)
+
+    def enter(self) -> None:
+        """Enter libpq's pipeline mode (a turn's first flight)."""
+        if not self.usable:
+            raise psycopg.InterfaceError("the turn pipeline of this connection is unusable")
+        self._pg.enter_pipeline_mode()
+        self._open = True
+
+    def leave(self) -> bool:
+        """Leave pipeline mode; ``False`` if answers are owed (discard the connection)."""
+        if not self._open:
+            return not self._unusable
+        if not self.usable:
+            return False
+        try:
+            self._pg.exit_pipeline_mode()
+        except psycopg.Error:
+            self._unusable = True
+            return False
+        self._open = False
+        return True
+
+    async def execute(self, query: str | bytes, params: Mapping[str, Any] | None = None) -> Answer:
+        """Queue ``query`` (psycopg's ``%(name)s`` placeholders) with ``params``.
+
+        Its :class:`Answer` can be read after the next :meth:`sync`.
+        """
+        sql, names = _converted(query, params is not None)
+        if params is None:
+            values: list[Any] = []
+        else:
+            values = [params[name] for name in names]
+        tx = self._tx
+        # Dump before anything is sent: a parameter that cannot be dumped leaves nothing queued.
+        dumped = tx.dump_sequence(values, [_AUTO] * len(values)) if values else []
+        types = tuple(tx.types or ()) if values else ()
+        formats = list(tx.formats or ()) if values else None
+        key = (sql, types)
+        name = self._prepared.get(key)
+        answer = Answer(tx)
+        pg = self._pg
+        self._unusable = True  # until the sends below are done
+        if name is None and len(self._prepared) < MAX_PREPARED:
+            name = b"akter_turn_%d" % len(self._prepared)
+            pg.send_prepare(name, sql, param_types=types or None)
+            self._queued.append((None, key))
+            self._prepared[key] = name
+        if name is not None:
+            pg.send_query_prepared(name, dumped, param_formats=formats, result_format=_TEXT)
+        else:
+            pg.send_query_params(
+                sql, dumped, param_types=types, param_formats=formats, result_format=_TEXT
+            )
+        self._queued.append((answer, None))
+        self._unusable = False
+        return answer
+
+    async def sync(self) -> None:
+        """End the flight: send a Sync, read every answer, raise the first server error.
+
+        The statements' answers are set in order; a Parse that was not answered ``OK`` is
+        forgotten (the statement is prepared again next time).
+        """
+        queued, self._queued = self._queued, []
+        self._unusable = True
+        self._pg.pipeline_sync()
+        results = await self._communicate(len(queued))
+        self._unusable = False
+        error: psycopg.Error | None = None
+        for (answer, key), result in zip(queued, results, strict=True):
+            status = result.status
+            if answer is None:
+                if status != _OK and key is not None:
+                    self._prepared.pop(key, None)
+            else:
+                answer._result = result
+            if status == _FATAL and error is None:
+                error = psycopg.errors.error_from_result(result, encoding=self._encoding)
+        if error is not None:
+            raise error
+
+    async def _communicate(self, expected: int) -> list[pq.abc.PGresult]:
+        """Flush the flight and read its ``expected`` results up to the Sync's."""
+        pg = self._pg
+        loop = asyncio.get_running_loop()
+        fd = pg.socket
+        # While the output is not all sent, read too: a server whose own output is full stops
+        # reading, and a large flight would otherwise wait for it forever.
+        while pg.flush():
+            await _ready(loop, fd, write=True)
+            pg.consume_input()
+        results: list[pq.abc.PGresult] = []
+        while True:
+            last_none = False
+            while not pg.is_busy():
+                result = pg.get_result()
+                if result is None:
+                    if last_none:
+                        break
+                    last_none = True
+                    continue
+                last_none = False
+                if result.status == _SYNC:
+                    if len(results) != expected:
+                        raise psycopg.InternalError(
+                            f"the flight got {len(results)} answers for {expected} statements"
+                        )
+                    return results
+                results.append(result)
+            await _ready(loop, fd, write=False)
+            pg.consume_input()
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
+    """Wait until ``fd`` is readable (or, with ``write``, readable or writable)."""
+    ready = loop.create_future()
+    loop.add_reader(fd, _wake, ready)
+    if write:
+        loop.add_writer(fd, _wake, ready)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+        if write:
+            loop.remove_writer(fd)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+_CONVERTED: dict[tuple[str | bytes, bool], tuple[bytes, tuple[str, ...]]] = {}
+
+
+def _converted(query: str | bytes, with_params: bool) -> tuple[bytes, tuple[str, ...]]:
+    """``query`` in PostgreSQL's ``$n`` form and its parameter names in order (cached).
+
+    As psycopg: without parameters the text is sent as it is (``%`` included).
+    """
+    found = _CONVERTED.get((query, with_params))
+    if found is not None:
+        return found
+    raw = query.encode() if isinstance(query, str) else bytes(query)
+    names: list[str] = []
+    if with_params:
+
+        def number(match: re.Match[bytes]) -> bytes:
+            token = match.group(0)
+            if token == b"%%":
+                return b"%"
+            if token == b"%s":
+                raise psycopg.ProgrammingError("turn statements take named parameters only")
+            name = match.group(1).decode()
+            if name not in names:
+                names.append(name)
+            return b"$%d" % (names.index(name) + 1)
+
+        raw = _PLACEHOLDER.sub(number, raw)
+    found = _CONVERTED[(query, with_params)] = (raw, tuple(names))
+    return found

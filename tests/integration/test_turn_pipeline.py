@@ -1,0 +1,195 @@
+"""The turn's flights on libpq's pipeline (``akter._store.pipeline``, issue 13).
+
+What a careless handler, a refused write, a dropped prepared statement or a turn cut mid-flight
+does to the connection a turn runs on: the caller gets a named, retryable refusal, nothing is
+written, and the next turn runs (on a pool of one connection, so it must be a usable one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from pydantic import BaseModel
+
+import akter
+from akter.testing import ActorTest
+from tests._support.policy import policy_override
+from tests._support.polling import until
+
+Make = Callable[..., ActorTest]
+
+
+class NoteState(BaseModel):
+    notes: list[str] = []
+    poison: bool = False
+
+
+class Notes(akter.Actor[NoteState], max_state_bytes=8_000_000):
+    @akter.command
+    async def keep(self, text: str) -> str:
+        self.state.notes.append(text)
+        return text
+
+    @akter.command
+    async def bulk(self, size: int, count: int) -> int:
+        self.state.notes = [chr(ord("a") + i % 26) * size for i in range(count)]
+        return sum(len(n) for n in self.state.notes)
+
+    @akter.command
+    async def poisoned(self) -> None:
+        self.state.poison = True
+
+    @akter.query
+    async def total(self) -> int:
+        return sum(len(n) for n in self.state.notes)
+
+
+async def _install_trigger(t: ActorTest, body: str) -> None:
+    await t.rows(
+        "CREATE FUNCTION {schema}.test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        + body
+        + " RETURN NEW; END $$"
+    )
+    await t.rows(
+        "CREATE TRIGGER test_refuse BEFORE UPDATE ON {schema}.actors "
+        "FOR EACH ROW EXECUTE FUNCTION {schema}.test_refuse()"
+    )
+
+
+async def _drop_trigger(t: ActorTest) -> None:
+    await t.rows("DROP TRIGGER test_refuse ON {schema}.actors")
+    await t.rows("DROP FUNCTION {schema}.test_refuse()")
+
+
+async def test_a_state_larger_than_the_socket_buffers_commits_and_ships_back(
+    akter_test: Make,
+) -> None:
+    # 6 MB of state in the commit flight, then shipped whole in a cold admission's answer: the
+    # flight is flushed while the server's answers are read, so neither side waits forever.
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "big")
+        assert await notes.bulk(60_000, 100) == 6_000_000
+        assert await notes.keep("after") == "after"
+        t.runtime.dispatcher.drop_caches()
+        assert await notes.keep("cold") == "cold"
+        assert await notes.total() == 6_000_000 + len("after") + len("cold")
+        row = await t.inspect(notes)
+        assert row.version == 3 and len(row.state["notes"]) == 102  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "%(id)s",
+        "%s %% %(rk)s",
+        "$1 $2::text",
+        "'; ROLLBACK; --",
+        '{"json": "inside"}',
+        "\\x00 not a NUL",
+        "tab\tline\u2028sep\U0001f600",
+        "é" * 3000,
+    ],
+)
+async def test_parameter_text_that_looks_like_sql_or_placeholders_is_stored_as_sent(
+    akter_test: Make, text: str
+) -> None:
+    # Only a statement's text is converted to $n placeholders; parameters go out as values.
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "text")
+        assert await notes.keep(text) == text
+        t.runtime.dispatcher.drop_caches()
+        assert await notes.keep(text) == text
+        row = await t.inspect(notes)
+        assert row.state is not None and row.state["notes"] == [text, text]
+        assert [r["outcome"] for r in row.receipts] == [{"ok": text}, {"ok": text}]
+
+
+async def test_a_write_the_server_refuses_commits_nothing_and_the_next_turn_runs(
+    akter_test: Make,
+) -> None:
+    # The update fails in the commit flight (a trigger raises); the statements behind it are
+    # aborted. The server's error proves the rollback, so the refusal is not outcome_unknown.
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "refused")
+        await notes.keep("first")
+        await _install_trigger(
+            t, "IF NEW.state->>'poison' = 'true' THEN RAISE EXCEPTION 'refused by test'; END IF;"
+        )
+        before = await t.inspect(notes)
+        cid = await t.runtime.mint_command_id()
+        with pytest.raises(akter.ActorError) as refused:
+            await t.runtime.call(Notes, "refused", "poisoned", {}, command_id=cid, retry=False)
+        assert refused.value.reason == "ActorUnavailable"
+        assert refused.value.code != "outcome_unknown"
+        assert "P0001" in refused.value.message
+        after = await t.inspect(notes)
+        assert (after.version, after.state, after.receipts) == (
+            before.version,
+            before.state,
+            before.receipts,
+        )
+        # The same pool's one connection (replaced) runs the next turns, prepared afresh.
+        assert await notes.keep("second") == "second"
+        assert await notes.keep("third") == "third"
+        assert (await t.inspect(notes)).state["notes"] == ["first", "second", "third"]  # type: ignore[index]
+
+
+async def test_prepared_statements_dropped_under_a_connection_cost_one_retryable_turn(
+    akter_test: Make,
+) -> None:
+    # Something ran DEALLOCATE ALL on the turn connection (a pool reset, a careless script):
+    # the next turn is refused, retryable, with nothing written; a handle's retry never sees it.
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "dropped")
+        await notes.keep("one")
+        async with t.runtime.store.pool.connection() as conn:
+            await conn.execute("DEALLOCATE ALL")
+        cid = await t.runtime.mint_command_id()
+        with pytest.raises(akter.ActorError) as refused:
+            await t.runtime.call(
+                Notes, "dropped", "keep", {"text": "x"}, command_id=cid, retry=False
+            )
+        assert refused.value.reason == "ActorUnavailable"
+        assert "26000" in refused.value.message
+        assert (await t.inspect(notes)).version == 1
+        async with t.runtime.store.pool.connection() as conn:
+            await conn.execute("DEALLOCATE ALL")
+        assert await notes.keep("two") == "two"  # the handle retries the refusal
+        row = await t.inspect(notes)
+        assert row.version == 2 and row.state["notes"] == ["one", "two"]  # type: ignore[index]
+
+
+async def test_a_turn_cut_short_mid_flight_by_its_deadline_leaves_no_transaction_behind(
+    akter_test: Make, akter_db: str
+) -> None:
+    # The update sleeps past the turn's execution timeout: the client's deadline or the
+    # server's statement timeout ends the commit flight with answers still owed. The connection
+    # is discarded (no transaction of the schema's role left open), nothing is written.
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "cut")
+        await notes.keep("kept")
+        await _install_trigger(t, "PERFORM pg_sleep(2);")
+        cid = await t.runtime.mint_command_id()
+        with policy_override(Notes, akter.Policy(execution_timeout=0.3)):
+            with pytest.raises(akter.ActorError) as cut:
+                await t.runtime.call(
+                    Notes, "cut", "keep", {"text": "x"}, command_id=cid, retry=False
+                )
+        assert cut.value.reason in ("ActorUnavailable", "Timeout")
+        await _drop_trigger(t)
+        assert (await t.inspect(notes)).version == 1
+        # The retry with the same id applies it once.
+        assert await notes.with_command_id(cid).keep("x") == "x"
+        row = await t.inspect(notes)
+        assert row.version == 2 and row.state["notes"] == ["kept", "x"]  # type: ignore[index]
+
+        async def open_transactions() -> int:
+            rows = await t.rows(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database()"
+                " AND state LIKE 'idle in transaction%%'"
+            )
+            return int(rows[0]["n"])
+
+        # The discarded session ends as the server notices its socket closed.
+        await until(open_transactions, holds=lambda n: n == 0, what="no open transaction")
