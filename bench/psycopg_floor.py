@@ -10,6 +10,10 @@ it: 5 round trips) and ``pipelined`` (BEGIN + lock in one flight, update + inser
 second: 2 round trips). It shows what the same driver costs per turn with no runtime on top, so
 that akter's numbers in ``turns.py`` can be split into driver and runtime time. Not a test.
 
+A third row sends ``pipelined``'s two flights through ``akter._store.pipeline.TurnPipeline``
+(what akter's turns use since issue 13's fifth round: libpq's pipeline through ``psycopg.pq``,
+prepared statements, one Sync per flight, no psycopg cursor): the driver layer's own floor.
+
 ``--driver asyncpg`` (issue 13, goal 7) runs the same SQL through asyncpg (``pip install
 'akter[bench]'``), with its statement cache: asyncpg has no pipeline mode for different
 statements (only ``executemany`` pipelines, one statement), so its ``serial`` turn is 5 round
@@ -35,6 +39,7 @@ import psycopg
 from psycopg import sql
 
 from akter._store.embedded import EmbeddedPostgres
+from akter._store.pipeline import TurnPipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -87,6 +92,30 @@ async def apg_script(conn: Any, aid: int) -> None:
     await conn.fetchrow(_APG_LOCK, aid)
     n = int(aid)  # inlined: an int, never text
     await conn.execute(f"{UPDATE % n}; {INSERT % n}; COMMIT")
+
+
+_PIPES: dict[int, TurnPipeline] = {}
+
+
+async def pq_pipelined(conn: Conn, aid: int) -> None:
+    """``pipelined``'s two flights through akter's ``TurnPipeline`` (psycopg.pq, prepared)."""
+    pipe = _PIPES.get(id(conn))
+    if pipe is None:
+        pipe = _PIPES[id(conn)] = TurnPipeline(conn)
+    params = {"aid": aid}
+    pipe.enter()
+    await pipe.execute("BEGIN")
+    lock = await pipe.execute(_NAMED[LOCK], params)
+    await pipe.sync()
+    await lock.fetchone()
+    await pipe.execute(_NAMED[UPDATE], params)
+    await pipe.execute(_NAMED[INSERT], params)
+    await pipe.execute("COMMIT")
+    await pipe.sync()
+    pipe.leave()
+
+
+_NAMED = {text: text.replace("%s", "%(aid)s") for text in (LOCK, UPDATE, INSERT)}
 
 
 async def _psycopg_connect(url: str, schema: str) -> Conn:
@@ -152,6 +181,7 @@ async def run(args: argparse.Namespace) -> None:
         variants += [
             (f"psycopg {psycopg.__version__} serial (5 round trips)", serial, _psycopg_connect),
             (f"psycopg {psycopg.__version__} pipelined (2)", pipelined, _psycopg_connect),
+            ("psycopg.pq via akter's TurnPipeline (2, prepared)", pq_pipelined, _psycopg_connect),
         ]
     if args.driver in ("asyncpg", "all"):
         import asyncpg
