@@ -17,14 +17,14 @@ A warm turn sends five statements: ``BEGIN``, ``lock_actor`` (which also sets th
 Handlers run between the two, on private copies of the state, with nothing else held open.
 
 Both flights are one libpq pipeline (``flights.Flights`` on ``akter._store.pipeline``: the
-statements prepared once per connection and sent through ``psycopg.pq``, not psycopg's cursors):
-the admission flight ends with a Sync whose answers are all read, so while the handlers run the
-server sees a transaction idle after a ReadyForQuery and its idle-in-transaction timer is armed. That is the
-server-side bound on a turn whose process froze (SIGSTOP, a VM pause) while holding the actor
-row lock: ``transaction_timeout`` on PostgreSQL 17+, ``idle_in_transaction_session_timeout``
-before, both set per turn to ``execution_timeout`` + ``SERVER_BOUND_GRACE_MS`` (a live process
-gives up at ``execution_timeout`` first). The server then ends the frozen session and its locks;
-on resume the turn's commit fails and it is retried into a fresh turn (README, "Connections").
+statements prepared once per connection and sent through ``psycopg.pq``, not psycopg's cursors): the
+admission flight ends with a Sync whose answers are all read, so while the handlers run the server
+sees a transaction idle after a ReadyForQuery and its idle-in-transaction timer is armed. That is
+the server-side bound on a turn whose process froze (SIGSTOP, a VM pause) while holding the actor
+row lock: ``transaction_timeout`` on PostgreSQL 17+, ``idle_in_transaction_session_timeout`` before,
+both set per turn to ``execution_timeout`` + ``SERVER_BOUND_GRACE_MS`` (a live process gives up at
+``execution_timeout`` first). The server then ends the frozen session and its locks; on resume the
+turn's commit fails and it is retried into a fresh turn (README, "Connections").
 """
 
 from __future__ import annotations
