@@ -14,10 +14,14 @@ from pydantic import BaseModel
 
 import akter
 from akter.testing import ActorTest
+from tests._support.citus import ON_CITUS, trigger_refused
 from tests._support.policy import policy_override
 from tests._support.polling import until
 
 Make = Callable[..., ActorTest]
+
+#: The refused write and the slow write are a trigger's on the actors table.
+NO_TRIGGER = pytest.mark.skipif(ON_CITUS, reason=trigger_refused("the failing write", "actors"))
 
 
 class NoteState(BaseModel):
@@ -105,6 +109,7 @@ async def test_parameter_text_that_looks_like_sql_or_placeholders_is_stored_as_s
         assert [r["outcome"] for r in row.receipts] == [{"ok": text}, {"ok": text}]
 
 
+@NO_TRIGGER
 async def test_a_write_the_server_refuses_commits_nothing_and_the_next_turn_runs(
     akter_test: Make,
 ) -> None:
@@ -160,6 +165,7 @@ async def test_prepared_statements_dropped_under_a_connection_cost_one_retryable
         assert row.version == 2 and row.state["notes"] == ["one", "two"]  # type: ignore[index]
 
 
+@NO_TRIGGER
 async def test_a_turn_cut_short_mid_flight_by_its_deadline_leaves_no_transaction_behind(
     akter_test: Make, akter_db: str
 ) -> None:
