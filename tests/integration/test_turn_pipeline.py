@@ -66,6 +66,16 @@ async def _drop_trigger(t: ActorTest) -> None:
     await t.rows("DROP FUNCTION {schema}.test_refuse()")
 
 
+async def _refused(
+    t: ActorTest, actor_id: str, member: str, payload: dict[str, str]
+) -> tuple[akter.ActorError, str]:
+    """Call once without the handle's retries; the refusal it must raise, and its command id."""
+    cid = await t.runtime.mint_command_id()
+    with pytest.raises(akter.ActorError) as refused:
+        await t.runtime.call(Notes, actor_id, member, payload, command_id=cid, retry=False)
+    return refused.value, cid
+
+
 async def test_a_state_larger_than_the_socket_buffers_commits_and_ships_back(
     akter_test: Make,
 ) -> None:
@@ -122,12 +132,10 @@ async def test_a_write_the_server_refuses_commits_nothing_and_the_next_turn_runs
             t, "IF NEW.state->>'poison' = 'true' THEN RAISE EXCEPTION 'refused by test'; END IF;"
         )
         before = await t.inspect(notes)
-        cid = await t.runtime.mint_command_id()
-        with pytest.raises(akter.ActorError) as refused:
-            await t.runtime.call(Notes, "refused", "poisoned", {}, command_id=cid, retry=False)
-        assert refused.value.reason == "ActorUnavailable"
-        assert refused.value.code != "outcome_unknown"
-        assert "P0001" in refused.value.message
+        refused, _ = await _refused(t, "refused", "poisoned", {})
+        assert refused.reason == "ActorUnavailable"
+        assert refused.code != "outcome_unknown"
+        assert "P0001" in refused.message
         after = await t.inspect(notes)
         assert (after.version, after.state, after.receipts) == (
             before.version,
@@ -150,13 +158,9 @@ async def test_prepared_statements_dropped_under_a_connection_cost_one_retryable
         await notes.keep("one")
         async with t.runtime.store.pool.connection() as conn:
             await conn.execute("DEALLOCATE ALL")
-        cid = await t.runtime.mint_command_id()
-        with pytest.raises(akter.ActorError) as refused:
-            await t.runtime.call(
-                Notes, "dropped", "keep", {"text": "x"}, command_id=cid, retry=False
-            )
-        assert refused.value.reason == "ActorUnavailable"
-        assert "26000" in refused.value.message
+        refused, _ = await _refused(t, "dropped", "keep", {"text": "x"})
+        assert refused.reason == "ActorUnavailable"
+        assert "26000" in refused.message
         assert (await t.inspect(notes)).version == 1
         async with t.runtime.store.pool.connection() as conn:
             await conn.execute("DEALLOCATE ALL")
@@ -176,13 +180,9 @@ async def test_a_turn_cut_short_mid_flight_by_its_deadline_leaves_no_transaction
         notes = t.get(Notes, "cut")
         await notes.keep("kept")
         await _install_trigger(t, "PERFORM pg_sleep(2);")
-        cid = await t.runtime.mint_command_id()
         with policy_override(Notes, akter.Policy(execution_timeout=0.3)):
-            with pytest.raises(akter.ActorError) as cut:
-                await t.runtime.call(
-                    Notes, "cut", "keep", {"text": "x"}, command_id=cid, retry=False
-                )
-        assert cut.value.reason in ("ActorUnavailable", "Timeout")
+            cut, cid = await _refused(t, "cut", "keep", {"text": "x"})
+        assert cut.reason in ("ActorUnavailable", "Timeout")
         await _drop_trigger(t)
         assert (await t.inspect(notes)).version == 1
         # The retry with the same id applies it once.

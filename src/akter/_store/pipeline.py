@@ -1,13 +1,13 @@
 """A turn's two flights on libpq's pipeline (``psycopg.pq``), without psycopg's cursor layer.
 
-psycopg's cursors in a pipeline pay, for every statement, the connection's lock, a writability
-poll and a flush, a result generator and a cursor's bookkeeping: the plain-psycopg floor's
-five-statement turn costs about 290 µs of client CPU on this project's bench machine, and the
-same five prepared statements queued on ``psycopg.pq`` and read after one Sync about 110 µs
-(``bench/docs``: issue 13). A turn's statements are few, known and repeated, so the turn sends
-them through :class:`TurnPipeline`: the same driver (libpq through psycopg's own wrapper), the
-connection's adapters (psycopg's ``Transformer`` dumps parameters and loads rows exactly as a
-cursor on that connection would) and psycopg's exception classes (``error_from_result``).
+psycopg's cursors in a pipeline pay, for every statement, the connection's lock, a writability poll
+and a flush, a result generator and a cursor's bookkeeping: the plain-psycopg floor's five-statement
+turn costs about 290 µs of client CPU on this project's bench machine, and the same five prepared
+statements queued on ``psycopg.pq`` and read after one Sync about 110 µs (docs/benchmarks.md,
+"Turns, fifth round"). A turn's statements are few, known and repeated, so the turn sends them
+through :class:`TurnPipeline`: the same driver (libpq through psycopg's own wrapper), the
+connection's adapters (psycopg's ``Transformer`` dumps parameters and loads rows exactly as a cursor
+on that connection would) and psycopg's exception classes (``error_from_result``).
 
 A statement is queued by :meth:`TurnPipeline.execute`, which returns its :class:`Answer`;
 nothing is read until :meth:`TurnPipeline.sync` sends the Sync and reads every answer of the
@@ -60,12 +60,6 @@ class Answer:
         """The command tag (``"COMMIT"``, ``"UPDATE 1"``), as ``psycopg.Cursor.statusmessage``."""
         status = self._answered().command_status
         return status.decode() if status else None
-
-    @property
-    def rowcount(self) -> int:
-        """Rows returned or affected (``-1`` when the tag carries none)."""
-        tuples = self._answered().command_tuples
-        return -1 if tuples is None else tuples
 
     async def fetchone(self) -> Row | None:
         rows = self._rows()

@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from akter._store.citus import DROP_IN, Strategy, detect_strategy
+from akter._store.pipeline import TurnPipeline
 from akter._store.queries import Queries
 from akter.errors import ActorError
 
@@ -41,9 +42,9 @@ Connection = psycopg.AsyncConnection[tuple[object, ...]]
 class TurnConnection(psycopg.AsyncConnection[tuple[object, ...]]):
     """A pooled connection that keeps its turns' pipeline (``gateway.actors.turn_pipeline``)."""
 
-    #: The ``akter._store.pipeline.TurnPipeline`` of the connection once a turn ran on it: its
-    #: prepared statements are this session's.
-    turn_pipeline: Any = None
+    #: The connection's turn pipeline once a turn ran on it: its prepared statements are this
+    #: session's.
+    turn_pipeline: TurnPipeline | None = None
 
 
 async def _configure(conn: Connection) -> None:

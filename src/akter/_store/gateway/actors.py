@@ -100,10 +100,9 @@ def turn_pipeline(conn: Connection) -> TurnPipeline:
     Its array parameters (:class:`TextArray`, :class:`BigintArray`) are dumped in binary.
     """
     if isinstance(conn, TurnConnection):
-        found = conn.turn_pipeline
-        if not isinstance(found, TurnPipeline):
-            found = conn.turn_pipeline = TurnPipeline(conn, _ARRAY_DUMPERS)
-        return found
+        if conn.turn_pipeline is None:
+            conn.turn_pipeline = TurnPipeline(conn, _ARRAY_DUMPERS)
+        return conn.turn_pipeline
     return TurnPipeline(conn, _ARRAY_DUMPERS)
 
 
