@@ -156,8 +156,14 @@ class TurnEngine:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + policy.execution_timeout / 1000
         known = act.exists
+        pool = self.store.pool
         try:
-            async with self.store.pool.connection(timeout=self.pool_wait) as conn:
+            # getconn/putconn, not ``pool.connection()``: that context also enters the
+            # connection's own context, whose exit takes the connection's lock to commit an
+            # autocommit session (a no-op here: the turn ends its transaction itself, and the
+            # pool's putconn rolls back or replaces whatever a failure left).
+            conn = await pool.getconn(timeout=self.pool_wait)
+            try:
                 flights = Flights(conn)
                 try:
                     async with asyncio.timeout_at(deadline):
@@ -173,6 +179,8 @@ class TurnEngine:
                     if not known:
                         act.exists = False  # a row inserted by this admission is gone again
                     raise
+            finally:
+                await pool.putconn(conn)
         except BatchDefect:
             raise
         except PoolTimeout:
