@@ -7,12 +7,14 @@ written, and the next turn runs (on a pool of one connection, so it must be a us
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
 from pydantic import BaseModel
 
 import akter
+from akter._store.pipeline import TurnPipeline
 from akter.testing import ActorTest
 from tests._support.citus import ON_CITUS, trigger_refused
 from tests._support.policy import policy_override
@@ -199,3 +201,67 @@ async def test_a_turn_cut_short_mid_flight_by_its_deadline_leaves_no_transaction
 
         # The discarded session ends as the server notices its socket closed.
         await until(open_transactions, holds=lambda n: n == 0, what="no open transaction")
+
+
+async def test_a_turn_connection_goes_back_to_the_pool_unwatched(akter_test: Make) -> None:
+    # A turn watches its socket from its first wait until it leaves the pipeline. psycopg's own
+    # statements on the same pooled connection register and remove their reader on that socket
+    # too: were a turn's registration left behind, psycopg's removal would silence it and the
+    # next turn would wait for an answer nobody reports.
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "unwatched")
+        for i in range(10):
+            async with asyncio.timeout(10):
+                assert await notes.keep(str(i)) == str(i)
+                async with t.runtime.store.pool.connection() as conn:
+                    await conn.execute("SELECT 1")
+        row = await t.inspect(notes)
+        assert row.version == 10
+
+
+async def test_the_server_ending_a_session_between_flights_costs_one_retry_and_no_spin(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The turn's backend is terminated while its handler's result waits for the commit flight:
+    # the socket turns readable with nobody waiting on it. The watcher reads the end of the
+    # session once and stops watching (a readable socket left watched would call it on every
+    # loop iteration); the commit flight then fails, the handle's retry commits once.
+    calls = 0
+    on_readable = TurnPipeline._on_readable
+
+    def counted(self: TurnPipeline) -> None:
+        nonlocal calls
+        calls += 1
+        on_readable(self)
+
+    monkeypatch.setattr(TurnPipeline, "_on_readable", counted)
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "ended")
+        await notes.keep("one")
+        held = t.pause_next("before_commit")
+        call = asyncio.ensure_future(notes.keep("two"))
+        try:
+            await held.wait()
+            pids = await t.rows(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND state LIKE 'idle in transaction%%'"
+            )
+            assert len(pids) == 1
+            await t.rows("SELECT pg_terminate_backend(%(pid)s)", {"pid": pids[0]["pid"]})
+
+            async def gone() -> int:
+                rows = await t.rows(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = %(pid)s",
+                    {"pid": pids[0]["pid"]},
+                )
+                return int(rows[0]["n"])
+
+            await until(gone, holds=lambda n: n == 0, what="the backend gone")
+            before = calls
+            await asyncio.sleep(0.1)  # loop iterations with the ended session's socket readable
+            assert calls - before <= 2
+        finally:
+            held.release()
+        assert await call == "two"
+        row = await t.inspect(notes)
+        assert row.version == 2 and row.state["notes"] == ["one", "two"]  # type: ignore[index]

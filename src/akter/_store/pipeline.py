@@ -116,6 +116,11 @@ class TurnPipeline:
         self._open = False
         #: Answers are owed by the server, or a send may have been cut: not reusable.
         self._unusable = False
+        #: The loop watching the socket for reads during this turn (``None``: not watched).
+        self._watching: asyncio.AbstractEventLoop | None = None
+        self._fd = -1
+        #: The future a wait for the server's answers sleeps on.
+        self._waiter: asyncio.Future[None] | None = None
 
     @property
     def usable(self) -> bool:
@@ -130,7 +135,12 @@ class TurnPipeline:
         self._open = True
 
     def leave(self) -> bool:
-        """Leave pipeline mode; ``False`` if answers are owed (discard the connection)."""
+        """Leave pipeline mode; ``False`` if answers are owed (discard the connection).
+
+        The socket stops being watched first, whatever the answer: a connection goes back to
+        the pool, or is closed, only after its turn left the pipeline.
+        """
+        self.unwatch()
         if not self._open:
             return not self._unusable
         if not self.usable:
@@ -210,6 +220,7 @@ class TurnPipeline:
         # While the output is not all sent, read too: a server whose own output is full stops
         # reading, and a large flight would otherwise wait for it forever.
         while pg.flush():
+            self.unwatch()  # _ready registers (and then removes) its own reader
             await _ready(loop, fd, write=True)
             pg.consume_input()
         results: list[pq.abc.PGresult] = []
@@ -230,8 +241,45 @@ class TurnPipeline:
                         )
                     return results
                 results.append(result)
-            await _ready(loop, fd, write=False)
+            await self._readable(loop)
             pg.consume_input()
+
+    # The socket is watched from a turn's first wait until it leaves the pipeline: one
+    # registration with the event loop per turn instead of one per wait (two epoll_ctl calls
+    # and asyncio's bookkeeping less per wait; docs/benchmarks.md, "Turns, sixth round").
+
+    async def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the socket is readable."""
+        if self._watching is not loop:
+            self.unwatch()
+            self._fd = self._pg.socket
+            loop.add_reader(self._fd, self._on_readable)
+            self._watching = loop
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _on_readable(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)
+            return
+        # Nobody waits (the readiness that woke the last wait, seen again before its task read
+        # the socket, or a message the server sent unasked): read what is there into libpq's
+        # buffer, so that a readable socket cannot make the loop call this again and again.
+        try:
+            self._pg.consume_input()
+        except psycopg.Error:
+            self.unwatch()  # the server closed the connection: the next use reports it
+
+    def unwatch(self) -> None:
+        """Stop watching the socket (idempotent)."""
+        loop, self._watching = self._watching, None
+        if loop is not None:
+            loop.remove_reader(self._fd)
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:

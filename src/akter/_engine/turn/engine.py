@@ -163,6 +163,7 @@ class TurnEngine:
             # autocommit session (a no-op here: the turn ends its transaction itself, and the
             # pool's putconn rolls back or replaces whatever a failure left).
             conn = await pool.getconn(timeout=self.pool_wait)
+            flights: Flights | None = None
             try:
                 flights = Flights(conn)
                 try:
@@ -180,6 +181,8 @@ class TurnEngine:
                         act.exists = False  # a row inserted by this admission is gone again
                     raise
             finally:
+                if flights is not None:
+                    flights.pipe.unwatch()  # left already on every known path; never pooled watched
                 await pool.putconn(conn)
         except BatchDefect:
             raise
