@@ -265,3 +265,42 @@ async def test_the_server_ending_a_session_between_flights_costs_one_retry_and_n
         assert await call == "two"
         row = await t.inspect(notes)
         assert row.version == 2 and row.state["notes"] == ["one", "two"]  # type: ignore[index]
+
+
+@NO_TRIGGER
+async def test_a_session_ended_while_a_flight_waits_wakes_the_turn_at_once(
+    akter_test: Make,
+) -> None:
+    # The commit flight's update sleeps in a trigger when its backend is terminated: the turn's
+    # wait must end with the session, not at the turn's deadline (a minute here). The commit was
+    # sent and not answered, so the caller is told the outcome is unknown; the retry with the
+    # same id applies the command once.
+    async with akter_test([Notes], pool_size=1) as t:
+        notes = t.get(Notes, "ended-mid-flight")
+        await notes.keep("one")
+        await _install_trigger(t, "PERFORM pg_sleep(30);")
+        with policy_override(Notes, akter.Policy(execution_timeout=60)):
+            cid = await t.runtime.mint_command_id()
+            call = asyncio.ensure_future(
+                t.runtime.call(
+                    Notes, "ended-mid-flight", "keep", {"text": "two"}, command_id=cid, retry=False
+                )
+            )
+
+            async def sleeping() -> list[dict[str, object]]:
+                return await t.rows(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event = 'PgSleep'"
+                )
+
+            pids = await until(sleeping, holds=lambda rows: len(rows) == 1, what="the update")
+            await t.rows("SELECT pg_terminate_backend(%(pid)s)", {"pid": pids[0]["pid"]})
+            async with asyncio.timeout(10):
+                with pytest.raises(akter.ActorError) as refused:
+                    await call
+        assert refused.value.retryable
+        await _drop_trigger(t)
+        assert (await t.inspect(notes)).version == 1
+        assert await notes.with_command_id(cid).keep("two") == "two"
+        row = await t.inspect(notes)
+        assert row.version == 2 and row.state["notes"] == ["one", "two"]  # type: ignore[index]

@@ -242,14 +242,15 @@ class TurnPipeline:
                     return results
                 results.append(result)
             await self._readable(loop)
-            pg.consume_input()
+            if self._watching is None:  # the watcher's read failed: this one raises its error
+                pg.consume_input()
 
     # The socket is watched from a turn's first wait until it leaves the pipeline: one
     # registration with the event loop per turn instead of one per wait (two epoll_ctl calls
     # and asyncio's bookkeeping less per wait; docs/benchmarks.md, "Turns, sixth round").
 
     async def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the socket is readable."""
+        """Wait until an answer is complete in libpq's buffer (or the socket failed)."""
         if self._watching is not loop:
             self.unwatch()
             self._fd = self._pg.socket
@@ -262,18 +263,21 @@ class TurnPipeline:
             self._waiter = None
 
     def _on_readable(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            if not waiter.done():
-                waiter.set_result(None)
-            return
-        # Nobody waits (the readiness that woke the last wait, seen again before its task read
-        # the socket, or a message the server sent unasked): read what is there into libpq's
-        # buffer, so that a readable socket cannot make the loop call this again and again.
+        # Read what arrived into libpq's buffer, so that a readable socket cannot make the loop
+        # call this again and again (a message the server sent unasked, the end of a session);
+        # wake the waiting flight only once an answer is complete. A readiness seen again after
+        # the woken task already read the socket (it is reported once more before that task
+        # runs) then wakes nobody: one loop iteration less per flight.
+        pg = self._pg
         try:
-            self._pg.consume_input()
+            pg.consume_input()
+            busy = pg.is_busy()
         except psycopg.Error:
-            self.unwatch()  # the server closed the connection: the next use reports it
+            self.unwatch()  # the session ended: the waiting flight's own read reports it
+            busy = False
+        waiter = self._waiter
+        if waiter is not None and not busy and not waiter.done():
+            waiter.set_result(None)
 
     def unwatch(self) -> None:
         """Stop watching the socket (idempotent)."""
