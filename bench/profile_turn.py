@@ -5,6 +5,9 @@
                                  [--loop asyncio|uvloop]
 
 One caller awaits ``Counter.add(1)`` on one warm actor (``turns.py``'s sequential scenario).
+With ``--floor psycopg`` (or ``pq``) the same loop runs ``psycopg_floor.py``'s ``pipelined`` turn
+(or its ``TurnPipeline`` row) instead, on the pgbench tables, with no akter runtime: under
+callgrind, the floor's instructions per turn are counted exactly as akter's.
 Without ``--no-profile`` the turns run under cProfile, whose own overhead inflates every figure
 (use the ranking, not the absolute numbers); with it, only process CPU per turn is printed. Not
 a test.
@@ -31,6 +34,9 @@ import akter
 
 async def run(args: argparse.Namespace) -> None:
     schema = f"akter_profile_{uuid.uuid4().hex[:8]}"
+    if args.floor is not None:
+        await run_floor(args, schema)
+        return
     try:
         async with akter.Runtime(actors=[Counter], database_url=args.url, schema=schema) as rt:
             handle = rt.get(Counter, "profile-0")
@@ -47,6 +53,8 @@ async def run(args: argparse.Namespace) -> None:
             cpu, wall, t1 = time.process_time() - cpu, time.perf_counter() - wall, os.times()
     finally:
         await _drop_schema(args.url, schema)
+    if not args.turns:
+        return  # N=0: the baseline of a callgrind count (startup and shutdown only)
     print(
         f"{args.turns} warm turns: {cpu / args.turns * 1e6:.0f} µs client CPU per turn "
         f"(user {(t1.user - t0.user) / args.turns * 1e6:.0f}, "
@@ -67,6 +75,33 @@ async def run(args: argparse.Namespace) -> None:
             print(f"| {tt / args.turns * 1e6:.1f} | {nc / args.turns:.1f} | {name} ({where}) |")
 
 
+async def run_floor(args: argparse.Namespace, schema: str) -> None:
+    """The psycopg floor's pipelined turn (``--floor``) in the same loop, without akter."""
+    from psycopg_floor import _psycopg_connect, pipelined, pq_pipelined
+    from turns import _pgbench_schema
+
+    turn = pipelined if args.floor == "psycopg" else pq_pipelined
+    await _pgbench_schema(args.url, schema)
+    try:
+        conn = await _psycopg_connect(args.url, schema)
+        try:
+            for _ in range(300):
+                await turn(conn, 1)
+            cpu, wall = time.process_time(), time.perf_counter()
+            for _ in range(args.turns):
+                await turn(conn, 1)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        finally:
+            await conn.close()
+    finally:
+        await _drop_schema(args.url, schema)
+    if args.turns:
+        print(
+            f"{args.turns} floor turns ({args.floor}): "
+            f"{cpu / args.turns * 1e6:.0f} µs client CPU per turn, {args.turns / wall:.0f} turns/s"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--url", required=True)
@@ -74,6 +109,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    parser.add_argument(
+        "--floor", choices=["psycopg", "pq"], help="run the psycopg floor's turn, not akter's"
+    )
     args = parser.parse_args()
     if args.loop == "uvloop":
         import uvloop  # a bench-only dependency (the "bench" extra)
