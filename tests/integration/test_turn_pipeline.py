@@ -247,7 +247,7 @@ async def test_the_server_ending_a_session_between_flights_costs_one_retry_and_n
                 " AND state LIKE 'idle in transaction%%'"
             )
             assert len(pids) == 1
-            await t.rows("SELECT pg_terminate_backend(%(pid)s)", {"pid": pids[0]["pid"]})
+            await t.rows("SELECT pg_terminate_backend(%(pid)s::int)", {"pid": pids[0]["pid"]})
 
             async def gone() -> int:
                 rows = await t.rows(
@@ -294,7 +294,7 @@ async def test_a_session_ended_while_a_flight_waits_wakes_the_turn_at_once(
                 )
 
             pids = await until(sleeping, holds=lambda rows: len(rows) == 1, what="the update")
-            await t.rows("SELECT pg_terminate_backend(%(pid)s)", {"pid": pids[0]["pid"]})
+            await t.rows("SELECT pg_terminate_backend(%(pid)s::int)", {"pid": pids[0]["pid"]})
             async with asyncio.timeout(10):
                 with pytest.raises(akter.ActorError) as refused:
                     await call
