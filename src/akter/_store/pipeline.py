@@ -220,8 +220,8 @@ class TurnPipeline:
         # While the output is not all sent, read too: a server whose own output is full stops
         # reading, and a large flight would otherwise wait for it forever.
         while pg.flush():
-            self.unwatch()  # _ready registers (and then removes) its own reader
-            await _ready(loop, fd, write=True)
+            self.unwatch()  # _sendable registers (and then removes) its own reader
+            await _sendable(loop, fd)
             pg.consume_input()
         results: list[pq.abc.PGresult] = []
         while True:
@@ -286,18 +286,16 @@ class TurnPipeline:
             loop.remove_reader(self._fd)
 
 
-async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
-    """Wait until ``fd`` is readable (or, with ``write``, readable or writable)."""
+async def _sendable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Wait until ``fd`` is writable or readable (a flight not yet all sent)."""
     ready = loop.create_future()
     loop.add_reader(fd, _wake, ready)
-    if write:
-        loop.add_writer(fd, _wake, ready)
+    loop.add_writer(fd, _wake, ready)
     try:
         await ready
     finally:
         loop.remove_reader(fd)
-        if write:
-            loop.remove_writer(fd)
+        loop.remove_writer(fd)
 
 
 def _wake(future: asyncio.Future[None]) -> None:
