@@ -68,7 +68,7 @@ _COMMAND_ID = "'cmd-' || :c || '-' || :client_id"
 _STATE = "'{\"n\": 1}'"
 
 
-def _params(settings: dict[str, str]) -> dict[str, str]:
+def _params(settings: dict[str, str | None]) -> dict[str, str]:
     return {
         "rk": ":rk",
         "tenant": "'default'",
@@ -88,7 +88,7 @@ def _params(settings: dict[str, str]) -> dict[str, str]:
         "caller_keys": "ARRAY['local-anonymous']",
         "outcomes": "ARRAY['{\"ok\": 1}']",
         "expires": "ARRAY[1764990000000]",
-        **{name: f"'{value}'" for name, value in settings.items()},
+        **{name: "NULL" if value is None else f"'{value}'" for name, value in settings.items()},
     }
 
 
@@ -114,7 +114,7 @@ def _without_settings(text: str) -> str:
     return edited
 
 
-def scripts(settings: dict[str, str]) -> dict[str, str]:
+def scripts(settings: dict[str, str | None]) -> dict[str, str]:
     """The pgbench scripts by variant name."""
     p = _params(settings)
     keys = (
@@ -139,7 +139,7 @@ def scripts(settings: dict[str, str]) -> dict[str, str]:
     }
 
 
-async def prepare(url: str, count: int) -> dict[str, str]:
+async def prepare(url: str, count: int) -> dict[str, str | None]:
     """The akter schema with ``count`` warm actors and its key table; the type's settings."""
     await _drop_schema(url, SCHEMA)
     async with akter.Runtime(actors=[Counter], database_url=url, schema=SCHEMA) as runtime:
@@ -158,6 +158,7 @@ async def prepare(url: str, count: int) -> dict[str, str]:
         statement_timeout_ms=policy.execution_timeout,
         bound_setting=admission.bound_setting(version),
         bound_ms=policy.execution_timeout + SERVER_BOUND_GRACE_MS,
+        generic_plans=True,
     )
     async with await _connect(url) as conn:
         ident = sql.Identifier(SCHEMA)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, cast
 
 import pytest
 from pydantic import AfterValidator, BaseModel
 
 import akter
+from akter._store.pipeline import _converted
 from akter.testing import ActorTest
 from tests.integration.actors import ALL, Counter
 
@@ -113,3 +114,37 @@ async def test_a_relay_delivery_validates_its_payload_once(akter_test: Make) -> 
         await t.drain()
         assert (await t.inspect(t.get(FlightSink, "sink"))).state == {"got": [7]}
         assert len(VALIDATED) - staged == 2
+
+
+async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make) -> None:
+    # admission_read and insert_outbox take arrays: under plan_cache_mode auto, their generic
+    # plan is costed for 100 elements against 1 in a custom plan, and PostgreSQL planned them
+    # afresh on every turn (more server time than running them). The turn's settings keep the
+    # generic plan for the statements after the lock; the lock statement itself follows auto
+    # (at most 5 custom plans before the generic one).
+    async with akter_test(ALL, relay=False, pool_size=1) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("Citus plans a statement for its parameters (shard pruning): auto stays")
+        counter = t.get(Counter, "plans")
+        for k in range(12):
+            await counter.stage_everything(k)
+            await counter.add(k)
+        async with t.runtime.store.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+            )
+            rows = cast(list[tuple[str, int, int]], await cur.fetchall())
+            plans = {text: (generic, custom) for text, generic, custom in rows}
+            mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+    queries = t.runtime.store.queries
+
+    def plan(name: str) -> tuple[int, int]:
+        return plans[_converted(queries[name], True)[0].decode()]
+
+    assert plan("admission_read") == (24, 0)
+    assert plan("insert_outbox") == (12, 0)
+    assert plan("update_actor_receipts") == (24, 0)
+    assert plan("lock_actor")[1] <= 5
+    assert all(custom <= 5 for _, custom in plans.values()), plans
+    # Transaction-local: the session's own mode is left as it was.
+    assert mode == ("auto",)

@@ -54,10 +54,12 @@ UPDATE {schema}.deployment SET placements = %(placements)s::jsonb || placements;
 SELECT {schema}.now_ms(%(off)s) AS now_ms;
 
 -- turn_settings --
--- transaction-local lock wait, statement timeout and server-side bound (transaction_timeout on 17+, else idle_in_transaction_session_timeout) of one turn; sent alone only before ensure_actor (lock_actor sets them itself)
+-- transaction-local lock wait, statement timeout, server-side bound (transaction_timeout on 17+, else idle_in_transaction_session_timeout) and plan cache mode (NULL: the session's) of one turn; sent alone only before ensure_actor (lock_actor sets them itself)
 SELECT set_config('lock_timeout', %(lock_timeout)s, true),
        set_config('statement_timeout', %(statement_timeout)s, true),
-       set_config(%(bound_setting)s, %(bound)s, true);
+       set_config(%(bound_setting)s, %(bound)s, true),
+       set_config('plan_cache_mode',
+                  coalesce(%(plan_cache_mode)s::text, current_setting('plan_cache_mode')), true);
 
 -- ensure_actor --
 -- inserts the fence row of a not-yet-known actor; an existing row is left alone
@@ -69,7 +71,7 @@ VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, 0, false, 0, %(state)s::jsonb, %(s
 ON CONFLICT DO NOTHING;
 
 -- lock_actor --
--- the fence: sets the turn's transaction-local timeouts (turn_settings, as a one-time filter evaluated before the row is fetched, so the lock wait is bounded by them), then locks the actor row; ships state only when the cached version is stale
+-- the fence: sets the turn's transaction-local timeouts and plan cache mode (turn_settings, as a one-time filter evaluated before the row is fetched, so the lock wait is bounded by them), then locks the actor row; ships state only when the cached version is stale
 SELECT a.version, a.created, a.event_seq,
        CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state END AS state,
        CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state_version END
@@ -79,7 +81,10 @@ WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(t
   AND a.actor_id = %(id)s
   AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true) IS NOT NULL
               AND set_config('statement_timeout', %(statement_timeout)s, true) IS NOT NULL
-              AND set_config(%(bound_setting)s, %(bound)s, true) IS NOT NULL)
+              AND set_config(%(bound_setting)s, %(bound)s, true) IS NOT NULL
+              AND set_config('plan_cache_mode',
+                             coalesce(%(plan_cache_mode)s::text,
+                                      current_setting('plan_cache_mode')), true) IS NOT NULL)
 FOR UPDATE OF a;
 
 -- admission_read --

@@ -59,14 +59,22 @@ def bound_setting(server_version: int) -> str:
     return "idle_in_transaction_session_timeout"
 
 
-def settings(definition: ActorDefinition, server_version: int) -> dict[str, str]:
-    """The parameters of the turn's transaction-local timeouts for a type (built once per type)."""
+def settings(
+    definition: ActorDefinition, server_version: int, *, generic_plans: bool
+) -> dict[str, str | None]:
+    """The parameters of the turn's transaction-local settings for a type (built once per type).
+
+    ``generic_plans``: the turn's statements after the lock keep one plan per connection
+    (:func:`akter._store.gateway.actors.turn_settings`). Not on Citus, whose planner prunes a
+    statement's shards while planning it for its parameters.
+    """
     policy = definition.policy
     return actors.turn_settings(
         lock_wait_ms=policy.lock_wait,
         statement_timeout_ms=policy.execution_timeout,
         bound_setting=bound_setting(server_version),
         bound_ms=policy.execution_timeout + SERVER_BOUND_GRACE_MS,
+        generic_plans=generic_plans,
     )
 
 
@@ -78,7 +86,7 @@ async def admit(
     *,
     key: dict[str, Any],
     off: int,
-    settings: dict[str, str],
+    settings: dict[str, str | None],
     observe: Callable[[int], None],
     coordinator_clock: bool = False,
     worker_lock_wait: bytes | None = None,

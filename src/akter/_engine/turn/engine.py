@@ -70,12 +70,12 @@ log = logging.getLogger("akter.turn")
 
 
 class _TypeSettings(NamedTuple):
-    """A type's turn timeouts, built once per policy and server."""
+    """A type's turn settings (timeouts, plan cache mode), built once per policy and server."""
 
     policy: ResolvedPolicy
     server_version: int
-    #: ``admission.settings``: the parameters of the transaction-local timeouts.
-    params: dict[str, str]
+    #: ``admission.settings``: the parameters of the transaction-local settings.
+    params: dict[str, str | None]
     #: On Citus, the ``SET LOCAL`` that bounds the row lock's wait on the worker; else ``None``.
     worker_lock_wait: bytes | None
 
@@ -274,7 +274,7 @@ class TurnEngine:
             cached = _TypeSettings(
                 policy,
                 version,
-                admission.settings(act.definition, version),
+                admission.settings(act.definition, version, generic_plans=not on_citus),
                 actors.worker_lock_wait(self.q, policy.lock_wait) if on_citus else None,
             )
             self._turn_settings[act.definition.name] = cached

@@ -119,18 +119,31 @@ def _ms_text(ms: int) -> str:
 
 
 def turn_settings(
-    *, lock_wait_ms: int, statement_timeout_ms: int, bound_setting: str, bound_ms: int
-) -> dict[str, str]:
-    """The parameters of a turn's transaction-local timeouts.
+    *,
+    lock_wait_ms: int,
+    statement_timeout_ms: int,
+    bound_setting: str,
+    bound_ms: int,
+    generic_plans: bool,
+) -> dict[str, str | None]:
+    """The parameters of a turn's transaction-local timeouts and plan cache mode.
 
     ``bound_setting`` ends a frozen session. They are the same for every turn of a type, so the
     engine builds them once per type.
+
+    ``generic_plans`` sets ``plan_cache_mode`` to ``force_generic_plan`` for the rest of the
+    turn's transaction (else the session's mode stays). A statement with an array parameter
+    (``admission_read``'s command ids, ``insert_outbox``'s rows) has a generic plan estimated
+    for 100 elements, against 1 in a custom plan, so under ``auto`` PostgreSQL re-plans it on
+    every execution, which costs more server time than running it. Every statement after
+    ``lock_actor`` is a keyed lookup or write whose plan does not depend on the values.
     """
     return {
         "lock_timeout": _ms_text(lock_wait_ms),
         "statement_timeout": _ms_text(statement_timeout_ms),
         "bound_setting": bound_setting,
         "bound": _ms_text(bound_ms),
+        "plan_cache_mode": "force_generic_plan" if generic_plans else None,
     }
 
 
@@ -173,7 +186,7 @@ def ensure_actor(
 def lock_actor(
     conn: Executor, q: Queries, key: Key, cached_version: int | None, settings: Key
 ) -> Awaitable[Cursor]:
-    """Set the turn's timeouts (:func:`turn_settings`), then lock the actor row.
+    """Set the turn's timeouts and plan mode (:func:`turn_settings`), then lock the actor row.
 
     Its state is shipped only when ``cached_version`` is stale.
     """
