@@ -11,7 +11,8 @@ Two pipelined round trips in the common case (design §5):
 
 The turn reads the clock once (``admission_read``): the writes get it as a parameter, and the
 release check after ``COMMIT`` uses an upper bound derived from it (``writes.release_clock``).
-A warm turn sends five statements: ``BEGIN``, ``lock_actor`` (which also sets the timeouts),
+A warm turn sends five statements: ``BEGIN``, ``lock_actor`` (which also sets the timeouts and,
+on plain PostgreSQL, generic plans for the rest of the transaction: ``actors.turn_settings``),
 ``admission_read``, ``update_actor`` with the receipts, ``COMMIT``.
 
 Handlers run between the two, on private copies of the state, with nothing else held open.
