@@ -237,7 +237,7 @@ INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
         ["actor_type", "command"],
         "((kind = 'job'::text) AND running)",
     ),
-    "receipts_expiry": ("receipts", False, ["actor_type", "expires_at_ms"], None),
+    "receipts_expiry": ("receipts", False, ["expires_at_ms"], None),
     "events_emitted": ("events", False, ["actor_type", "emitted_at_ms"], None),
     "workflows_live": (
         "workflows",

@@ -6,9 +6,11 @@ One clock per turn, the release check's bound, and a relay delivery validated on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Annotated, cast
+import re
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, cast
 
+import psycopg
 import pytest
 from pydantic import AfterValidator, BaseModel
 
@@ -148,3 +150,67 @@ async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make
     assert all(custom <= 5 for _, custom in plans.values()), plans
     # Transaction-local: the session's own mode is left as it was.
     assert mode == ("auto",)
+
+
+_FILL_RECEIPTS = """
+INSERT INTO {schema}.receipts
+    (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,
+     caller_key, outcome, expires_at_ms)
+SELECT a.routing_key, a.tenant_id, a.actor_type, a.actor_id, 'fill-' || g, 'add', repeat('0', 64),
+       'local-anonymous', '{"ok": 1}', 1764900000000 + g
+FROM {schema}.actors a CROSS JOIN generate_series(1, %(n)s) AS g
+WHERE a.actor_id = %(id)s
+"""
+
+
+def _scans(plan: dict[str, Any]) -> Iterator[tuple[str | None, str | None]]:
+    if plan.get("Relation Name") == "receipts":
+        yield plan["Node Type"], plan.get("Index Name")
+    for child in plan.get("Plans", []):
+        yield from _scans(child)
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never_analyzed", "analyzed_at_1_row"])
+async def test_the_receipt_probe_reads_the_key_whatever_the_statistics(
+    akter_test: Make, akter_db: str, analyzed: bool
+) -> None:
+    # Turns keep generic plans: one made while the receipts' statistics are young stays until
+    # an ANALYZE. An expiry index that led with actor_type matched the probe's equality too, was
+    # rated one row like the key, and was taken after an ANALYZE of one receipt: every turn
+    # then read every receipt of the type (migration 0010).
+    async with akter_test(ALL, relay=False) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("the probe's plan on Citus is a worker's, per shard")
+        counter = t.get(Counter, "probe")
+        await counter.add(1)
+        if analyzed:
+            await t.rows("ANALYZE {schema}.receipts")
+        await t.rows(_FILL_RECEIPTS, {"n": 2_000, "id": "probe"})
+        (key,) = await t.rows(
+            "SELECT routing_key, tenant_id, actor_type FROM {schema}.actors"
+            " WHERE actor_id = 'probe'"
+        )
+        statement = t.runtime.store.queries["admission_read"]
+        names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+        numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
+        args = {
+            "off": "0",
+            "rk": str(key["routing_key"]),
+            "tenant": f"'{key['tenant_id']}'",
+            "type": f"'{key['actor_type']}'",
+            "id": "'probe'",
+            "command_ids": "ARRAY['fill-7']::text[]",
+        }
+        async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
+            await conn.execute(f"PREPARE probe AS {numbered}".encode())
+            await conn.execute("SET plan_cache_mode = force_generic_plan")
+            cur = await conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE probe ({})".format(
+                    ", ".join(args[n] for n in names)
+                ).encode()
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        assert list(_scans(plan)) == [("Index Scan", "receipts_pkey")]
+        assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) < 20
