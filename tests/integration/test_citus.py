@@ -433,3 +433,44 @@ async def test_orphan_counts_are_capped_per_name_on_both_strategies(claim_store:
     assert await names.count_members("event", [("T", "tag")], cap=10) == {
         ("T", "tag"): {"events": 0}
     }
+
+
+@needs_citus
+async def test_a_distributed_schema_takes_migration_0010() -> None:
+    """A schema distributed at 0009 takes 0010's index change on every shard.
+
+    Citus sends a DDL command's query string on to the workers, where a string of two commands
+    fails; 0010 is one statement (a DO block) for this upgrade.
+    """
+    assert CITUS_URL
+    schema = _schema()
+    queries = Queries(schema)
+    conn = await psycopg.AsyncConnection.connect(CITUS_URL, autocommit=True)
+    try:
+        await migrate_and_distribute(CITUS_URL, queries, retry_window_ms=86_400_000, placements={})
+        assert _placement(CITUS_URL, schema)["receipts"][0] == "h"
+        # Back to the layout of 0009: its expiry index, and 0010 not recorded.
+        async with conn.transaction():
+            await conn.execute(
+                f"DO $$ BEGIN EXECUTE 'DROP INDEX \"{schema}\".receipts_expiry';"
+                f' EXECUTE \'CREATE INDEX receipts_expiry ON "{schema}".receipts'
+                f" (actor_type, expires_at_ms)'; END $$"
+            )
+            await conn.execute(
+                f"DELETE FROM \"{schema}\".migrations WHERE id = '0010_receipts_expiry'"
+            )
+        await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
+        # On each shard (format(): %s is the shard's name, %% a percent sign).
+        per_shard = (
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = '%s'::regclass"
+            " AND pg_get_indexdef(indexrelid) LIKE '%%_expiry%%'"
+        )
+        cur = await conn.execute(
+            "SELECT result FROM run_command_on_shards(%s::regclass, %s)",
+            [f'"{schema}".receipts', per_shard],
+        )
+        shards = [str(row[0]) for row in await cur.fetchall()]
+        assert shards and all(s.endswith("(expires_at_ms)") for s in shards), shards
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()

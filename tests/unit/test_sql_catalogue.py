@@ -460,6 +460,21 @@ def test_unique_indexes_on_per_actor_tables_include_routing_key() -> None:
                 assert "routing_key" in columns, (migration.id, index.group(0))
 
 
+#: Migrations written before Citus deployments existed to upgrade (issue 16): several statements.
+_MULTI_STATEMENT_MIGRATIONS = {f"000{n}" for n in range(1, 10)}
+
+
+def test_migrations_after_0009_are_one_statement() -> None:
+    # Citus sends a DDL command's query string on to the workers, and a string of several
+    # commands fails there: a migration that a distributed schema takes must be one statement
+    # (a DO block for several; tests/integration/test_citus.py upgrades one through 0010).
+    for migration in known_migrations():
+        if migration.id[:4] in _MULTI_STATEMENT_MIGRATIONS:
+            continue
+        statements = [s for s in _strip(migration.text).split(";") if s.strip()]
+        assert len(statements) == 1, (migration.id, statements)
+
+
 # --- names used by the code --------------------------------------------------------------------
 
 _USE = re.compile(r"\b(?:q|queries)\[\s*(['\"])([A-Za-z0-9_]+)\1\s*\]")

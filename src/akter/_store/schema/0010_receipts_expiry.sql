@@ -12,5 +12,13 @@
 -- The pruning statements (prune_receipts, citus_prune_receipts) read it as a range of expired
 -- rows, filtered by type. Building it holds off writes to the receipts (turns) while it runs:
 -- one pass over the table, about a second per million receipts.
-DROP INDEX {schema}.receipts_expiry;
-CREATE INDEX receipts_expiry ON {schema}.receipts (expires_at_ms);
+--
+-- One statement: on a distributed schema Citus sends a DDL command's query string on to the
+-- workers, and a string of two commands fails there ("cannot insert multiple commands into a
+-- prepared statement"). Inside a DO block each EXECUTE is a query string of its own.
+DO $$
+BEGIN
+    EXECUTE 'DROP INDEX {schema}.receipts_expiry';
+    EXECUTE 'CREATE INDEX receipts_expiry ON {schema}.receipts (expires_at_ms)';
+END
+$$;
