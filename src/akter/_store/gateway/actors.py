@@ -134,9 +134,10 @@ def turn_settings(
     ``generic_plans`` sets ``plan_cache_mode`` to ``force_generic_plan`` for the rest of the
     turn's transaction (else the session's mode stays). A statement with an array parameter
     (``admission_read``'s command ids, ``insert_outbox``'s rows) has a generic plan estimated
-    for 100 elements, against 1 in a custom plan, so under ``auto`` PostgreSQL re-plans it on
-    every execution, which costs more server time than running it. Every statement after
-    ``lock_actor`` is a keyed lookup or write whose plan does not depend on the values.
+    for 10 elements (an array of unknown length), against its real length in a custom plan, so
+    under ``auto`` PostgreSQL re-plans it on every execution, which costs more server time than
+    running it. Every statement after ``lock_actor`` is a keyed lookup or write whose plan does
+    not depend on the values.
     """
     return {
         "lock_timeout": _ms_text(lock_wait_ms),
