@@ -48,12 +48,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from psycopg_floor import _psycopg_connect, pq_pipelined
 from server_cost import SCHEMA, prepare
-from turns import Counter, CpuWindow, _drop_schema, _pgbench_schema, pgbench_binary
+from turns import (
+    Counter,
+    CpuWindow,
+    _drop_schema,
+    _pgbench_args,
+    _pgbench_number,
+    _pgbench_schema,
+    _run_pgbench,
+)
 
 import akter
 from akter._store.embedded import EmbeddedPostgres
 from akter._store.gateway import actors
-from akter._store.pipeline import TurnPipeline
 from akter._store.queries import Queries
 
 REFERENCE_SCHEMA = "akter_ceiling_ref"
@@ -68,7 +75,7 @@ class AkterStatements:
     """A warm turn's five statements on one actor, with akter's parameters and nothing else."""
 
     def __init__(self, conn: Any, settings: dict[str, str | None], key: dict[str, Any]) -> None:
-        self.pipe = TurnPipeline(conn, actors._ARRAY_DUMPERS)
+        self.pipe = actors.turn_pipeline(conn)
         self.q = Queries(SCHEMA)
         self.settings = settings
         self.key = key
@@ -132,23 +139,14 @@ async def _python_run(turn: Callable[[], Awaitable[None]], duration: float) -> d
     }
 
 
-def _pgbench(url: str, duration: int) -> dict[str, float]:
-    import os
-    import re
-    import subprocess
-
-    script = Path(__file__).resolve().parent / "sql" / "actor_turn.sql"
-    command = [
-        str(pgbench_binary()), "-n", "-f", str(script), "-D", "nactors=1",
-        "-c", "1", "-j", "1", "-T", str(duration), url,
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["PGOPTIONS"] = f"-c search_path={REFERENCE_SCHEMA}"
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    found = re.search(r"tps = ([\d.]+)", done.stdout)
-    if done.returncode != 0 or found is None:
-        raise SystemExit(f"pgbench failed:\n{done.stdout}\n{done.stderr}")
-    return {"tps": float(found.group(1))}
+async def _pgbench(url: str, duration: int) -> dict[str, float]:
+    """The reference turn under pgbench, with ``turns.py``'s arguments for 1 client, 1 actor."""
+    args = [*_pgbench_args(nactors=1, clients=1), "-T", str(duration)]
+    code, out, command = await _run_pgbench(url, REFERENCE_SCHEMA, args, duration + 60)
+    tps = _pgbench_number(r"tps = ([\d.]+)", out)
+    if code != 0 or tps is None:
+        raise SystemExit(f"pgbench failed ({' '.join(command)}):\n{out}")
+    return {"tps": tps}
 
 
 async def _analyze(conn: Any, schema: str) -> None:
@@ -194,7 +192,7 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
             await pq_pipelined(ref_conn, 1)
 
         variants = {
-            "pgbench": lambda: asyncio.to_thread(_pgbench, args.url, int(args.duration)),
+            "pgbench": lambda: _pgbench(args.url, int(args.duration)),
             "reference": lambda: _python_run(reference_turn, args.duration),
             "statements": lambda: _python_run(statements.turn, args.duration),
             "akter": lambda: _python_run(akter_turn, args.duration),
