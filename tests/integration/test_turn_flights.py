@@ -152,6 +152,58 @@ async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make
     assert mode == ("auto",)
 
 
+_TURN_SETTINGS = (
+    "plan_cache_mode",
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+    "transaction_timeout",  # PostgreSQL 17 and later; NULL before
+)
+
+
+async def _session_settings(conn: Any) -> list[str | None]:
+    cur = await conn.execute(
+        "SELECT current_setting(name, true) FROM unnest(%s::text[]) AS name", [list(_TURN_SETTINGS)]
+    )
+    return [row[0] for row in await cur.fetchall()]
+
+
+async def test_the_turns_settings_end_with_its_transaction_however_it_ends(
+    akter_test: Make,
+) -> None:
+    # The lock statement sets the turn's timeouts and plan mode for its transaction only. One
+    # pooled connection runs a commit, a defect (rolled back, the connection kept), a replay
+    # (nothing to write: rolled back) and a declared error (committed): after each, the
+    # session's settings are the ones it had before any turn.
+    async with akter_test(ALL, relay=False, pool_size=1) as t:
+        pool = t.runtime.store.pool
+        async with pool.connection() as conn:
+            before = await _session_settings(conn)
+            backend = conn.info.backend_pid
+        counter = t.get(Counter, "settings")
+        cid = await t.runtime.mint_command_id()
+        turns: list[tuple[str, Callable[[], Any]]] = [
+            ("commit", lambda: counter.with_command_id(cid).add(1)),
+            ("defect", lambda: counter.defect("boom")),
+            ("replay", lambda: counter.with_command_id(cid).add(1)),
+            ("declared", lambda: counter.take(10**6)),
+        ]
+        for what, call in turns:
+            try:
+                await call()
+            except akter.ActorError as exc:
+                assert (what, exc.reason) == ("defect", "Defect"), exc
+            except akter.DeclaredError:
+                assert what == "declared"
+            else:
+                assert what in ("commit", "replay")
+            async with pool.connection() as conn:
+                assert conn.info.backend_pid == backend, what  # the turn's own connection
+                assert await _session_settings(conn) == before, what
+        state = (await t.inspect(counter)).state
+        assert state is not None and state["n"] == 1
+
+
 _FILL_RECEIPTS = """
 INSERT INTO {schema}.receipts
     (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,
