@@ -558,3 +558,29 @@ async def test_bad_input_is_refused_before_any_turn(akter_test: Make) -> None:
             assert exc.value.reason == "InvalidInput" and not exc.value.retryable
         assert await count(t, "actors") == 0 and await count(t, "receipts") == 0
         assert await t.runtime.call(Counter, "c", "add", {"k": 2}) == 2
+
+
+def _mailbox_workers(name: str) -> set[asyncio.Task[object]]:
+    return {task for task in asyncio.all_tasks() if task.get_name() == f"akter.mailbox {name}"}
+
+
+async def test_a_sequential_callers_next_command_joins_the_running_mailbox_worker(
+    akter_test: Make,
+) -> None:
+    # The worker looks once more, one loop iteration after its queue empties: the caller its
+    # results woke runs in that iteration, and a command it sends at once is taken by the same
+    # worker (no task of its own). It then leaves, and the idle activation can hibernate.
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "linger")
+        assert await counter.add(1) == 1
+        [worker] = _mailbox_workers("Counter/linger")  # still looking
+        for k in range(2, 6):
+            assert await counter.add(1) == k
+            assert _mailbox_workers("Counter/linger") == {worker}
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert worker.done() and not _mailbox_workers("Counter/linger")
+        assert t.runtime.dispatcher.hibernate(force=True) == 1
+        # A command after the worker left starts a new one.
+        assert await counter.add(1) == 6
+        assert _mailbox_workers("Counter/linger") - {worker}
