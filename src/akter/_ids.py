@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import secrets
 import threading
@@ -29,6 +30,13 @@ from akter.errors import ActorError, invalid_input
 # --------------------------------------------------------------------------------------------
 
 
+#: One encoder for every canonical text: ``json.dumps`` with these options builds a new
+#: ``JSONEncoder`` per call.
+_canonical = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+
+
 def canonical_json(value: object) -> str:
     """Serialize ``value`` as canonical JSON.
 
@@ -45,13 +53,7 @@ def canonical_json(value: object) -> str:
         ValueError: If ``value`` contains NaN or an infinity.
         TypeError: If ``value`` contains something JSON cannot represent.
     """
-    return json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    return _canonical(value)
 
 
 def payload_hash(payload: object) -> str:
@@ -267,7 +269,19 @@ def _format_id(issued_ms: int, expires_ms: int) -> str:
             raise ValueError(
                 f"Cannot mint a command id: {name} time {value!r} ms is outside 0..{_MAX_MS}."
             )
-    return f"v1.{issued_ms}.{expires_ms}.{uuid.uuid4()}"
+    return f"v1.{issued_ms}.{expires_ms}.{_uuid4_text()}"
+
+
+def _uuid4_text() -> str:
+    """``str(uuid.uuid4())`` from the same 16 random bytes, without building a ``UUID``.
+
+    The version nibble is 4 and the variant bits are RFC 9562's ``10``, as ``uuid4`` sets them.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def mint_command_id(now_ms: int, window_ms: int) -> str:

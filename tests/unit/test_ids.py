@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from akter._ids import (
     ACTOR_TYPE_RE,
@@ -35,6 +38,17 @@ from akter._ids import (
 from akter.errors import ActorError
 
 WINDOW = 86_400_000
+
+#: JSON values as handlers return them (no NaN or infinities: canonical JSON refuses those).
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
 UUID4 = "0190a3b4-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
 PARENT_CID = f"v1.1767225600000.1767312000000.{UUID4}"
 
@@ -224,6 +238,32 @@ def test_mint_parse_round_trip() -> None:
     assert parsed == CommandId(raw=raw, issued_ms=now, expires_ms=now + WINDOW)
     assert uuid.UUID(raw.rsplit(".", 1)[1]).version == 4
     assert mint_command_id(now, WINDOW) != raw
+
+
+def test_minted_ids_end_in_the_text_of_a_random_uuid4() -> None:
+    # The uuid is formatted from 16 random bytes without a UUID object: it must read back as
+    # what str(uuid.uuid4()) gives: version 4, RFC 9562 variant, lowercase, hyphenated.
+    minted = {mint_command_id(1_000, WINDOW).rsplit(".", 1)[1] for _ in range(2_000)}
+    assert len(minted) == 2_000
+    for text in minted:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+        assert str(parsed) == text
+    # Every other bit is random: each of the 122 is seen both ways.
+    ones = [0] * 128
+    for text in minted:
+        value = uuid.UUID(text).int
+        for bit in range(128):
+            ones[bit] += value >> bit & 1
+    fixed = {127 - 48 - i for i in range(4)} | {127 - 64, 127 - 65}  # version, variant
+    assert all(0 < ones[bit] < 2_000 for bit in range(128) if bit not in fixed)
+
+
+@given(_JSON)
+def test_canonical_json_is_json_dumps_with_the_canonical_options(value: object) -> None:
+    assert canonical_json(value) == json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def test_mint_command_id_refuses_out_of_range_times() -> None:
