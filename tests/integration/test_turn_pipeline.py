@@ -8,8 +8,10 @@ written, and the next turn runs (on a pool of one connection, so it must be a us
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from pydantic import BaseModel
 
@@ -304,3 +306,43 @@ async def test_a_session_ended_while_a_flight_waits_wakes_the_turn_at_once(
         assert await notes.with_command_id(cid).keep("two") == "two"
         row = await t.inspect(notes)
         assert row.version == 2 and row.state["notes"] == ["one", "two"]  # type: ignore[index]
+
+
+async def test_work_given_to_a_sync_runs_while_the_server_works_on_the_flight(
+    akter_db: str,
+) -> None:
+    # ``sync(meanwhile)`` runs its work once the whole flight is sent and before any answer is
+    # read: the flight's statement waits on a lock held here, and the work itself sees it
+    # waiting, then releases it. The answers arrive after, complete.
+    seen: list[object] = []
+    with psycopg.connect(akter_db, autocommit=True) as blocker:
+        blocker.execute("SELECT pg_advisory_lock(7013)")
+        conn = await psycopg.AsyncConnection.connect(akter_db, autocommit=True)
+        try:
+            pipe = TurnPipeline(conn)
+            pid = conn.info.backend_pid
+            pipe.enter()
+            await pipe.execute("BEGIN")
+            answer = await pipe.execute("SELECT pg_advisory_xact_lock(7013), %(k)s::int", {"k": 5})
+            await pipe.execute("COMMIT")
+
+            def meanwhile() -> None:
+                with pytest.raises(psycopg.InterfaceError):
+                    answer.statusmessage  # noqa: B018 - not answered yet
+                for _ in range(500):
+                    row = blocker.execute(
+                        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
+                    ).fetchone()
+                    if row is not None and row[0] == "Lock":
+                        break
+                    time.sleep(0.01)
+                seen.append(row)
+                blocker.execute("SELECT pg_advisory_unlock(7013)")
+
+            async with asyncio.timeout(30):  # work run after the answers would wait forever
+                await pipe.sync(meanwhile)
+            assert seen == [("Lock",)]
+            assert await answer.fetchone() == ("", 5)
+            assert pipe.leave()
+        finally:
+            await conn.close()

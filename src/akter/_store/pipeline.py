@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -188,16 +188,18 @@ class TurnPipeline:
         self._unusable = False
         return answer
 
-    async def sync(self) -> None:
+    async def sync(self, meanwhile: Callable[[], None] | None = None) -> None:
         """End the flight: send a Sync, read every answer, raise the first server error.
 
         The statements' answers are set in order; a Parse that was not answered ``OK`` is
-        forgotten (the statement is prepared again next time).
+        forgotten (the statement is prepared again next time). ``meanwhile`` runs once the
+        whole flight is sent, before its answers are awaited: client work that needs none of
+        them overlaps the server's. It must not raise.
         """
         queued, self._queued = self._queued, []
         self._unusable = True
         self._pg.pipeline_sync()
-        results = await self._communicate(len(queued))
+        results = await self._communicate(len(queued), meanwhile)
         self._unusable = False
         error: psycopg.Error | None = None
         for (answer, key), result in zip(queued, results, strict=True):
@@ -212,8 +214,10 @@ class TurnPipeline:
         if error is not None:
             raise error
 
-    async def _communicate(self, expected: int) -> list[pq.abc.PGresult]:
-        """Flush the flight and read its ``expected`` results up to the Sync's."""
+    async def _communicate(
+        self, expected: int, meanwhile: Callable[[], None] | None = None
+    ) -> list[pq.abc.PGresult]:
+        """Flush the flight, run ``meanwhile``, read its ``expected`` results up to the Sync's."""
         pg = self._pg
         loop = asyncio.get_running_loop()
         fd = pg.socket
@@ -223,6 +227,8 @@ class TurnPipeline:
             self.unwatch()  # _sendable registers (and then removes) its own reader
             await _sendable(loop, fd)
             pg.consume_input()
+        if meanwhile is not None:
+            meanwhile()
         results: list[pq.abc.PGresult] = []
         while True:
             last_none = False

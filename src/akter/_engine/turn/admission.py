@@ -90,6 +90,7 @@ async def admit(
     observe: Callable[[int], None],
     coordinator_clock: bool = False,
     worker_lock_wait: bytes | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Admitted:
     """Send flight 1 and read its answers; ``act``'s cache is refreshed when it was stale.
 
@@ -99,6 +100,7 @@ async def admit(
     the actor's shard, on a worker, whose clock is not the one every other write reads. There
     the row lock also waits on that worker: ``worker_lock_wait`` (the type's ``SET LOCAL``,
     :func:`akter._store.citus.worker_lock_wait`) bounds it by the policy's ``lock_wait``.
+    ``meanwhile`` runs while the server answers the flight (``TurnPipeline.sync``).
 
     Raises:
         Retryable: The cache believed the actor row existed, and it does not.
@@ -113,7 +115,7 @@ async def admit(
     command_ids = [r.command_id.raw for r in batch]
     pipe = flights.pipe
     sent_at = time.monotonic()
-    async with flights.admission():
+    async with flights.admission(meanwhile):
         # A cold turn's ensure_actor may wait on another runner's insert of the row: it needs
         # the timeouts first. A warm turn's lock statement sets them itself (one statement less).
         await actors.begin_turn(pipe, q, settings if ensured else None)

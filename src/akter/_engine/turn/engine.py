@@ -51,7 +51,7 @@ from akter._engine.turn.flights import (
     discard,
     rollback_quietly,
 )
-from akter._engine.turn.invoke import Ran, run_handler
+from akter._engine.turn.invoke import Prepared, Ran, run_handler
 from akter._engine.turn.types import (
     Activation,
     BatchDefect,
@@ -213,6 +213,7 @@ class TurnEngine:
         key = actors.actor_key(act.routing_key, ref.tenant, ref.type, ref.id)
         off = self.clock.offset_ms
         ensured = not act.exists
+        prepared = Prepared()
         admitted = await admission.admit(
             flights,
             self.q,
@@ -224,9 +225,10 @@ class TurnEngine:
             observe=self.clock.observe,
             coordinator_clock=self.store.strategy == "citus",
             worker_lock_wait=typed.worker_lock_wait,
+            meanwhile=lambda: prepared.fill(act, batch),
         )
         now_ms = admitted.now_ms
-        ran = await self._run_commands(act, batch, admitted)
+        ran = await self._run_commands(act, batch, admitted, prepared)
         if self.hooks.armed("before_commit"):
             await self.hooks.at("before_commit", {"ref": ref, "batch": batch})
         todo = writes.plan(act, batch, ran, admitted.stale, now_ms, self.window_ms)
@@ -282,7 +284,11 @@ class TurnEngine:
         return cached
 
     async def _run_commands(
-        self, act: Activation, batch: Sequence[Request], admitted: admission.Admitted
+        self,
+        act: Activation,
+        batch: Sequence[Request],
+        admitted: admission.Admitted,
+        prepared: Prepared,
     ) -> BatchRun:
         """Decide each command and run the handlers of those that run, in order."""
         definition = act.definition
@@ -299,7 +305,7 @@ class TurnEngine:
                 ran.outcomes.append(Outcome(Result("error", error=rules.lease_lost(request))))
                 continue
             outcome, new_state, ctx = await self._decide_and_run(
-                act, request, index, admitted, ran.state, ran.created
+                act, request, index, admitted, ran.state, ran.created, prepared
             )
             ran.outcomes.append(outcome)
             if ctx is not None and outcome.result.kind == "ok":
@@ -318,6 +324,7 @@ class TurnEngine:
         admitted: admission.Admitted,
         state: BaseModel | None,
         created: bool,
+        prepared: Prepared,
     ) -> Ran:
         now_ms = admitted.now_ms
         decided = rules.decide(
@@ -330,7 +337,14 @@ class TurnEngine:
         if state is None:
             raise BatchDefect(index, "The actor's state could not be loaded.")
         return await run_handler(
-            act, request, index, now_ms, state, window_ms=self.window_ms, hooks=self.hooks
+            act,
+            request,
+            index,
+            now_ms,
+            state,
+            window_ms=self.window_ms,
+            hooks=self.hooks,
+            prepared=prepared,
         )
 
     def _count_writes(self, act: Activation, batch_writes: BatchWrites, receipts: int) -> None:

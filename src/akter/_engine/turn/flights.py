@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from types import TracebackType
 
 import psycopg
@@ -61,8 +62,9 @@ class Flights:
     # Two small context-manager classes, not @asynccontextmanager: a generator-based one costs
     # an async generator and its hooks per use, twice per turn.
 
-    def admission(self) -> _Admission:
-        return _Admission(self.pipe)
+    def admission(self, meanwhile: Callable[[], None] | None = None) -> _Admission:
+        """The admission flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``)."""
+        return _Admission(self.pipe, meanwhile)
 
     def commit(self) -> _Commit:
         return _Commit(self.pipe)
@@ -75,17 +77,18 @@ class Flights:
 class _Admission:
     """Enters pipeline mode; at the end, a Sync and every answer of the flight."""
 
-    __slots__ = ("_pipe",)
+    __slots__ = ("_meanwhile", "_pipe")
 
-    def __init__(self, pipe: TurnPipeline) -> None:
+    def __init__(self, pipe: TurnPipeline, meanwhile: Callable[[], None] | None) -> None:
         self._pipe = pipe
+        self._meanwhile = meanwhile
 
     async def __aenter__(self) -> None:
         self._pipe.enter()
 
     async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
         if kind is None:
-            await self._pipe.sync()
+            await self._pipe.sync(self._meanwhile)
 
 
 class _Commit:

@@ -8,6 +8,7 @@ The caller's reply is decoded from the receipt's stored JSON, exactly as a repla
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -23,6 +24,48 @@ from akter.errors import DeclaredError, InjectedCrash
 Ran = tuple[Outcome, BaseModel | None, CommandContext | None]
 
 
+class Prepared:
+    """A batch's handler inputs made while its admission flight is out (``TurnPipeline.sync``).
+
+    Each command's arguments, and a private copy of the cached state for the first handler:
+    none of them needs the flight's answers, so the server's time covers their cost. A copy is
+    used only for the state it was made from (the admission may replace the cache), and each
+    input only once; whatever is missing is made when the handler runs, as it was before.
+    """
+
+    __slots__ = ("_arguments", "_copy")
+
+    def __init__(self) -> None:
+        self._arguments: list[dict[str, Any] | None] = []
+        self._copy: tuple[BaseModel, BaseModel] | None = None
+
+    def fill(self, act: Activation, batch: Sequence[Request]) -> None:
+        """Make the inputs; never raises (a failure is met again where the handler runs)."""
+        try:
+            state = act.state
+            if state is not None:
+                self._copy = (state, state.model_copy(deep=True))
+            self._arguments = [r.member.arguments(r.payload) for r in batch]
+        except Exception:
+            self._arguments = []
+
+    def state(self, state: BaseModel) -> BaseModel:
+        """A private deep copy of ``state`` for a handler."""
+        made, self._copy = self._copy, None
+        if made is not None and made[0] is state:
+            return made[1]
+        return state.model_copy(deep=True)
+
+    def arguments(self, index: int, request: Request) -> dict[str, Any]:
+        """The handler's arguments for the batch's ``index``-th command."""
+        if index < len(self._arguments):
+            made = self._arguments[index]
+            if made is not None:
+                self._arguments[index] = None
+                return made
+        return request.member.arguments(request.payload)
+
+
 async def run_handler(
     act: Activation,
     request: Request,
@@ -32,10 +75,12 @@ async def run_handler(
     *,
     window_ms: int,
     hooks: Hooks,
+    prepared: Prepared | None = None,
 ) -> Ran:
     """Run the command's handler: its outcome, the state after it and its context.
 
     A declared error keeps ``state`` and returns no context (nothing it staged is written).
+    ``prepared`` holds inputs made while the admission flight was out.
 
     Raises:
         BatchDefect: The handler failed, returned or left something akter cannot store.
@@ -48,13 +93,16 @@ async def run_handler(
         caller=request.caller,
         command_id=request.command_id.raw,
         now_ms=now_ms,
-        state=state.model_copy(deep=True),
+        state=state.model_copy(deep=True) if prepared is None else prepared.state(state),
         window_ms=window_ms,
     )
     instance = bind(ctx)
     if hooks.armed("before_handler"):
         await hooks.at("before_handler", {"ref": act.ref, "command": member.name})
-    arguments = member.arguments(request.payload)
+    if prepared is None:
+        arguments = member.arguments(request.payload)
+    else:
+        arguments = prepared.arguments(index, request)
     token = IN_TURN.set(ctx)
     ctx.activate()
     try:

@@ -1,0 +1,71 @@
+"""A batch's handler inputs made while its admission flight is out (``invoke.Prepared``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from akter._engine.turn.invoke import Prepared
+
+
+class State(BaseModel):
+    items: list[int] = []
+
+
+class _Member:
+    def __init__(self, fail_on: object = None) -> None:
+        self.calls = 0
+        self.fail_on = fail_on
+
+    def arguments(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        if payload.get("k") == self.fail_on:
+            raise ValueError("cannot bind")
+        return {"k": payload["k"]}
+
+
+def _request(member: _Member, k: object) -> Any:
+    return SimpleNamespace(member=member, payload={"k": k})
+
+
+def test_each_input_is_made_once_and_used_once() -> None:
+    member = _Member()
+    state = State(items=[1])
+    act: Any = SimpleNamespace(state=state)
+    batch = [_request(member, 1), _request(member, 2)]
+    prepared = Prepared()
+    prepared.fill(act, batch)
+    assert member.calls == 2
+    assert prepared.arguments(1, batch[1]) == {"k": 2}
+    assert prepared.arguments(0, batch[0]) == {"k": 1}
+    assert member.calls == 2
+    # A second use makes a new one (a batch re-run one command per transaction does).
+    assert prepared.arguments(0, batch[0]) == {"k": 1} and member.calls == 3
+    copy = prepared.state(state)
+    assert copy == state and copy is not state and copy.items is not state.items
+    again = prepared.state(state)
+    assert again == state and again is not copy
+
+
+def test_a_copy_of_a_state_the_admission_replaced_is_not_used() -> None:
+    cached = State(items=[1])
+    act: Any = SimpleNamespace(state=cached)
+    prepared = Prepared()
+    prepared.fill(act, [])
+    refreshed = State(items=[1, 2])  # the locked row's newer version
+    copy = prepared.state(refreshed)
+    assert copy == refreshed and copy is not refreshed
+
+
+def test_an_input_that_fails_is_made_again_where_the_handler_runs() -> None:
+    member = _Member(fail_on=2)
+    batch = [_request(member, 1), _request(member, 2)]
+    prepared = Prepared()
+    prepared.fill(SimpleNamespace(state=None), batch)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cannot bind"):
+        prepared.arguments(1, batch[1])
+    assert prepared.arguments(0, batch[0]) == {"k": 1}
+    assert prepared.state(State()) == State()
