@@ -34,10 +34,8 @@ import argparse
 import asyncio
 import itertools
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -56,10 +54,10 @@ from turns import (
     _pgbench_number,
     _pgbench_schema,
     _run_pgbench,
+    on_a_server,
 )
 
 import akter
-from akter._store.embedded import EmbeddedPostgres
 from akter._store.gateway import actors
 from akter._store.queries import Queries
 
@@ -154,13 +152,13 @@ async def _analyze(conn: Any, schema: str) -> None:
     await conn.execute(sql.SQL("ANALYZE {}.receipts, {}.actors").format(ident, ident))
 
 
-async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
-    settings = await prepare(args.url, 1)
-    await _pgbench_schema(args.url, REFERENCE_SCHEMA)
-    await _drop_schema(args.url, RUNTIME_SCHEMA)
-    akter_conn = await _psycopg_connect(args.url, SCHEMA)
-    ref_conn = await _psycopg_connect(args.url, REFERENCE_SCHEMA)
-    runtime = akter.Runtime(actors=[Counter], database_url=args.url, schema=RUNTIME_SCHEMA)
+async def run(args: argparse.Namespace, url: str) -> dict[str, list[dict[str, float]]]:
+    settings = await prepare(url, 1)
+    await _pgbench_schema(url, REFERENCE_SCHEMA)
+    await _drop_schema(url, RUNTIME_SCHEMA)
+    akter_conn = await _psycopg_connect(url, SCHEMA)
+    ref_conn = await _psycopg_connect(url, REFERENCE_SCHEMA)
+    runtime = akter.Runtime(actors=[Counter], database_url=url, schema=RUNTIME_SCHEMA)
     try:
         await runtime.start()
         counter = runtime.get(Counter, "ceiling-0")
@@ -192,7 +190,7 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
             await pq_pipelined(ref_conn, 1)
 
         variants = {
-            "pgbench": lambda: _pgbench(args.url, int(args.duration)),
+            "pgbench": lambda: _pgbench(url, int(args.duration)),
             "reference": lambda: _python_run(reference_turn, args.duration),
             "statements": lambda: _python_run(statements.turn, args.duration),
             "akter": lambda: _python_run(akter_turn, args.duration),
@@ -209,22 +207,9 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
         await runtime.stop()
         await akter_conn.close()
         await ref_conn.close()
-        await _drop_schema(args.url, RUNTIME_SCHEMA)
-        await _drop_schema(args.url, SCHEMA)
-        await _drop_schema(args.url, REFERENCE_SCHEMA)
-
-
-async def _on_a_server(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
-    if args.url:
-        return await run(args)
-    data_dir = Path(tempfile.mkdtemp(prefix="akter-bench-pg-"))
-    embedded = EmbeddedPostgres(data_dir)
-    try:
-        args.url = await asyncio.to_thread(embedded.start)
-        return await run(args)
-    finally:
-        await asyncio.to_thread(embedded.stop)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        await _drop_schema(url, RUNTIME_SCHEMA)
+        await _drop_schema(url, SCHEMA)
+        await _drop_schema(url, REFERENCE_SCHEMA)
 
 
 def main() -> None:
@@ -234,7 +219,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json", help="append JSON lines here")
     args = parser.parse_args()
-    runs = asyncio.run(_on_a_server(args))
+    runs = asyncio.run(on_a_server(args.url, lambda url: run(args, url)))
     pgbench = [r["tps"] for r in runs["pgbench"]]
     print(f"sequential, 1 client, 1 actor, {args.duration:g} s x {args.reps} reps (rotated)")
     print("| variant | turns/s (runs) | / pgbench of the same rep | client CPU µs/turn |")

@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,10 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from turns import Counter, _drop_schema
+from turns import Counter, _drop_schema, on_a_server
 
 import akter
-from akter._store.embedded import EmbeddedPostgres
 from akter._store.pipeline import TurnPipeline
 
 SEGMENTS = ("before admission", "admission flight", "handler", "commit flight", "after commit")
@@ -83,26 +80,13 @@ async def measure(url: str, turns: int) -> list[tuple[int, ...]]:
     return rows
 
 
-async def run(args: argparse.Namespace) -> list[list[tuple[int, ...]]]:
+async def run(args: argparse.Namespace, url: str) -> list[list[tuple[int, ...]]]:
     sync = TurnPipeline.sync
     TurnPipeline.sync = _timed(sync)  # type: ignore[method-assign,assignment]
     try:
-        return [await measure(args.url, args.turns) for _ in range(args.reps)]
+        return [await measure(url, args.turns) for _ in range(args.reps)]
     finally:
         TurnPipeline.sync = sync  # type: ignore[method-assign]
-
-
-async def _on_a_server(args: argparse.Namespace) -> list[list[tuple[int, ...]]]:
-    if args.url:
-        return await run(args)
-    data_dir = Path(tempfile.mkdtemp(prefix="akter-bench-pg-"))
-    embedded = EmbeddedPostgres(data_dir)
-    try:
-        args.url = await asyncio.to_thread(embedded.start)
-        return await run(args)
-    finally:
-        await asyncio.to_thread(embedded.stop)
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def main() -> None:
@@ -111,7 +95,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3000)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
-    reps = asyncio.run(_on_a_server(args))
+    reps = asyncio.run(on_a_server(args.url, lambda url: run(args, url)))
     print(f"sequential warm turns, {args.turns} per rep x {args.reps} reps: median µs per turn")
     print("| segment | " + " | ".join(f"rep {i + 1}" for i in range(len(reps))) + " |")
     print("|---|" + "---|" * len(reps))

@@ -50,7 +50,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -445,6 +445,22 @@ async def _settle(url: str, schema: str, analyze: bool) -> None:
                     )
                 )
     await _checkpoint(url)
+
+
+_T = TypeVar("_T")
+
+
+async def on_a_server(url: str | None, body: Callable[[str], Awaitable[_T]]) -> _T:
+    """``body(url)``; without ``url``, on a throwaway embedded server (started, then removed)."""
+    if url:
+        return await body(url)
+    data_dir = Path(tempfile.mkdtemp(prefix="akter-bench-pg-"))
+    embedded = EmbeddedPostgres(data_dir)
+    try:
+        return await body(await asyncio.to_thread(embedded.start))
+    finally:
+        await asyncio.to_thread(embedded.stop)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def _drop_schema(url: str, schema: str) -> None:
