@@ -584,3 +584,21 @@ async def test_a_sequential_callers_next_command_joins_the_running_mailbox_worke
         # A command after the worker left starts a new one.
         assert await counter.add(1) == 6
         assert _mailbox_workers("Counter/linger") - {worker}
+
+
+async def test_a_looking_mailbox_worker_does_not_hold_its_activation_at_capacity(
+    akter_test: Make,
+) -> None:
+    # Right after a call returns its worker is still looking for more: the activation is idle
+    # all the same. At max_resident_actors the next actor's call drops it at once (no
+    # RunnerAtCapacity and its retry), and the dropped worker leaves without a command.
+    async with akter_test(ALL, relay=False, max_resident_actors=1) as t:
+        assert await t.get(Counter, "first").add(1) == 1
+        [worker] = _mailbox_workers("Counter/first")
+        assert t.runtime.dispatcher.hibernate(force=True) == 1
+        assert t.runtime.dispatcher.resident == 0
+        assert await t.get(Counter, "second").add(2) == 2
+        await asyncio.sleep(0)
+        assert worker.done() and not worker.cancelled()
+        assert t.runtime.dispatcher.resident == 1
+        assert await t.get(Counter, "first").add(1) == 2  # reloaded from its row

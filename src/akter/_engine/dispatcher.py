@@ -29,6 +29,8 @@ class _Mailbox:
     activation: Activation
     queue: deque[Request] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
+    #: The worker's queue is empty and it is looking once more (``Dispatcher._more``): idle.
+    lingering: bool = False
 
 
 class Admission(Protocol):
@@ -186,7 +188,11 @@ class Dispatcher:
         """
         if box.queue:
             return True
-        await asyncio.sleep(0)
+        box.lingering = True
+        try:
+            await asyncio.sleep(0)
+        finally:
+            box.lingering = False
         return bool(box.queue)
 
     def hibernate(self, *, force: bool = False) -> int:
@@ -194,7 +200,7 @@ class Dispatcher:
         now = time.monotonic()
         dropped = 0
         for key, box in list(self._boxes.items()):
-            idle = box.worker is None and not box.queue
+            idle = (box.worker is None or box.lingering) and not box.queue
             limit = box.activation.definition.policy.hibernate_after / 1000
             if idle and (force or now - box.activation.last_used >= limit):
                 del self._boxes[key]
