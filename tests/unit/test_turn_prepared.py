@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from akter._engine.turn.invoke import Prepared
+from akter._engine.turn.invoke import PREPARED_STATE_CHARS, Prepared
 
 
 class State(BaseModel):
@@ -34,7 +34,7 @@ def _request(member: _Member, k: object) -> Any:
 def test_each_input_is_made_once_and_used_once() -> None:
     member = _Member()
     state = State(items=[1])
-    act: Any = SimpleNamespace(state=state)
+    act: Any = SimpleNamespace(state=state, state_json=state.model_dump_json())
     batch = [_request(member, 1), _request(member, 2)]
     prepared = Prepared()
     prepared.fill(act, batch)
@@ -52,7 +52,7 @@ def test_each_input_is_made_once_and_used_once() -> None:
 
 def test_a_copy_of_a_state_the_admission_replaced_is_not_used() -> None:
     cached = State(items=[1])
-    act: Any = SimpleNamespace(state=cached)
+    act: Any = SimpleNamespace(state=cached, state_json=cached.model_dump_json())
     prepared = Prepared()
     prepared.fill(act, [])
     refreshed = State(items=[1, 2])  # the locked row's newer version
@@ -64,8 +64,29 @@ def test_an_input_that_fails_is_made_again_where_the_handler_runs() -> None:
     member = _Member(fail_on=2)
     batch = [_request(member, 1), _request(member, 2)]
     prepared = Prepared()
-    prepared.fill(SimpleNamespace(state=None), batch)  # type: ignore[arg-type]
+    prepared.fill(SimpleNamespace(state=None, state_json=None), batch)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cannot bind"):
         prepared.arguments(1, batch[1])
     assert prepared.arguments(0, batch[0]) == {"k": 1}
     assert prepared.state(State()) == State()
+
+
+def test_a_large_state_is_not_copied_ahead() -> None:
+    # Where the admission replaces the cache (other runners write the actor), a copy made
+    # ahead is wasted: only small states are copied before the answers are in.
+    large = State(items=list(range(PREPARED_STATE_CHARS // 2)))
+    stored = large.model_dump_json()
+    assert len(stored) > PREPARED_STATE_CHARS
+    prepared = Prepared()
+    copies: list[object] = []
+
+    class Watched(State):
+        def model_copy(self, *args: Any, **kwargs: Any) -> Any:
+            copies.append(self)
+            return super().model_copy(*args, **kwargs)
+
+    watched = Watched(items=large.items)
+    prepared.fill(SimpleNamespace(state=watched, state_json=stored), [])  # type: ignore[arg-type]
+    assert copies == []
+    copy = prepared.state(watched)
+    assert copies == [watched] and copy == watched and copy is not watched

@@ -23,6 +23,9 @@ from akter.errors import DeclaredError, InjectedCrash
 
 Ran = tuple[Outcome, BaseModel | None, CommandContext | None]
 
+#: The largest cached state (characters of its stored JSON) copied ahead by :class:`Prepared`.
+PREPARED_STATE_CHARS = 65_536
+
 
 class Prepared:
     """A batch's handler inputs made while its admission flight is out (``TurnPipeline.sync``).
@@ -30,7 +33,10 @@ class Prepared:
     Each command's arguments, and a private copy of the cached state for the first handler:
     none of them needs the flight's answers, so the server's time covers their cost. A copy is
     used only for the state it was made from (the admission may replace the cache), and each
-    input only once; whatever is missing is made when the handler runs, as it was before.
+    input only once; whatever is missing is made when the handler runs, as it was before. The
+    copy is made ahead only for a state of at most :data:`PREPARED_STATE_CHARS` of stored JSON:
+    where other runners write the same actor, the admission replaces the cache often, and each
+    time a copy made ahead is wasted.
     """
 
     __slots__ = ("_arguments", "_copy")
@@ -42,8 +48,8 @@ class Prepared:
     def fill(self, act: Activation, batch: Sequence[Request]) -> None:
         """Make the inputs; never raises (a failure is met again where the handler runs)."""
         try:
-            state = act.state
-            if state is not None:
+            state, stored = act.state, act.state_json
+            if state is not None and stored is not None and len(stored) <= PREPARED_STATE_CHARS:
                 self._copy = (state, state.model_copy(deep=True))
             self._arguments = [r.member.arguments(r.payload) for r in batch]
         except Exception:
