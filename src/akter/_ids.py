@@ -23,18 +23,12 @@ from typing import Literal
 
 import xxhash
 
+from akter._json import canonical_encode
 from akter.errors import ActorError, invalid_input
 
 # --------------------------------------------------------------------------------------------
 # Canonical JSON and payload hashes (semantics §2.1.2)
 # --------------------------------------------------------------------------------------------
-
-
-#: One encoder for every canonical text: ``json.dumps`` with these options builds a new
-#: ``JSONEncoder`` per call.
-_canonical = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode
 
 
 def canonical_json(value: object) -> str:
@@ -53,7 +47,7 @@ def canonical_json(value: object) -> str:
         ValueError: If ``value`` contains NaN or an infinity.
         TypeError: If ``value`` contains something JSON cannot represent.
     """
-    return _canonical(value)
+    return canonical_encode(value)
 
 
 def payload_hash(payload: object) -> str:

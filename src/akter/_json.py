@@ -53,7 +53,9 @@ _KNOWN = (
 #: at about 200 levels and its serializer at 254; the stdlib codecs at about 990.
 MAX_DEPTH = 200
 
-_encode = json.JSONEncoder(
+#: The canonical encoder: sorted keys, compact separators, non-ASCII kept, no NaN. One instance
+#: (``json.dumps`` with options builds an encoder per call); ``akter._ids.canonical_json`` too.
+canonical_encode = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 ).encode
 
@@ -86,7 +88,7 @@ def storable_json(value: Any, path: str = "value") -> str:
         Unstorable: naming the first path that cannot be stored, and why.
     """
     try:
-        text = _encode(value)
+        text = canonical_encode(value)
     except (ValueError, TypeError, RecursionError):
         raise _problem(value, path) or Unstorable(path, "cannot be encoded as JSON") from None
     if "\\u0000" in text or (len(text) > MAX_DEPTH and _deep(text)):

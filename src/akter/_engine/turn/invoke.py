@@ -8,6 +8,7 @@ The caller's reply is decoded from the receipt's stored JSON, exactly as a repla
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,13 +48,11 @@ class Prepared:
 
     def fill(self, act: Activation, batch: Sequence[Request]) -> None:
         """Make the inputs; never raises (a failure is met again where the handler runs)."""
-        try:
+        with contextlib.suppress(Exception):
             state, stored = act.state, act.state_json
             if state is not None and stored is not None and len(stored) <= PREPARED_STATE_CHARS:
                 self._copy = (state, state.model_copy(deep=True))
             self._arguments = [r.member.arguments(r.payload) for r in batch]
-        except Exception:
-            self._arguments = []
 
     def state(self, state: BaseModel) -> BaseModel:
         """A private deep copy of ``state`` for a handler."""
@@ -81,7 +80,7 @@ async def run_handler(
     *,
     window_ms: int,
     hooks: Hooks,
-    prepared: Prepared | None = None,
+    prepared: Prepared,
 ) -> Ran:
     """Run the command's handler: its outcome, the state after it and its context.
 
@@ -99,16 +98,13 @@ async def run_handler(
         caller=request.caller,
         command_id=request.command_id.raw,
         now_ms=now_ms,
-        state=state.model_copy(deep=True) if prepared is None else prepared.state(state),
+        state=prepared.state(state),
         window_ms=window_ms,
     )
     instance = bind(ctx)
     if hooks.armed("before_handler"):
         await hooks.at("before_handler", {"ref": act.ref, "command": member.name})
-    if prepared is None:
-        arguments = member.arguments(request.payload)
-    else:
-        arguments = prepared.arguments(index, request)
+    arguments = prepared.arguments(index, request)
     token = IN_TURN.set(ctx)
     ctx.activate()
     try:
