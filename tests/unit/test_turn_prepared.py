@@ -27,8 +27,20 @@ class _Member:
         return {"k": payload["k"]}
 
 
+class _Request:
+    def __init__(self, member: _Member, k: object) -> None:
+        self.member = member
+        self.payload = {"k": k}
+        self.hashed_after: int | None = None  # the member's calls when the hash was made
+
+    def digest(self) -> str:
+        if self.hashed_after is None:
+            self.hashed_after = self.member.calls
+        return f"hash of {self.payload}"
+
+
 def _request(member: _Member, k: object) -> Any:
-    return SimpleNamespace(member=member, payload={"k": k})
+    return _Request(member, k)
 
 
 def test_each_input_is_made_once_and_used_once() -> None:
@@ -39,6 +51,8 @@ def test_each_input_is_made_once_and_used_once() -> None:
     prepared = Prepared()
     prepared.fill(act, batch)
     assert member.calls == 2
+    # Every payload hash first: a handler given its arguments could change the payload.
+    assert [r.hashed_after for r in batch] == [0, 0]
     assert prepared.arguments(1, batch[1]) == {"k": 2}
     assert prepared.arguments(0, batch[0]) == {"k": 1}
     assert member.calls == 2

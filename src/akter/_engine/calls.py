@@ -30,7 +30,6 @@ from akter._ids import (
     mint_parsed_command_id,
     parse_command_id,
     parse_framework_id,
-    payload_hash,
 )
 from akter._retry import CommandRetry
 from akter._store.gateway.actors import actor_key, committed
@@ -128,12 +127,11 @@ class Calls:
                 code="unknown_member",
             )
         await check_access(member.owner, ref, caller, "command", member.name)
-        digest = payload_hash(payload)
         deadline = time.monotonic() + member.owner.policy.delivery_timeout / 1000
         retries: CommandRetry | None = None  # built at the first retry: most calls have none
         while True:
             result = await self.submit(
-                member, ref, payload, digest, command_id, caller, True, deadline, fence
+                member, ref, payload, command_id, caller, True, deadline, fence
             )
             if result.kind == "ok":
                 return result.value
@@ -199,16 +197,13 @@ class Calls:
         member = definition.member(command, "command")
         parsed = parse_framework_id(command_id)
         deadline = time.monotonic() + (within or definition.policy.delivery_timeout / 1000)
-        return await self.submit(
-            member, ref, payload, payload_hash(payload), parsed, caller, False, deadline
-        )
+        return await self.submit(member, ref, payload, parsed, caller, False, deadline)
 
     async def submit(
         self,
         member: Member,
         ref: ActorRef,
         payload: dict[str, Any],
-        digest: str,
         command_id: Any,
         caller: Caller,
         external: bool,
@@ -219,7 +214,7 @@ class Calls:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
         request = Request(
-            member, ref, payload, digest, command_id, caller, external, future, fence=fence
+            member, ref, payload, None, command_id, caller, external, future, fence=fence
         )
         try:
             self._dispatcher.submit(member.owner, request)

@@ -51,7 +51,7 @@ from akter._engine.turn.flights import (
     discard,
     rollback_quietly,
 )
-from akter._engine.turn.invoke import Prepared, Ran, run_handler
+from akter._engine.turn.invoke import Prepared, Ran, decode_replies, run_handler
 from akter._engine.turn.types import (
     Activation,
     BatchDefect,
@@ -245,7 +245,9 @@ class TurnEngine:
             off=off,
             locked_version=admitted.locked_version,
             arrived_at=admitted.arrived_at,
+            meanwhile=lambda: decode_replies(ran.outcomes),
         )
+        decode_replies(ran.outcomes)  # done while the flight was out, unless there was none
         cancelled = await writes.answers(sent, todo)
         released_at = writes.release_clock(now_ms, admitted.sent_at, self.clock.offset_ms - off)
         if ensured and todo.nothing:
@@ -292,6 +294,8 @@ class TurnEngine:
     ) -> BatchRun:
         """Decide each command and run the handlers of those that run, in order."""
         definition = act.definition
+        for request in batch:
+            request.digest()  # made by ``prepared`` already, unless it failed: before any handler
         ran = BatchRun([], BatchWrites(), act.state, act.state_json, act.created, act.event_seq)
         problem = admitted.state_error
         if problem is not None and problem.kind == "too_new":

@@ -66,8 +66,9 @@ class Flights:
         """The admission flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``)."""
         return _Admission(self.pipe, meanwhile)
 
-    def commit(self) -> _Commit:
-        return _Commit(self.pipe)
+    def commit(self, meanwhile: Callable[[], None] | None = None) -> _Commit:
+        """The commit flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``)."""
+        return _Commit(self.pipe, meanwhile)
 
     async def leave(self) -> bool:
         """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
@@ -94,10 +95,11 @@ class _Admission:
 class _Commit:
     """Ends the commit flight with its Sync and leaves pipeline mode."""
 
-    __slots__ = ("_pipe",)
+    __slots__ = ("_meanwhile", "_pipe")
 
-    def __init__(self, pipe: TurnPipeline) -> None:
+    def __init__(self, pipe: TurnPipeline, meanwhile: Callable[[], None] | None) -> None:
         self._pipe = pipe
+        self._meanwhile = meanwhile
 
     async def __aenter__(self) -> None:
         pass
@@ -109,7 +111,7 @@ class _Commit:
         tb: TracebackType | None,
     ) -> None:
         if kind is None:
-            await self._pipe.sync()
+            await self._pipe.sync(self._meanwhile)
             if not self._pipe.leave():
                 raise psycopg.InterfaceError("the connection could not leave pipeline mode")
 

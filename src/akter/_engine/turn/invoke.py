@@ -17,7 +17,14 @@ from pydantic import BaseModel, ValidationError
 from akter._contexts import IN_TURN, CommandContext, bind
 from akter._engine.hooks import Hooks
 from akter._engine.turn.rules import receipt_result
-from akter._engine.turn.types import EVENT_BYTES_LIMIT, Activation, BatchDefect, Outcome, Request
+from akter._engine.turn.types import (
+    EVENT_BYTES_LIMIT,
+    Activation,
+    BatchDefect,
+    Outcome,
+    Request,
+    Result,
+)
 from akter._json import Unstorable, check_finite, storable_json, stored_value, unserializable_path
 from akter.actor import ActorDefinition, Member
 from akter.errors import DeclaredError, InjectedCrash
@@ -31,8 +38,9 @@ PREPARED_STATE_CHARS = 65_536
 class Prepared:
     """A batch's handler inputs made while its admission flight is out (``TurnPipeline.sync``).
 
-    Each command's arguments, and a private copy of the cached state for the first handler:
-    none of them needs the flight's answers, so the server's time covers their cost. A copy is
+    Each command's payload hash (:meth:`Request.digest`) and arguments, and a private copy of
+    the cached state for the first handler: none of them needs the flight's answers, so the
+    server's time covers their cost. A copy is
     used only for the state it was made from (the admission may replace the cache), and each
     input only once; whatever is missing is made when the handler runs, as it was before. The
     copy is made ahead only for a state of at most :data:`PREPARED_STATE_CHARS` of stored JSON:
@@ -49,6 +57,8 @@ class Prepared:
     def fill(self, act: Activation, batch: Sequence[Request]) -> None:
         """Make the inputs; never raises (a failure is met again where the handler runs)."""
         with contextlib.suppress(Exception):
+            for request in batch:
+                request.digest()
             state, stored = act.state, act.state_json
             if state is not None and stored is not None and len(stored) <= PREPARED_STATE_CHARS:
                 self._copy = (state, state.model_copy(deep=True))
@@ -132,10 +142,23 @@ async def run_handler(
     receipt = _result_receipt(definition, member, value, index)
     new_state, state_json = _new_state(act, ctx.state, index)
     _check_sizes(act, ctx, state_json, index)
-    # The reply is decoded from the receipt's stored JSON, exactly as a replay decodes it.
-    outcome = receipt_result(member, stored_value(receipt))
+    # The reply is decoded from the receipt's stored JSON, exactly as a replay decodes it, but
+    # only once the commit flight is out (decode_replies): only the caller needs it.
     expires = request.command_id.expires_ms
-    return Outcome(outcome, receipt, expires, state_json), new_state, ctx
+    return Outcome(Result("ok"), receipt, expires, state_json, reply=member), new_state, ctx
+
+
+def decode_replies(outcomes: Sequence[Outcome]) -> None:
+    """Decode each reply still owed from its receipt, exactly as a replay decodes it.
+
+    The engine runs it while the commit flight is out, and again after it (a no-op then). It
+    does not raise: :func:`receipt_result` returns a value its annotation cannot read as stored.
+    """
+    for outcome in outcomes:
+        member, receipt = outcome.reply, outcome.receipt
+        if member is not None and receipt is not None:
+            outcome.reply = None
+            outcome.result = receipt_result(member, stored_value(receipt))
 
 
 def _declared(ctx: CommandContext, exc: DeclaredError, request: Request, index: int) -> Outcome:

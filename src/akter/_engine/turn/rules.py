@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
 from akter._engine.turn.types import BatchDefect, Request, Result
 from akter._ids import child_id, is_uuid8
 from akter.actor import ActorDefinition, Member
@@ -109,7 +107,7 @@ def replay(request: Request, stored: dict[str, Any]) -> Result:
             code="receipt_access_denied",
         )
     if not same_command(request.member, str(stored["command"])) or (
-        request.external and stored["payload_hash"] != request.payload_hash
+        request.external and stored["payload_hash"] != request.digest()
     ):
         return _error(
             "CommandConflict",
@@ -128,11 +126,15 @@ def same_command(member: Member, stored: str) -> bool:
 def receipt_result(
     member: Member, outcome: dict[str, Any], *, replayed: bool = False, message: str | None = None
 ) -> Result:
-    """The caller's result from a receipt's decoded outcome: first reply and replay alike."""
+    """The caller's result from a receipt's decoded outcome: first reply and replay alike.
+
+    A value the command's annotation no longer reads (a changed model; a validator that fails,
+    however it fails) is returned as stored: the outcome committed, so the caller gets it.
+    """
     if "ok" in outcome:
         try:
             value = member.result.validate_python(outcome["ok"])
-        except ValidationError:
+        except Exception:  # ValidationError, or whatever a user's validator raised
             value = outcome["ok"]
         return Result("ok", value=value, replayed=replayed)
     error = DeclaredError.from_receipt(

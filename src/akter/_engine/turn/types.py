@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from akter import telemetry
+from akter import _ids, telemetry
 from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
 from akter._retry import Backoff
@@ -34,7 +34,9 @@ class Request:
     member: Member
     ref: ActorRef
     payload: dict[str, Any]
-    payload_hash: str
+    #: ``payload_hash(payload)``, or ``None`` until :meth:`digest` makes it: the turn makes it
+    #: while its admission flight is out (``Prepared.fill``), before any handler runs.
+    payload_hash: str | None
     command_id: CommandId
     caller: Caller
     external: bool
@@ -47,6 +49,13 @@ class Request:
     #: Set once a commit flight carrying this command was sent: only then can a failure leave
     #: its outcome unknown (an ``ActorUnavailable`` coded ``outcome_unknown``).
     commit_sent: bool = False
+
+    def digest(self) -> str:
+        """The payload's hash, as its receipt stores it (made once; ``payload`` is validated)."""
+        made = self.payload_hash
+        if made is None:
+            made = self.payload_hash = _ids.payload_hash(self.payload)
+        return made
 
     @property
     def caller_key(self) -> str:
@@ -118,6 +127,9 @@ class Outcome:
     expires_ms: int = 0
     #: A successful handler's new state, as stored JSON text.
     state_json: str | None = None
+    #: The command whose reply ``result`` still lacks: its value is decoded from ``receipt``
+    #: while the commit flight is out (``invoke.decode_replies``).
+    reply: Member | None = None
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,18 +95,20 @@ async def send(
     off: int,
     locked_version: int,
     arrived_at: float,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
     ``arrived_at`` is when the admission's answers were in (``Admitted.arrived_at``): relative
     delays count from the commit, whose clock is taken as :func:`commit_clock`. ``off`` is the
     clock offset the turn's reading was taken at (the fences check the server's clock too).
+    ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``).
     """
     started_ns = time.time_ns()
     writes = ran.writes
     pipe = flights.pipe
     cancels = None
-    async with flights.commit():
+    async with flights.commit(meanwhile):
         if todo.nothing:
             end = await actors.end_turn(pipe, commit=False)
         else:
@@ -168,7 +170,7 @@ def _receipts(rows: list[tuple[Outcome, Request]]) -> dict[str, Any]:
     return actors.receipt_params(
         command_ids=[r.command_id.raw for _, r in rows],
         commands=[r.member.name for _, r in rows],
-        payload_hashes=[r.payload_hash for _, r in rows],
+        payload_hashes=[r.digest() for _, r in rows],
         caller_keys=[r.caller_key for _, r in rows],
         outcomes=[o.receipt for o, _ in rows],
         expires=[o.expires_ms for o, _ in rows],
