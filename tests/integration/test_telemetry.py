@@ -143,7 +143,9 @@ async def test_TE01_histograms_after_turns_and_in_metrics_text(akter_test: Make)
         age = metrics.histogram("akter.mailbox.age_ms", actor_type="Counter")
         assert age.count == 8 and age.sum >= 4 * held_ms
         pool = metrics.histogram("akter.pool.wait_ms")
-        assert pool.count >= 5  # at least one acquisition per batch
+        # Once per acquisition: the first batch's at least (a mailbox worker's consecutive
+        # batches may keep their connection, TurnEngine.HOLD_MAX_S).
+        assert pool.count >= 1
         assert metrics.value("akter.activations", actor_type="Counter") == 1
         assert metrics.value("akter.activations.started", actor_type="Counter") == 1
 

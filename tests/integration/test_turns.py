@@ -6,11 +6,13 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
 
 import akter
+from akter._engine.turn import engine as turn_engine
 from akter._ids import bucket, payload_hash, placement_key, routing_key
 from akter.testing import ActorTest
 from tests._support import policy_override, until_pending
@@ -584,6 +586,109 @@ async def test_a_sequential_callers_next_command_joins_the_running_mailbox_worke
         # A command after the worker left starts a new one.
         assert await counter.add(1) == 6
         assert _mailbox_workers("Counter/linger") - {worker}
+
+
+def _requests(t: ActorTest) -> int:
+    """How many connections the callers' pool was asked for so far."""
+    return t.runtime.dispatcher.engine.store.pool.get_stats().get("requests_num", 0)
+
+
+def _activation(t: ActorTest, name: str) -> Any:
+    [box] = [b for k, b in t.runtime.dispatcher._boxes.items() if "/".join(k[1:]) == name]
+    return box.activation
+
+
+async def test_a_sequential_callers_turns_keep_their_connection_out_of_the_pool(
+    akter_test: Make,
+) -> None:
+    # Each next command joins the worker that ran the last, and its turn runs on the
+    # connection that worker kept: no putconn and getconn between the two.
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "kept")
+        assert await counter.add(1) == 1
+        before = _requests(t)
+        for k in range(2, 12):
+            assert await counter.add(1) == k
+        assert _requests(t) == before
+        act = _activation(t, "Counter/kept")
+        assert act.held is not None
+        # The worker leaves one loop iteration later and gives the connection back.
+        [worker] = _mailbox_workers("Counter/kept")
+        await asyncio.wait_for(worker, 5)
+        assert act.held is None
+        stats = t.runtime.dispatcher.engine.store.pool.get_stats()
+        assert stats["pool_available"] == stats["pool_size"]
+
+
+async def test_a_connection_is_kept_no_longer_than_its_limit(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past HOLD_MAX_S since the pool gave it, the connection goes back after the batch (the
+    # pool's own checks and lifetime then apply to it), and the next batch asks again.
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "limit")
+        assert await counter.add(1) == 1
+        monkeypatch.setattr(turn_engine, "HOLD_MAX_S", 0.0)
+        before = _requests(t)
+        for k in range(2, 7):
+            assert await counter.add(1) == k
+        # The first of them ran on the connection kept before; each gave its own back.
+        assert _requests(t) == before + 4
+
+
+async def test_a_kept_connection_goes_to_a_waiting_turn_at_the_next_batch_end(
+    akter_test: Make,
+) -> None:
+    # With one pooled connection, a busy actor's worker keeps it only while nobody waits: the
+    # other actor's turn, waiting in the pool, gets it when the busy actor's batch ends.
+    async with akter_test(ALL, relay=False, pool_size=1) as t:
+        busy, other = t.get(Counter, "busy"), t.get(Counter, "other")
+        call: asyncio.Task[int] | None = None
+        done_after: int | None = None
+        for k in range(1, 41):
+            assert await busy.add(1) == k
+            if k == 3:
+                call = asyncio.create_task(other.add(1))
+            elif call is not None and call.done() and done_after is None:
+                done_after = k
+        assert call is not None and await call == 1
+        # Waiting from the busy actor's fourth command: its fourth batch gives the connection
+        # back, the fifth waits for it (a worker keeping it to the end would finish all 40).
+        assert done_after is not None and done_after <= 6
+
+
+async def test_a_kept_connection_goes_back_before_a_backoff(akter_test: Make) -> None:
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "backoff")
+        assert await counter.add(1) == 1
+        act = _activation(t, "Counter/backoff")
+        assert act.held is not None
+        act.backoff.next()  # as after an ActorUnavailable batch: the worker waits first
+        before = _requests(t)
+        assert await counter.add(1) == 2
+        assert _requests(t) == before + 1  # the wait gave it back; the batch took one again
+
+
+async def test_a_kept_connection_whose_session_ended_fails_its_turn_which_is_retried(
+    akter_test: Make,
+) -> None:
+    # The server ends the kept connection's session between two batches: the next batch's
+    # admission fails on it before anything is written, the connection is discarded, and the
+    # caller's retry commits the command once.
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "ended")
+        assert await counter.add(1) == 1
+        act = _activation(t, "Counter/ended")
+        assert act.held is not None
+        pid = act.held[0].info.backend_pid
+        # Blocking, so that the worker is still looking when the next command comes.
+        with psycopg.connect(t.database_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+        cid = await t.runtime.mint_command_id()
+        assert await counter.with_command_id(cid).add(1) == 2
+        row = await t.inspect(counter)
+        assert row.version == 2 and row.state is not None and row.state["n"] == 2
+        assert [r["command_id"] for r in row.receipts].count(cid) == 1
 
 
 async def test_a_looking_mailbox_worker_does_not_hold_its_activation_at_capacity(

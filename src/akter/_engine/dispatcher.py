@@ -126,6 +126,7 @@ class Dispatcher:
         try:
             while await self._more(box):
                 if act.backoff.current:
+                    await self.engine.release(act)  # no connection kept through a backoff
                     await asyncio.sleep(act.backoff.current)
                 batch = _take_batch(box.queue)
                 self._observe_ages(act, batch)
@@ -177,6 +178,7 @@ class Dispatcher:
             raise
         finally:
             box.worker = None
+            await self.engine.release(act)  # the connection its batches kept, if any
 
     @staticmethod
     async def _more(box: _Mailbox) -> bool:

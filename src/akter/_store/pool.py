@@ -56,12 +56,19 @@ class _TimedPool(AsyncConnectionPool[Connection]):
     """The pool, timing each connection acquisition into ``akter.pool.wait_ms``."""
 
     metrics: Metrics | None = None
+    #: Calls of :meth:`getconn` not yet answered: a connection kept back from the pool (a
+    #: mailbox worker's, ``TurnEngine``) goes back as soon as one is waiting.
+    getting = 0
 
     async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109
         started = time.perf_counter()
         task = asyncio.current_task()
         requested = task.cancelling() if task is not None else 0
-        conn = await super().getconn(timeout)
+        self.getting += 1
+        try:
+            conn = await super().getconn(timeout)
+        finally:
+            self.getting -= 1
         if task is not None and task.cancelling() > requested:
             # psycopg_pool waits with asyncio.wait_for, which on Python 3.11 drops a cancellation
             # that arrives as a connection is handed over (see akter._waits): a background loop

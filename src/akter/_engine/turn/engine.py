@@ -69,6 +69,13 @@ from akter.errors import ActorError, InjectedCrash
 
 log = logging.getLogger("akter.turn")
 
+#: The longest a mailbox worker keeps one pooled connection for its consecutive batches. A
+#: sequential caller's next command joins the worker that ran its last (``Dispatcher._more``),
+#: and its turn then skips the pool: no ``putconn`` and ``getconn`` between the two. The
+#: connection goes back once anyone waits for one, when the worker ends, and after this long
+#: (the pool then checks and replaces it as its own settings say).
+HOLD_MAX_S = 1.0
+
 
 class _TypeSettings(NamedTuple):
     """A type's turn settings (timeouts, plan cache mode), built once per policy and server."""
@@ -163,13 +170,18 @@ class TurnEngine:
             # connection's own context, whose exit takes the connection's lock to commit an
             # autocommit session (a no-op here: the turn ends its transaction itself, and the
             # pool's putconn rolls back or replaces whatever a failure left).
-            conn = await pool.getconn(timeout=self.pool_wait)
+            held, act.held = act.held, None
+            if held is None:
+                conn, taken = await pool.getconn(timeout=self.pool_wait), time.monotonic()
+            else:
+                conn, taken = held
             flights: Flights | None = None
+            kept = False
             try:
                 flights = Flights(conn)
                 try:
                     async with asyncio.timeout_at(deadline):
-                        return await self._transaction(conn, act, batch, flights)
+                        results = await self._transaction(conn, act, batch, flights)
                 except BaseException as exc:
                     # Whatever happened, the open transaction must not survive: leave the
                     # pipeline and roll back. Only a failure raised between the flights leaves
@@ -181,10 +193,15 @@ class TurnEngine:
                     if not known:
                         act.exists = False  # a row inserted by this admission is gone again
                     raise
+                kept = _keep(conn, taken, pool.getting)
+                if kept:
+                    act.held = (conn, taken)
+                return results
             finally:
                 if flights is not None:
                     flights.pipe.unwatch()  # left already on every known path; never pooled watched
-                await pool.putconn(conn)
+                if not kept:
+                    await pool.putconn(conn)
         except BatchDefect:
             raise
         except PoolTimeout:
@@ -269,6 +286,15 @@ class TurnEngine:
             rules.release(o.result, r, released_at)
             for o, r in zip(ran.outcomes, batch, strict=True)
         ]
+
+    async def release(self, act: Activation) -> None:
+        """Give back the connection ``act``'s mailbox worker kept (:data:`HOLD_MAX_S`).
+
+        The dispatcher calls it when the worker ends, and before it waits out a backoff.
+        """
+        held, act.held = act.held, None
+        if held is not None:
+            await self.store.pool.putconn(held[0])
 
     def _settings(self, act: Activation) -> _TypeSettings:
         """The type's turn timeouts (``admission.settings``), rebuilt when its policy changes."""
@@ -391,6 +417,21 @@ def _defect_result(act: Activation, request: Request, message: str) -> Result:
     return Result(
         "error",
         error=ActorError("Defect", message, command_id=request.command_id.raw),
+    )
+
+
+def _keep(conn: Connection, taken: float, getting: int) -> bool:
+    """Whether a batch's connection may stay with its mailbox worker for the next batch.
+
+    Only one a turn left idle (out of its pipeline, no transaction open), while no caller waits
+    for a pooled connection (``getting``), and not past :data:`HOLD_MAX_S`.
+    """
+    return (
+        getting == 0
+        and time.monotonic() - taken < HOLD_MAX_S
+        and not conn.closed
+        and conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+        and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     )
 
 

@@ -14,6 +14,7 @@ from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
 from akter._retry import Backoff
 from akter._staging import CancelJob, CancelTimer, Staged, StagedEvent, StagedRow
+from akter._store.pool import Connection
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, caller_key
 
@@ -104,6 +105,9 @@ class Activation:
     #: The wait before this actor's next batch after an unavailable store (doubling).
     backoff: Backoff = field(default_factory=lambda: Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S))
     ticks_ensured: bool = False
+    #: The pooled connection this actor's mailbox worker kept from its last batch for its next,
+    #: and when it was taken from the pool (``TurnEngine.run``; back when the worker ends).
+    held: tuple[Connection, float] | None = None
 
     @property
     def bucket(self) -> int:
