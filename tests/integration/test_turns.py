@@ -15,7 +15,7 @@ import akter
 from akter._engine.turn import engine as turn_engine
 from akter._ids import bucket, payload_hash, placement_key, routing_key
 from akter.testing import ActorTest
-from tests._support import policy_override, until_pending
+from tests._support import policy_override, until, until_pending
 from tests.integration.actors import (
     _ESCAPED,
     _RUNTIME,
@@ -599,23 +599,36 @@ def _activation(t: ActorTest, name: str) -> Any:
 
 
 async def test_a_sequential_callers_turns_keep_their_connection_out_of_the_pool(
-    akter_test: Make,
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Each next command joins the worker that ran the last, and its turn runs on the
-    # connection that worker kept: no putconn and getconn between the two.
+    # connection that worker kept: no putconn and getconn between the two, and its socket
+    # stays watched by the event loop (no registration per turn).
+    loop = asyncio.get_running_loop()
+    watches: list[int] = []
+    add_reader = loop.add_reader
+
+    def counted(fd: Any, callback: Any, *args: Any) -> None:
+        watches.append(fd)
+        add_reader(fd, callback, *args)
+
     async with akter_test(ALL, relay=False) as t:
         counter = t.get(Counter, "kept")
         assert await counter.add(1) == 1
+        act = _activation(t, "Counter/kept")
+        fd = act.held[0].pgconn.socket
         before = _requests(t)
+        monkeypatch.setattr(loop, "add_reader", counted)
         for k in range(2, 12):
             assert await counter.add(1) == k
         assert _requests(t) == before
-        act = _activation(t, "Counter/kept")
+        assert fd not in watches
         assert act.held is not None
-        # The worker leaves one loop iteration later and gives the connection back.
+        # The worker leaves one loop iteration later and gives the connection back, unwatched.
         [worker] = _mailbox_workers("Counter/kept")
         await asyncio.wait_for(worker, 5)
         assert act.held is None
+        assert not loop.remove_reader(fd)
         stats = t.runtime.dispatcher.engine.store.pool.get_stats()
         assert stats["pool_available"] == stats["pool_size"]
 
@@ -655,6 +668,26 @@ async def test_a_kept_connection_goes_to_a_waiting_turn_at_the_next_batch_end(
         # Waiting from the busy actor's fourth command: its fourth batch gives the connection
         # back, the fifth waits for it (a worker keeping it to the end would finish all 40).
         assert done_after is not None and done_after <= 6
+
+
+async def test_a_connection_a_waiting_query_gets_is_no_longer_watched(akter_test: Make) -> None:
+    # A batch ending while a query waits for the pool's one connection gives it back at
+    # once, its socket unwatched: the query's own waits (psycopg's) register and remove the
+    # same socket, and the next turn on it must register its watch again, not wait on none.
+    async with akter_test(ALL, relay=False, pool_size=1) as t:
+        counter = t.get(Counter, "shared")
+        assert await counter.add(1) == 1
+        pause = t.pause_next("before_commit")
+        call = asyncio.create_task(counter.add(1))
+        await pause.wait()
+        read = asyncio.create_task(counter.value())
+        pool = t.runtime.dispatcher.engine.store.pool
+        await until(lambda: pool.getting, what="the query waiting for a connection", interval=0)
+        pause.release()
+        assert await call == 2
+        assert await read in (1, 2)
+        for k in range(3, 6):
+            assert await asyncio.wait_for(counter.add(1), 10) == k
 
 
 async def test_a_kept_connection_goes_back_before_a_backoff(akter_test: Make) -> None:

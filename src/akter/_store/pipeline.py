@@ -134,13 +134,16 @@ class TurnPipeline:
         self._pg.enter_pipeline_mode()
         self._open = True
 
-    def leave(self) -> bool:
+    def leave(self, *, watched: bool = False) -> bool:
         """Leave pipeline mode; ``False`` if answers are owed (discard the connection).
 
         The socket stops being watched first, whatever the answer: a connection goes back to
-        the pool, or is closed, only after its turn left the pipeline.
+        the pool, or is closed, only after its turn left the pipeline. With ``watched`` the
+        watch stays, for a next turn on the same connection (``TurnEngine`` keeps one for its
+        mailbox's next batch): whoever gives the connection back then calls :meth:`unwatch`.
         """
-        self.unwatch()
+        if not watched:
+            self.unwatch()
         if not self._open:
             return not self._unusable
         if not self.usable:

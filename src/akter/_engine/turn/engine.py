@@ -198,9 +198,9 @@ class TurnEngine:
                     act.held = (conn, taken)
                 return results
             finally:
-                if flights is not None:
-                    flights.pipe.unwatch()  # left already on every known path; never pooled watched
                 if not kept:
+                    if flights is not None:
+                        flights.pipe.unwatch()  # never pooled watched
                     await pool.putconn(conn)
         except BatchDefect:
             raise
@@ -294,6 +294,7 @@ class TurnEngine:
         """
         held, act.held = act.held, None
         if held is not None:
+            actors.turn_pipeline(held[0]).unwatch()  # kept watched for the next batch
             await self.store.pool.putconn(held[0])
 
     def _settings(self, act: Activation) -> _TypeSettings:

@@ -112,7 +112,9 @@ class _Commit:
     ) -> None:
         if kind is None:
             await self._pipe.sync(self._meanwhile)
-            if not self._pipe.leave():
+            # Still watched: the engine may keep the connection for the next batch; it stops
+            # the watch itself before the connection goes back to the pool.
+            if not self._pipe.leave(watched=True):
                 raise psycopg.InterfaceError("the connection could not leave pipeline mode")
 
 
