@@ -716,7 +716,7 @@ async def test_a_kept_connection_whose_session_ended_fails_its_turn_which_is_ret
         pid = act.held[0].info.backend_pid
         # Blocking, so that the worker is still looking when the next command comes.
         with psycopg.connect(t.database_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+            admin.execute("SELECT pg_terminate_backend(%s::int, 5000)", [pid])
         cid = await t.runtime.mint_command_id()
         assert await counter.with_command_id(cid).add(1) == 2
         row = await t.inspect(counter)
