@@ -90,7 +90,7 @@ class AkterStatements:
         await pipe.sync()
         locked = await lock.fetchone()
         admission = await read.fetchone()
-        assert locked is not None and admission is not None and admission[1] == []
+        assert locked is not None and admission is not None and admission[1] is None
         version, now_ms = int(locked[0]), int(admission[0])
         receipts = actors.receipt_params(
             command_ids=[command_id],

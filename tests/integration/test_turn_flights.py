@@ -266,3 +266,34 @@ async def test_the_receipt_probe_reads_the_key_whatever_the_statistics(
         plan = row[0][0]["Plan"]
         assert list(_scans(plan)) == [("Index Scan", "receipts_pkey")]
         assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) < 20
+
+
+async def test_the_admission_ships_receipts_only_when_one_is_stored(akter_test: Make) -> None:
+    # A new command's admission answers NULL, not '[]': the client then has no JSON to decode
+    # on the usual turn. A stored receipt still comes back whole, and the call replays from it.
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "shipped")
+        first, second = await t.runtime.mint_command_id(), await t.runtime.mint_command_id()
+        assert await counter.with_command_id(first).add(2) == 2
+        (key,) = await t.rows(
+            "SELECT routing_key, tenant_id, actor_type FROM {schema}.actors"
+            " WHERE actor_id = 'shipped'"
+        )
+        params = {
+            "off": 0,
+            "rk": key["routing_key"],
+            "tenant": key["tenant_id"],
+            "type": key["actor_type"],
+            "id": "shipped",
+        }
+        statement = t.runtime.store.queries["admission_read"]
+        (fresh,) = await t.rows(statement, {**params, "command_ids": [second]})
+        assert fresh["receipts"] is None
+        (stored,) = await t.rows(statement, {**params, "command_ids": [second, first]})
+        (receipt,) = await t.rows("SELECT command_id, outcome FROM {schema}.receipts")
+        assert [(r["command_id"], r["outcome"]) for r in stored["receipts"]] == [
+            (receipt["command_id"], receipt["outcome"])
+        ]
+        assert await counter.with_command_id(first).add(2) == 2
+        (row,) = await t.rows("SELECT state FROM {schema}.actors WHERE actor_id = 'shipped'")
+        assert row["state"]["n"] == 2 and row["state"]["applied"] == [first]

@@ -88,9 +88,9 @@ WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(t
 FOR UPDATE OF a;
 
 -- admission_read --
--- after the lock (fresh snapshot): the turn clock and the batch's receipts, one key probe per id
+-- after the lock (fresh snapshot): the turn clock and the batch's receipts, one key probe per id; NULL, not an empty array, when none is stored (a new command's usual answer leaves the client no JSON to decode)
 SELECT {schema}.now_ms(%(off)s::bigint) AS now_ms,
-       coalesce((SELECT jsonb_agg(jsonb_build_object(
+       (SELECT jsonb_agg(jsonb_build_object(
                     'command_id', r.command_id, 'command', r.command,
                     'payload_hash', r.payload_hash, 'caller_key', r.caller_key,
                     'outcome', r.outcome, 'expires_at_ms', r.expires_at_ms))
@@ -101,7 +101,7 @@ SELECT {schema}.now_ms(%(off)s::bigint) AS now_ms,
                        AND r.actor_type = %(type)s::text AND r.actor_id = %(id)s::text
                        AND r.command_id = c.command_id
                      LIMIT 1  -- keeps the probe a parameterized full-key lookup (not flattened)
-                 ) r), '[]'::jsonb) AS receipts;
+                 ) r) AS receipts;
 
 -- update_actor --
 -- writes the batch's state under the locked version; raises 40001 unless exactly one row changed

@@ -150,7 +150,7 @@ async def admit(
     observe(now_ms)
     # A lease is current while it has not ended at the turn's clock.
     stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}
-    stored: list[dict[str, Any]] = admission[1]
+    stored: list[dict[str, Any]] = admission[1] or ()  # NULL: none stored
     locked_version = int(version)
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
     telemetry.child_span("akter.admission", act.ref, started_ns)
