@@ -73,6 +73,12 @@ class Counter(akter.Actor[Book], access=akter.public):
         return self.state.n
 
     @akter.command
+    async def peek(self, k: int) -> int:
+        """A command whose turn writes its receipt and nothing else (the state is unchanged)."""
+        RUNS[self.command_id] += 1
+        return self.state.n + k
+
+    @akter.command
     async def forward(self, target: str, k: int) -> None:
         self.send(Counter.add, target, k)
 
@@ -209,6 +215,46 @@ async def test_kill_mid_turn_commits_nothing_and_the_retry_elsewhere_runs_once(
         with pytest.raises(akter.ConfigurationError):
             await t.get(Counter, "c2", runner=1).add(1)
         assert not (await t.inspect(t.get(Counter, "c2"))).exists
+
+
+@pytest.mark.parametrize("command", ["add", "peek"])
+async def test_a_turn_that_waited_for_the_lock_sees_the_receipt_its_holder_committed(
+    akter_test: Make, command: str
+) -> None:
+    # The receipt probe runs after the row lock is granted, in a snapshot taken then: a probe
+    # in the snapshot of a statement that started before the wait would miss the receipt that
+    # the lock's holder committed, and run the command twice. ``peek`` commits a receipt and
+    # leaves the actor row as it was, so nothing on the row says that a receipt came.
+    async with akter_test([Counter], runners=2, relay=False) as t:
+        for runner in (0, 1):  # both caches warm: each turn takes the warm lock statement
+            assert await t.get(Counter, "c1", runner=runner).add(1) == runner + 1
+        command_id = await t.runtimes[0].mint_command_id()
+        held = t.pause_next("before_commit", runtime=0)
+        first = asyncio.create_task(
+            getattr(t.get(Counter, "c1", runner=0).with_command_id(command_id), command)(5)
+        )
+        await held.wait()  # runner 0's turn holds the actor's row lock, its receipt unwritten
+        second = asyncio.create_task(
+            getattr(t.get(Counter, "c1", runner=1).with_command_id(command_id), command)(5)
+        )
+        name = session_name(t.runtimes[1])
+        for _ in range(1000):  # until runner 1's turn waits on the row lock
+            waiting = await t.rows(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %(name)s"
+                " AND wait_event_type = 'Lock'",
+                {"name": name},
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("runner 1's turn never waited on the row lock")
+        held.release()
+        assert await first == await second == 7
+        assert RUNS[command_id] == 1  # the waiter replayed the receipt; it ran nothing
+        book = await t.inspect(t.get(Counter, "c1"))
+        assert book.state is not None and book.state["n"] == (7 if command == "add" else 2)
+        assert [r["command_id"] for r in book.receipts].count(command_id) == 1
 
 
 async def test_kill_fails_queued_callers_with_a_retryable_error(akter_test: Make) -> None:

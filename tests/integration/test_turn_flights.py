@@ -6,6 +6,7 @@ One clock per turn, the release check's bound, and a relay delivery validated on
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, cast
@@ -119,7 +120,7 @@ async def test_a_relay_delivery_validates_its_payload_once(akter_test: Make) -> 
 
 
 async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make) -> None:
-    # admission_read and insert_outbox take arrays: under plan_cache_mode auto, their generic
+    # The receipt probe and insert_outbox take arrays: under plan_cache_mode auto, their generic
     # plan is costed for 100 elements against 1 in a custom plan, and PostgreSQL planned them
     # afresh on every turn (more server time than running them). The turn's settings keep the
     # generic plan for the statements after the lock; the lock statement itself follows auto
@@ -143,10 +144,11 @@ async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make
     def plan(name: str) -> tuple[int, int]:
         return plans[_converted(queries[name], True)[0].decode()]
 
-    assert plan("admission_read") == (24, 0)
     assert plan("insert_outbox") == (12, 0)
     assert plan("update_actor_receipts") == (24, 0)
-    assert plan("lock_actor")[1] <= 5
+    # The lock statement passes its command ids to the probe's function, whose own plan follows
+    # the turn's settings (test_the_receipt_probe_reads_the_key_whatever_the_statistics).
+    assert plan("lock_admit")[1] <= 5
     assert all(custom <= 5 for _, custom in plans.values()), plans
     # Transaction-local: the session's own mode is left as it was.
     assert mode == ("auto",)
@@ -222,14 +224,16 @@ def _scans(plan: dict[str, Any]) -> Iterator[tuple[str | None, str | None]]:
         yield from _scans(child)
 
 
+@pytest.mark.parametrize("probe", ["admission_receipts", "admission_read"])
 @pytest.mark.parametrize("analyzed", [False, True], ids=["never_analyzed", "analyzed_at_1_row"])
 async def test_the_receipt_probe_reads_the_key_whatever_the_statistics(
-    akter_test: Make, akter_db: str, analyzed: bool
+    akter_test: Make, akter_db: str, analyzed: bool, probe: str
 ) -> None:
     # Turns keep generic plans: one made while the receipts' statistics are young stays until
     # an ANALYZE. An expiry index that led with actor_type matched the probe's equality too, was
     # rated one row like the key, and was taken after an ANALYZE of one receipt: every turn
-    # then read every receipt of the type (migration 0010).
+    # then read every receipt of the type (migration 0010). The probe is the lock statement's
+    # function (migration 0011), and on Citus admission_read, here planned on plain PostgreSQL.
     async with akter_test(ALL, relay=False) as t:
         if t.runtime.store.strategy == "citus":
             pytest.skip("the probe's plan on Citus is a worker's, per shard")
@@ -242,9 +246,6 @@ async def test_the_receipt_probe_reads_the_key_whatever_the_statistics(
             "SELECT routing_key, tenant_id, actor_type FROM {schema}.actors"
             " WHERE actor_id = 'probe'"
         )
-        statement = t.runtime.store.queries["admission_read"]
-        names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
-        numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
         args = {
             "off": "0",
             "rk": str(key["routing_key"]),
@@ -254,18 +255,59 @@ async def test_the_receipt_probe_reads_the_key_whatever_the_statistics(
             "command_ids": "ARRAY['fill-7']::text[]",
         }
         async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
-            await conn.execute(f"PREPARE probe AS {numbered}".encode())
             await conn.execute("SET plan_cache_mode = force_generic_plan")
-            cur = await conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE probe ({})".format(
-                    ", ".join(args[n] for n in names)
-                ).encode()
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        plan = row[0][0]["Plan"]
+            if probe == "admission_read":
+                plan = await _statement_plan(conn, t.runtime.store.queries[probe], args)
+            else:
+                call = "SELECT {}.admission_receipts({rk}, {tenant}, {type}, {id}, {command_ids})"
+                plan = await _nested_plan(conn, call.format(f'"{t.schema}"', **args), "receipts")
         assert list(_scans(plan)) == [("Index Scan", "receipts_pkey")]
         assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) < 20
+
+
+async def _statement_plan(
+    conn: psycopg.AsyncConnection[Any], statement: str, args: dict[str, str]
+) -> dict[str, Any]:
+    """A catalogue statement's plan, prepared with its parameters and run once."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
+    await conn.execute(f"PREPARE probe AS {numbered}".encode())
+    cur = await conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE probe ({})".format(
+            ", ".join(args[n] for n in names)
+        ).encode()
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return cast(dict[str, Any], row[0][0]["Plan"])
+
+
+async def _nested_plan(conn: psycopg.AsyncConnection[Any], call: str, reads: str) -> dict[str, Any]:
+    """The plan of the query inside a function that ``call`` runs and that reads ``reads``.
+
+    ``auto_explain`` logs every statement's plan, nested ones included, as a notice.
+    """
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    await conn.execute("LOAD 'auto_explain'")
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_nested_statements = on",
+        "auto_explain.log_analyze = on",
+        "auto_explain.log_buffers = on",
+        "auto_explain.log_format = json",
+        "auto_explain.log_level = notice",
+    ):
+        await conn.execute(f"SET {setting}".encode())
+    await conn.execute(call.encode())
+    plans = [json.loads(n.partition("plan:")[2]) for n in notices if "plan:" in n]
+    nested = [
+        p
+        for p in plans
+        if f".{reads} " in p["Query Text"] and "admission_receipts" not in p["Query Text"]
+    ]
+    assert len(nested) == 1, notices
+    return cast(dict[str, Any], nested[0]["Plan"])
 
 
 async def test_the_admission_ships_receipts_only_when_one_is_stored(akter_test: Make) -> None:

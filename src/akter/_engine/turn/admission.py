@@ -95,9 +95,11 @@ async def admit(
     """Send flight 1 and read its answers; ``act``'s cache is refreshed when it was stale.
 
     ``settings`` are the type's :func:`settings`; ``observe`` gets the pinned database clock
-    (the runtime's clock estimate follows it). With ``coordinator_clock`` (Citus) the clock is
-    read by a statement of its own, which runs on the coordinator: ``admission_read`` runs in
-    the actor's shard, on a worker, whose clock is not the one every other write reads. There
+    (the runtime's clock estimate follows it). The row lock, the clock and the receipt probe
+    are one statement (``lock_admit``), but with ``coordinator_clock`` (Citus): there the lock
+    and the probe (``lock_actor``, ``admission_read``) run in the actor's shard, on a worker,
+    and the clock is read by a statement of its own, which runs on the coordinator: a worker's
+    clock is not the one every other write reads. There
     the row lock also waits on that worker: ``worker_lock_wait`` (the type's ``SET LOCAL``,
     :func:`akter._store.citus.worker_lock_wait`) bounds it by the policy's ``lock_wait``.
     ``meanwhile`` runs while the server answers the flight (``TurnPipeline.sync``).
@@ -123,8 +125,14 @@ async def admit(
             await actors.bound_worker_locks(pipe, q, worker_lock_wait)
         if ensured:
             await actors.ensure_actor(pipe, q, key, default_json, state_version, off)
-        lock_cur = await actors.lock_actor(pipe, q, key, act.version, settings)
-        read_cur = await actors.read_admission(pipe, q, key, off, command_ids)
+        if coordinator_clock:
+            lock_cur = await actors.lock_actor(pipe, q, key, act.version, settings)
+            read_cur = await actors.read_admission(pipe, q, key, off, command_ids)
+        else:  # one statement: the probe reads after the lock is granted (migration 0011)
+            lock_cur = await actors.lock_admit(
+                pipe, q, key, act.version, settings, off, command_ids
+            )
+            read_cur = None
         # Commands of a singleton's loop: their lease, checked now (unlocked: a turn paused
         # between the flights must not hold off a takeover) and held in the commit flight.
         fence_curs = [
@@ -136,7 +144,10 @@ async def admit(
         # clock counts from it), however long the shard's statements before it took.
         clock_cur = await actors.read_clock(pipe, q, off) if coordinator_clock else None
     locked = await lock_cur.fetchone()
-    admission = await read_cur.fetchone()
+    if read_cur is not None:
+        admission = await read_cur.fetchone()
+    else:  # lock_admit's row: the lock's five columns, then the clock and the receipts
+        admission = None if locked is None else locked[5:]
     clock = None if clock_cur is None else await clock_cur.fetchone()
     leases = [(i, await cur.fetchone()) for i, cur in fence_curs]
     arrived_at = time.monotonic()
@@ -145,12 +156,12 @@ async def admit(
         act.drop_cache()
         raise Retryable("actor row missing")
     assert admission is not None
-    version, created, event_seq, shipped_state, shipped_sv = locked
+    version, created, event_seq, shipped_state, shipped_sv = locked[:5]
     now_ms = int((admission if clock is None else clock)[0])
     observe(now_ms)
     # A lease is current while it has not ended at the turn's clock.
     stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}
-    stored: list[dict[str, Any]] = admission[1] or ()  # NULL: none stored
+    stored: list[dict[str, Any]] = admission[1] or []  # NULL: none stored
     locked_version = int(version)
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
     telemetry.child_span("akter.admission", act.ref, started_ns)

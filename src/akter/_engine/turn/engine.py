@@ -9,11 +9,13 @@ Two pipelined round trips in the common case (design §5):
    (the fence: a stale lease refuses that command with ``LeaseLost``);
 2. commit: the guarded state update, events, outbox writes, receipts and ``COMMIT``.
 
-The turn reads the clock once (``admission_read``): the writes get it as a parameter, and the
+The turn reads the clock once (``lock_admit``): the writes get it as a parameter, and the
 release check after ``COMMIT`` uses an upper bound derived from it (``writes.release_clock``).
-A warm turn sends five statements: ``BEGIN``, ``lock_actor`` (which also sets the timeouts and,
-on plain PostgreSQL, generic plans for the rest of the transaction: ``actors.turn_settings``),
-``admission_read``, ``update_actor`` with the receipts, ``COMMIT``.
+A warm turn sends four statements: ``BEGIN``, ``lock_admit`` (which sets the timeouts and, on
+plain PostgreSQL, generic plans for the rest of the transaction: ``actors.turn_settings``, locks
+the row, then reads the clock and the receipts), ``update_actor`` with the receipts, ``COMMIT``.
+On Citus the lock and the receipts are two statements (``lock_actor``, ``admission_read``) and
+the clock a third, the coordinator's (``admission.admit``).
 
 Handlers run between the two, on private copies of the state, with nothing else held open.
 

@@ -194,6 +194,32 @@ def lock_actor(
     return conn.execute(q["lock_actor"], {**key, **settings, "cached_version": cached_version})
 
 
+def lock_admit(
+    conn: Executor,
+    q: Queries,
+    key: Key,
+    cached_version: int | None,
+    settings: Key,
+    off: int,
+    command_ids: list[str],
+) -> Awaitable[Cursor]:
+    """:func:`lock_actor` and :func:`read_admission` in one statement (not on Citus).
+
+    Its row: the locked row's five columns, then the pinned clock and the receipts of
+    ``command_ids`` (``None`` when none is stored), both read once the lock is granted.
+    """
+    return conn.execute(
+        q["lock_admit"],
+        {
+            **key,
+            **settings,
+            "cached_version": cached_version,
+            "off": off,
+            "command_ids": TextArray(command_ids),
+        },
+    )
+
+
 def read_clock(conn: Executor, q: Queries, off: int) -> Awaitable[Cursor]:
     """The turn's one clock reading as a statement of its own (on Citus: the coordinator's)."""
     return conn.execute(q["clock_now"], {"off": off})
