@@ -13,12 +13,12 @@ runtime at all. Each rep runs, in a rotated order on one server:
 * ``pgbench``: the reference turn script, as ``bench/turns.py`` runs it (5 round trips);
 * ``reference``: the reference turn's statements through akter's ``TurnPipeline`` (the
   thinnest Python client there is: ``psycopg.pq``, prepared, 2 round trips);
-* ``statements``: a warm akter turn's five statements through the same ``TurnPipeline``, with the
-  parameters akter sends (``akter._store.gateway.actors``): ``BEGIN``, ``lock_actor`` (its
-  timeouts, the cached version, so no state is shipped) and ``admission_read`` (the clock and
-  the command's receipt probe) in the first flight, ``update_actor_receipts`` and ``COMMIT``
-  in the second. The command id is a counter, the state and the outcome fixed strings: no
-  validation, hashing, handler or telemetry;
+* ``statements``: a warm akter turn's four statements through the same ``TurnPipeline``, with
+  the parameters akter sends (``akter._store.gateway.actors``): ``BEGIN`` and ``lock_admit`` (its
+  timeouts, the cached version, so no state is shipped, then the clock and the command's receipt
+  probe) in the first flight, ``update_actor_receipts`` and ``COMMIT`` in the second. The
+  command id is a counter, the state and the outcome fixed strings: no validation, hashing,
+  handler or telemetry;
 * ``akter``: akter itself, ``Counter.add(1)`` awaited on one warm actor (``turns.py``'s
   sequential scenario), in a schema of its own.
 
@@ -70,7 +70,7 @@ _WARM_TURNS = 1_000
 
 
 class AkterStatements:
-    """A warm turn's five statements on one actor, with akter's parameters and nothing else."""
+    """A warm turn's four statements on one actor, with akter's parameters and nothing else."""
 
     def __init__(self, conn: Any, settings: dict[str, str | None], key: dict[str, Any]) -> None:
         self.pipe = actors.turn_pipeline(conn)
@@ -85,13 +85,11 @@ class AkterStatements:
         command_id = f"ceiling-{next(self.ids)}"
         pipe.enter()
         await actors.begin_turn(pipe, q, None)
-        lock = await actors.lock_actor(pipe, q, key, self.version, self.settings)
-        read = await actors.read_admission(pipe, q, key, 0, [command_id])
+        lock = await actors.lock_admit(pipe, q, key, self.version, self.settings, 0, [command_id])
         await pipe.sync()
         locked = await lock.fetchone()
-        admission = await read.fetchone()
-        assert locked is not None and admission is not None and admission[1] is None
-        version, now_ms = int(locked[0]), int(admission[0])
+        assert locked is not None and locked[6] is None  # no receipt stored
+        version, now_ms = int(locked[0]), int(locked[5])
         receipts = actors.receipt_params(
             command_ids=[command_id],
             commands=["add"],

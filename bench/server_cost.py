@@ -5,16 +5,18 @@
                                 [--actors 2000] [--json bench/results/server-cost.jsonl]
 
 pgbench runs akter's own turn statements, taken from the statement catalogue at run time
-(``lock_actor``, ``admission_read``, ``update_actor_receipts``, ``update_actor``), on a real
-akter schema of ``--actors`` warm ``Counter`` actors, with ``-M prepared`` (akter prepares its
-turn statements too). Each variant leaves one piece out, so the difference in server time per
-turn is that piece's cost:
+(``lock_admit``, ``update_actor_receipts``, and for the variants ``lock_actor``,
+``admission_read``, ``update_actor``), on a real akter schema of ``--actors`` warm ``Counter``
+actors, with ``-M prepared`` (akter prepares its turn statements too). Each variant leaves one
+piece out, so the difference in server time per turn is that piece's cost:
 
-* ``akter``: ``BEGIN``, ``lock_actor``, ``admission_read``, ``update_actor_receipts``,
-  ``COMMIT`` (a warm turn's five statements);
-* ``no_settings``: ``lock_actor`` without its ``set_config`` filter (the turn's three
+* ``akter``: ``BEGIN``, ``lock_admit``, ``update_actor_receipts``, ``COMMIT`` (a warm turn's
+  four statements);
+* ``split``: the lock and the receipt probe as two statements (``lock_actor``,
+  ``admission_read``), as before migration 0011 and as Citus still sends them;
+* ``no_settings``: ``lock_admit`` without its ``set_config`` filter (the turn's three
   transaction-local timeouts);
-* ``no_admission_read``: without the clock and receipt probe;
+* ``no_probe``: ``lock_actor`` (no clock, no receipt probe);
 * ``no_receipt``: ``update_actor`` instead of ``update_actor_receipts`` (no receipt row);
 * ``keys``: only the lookup that picks the actor (every akter variant runs it first, so its
   cost is in each of them);
@@ -110,7 +112,7 @@ def _statement(name: str, params: dict[str, str], edit: Callable[[str], str] | N
 def _without_settings(text: str) -> str:
     edited, found = re.subn(r"\n\s*AND \(SELECT set_config\(.*?IS NOT NULL\)", "", text, flags=re.S)
     if found != 1:
-        raise SystemExit("lock_actor no longer sets the timeouts as this probe expects")
+        raise SystemExit("lock_admit no longer sets the timeouts as this probe expects")
     return edited
 
 
@@ -122,17 +124,20 @@ def scripts(settings: dict[str, str | None]) -> dict[str, str]:
         "\\set c random(1, 2000000000)\n"
         f"SELECT rk, id FROM {SCHEMA}.probe_keys WHERE n = :n \\gset\n"
     )
-    lock = _statement("lock_actor", p) + " \\gset\n"
-    read = _statement("admission_read", p) + ";\n"
+    lock = _statement("lock_admit", p) + " \\gset\n"
     write = _statement("update_actor_receipts", p) + ";\n"
 
-    def turn(lock: str = lock, read: str = read, write: str = write) -> str:
+    def turn(lock: str = lock, read: str = "", write: str = write) -> str:
         return keys + "BEGIN;\n" + lock + read + write + "COMMIT;\n"
 
     return {
         "akter": turn(),
-        "no_settings": turn(lock=_statement("lock_actor", p, _without_settings) + " \\gset\n"),
-        "no_admission_read": turn(read=""),
+        "split": turn(
+            lock=_statement("lock_actor", p) + " \\gset\n",
+            read=_statement("admission_read", p) + ";\n",
+        ),
+        "no_settings": turn(lock=_statement("lock_admit", p, _without_settings) + " \\gset\n"),
+        "no_probe": turn(lock=_statement("lock_actor", p) + " \\gset\n"),
         "no_receipt": turn(write=_statement("update_actor", p) + ";\n"),
         "keys": keys,
         "reference": (SQL_DIR / "actor_turn.sql").read_text(),

@@ -327,9 +327,9 @@ async def test_a_cut_prepared_commit_is_retryable_and_resolves_once(
 
 async def test_a_warm_turn_is_two_syncs_of_prepared_statements_on_the_wire(akter_db: str) -> None:
     # Issue 13's two-round-trip rule, counted on the wire: each warm turn of Register (state and
-    # receipt in one statement, an event, an intent) sends BEGIN, the lock, the admission read,
-    # the update, the event, the outbox row and COMMIT, each bound to the statement its
-    # connection prepared in its first turn, in two flights ended by one Sync each.
+    # receipt in one statement, an event, an intent) sends BEGIN, the lock with its clock and
+    # receipt probe, the update, the event, the outbox row and COMMIT, each bound to the
+    # statement its connection prepared in its first turn, in two flights ended by one Sync each.
     async with (
         PgProxy(akter_db) as proxy,
         ActorTest([Register], database_url=proxy.url, relay=False) as t,
@@ -342,9 +342,10 @@ async def test_a_warm_turn_is_two_syncs_of_prepared_statements_on_the_wire(akter
         for k in range(WARM_TURNS):
             await handle.move(k)
         sent = proxy.sent(b"akter_turn_") - before
-        # On Citus the admission also bounds the workers' lock wait (two statements) and reads
-        # the coordinator's clock (one): three more, in the same two flights.
-        statements = 10 if t.runtime.store.strategy == "citus" else 7
+        # On Citus the admission also bounds the workers' lock wait (two statements), probes
+        # the receipts apart from the lock and reads the coordinator's clock (one each): four
+        # more, in the same two flights.
+        statements = 10 if t.runtime.store.strategy == "citus" else 6
         assert sent["S"] == 2 * WARM_TURNS, sent
         assert sent["E"] == sent["B"] == statements * WARM_TURNS, sent
         assert sent["P"] == 0 and sent["Q"] == 0, sent

@@ -436,11 +436,11 @@ async def test_orphan_counts_are_capped_per_name_on_both_strategies(claim_store:
 
 
 @needs_citus
-async def test_a_distributed_schema_takes_migration_0010() -> None:
-    """A schema distributed at 0009 takes 0010's index change on every shard.
+async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
+    """A schema distributed at 0009 takes 0010's index change on every shard, and 0011.
 
     Citus sends a DDL command's query string on to the workers, where a string of two commands
-    fails; 0010 is one statement (a DO block) for this upgrade.
+    fails; every migration since is one statement (a DO block) for this upgrade.
     """
     assert CITUS_URL
     schema = _schema()
@@ -449,7 +449,10 @@ async def test_a_distributed_schema_takes_migration_0010() -> None:
     try:
         await migrate_and_distribute(CITUS_URL, queries, retry_window_ms=86_400_000, placements={})
         assert _placement(CITUS_URL, schema)["receipts"][0] == "h"
-        # Back to the layout of 0009: its expiry index, and 0010 not recorded.
+        # Back to the layout of 0009: its expiry index, no probe function, neither recorded.
+        # (Citus runs a function's DDL over one connection per node: not in a transaction
+        # that already ran the index's parallel DDL on the shards.)
+        await conn.execute(f'DROP FUNCTION "{schema}".admission_receipts')
         async with conn.transaction():
             await conn.execute(
                 f"DO $$ BEGIN EXECUTE 'DROP INDEX \"{schema}\".receipts_expiry';"
@@ -457,9 +460,16 @@ async def test_a_distributed_schema_takes_migration_0010() -> None:
                 f" (actor_type, expires_at_ms)'; END $$"
             )
             await conn.execute(
-                f"DELETE FROM \"{schema}\".migrations WHERE id = '0010_receipts_expiry'"
+                f'DELETE FROM "{schema}".migrations'
+                " WHERE id IN ('0010_receipts_expiry', '0011_admission_receipts')"
             )
         await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'admission_receipts'"
+            " AND pronamespace = %s::regnamespace",
+            [f'"{schema}"'],
+        )
+        assert await cur.fetchone() == (1,)
         # On each shard (format(): %s is the shard's name, %% a percent sign).
         per_shard = (
             "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = '%s'::regclass"

@@ -25,7 +25,9 @@ def test_a_positional_placeholder_is_refused_by_name() -> None:
         _converted("SELECT %s", True)
 
 
-@pytest.mark.parametrize("name", ["lock_actor", "admission_read", "update_actor_receipts"])
+@pytest.mark.parametrize(
+    "name", ["lock_actor", "admission_read", "lock_admit", "update_actor_receipts"]
+)
 def test_every_parameter_of_a_turn_statement_is_numbered(name: str) -> None:
     text = Queries("akter")[name]
     sql, names = _converted(text, True)

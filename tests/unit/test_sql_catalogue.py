@@ -380,6 +380,7 @@ def test_the_check_sees_the_turn_statements() -> None:
         "ensure_actor",
         "lock_actor",
         "admission_read",
+        "lock_admit",
         "update_actor",
         "insert_events",
         "delete_timers",
