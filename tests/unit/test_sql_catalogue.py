@@ -39,7 +39,8 @@ import pytest
 from akter._store.citus import DROP_IN, PLAIN_ONLY, worker_lock_wait
 from akter._store.gateway.jobs import GROUP_LOCK_WAIT
 from akter._store.migrate import known_migrations
-from akter._store.queries import Queries, raw_catalogue
+from akter._store.queries import Queries, held_statements, raw_catalogue
+from akter.errors import ConfigurationError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "akter"
 QUERIES_SQL = "\n".join(
@@ -697,3 +698,23 @@ def test_the_worker_lock_wait_is_formatted_as_a_literal() -> None:
     queries = Queries("akter")
     assert worker_lock_wait(queries, 250) == b"SET LOCAL lock_timeout = '250ms';"
     assert worker_lock_wait(queries, 0) == b"SET LOCAL lock_timeout = '1ms';"
+
+
+def test_a_statement_holds_another_whole_without_its_semicolon() -> None:
+    held = held_statements({"a": "SELECT 1;", "b": "WITH x AS ({statement:a}) SELECT 2;"})
+    assert held == {"a": "SELECT 1;", "b": "WITH x AS (SELECT 1) SELECT 2;"}
+    lock = Queries("akter")["lock_actor"].removesuffix(";")
+    assert lock in Queries("akter")["lock_admit"]
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        {"b": "WITH x AS ({statement:a}) SELECT 2;"},
+        {"a": "{statement:c}", "b": "{statement:a}", "c": "SELECT 1;"},
+    ],
+    ids=["unknown", "nested"],
+)
+def test_a_held_statement_must_exist_and_hold_none(blocks: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError, match="unknown or holds another"):
+        held_statements(blocks)

@@ -2,7 +2,9 @@
 
 Placeholders substituted per schema: ``{schema}`` (the quoted schema name) and the quoted
 notification channels ``{wake_channel}`` (relay and event-feed wakes) and
-``{progress_channel}`` (job progress messages), named by :meth:`Queries.channel`.
+``{progress_channel}`` (job progress messages), named by :meth:`Queries.channel`. A statement
+may hold another whole: ``{statement:lock_actor}`` stands for that statement's text without its
+final semicolon (``lock_admit`` locks the row exactly as ``lock_actor`` does).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from psycopg import sql
 from akter.errors import ConfigurationError
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
+_STATEMENT = re.compile(r"\{statement:([a-z_][a-z0-9_]*)\}")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: The notification channels of a schema, by placeholder name.
 _CHANNELS = {"wake_channel": "{}_wake", "progress_channel": "{}_progress"}
@@ -43,7 +46,24 @@ def raw_catalogue() -> dict[str, str]:
             lines.append(line)
     if name is not None:
         blocks[name] = _body(lines)
-    return blocks
+    return held_statements(blocks)
+
+
+def held_statements(blocks: dict[str, str]) -> dict[str, str]:
+    """``blocks`` with each ``{statement:NAME}`` replaced by NAME's text, less its semicolon.
+
+    One level: a statement that another holds holds none itself.
+    """
+
+    def text(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in blocks or _STATEMENT.search(blocks[name]):
+            raise ConfigurationError(
+                f"queries.sql holds {name!r}, which is unknown or holds another statement."
+            )
+        return blocks[name].rstrip().removesuffix(";")
+
+    return {name: _STATEMENT.sub(text, body) for name, body in blocks.items()}
 
 
 def _body(lines: list[str]) -> str:

@@ -106,21 +106,7 @@ SELECT {schema}.now_ms(%(off)s::bigint) AS now_ms,
 -- lock_admit --
 -- lock_actor and admission_read in one statement (a turn's first flight, but on Citus): the locked row, then the turn clock and the batch's receipts read over it (the outer query runs once the lock is granted; admission_receipts, VOLATILE, probes in a snapshot of its own taken then, so it sees what the lock's previous holder committed; migration 0011)
 WITH locked AS MATERIALIZED (
-    SELECT a.version, a.created, a.event_seq,
-           CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state END
-               AS state,
-           CASE WHEN a.version IS DISTINCT FROM %(cached_version)s::bigint THEN a.state_version END
-               AS state_version
-    FROM {schema}.actors a
-    WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
-      AND a.actor_id = %(id)s
-      AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true) IS NOT NULL
-                  AND set_config('statement_timeout', %(statement_timeout)s, true) IS NOT NULL
-                  AND set_config(%(bound_setting)s, %(bound)s, true) IS NOT NULL
-                  AND set_config('plan_cache_mode',
-                                 coalesce(%(plan_cache_mode)s::text,
-                                          current_setting('plan_cache_mode')), true) IS NOT NULL)
-    FOR UPDATE OF a
+{statement:lock_actor}
 )
 SELECT l.version, l.created, l.event_seq, l.state, l.state_version,
        {schema}.now_ms(%(off)s::bigint) AS now_ms,
