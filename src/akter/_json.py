@@ -59,6 +59,11 @@ canonical_encode = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 ).encode
 
+#: Integers whose text :func:`storable_json` writes without the encoder (any bigint).
+_INT_LOW, _INT_HIGH = -(2**63), 2**63 - 1
+#: Types that can hold no float: :func:`check_finite` has nothing to look for in them.
+_NO_FLOAT = frozenset({int, str, bool, type(None)})
+
 # A JSON string literal (skipped) or a number with a positive exponent (rewritten).
 _EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?e\+\d+)')
 
@@ -87,6 +92,11 @@ def storable_json(value: Any, path: str = "value") -> str:
     Raises:
         Unstorable: naming the first path that cannot be stored, and why.
     """
+    kind = type(value)
+    if kind is int and _INT_LOW <= value <= _INT_HIGH:
+        return int.__repr__(value)  # a small integer's text: the encoder's, without the encoder
+    if kind is bool or value is None:
+        return "true" if value is True else "false" if value is False else "null"
     try:
         text = canonical_encode(value)
     except (ValueError, TypeError, RecursionError):
@@ -132,6 +142,8 @@ def check_finite(value: Any, path: str = "value") -> None:
     Raises:
         Unstorable: naming the first NaN or infinity.
     """
+    if type(value) in _NO_FLOAT:
+        return  # nothing to look into (the common reply: an int, a string, nothing)
     try:
         _finite(value)
     except ValueError:

@@ -226,12 +226,41 @@ def _path(node: Node, where: str) -> str:
     return (dotted(node, where) if where else dotted(node, "")[1:]) or "value"
 
 
+def _plain_flat(value: Any) -> bool:
+    """Whether ``value`` is a dict of plain, storable scalars under text keys (the usual payload).
+
+    Such a payload has nothing to refuse and nothing foreign: one loop, no walk. Anything else,
+    or anything this cannot vouch for, is left to the walk, which finds and names the problem.
+    """
+    if type(value) is not dict:
+        return False
+    low, high = ARGUMENT_INT_RANGE
+    for key, item in value.items():
+        if type(key) is not str or text_problem(key) is not None:
+            return False
+        kind = type(item)
+        if kind is str:
+            if text_problem(item) is not None:
+                return False
+        elif kind is int:
+            if not low <= item <= high:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif item is not None and kind is not bool:
+            return False
+    return True
+
+
 def _first_problem(value: Any, where: str, *, arguments: bool) -> tuple[_Problem | None, bool]:
     """The first problem in document order, and whether a leaf other than plain JSON was seen.
 
     Such a leaf (an enum, a datetime ...) becomes text only in the JSON dump, whose text the
     caller then checks too.
     """
+    if _plain_flat(value):
+        return None, False
     low, high = ARGUMENT_INT_RANGE
     foreign = False
 

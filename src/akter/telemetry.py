@@ -458,10 +458,9 @@ def end_batch(span: trace.Span, token: _Token) -> None:
 def child_span(name: str, ref: ActorRef, started_ns: int) -> None:
     """Record a finished child of the current batch span (``akter.admission``, ``akter.commit``).
 
-    Nothing is built when the batch span does not record (no tracer provider configured).
+    Called only while the batch span records (``Flights.recording``): with no tracer provider
+    configured, nothing is built, and the turn does not even look for the current span.
     """
-    if not trace.get_current_span().is_recording():
-        return
     span = tracer.start_span(
         name,
         start_time=started_ns,
@@ -650,11 +649,6 @@ class CommandSpan:
     trigger: str
 
 
-def recording() -> bool:
-    """Whether the current span records (spans and their attributes are worth building)."""
-    return trace.get_current_span().is_recording()
-
-
 def record_turns(
     metrics: Metrics,
     ref: ActorRef,
@@ -666,7 +660,7 @@ def record_turns(
 
     ``outcomes`` holds each command's :func:`turn_outcome`. The command spans are children of
     the current span (the batch span); pass ``commands`` (in batch order) only when
-    :func:`recording`.
+    that span records (the engine asks it once per batch).
     """
     ended = time.time_ns()
     duration_ms = (ended - started_ns) / 1e6

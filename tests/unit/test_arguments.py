@@ -7,9 +7,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import akter
+from akter import _members
 from akter.actor import MAX_ARGUMENT_DEPTH, definition_of, unstorable_text
 
 
@@ -91,3 +94,38 @@ def test_unstorable_text_keeps_its_paths() -> None:
         "is not valid Unicode (a lone surrogate)",
     )
     assert unstorable_text(float("nan")) is None  # numbers are not its business
+
+
+# The flat-payload shortcut (``_plain_flat``) must answer exactly as the walk does: differential,
+# over flat dicts of every scalar a payload holds, the refused ones included.
+_ODD_TEXT = st.sampled_from(["a\x00b", "\udfff", "\x00", "é", ""]) | st.text(max_size=8)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**65), max_value=2**65)
+    | st.sampled_from([2**63 - 1, -(2**63), 2**63, -(2**63) - 1])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | _ODD_TEXT
+    | st.binary(max_size=4)
+    | st.sampled_from([Mood.ODD, datetime(2026, 1, 1, tzinfo=UTC), [1, "a\x00"], {"k": 1.5}])
+)
+
+
+@given(st.dictionaries(_ODD_TEXT, _SCALARS, max_size=6), st.booleans())
+def test_the_flat_payload_shortcut_answers_as_the_walk(
+    payload: dict[str, Any], arguments: bool
+) -> None:
+    shortcut = _members._first_problem(payload, "", arguments=arguments)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_members, "_plain_flat", lambda value: False)
+        walked = _members._first_problem(payload, "", arguments=arguments)
+    assert shortcut == walked
+
+
+def test_the_flat_payload_shortcut_takes_only_what_it_can_vouch_for() -> None:
+    assert _members._plain_flat({"n": 1, "x": 1.5, "s": "é", "b": True, "z": None})
+    for refused in ({"s": "a\x00"}, {"s\x00": 1}, {"n": 2**63}, {"x": float("nan")}):
+        assert not _members._plain_flat(refused)
+        assert _members._first_problem(refused, "", arguments=True)[0] is not None
+    for walked in ({"v": [1]}, {"e": Mood.ODD}, {"b": b"x"}, {1: 2}, [1]):
+        assert not _members._plain_flat(walked)

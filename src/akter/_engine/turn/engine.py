@@ -140,28 +140,33 @@ class TurnEngine:
         """Run a batch; a defect re-runs its commands one per transaction."""
         started = time.time_ns()
         span, token = telemetry.start_batch(act.ref, batch[0].trace_context, len(batch))
+        recording = span.is_recording()  # asked once: the flights and _record follow it
         try:
-            results = await self._run(act, batch)
-            _record(self.metrics, act, batch, results, started)
+            results = await self._run(act, batch, recording)
+            _record(self.metrics, act, batch, results, started, recording)
         finally:
             telemetry.end_batch(span, token)
         return results
 
-    async def _run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
+    async def _run(
+        self, act: Activation, batch: Sequence[Request], recording: bool
+    ) -> list[Result]:
         try:
-            return await self._run_batch(act, batch)
+            return await self._run_batch(act, batch, recording)
         except BatchDefect as defect:
             if len(batch) == 1:
                 return [_defect_result(act, batch[0], defect.message)]
         results: list[Result] = []
         for request in batch:
             try:
-                results.extend(await self._run_batch(act, [request]))
+                results.extend(await self._run_batch(act, [request], recording))
             except BatchDefect as defect:
                 results.append(_defect_result(act, request, defect.message))
         return results
 
-    async def _run_batch(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
+    async def _run_batch(
+        self, act: Activation, batch: Sequence[Request], recording: bool
+    ) -> list[Result]:
         policy = act.definition.policy
         loop = asyncio.get_running_loop()
         deadline = loop.time() + policy.execution_timeout / 1000
@@ -180,7 +185,7 @@ class TurnEngine:
             flights: Flights | None = None
             kept = False
             try:
-                flights = Flights(conn)
+                flights = Flights(conn, recording=recording)
                 try:
                     async with asyncio.timeout_at(deadline):
                         results = await self._transaction(conn, act, batch, flights)
@@ -433,8 +438,9 @@ def _keep(conn: Connection, taken: float, getting: int) -> bool:
         getting == 0
         and time.monotonic() - taken < HOLD_MAX_S
         and not conn.closed
-        and conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
-        and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        and (pg := conn.pgconn).pipeline_status == psycopg.pq.PipelineStatus.OFF
+        # pgconn's status, not conn.info's: that builds a ConnectionInfo on every call
+        and pg.transaction_status == psycopg.pq.TransactionStatus.IDLE
     )
 
 
@@ -444,13 +450,14 @@ def _record(
     batch: Sequence[Request],
     results: Sequence[Result],
     started_ns: int,
+    recording: bool,
 ) -> None:
     """Count the batch's turns; their server spans only when the batch span records."""
     outcomes = [
         telemetry.turn_outcome(r.kind, r.replayed, getattr(r.error, "reason", "")) for r in results
     ]
     commands = None
-    if telemetry.recording():
+    if recording:
         commands = [
             telemetry.CommandSpan(
                 r.member.name,

@@ -54,10 +54,12 @@ class Flights:
     discarded.
     """
 
-    __slots__ = ("pipe",)
+    __slots__ = ("pipe", "recording")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, *, recording: bool = False) -> None:
         self.pipe = actors.turn_pipeline(conn)
+        #: Whether the batch span records: the flights' child spans are built only then.
+        self.recording = recording
 
     # Two small context-manager classes, not @asynccontextmanager: a generator-based one costs
     # an async generator and its hooks per use, twice per turn.

@@ -104,7 +104,7 @@ async def send(
     clock offset the turn's reading was taken at (the fences check the server's clock too).
     ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``).
     """
-    started_ns = time.time_ns()
+    started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
     pipe = flights.pipe
     cancels = None
@@ -162,7 +162,8 @@ async def send(
             for f in todo.fences:
                 await actors.hold_fence(pipe, q, fence_of(f), commit_ms, off)
             end = await actors.end_turn(pipe, commit=True)
-    telemetry.child_span("akter.commit", act.ref, started_ns)
+    if flights.recording:
+        telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)
 
 
