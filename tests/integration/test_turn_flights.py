@@ -339,3 +339,45 @@ async def test_the_admission_ships_receipts_only_when_one_is_stored(akter_test: 
         assert await counter.with_command_id(first).add(2) == 2
         (row,) = await t.rows("SELECT state FROM {schema}.actors WHERE actor_id = 'shipped'")
         assert row["state"]["n"] == 2 and row["state"]["applied"] == [first]
+
+
+async def test_only_an_id_minted_for_its_call_skips_the_receipt_probe(akter_test: Make) -> None:
+    # An id minted for the call has no receipt before its first attempt commits: that attempt
+    # does not probe. A pinned id is probed. The probe is made to fail, so each call shows
+    # whether its turn called it.
+    async with akter_test(ALL, relay=False) as t:
+        if t.runtime.store.strategy == "citus":
+            pytest.skip("Citus turns probe with admission_read, not admission_receipts")
+        counter = t.get(Counter, "unseen")
+        assert await counter.add(1) == 1
+        await t.rows(
+            "CREATE OR REPLACE FUNCTION {schema}.admission_receipts(p_rk bigint, p_tenant text,"
+            " p_type text, p_id text, p_command_ids text[]) RETURNS jsonb LANGUAGE plpgsql"
+            " VOLATILE AS $$ BEGIN RAISE EXCEPTION 'probed %%', p_command_ids; END $$"
+        )
+        assert await counter.add(2) == 3
+        cid = await t.runtime.mint_command_id()
+        with pytest.raises(akter.ActorError) as raised:
+            await t.runtime.call(Counter, "unseen", "add", {"k": 4}, command_id=cid, retry=False)
+        # P0001: the probe's RAISE
+        assert raised.value.reason == "ActorUnavailable" and "P0001" in raised.value.message
+        (row,) = await t.rows("SELECT state FROM {schema}.actors WHERE actor_id = 'unseen'")
+        assert row["state"]["n"] == 3 and cid not in row["state"]["applied"]
+
+
+async def test_a_minted_id_whose_commit_answer_was_lost_is_probed_on_retry(
+    akter_test: Make,
+) -> None:
+    # The first attempt of a minted id commits, and its answer is lost: the retry, with the same
+    # id, must find the receipt and replay (not run the handler again).
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "lost")
+        assert await counter.add(1) == 1
+        t.crash_next("after_commit")
+        assert await counter.add(7) == 8
+        assert t.runtime.hooks.fired == [("after_commit", "crash")]
+        (row,) = await t.rows("SELECT state, version FROM {schema}.actors WHERE actor_id = 'lost'")
+        assert row["state"]["n"] == 8 and len(row["state"]["applied"]) == 2
+        assert row["version"] == 2
+        receipts = await t.rows("SELECT command_id FROM {schema}.receipts")
+        assert sorted(r["command_id"] for r in receipts) == sorted(row["state"]["applied"])

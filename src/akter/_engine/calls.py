@@ -129,10 +129,14 @@ class Calls:
         await check_access(member.owner, ref, caller, "command", member.name)
         deadline = time.monotonic() + member.owner.policy.delivery_timeout / 1000
         retries: CommandRetry | None = None  # built at the first retry: most calls have none
+        # An id minted just now has no receipt before its first attempt commits: that attempt
+        # skips the receipt probe. Every retry probes (the first may have committed).
+        unseen = pinned is None
         while True:
             result = await self.submit(
-                member, ref, payload, command_id, caller, True, deadline, fence
+                member, ref, payload, command_id, caller, True, deadline, fence, unseen=unseen
             )
+            unseen = False
             if result.kind == "ok":
                 return result.value
             error = result.error
@@ -209,12 +213,27 @@ class Calls:
         external: bool,
         deadline: float,
         fence: LoopLease | None = None,
+        *,
+        unseen: bool = False,
     ) -> Result:
-        """Hand a command to its mailbox and wait for its result until ``deadline``."""
+        """Hand a command to its mailbox and wait for its result until ``deadline``.
+
+        ``unseen``: ``command_id`` was minted for this call and never submitted before
+        (``Request.unseen``).
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
         request = Request(
-            member, ref, payload, None, command_id, caller, external, future, fence=fence
+            member,
+            ref,
+            payload,
+            None,
+            command_id,
+            caller,
+            external,
+            future,
+            fence=fence,
+            unseen=unseen,
         )
         try:
             self._dispatcher.submit(member.owner, request)

@@ -104,14 +104,16 @@ SELECT {schema}.now_ms(%(off)s::bigint) AS now_ms,
                  ) r) AS receipts;
 
 -- lock_admit --
--- lock_actor and admission_read in one statement (a turn's first flight, but on Citus): the locked row, then the turn clock and the batch's receipts read over it (the outer query runs once the lock is granted; admission_receipts, VOLATILE, probes in a snapshot of its own taken then, so it sees what the lock's previous holder committed; migration 0011)
+-- lock_actor and admission_read in one statement (a turn's first flight, but on Citus): the locked row, then the turn clock and the batch's receipts read over it (the outer query runs once the lock is granted; admission_receipts, VOLATILE, probes in a snapshot of its own taken then, so it sees what the lock's previous holder committed; migration 0011); with no id to probe (each minted for its call: Request.unseen) the function is not called
 WITH locked AS MATERIALIZED (
 {statement:lock_actor}
 )
 SELECT l.version, l.created, l.event_seq, l.state, l.state_version,
        {schema}.now_ms(%(off)s::bigint) AS now_ms,
-       {schema}.admission_receipts(%(rk)s::bigint, %(tenant)s::text, %(type)s::text,
-                                   %(id)s::text, %(command_ids)s::text[]) AS receipts
+       CASE WHEN cardinality(%(command_ids)s::text[]) > 0
+            THEN {schema}.admission_receipts(%(rk)s::bigint, %(tenant)s::text, %(type)s::text,
+                                             %(id)s::text, %(command_ids)s::text[])
+       END AS receipts
 FROM locked l;
 
 -- update_actor --

@@ -114,7 +114,8 @@ async def admit(
     # two queued statements would leave the connection's prepared-statement cache unsure.
     default_json = default_state_json(act.definition) if ensured else ""
     state_version = act.definition.state_version
-    command_ids = [r.command_id.raw for r in batch]
+    # The ids that may have a receipt: not those minted for their call (Request.unseen).
+    command_ids = [r.command_id.raw for r in batch if not r.unseen]
     pipe = flights.pipe
     sent_at = time.monotonic()
     async with flights.admission(meanwhile):

@@ -50,6 +50,10 @@ class Request:
     #: Set once a commit flight carrying this command was sent: only then can a failure leave
     #: its outcome unknown (an ``ActorUnavailable`` coded ``outcome_unknown``).
     commit_sent: bool = False
+    #: The command id was minted for this call and is submitted for the first time: no receipt
+    #: of it can exist, so the admission does not probe for one (``Calls.command``). A retry,
+    #: a pinned id and every delivery are probed.
+    unseen: bool = False
 
     def digest(self) -> str:
         """The payload's hash, as its receipt stores it (made once; ``payload`` is validated)."""
