@@ -15,10 +15,10 @@ runtime at all. Each rep runs, in a rotated order on one server:
   thinnest Python client there is: ``psycopg.pq``, prepared, 2 round trips);
 * ``statements``: a warm akter turn's four statements through the same ``TurnPipeline``, with
   the parameters akter sends (``akter._store.gateway.actors``): ``BEGIN`` and ``lock_admit`` (its
-  timeouts, the cached version, so no state is shipped, then the clock and the command's receipt
-  probe) in the first flight, ``update_actor_receipts`` and ``COMMIT`` in the second. The
-  command id is a counter, the state and the outcome fixed strings: no validation, hashing,
-  handler or telemetry;
+  timeouts, the cached version, so no state is shipped, then the clock; no receipt probe, as for
+  a command id minted for its call) in the first flight, ``update_actor_receipts`` and
+  ``COMMIT`` in the second. The command id is a counter, the state and the outcome fixed
+  strings: no validation, hashing, handler or telemetry;
 * ``akter``: akter itself, ``Counter.add(1)`` awaited on one warm actor (``turns.py``'s
   sequential scenario), in a schema of its own.
 
@@ -85,7 +85,8 @@ class AkterStatements:
         command_id = f"ceiling-{next(self.ids)}"
         pipe.enter()
         await actors.begin_turn(pipe, q, None)
-        lock = await actors.lock_admit(pipe, q, key, self.version, self.settings, 0, [command_id])
+        # No id to probe: akter's call minted it (Request.unseen), as Counter.add(1)'s is.
+        lock = await actors.lock_admit(pipe, q, key, self.version, self.settings, 0, [])
         await pipe.sync()
         locked = await lock.fetchone()
         assert locked is not None and locked[6] is None  # no receipt stored

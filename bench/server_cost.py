@@ -11,7 +11,8 @@ actors, with ``-M prepared`` (akter prepares its turn statements too). Each vari
 piece out, so the difference in server time per turn is that piece's cost:
 
 * ``akter``: ``BEGIN``, ``lock_admit``, ``update_actor_receipts``, ``COMMIT`` (a warm turn's
-  four statements);
+  four statements, for a command id minted for its call: no receipt probe);
+* ``pinned``: the same with the command's receipt probe (a pinned id, a retry, a delivery);
 * ``split``: the lock and the receipt probe as two statements (``lock_actor``,
   ``admission_read``), as before migration 0011 and as Citus still sends them;
 * ``no_settings``: ``lock_admit`` without its ``set_config`` filter (the turn's three
@@ -79,6 +80,7 @@ def _params(settings: dict[str, str | None]) -> dict[str, str]:
         "cached_version": "-1",
         "off": "0",
         "command_ids": f"ARRAY[{_COMMAND_ID}]",
+        "no_ids": "'{}'",  # what a minted id's lock_admit probes (Request.unseen)
         "state": _STATE,
         "state_version": "0",
         "created": "true",
@@ -116,6 +118,15 @@ def _without_settings(text: str) -> str:
     return edited
 
 
+def _unprobed(text: str) -> str:
+    """lock_admit probing no id, as the turn of an id minted for its call does."""
+    return text.replace("%(command_ids)s", "%(no_ids)s")
+
+
+def _unprobed_unset(text: str) -> str:
+    return _unprobed(_without_settings(text))
+
+
 def scripts(settings: dict[str, str | None]) -> dict[str, str]:
     """The pgbench scripts by variant name."""
     p = _params(settings)
@@ -124,7 +135,7 @@ def scripts(settings: dict[str, str | None]) -> dict[str, str]:
         "\\set c random(1, 2000000000)\n"
         f"SELECT rk, id FROM {SCHEMA}.probe_keys WHERE n = :n \\gset\n"
     )
-    lock = _statement("lock_admit", p) + " \\gset\n"
+    lock = _statement("lock_admit", p, _unprobed) + " \\gset\n"
     write = _statement("update_actor_receipts", p) + ";\n"
 
     def turn(lock: str = lock, read: str = "", write: str = write) -> str:
@@ -132,11 +143,12 @@ def scripts(settings: dict[str, str | None]) -> dict[str, str]:
 
     return {
         "akter": turn(),
+        "pinned": turn(lock=_statement("lock_admit", p) + " \\gset\n"),
         "split": turn(
             lock=_statement("lock_actor", p) + " \\gset\n",
             read=_statement("admission_read", p) + ";\n",
         ),
-        "no_settings": turn(lock=_statement("lock_admit", p, _without_settings) + " \\gset\n"),
+        "no_settings": turn(lock=_statement("lock_admit", p, _unprobed_unset) + " \\gset\n"),
         "no_probe": turn(lock=_statement("lock_actor", p) + " \\gset\n"),
         "no_receipt": turn(write=_statement("update_actor", p) + ";\n"),
         "keys": keys,
