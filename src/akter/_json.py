@@ -28,9 +28,15 @@ import math
 import pathlib
 import re
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from decimal import Decimal
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
@@ -53,11 +59,58 @@ _KNOWN = (
 #: at about 200 levels and its serializer at 254; the stdlib codecs at about 990.
 MAX_DEPTH = 200
 
+
+class ReusedEncoder:
+    """``json.JSONEncoder(**options).encode``, its C encoder built once per thread.
+
+    ``JSONEncoder.encode`` builds the C encoder (and a closure) on every call: most of the cost
+    of encoding a small value. The C encoder's only state is its circular-reference markers, so
+    each thread keeps its own, and one that raised is built again (its markers may hold what the
+    failed call left). The text and the errors are the stdlib's: the same C encoder runs.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._options = json.JSONEncoder(**options)
+        self._local = threading.local()
+
+    def _build(self) -> Callable[[Any, int], Any] | None:
+        o = self._options
+        if c_make_encoder is None:  # an interpreter without the C accelerator
+            return None
+        return cast(
+            Callable[[Any, int], Any],
+            c_make_encoder(
+                {} if o.check_circular else None,
+                o.default,
+                encode_basestring_ascii if o.ensure_ascii else encode_basestring,
+                o.indent,
+                o.key_separator,
+                o.item_separator,
+                o.sort_keys,
+                o.skipkeys,
+                o.allow_nan,
+            ),
+        )
+
+    def __call__(self, value: Any) -> str:
+        local = self._local
+        encode = getattr(local, "encode", None)
+        if encode is None:
+            encode = local.encode = self._build()
+            if encode is None:
+                return self._options.encode(value)
+        try:
+            return "".join(encode(value, 0))
+        except BaseException:
+            local.encode = None
+            raise
+
+
 #: The canonical encoder: sorted keys, compact separators, non-ASCII kept, no NaN. One instance
 #: (``json.dumps`` with options builds an encoder per call); ``akter._ids.canonical_json`` too.
-canonical_encode = json.JSONEncoder(
+canonical_encode = ReusedEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode
+)
 
 #: Integers whose text :func:`storable_json` writes without the encoder (any bigint).
 _INT_LOW, _INT_HIGH = -(2**63), 2**63 - 1
@@ -144,9 +197,15 @@ def check_finite(value: Any, path: str = "value") -> None:
     """
     if type(value) in _NO_FLOAT:
         return  # nothing to look into (the common reply: an int, a string, nothing)
+    if type(value) is dict and all(
+        type(k) is str and type(v) in _NO_FLOAT for k, v in value.items()
+    ):
+        return  # a flat object of such values (a small state's python dump)
     try:
         _finite(value)
-    except ValueError:
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            return  # not a float: an integer past the int/str limit, which the dump names
         raise _nonfinite(value, path) or Unstorable(path, "holds NaN or an infinity") from None
     except (TypeError, RecursionError):
         pass  # not a JSON shape at all: the JSON-mode dump that follows says where
@@ -169,9 +228,7 @@ def _inside(o: Any) -> Any:
     return None  # a datetime, a UUID, an enum...: holds no float
 
 
-_finite = json.JSONEncoder(
-    allow_nan=False, skipkeys=True, check_circular=False, default=_inside
-).encode
+_finite = ReusedEncoder(allow_nan=False, skipkeys=True, check_circular=False, default=_inside)
 
 
 def _nonfinite(value: Any, path: str) -> Unstorable | None:
