@@ -204,9 +204,12 @@ def check_finite(value: Any, path: str = "value") -> None:
     try:
         _finite(value)
     except ValueError as exc:
+        problem = _nonfinite(value, path)
+        if problem is not None:
+            raise problem from None
         if "integer string conversion" in str(exc):
-            return  # not a float: an integer past the int/str limit, which the dump names
-        raise _nonfinite(value, path) or Unstorable(path, "holds NaN or an infinity") from None
+            return  # no float at all: an integer past the int/str limit, which the dump names
+        raise Unstorable(path, "holds NaN or an infinity") from None
     except (TypeError, RecursionError):
         pass  # not a JSON shape at all: the JSON-mode dump that follows says where
 

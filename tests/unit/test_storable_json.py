@@ -149,3 +149,9 @@ def test_an_integer_past_the_conversion_limit_is_not_called_a_nan(value: Any) ->
     check_finite(value, "result")  # not a float problem: the dump that follows names it
     with pytest.raises(Unstorable, match="integer of more than 4300 digits"):
         storable_json(value, "result")
+
+
+def test_a_nan_beside_a_huge_integer_is_still_refused() -> None:
+    # The encoder stops at the first bad value: the integer, here, before the NaN.
+    with pytest.raises(Unstorable, match="state.b is NaN"):
+        check_finite({"a": 10**5000, "b": float("nan")}, "state")
