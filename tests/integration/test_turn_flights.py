@@ -16,8 +16,10 @@ import pytest
 from pydantic import AfterValidator, BaseModel
 
 import akter
+from akter._ids import parse_command_id, payload_hash
 from akter._store.pipeline import _converted
 from akter.testing import ActorTest
+from tests._support.barriers import until_pending
 from tests.integration.actors import ALL, Counter
 
 Make = Callable[..., ActorTest]
@@ -145,7 +147,7 @@ async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make
         return plans[_converted(queries[name], True)[0].decode()]
 
     assert plan("insert_outbox") == (12, 0)
-    assert plan("update_actor_receipts") == (24, 0)
+    assert plan("update_actor_receipt") == (24, 0)
     # The lock statement passes its command ids to the probe's function, whose own plan follows
     # the turn's settings (test_the_receipt_probe_reads_the_key_whatever_the_statistics).
     assert plan("lock_admit")[1] <= 5
@@ -381,3 +383,35 @@ async def test_a_minted_id_whose_commit_answer_was_lost_is_probed_on_retry(
         assert row["version"] == 2
         receipts = await t.rows("SELECT command_id FROM {schema}.receipts")
         assert sorted(r["command_id"] for r in receipts) == sorted(row["state"]["applied"])
+
+
+async def test_a_lone_receipt_and_a_batch_of_receipts_are_written_alike(akter_test: Make) -> None:
+    # A one-command turn writes its receipt with scalar parameters (update_actor_receipt), a
+    # batch with arrays (update_actor_receipts): the rows must not tell them apart.
+    async with akter_test(ALL, relay=False) as t:
+        counter = t.get(Counter, "alike")
+        ids = [await t.runtime.mint_command_id() for _ in range(3)]
+        held = t.pause_next("before_commit")
+        lone = asyncio.create_task(counter.with_command_id(ids[0]).add(1))
+        await held.wait()
+        batched = [
+            asyncio.create_task(counter.with_command_id(cid).add(k))
+            for cid, k in zip(ids[1:], (2, 3), strict=True)
+        ]
+        await until_pending(t.runtime, 3)
+        held.release()
+        assert [await lone, *[await b for b in batched]] == [1, 3, 6]
+        rows = await t.rows(
+            "SELECT command_id, command, payload_hash, caller_key, outcome, expires_at_ms"
+            " FROM {schema}.receipts WHERE actor_id = 'alike'"
+        )
+        by_id = {r["command_id"]: r for r in rows}
+        for cid, k, n in zip(ids, (1, 2, 3), (1, 3, 6), strict=True):
+            row = by_id[cid]
+            assert row["command"] == "add" and row["outcome"] == {"ok": n}
+            assert row["payload_hash"] == payload_hash({"k": k})
+            assert row["caller_key"] == by_id[ids[0]]["caller_key"]
+            expiry = parse_command_id(cid, t.runtime.config.window_ms).expires_ms
+            assert row["expires_at_ms"] == expiry
+        (actor,) = await t.rows("SELECT version FROM {schema}.actors WHERE actor_id = 'alike'")
+        assert actor["version"] == 2  # two turns: the lone command, then the batch of two

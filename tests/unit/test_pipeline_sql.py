@@ -26,7 +26,8 @@ def test_a_positional_placeholder_is_refused_by_name() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["lock_actor", "admission_read", "lock_admit", "update_actor_receipts"]
+    "name",
+    ["lock_actor", "admission_read", "lock_admit", "update_actor_receipt", "update_actor_receipts"],
 )
 def test_every_parameter_of_a_turn_statement_is_numbered(name: str) -> None:
     text = Queries("akter")[name]

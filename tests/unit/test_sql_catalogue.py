@@ -521,8 +521,15 @@ def test_every_statement_name_used_in_the_code_exists() -> None:
 
 
 def test_every_catalogue_statement_is_used() -> None:
-    unused = sorted(set(raw_catalogue()) - set(_uses()))
+    catalogue = raw_catalogue()
+    # A statement held whole by another ({statement:NAME}) is used where that one runs.
+    held = {m.group(1) for m in _HOLD.finditer(QUERIES_SQL)}
+    assert "lock_actor" in held, "the pattern no longer finds the holds"
+    unused = sorted(set(catalogue) - set(_uses()) - held)
     assert unused == [], "a statement no code runs: delete it, or run it through a gateway"
+
+
+_HOLD = re.compile(r"\{statement:([a-z_][a-z0-9_]*)\}")
 
 
 def test_statement_names_are_literal_everywhere() -> None:

@@ -153,5 +153,5 @@ def test_an_integer_past_the_conversion_limit_is_not_called_a_nan(value: Any) ->
 
 def test_a_nan_beside_a_huge_integer_is_still_refused() -> None:
     # The encoder stops at the first bad value: the integer, here, before the NaN.
-    with pytest.raises(Unstorable, match="state.b is NaN"):
+    with pytest.raises(Unstorable, match=r"state\.b is NaN"):
         check_finite({"a": 10**5000, "b": float("nan")}, "state")

@@ -116,27 +116,40 @@ SELECT l.version, l.created, l.event_seq, l.state, l.state_version,
        END AS receipts
 FROM locked l;
 
+-- update_actor_row --
+-- the batch's state written under the locked version: one row, or none once the version moved (held whole by update_actor, update_actor_receipts and update_actor_receipt, which raise 40001 then)
+UPDATE {schema}.actors
+SET state = %(state)s::jsonb, state_version = %(state_version)s, created = %(created)s,
+    event_seq = %(event_seq)s, version = version + 1, updated_at_ms = %(now)s
+WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
+  AND actor_id = %(id)s AND version = %(locked_version)s
+RETURNING 1;
+
 -- update_actor --
 -- writes the batch's state under the locked version; raises 40001 unless exactly one row changed
 WITH updated AS (
-    UPDATE {schema}.actors
-    SET state = %(state)s::jsonb, state_version = %(state_version)s, created = %(created)s,
-        event_seq = %(event_seq)s, version = version + 1, updated_at_ms = %(now)s
-    WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
-      AND actor_id = %(id)s AND version = %(locked_version)s
-    RETURNING 1
+{statement:update_actor_row}
 )
 SELECT {schema}.fence_check((SELECT count(*) FROM updated));
+
+-- update_actor_receipt --
+-- update_actor and one receipt in one statement (the writes of a warm turn of one command): scalar parameters, where update_actor_receipts builds and unnests six one-element arrays
+WITH updated AS (
+{statement:update_actor_row}
+), receipted AS (
+    INSERT INTO {schema}.receipts
+        (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,
+         caller_key, outcome, expires_at_ms)
+    VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(command_id)s, %(command)s,
+            %(payload_hash)s, %(caller_key)s, %(outcome)s::jsonb, %(expires_at_ms)s)
+    RETURNING 1
+)
+SELECT {schema}.fence_check((SELECT count(*) FROM updated)), (SELECT count(*) FROM receipted);
 
 -- update_actor_receipts --
 -- update_actor and insert_receipts in one statement (a warm turn's writes): the guarded state update raises 40001 unless exactly one row changed, and the batch's receipts are inserted with it
 WITH updated AS (
-    UPDATE {schema}.actors
-    SET state = %(state)s::jsonb, state_version = %(state_version)s, created = %(created)s,
-        event_seq = %(event_seq)s, version = version + 1, updated_at_ms = %(now)s
-    WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
-      AND actor_id = %(id)s AND version = %(locked_version)s
-    RETURNING 1
+{statement:update_actor_row}
 ), receipted AS (
     INSERT INTO {schema}.receipts
         (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,

@@ -113,7 +113,13 @@ async def send(
             end = await actors.end_turn(pipe, commit=False)
         else:
             commit_ms = commit_clock(now_ms, arrived_at)
-            receipts = _receipts(todo.receipts) if todo.receipts else None
+            receipts = None
+            if len(todo.receipts) == 1 and todo.state_changed:
+                # One receipt rides in the update as scalars (update_actor_receipt), not as
+                # six one-element arrays.
+                receipts = _one_receipt(*todo.receipts[0])
+            elif todo.receipts:
+                receipts = _receipts(todo.receipts)
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
@@ -165,6 +171,18 @@ async def send(
     if flights.recording:
         telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)
+
+
+def _one_receipt(outcome: Outcome, request: Request) -> dict[str, Any]:
+    assert outcome.receipt is not None  # Plan.receipts holds only outcomes with one
+    return actors.one_receipt_params(
+        command_id=request.command_id.raw,
+        command=request.member.name,
+        payload_hash=request.digest(),
+        caller_key=request.caller_key,
+        outcome=outcome.receipt,
+        expires=outcome.expires_ms,
+    )
 
 
 def _receipts(rows: list[tuple[Outcome, Request]]) -> dict[str, Any]:

@@ -273,8 +273,9 @@ def update_actor(
 ) -> Awaitable[Cursor]:
     """The guarded update of the actor row (its version must still be ``locked_version``).
 
-    With ``receipts`` (:func:`receipt_params`) the same statement writes them too
-    (``update_actor_receipts``): a warm turn's writes are one statement.
+    With ``receipts`` the same statement writes them too: a warm turn's writes are one
+    statement. :func:`receipt_params` of several receipts go to ``update_actor_receipts``,
+    :func:`one_receipt_params` to ``update_actor_receipt``.
     """
     params = {
         **key,
@@ -287,6 +288,8 @@ def update_actor(
     }
     if receipts is None:
         return conn.execute(q["update_actor"], params)
+    if "command_id" in receipts:  # one_receipt_params
+        return conn.execute(q["update_actor_receipt"], {**params, **receipts})
     return conn.execute(q["update_actor_receipts"], {**params, **receipts})
 
 
@@ -412,6 +415,26 @@ def receipt_params(
         "caller_keys": TextArray(caller_keys),
         "outcomes": TextArray(outcomes),
         "expires": BigintArray(expires),
+    }
+
+
+def one_receipt_params(
+    *,
+    command_id: str,
+    command: str,
+    payload_hash: str,
+    caller_key: str,
+    outcome: str,
+    expires: int,
+) -> dict[str, Any]:
+    """One receipt as scalar parameters (``update_actor_receipt``; see :func:`receipt_params`)."""
+    return {
+        "command_id": command_id,
+        "command": command,
+        "payload_hash": payload_hash,
+        "caller_key": caller_key,
+        "outcome": outcome,
+        "expires_at_ms": expires,
     }
 
 
