@@ -430,11 +430,13 @@ def current_context() -> otel_context.Context:
     return otel_context.get_current()
 
 
-def start_batch(ref: ActorRef, parent: Any, size: int) -> tuple[trace.Span, _Token]:
+def start_batch(ref: ActorRef, parent: Any, size: int) -> tuple[trace.Span, _Token | None]:
     """Start ``akter.<Actor>/batch`` and make it current; returns the span and a detach token.
 
     ``parent`` is the first request's caller context (:func:`current_context`), ``size`` the
-    number of commands in the batch.
+    number of commands in the batch. With no tracer provider and no trace from the caller the
+    span is invalid: where the task's current span is invalid too, nothing is made current
+    (the token is ``None``), as nothing would change for what reads it (:func:`traceparent`).
     """
     span = tracer.start_span(f"akter.{ref.type}/batch", context=parent)
     if span.is_recording():
@@ -446,12 +448,18 @@ def start_batch(ref: ActorRef, parent: Any, size: int) -> tuple[trace.Span, _Tok
                 "batch.size": size,
             }
         )
+    elif (
+        not span.get_span_context().is_valid
+        and not trace.get_current_span().get_span_context().is_valid
+    ):
+        return span, None
     return span, otel_context.attach(trace.set_span_in_context(span))
 
 
-def end_batch(span: trace.Span, token: _Token) -> None:
-    """End the batch span and restore the context it replaced."""
-    otel_context.detach(token)
+def end_batch(span: trace.Span, token: _Token | None) -> None:
+    """End the batch span and restore the context it replaced (if it replaced one)."""
+    if token is not None:
+        otel_context.detach(token)
     span.end()
 
 

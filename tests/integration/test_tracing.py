@@ -12,14 +12,18 @@ the test only; nothing global is set.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from akter.testing import ActorTest
 from akter.testing.provider import gate
+from tests._support.barriers import until_pending
 from tests.integration.telemetry_actors import ACTORS, PROVIDER, Pinger, Pong
 
 Make = Callable[..., ActorTest]
@@ -105,6 +109,32 @@ async def test_rows_staged_without_a_tracer_hold_null_and_deliver(akter_test: Ma
         await t.advance(5)
         assert await t.get(Pong, "t").got(0) == 1
         assert await t.get(Pong, "p0").got(0) == 1
+
+
+async def test_with_no_tracer_a_row_holds_its_own_callers_trace_or_none(akter_test: Make) -> None:
+    # With no tracer provider the batch span only carries the caller's trace, if any. The
+    # mailbox task was started by the first caller, inside that caller's span: a batch of a
+    # caller with no trace must still stage NULL, not that first caller's trace.
+    remote = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    async with akter_test(ACTORS, relay=False) as t:
+        pinger = t.get(Pinger, "a")
+        held = t.pause_next("before_commit")
+        with trace.use_span(NonRecordingSpan(remote)):
+            traced = asyncio.create_task(pinger.ping(1))
+        await held.wait()
+        untraced = asyncio.create_task(pinger.ping(1))
+        await until_pending(t.runtime, 2)
+        held.release()
+        assert await traced == await untraced == 1
+        assert await stored(t) == [
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            None,
+        ]
 
 
 async def test_a_row_without_a_traceparent_delivers_in_a_new_trace(

@@ -38,6 +38,8 @@ class CommitWakes:
         self._events = events
 
     def __call__(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
+        if not (writes.rows or writes.events or cancelled):
+            return  # a turn that staged nothing wakes nobody (most turns)
         now = self._clock.estimate()
         due = [
             r
