@@ -79,6 +79,8 @@ SAMPLES: dict[str, Any] = {
     "waiting": None,
     # flow control on Citus: one rate bucket per statement ("key": see OVERRIDES)
     "no": 0, "burst": 2.0, "per_ms": 0.001, "n": 1, "prior_error": None,
+    # issue 13: one receipt as scalars (update_actor_receipt)
+    "command_id": "c1", "payload_hash": "a" * 64, "caller_key": "k", "expires_at_ms": 1,
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -94,6 +96,8 @@ NOT_ON_CITUS: dict[str, str] = {
     "any_due": "the idle probe answers due on Citus (the claims run)",
     "next_due": "the idle probe answers due on Citus (the claims run)",
     "count_intent_backlog": "count_intent_backlog_flat (one clock read, a flat scan)",
+    "lock_admit": "lock_actor, admission_read and clock_now (admission_receipts would query a "
+    "distributed table from inside a shard)",
 }
 #: SQLSTATEs of akter's own refusals (not Citus's): the fence, foreign keys, unique keys.
 OWN = frozenset({"40001", "23503", "23505", "55P03", "22012"})
