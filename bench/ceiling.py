@@ -16,7 +16,7 @@ runtime at all. Each rep runs, in a rotated order on one server:
 * ``statements``: a warm akter turn's four statements through the same ``TurnPipeline``, with
   the parameters akter sends (``akter._store.gateway.actors``): ``BEGIN`` and ``lock_admit`` (its
   timeouts, the cached version, so no state is shipped, then the clock; no receipt probe, as for
-  a command id minted for its call) in the first flight, ``update_actor_receipts`` and
+  a command id minted for its call) in the first flight, ``update_actor_receipt`` and
   ``COMMIT`` in the second. The command id is a counter, the state and the outcome fixed
   strings: no validation, hashing, handler or telemetry;
 * ``akter``: akter itself, ``Counter.add(1)`` awaited on one warm actor (``turns.py``'s
@@ -91,13 +91,13 @@ class AkterStatements:
         locked = await lock.fetchone()
         assert locked is not None and locked[6] is None  # no receipt stored
         version, now_ms = int(locked[0]), int(locked[5])
-        receipts = actors.receipt_params(
-            command_ids=[command_id],
-            commands=["add"],
-            payload_hashes=["0" * 64],
-            caller_keys=["local-anonymous"],
-            outcomes=['{"ok": 1}'],
-            expires=[now_ms + _RECEIPT_MS],
+        receipts = actors.one_receipt_params(  # one command: update_actor_receipt
+            command_id=command_id,
+            command="add",
+            payload_hash="0" * 64,
+            caller_key="local-anonymous",
+            outcome='{"ok": 1}',
+            expires=now_ms + _RECEIPT_MS,
         )
         await actors.update_actor(
             pipe,

@@ -5,20 +5,21 @@
                                 [--actors 2000] [--json bench/results/server-cost.jsonl]
 
 pgbench runs akter's own turn statements, taken from the statement catalogue at run time
-(``lock_admit``, ``update_actor_receipts``, and for the variants ``lock_actor``,
-``admission_read``, ``update_actor``), on a real akter schema of ``--actors`` warm ``Counter``
-actors, with ``-M prepared`` (akter prepares its turn statements too). Each variant leaves one
-piece out, so the difference in server time per turn is that piece's cost:
+(``lock_admit``, ``update_actor_receipt``, and for the variants ``update_actor_receipts``,
+``lock_actor``, ``admission_read``, ``update_actor``), on a real akter schema of ``--actors``
+warm ``Counter`` actors, with ``-M prepared`` (akter prepares its turn statements too). Each
+variant leaves one piece out, so the difference in server time per turn is that piece's cost:
 
-* ``akter``: ``BEGIN``, ``lock_admit``, ``update_actor_receipts``, ``COMMIT`` (a warm turn's
-  four statements, for a command id minted for its call: no receipt probe);
+* ``akter``: ``BEGIN``, ``lock_admit``, ``update_actor_receipt``, ``COMMIT`` (a warm turn's
+  four statements, for a command id minted for its call: no receipt probe, one receipt);
+* ``arrays``: the receipt written as one-element arrays (``update_actor_receipts``, a batch's);
 * ``pinned``: the same with the command's receipt probe (a pinned id, a retry, a delivery);
 * ``split``: the lock and the receipt probe as two statements (``lock_actor``,
   ``admission_read``), as before migration 0011 and as Citus still sends them;
 * ``no_settings``: ``lock_admit`` without its ``set_config`` filter (the turn's three
   transaction-local timeouts);
 * ``no_probe``: ``lock_actor`` (no clock, no receipt probe);
-* ``no_receipt``: ``update_actor`` instead of ``update_actor_receipts`` (no receipt row);
+* ``no_receipt``: ``update_actor`` instead of ``update_actor_receipt`` (no receipt row);
 * ``keys``: only the lookup that picks the actor (every akter variant runs it first, so its
   cost is in each of them);
 * ``reference``: ``bench/sql/actor_turn.sql`` on its own schema (``actor_schema.sql``).
@@ -92,6 +93,12 @@ def _params(settings: dict[str, str | None]) -> dict[str, str]:
         "caller_keys": "ARRAY['local-anonymous']",
         "outcomes": "ARRAY['{\"ok\": 1}']",
         "expires": "ARRAY[1764990000000]",
+        "command_id": _COMMAND_ID,
+        "command": "'add'",
+        "payload_hash": "'" + "0" * 64 + "'",
+        "caller_key": "'local-anonymous'",
+        "outcome": "'{\"ok\": 1}'",
+        "expires_at_ms": "1764990000000",
         **{name: "NULL" if value is None else f"'{value}'" for name, value in settings.items()},
     }
 
@@ -136,7 +143,7 @@ def scripts(settings: dict[str, str | None]) -> dict[str, str]:
         f"SELECT rk, id FROM {SCHEMA}.probe_keys WHERE n = :n \\gset\n"
     )
     lock = _statement("lock_admit", p, _unprobed) + " \\gset\n"
-    write = _statement("update_actor_receipts", p) + ";\n"
+    write = _statement("update_actor_receipt", p) + ";\n"
 
     def turn(lock: str = lock, read: str = "", write: str = write) -> str:
         return keys + "BEGIN;\n" + lock + read + write + "COMMIT;\n"
@@ -144,6 +151,7 @@ def scripts(settings: dict[str, str | None]) -> dict[str, str]:
     return {
         "akter": turn(),
         "pinned": turn(lock=_statement("lock_admit", p) + " \\gset\n"),
+        "arrays": turn(write=_statement("update_actor_receipts", p) + ";\n"),
         "split": turn(
             lock=_statement("lock_actor", p) + " \\gset\n",
             read=_statement("admission_read", p) + ";\n",
