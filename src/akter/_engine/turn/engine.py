@@ -13,7 +13,9 @@ The turn reads the clock once (``lock_admit``): the writes get it as a parameter
 release check after ``COMMIT`` uses an upper bound derived from it (``writes.release_clock``).
 A warm turn sends four statements: ``BEGIN``, ``lock_admit`` (which sets the timeouts and, on
 plain PostgreSQL, generic plans for the rest of the transaction: ``actors.turn_settings``, locks
-the row, then reads the clock and the receipts), ``update_actor`` with the receipts, ``COMMIT``.
+the row, then reads the clock and the receipts of every command whose id was not minted for
+its call: ``Request.unseen``), ``update_actor`` with the receipts (``update_actor_receipt``
+with one command's), ``COMMIT``.
 On Citus the lock and the receipts are two statements (``lock_actor``, ``admission_read``) and
 the clock a third, the coordinator's (``admission.admit``).
 
