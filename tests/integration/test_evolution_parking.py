@@ -18,6 +18,7 @@ from pydantic import BaseModel
 import akter
 from akter.errors import ActorError, InjectedCrash
 from akter.testing import ActorTest
+from tests._support.counting import count_calls
 
 Make = Callable[..., ActorTest]
 
@@ -457,6 +458,40 @@ async def test_EVO09_a_declared_job_no_live_runner_executes_is_reported_not_park
         assert await outbox(t) == [before]
         assert t.runtime.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") == 1
         assert "Due job rows that no live runner executes" in caplog.messages
+
+
+async def test_EVO09_the_live_runners_are_read_only_while_a_job_row_is_due(
+    akter_test: Make,
+) -> None:
+    async with akter_test([ShopOld], jobs=[]) as t:  # declares charge, executes nothing
+        sampler = t.runtime.runners.sampler
+        reads = count_calls(sampler, ["_live"])
+        await sampler.sample()
+        assert reads["_live"] == 0  # nothing due: nothing can be unserved (an idle owner)
+        assert t.runtime.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") in (
+            None,
+            0,
+        )
+
+        await t.get(ShopOld, "s").buy(5)
+        await sampler.sample()
+        assert reads["_live"] == 1
+        assert t.runtime.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") == 1
+
+        # A live runner that executes it: the same due row is served, so not reported.
+        live = sampler._live
+        assert live is not None
+
+        async def serving() -> list[dict[str, Any]]:
+            return [*await live(), {"job_types": ["Shop.charge"]}]
+
+        sampler._live = serving
+        await sampler.sample()
+        assert t.runtime.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") in (
+            None,
+            0,
+        )
+        assert [row["parked_at_ms"] for row in await outbox(t)] == [None]
 
 
 # --- crashes around the new durable transitions ------------------------------------------------

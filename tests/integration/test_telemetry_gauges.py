@@ -1,6 +1,7 @@
 """Sampled gauges (semantics §10.1): computed only by the ``$maintenance`` owner.
 
-``akter.outbox.rows``, ``akter.relay.lag_ms`` and ``akter.relay.stuck_rows`` by kind, and
+``akter.outbox.rows``, ``akter.relay.lag_ms``, ``akter.relay.stuck_rows`` and
+``akter.outbox.parked`` by kind, and
 ``akter.jobs.running`` by actor type and job, for a known outbox (relay off, clock moved by hand),
 and their ownership across two runners.
 """
@@ -15,6 +16,7 @@ import pytest
 from akter.runtime import Runtime
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, gate
+from tests._support.counting import count_calls
 from tests._support.providers import fresh_provider
 from tests.integration.telemetry_actors import ACTORS, PROVIDER, Pinger
 
@@ -58,6 +60,16 @@ async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: Fake
         )
         await sampler.sample()
         assert gauges(t.runtime, "intent")[2] == 1
+        assert t.runtime.metrics.gauge("akter.outbox.parked", kind="intent") == 0
+
+        # A parked row is still a row, counted apart (read in the same statement).
+        await t.rows(
+            "UPDATE {schema}.outbox SET parked_at_ms = 1 WHERE kind = 'intent' AND target_id = 'p1'"
+        )
+        await sampler.sample()
+        assert t.runtime.metrics.gauge("akter.outbox.parked", kind="intent") == 1
+        assert t.runtime.metrics.gauge("akter.outbox.parked", kind="job") == 0
+        assert gauges(t.runtime, "intent")[0] == 4
 
         # A job attempt running under its lease.
         step = gate(7)
@@ -80,6 +92,48 @@ async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: Fake
         await t.runtime.jobs.wait_idle()
         await sampler.sample()
         assert metrics.gauge("akter.jobs.running", actor_type="Pinger", job="hold") == 0
+        assert gauges(t.runtime, "job") == (0, 0, 0)
+
+
+async def test_the_job_gauges_are_read_only_while_the_outbox_holds_a_job_row(
+    akter_test: Make, provider: FakeProvider
+) -> None:
+    async with akter_test(ACTORS, relay=False) as t:
+        sampler = t.runtime.runners.sampler
+        await asyncio.wait_for(sampler.wait_for(1), 10)
+        counted = (
+            count_calls(sampler._gateway, ["running_jobs"]),
+            count_calls(sampler._flow, ["sample_flow"]),
+            count_calls(sampler._parked, ["due_jobs"]),
+        )
+        metrics = t.runtime.metrics
+
+        def reads() -> dict[str, int]:
+            return {name: n for calls in counted for name, n in calls.items()}
+
+        def running() -> float | None:
+            return metrics.gauge("akter.jobs.running", actor_type="Pinger", job="hold")
+
+        assert await t.get(Pinger, "a").ping(1) == 1  # an intent row, no job row
+        await sampler.sample()
+        assert reads() == {}
+        assert gauges(t.runtime, "intent")[0] == 1
+
+        step = gate(7)
+        provider.script(step)
+        await t.get(Pinger, "c").start()
+        assert await t.runtime.jobs.run_pass() == 1
+        await asyncio.wait_for(step.entered.wait(), 10)
+        await sampler.sample()
+        assert reads() == {"running_jobs": 1, "sample_flow": 1, "due_jobs": 1}
+        assert running() == 1
+
+        # Settled, the row is gone: the job gauges read 0 without their statements.
+        step.release()
+        await t.runtime.jobs.wait_idle()
+        await sampler.sample()
+        assert reads() == {"running_jobs": 1, "sample_flow": 1, "due_jobs": 1}
+        assert running() == 0
         assert gauges(t.runtime, "job") == (0, 0, 0)
 
 

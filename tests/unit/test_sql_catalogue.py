@@ -127,8 +127,6 @@ CROSS_ACTOR: dict[str, str] = {
     "parked_at_ms, kind, type and command (evolution E3, akter outbox parked)",
     "parked_lock": "an operator's retry or discard locks the parked rows it names (by id, unique "
     "across actors, or every parked row matching its filters); the writes are keyed (evolution E3)",
-    "sample_parked": "the $maintenance owner samples parked rows by kind across actors, by "
-    "kind and parked_at_ms (evolution E3)",
     "sample_due_jobs": "the $maintenance owner groups due unparked job rows across actors by "
     "kind, parked_at_ms and due_at_ms, to find jobs no live runner serves (evolution E3)",
     "park_undeclared_jobs": "the $maintenance owner parks a batch of one undeclared, unserved "
@@ -136,8 +134,8 @@ CROSS_ACTOR: dict[str, str] = {
     "dead_letters_list": "operator view of dead letters across actors (semantics §5.10)",
     "dead_letter_find": "operator lookup of one dead letter by its job id, which is unique "
     "across actors; later writes are keyed (semantics §5.10)",
-    "sample_outbox": "the $maintenance owner samples outbox gauges across actors: rows, lag and "
-    "stuck rows by kind (semantics §10.1)",
+    "sample_outbox": "the $maintenance owner samples outbox gauges across actors: rows, lag, "
+    "stuck and parked rows by kind (semantics §10.1, evolution E3)",
     "sample_running_jobs": "the $maintenance owner samples running job attempts across actors, "
     "by kind, running and lease end (extends semantics §10.1)",
     "release_skewed_intents": "after a backward clock move, claimed intents of hosted types due "

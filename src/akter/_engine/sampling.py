@@ -1,13 +1,14 @@
 """Sampled gauges (semantics §10.1), computed only by the ``$maintenance`` lease owner.
 
 Every ``sample_every`` (15 s) the owner reads the outbox once: rows, relay lag (the age of the
-oldest due unclaimed row, 0 if none) and stuck rows (``attempts ≥ 8``) by ``kind``, and, extending
-§10.1, the job attempts running under a live lease (``akter.jobs.running`` by ``actor_type`` and
-``job``) and the rows held back by flow control (``akter.jobs.waiting_slot``,
-``akter.jobs.waiting_rate``; docs/flow-control.md), and the workflow runs running under a live
-lease and suspended (``akter.workflows.running``, ``akter.workflows.suspended`` by
-``actor_type``; the workflows spec W4). A runner that loses (or releases) the lease
-stops reporting them, so a scrape of many runners sees each value once.
+oldest due unclaimed row, 0 if none), stuck rows (``attempts ≥ 8``) and parked rows by ``kind``,
+and, extending §10.1, the job attempts running under a live lease (``akter.jobs.running`` by
+``actor_type`` and ``job``), the rows held back by flow control (``akter.jobs.waiting_slot``,
+``akter.jobs.waiting_rate``; docs/flow-control.md) and the due jobs no live runner executes
+(``akter.jobs.unserved``), and the workflow runs running under a live lease and suspended
+(``akter.workflows.running``, ``akter.workflows.suspended`` by ``actor_type``; the workflows spec
+W4). The job gauges are read only when that first read found a job row. A runner that loses (or
+releases) the lease stops reporting them, so a scrape of many runners sees each value once.
 """
 
 from __future__ import annotations
@@ -63,17 +64,24 @@ class Sampler:
         self._sampled = asyncio.Event()
 
     async def sample(self) -> None:
-        """Read the outbox once and replace the sampled gauges of this runner's metrics."""
-        kinds, running = await self._gateway.sample(stuck=STUCK_ATTEMPTS)
+        """Read the outbox once and replace the sampled gauges of this runner's metrics.
+
+        The job gauges are read only when the outbox holds a job row: with none, each of them
+        is zero (as its statement would have found a moment later), and an idle deployment's
+        owner sends three statements less per sample.
+        """
+        kinds = await self._gateway.sample(stuck=STUCK_ATTEMPTS)
         metrics = self._metrics
         for name, column in (
             ("akter.outbox.rows", "outbox_rows"),
             ("akter.relay.lag_ms", "lag_ms"),
             ("akter.relay.stuck_rows", "stuck_rows"),
+            ("akter.outbox.parked", "parked"),
         ):
             metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
-        await self._sample_parked()
-        flow = await self._flow.sample_flow()
+        jobs = any(r["kind"] == "job" and r["outbox_rows"] for r in kinds)
+        await self._sample_unserved(jobs)
+        flow = await self._flow.sample_flow() if jobs else []
         for name in ("waiting_slot", "waiting_rate"):
             metrics.replace(
                 f"akter.jobs.{name}",
@@ -82,6 +90,7 @@ class Sampler:
                     for r in flow
                 ),
             )
+        running = await self._gateway.running_jobs() if jobs else []
         metrics.replace(
             "akter.jobs.running",
             (
@@ -99,16 +108,16 @@ class Sampler:
         self._sampled.set()
         self._sampled = asyncio.Event()
 
-    async def _sample_parked(self) -> None:
-        """``akter.outbox.parked`` by kind; unserved jobs (parking the undeclared ones)."""
-        parked, due = await self._parked.sample()
-        self._metrics.replace(
-            "akter.outbox.parked",
-            (({"kind": str(r["kind"])}, float(r["parked"])) for r in parked),
-        )
+    async def _sample_unserved(self, jobs: bool) -> None:
+        """``akter.jobs.unserved``: due job rows no live runner executes (the undeclared parked).
+
+        ``jobs``: the outbox holds a job row. The live runners are read only when one is due:
+        with none, nothing can be unserved.
+        """
         if self._live is None:
             return
-        served = job_watch.served_names(await self._live())
+        due = await self._parked.due_jobs() if jobs else []
+        served = job_watch.served_names(await self._live()) if due else set()
         unserved = await job_watch.watch(
             self._parked, self._registry, due, served, self._unserved_log
         )

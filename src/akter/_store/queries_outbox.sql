@@ -58,14 +58,6 @@ SELECT g.audit_id, g.routing_key, {schema}.stmt_ms(%(off)s::bigint), %(operator)
 FROM gone g
 RETURNING audit_id;
 
--- sample_parked --
--- sampled gauge (maintenance owner): parked rows by kind, across actors (the partial parked index)
-SELECT k.kind, count(o.kind) AS parked
-FROM (VALUES ('intent'), ('job')) AS k(kind)
-LEFT JOIN {schema}.outbox o ON o.kind = k.kind AND o.parked_at_ms IS NOT NULL
-GROUP BY k.kind
-ORDER BY k.kind;
-
 -- sample_due_jobs --
 -- the maintenance owner's view of due, unparked job rows by (actor type, job) across actors, without a live attempt: what no live runner may be serving
 SELECT o.actor_type, o.command AS job, count(*) AS due

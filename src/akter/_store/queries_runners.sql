@@ -156,7 +156,7 @@ WHERE e.routing_key = d.routing_key AND e.tenant_id = d.tenant_id
 RETURNING 1;
 
 -- sample_outbox --
--- sampled gauges (maintenance owner): per kind, outbox rows, age of the oldest due row (claimed and parked rows are not due) and rows with attempts >= stuck
+-- sampled gauges (maintenance owner): per kind, outbox rows, age of the oldest due row (claimed and parked rows are not due), rows with attempts >= stuck and parked rows, in the one scan
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 )
@@ -165,7 +165,8 @@ SELECT k.kind,
        coalesce(clock.now - min(o.due_at_ms)
                                 FILTER (WHERE o.due_at_ms <= clock.now AND o.parked_at_ms IS NULL),
                 0) AS lag_ms,
-       count(o.kind) FILTER (WHERE o.attempts >= %(stuck)s::integer) AS stuck_rows
+       count(o.kind) FILTER (WHERE o.attempts >= %(stuck)s::integer) AS stuck_rows,
+       count(o.kind) FILTER (WHERE o.parked_at_ms IS NOT NULL) AS parked
 FROM (VALUES ('intent'), ('job')) AS k(kind)
 CROSS JOIN clock
 LEFT JOIN {schema}.outbox o ON o.kind = k.kind

@@ -49,14 +49,19 @@ class MaintenanceGateway:
             )
             return len(await cur.fetchall())
 
-    async def sample(self, *, stuck: int) -> tuple[list[Row], list[Row]]:
-        """The outbox gauges by kind and the running attempts by job, on one connection."""
+    async def sample(self, *, stuck: int) -> list[Row]:
+        """The outbox gauges by kind: rows, relay lag, stuck rows and parked rows."""
         params = {"off": self._clock.offset_ms, "stuck": stuck}
-        queries = self._store.queries
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(queries["sample_outbox"], params)
-            kinds = await cur.fetchall()
-            await cur.execute(queries["sample_running_jobs"], params)
-            running = await cur.fetchall()
-        return kinds, running
+            await cur.execute(self._store.queries["sample_outbox"], params)
+            return await cur.fetchall()
+
+    async def running_jobs(self) -> list[Row]:
+        """The job attempts running under a live lease, by actor type and job."""
+        async with self._store.framework.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                self._store.queries["sample_running_jobs"], {"off": self._clock.offset_ms}
+            )
+            return await cur.fetchall()

@@ -127,16 +127,15 @@ class ParkedGateway:
 
     # --- the maintenance owner's reads and sweep ---------------------------------------------
 
-    async def sample(self) -> tuple[builtins.list[Row], builtins.list[Row]]:
-        """Parked rows by kind, and due unparked job rows by (actor type, job)."""
-        queries = self._store.queries
+    async def due_jobs(self) -> builtins.list[Row]:
+        """Due unparked job rows by (actor type, job), across actors.
+
+        (The parked rows by kind are read with the other outbox gauges, in ``sample_outbox``.)
+        """
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(queries["sample_parked"])
-            parked = await cur.fetchall()
-            await cur.execute(queries["sample_due_jobs"], {"off": self._off})
-            due = await cur.fetchall()
-        return parked, due
+            await cur.execute(self._store.queries["sample_due_jobs"], {"off": self._off})
+            return await cur.fetchall()
 
     async def park_undeclared(self, actor_type: str, job: str, *, error: str, batch: int) -> int:
         """Park one batch of an undeclared, unserved job's rows; how many were parked."""
