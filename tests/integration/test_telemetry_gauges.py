@@ -15,7 +15,7 @@ import pytest
 
 from akter.runtime import Runtime
 from akter.testing import ActorTest
-from akter.testing.provider import FakeProvider, gate
+from akter.testing.provider import FakeProvider, Step, gate
 from tests._support.counting import count_calls
 from tests._support.providers import fresh_provider
 from tests.integration.telemetry_actors import ACTORS, PROVIDER, Pinger
@@ -34,6 +34,16 @@ def gauges(runtime: Runtime, kind: str) -> tuple[float | None, ...]:
         metrics.gauge(name, kind=kind)
         for name in ("akter.outbox.rows", "akter.relay.lag_ms", "akter.relay.stuck_rows")
     )
+
+
+async def a_running_job(t: ActorTest, provider: FakeProvider) -> Step:
+    """Pinger c's ``hold`` job, claimed and running until the returned gate is released."""
+    step = gate(7)
+    provider.script(step)
+    await t.get(Pinger, "c").start()
+    assert await t.runtime.jobs.run_pass() == 1
+    await asyncio.wait_for(step.entered.wait(), 10)
+    return step
 
 
 async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: FakeProvider) -> None:
@@ -72,11 +82,7 @@ async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: Fake
         assert gauges(t.runtime, "intent")[0] == 4
 
         # A job attempt running under its lease.
-        step = gate(7)
-        provider.script(step)
-        await t.get(Pinger, "c").start()
-        assert await t.runtime.jobs.run_pass() == 1
-        await asyncio.wait_for(step.entered.wait(), 10)
+        step = await a_running_job(t, provider)
         await sampler.sample()
         metrics = t.runtime.metrics
         assert metrics.gauge("akter.jobs.running", actor_type="Pinger", job="hold") == 1
@@ -119,11 +125,7 @@ async def test_the_job_gauges_are_read_only_while_the_outbox_holds_a_job_row(
         assert reads() == {}
         assert gauges(t.runtime, "intent")[0] == 1
 
-        step = gate(7)
-        provider.script(step)
-        await t.get(Pinger, "c").start()
-        assert await t.runtime.jobs.run_pass() == 1
-        await asyncio.wait_for(step.entered.wait(), 10)
+        step = await a_running_job(t, provider)
         await sampler.sample()
         assert reads() == {"running_jobs": 1, "sample_flow": 1, "due_jobs": 1}
         assert running() == 1
