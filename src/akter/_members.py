@@ -165,7 +165,8 @@ def command(
     Args:
         fn: The handler (when used without parentheses).
         creates: The command creates the actor (types with such commands are gated).
-        internal: Only ``System`` callers (the relay) may run it; absent from handles and HTTP.
+        internal: Only ``System`` callers (the relay, a workflow's command steps) may run it;
+            absent from handles, HTTP and OpenAPI.
         errors: The declared errors it may raise; empty means any ``DeclaredError``.
         version: The version of its payload (evolution E3): pending rows stored at an older
             version are upgraded by the ``@cmd.migrate_payload(from_version=k)`` chain, which
