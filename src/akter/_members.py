@@ -35,7 +35,13 @@ from akter._evolution import (
 from akter._json import Node, dotted, first_problem, text_problem
 from akter._policy import ResolvedPolicy
 from akter.callers import ActorRef, Caller
-from akter.errors import DeclaredError, DefinitionError, invalid_input, invalid_input_from
+from akter.errors import (
+    ActorError,
+    DeclaredError,
+    DefinitionError,
+    invalid_input,
+    invalid_input_from,
+)
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 A_contra = TypeVar("A_contra", contravariant=True)
@@ -61,6 +67,28 @@ class MemberSpec:
     version: int = 0
     #: Earlier names of the command that stored rows may carry (evolution E2).
     aliases: tuple[str, ...] = ()
+
+
+def refuse_internal(
+    type_name: str, name: str, kind: Literal["command", "workflow"], by: str
+) -> ActorError:
+    """The refusal of an internal command or workflow to a caller that may not reach it.
+
+    ``by`` names who asked ("handles", "User callers"). Over HTTP it is a 404
+    ``unknown_member``, as for a member that does not exist (semantics §9.4), with a message
+    that says why.
+    """
+    if kind == "command":
+        who = "the framework's System callers (relay deliveries, a workflow's command steps)"
+        verb = "call"
+    else:
+        who = "System callers (a turn's self.start_workflow, in-process System code)"
+        verb = "start"
+    return ActorError(
+        "InvalidInput",
+        f"{type_name}.{name} is internal: only {who} may {verb} it, not {by}.",
+        code="unknown_member",
+    )
 
 
 _MEMBER_ATTR = "__akter_member__"
@@ -137,7 +165,8 @@ def command(
     Args:
         fn: The handler (when used without parentheses).
         creates: The command creates the actor (types with such commands are gated).
-        internal: Only ``System`` callers (the relay) may run it; absent from handles and HTTP.
+        internal: Only ``System`` callers (the relay, a workflow's command steps) may run it;
+            absent from handles, HTTP and OpenAPI.
         errors: The declared errors it may raise; empty means any ``DeclaredError``.
         version: The version of its payload (evolution E3): pending rows stored at an older
             version are upgraded by the ``@cmd.migrate_payload(from_version=k)`` chain, which

@@ -290,6 +290,7 @@ class _RemoteTransport:
     """A remote handle's calls: HTTP requests through the client."""
 
     __slots__ = ("_client", "_definition")
+    calls_internal = False
 
     def __init__(self, client: Client, definition: ActorDefinition) -> None:
         self._client = client

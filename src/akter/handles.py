@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from akter._contexts import refuse_inside_turn
 from akter._ids import uuid7
+from akter._members import refuse_internal
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef
 from akter.context import LoopLease
@@ -32,6 +33,11 @@ A = TypeVar("A", bound="Actor[Any]")
 
 class Transport(Protocol):
     """Where a handle's calls go."""
+
+    @property
+    def calls_internal(self) -> bool:
+        """Whether the handle may call internal commands: only a workflow's steps may."""
+        ...
 
     async def command(
         self,
@@ -117,12 +123,14 @@ class BaseHandle:
 
             return WorkflowStarter(start)  # type: ignore[return-value]
         member = self._definition.members.get(name)
-        if member is None or member.internal:
+        if member is None:
             raise ActorError(
                 "InvalidInput",
                 f"Actor type {self._definition.name!r} has no public command or query {name!r}.",
                 code="unknown_member",
             )
+        if member.internal and not self._transport.calls_internal:
+            raise refuse_internal(self._definition.name, name, "command", "handles")
         transport, ref, pinned, fence = self._transport, self._ref, self._command_id, self._fence
 
         if member.kind == "query":
@@ -206,6 +214,7 @@ class LocalTransport:
     """Calls into this process's runtime."""
 
     __slots__ = ("_host",)
+    calls_internal = False
 
     def __init__(self, host: Host) -> None:
         self._host = host

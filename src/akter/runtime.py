@@ -34,6 +34,7 @@ from akter._engine.wakes import CommitWakes
 from akter._engine.workflows import WorkflowEngine
 from akter._ids import ms_from_duration, uuid7
 from akter._local_clock import LocalClock
+from akter._members import refuse_internal
 from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
 from akter.actor import Actor, ActorDefinition
@@ -41,7 +42,7 @@ from akter.callers import ActorRef, Caller, current_caller
 from akter.check import CheckReport, CheckUnavailable
 from akter.context import LoopLease
 from akter.dead_letters import DeadLetters
-from akter.errors import ActorError, ConfigurationError
+from akter.errors import ConfigurationError
 from akter.events import EventRecord
 from akter.handles import FencedRuntime, Handle, local_handle
 from akter.outbox import Outbox
@@ -448,11 +449,7 @@ class Runtime:
         ref = self.ref(actor, id, tenant=tenant)
         found = self.definition(ref.type).member(member)
         if found.internal:
-            raise ActorError(
-                "InvalidInput",
-                f"Actor type {ref.type!r} has no public command or query {member!r}.",
-                code="unknown_member",
-            )
+            raise refuse_internal(ref.type, found.name, "command", "Runtime.call")
         body = found.validate_payload(payload)
         if found.kind == "query":
             return await self.calls.query(found, ref, body, caller)

@@ -435,13 +435,18 @@ class WorkflowMember(Generic[P, R]):
     """
 
     def __init__(
-        self, fn: Callable[Concatenate[Workflow, P], Coroutine[Any, Any, R]], timeout_ms: int
+        self,
+        fn: Callable[Concatenate[Workflow, P], Coroutine[Any, Any, R]],
+        timeout_ms: int,
+        internal: bool = False,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise DefinitionError(f"@akter.workflow: {fn.__qualname__} must be an async def.")
         self.fn = fn
         self.name = fn.__name__
         self.timeout_ms = timeout_ms
+        #: Only System callers may start it (turns, in-process System code); absent from HTTP.
+        self.internal = internal
         self.owner: Any = None  # the ActorDefinition, bound when the class is collected
         self.on_complete_name: str | None = None
         self.args_model: type[BaseModel] | None = None
@@ -583,22 +588,27 @@ def workflow(
 ) -> WorkflowMember[P, R]: ...
 @overload
 def workflow(
-    *, timeout: float | timedelta | None = None
+    *, timeout: float | timedelta | None = None, internal: bool = False
 ) -> Callable[
     [Callable[Concatenate[Workflow, P], Coroutine[Any, Any, R]]], WorkflowMember[P, R]
 ]: ...
-def workflow(fn: Any = None, /, *, timeout: float | timedelta | None = None) -> Any:
+def workflow(
+    fn: Any = None, /, *, timeout: float | timedelta | None = None, internal: bool = False
+) -> Any:
     """Declare a workflow of an actor type (the workflows spec, W1).
 
     ``async def fulfil(wf: akter.Workflow, sku: str) -> str`` inside the actor class: it takes
     ``wf`` first and no ``self``. ``timeout=`` (default 30 days) cancels the run when it passes.
+    ``internal=True``: only System callers may start it (a turn's ``self.start_workflow``,
+    in-process System code); a User or Anonymous caller is refused (``unknown_member``) and
+    OpenAPI does not list it.
     """
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else ms_from_duration(timeout, "timeout")
     if timeout_ms < 1:
         raise DefinitionError("@akter.workflow(timeout=) must be positive.")
 
     def declare(f: Any) -> WorkflowMember[Any, Any]:
-        return WorkflowMember(f, timeout_ms)
+        return WorkflowMember(f, timeout_ms, internal)
 
     return declare(fn) if fn is not None else declare
 

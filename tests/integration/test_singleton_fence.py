@@ -454,3 +454,62 @@ async def test_a_fenced_commit_checks_its_lease_at_the_servers_clock_not_a_stale
         seen = await t.inspect(t.get(Fenced))
         assert not seen.exists and seen.receipts == []
         assert await lease_row(t) == ended and ended["owner"] == lease.owner
+
+
+# --- issue 38, finding 9: the commit flight reads the clock --------------------------------------
+
+
+async def test_frozen_singleton_owner_cannot_commit_after_its_lease(akter_test: Make) -> None:
+    # An owner frozen between its fenced turn's flights (handlers done, commit flight not yet
+    # sent) while its lease ends on the framework clock: nobody has taken the lease over, so
+    # only the commit flight's own clock reading can tell. Its offset moved meanwhile (the
+    # manual clock): the commit flight reads the clock as it runs, not at the admission's
+    # offset, so the command is refused with LeaseLost and writes nothing.
+    async with akter_test([Fenced], maintenance=False) as t:
+        loop, lease = await owned_loop(t)
+        assert await order(loop, 1) == 1
+        before = await t.inspect(t.get(Fenced))
+        before_commit = t.pause_next("before_commit")
+        loop.orders.put_nowait(5)
+        await before_commit.wait()  # admitted: its lease was current at the admission's clock
+        t.runtime.clock.offset_ms += PAST_LEASE_MS  # the lease ends while the owner is frozen
+        ended = await lease_row(t)
+        before_commit.release()
+        refused = lease_lost(await asyncio.wait_for(loop.results.get(), 30))
+        after = await t.inspect(t.get(Fenced))
+        assert after.state == before.state == {"total": 1} and after.version == before.version
+        assert [r["command_id"] for r in after.receipts] == [
+            r["command_id"] for r in before.receipts
+        ]
+        assert refused.command_id not in {r["command_id"] for r in after.receipts}
+        assert await lease_row(t) == ended and ended["owner"] == lease.owner
+
+
+async def test_a_fenced_commit_on_citus_reads_the_coordinators_clock_in_its_flight(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On Citus the held check runs in the lease's shard, on a worker, whose clock is not the
+    # coordinator's that wrote the lease: it compares with the turn's estimate only. The commit
+    # flight also reads the coordinator's clock (a statement on no table runs there), so a
+    # process frozen after it estimated the commit's clock is refused. Here the Citus variant
+    # of the held check is served on plain PostgreSQL, where the coordinator is the server.
+    async with akter_test([Fenced], maintenance=False) as t:
+        queries = t.runtime.store.queries
+        monkeypatch.setitem(
+            queries._statements, "hold_singleton_fence", queries["citus_hold_singleton_fence"]
+        )
+        loop, lease = await owned_loop(t)
+        # The frozen process's estimate of the commit's clock: far enough behind that even the
+        # offset moved below does not bring it past the lease's end.
+        stale = 10 * PAST_LEASE_MS
+        monkeypatch.setattr(writes, "commit_clock", lambda now_ms, arrived_at: now_ms - stale)
+        before_commit = t.pause_next("before_commit")
+        loop.orders.put_nowait(6)
+        await before_commit.wait()
+        t.runtime.clock.offset_ms += PAST_LEASE_MS  # the lease ends while the owner is frozen
+        ended = await lease_row(t)
+        before_commit.release()
+        lease_lost(await asyncio.wait_for(loop.results.get(), 30))
+        seen = await t.inspect(t.get(Fenced))
+        assert not seen.exists and seen.receipts == []
+        assert await lease_row(t) == ended and ended["owner"] == lease.owner

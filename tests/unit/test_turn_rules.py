@@ -457,7 +457,13 @@ def test_only_current_leases_are_held_once_each() -> None:
     ]
     outcomes = [Outcome(Result("ok")) for _ in batch]
     todo = writes.plan(act, batch, _run(act, outcomes), {2}, NOW, WINDOW)
-    assert todo.fences == [lease]
+    assert todo.fences == [lease] and todo.fences_until is None
+    # The commit flight's clock check takes the earliest end of the leases it holds.
+    ends = {0: NOW + 900, 1: NOW + 700, 2: NOW - 1}
+    todo = writes.plan(act, batch, _run(act, outcomes), {2}, NOW, WINDOW, ends)
+    assert todo.fences == [lease] and todo.fences_until == NOW + 700
+    unfenced = writes.plan(act, [_request()], _run(act, outcomes[:1]), set(), NOW, WINDOW)
+    assert unfenced.fences == [] and unfenced.fences_until is None
 
 
 class Ticking(akter.Actor[Count], name="RulesTicking"):

@@ -31,6 +31,7 @@ from akter._ids import (
     parse_command_id,
     parse_framework_id,
 )
+from akter._members import refuse_internal
 from akter._retry import CommandRetry
 from akter._store.gateway.actors import actor_key, committed
 from akter.actor import AccessKind, ActorDefinition, Member
@@ -120,12 +121,9 @@ class Calls:
             command_id = mint_parsed_command_id(services.clock.estimate(), window_ms)
         else:
             command_id = parse_command_id(pinned, window_ms)
-        if member.internal:
-            raise ActorError(
-                "InvalidInput",
-                f"{ref.type}.{member.name} is internal and cannot be called from outside.",
-                code="unknown_member",
-            )
+        if member.internal and not isinstance(caller, System):  # a workflow's step may
+            by = f"{type(caller).__name__} callers"
+            raise refuse_internal(ref.type, member.name, "command", by)
         await check_access(member.owner, ref, caller, "command", member.name)
         deadline = time.monotonic() + member.owner.policy.delivery_timeout / 1000
         retries: CommandRetry | None = None  # built at the first retry: most calls have none

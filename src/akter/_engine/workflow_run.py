@@ -86,6 +86,8 @@ log = logging.getLogger("akter.workflows")
 class RunAttempt:
     """One attempt of a claimed run (module docstring): the ``wf`` context's driver."""
 
+    calls_internal = True  # its handles' calls are steps, made by a System caller
+
     services: Services
     gateway: WorkflowsGateway
     calls: StepsCalls

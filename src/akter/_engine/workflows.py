@@ -42,6 +42,7 @@ from akter._engine.workflow_ops import WorkflowOps
 from akter._engine.workflow_run import RunAttempt
 from akter._ids import canonical_json, parse_command_id, payload_hash
 from akter._json import storable_json
+from akter._members import refuse_internal
 from akter._staging import framework_id
 from akter._store.gateway.workflows import OutboxRow, RunKey, WorkflowsGateway
 from akter.callers import ActorRef, Caller, System, caller_from_json, caller_to_json, current_caller
@@ -455,6 +456,9 @@ class WorkflowEngine:
         self._services.supervisor.require_started()
         caller = caller or current_caller()
         definition = self._services.registry.definition(ref.type)
+        if member.internal and not isinstance(caller, System):
+            by = f"{type(caller).__name__} callers"
+            raise refuse_internal(definition.name, member.name, "workflow", by)
         await check_access(definition, ref, caller, "command", member.name)
         window_ms = self._services.config.window_ms
         command_id = (

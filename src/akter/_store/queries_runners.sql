@@ -118,6 +118,10 @@ SELECT {schema}.fence_check(count(*)) FROM (
     FOR KEY SHARE
 ) AS fence;
 
+-- hold_fence_clock --
+-- last before COMMIT in a fenced commit flight, after hold_singleton_fence: the framework clock read as it runs (on no table, so on Citus by the coordinator, whose clock wrote the lease) is before the end of every held lease as the admission read it; else serialization_failure rolls the batch back
+SELECT {schema}.fence_check((%(lease_until)s::bigint > {schema}.now_ms(%(off)s::bigint))::int);
+
 -- prune_receipts --
 -- deletes a batch of a type's receipts past expiry + margin whose id no outbox row still carries; no row locks (receipts are never updated; the delete re-checks each row)
 WITH doomed AS (

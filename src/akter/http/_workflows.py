@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from akter._engine.calls import check_access
 from akter._engine.workflow_ops import status_of
+from akter._members import refuse_internal
 from akter._store.gateway.workflows import RunKey
 from akter.actor import AccessKind, ActorDefinition
 from akter.callers import ActorRef
@@ -140,6 +141,8 @@ class WorkflowRoutes:
                     f"Actor type {definition.name!r} has no workflow {name!r}.",
                     code="unknown_member",
                 )
+            if flow.internal:  # refused before anything else about the request
+                raise refuse_internal(definition.name, flow.name, "workflow", "HTTP callers")
             command_id = request.headers.get("idempotency-key")
             if not command_id:
                 raise ActorError(

@@ -43,6 +43,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from akter._engine.progress import open_progress
+from akter._members import refuse_internal
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
@@ -394,11 +395,7 @@ class _Api:
 def _public(member: Member) -> Member:
     """Internal commands do not exist for HTTP callers (semantics §9.4)."""
     if member.internal:
-        raise ActorError(
-            "InvalidInput",
-            f"Actor type {member.owner.name!r} has no public command or query {member.name!r}.",
-            code="unknown_member",
-        )
+        raise refuse_internal(member.owner.name, member.name, "command", "HTTP")
     return member
 
 

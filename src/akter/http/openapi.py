@@ -186,6 +186,8 @@ def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, An
         )
         paths[path] = {"post": _operation(builder, member)}
     for flow in definition.workflows.values():
+        if flow.internal:
+            continue
         path = f"/actors/{definition.name}/{{id}}/workflows/{flow.name}"
         paths[path] = {"post": _start_operation(builder, flow)}
     security = builder.security(definition)

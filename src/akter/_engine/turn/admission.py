@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from akter import telemetry
@@ -50,6 +50,9 @@ class Admitted:
     #: ``time.monotonic()`` once its answers were in: ``now_ms`` + the time since bounds the
     #: database clock from below.
     arrived_at: float = 0.0
+    #: The end of each current loop lease (by the index of its command), as read here: the
+    #: commit flight checks its own clock reading against it (``writes.send``).
+    lease_ends: dict[int, int] = field(default_factory=dict)
 
 
 def bound_setting(server_version: int) -> str:
@@ -162,13 +165,14 @@ async def admit(
     observe(now_ms)
     # A lease is current while it has not ended at the turn's clock.
     stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}
+    ends = {i: int(lease[0]) for i, lease in leases if lease is not None and i not in stale}
     stored: list[dict[str, Any]] = admission[1] or []  # NULL: none stored
     locked_version = int(version)
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
     if flights.recording:
         telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}
-    return Admitted(now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at)
+    return Admitted(now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at, ends)
 
 
 def fence_of(lease: LoopLease) -> dict[str, Any]:

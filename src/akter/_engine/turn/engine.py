@@ -257,7 +257,9 @@ class TurnEngine:
         ran = await self._run_commands(act, batch, admitted, prepared)
         if self.hooks.armed("before_commit"):
             await self.hooks.at("before_commit", {"ref": ref, "batch": batch})
-        todo = writes.plan(act, batch, ran, admitted.stale, now_ms, self.window_ms)
+        todo = writes.plan(
+            act, batch, ran, admitted.stale, now_ms, self.window_ms, admitted.lease_ends
+        )
         for request in batch:
             request.commit_sent = not todo.nothing  # from here a lost answer leaves it unknown
         sent = await writes.send(
@@ -271,6 +273,7 @@ class TurnEngine:
             off=off,
             locked_version=admitted.locked_version,
             arrived_at=admitted.arrived_at,
+            fence_off=self.clock.offset_ms,
             meanwhile=lambda: decode_replies(ran.outcomes),
         )
         decode_replies(ran.outcomes)  # done while the flight was out, unless there was none

@@ -3,8 +3,9 @@
 :func:`plan` decides, without the database, which statements the batch needs (nothing at all
 rolls back instead of committing); :func:`send` queues them in the turn's pipeline in their
 fixed order — actor row (with the receipts, in one statement, when the state changed),
-events, timer deletes, job cancels, outbox, ticks, receipts (when it did not), loop fences,
-``COMMIT``; :func:`answers` reads the flight's results once the pipeline has synced.
+events, timer deletes, job cancels, outbox, ticks, receipts (when it did not), loop fences
+and their clock check, ``COMMIT``; :func:`answers` reads the flight's results once the pipeline
+has synced.
 The release check's clock is not read here: :func:`release_clock` bounds it from the turn's.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,9 @@ class Plan:
     state_changed: bool
     #: Leases of the batch's loop commands that passed the admission check, held to ``COMMIT``.
     fences: list[LoopLease]
+    #: The earliest end of those leases as the admission read them (``Admitted.lease_ends``):
+    #: the commit flight's own clock reading must be before it (``hold_fence_clock``).
+    fences_until: int | None
     #: ``insert_ticks`` parameters when a cold scheduled actor makes sure of its ticks.
     ticks: dict[str, Any] | None
     #: The batch writes nothing: the flight rolls back.
@@ -50,8 +54,13 @@ def plan(
     stale: set[int],
     now_ms: int,
     window_ms: int,
+    lease_ends: Mapping[int, int] | None = None,
 ) -> Plan:
-    """Decide the commit flight's statements (pure: ``act`` is only read)."""
+    """Decide the commit flight's statements (pure: ``act`` is only read).
+
+    ``lease_ends``: the end of each current loop lease by its command's index
+    (``Admitted.lease_ends``).
+    """
     definition = act.definition
     receipts = [(o, r) for o, r in zip(ran.outcomes, batch, strict=True) if o.receipt]
     state_changed = (
@@ -71,8 +80,10 @@ def plan(
         for i, r in enumerate(batch)
         if (f := r.fence) is not None and i not in stale
     }
+    ends = [end for i, end in (lease_ends or {}).items() if i not in stale]
     nothing = not (state_changed or receipts or ticks is not None) and ran.writes.empty
-    return Plan(receipts, state_changed, list(fences.values()), ticks, nothing)
+    held = list(fences.values())
+    return Plan(receipts, state_changed, held, min(ends, default=None), ticks, nothing)
 
 
 @dataclass
@@ -95,13 +106,15 @@ async def send(
     off: int,
     locked_version: int,
     arrived_at: float,
+    fence_off: int | None = None,
     meanwhile: Callable[[], None] | None = None,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
     ``arrived_at`` is when the admission's answers were in (``Admitted.arrived_at``): relative
     delays count from the commit, whose clock is taken as :func:`commit_clock`. ``off`` is the
-    clock offset the turn's reading was taken at (the fences check the server's clock too).
+    clock offset the turn's reading was taken at; ``fence_off`` the offset now (``off`` if
+    ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
     ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``).
     """
     started_ns = time.time_ns() if flights.recording else 0
@@ -164,9 +177,17 @@ async def send(
             # and every row stamped before it.
             # The check reads the server's clock too: the estimate is stale after a freeze.
             # A lost lease fails the flight (serialization_failure), and the retry's
-            # admission check refuses with LeaseLost.
+            # admission check refuses with LeaseLost. The offset is the clock's as the flight
+            # is sent: a lease may end on a clock moved while the owner was between flights.
+            # Then the clock is read once more, by a statement on no table: on Citus the held
+            # check runs on a worker and compares with the estimate alone, and this one runs on
+            # the coordinator, whose clock wrote the lease.
+            fence_off = off if fence_off is None else fence_off
             for f in todo.fences:
-                await actors.hold_fence(pipe, q, fence_of(f), commit_ms, off)
+                fence_ms = commit_ms + fence_off - off
+                await actors.hold_fence(pipe, q, fence_of(f), fence_ms, fence_off)
+            if todo.fences_until is not None:
+                await actors.hold_fence_clock(pipe, q, todo.fences_until, fence_off)
             end = await actors.end_turn(pipe, commit=True)
     if flights.recording:
         telemetry.child_span("akter.commit", act.ref, started_ns)

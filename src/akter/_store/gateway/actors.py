@@ -253,9 +253,21 @@ def hold_fence(
     """Hold a loop's lease row through ``COMMIT`` if current, else fail the flight.
 
     Current: not ended at ``now_ms`` (the turn's estimate) nor at the server's clock (offset
-    ``off``) as the check runs; on Citus at the estimate only (``citus_hold_singleton_fence``).
+    ``off``) as the check runs; on Citus at the estimate only (``citus_hold_singleton_fence``),
+    and :func:`hold_fence_clock` after it reads the coordinator's clock.
     """
     return conn.execute(q["hold_singleton_fence"], {**fence, "now": now_ms, "off": off})
+
+
+def hold_fence_clock(
+    conn: Executor, q: Queries, lease_until_ms: int, off: int
+) -> Awaitable[Cursor]:
+    """Fail the flight unless the framework clock, read now, is before ``lease_until_ms``.
+
+    A statement on no table: on Citus the coordinator runs it, with the clock the leases are
+    written at, where :func:`hold_fence` runs in the lease's shard on a worker.
+    """
+    return conn.execute(q["hold_fence_clock"], {"lease_until": lease_until_ms, "off": off})
 
 
 def update_actor(
