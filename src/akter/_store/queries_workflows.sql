@@ -121,6 +121,13 @@ WITH run AS (
 SELECT (SELECT count(*) FROM run) AS held, (SELECT count(*) FROM steps) AS steps,
        (SELECT count(*) FROM consumed) AS consumed;
 
+-- wf_step_receipt --
+-- whether a pending command step's recorded command id has a receipt at its recorded target (a resumed run whose code now calls elsewhere looks, and sends nothing)
+SELECT r.command, r.payload_hash
+FROM {schema}.receipts r
+WHERE r.routing_key = %(rk)s AND r.tenant_id = %(tenant)s AND r.actor_type = %(type)s
+  AND r.actor_id = %(id)s AND r.command_id = %(command_id)s;
+
 -- wf_renew --
 -- extends this attempt's lease while its token holds the run; no row back means it was lost
 UPDATE {schema}.workflows

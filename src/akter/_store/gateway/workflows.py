@@ -238,6 +238,20 @@ class WorkflowsGateway:
         )
         return bool(rows)
 
+    async def step_receipt(self, routing_key: int, ref: Any, command_id: str) -> bool:
+        """Whether ``command_id`` has a receipt at actor ``ref`` (a pending command step's)."""
+        rows = await self._run(
+            self._store.queries["wf_step_receipt"],
+            {
+                "rk": routing_key,
+                "tenant": ref.tenant,
+                "type": ref.type,
+                "id": ref.id,
+                "command_id": command_id,
+            },
+        )
+        return bool(rows)
+
     async def suspend(
         self,
         run: RunKey,
