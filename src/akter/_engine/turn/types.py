@@ -188,9 +188,7 @@ class BatchWrites:
     @property
     def empty(self) -> bool:
         """Whether nothing was staged."""
-        return not (
-            self.events or self.rows or self.timer_deletes or self.job_cancels or self.runs
-        )
+        return not (self.events or self.rows or self.timer_deletes or self.job_cancels or self.runs)
 
 
 @dataclass
