@@ -145,3 +145,20 @@ async def test_two_runners_racing_one_key_start_one_run(akter_test: Any) -> None
         for run_id in ids:
             assert (await t.runtime.workflow_run(run_id).status()).run_id == live
         assert ids[0] == live  # the turn that committed first started it
+
+
+async def test_a_start_whose_turn_crashed_is_one_run_or_none(akter_test: Any) -> None:
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-5")
+        # Crashed before COMMIT: the attempt wrote nothing; the retry under the same command id
+        # starts the one run.
+        t.crash_next("before_commit")
+        first = await shop.with_command_id(await t.runtime.mint_command_id()).begin("k")
+        assert [r["run_id"] for r in await runs(t)] == [first]
+        # Crashed after COMMIT (the answer lost): the retry replays the receipt, the same id,
+        # and no second run.
+        t.crash_next("after_commit")
+        second = await shop.with_command_id(await t.runtime.mint_command_id()).begin(None)
+        assert [r["run_id"] for r in await runs(t)] == [first, second]
+        assert t.runtime.hooks.fired == [("before_commit", "crash"), ("after_commit", "crash")]
+        assert (await t.runtime.workflow_run(second).status()).run_id == second
