@@ -10,6 +10,7 @@ is first looked up at its *recorded* target: nothing is ever sent to the new one
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel
 
 import akter
 from akter.testing import ActorTest
+from tests._support.polling import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -253,3 +255,34 @@ async def interrupted_after_the_turn_on(t: ActorTest, desk: str) -> akter.Workfl
     await t.drain()
     assert await journal(t, run.id) == [(0, "command", "Acct.add", "pending")]
     return run
+
+
+async def test_a_runner_stopped_mid_step_during_a_deploy_applies_the_step_once(
+    akter_test: Any,
+) -> None:
+    """``Runtime.stop()`` hands the attempt back, then lets its in-flight turn commit."""
+    async with akter_test([DeskV1, Acct], workflow_lease=1) as t:
+        v1 = t.runtimes[0]
+        gate = t.pause_next("before_commit")  # the step's turn at x, before its commit
+        run = await v1.get(DeskV1, "d-7").move.start()
+        await gate.wait()
+        stopping = asyncio.create_task(v1.stop())
+        # The drain cancels the attempt and hands the run back at once (runnable) ...
+        await until(
+            lambda: t.rows("SELECT status FROM {schema}.workflows"),
+            holds=lambda rows: [r["status"] for r in rows] == ["runnable"],
+            what="the stopped runner's attempt handed back",
+        )
+        # ... and v2, deployed meanwhile, resumes it while v1's turn is still in flight.
+        v2 = await t.add_runtime([DeskV2, Acct])
+        await until(
+            lambda: v2.workflow_run(run.id).status(),
+            holds=lambda s: s.status == "diverged",
+            what="the run parked by v2",
+        )
+        gate.release()
+        await stopping
+        status = await v2.workflow_run(run.id).status()
+        assert status.error is not None and "Step 0" in status.error.message
+        assert "Acct('y'" in status.error.message
+        assert await balances(v2) == {"x": (1, 1), "y": (0, 0)}  # x once, y never
