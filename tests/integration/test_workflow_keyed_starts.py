@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 from pydantic import BaseModel
 
@@ -162,3 +163,35 @@ async def test_a_start_whose_turn_crashed_is_one_run_or_none(akter_test: Any) ->
         assert [r["run_id"] for r in await runs(t)] == [first, second]
         assert t.runtime.hooks.fired == [("before_commit", "crash"), ("after_commit", "crash")]
         assert (await t.runtime.workflow_run(second).status()).run_id == second
+
+
+async def test_a_keyed_start_racing_an_uncommitted_one_names_it_after_a_retry(
+    akter_test: Any,
+) -> None:
+    """A start by another transaction (older code's relay delivery) holds the key, uncommitted."""
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-6")
+        await shop.touch()
+        (actor,) = await t.rows("SELECT routing_key FROM {schema}.actors WHERE actor_id = 's-6'")
+        side = await psycopg.AsyncConnection.connect(t.database_url)
+        try:
+            await side.execute(
+                t.runtime.store.queries.substitute(
+                    "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
+                    " actor_id, workflow, run_key, input, input_hash, caller, status,"
+                    " wake_at_ms, started_at_ms, updated_at_ms) VALUES (%(rk)s, 'side-run',"
+                    " 'default', 'Shop', 's-6', 'hold', 'k', '{\"label\": \"side\"}', 'x',"
+                    " '{}', 'suspended', NULL, 0, 0)"
+                ),
+                {"rk": actor["routing_key"]},
+            )
+            call = asyncio.create_task(shop.begin("k"))
+            # The turn's start waits on the key's unique index for the side transaction ...
+            await until_lock_waiter(t, ".workflow_aliases")
+            await side.commit()
+        finally:
+            await side.close()
+        # ... whose run its statement's snapshot cannot see: 40001, and the retry names it.
+        run_id = await call
+        assert [r["run_id"] for r in await runs(t)] == ["side-run"]
+        assert (await t.runtime.workflow_run(run_id).status()).run_id == "side-run"

@@ -30,12 +30,7 @@ LIMIT 1;
 
 -- wf_start_in_turn --
 -- a turn's commit flight starts its actor's runs (runnable at the commit's clock, passed in): a keyed start that meets a live run of its key (or an earlier start of the batch, alias_of) starts nothing and names that run by an alias; raises 40001 (the turn retries) when a keyed start neither started nor found its live run (one committed concurrently, unseen by this statement's snapshot)
-WITH r AS (
-    SELECT * FROM unnest(%(run_ids)s::text[], %(workflows)s::text[], %(keys)s::text[],
-                         %(inputs)s::text[], %(input_hashes)s::text[], %(callers)s::text[],
-                         %(timeouts)s::bigint[], %(alias_of)s::text[])
-        AS r(run_id, workflow, run_key, input, input_hash, caller, timeout_ms, alias_of)
-), ins AS (
+WITH ins AS (
     INSERT INTO {schema}.workflows
         (routing_key, run_id, tenant_id, actor_type, actor_id, workflow, run_key, input,
          input_hash, caller, status, wake_at_ms, deadline_ms, started_at_ms, updated_at_ms,
@@ -44,13 +39,18 @@ WITH r AS (
            r.input_hash, r.caller, 'runnable', %(commit)s::bigint,
            %(commit)s::bigint + r.timeout_ms, %(commit)s::bigint, %(commit)s::bigint,
            %(traceparent)s::text
-    FROM r
+    FROM unnest(%(run_ids)s::text[], %(workflows)s::text[], %(keys)s::text[],
+                %(inputs)s::text[], %(input_hashes)s::text[], %(callers)s::text[],
+                %(timeouts)s::bigint[], %(alias_of)s::text[])
+        AS r(run_id, workflow, run_key, input, input_hash, caller, timeout_ms, alias_of)
     WHERE r.alias_of IS NULL
     ON CONFLICT DO NOTHING
     RETURNING run_id
-), live AS (
-    SELECT r.run_id, coalesce(w.run_id, r.alias_of) AS target
-    FROM r
+), aliased AS (
+    INSERT INTO {schema}.workflow_aliases (routing_key, run_id, target_run_id)
+    SELECT %(rk)s, r.run_id, coalesce(w.run_id, r.alias_of)
+    FROM unnest(%(run_ids)s::text[], %(workflows)s::text[], %(keys)s::text[],
+                %(alias_of)s::text[]) AS r(run_id, workflow, run_key, alias_of)
     LEFT JOIN LATERAL (
         SELECT w.run_id FROM {schema}.workflows w
         WHERE w.routing_key = %(rk)s AND w.tenant_id = %(tenant)s AND w.actor_type = %(type)s
@@ -58,11 +58,8 @@ WITH r AS (
           AND w.status IN ('runnable', 'running', 'suspended', 'diverged')
         LIMIT 1
     ) w ON true
-    WHERE r.run_key IS NOT NULL
+    WHERE r.run_key IS NOT NULL AND coalesce(w.run_id, r.alias_of) IS NOT NULL
       AND (r.alias_of IS NOT NULL OR r.run_id NOT IN (SELECT run_id FROM ins))
-), aliased AS (
-    INSERT INTO {schema}.workflow_aliases (routing_key, run_id, target_run_id)
-    SELECT %(rk)s, live.run_id, live.target FROM live WHERE live.target IS NOT NULL
     ON CONFLICT DO NOTHING
     RETURNING run_id
 )
