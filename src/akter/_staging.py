@@ -49,8 +49,26 @@ class CancelJob:
     key: str
 
 
-#: One staged operation: a row to write, or a cancellation.
-StagedOp = StagedRow | CancelTimer | CancelJob
+@dataclass(slots=True)
+class StagedRun:
+    """A workflow run a turn starts on its own actor: written in the turn's commit flight.
+
+    ``alias_of`` is set on a keyed start that met an earlier start of the same (workflow, key)
+    in the same batch: it starts nothing, and its id names that run (``workflow_aliases``).
+    """
+
+    run_id: str
+    workflow: str
+    key: str | None
+    input: str
+    input_hash: str
+    caller: str
+    timeout_ms: int
+    alias_of: str | None = None
+
+
+#: One staged operation: a row to write, a run to start, or a cancellation.
+StagedOp = StagedRow | StagedRun | CancelTimer | CancelJob
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,20 @@ from akter._contexts import (
     bind,
 )
 from akter._event_decl import Event
-from akter._ids import canonical_json, child_id, validate_actor_id, validate_key
+from akter._ids import canonical_json, child_id, payload_hash, validate_actor_id, validate_key
 from akter._json import Unstorable, check_finite, storable_json, unserializable_path
 from akter._members import definition_of, member_of
 from akter._readonly import read_only as _read_only
 from akter._readonly import unwrap_read_only
-from akter._staging import CancelJob, CancelTimer, StagedEvent, StagedRow, framework_id, parse_due
+from akter._staging import (
+    CancelJob,
+    CancelTimer,
+    StagedEvent,
+    StagedRow,
+    StagedRun,
+    framework_id,
+    parse_due,
+)
 from akter.callers import ActorRef, Caller
 from akter.errors import CapabilityEscaped, ReadOnlyError, invalid_input
 from akter.events import EventStream
@@ -405,10 +413,14 @@ class TurnApi(Generic[S]):
         """Start a workflow run on this actor if the turn commits; returns the run id.
 
         ``self.start_workflow(Order.fulfil, sku, cents, key="fulfil")``: the arguments are
-        validated now; the run exists once the turn has committed (the relay creates it).
-        With ``key=``, at most one run per (actor, workflow, key) is live: a start while one
-        is live starts nothing. (The workflows spec's ``self.start``: ``start`` is a common
-        command name, which this method would clash with.)
+        validated now; the run is written by the turn's own commit, so it exists exactly when
+        the turn commits (``runtime.workflow_run(id)`` finds it at once). With ``key=``, at
+        most one run per (actor, workflow, key) is live: a second start in the same turn
+        returns the first one's id, and a start while a run of the key is live starts nothing:
+        the id it returns names the live run (``workflow_run(id).id`` is the live run's id; its
+        status, result, signals and cancel are the live run's). (The workflows spec's
+        ``self.start``: ``start`` is a common command name, which this method would clash
+        with.)
         """
         from akter.workflows import WorkflowMember
 
@@ -420,8 +432,24 @@ class TurnApi(Generic[S]):
             )
         if key is not None:
             validate_key(key, "workflow key")
-        body = {"workflow": workflow.name, "input": workflow.bind(args, kwargs), "key": key}
-        return _stage_workflow(ctx, "$workflow.start", body)
+            for op in ctx.staged.ops:
+                if isinstance(op, StagedRun) and (op.workflow, op.key) == (workflow.name, key):
+                    return op.run_id  # started earlier in this turn: that run
+        input = workflow.bind(args, kwargs)
+        timeout = ctx.definition.policy.execution_timeout
+        run_id = framework_id(ctx.now_ms, 0, None, timeout, ctx.window_ms)
+        ctx.staged.ops.append(
+            StagedRun(
+                run_id=run_id,
+                workflow=workflow.name,
+                key=key,
+                input=canonical_json(input),
+                input_hash=payload_hash(input),
+                caller=ctx.system_caller("actor"),
+                timeout_ms=workflow.timeout_ms,
+            )
+        )
+        return run_id
 
     def signal_workflow(self, run_id: str, signal: BaseModel) -> None:
         """Send ``signal`` to a workflow run if the turn commits (kept until a wait takes it).

@@ -25,3 +25,16 @@ async def test_the_workflows_example_runs(akter_test: Any, monkeypatch: pytest.M
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(block("## Workflows"), "README Workflows", "exec"), module.__dict__)
     await module.test_an_order_is_fulfilled(akter_test)
+    await module.test_one_live_run_per_key(akter_test)
+
+
+async def test_the_step_identity_example_runs(
+    akter_test: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType("readme_workflow_deploys")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(
+        compile(block("**What a deploy may change safely"), "README deploys", "exec"),
+        module.__dict__,
+    )
+    await module.test_a_changed_step_target_parks_the_run(akter_test)

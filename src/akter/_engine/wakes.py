@@ -38,7 +38,8 @@ class CommitWakes:
         self._events = events
 
     def __call__(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
-        if not (writes.rows or writes.events or cancelled):
+        runs = getattr(writes, "runs", None)
+        if not (writes.rows or writes.events or cancelled or runs):
             return  # a turn that staged nothing wakes nobody (most turns)
         now = self._clock.estimate()
         due = [
@@ -49,15 +50,15 @@ class CommitWakes:
         running = [job_id for job_id, is_running in cancelled if is_running]
         if running:
             self._jobs.cancel_signal(running)
-        if any(r.kind != "job" for r in due):
-            self._relay.wake()
+        if runs or any(r.kind != "job" for r in due):
+            self._relay.wake()  # a started run is claimed in the relay's pass
         elif len(running) < len(cancelled):
             self._relay.wake_jobs()  # unstarted jobs cancelled: a job claim settles them
         elif due:
             self._relay.wake_jobs(
                 [JobKey(act.routing_key, r.intent_id, act.ref.type, r.command) for r in due]
             )
-        if writes.rows or cancelled:
+        if writes.rows or cancelled or runs:
             self._relay.poke_others()
         if writes.events:
             self._events.publish(act.ref)

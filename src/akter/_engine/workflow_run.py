@@ -5,17 +5,25 @@ takes the next ``seq``. A journal record at that seq answers the step without do
 (its kind and name must match the code's, else the run *diverged*, W5). Past the journal the
 step is performed and recorded, each record guarded by the attempt's token:
 
-- a command step writes a ``pending`` record with a fresh command id first, then runs the turn
-  with that id; its outcome is written with the next record (the next step's, or the run's
-  suspension or end), so a command step costs one write beside its turn: a crash before that
-  write leaves it pending, and the resumed run replays the receipt under the same id. A query
-  step's answer is written the same way (a crash before it lets the query run again);
+- a command step writes a ``pending`` record with a fresh command id, its target actor and the
+  hash of its arguments first, then runs the turn with that id; its outcome is written with the
+  next record (the next step's, or the run's suspension or end), so a command step costs one
+  write beside its turn: a crash before that write leaves it pending, and the resumed run
+  replays the receipt under the same id, at the same actor. A query step's answer is written the
+  same way, with its target and arguments' hash (a crash before it lets the query run again);
 - a job step stages the job row with its ``pending`` record in one transaction, then suspends;
   the job's settle routes its outcome to the step (``$workflow.job``) and wakes the run;
 - a sleep or a signal wait records its wake time as ``pending`` and suspends until then;
 - a local step (``wf.step``) runs, then records (at least once);
 - recorded values (``now``, ``uuid4``, ``random``) and ``patched`` markers are buffered and
   written with the next record, before any effect that could depend on them.
+
+A replayed step is the code's step only when its kind and name match the record's and, where
+the record holds them, its target actor and arguments' hash (:func:`args_digest`): any difference
+parks the run as *diverged* (W5), naming the seq and both sides. Records written by older code
+lack the hash (and a query's its target): what the record holds is compared, nothing more. A
+pending command step that no longer matches is never sent anywhere: its recorded target's
+receipt is looked up first, and the divergence says whether the recorded command was applied.
 
 Control leaves the user's code through ``BaseException`` subclasses (``except Exception`` in a
 workflow cannot swallow them): :class:`Suspend`, :class:`Diverged`, :class:`Outage` and
@@ -37,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
 
 from akter import telemetry
 from akter._engine.workflow_control import (
@@ -56,7 +65,7 @@ from akter._engine.workflow_control import (
     Suspend,
     durable,
 )
-from akter._ids import canonical_json
+from akter._ids import canonical_json, payload_hash
 from akter._json import Unstorable, storable_json
 from akter._staging import framework_id
 from akter._store.gateway.workflows import OutboxRow, StepRecord
@@ -285,24 +294,89 @@ class RunAttempt:
         """A command step (the handle transport's entry)."""
         name = f"{ref.type}.{member.name}"
         seq, rec = self._next("command", name)
-        if rec is not None and rec.status == "done":
-            return self._replay_call(member, rec)
+        args = args_digest(member.args_model, body)
         if rec is not None:
+            await self._same_call(seq, rec, name, ref, args)
+            if rec.status == "done":
+                return self._replay_call(member, rec)
             command_id = str(json.loads(rec.detail or "{}")["command_id"])
         else:
             command_id = self.calls.mint_command_id()
-            detail = canonical_json({"command_id": command_id, "actor": ref.to_json()})
+            detail = canonical_json(
+                {"command_id": command_id, "actor": ref.to_json(), "args": args}
+            )
             await self._record(StepRecord(seq, "command", name, "pending", detail))
-        return await self._call(seq, "command", name, member, ref, body, command_id)
+        return await self._call(
+            seq, "command", name, member, ref, body, command_id, replaying=rec is not None
+        )
 
     @durable
     async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
         """A query step: its answer is recorded, so a replay sees the same value."""
         name = f"{ref.type}.{member.name}"
         seq, rec = self._next("query", name)
-        if rec is not None and rec.status == "done":
-            return self._replay_call(member, rec)
-        return await self._call(seq, "query", name, member, ref, body, None)
+        args = args_digest(member.args_model, body)
+        if rec is not None:
+            await self._same_call(seq, rec, name, ref, args)
+            if rec.status == "done":
+                return self._replay_call(member, rec)
+        detail = canonical_json({"actor": ref.to_json(), "args": args})
+        return await self._call(seq, "query", name, member, ref, body, None, detail=detail)
+
+    async def _same_call(self, seq: int, rec: Record, name: str, ref: ActorRef, args: str) -> None:
+        """A recorded command or query step must target the same actor with the same arguments.
+
+        Compares what the record holds (older records lack the arguments' hash, and a query's
+        its target). A pending command step that differs is resolved against its *recorded*
+        target first (a receipt lookup, nothing sent), and the run is parked.
+
+        Raises:
+            Diverged: The code's call differs from the record's (W5).
+        """
+        recorded = _detail(rec)
+        was_actor, was_args = recorded.get("actor"), recorded.get("args")
+        now_actor = ref.to_json()
+        if (was_actor is None or was_actor == now_actor) and (was_args is None or was_args == args):
+            return
+        was = _describe(rec.kind, name, was_actor, was_args)
+        now = _describe(rec.kind, name, now_actor if was_actor is not None else None, args)
+        resolution = ""
+        if rec.kind == "command" and rec.status == "pending":
+            resolution = " " + await self._resolve_pending(rec, was_actor)
+        raise Diverged(
+            f"Step {seq} of workflow run {self.run_id!r} was recorded as {was}, but the code now "
+            f"asks for {now}; the run is parked.{resolution} Restore the call (or guard the "
+            f"change with wf.patched()), then 'akter workflows retry {self.run_id}', or cancel "
+            "the run."
+        )
+
+    async def _resolve_pending(self, rec: Record, actor: Any) -> str:
+        """Whether a pending command step's recorded command was applied at its recorded target."""
+        recorded = _detail(rec)
+        command_id = recorded.get("command_id")
+        if not isinstance(actor, dict) or not isinstance(command_id, str):
+            return "Nothing was sent."
+        where = ActorRef(str(actor["tenant"]), str(actor["type"]), str(actor["id"]))
+        try:
+            routing_key = self.services.registry.routing_key(where)
+        except Exception:
+            return (
+                f"Nothing was sent; whether command {command_id} was applied to "
+                f"{_actor_text(actor)} is unknown (its type is not declared by this code)."
+            )
+        try:
+            found = await self.gateway.step_receipt(routing_key, where, command_id)
+        except (psycopg.Error, OSError) as exc:
+            raise Outage(f"The receipt of a pending command step could not be read: {exc}") from exc
+        if found:
+            return (
+                f"Nothing was sent; the recorded command {command_id} was applied to "
+                f"{_actor_text(actor)} once (its receipt is there)."
+            )
+        return (
+            f"Nothing was sent; the recorded command {command_id} was not applied to "
+            f"{_actor_text(actor)} (no receipt yet)."
+        )
 
     def events(self, ref: ActorRef, after: str | None, limit: int) -> Any:
         """Event feeds are not steps."""
@@ -317,6 +391,9 @@ class RunAttempt:
         ref: ActorRef,
         body: dict[str, Any],
         command_id: str | None,
+        *,
+        replaying: bool = False,
+        detail: str | None = None,
     ) -> Any:
         with telemetry.workflow_step(kind, name, seq):
             try:
@@ -331,15 +408,26 @@ class RunAttempt:
                     "declared": {"tag": type(exc).tag, "fields": exc.fields, "message": str(exc)}
                 }
                 self.buffered.append(
-                    StepRecord(seq, kind, name, "done", None, canonical_json(outcome))
+                    StepRecord(seq, kind, name, "done", detail, canonical_json(outcome))
                 )
                 raise
             except ActorError as exc:
                 if exc.retryable:
                     raise Outage(f"{name} is unavailable: {exc}") from exc
+                if replaying and exc.reason == "CommandConflict":
+                    # A record written before arguments were hashed: the receipt tells.
+                    raise Diverged(
+                        f"Step {seq} of workflow run {self.run_id!r} was recorded as command "
+                        f"{name!r} with other arguments than the code now passes; the run is "
+                        "parked. Nothing was applied again. Restore the call (or guard the "
+                        f"change with wf.patched()), then 'akter workflows retry {self.run_id}', "
+                        "or cancel the run."
+                    ) from None
                 refused = {"reason": exc.reason, "code": exc.code, "message": exc.message}
                 self.buffered.append(
-                    StepRecord(seq, kind, name, "done", None, canonical_json({"refused": refused}))
+                    StepRecord(
+                        seq, kind, name, "done", detail, canonical_json({"refused": refused})
+                    )
                 )
                 raise
             except (psycopg.Error, OSError) as exc:
@@ -347,7 +435,7 @@ class RunAttempt:
             stored = self._encode({"ok": member.result.dump_python(value, mode="json")}, name)
             # Written with the next record (the next step's, or the run's suspension or end): until
             # then a crash leaves the step pending, and its command id replays the receipt.
-            self.buffered.append(StepRecord(seq, kind, name, "done", None, stored))
+            self.buffered.append(StepRecord(seq, kind, name, "done", detail, stored))
             return member.result.validate_python(json.loads(stored)["ok"])
 
     def _replay_call(self, member: Member, rec: Record) -> Any:
@@ -372,10 +460,22 @@ class RunAttempt:
                 f"not {job!r}."
             )
         seq, rec = self._next("job", job.name)
+        body = job.validate_payload(payload)
+        assert job.payload_model is not None
+        args = args_digest(job.payload_model, body)
+        if rec is not None:
+            was_args = _detail(rec).get("args")
+            if was_args is not None and was_args != args:
+                raise Diverged(
+                    f"Step {seq} of workflow run {self.run_id!r} was recorded as "
+                    f"{_describe('job', job.name, None, was_args)}, but the code now asks for "
+                    f"{_describe('job', job.name, None, args)}; the run is parked. Restore the "
+                    f"call (or guard the change with wf.patched()), then 'akter workflows retry "
+                    f"{self.run_id}', or cancel the run."
+                )
         if rec is not None and rec.status == "done":
             return _replay_job(job, rec)
         if rec is None:
-            body = job.validate_payload(payload)
             policy = definition.policy
             job_id = framework_id(
                 self._now(), 0, None, policy.execution_timeout, self.services.config.window_ms
@@ -394,7 +494,7 @@ class RunAttempt:
                 max_wait_ms=job.options.max_wait_ms,
                 capped=job.options.per_actor is not None,
             )
-            detail = canonical_json({"job_id": job_id})
+            detail = canonical_json({"job_id": job_id, "args": args})
             with telemetry.workflow_step("job", job.name, seq):
                 await self._record(
                     StepRecord(seq, "job", job.name, "pending", detail), outbox=(row,)
@@ -563,6 +663,52 @@ class RunAttempt:
         return False
 
 
+def args_digest(model: type[BaseModel], body: dict[str, Any]) -> str:
+    """The hash a step's record keeps of its arguments: those that differ from their default.
+
+    A parameter left at its default is left out, so code that adds a parameter with a default
+    (and passes nothing for it) calls with the same arguments as the record's.
+    """
+    explicit: dict[str, Any] = {}
+    for key, value in body.items():
+        info = model.model_fields.get(key)
+        if info is not None and not info.is_required():
+            try:
+                default = to_jsonable_python(info.get_default(call_default_factory=True))
+            except Exception:
+                default = _NO_DEFAULT
+            if default == value:
+                continue
+        explicit[key] = value
+    return payload_hash(explicit)[:16]
+
+
+_NO_DEFAULT = object()
+
+
+def _detail(rec: Record) -> dict[str, Any]:
+    try:
+        detail = json.loads(rec.detail or "{}")
+    except ValueError:
+        return {}
+    return detail if isinstance(detail, dict) else {}
+
+
+def _actor_text(actor: Any) -> str:
+    if not isinstance(actor, dict):
+        return "?"
+    return f"{actor.get('type')}({actor.get('id')!r}, tenant {actor.get('tenant')!r})"
+
+
+def _describe(kind: str, name: str, actor: Any, args: Any) -> str:
+    text = f"{kind} {name!r}"
+    if actor is not None:
+        text += f" to {_actor_text(actor)}"
+    if args is not None:
+        text += f" with arguments #{args}"
+    return text
+
+
 def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
     try:
         hints = typing.get_type_hints(fn)
@@ -584,4 +730,4 @@ def _job_result(job: Job[Any, Any]) -> TypeAdapter[Any]:
     return job.result
 
 
-__all__ = ["RunAttempt"]
+__all__ = ["RunAttempt", "args_digest"]

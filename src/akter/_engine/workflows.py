@@ -9,10 +9,12 @@ coroutine is dropped, so **a suspended run holds no runner, task or connection**
 job outcome or a cancel makes it runnable; a runner that dies mid-run loses its lease, and the
 next claim after the lease end resumes the run.
 
-Work staged by turns reaches the engine as outbox intents to the run's (or the sender's) actor,
-delivered by the relay instead of a command: ``$workflow.start`` (``self.start``),
+A turn's ``self.start_workflow`` writes its run in the turn's own commit flight
+(``wf_start_in_turn``). Other work staged by turns reaches the engine as outbox intents to the
+run's (or the sender's) actor, delivered by the relay instead of a command:
 ``$workflow.signal`` (``self.signal``), ``$workflow.cancel`` (``self.cancel_workflow``) and
-``$workflow.job`` (a job step's outcome, written by the job's settle).
+``$workflow.job`` (a job step's outcome, written by the job's settle); ``$workflow.start`` is
+still taken, from intents staged by older code.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -13,7 +13,7 @@ from akter import _ids, telemetry
 from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
 from akter._retry import Backoff
-from akter._staging import CancelJob, CancelTimer, Staged, StagedEvent, StagedRow
+from akter._staging import CancelJob, CancelTimer, Staged, StagedEvent, StagedRow, StagedRun
 from akter._store.pool import Connection
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, caller_key
@@ -148,6 +148,8 @@ class BatchWrites:
     rows: list[StagedRow] = field(default_factory=list)
     timer_deletes: list[str] = field(default_factory=list)
     job_cancels: list[str] = field(default_factory=list)
+    #: Workflow runs the batch starts on its actor (written in the commit flight).
+    runs: list[StagedRun] = field(default_factory=list)
 
     def apply(self, staged: Staged, command_id: str) -> None:
         """Merge one successful command's staged work (the last staging of a key wins)."""
@@ -156,6 +158,19 @@ class BatchWrites:
         for op in staged.ops:
             if isinstance(op, StagedRow):
                 self.rows.append(op)
+            elif isinstance(op, StagedRun):
+                first = next(
+                    (
+                        r
+                        for r in self.runs
+                        if op.key is not None
+                        and r.alias_of is None
+                        and (r.workflow, r.key) == (op.workflow, op.key)
+                    ),
+                    None,
+                )
+                # A second keyed start in the batch starts nothing: its id names the first.
+                self.runs.append(op if first is None else replace(op, alias_of=first.run_id))
             elif isinstance(op, CancelTimer):
                 # A cancellation drops earlier stagings of the key.
                 key = op.key
@@ -173,7 +188,7 @@ class BatchWrites:
     @property
     def empty(self) -> bool:
         """Whether nothing was staged."""
-        return not (self.events or self.rows or self.timer_deletes or self.job_cancels)
+        return not (self.events or self.rows or self.timer_deletes or self.job_cancels or self.runs)
 
 
 @dataclass

@@ -3,9 +3,9 @@
 :func:`plan` decides, without the database, which statements the batch needs (nothing at all
 rolls back instead of committing); :func:`send` queues them in the turn's pipeline in their
 fixed order — actor row (with the receipts, in one statement, when the state changed),
-events, timer deletes, job cancels, outbox, ticks, receipts (when it did not), loop fences
-and their clock check, ``COMMIT``; :func:`answers` reads the flight's results once the pipeline
-has synced.
+events, timer deletes, job cancels, outbox, workflow starts (only when the batch starts a
+run), ticks, receipts (when it did not), loop fences and their clock check, ``COMMIT``;
+:func:`answers` reads the flight's results once the pipeline has synced.
 The release check's clock is not read here: :func:`release_clock` bounds it from the turn's.
 """
 
@@ -25,6 +25,7 @@ from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
 from akter._staging import StagedRow
 from akter._store.gateway import actors
+from akter._store.gateway.workflows import start_in_turn
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
 
@@ -165,6 +166,15 @@ async def send(
                     rows=writes.rows,
                     ordinals=ords,
                     traceparent=telemetry.traceparent(),  # the batch span staged them
+                )
+            if writes.runs:
+                await start_in_turn(
+                    pipe,
+                    q,
+                    key,
+                    commit_ms=commit_ms,
+                    runs=writes.runs,
+                    traceparent=telemetry.traceparent(),
                 )
             if todo.ticks is not None:
                 await actors.insert_ticks(pipe, q, todo.ticks)

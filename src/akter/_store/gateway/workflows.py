@@ -18,7 +18,12 @@ from psycopg.rows import dict_row
 from akter._ids import bucket
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Mapping
+
+    from akter._staging import StagedRun
+    from akter._store.pipeline import Answer, TurnPipeline
     from akter._store.pool import Clock, Connection, Store
+    from akter._store.queries import Queries
 
 Row = dict[str, Any]
 
@@ -63,6 +68,38 @@ class OutboxRow:
     max_wait_ms: int | None = None
     #: A job with a per-actor cap: its ready time keeps the group's enqueue order (§5.3.4).
     capped: bool = False
+
+
+def start_in_turn(
+    pipe: TurnPipeline,
+    q: Queries,
+    key: Mapping[str, Any],
+    *,
+    commit_ms: int,
+    runs: Sequence[StagedRun],
+    traceparent: str | None,
+) -> Awaitable[Answer]:
+    """Queue a turn's workflow starts in its commit flight (``wf_start_in_turn``).
+
+    The runs live in the turn's actor's shard (its routing key): one single-shard statement.
+    A keyed start that meets a live run raises 40001 when it can name none (the turn retries).
+    """
+    return pipe.execute(
+        q["wf_start_in_turn"],
+        {
+            **key,
+            "commit": commit_ms,
+            "run_ids": [r.run_id for r in runs],
+            "workflows": [r.workflow for r in runs],
+            "keys": [r.key for r in runs],
+            "inputs": [r.input for r in runs],
+            "input_hashes": [r.input_hash for r in runs],
+            "callers": [r.caller for r in runs],
+            "timeouts": [r.timeout_ms for r in runs],
+            "alias_of": [r.alias_of for r in runs],
+            "traceparent": traceparent,
+        },
+    )
 
 
 class WorkflowsGateway:
@@ -235,6 +272,20 @@ class WorkflowsGateway:
         rows = await self._run(
             self._store.queries["wf_renew"],
             {"rk": run.routing_key, "run_id": run.run_id, "token": token, "lease_ms": lease_ms},
+        )
+        return bool(rows)
+
+    async def step_receipt(self, routing_key: int, ref: Any, command_id: str) -> bool:
+        """Whether ``command_id`` has a receipt at actor ``ref`` (a pending command step's)."""
+        rows = await self._run(
+            self._store.queries["wf_step_receipt"],
+            {
+                "rk": routing_key,
+                "tenant": ref.tenant,
+                "type": ref.type,
+                "id": ref.id,
+                "command_id": command_id,
+            },
         )
         return bool(rows)
 

@@ -1,0 +1,197 @@
+"""A start from a turn is part of the turn (issue 38, finding 4; the workflows spec, W1).
+
+``self.start_workflow(...)`` writes the run in the turn's own commit flight: the run exists
+exactly when the turn commits (no relay delivery in between), and a turn that rolls back
+starts nothing. With ``key=``, at most one run per (actor, workflow, key) is live: a second
+start in the same turn returns the first one's id; a start in a later turn (or one racing it)
+starts nothing, and the id it returns names the live run from the same commit on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+import akter
+from akter.testing import ActorTest
+from tests._support.locks import until_lock_waiter
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Go(BaseModel):
+    note: str = ""
+
+
+class Refused(akter.DeclaredError, tag="refused"):
+    pass
+
+
+class ShopState(BaseModel):
+    runs: list[str] = []
+
+
+class Shop(akter.Actor[ShopState]):
+    @akter.command
+    async def begin(self, key: str | None = None) -> str:
+        run_id = self.start_workflow(Shop.hold, "x", key=key)
+        self.state.runs.append(run_id)
+        return run_id
+
+    @akter.command
+    async def touch(self) -> None:
+        self.state.runs = list(self.state.runs)
+
+    @akter.command
+    async def begin_twice(self, key: str) -> list[str]:
+        return [
+            self.start_workflow(Shop.hold, "first", key=key),
+            self.start_workflow(Shop.hold, "second", key=key),
+        ]
+
+    @akter.command(errors=[Refused])
+    async def begin_then_refuse(self, key: str) -> str:
+        self.start_workflow(Shop.hold, "x", key=key)
+        raise Refused()
+
+    @akter.workflow
+    async def hold(wf: akter.Workflow, label: str) -> str:
+        go = await wf.wait(Go)
+        return f"{label}:{go.note if go else ''}"
+
+
+async def runs(t: ActorTest) -> list[dict[str, Any]]:
+    return await t.rows(
+        "SELECT run_id, run_key, status, input FROM {schema}.workflows ORDER BY started_at_ms"
+    )
+
+
+async def test_keyed_start_from_a_turn_exists_when_the_turn_commits(akter_test: Any) -> None:
+    async with akter_test([Shop]) as t:
+        # Held right after COMMIT, before the turn answers or wakes anyone.
+        gate = t.pause_next("after_commit")
+        call = asyncio.create_task(t.get(Shop, "s-1").begin("k"))
+        await gate.wait()
+        rows = await runs(t)
+        assert [(r["run_key"], r["status"]) for r in rows] == [("k", "runnable")]
+        assert await t.rows("SELECT intent_id FROM {schema}.outbox") == []  # no relay hop
+        status = await t.runtime.workflow_run(rows[0]["run_id"]).status()
+        assert status.status == "runnable" and status.key == "k"
+        gate.release()
+        run_id = await call
+        assert run_id == rows[0]["run_id"]
+        # The id resolves at once, through workflow_run, status and result.
+        run = t.runtime.workflow_run(run_id)
+        await t.drain()
+        await run.signal(Go(note="now"))
+        assert await run.result(timeout=10) == "x:now"
+
+        # A turn that rolls back starts nothing.
+        with pytest.raises(Refused):
+            await t.get(Shop, "s-2").begin_then_refuse("k")
+        assert len(await runs(t)) == 1
+
+
+async def test_second_keyed_start_returns_the_live_run(akter_test: Any) -> None:
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-3")
+        # The same turn: the second start returns the first one's id and starts nothing.
+        first, again = await shop.begin_twice("k")
+        assert again == first
+        assert [r["run_id"] for r in await runs(t)] == [first]
+
+        # A later turn, while the run is live: it starts nothing, and its id names the run at
+        # once (no drain: nothing waits for the relay).
+        later = await shop.begin("k")
+        assert [r["run_id"] for r in await runs(t)] == [first]
+        assert (await t.runtime.workflow_run(later).status()).run_id == first
+        await t.drain()
+        await t.runtime.workflow_run(later).signal(Go(note="one"))
+        assert await t.runtime.workflow_run(later).result(timeout=10) == "first:one"
+        assert await t.runtime.workflow_run(first).result(timeout=10) == "first:one"
+
+        # Once it ended, the key starts a new run.
+        fresh = await shop.begin("k")
+        assert (await t.runtime.workflow_run(fresh).status()).run_id == fresh != first
+        assert len(await runs(t)) == 2
+
+        # Another key, and no key, start runs of their own.
+        other = await shop.begin("other")
+        unkeyed = await shop.begin(None)
+        assert len({fresh, other, unkeyed}) == 3
+        assert len(await runs(t)) == 4
+
+
+async def test_two_runners_racing_one_key_start_one_run(akter_test: Any) -> None:
+    async with akter_test([Shop]) as t:
+        second = await t.add_runtime([Shop])
+        await t.get(Shop, "s-4").touch()
+        await second.get(Shop, "s-4").touch()  # both runners warm: each turn locks the row
+        # Runner 0's turn holds the actor's lock, paused before its commit flight ...
+        gate = t.pause_next("before_commit")
+        a = asyncio.create_task(t.get(Shop, "s-4").begin("k"))
+        await gate.wait()
+        # ... while runner 1's turn of the same actor, starting the same key, waits for it.
+        b = asyncio.create_task(second.get(Shop, "s-4").begin("k"))
+        await until_lock_waiter(t, ".actors")
+        gate.release()
+        ids = [await a, await b]
+        rows = await runs(t)
+        assert len(rows) == 1
+        live = rows[0]["run_id"]
+        for run_id in ids:
+            assert (await t.runtime.workflow_run(run_id).status()).run_id == live
+        assert ids[0] == live  # the turn that committed first started it
+
+
+async def test_a_start_whose_turn_crashed_is_one_run_or_none(akter_test: Any) -> None:
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-5")
+        # Crashed before COMMIT: the attempt wrote nothing; the retry under the same command id
+        # starts the one run.
+        t.crash_next("before_commit")
+        first = await shop.with_command_id(await t.runtime.mint_command_id()).begin("k")
+        assert [r["run_id"] for r in await runs(t)] == [first]
+        # Crashed after COMMIT (the answer lost): the retry replays the receipt, the same id,
+        # and no second run.
+        t.crash_next("after_commit")
+        second = await shop.with_command_id(await t.runtime.mint_command_id()).begin(None)
+        assert [r["run_id"] for r in await runs(t)] == [first, second]
+        assert t.runtime.hooks.fired == [("before_commit", "crash"), ("after_commit", "crash")]
+        assert (await t.runtime.workflow_run(second).status()).run_id == second
+
+
+async def test_a_keyed_start_racing_an_uncommitted_one_names_it_after_a_retry(
+    akter_test: Any,
+) -> None:
+    """A start by another transaction (older code's relay delivery) holds the key, uncommitted."""
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-6")
+        await shop.touch()
+        (actor,) = await t.rows("SELECT routing_key FROM {schema}.actors WHERE actor_id = 's-6'")
+        side = await psycopg.AsyncConnection.connect(t.database_url)
+        try:
+            await side.execute(
+                t.runtime.store.queries.substitute(
+                    "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
+                    " actor_id, workflow, run_key, input, input_hash, caller, status,"
+                    " wake_at_ms, started_at_ms, updated_at_ms) VALUES (%(rk)s, 'side-run',"
+                    " 'default', 'Shop', 's-6', 'hold', 'k', '{\"label\": \"side\"}', 'x',"
+                    " '{}', 'suspended', NULL, 0, 0)"
+                ),
+                {"rk": actor["routing_key"]},
+            )
+            call = asyncio.create_task(shop.begin("k"))
+            # The turn's start waits on the key's unique index for the side transaction ...
+            await until_lock_waiter(t, ".workflow_aliases")
+            await side.commit()
+        finally:
+            await side.close()
+        # ... whose run its statement's snapshot cannot see: 40001, and the retry names it.
+        run_id = await call
+        assert [r["run_id"] for r in await runs(t)] == ["side-run"]
+        assert (await t.runtime.workflow_run(run_id).status()).run_id == "side-run"
