@@ -39,6 +39,16 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).resolve().parent / "cases"
 CASE_FILES = ("user.py", "contract.py", "misuse.py")
+#: The README's pyright note ("Use akter in your project"), checked as a fourth file.
+README_BLOCK = "readme_editors.py"
+
+
+def readme_block() -> str:
+    """The python block of the README's "Use akter in your project" section."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    start = text.index("```python", text.index("## Use akter in your project")) + len("```python")
+    return text[start : text.index("```", start)]
+
 
 _MARK = re.compile(r"#\s*E:\s*(?P<code>[a-z0-9-]+)\s*$")
 
@@ -59,8 +69,10 @@ def pyright_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[i
         # must be real.
         reportUnnecessaryTypeIgnoreComment="error",
     )
-    config = tmp_path_factory.mktemp("pyright") / "pyrightconfig.json"
+    work = tmp_path_factory.mktemp("pyright")
+    config = work / "pyrightconfig.json"
     config.write_text(json.dumps(settings), "utf-8")
+    (work / README_BLOCK).write_text(readme_block(), "utf-8")
     proc = subprocess.run(
         [
             sys.executable,
@@ -72,6 +84,7 @@ def pyright_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[i
             "--pythonpath",
             sys.executable,
             *(str(CASES / name) for name in CASE_FILES),
+            str(work / README_BLOCK),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -83,8 +96,9 @@ def pyright_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[i
     # 0: clean, 1: errors found; anything else is a crash, a config error or no files.
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
-    assert report["summary"]["filesAnalyzed"] == len(CASE_FILES), proc.stdout
-    errors: dict[str, dict[int, list[str]]] = {name: defaultdict(list) for name in CASE_FILES}
+    files = (*CASE_FILES, README_BLOCK)
+    assert report["summary"]["filesAnalyzed"] == len(files), proc.stdout
+    errors: dict[str, dict[int, list[str]]] = {name: defaultdict(list) for name in files}
     for diagnostic in report["generalDiagnostics"]:
         if diagnostic["severity"] != "error":
             continue
@@ -130,3 +144,24 @@ def test_misuse_fails_on_each_marked_line_and_no_other(
     got = pyright_errors["misuse.py"]
     assert sorted(marked - set(got)) == [], "marked lines pyright accepts"
     assert {n: got[n] for n in sorted(set(got) - marked)} == {}, "unmarked lines pyright rejects"
+
+
+def test_the_readmes_staticmethod_migration_satisfies_pyright_mypy_and_akter(
+    pyright_errors: dict[str, dict[int, list[str]]], tmp_path: Path
+) -> None:
+    assert dict(pyright_errors[README_BLOCK]) == {}
+    source = tmp_path / README_BLOCK
+    source.write_text(readme_block(), "utf-8")
+    mypy = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(source)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert mypy.returncode == 0, mypy.stdout + mypy.stderr
+    namespace: dict[str, Any] = {}
+    exec(compile(readme_block(), README_BLOCK, "exec"), namespace)
+    definition = namespace["Customer"].__akter_definition__
+    definition.resolve()
+    assert definition.state_version == 1
