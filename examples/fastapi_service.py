@@ -22,7 +22,7 @@ auth=token).get(Cart, "alice").add("apple", 2)``.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -139,7 +139,7 @@ def create_app(
     auth = akter.http.BearerJWT(secret)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: FastAPI) -> AsyncGenerator[None]:
         async with runtime:  # migrate, start the relay; drain on shutdown
             yield
 

@@ -18,8 +18,15 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel
+
+from akter._extras import require_extra
+
+try:
+    import httpx
+except ModuleNotFoundError as exc:  # pip install 'akter[http]'
+    require_extra(exc, "akter.client", "http")
+    raise
 
 from akter._event_decl import Event, decode_stored
 from akter._retry import CommandRetry

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, Literal
+from typing import Any, Generic, Literal, Protocol
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from typing_extensions import TypeVar
@@ -42,8 +42,12 @@ Duration = float | int | timedelta
 _MAX_MS = 2**31 - 1
 
 
-class JobCall:
+class JobCall(Protocol):
     """What an executor gets besides its payload: ids, attempt and progress reporting.
+
+    A protocol, like :class:`akter.QueryView`: an executor is declared in its actor's class body
+    without ``self``, and pyright accepts a first parameter whose type is not the class only when
+    that type is a protocol. The runtime passes an :class:`AttemptCall`.
 
     Attributes:
         job_id: Stable across attempts: use it as the provider's idempotency key.
@@ -52,6 +56,13 @@ class JobCall:
         ref: The actor that owns the job.
         tenant: The actor's tenant.
     """
+
+    job_id: str
+    attempt: int
+    principal: str | None
+    ref: ActorRef
+    tenant: str
+    _report: Callable[[BaseModel], None] | None
 
     def __init__(
         self,
@@ -73,6 +84,10 @@ class JobCall:
         """Publish a progress frame (best-effort; never blocks or raises)."""
         if self._report is not None:
             self._report(frame)
+
+
+class AttemptCall(JobCall):
+    """The :class:`JobCall` of one attempt (or of a rate key's evaluation), built by the runtime."""
 
 
 class DeadLetter(BaseModel, Generic[P]):

@@ -277,14 +277,23 @@ _UUID: TypeAdapter[uuid.UUID] = TypeAdapter(uuid.UUID)
 _FLOAT: TypeAdapter[float] = TypeAdapter(float)
 
 
-class Workflow:
+class Workflow(Protocol):
     """The ``wf`` a workflow function receives: its steps (the workflows spec, W2).
+
+    A protocol, like :class:`akter.QueryView`: a workflow is declared in its actor's class body
+    with ``wf`` first and no ``self``, and pyright accepts a first parameter whose type is not
+    the class only when that type is a protocol. The runtime passes a :class:`WorkflowContext`.
 
     Attributes:
         run_id: This run's id.
         ref: The actor the workflow belongs to.
         name: The workflow's name.
     """
+
+    run_id: str
+    ref: ActorRef
+    name: str
+    _driver: StepDriver
 
     def __init__(self, driver: StepDriver) -> None:
         self._driver = driver
@@ -414,6 +423,10 @@ class Workflow:
         if not isinstance(marker, str) or not marker:
             raise invalid_input("wf.patched() takes a non-empty marker string.")
         return self._driver.patched(marker)
+
+
+class WorkflowContext(Workflow):
+    """The :class:`Workflow` of one run attempt, built by the engine over its step driver."""
 
 
 class WorkflowStarter(Generic[P, R]):
@@ -620,6 +633,7 @@ __all__ = [
     "StepDriver",
     "StepRecordView",
     "Workflow",
+    "WorkflowContext",
     "WorkflowError",
     "WorkflowMember",
     "WorkflowOutcome",

@@ -40,7 +40,7 @@ from akter._local_clock import LocalClock
 from akter._waits import wait_event
 from akter.callers import System, caller_from_json
 from akter.errors import JobFailure
-from akter.jobs import JobCall
+from akter.jobs import AttemptCall
 from akter.telemetry import tracer
 
 if TYPE_CHECKING:
@@ -303,7 +303,7 @@ class AttemptRunner:
                 )
             )
         caller = caller_from_json(row.caller)
-        call = JobCall(
+        call = AttemptCall(
             job_id=row.intent_id,
             attempt=row.attempts,
             principal=caller.on_behalf_of if isinstance(caller, System) else None,

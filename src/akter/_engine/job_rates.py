@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from akter._engine.job_claims import ClaimedJob
 from akter._store.gateway.job_flow import Bucket, TokenWant
 from akter.callers import System, caller_from_json
-from akter.jobs import JobCall
+from akter.jobs import AttemptCall, JobCall
 
 if TYPE_CHECKING:
     from akter._store.gateway.job_flow import FlowGateway
@@ -66,7 +66,7 @@ class Admitted:
 def key_call(row: ClaimedJob) -> JobCall:
     """The JobCall a rate key function sees (as the executor will: ids, attempt, principal)."""
     caller = caller_from_json(row.caller)
-    return JobCall(
+    return AttemptCall(
         job_id=row.intent_id,
         attempt=row.attempts,
         principal=caller.on_behalf_of if isinstance(caller, System) else None,

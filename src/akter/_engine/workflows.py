@@ -50,7 +50,7 @@ from akter._store.gateway.workflows import OutboxRow, RunKey, WorkflowsGateway
 from akter.callers import ActorRef, Caller, System, caller_from_json, caller_to_json, current_caller
 from akter.errors import ActorError, DeclaredError, InjectedCrash, WorkflowCancelled
 from akter.workflows import (
-    Workflow,
+    WorkflowContext,
     WorkflowError,
     WorkflowMember,
     WorkflowRun,
@@ -252,7 +252,7 @@ class WorkflowEngine:
             )
             return "diverged"
         try:
-            value = await _halting(attempt, member.fn(Workflow(attempt), **kwargs))
+            value = await _halting(attempt, member.fn(WorkflowContext(attempt), **kwargs))
         except Suspend as suspend:
             try:
                 status = await self.gateway.suspend(

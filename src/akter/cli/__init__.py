@@ -19,21 +19,27 @@ without a traceback.
 
 from __future__ import annotations
 
-import typer
+from akter._extras import require_extra
 
-from akter.cli._common import Steps
-from akter.cli.bench import bench_app
-from akter.cli.check import check_app
-from akter.cli.citus import citus_app
-from akter.cli.db import db_app
-from akter.cli.dead_letters import letters_app
-from akter.cli.dev import dev_app
-from akter.cli.inspection import inspection_app
-from akter.cli.jobs import jobs_app
-from akter.cli.migrate import migrate_app
-from akter.cli.outbox import outbox_app
-from akter.cli.runner import runner_app
-from akter.cli.workflows import workflows_app
+try:
+    import typer
+
+    from akter.cli._common import Steps
+    from akter.cli.bench import bench_app
+    from akter.cli.check import check_app
+    from akter.cli.citus import citus_app
+    from akter.cli.db import db_app
+    from akter.cli.dead_letters import letters_app
+    from akter.cli.dev import dev_app
+    from akter.cli.inspection import inspection_app
+    from akter.cli.jobs import jobs_app
+    from akter.cli.migrate import migrate_app
+    from akter.cli.outbox import outbox_app
+    from akter.cli.runner import runner_app
+    from akter.cli.workflows import workflows_app
+except ModuleNotFoundError as exc:  # typer, rich, ...: pip install 'akter[cli]'
+    require_extra(exc, "The akter command line", "cli")
+    raise
 
 app = typer.Typer(
     name="akter",

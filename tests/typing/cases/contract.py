@@ -190,13 +190,17 @@ def _deposited_cents(old: dict[str, object]) -> dict[str, object]:
 
 
 class Account(akter.Actor[AccountState], name="Account", events=(Deposited,)):
+    # In a class body pyright wants a migration (no ``self``) to be a staticmethod; akter takes
+    # either spelling, and mypy accepts both.
     @akter.migrate_state(from_version=0)
+    @staticmethod
     def _split(old: AccountV0) -> AccountV1:
         first, _, last = old.name.partition(" ")
         return AccountV1(first=first, last=last)
 
+    # The plain spelling: pyright (not mypy) reports its first parameter as not the class.
     @akter.migrate_state(from_version=1)
-    def _cents(old: dict[str, object]) -> dict[str, object]:
+    def _cents(old: dict[str, object]) -> dict[str, object]:  # pyright: ignore[reportGeneralTypeIssues]
         return {**old, "cents": 0}
 
     @akter.command(version=1, aliases=("credit",))
@@ -206,6 +210,7 @@ class Account(akter.Actor[AccountState], name="Account", events=(Deposited,)):
         return self.state.cents
 
     @deposit.migrate_payload(from_version=0)
+    @staticmethod
     def _amount(old: dict[str, object]) -> dict[str, object]:
         return {"cents": old.get("amount", 0)}
 
@@ -214,6 +219,7 @@ class Account(akter.Actor[AccountState], name="Account", events=(Deposited,)):
         return self_call.job_id
 
     @settle.migrate_payload(from_version=0)
+    @staticmethod
     def _settle_v0(old: dict[str, object]) -> dict[str, object]:
         return old
 

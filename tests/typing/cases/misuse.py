@@ -75,10 +75,12 @@ class Evolving(akter.Actor[Stock]):
         return cents
 
     @deposit.migrate_payload(from_version=0)  # E: arg-type
+    @staticmethod
     def _bad_payload(old: int) -> dict[str, Any]:
         return {}
 
     @akter.migrate_state(from_version=0)  # E: arg-type
+    @staticmethod
     def _bad_state(old: dict[str, Any]) -> str:
         return ""
 
