@@ -330,3 +330,34 @@ async def test_a_job_outcome_that_matches_no_step_is_logged(
                 "{}",
             )
         assert any("matches no" in r.getMessage() for r in caplog.records), caplog.records
+
+
+async def test_migration_0012_caps_the_wake_of_runs_suspended_by_older_code(
+    akter_test: Make,
+) -> None:
+    from akter._store.migrate import known_migrations
+
+    (migration,) = [m for m in known_migrations() if m.id.endswith("_workflow_deadline_wakes")]
+    async with akter_test([Bill]) as t:
+        waiting = await t.get(Bill, "b-9").forever.start()
+        sleeping = await t.get(Bill, "b-10").long_sleep.start()
+        await t.drain()
+        # As older code left them: no wake time for a signal wait, a sleep's end past the
+        # deadline.
+        await t.rows(
+            "UPDATE {schema}.workflows SET wake_at_ms = NULL WHERE run_id = %(id)s",
+            {"id": waiting.id},
+        )
+        await t.rows(
+            "UPDATE {schema}.workflows SET wake_at_ms = deadline_ms + 3600000"
+            " WHERE run_id = %(id)s",
+            {"id": sleeping.id},
+        )
+        await t.rows(migration.text)
+        for run in (waiting, sleeping):
+            row = await run_row(t, run.id)
+            assert row["wake_at_ms"] == row["deadline_ms"]
+        await t.advance(30 * DAY_S + 1)
+        for run in (waiting, sleeping):
+            with pytest.raises(akter.WorkflowCancelled, match="timed out"):
+                await run.result(timeout=10)
