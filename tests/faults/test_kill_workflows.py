@@ -319,7 +319,7 @@ async def test_workflow_cancel_drill_short(workflow_test: WorkflowTest) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(ON_CITUS, reason=NO_JOB_END_LOG)
-async def test_workflow_cancel_drill_three_runners_sigkilled_every_5s(
+async def test_workflow_cancel_drill_three_runners_sigkilled_every_4s(
     workflow_test: WorkflowTest,
 ) -> None:
     """120 runs cancelled and timed out at every kind of step while runners are SIGKILLed."""

@@ -13,7 +13,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -232,7 +232,7 @@ async def drive_under_kills(
     t: ActorTest,
     drill: Chaos,
     rng: random.Random,
-    feed: Callable[[float], Awaitable[None]],
+    feed: Callable[[float], Coroutine[Any, Any, None]],
     kills: list[Kill],
     log: Callable[[str], None] = print,
     stderr: list[str] | None = None,
@@ -448,9 +448,9 @@ class Cancels(Chaos):
     cancelled: float = 0.5
     cancel_within: float = 6.0
     unsignalled: float = 0.15
-    start_over: float = 20.0
+    start_over: float = 30.0
     signal_within: float = 8.0
-    kill_every: float = 5.0
+    kill_every: float = 4.0
     doomed: float = 0.1
     seed: int = 38
 

@@ -141,7 +141,11 @@ async def cancelled_and_recorded(t: ActorTest, run_id: str) -> dict[str, Any]:
             return rows[0]
         return None
 
-    return await until(check, what="the run cancelled with its job's outcome recorded")
+    found: dict[str, Any] | None = await until(
+        check, what="the run cancelled with its job's outcome recorded"
+    )
+    assert found is not None
+    return found
 
 
 def the_job_id(record: dict[str, Any]) -> str:
@@ -361,3 +365,46 @@ async def test_migration_0012_caps_the_wake_of_runs_suspended_by_older_code(
         for run in (waiting, sleeping):
             with pytest.raises(akter.WorkflowCancelled, match="timed out"):
                 await run.result(timeout=10)
+
+
+# --- crashes around the cancel at a job step -----------------------------------------------------
+
+
+def job_step_write(info: dict[str, Any]) -> bool:
+    """A fault-point matcher: a write whose newest record is seq 0's (the job step's)."""
+    return bool(info.get("seqs")) and list(info["seqs"])[-1] == 0
+
+
+@pytest.mark.parametrize("point", ["before_step_record", "after_step_record"])
+async def test_a_crash_around_the_cancel_at_a_job_step_cancels_the_job_once(
+    akter_test: Make, point: str
+) -> None:
+    async with akter_test([Bill], jobs=[]) as t:  # no executor: the job stays queued
+        order = t.get(Bill, "b-11")
+        run = await order.charged.start(11)
+        await t.drain()
+        (job,) = await t.rows("SELECT intent_id FROM {schema}.outbox WHERE kind = 'job'")
+        t.crash_next(point, job_step_write)
+        await run.cancel()
+        await t.drain()  # the attempt dies at the fault point, holding its lease
+        (step,) = await t.rows(
+            "SELECT kind, status, outcome FROM {schema}.workflow_steps WHERE run_id = %(id)s",
+            {"id": run.id},
+        )
+        left = await t.rows("SELECT intent_id FROM {schema}.outbox WHERE kind = 'job'")
+        if point == "before_step_record":  # nothing written: the job and the step as they were
+            assert (step["kind"], step["status"], left) == ("job", "pending", [job])
+        else:  # the job's cancellation and the cancel record committed together
+            assert (step["kind"], step["status"], left) == ("cancel", "done", [])
+            assert json.loads(str(step["outcome"]))["cancelled"]["attempts"] == 0
+        assert await status_of(t, run.id) == "running"
+        await t.advance(31)  # past the dead attempt's lease: another attempt resumes the run
+        with pytest.raises(akter.WorkflowCancelled):
+            await run.result(timeout=10)
+        steps = (await run.status()).steps
+        assert [(s.seq, s.kind) for s in steps] == [(0, "cancel"), (1, "command")]
+        report = steps[0].outcome["cancelled"]
+        assert (report["job_id"], report["attempts"]) == (job["intent_id"], 0)
+        assert report["outcome"]["kind"] == "Failed"
+        assert await order.marks() == ["refund 11"]
+        assert await t.rows("SELECT * FROM {schema}.outbox") == []

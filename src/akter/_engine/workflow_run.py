@@ -459,15 +459,15 @@ class RunAttempt:
             return _replay_job(job, arrived)
         self.buffered.clear()
         self.cancel_delivered = True
+        await self.services.hooks.at("after_step_record", info)
         if done.running:
-            self.cancel_jobs([job_id])
+            self.cancel_jobs([job_id])  # elsewhere the attempt notices at its next renewal
         if not done.deleted:
             self.wake()  # a cancelled row not running is settled by the next job claim
         log.info(
             "Workflow run cancelled at a job step; its job is cancelled",
             extra={"run_id": self.run_id, "job_id": job_id, "never_ran": done.deleted},
         )
-        await self.services.hooks.at("after_step_record", info)
         raise WorkflowCancelled(message)
 
     # --- sleeps and waits -------------------------------------------------------------------
