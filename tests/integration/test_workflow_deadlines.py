@@ -74,6 +74,16 @@ class Bill(akter.Actor[BillState]):
         await wf.sleep(timedelta(hours=1))
         return "woke"
 
+    @akter.workflow(timeout=timedelta(seconds=2))
+    async def slow_to_compensate(wf: akter.Workflow) -> str:
+        try:
+            await wf.wait(Sig)
+        except akter.WorkflowCancelled:
+            await wf.sleep(timedelta(seconds=60))  # compensation may suspend past the deadline
+            await wf.get(Bill, wf.ref.id).mark("compensated")
+            raise
+        return "signalled"
+
     @akter.workflow
     async def forever(wf: akter.Workflow) -> str:
         await wf.wait(Sig)
@@ -179,6 +189,22 @@ async def test_workflow_timeout_caps_a_long_sleep(akter_test: Make) -> None:
         await t.advance(3)
         with pytest.raises(akter.WorkflowCancelled, match="timed out"):
             await run.result(timeout=10)
+
+
+async def test_a_compensation_may_suspend_past_the_deadline(akter_test: Make) -> None:
+    async with akter_test([Bill]) as t:
+        order = t.get(Bill, "b-12")
+        run = await order.slow_to_compensate.start()
+        await t.drain()
+        await t.advance(3)  # timed out: the compensation sleeps for a minute
+        row = await run_row(t, run.id)
+        assert row["status"] == "suspended"
+        assert row["wake_at_ms"] > row["deadline_ms"] + 50_000  # its own wake time, not capped
+        assert row["attempts"] == 2  # no claim loop at the passed deadline
+        await t.advance(61)
+        with pytest.raises(akter.WorkflowCancelled, match="timed out"):
+            await run.result(timeout=10)
+        assert await order.marks() == ["compensated"]
 
 
 async def test_default_workflow_timeout_is_enforced(akter_test: Make) -> None:

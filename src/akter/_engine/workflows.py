@@ -265,6 +265,9 @@ class WorkflowEngine:
                     suspend.waiting,
                     records=await attempt.handover(),
                     lease_ms=services.config.workflow_lease_ms,
+                    # The deadline bounds the wait until the cancel has reached the code; a
+                    # compensation may then suspend past it.
+                    by_deadline=not (attempt.cancel_delivered or attempt.replayed_cancel),
                 )
             except (psycopg.Error, OSError) as exc:
                 await self._release(claimed, f"the suspension could not be written: {exc}")

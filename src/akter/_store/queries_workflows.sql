@@ -129,13 +129,14 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND sta
 RETURNING run_id;
 
 -- wf_suspend --
--- hands the run back until its wake time capped at the run's deadline (a wait for a signal, a job outcome or a cancel alone wakes at the deadline: timeout= bounds every suspension); a wake that arrived while it ran makes it runnable at once instead; the clock read once in a materialised CTE (Citus)
+-- hands the run back until its wake time, capped at the run's deadline until the cancel has reached the code (by_deadline: a wait for a signal, a job outcome or a cancel alone wakes at the deadline, so timeout= bounds every suspension; a compensation after it may wait past it); a wake that arrived while it ran makes it runnable at once instead; the clock read once in a materialised CTE (Citus)
 WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now)
 UPDATE {schema}.workflows
 SET status = CASE WHEN pending_wake THEN 'runnable' ELSE 'suspended' END,
     -- least() ignores a NULL: no wake time of its own wakes at the deadline
     wake_at_ms = CASE WHEN pending_wake THEN clock.now
-                      ELSE least(%(wake_at)s::bigint, deadline_ms) END,
+                      WHEN %(by_deadline)s::boolean THEN least(%(wake_at)s::bigint, deadline_ms)
+                      ELSE %(wake_at)s::bigint END,
     waiting = %(waiting)s, lease_owner = NULL, updated_at_ms = clock.now
 FROM clock
 WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'

@@ -276,9 +276,11 @@ class WorkflowsGateway:
         waiting: str,
         records: Sequence[StepRecord] = (),
         lease_ms: int = 0,
+        by_deadline: bool = True,
     ) -> str | None:
         """Write ``records``, then hand the run back until ``wake_at``, in one transaction.
 
+        With ``by_deadline`` the wake time is capped at the run's deadline (none: the deadline).
         Returns the run's new status; ``None`` when the lease was lost (nothing written).
         """
         params = {
@@ -287,6 +289,7 @@ class WorkflowsGateway:
             "token": token,
             "wake_at": wake_at,
             "waiting": waiting,
+            "by_deadline": by_deadline,
         }
         async with self._store.framework.connection() as conn:
             if not records:  # one statement: it commits alone
