@@ -434,3 +434,32 @@ async def test_a_crash_around_the_cancel_at_a_job_step_cancels_the_job_once(
         assert report["outcome"]["kind"] == "Failed"
         assert await order.marks() == ["refund 11"]
         assert await t.rows("SELECT * FROM {schema}.outbox") == []
+
+
+async def test_a_job_outcome_recorded_while_the_cancel_is_written_is_answered_not_replaced(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Bill], jobs=[]) as t:
+        run = await t.get(Bill, "b-13").charged.start(13)
+        await t.drain()
+        pause = t.pause_next("before_step_record", job_step_write)
+        await run.cancel()
+        t.runtime.relay.wake()
+        await pause.wait()  # the attempt holds its journal: the job step is pending there
+        # The job's outcome arrives now, as its settle's $workflow.job delivery would.
+        await t.runtime.workflow_engine.deliver(
+            akter.ActorRef("default", "Bill", "b-13"),
+            "$workflow.job",
+            json.dumps({"run_id": run.id, "seq": 0, "outcome": {"ok": "ch_13"}}),
+            "job-13",
+            "{}",
+        )
+        pause.release()
+        await t.drain()
+        # The outcome is kept, never replaced by the cancel; with no durable await after the
+        # job step, the cancel reaches no further step and the run completes (W3).
+        assert await run.result(timeout=10) == "ch_13"
+        steps = (await run.status()).steps
+        assert [(s.seq, s.kind, s.status, s.outcome) for s in steps] == [
+            (0, "job", "done", {"ok": "ch_13"})
+        ]
