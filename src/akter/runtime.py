@@ -125,6 +125,7 @@ class Runtime:
             make_handle=Handle,
             wake=lambda: self._wake_workflows(),
             runner_id=self.runners.runner_id,
+            cancel_jobs=self.jobs.cancel_signal,
         )
         #: Workflow runs by id: status, journals, signals, cancels, retries (operators, HTTP).
         self.workflows = self.workflow_engine.ops

@@ -63,7 +63,9 @@ async def test_an_actors_runs_and_a_runs_timeline(served: Serve) -> None:
         assert sleeping["status"] == "suspended"
         assert sleeping["wake"]["waiting"].startswith("sleep until")
         assert sleeping["wake"]["until"] > sleeping["started_at"]  # ISO times compare in order
-        assert runs[waiting.id]["wake"] == {"waiting": "signal Shipped", "until": None}
+        # A wait for a signal alone wakes by itself at the run's deadline (timeout=, issue 38).
+        assert runs[waiting.id]["wake"]["waiting"] == "signal Shipped"
+        assert runs[waiting.id]["wake"]["until"] > sleeping["started_at"]  # its deadline
         limited = await ops.get("/console/api/actor/workflows", params={**params, "limit": "1"})
         assert len(limited.json()["runs"]) == 1
         bad_limit = await ops.get("/console/api/actor/workflows", params={**params, "limit": "0"})
@@ -92,7 +94,7 @@ async def test_an_actors_runs_and_a_runs_timeline(served: Serve) -> None:
         assert all(x["recorded_at"] >= x["started_at"] for x in timeline["steps"])
 
         parked = (await ops.get(f"/console/api/workflows/{waiting.id}")).json()
-        assert parked["wake"] == {"waiting": "signal Shipped", "until": None}
+        assert parked["wake"] == {"waiting": "signal Shipped", "until": parked["deadline"]}
         assert parked["deadline"] is not None
         assert [(x["kind"], x["name"], x["status"]) for x in parked["steps"]] == [
             ("command", "Order.mark", "done"),

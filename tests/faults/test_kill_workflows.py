@@ -1,8 +1,10 @@
 """Workflows under real process death (the workflows spec, W6: WF-02, WF-03, WF-04; kill).
 
 Beside the named cases: a cut after a command step's pending record, after a job step's job is
-staged, and before the run's end is written; and a ``slow`` chaos drill (200 five-step runs on
-three runner processes, one SIGKILLed every ~10 s, :func:`tests.faults.workflow_drill.chaos_drill`).
+staged, and before the run's end is written; a ``slow`` chaos drill (200 five-step runs on
+three runner processes, one SIGKILLed every ~10 s, :func:`tests.faults.workflow_drill.chaos_drill`);
+and the cancel drill (issue 38: runs cancelled and timed out at every kind of step, their job
+behind ``concurrency=1``, :func:`tests.faults.workflow_drill.cancel_drill`), short and ``slow``.
 
 A child process (``tests.faults.workflow_child``) runs the workflow engine on the test's schema
 with a short workflow lease; the parent's runtime only starts runs and reads rows (no relay loop,
@@ -27,7 +29,9 @@ from akter.testing import ActorTest
 from tests._support.citus import ON_CITUS
 from tests.faults.workflow_actors import ACTORS, EFFECTS, NO_JOB_END_LOG, Flow, install
 from tests.faults.workflow_drill import (
+    Cancels,
     Chaos,
+    cancel_drill,
     chaos_drill,
     effects,
     journal,
@@ -284,3 +288,49 @@ async def test_workflow_chaos_three_runners_sigkilled_every_10s(
         assert len(report.kills) >= 4
         assert sum(k.held_runs for k in report.kills) > 0  # kills landed on running runs
         assert report.statuses["completed"] + report.statuses["failed"] == drill.runs
+
+
+# --- the cancel drill (issue 38) ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(ON_CITUS, reason=NO_JOB_END_LOG)
+async def test_workflow_cancel_drill_short(workflow_test: WorkflowTest) -> None:
+    """Cancels and timeouts at every kind of step on two runners, one SIGKILLed every ~3 s."""
+    drill = Cancels(
+        runs=16,
+        runners=2,
+        start_over=4.0,
+        cancel_within=4.0,
+        signal_within=4.0,
+        kill_every=3.0,
+        hold=0.15,
+        within=150.0,
+        seed=381,
+    )
+    async with workflow_test() as t:
+        report = await cancel_drill(t, drill)
+        print(report.summary())
+        assert report.problems == []
+        assert report.kills
+        assert any(s == "cancelled" for _, s in report.statuses)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(ON_CITUS, reason=NO_JOB_END_LOG)
+async def test_workflow_cancel_drill_three_runners_sigkilled_every_4s(
+    workflow_test: WorkflowTest,
+) -> None:
+    """120 runs cancelled and timed out at every kind of step while runners are SIGKILLed."""
+    drill = Cancels()
+    async with workflow_test() as t:
+        report = await cancel_drill(t, drill)
+        print(report.summary())
+        assert report.problems == []
+        assert len(report.kills) >= 4
+        assert sum(k.held_runs for k in report.kills) > 0  # kills landed on running runs
+        # Cancels and timeouts reached queued and attempted jobs alike.
+        assert report.job_outcomes["cancel:cancelled"] > 0
+        assert report.statuses[("timed", "cancelled")] > 0
+        assert report.statuses[("cancellable", "cancelled")] > 0

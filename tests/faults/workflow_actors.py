@@ -1,4 +1,4 @@
-"""Actors and the durable effect log of the workflow kill tests (WF-02 … WF-04, the chaos drill).
+"""Actors and the durable effect log of the workflow kill tests (WF-02 … WF-04, the drills).
 
 The same classes run in the parent test process and in its child runners
 (``tests.faults.workflow_child``). What really ran is logged where a SIGKILL cannot take it back:
@@ -158,6 +158,32 @@ async def touch(run_id: str) -> str:
     return f"touched {run_id}"
 
 
+#: The ``timed`` workflow's ``timeout=`` (seconds) in the cancel drill.
+TIMED_TIMEOUT_S = 5.0
+
+
+async def guarded(wf: akter.Workflow, fail_until: int, hold: float) -> str:
+    """The cancel drill's body: a command, a job, a sleep, a signal wait, a command.
+
+    The job runs one call at a time across all runners (``concurrency=1``); a cancel (or the
+    deadline) anywhere runs one compensating command, ``undo``.
+    """
+    flow = wf.get(Flow, wf.ref.id)
+    try:
+        await flow.apply(wf.run_id, "s1", hold)
+        attempt = await wf.job(
+            Flow.charge_one, Charge(run_id=wf.run_id, fail_until=fail_until, hold=hold)
+        )
+        await wf.sleep(timedelta(seconds=1))
+        go = await wf.wait(Go)
+        assert go is not None
+        await flow.apply(wf.run_id, "s5", hold)
+        return f"charged at attempt {attempt}, go {go.n}"
+    except akter.WorkflowCancelled:
+        await flow.apply(wf.run_id, "undo", hold)
+        raise
+
+
 class Flow(akter.Actor[FlowState], access=akter.public):
     """One workflow run per actor; every step's effect is logged and counted."""
 
@@ -186,6 +212,26 @@ class Flow(akter.Actor[FlowState], access=akter.public):
         if call.attempt <= payload.fail_until:
             raise akter.JobFailure(f"flaky: attempt {call.attempt} of {payload.fail_until}")
         return call.attempt
+
+    @akter.job(attempts=3, backoff=(0.05, 0.2), timeout=10, concurrency=1)
+    async def charge_one(call: akter.JobCall, payload: Charge) -> int:
+        """``charge`` one call at a time across all runners (the cancel drill)."""
+        await EFFECTS.log(payload.run_id, "charge", "job", call.job_id, call.attempt)
+        if payload.hold > 0:
+            await asyncio.sleep(payload.hold)
+        if call.attempt <= payload.fail_until:
+            raise akter.JobFailure(f"flaky: attempt {call.attempt} of {payload.fail_until}")
+        return call.attempt
+
+    @akter.workflow
+    async def cancellable(wf: akter.Workflow, fail_until: int, hold: float = 0.0) -> str:
+        """The cancel drill's runs its parent cancels (:func:`guarded`)."""
+        return await guarded(wf, fail_until, hold)
+
+    @akter.workflow(timeout=timedelta(seconds=TIMED_TIMEOUT_S))
+    async def timed(wf: akter.Workflow, fail_until: int, hold: float = 0.0) -> str:
+        """The cancel drill's runs that time out wherever they are (:func:`guarded`)."""
+        return await guarded(wf, fail_until, hold)
 
     @akter.workflow
     async def three(wf: akter.Workflow) -> list[int]:

@@ -146,7 +146,8 @@ async def test_list_show_signal_and_cancel_runs(project: dict[str, str]) -> None
     assert set(runs) == {waiting.id, sleeping.id}
     assert runs[waiting.id]["status"] == "suspended"
     assert runs[waiting.id]["waiting"] == "signal Shipped"
-    assert runs[waiting.id]["wake_at_ms"] is None  # only a signal (or a cancel) wakes it
+    # Only a signal, a cancel or its deadline (the default timeout=, 30 days) wakes it.
+    assert runs[waiting.id]["wake_at_ms"] == runs[waiting.id]["deadline_ms"]
     assert runs[sleeping.id]["wake_at_ms"] > runs[sleeping.id]["started_at_ms"]
     assert runs[waiting.id]["actor"] == {"tenant": "default", "type": "Order", "id": "o1"}
     filtered = cli(project, "list", "--status", "suspended", "--type", "Order", "--limit", "1")

@@ -1,4 +1,4 @@
-"""The README's "Workflows" example runs as printed (its test function, on a fresh schema)."""
+"""The README's "Workflows" examples run as printed (their test functions, on a fresh schema)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,13 @@ async def test_the_step_identity_example_runs(
         module.__dict__,
     )
     await module.test_a_changed_step_target_parks_the_run(akter_test)
+
+
+async def test_the_job_step_cancel_example_runs(
+    akter_test: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType("readme_workflow_cancels")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    heading = "### Cancelling or timing out a run at a job step"
+    exec(compile(block(heading), "README workflow cancels", "exec"), module.__dict__)
+    await module.test_a_run_cancelled_at_a_job_step_cancels_its_job(akter_test)

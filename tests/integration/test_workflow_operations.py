@@ -109,6 +109,10 @@ async def test_finished_runs_are_pruned_after_keep_workflows_and_live_ones_never
 
         await t.advance(timedelta(days=29, hours=23))
         assert (await t.runtime.cleanup()).workflows == 0
+        live = await t.rows(
+            "SELECT run_id FROM {schema}.workflows WHERE status = 'suspended'"
+        )  # live runs are never pruned
+        assert {r["run_id"] for r in live} == {asleep.id, parked.id}
         await t.advance(timedelta(hours=2))
         counts = await t.runtime.cleanup()
         assert counts.workflows == 1
@@ -126,11 +130,17 @@ async def test_finished_runs_are_pruned_after_keep_workflows_and_live_ones_never
         )
         assert {r["run_id"] for r in kept} == {asleep.id, parked.id, diverged.id}
 
-        # Far past any retention, the live and the diverged runs are still there.
+        # The live runs met their default 30-day timeout meanwhile (issue 38): cancelled, then
+        # pruned after keep_workflows like any finished run. The diverged run is still there.
+        ended = {
+            r["run_id"]: r["status"]
+            for r in await t.rows("SELECT run_id, status FROM {schema}.workflows")
+        }
+        assert ended == {asleep.id: "cancelled", parked.id: "cancelled", diverged.id: "diverged"}
         await t.advance(timedelta(days=60))
-        assert (await t.runtime.cleanup()).workflows == 0
+        assert (await t.runtime.cleanup()).workflows == 2
         still = {
             r["run_id"]: r["status"]
             for r in await t.rows("SELECT run_id, status FROM {schema}.workflows")
         }
-        assert still == {asleep.id: "suspended", parked.id: "suspended", diverged.id: "diverged"}
+        assert still == {diverged.id: "diverged"}

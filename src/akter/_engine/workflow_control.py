@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 MAX_STEPS = 10_000
 MAX_OUTCOME_BYTES = 1 << 20
 #: Steps whose pending record is a suspension: a cancel replaces it (a pending command step
-#: is finished first: its turn may have committed).
-SUSPENDING = frozenset({"sleep", "wait", "job"})
+#: is finished first: its turn may have committed). A pending job step is replaced by
+#: ``RunAttempt.job``, which cancels its job in the same write.
+SUSPENDING = frozenset({"sleep", "wait"})
 
 
 class Suspend(BaseException):

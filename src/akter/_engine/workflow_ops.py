@@ -47,10 +47,10 @@ class RunSummary:
     """One run as operators list it (``akter workflows list``, the console).
 
     Attributes:
-        wake_at_ms: For a suspended run, when it wakes by itself (the end of its sleep, wait
-            timeout or deadline); ``None`` while only a signal, a job outcome or a cancel
-            wakes it. For a runnable run, since when it is due; for a running one, its lease
-            end.
+        wake_at_ms: For a suspended run, when it wakes by itself: the end of its sleep or
+            wait timeout, capped at its deadline (a run waiting for a signal, a job outcome or
+            a cancel alone wakes at the deadline). For a runnable run, since when it is due;
+            for a running one, its lease end.
     """
 
     run_id: str

@@ -115,6 +115,10 @@ class RunAttempt:
     halted: Control | None = None
     #: A durable step is under way (steps run one at a time).
     in_step: bool = False
+    #: This runner's cancellation signal for running job attempts (a job step's cancel).
+    cancel_jobs: Callable[[list[str]], None] = lambda job_ids: None
+    #: Asks the relay for a pass soon (a cancelled job row to settle).
+    wake: Callable[[], None] = lambda: None
 
     # --- the StepDriver's identity ----------------------------------------------------------
 
@@ -475,6 +479,8 @@ class RunAttempt:
                 )
         if rec is not None and rec.status == "done":
             return _replay_job(job, rec)
+        if rec is not None and self._cancelling():
+            return await self._cancel_job(seq, job, rec)
         if rec is None:
             policy = definition.policy
             job_id = framework_id(
@@ -503,6 +509,68 @@ class RunAttempt:
         else:
             job_id = str(json.loads(rec.detail or "{}").get("job_id", "?"))
         raise Suspend(None, f"job {job.name} {job_id}")
+
+    async def _cancel_job(self, seq: int, job: Job[Any, Any], rec: Record) -> Any:
+        """A cancel (or the deadline) reaches a run suspended at a job step: cancel the job.
+
+        As a turn's ``cancel_job`` (semantics §5.8): a job that never ran is deleted (it never
+        runs; the cancel record holds its ``Failed`` report at once); an attempted one is
+        marked cancelled, a running attempt here interrupted, and its one settle records the
+        job's outcome on the cancel record. The job's cancellation and the cancel record are
+        one write. When the job's outcome was recorded at the step meanwhile, it is answered
+        instead, and the cancel reaches the next durable await.
+
+        Raises:
+            WorkflowCancelled: the job was cancelled.
+        """
+        job_id = str(json.loads(rec.detail or "{}")["job_id"])
+        message = self._cancel_message()
+        detail = canonical_json({"job_id": job_id, "job": job.name})
+
+        def never_ran(payload: str) -> str:
+            report = {
+                "job_id": job_id,
+                "job": json.loads(payload),
+                "attempts": 0,
+                "outcome": {"kind": "Failed", "cause": "Cancelled before it ran: " + message},
+                "ambiguous": False,
+            }
+            return canonical_json({"cancelled": report})
+
+        info = {"run_id": self.run_id, "seqs": [r.seq for r in self.buffered] + [seq]}
+        await self.services.hooks.at("before_step_record", info)
+        try:
+            done = await self.gateway.cancel_job_step(
+                self.claimed.run,
+                self.claimed.token,
+                self.services.config.workflow_lease_ms,
+                self.buffered,
+                StepRecord(seq, "cancel", "cancel", "done", detail),
+                job_id,
+                never_ran,
+            )
+        except (psycopg.Error, OSError) as exc:
+            raise Outage(f"The cancel of job step {seq} could not be written: {exc}") from exc
+        if done.status == "lost":
+            raise LeaseLost(self.run_id)
+        if done.status == "arrived":
+            now = done.record
+            if now is None or now["kind"] != "job" or now["outcome"] is None:
+                raise Outage(f"Job step {seq} changed under this attempt: {now}")
+            arrived = Record(seq, "job", job.name, "done", rec.detail, now["outcome"])
+            return _replay_job(job, arrived)
+        self.buffered.clear()
+        self.cancel_delivered = True
+        await self.services.hooks.at("after_step_record", info)
+        if done.running:
+            self.cancel_jobs([job_id])  # elsewhere the attempt notices at its next renewal
+        if not done.deleted:
+            self.wake()  # a cancelled row not running is settled by the next job claim
+        log.info(
+            "Workflow run cancelled at a job step; its job is cancelled",
+            extra={"run_id": self.run_id, "job_id": job_id, "never_ran": done.deleted},
+        )
+        raise WorkflowCancelled(message)
 
     # --- sleeps and waits -------------------------------------------------------------------
 

@@ -86,6 +86,8 @@ class WorkflowEngine:
         make_handle: Builds a handle over a transport (``wf.get``).
         wake: Asks the relay for a pass soon (a run became runnable here).
         runner_id: This runner's id (the lease owner).
+        cancel_jobs: This runner's cancellation signal for running job attempts (a run
+            cancelled at a job step cancels its job).
     """
 
     def __init__(
@@ -96,8 +98,10 @@ class WorkflowEngine:
         make_handle: HandleFactory,
         wake: Callable[[], None],
         runner_id: str,
+        cancel_jobs: Callable[[list[str]], None] | None = None,
     ) -> None:
         self._services = services
+        self._cancel_jobs = cancel_jobs or (lambda job_ids: None)
         self._calls = calls
         self._make_handle = make_handle
         self._wake = wake
@@ -240,6 +244,8 @@ class WorkflowEngine:
         attempt = RunAttempt(
             services, self.gateway, self._calls, self._make_handle, claimed, member
         )
+        attempt.cancel_jobs = self._cancel_jobs
+        attempt.wake = self._wake
         attempt.load(rows)
         try:
             kwargs = member.arguments(json.loads(claimed.input))
@@ -262,6 +268,9 @@ class WorkflowEngine:
                     suspend.waiting,
                     records=await attempt.handover(),
                     lease_ms=services.config.workflow_lease_ms,
+                    # The deadline bounds the wait until the cancel has reached the code; a
+                    # compensation may then suspend past it.
+                    by_deadline=not (attempt.cancel_delivered or attempt.replayed_cancel),
                 )
             except (psycopg.Error, OSError) as exc:
                 await self._release(claimed, f"the suspension could not be written: {exc}")
@@ -480,10 +489,23 @@ class WorkflowEngine:
         registry = self._services.registry
         if command == JOB:
             run = RunKey(registry.routing_key(ref), str(data["run_id"]))
-            if await self.gateway.job_outcome(
+            took = await self.gateway.job_outcome(
                 run, int(data["seq"]), canonical_json(data["outcome"])
-            ):
+            )
+            if took.woke:
                 self._wake()
+            if took.status == "unmatched":
+                # Never silently: the step that should hold this outcome is not there.
+                log.warning(
+                    "Job outcome for a workflow step matches no pending job step or cancel "
+                    "record; not recorded",
+                    extra={
+                        "run_id": run.run_id,
+                        "seq": data["seq"],
+                        "job_id": intent_id,
+                        "outcome": canonical_json(data["outcome"])[:2000],
+                    },
+                )
             return
         if command == START:
             definition = registry.definition(ref.type)

@@ -175,11 +175,14 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND sta
 RETURNING run_id;
 
 -- wf_suspend --
--- hands the run back until its wake time (NULL: until a signal, job outcome or cancel); a wake that arrived while it ran makes it runnable at once instead; the clock read once in a materialised CTE (Citus)
+-- hands the run back until its wake time, capped at the run's deadline until the cancel has reached the code (by_deadline: a wait for a signal, a job outcome or a cancel alone wakes at the deadline, so timeout= bounds every suspension; a compensation after it may wait past it); a wake that arrived while it ran makes it runnable at once instead; the clock read once in a materialised CTE (Citus)
 WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now)
 UPDATE {schema}.workflows
 SET status = CASE WHEN pending_wake THEN 'runnable' ELSE 'suspended' END,
-    wake_at_ms = CASE WHEN pending_wake THEN clock.now ELSE %(wake_at)s::bigint END,
+    -- least() ignores a NULL: no wake time of its own wakes at the deadline
+    wake_at_ms = CASE WHEN pending_wake THEN clock.now
+                      WHEN %(by_deadline)s::boolean THEN least(%(wake_at)s::bigint, deadline_ms)
+                      ELSE %(wake_at)s::bigint END,
     waiting = %(waiting)s, lease_owner = NULL, updated_at_ms = clock.now
 FROM clock
 WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND token = %(token)s AND status = 'running'
@@ -306,22 +309,53 @@ WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND status = 'diverged'
 RETURNING status;
 
 -- wf_job_outcome --
--- a job step's outcome (delivered from the job's settle): records the pending step once and wakes the run; a repeat changes nothing; the clock read once in a materialised CTE (Citus)
+-- a job step's outcome (delivered from the job's settle): records it once on the pending job step and wakes the run, or on the cancel record that took the step's place when the run was cancelled there (the run is not woken); a repeat changes nothing; answers whether it was recorded and whether the step already holds this outcome; the clock read once in a materialised CTE (Citus)
 WITH clock AS MATERIALIZED (SELECT {schema}.stmt_ms(%(off)s) AS now), step AS (
-    UPDATE {schema}.workflow_steps
-    SET status = 'done', outcome = %(outcome)s, recorded_at_ms = clock.now
+    UPDATE {schema}.workflow_steps s
+    SET status = 'done', outcome = %(outcome)s,
+        recorded_at_ms = CASE WHEN s.kind = 'job' THEN clock.now ELSE s.recorded_at_ms END
     FROM clock
-    WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND seq = %(seq)s AND kind = 'job'
-      AND status = 'pending'
-    RETURNING seq
+    WHERE s.routing_key = %(rk)s AND s.run_id = %(run_id)s AND s.seq = %(seq)s
+      AND ((s.kind = 'job' AND s.status = 'pending')
+           OR (s.kind = 'cancel' AND s.outcome IS NULL AND s.detail LIKE '%%"job_id"%%'))
+    RETURNING s.seq, s.kind
+), run AS (
+    UPDATE {schema}.workflows
+    SET pending_wake = true,
+        status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
+        wake_at_ms = CASE WHEN status = 'suspended' THEN clock.now ELSE wake_at_ms END
+    FROM clock
+    WHERE routing_key = %(rk)s AND run_id = %(run_id)s
+      AND EXISTS (SELECT 1 FROM step WHERE step.kind = 'job')
+    RETURNING status
 )
-UPDATE {schema}.workflows
-SET pending_wake = true,
-    status = CASE WHEN status = 'suspended' THEN 'runnable' ELSE status END,
-    wake_at_ms = CASE WHEN status = 'suspended' THEN clock.now ELSE wake_at_ms END
-FROM clock
-WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND EXISTS (SELECT 1 FROM step)
-RETURNING status;
+SELECT (SELECT count(*) FROM step) AS recorded, (SELECT count(*) FROM run) AS woke,
+       EXISTS (SELECT 1 FROM {schema}.workflow_steps k
+               WHERE k.routing_key = %(rk)s AND k.run_id = %(run_id)s AND k.seq = %(seq)s
+                 AND k.outcome = %(outcome)s) AS known;
+
+-- wf_lock_job_step --
+-- a cancel reaching a pending job step first locks that step's record (before the run's row, in wf_job_outcome's order): a job outcome recorded meanwhile is answered instead of being replaced
+SELECT kind, status, outcome
+FROM {schema}.workflow_steps
+WHERE routing_key = %(rk)s AND run_id = %(run_id)s AND seq = %(seq)s
+FOR UPDATE;
+
+-- wf_cancel_job_unstarted --
+-- a run cancelled at a job step deletes its job when it never ran and never reported (semantics §5.8.1, as a turn's cancel_job): it never runs; returns its payload
+DELETE FROM {schema}.outbox
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job' AND attempts = 0
+  AND NOT running
+RETURNING payload;
+
+-- wf_cancel_job_started --
+-- otherwise marks the job cancelled (semantics §5.8.2): a running attempt is interrupted, and the job is settled once, its cancellation report routed to the run's step
+UPDATE {schema}.outbox
+SET cancelled_at_ms = %(now)s::bigint, timer_key = NULL, waiting = false,
+    due_at_ms = CASE WHEN running THEN due_at_ms ELSE least(due_at_ms, %(now)s::bigint) END
+WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
+  AND cancelled_at_ms IS NULL
+RETURNING running;
 
 -- wf_list --
 -- runs for operators, newest first, optionally of one status and actor type

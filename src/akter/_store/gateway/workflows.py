@@ -9,10 +9,11 @@ back and tries again later.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, LiteralString
 
+import psycopg
 from psycopg.rows import dict_row
 
 from akter._ids import bucket
@@ -100,6 +101,33 @@ def start_in_turn(
             "traceparent": traceparent,
         },
     )
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a job step's delivered outcome did.
+
+    ``status``: ``recorded`` (on the pending step, or on the cancel record that took its
+    place), ``repeat`` (the step holds it already) or ``unmatched`` (no step takes it);
+    ``woke``: the run was woken.
+    """
+
+    status: str
+    woke: bool = False
+
+
+@dataclass(frozen=True)
+class JobStepCancel:
+    """What a cancel at a pending job step did (``WorkflowsGateway.cancel_job_step``).
+
+    ``status``: ``cancelled`` (the job was cancelled and the cancel record written),
+    ``arrived`` (the step is no longer a pending job step: ``record`` holds what it is now) or
+    ``lost`` (the lease was lost; nothing written). ``deleted``: the job never ran and is gone;
+    ``running``: an attempt was running when it was marked cancelled.
+    """
+
+    status: str
+    record: Row | None = None
+    deleted: bool = False
+    running: bool = False
 
 
 class WorkflowsGateway:
@@ -297,9 +325,11 @@ class WorkflowsGateway:
         waiting: str,
         records: Sequence[StepRecord] = (),
         lease_ms: int = 0,
+        by_deadline: bool = True,
     ) -> str | None:
         """Write ``records``, then hand the run back until ``wake_at``, in one transaction.
 
+        With ``by_deadline`` the wake time is capped at the run's deadline (none: the deadline).
         Returns the run's new status; ``None`` when the lease was lost (nothing written).
         """
         params = {
@@ -308,6 +338,7 @@ class WorkflowsGateway:
             "token": token,
             "wake_at": wake_at,
             "waiting": waiting,
+            "by_deadline": by_deadline,
         }
         async with self._store.framework.connection() as conn:
             if not records:  # one statement: it commits alone
@@ -469,13 +500,57 @@ class WorkflowsGateway:
         )
         return bool(rows)
 
-    async def job_outcome(self, run: RunKey, seq: int, outcome: str) -> bool:
-        """Record a job step's outcome once and wake the run; False when it was recorded."""
+    async def job_outcome(self, run: RunKey, seq: int, outcome: str) -> JobOutcome:
+        """Record a job step's outcome once.
+
+        On the pending step (waking the run), or on the cancel record that took its place.
+        """
         rows = await self._run(
             self._store.queries["wf_job_outcome"],
             {"rk": run.routing_key, "run_id": run.run_id, "seq": seq, "outcome": outcome},
         )
-        return bool(rows)
+        row = rows[0]
+        if row["recorded"]:
+            return JobOutcome("recorded", woke=bool(row["woke"]))
+        return JobOutcome("repeat" if row["known"] else "unmatched", woke=False)
+
+    async def cancel_job_step(
+        self,
+        run: RunKey,
+        token: int,
+        lease_ms: int,
+        records: Sequence[StepRecord],
+        cancel: StepRecord,
+        job_id: str,
+        never_ran: Callable[[str], str],
+    ) -> JobStepCancel:
+        """A cancel reaching a pending job step: cancel its job and write ``cancel``, at once.
+
+        In one transaction, while ``token`` holds the run and the step is still pending: the
+        job is deleted when it never ran (``cancel`` then records ``never_ran(payload)`` as the
+        job's outcome) or marked cancelled (its settle records the outcome on ``cancel``
+        later), then ``records`` and ``cancel`` are written. Writes nothing when the step
+        took its job's outcome meanwhile (``arrived``) or the lease was lost.
+        """
+        queries = self._store.queries
+        key = {"rk": run.routing_key, "run_id": run.run_id}
+        async with self._store.framework.connection() as conn, conn.transaction():
+            step = await self._on(conn, queries["wf_lock_job_step"], {**key, "seq": cancel.seq})
+            if not step or (step[0]["kind"], step[0]["status"]) != ("job", "pending"):
+                return JobStepCancel("arrived", record=step[0] if step else None)
+            job = {"rk": run.routing_key, "job_id": job_id}
+            deleted = await self._on(conn, queries["wf_cancel_job_unstarted"], job)
+            running = False
+            if deleted:
+                cancel = replace(cancel, outcome=never_ran(str(deleted[0]["payload"])))
+            else:
+                now = await self._clock.read_on(conn)
+                marked = await self._on(conn, queries["wf_cancel_job_started"], {**job, "now": now})
+                running = bool(marked and marked[0]["running"])
+            if not await self._write_records(conn, run, token, lease_ms, [*records, cancel]):
+                raise psycopg.Rollback()  # nothing of it stays: the job is left as it was
+            return JobStepCancel("cancelled", deleted=bool(deleted), running=running)
+        return JobStepCancel("lost")
 
     async def actor_runs(
         self, routing_key: int, ref: tuple[str, str, str], limit: int
