@@ -377,6 +377,18 @@ class _Api:
 
     async def ready(self, request: Request) -> Response:
         status = self.runtime.readiness
+        if status == "storage":
+            # The store's statements fail or callers are refused database_unreachable.
+            return JSONResponse(
+                {
+                    "status": status,
+                    "code": "database_unreachable",
+                    "detail": "This runner cannot reach PostgreSQL; it serves again once it "
+                    "connects.",
+                },
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
         return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
 
     async def metrics(self, request: Request) -> Response:
