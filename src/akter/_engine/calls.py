@@ -145,7 +145,10 @@ class Calls:
                 raise error
             if not services.supervisor.started:
                 raise error  # the runtime stopped or died: the caller retries elsewhere
-            if error.reason == "Timeout" or error.code in ("pool_exhausted", "database_unreachable"):
+            if error.reason == "Timeout" or error.code in (
+                "pool_exhausted",
+                "database_unreachable",
+            ):
                 # The turn already waited pool_wait for a connection: shed the load.
                 raise error
             if retries is None:

@@ -106,9 +106,7 @@ class _TimedPool(AsyncConnectionPool[Connection]):
         The pool had room (fewer than ``max_size`` connections handed out) and its connection
         attempts have failed since its last successful one.
         """
-        return (
-            self.handed_out < self.max_size and self.reach is not None and self.reach.failing()
-        )
+        return self.handed_out < self.max_size and self.reach is not None and self.reach.failing()
 
     async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109
         started = time.perf_counter()

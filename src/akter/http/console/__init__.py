@@ -2,9 +2,10 @@
 
 The console shows every tenant's rows and can retry or discard dead letters, so it is off unless
 asked for: ``akter.http.app(runtime, auth=..., console=Console(allow=...))``. Every console
-request goes through the app's auth provider, then ``allow(caller, tenant)`` (or ``allow(caller)``):
-no credentials is 401, a refusal is 403. The page is static (``static/``: HTML, vanilla JS and CSS, no build step, nothing
-from a CDN); its JSON and server-sent-event routes live in :mod:`akter.http.console.api`.
+request goes through the app's auth provider, then ``allow(caller, tenant)`` (or the older
+``allow(caller)``): no credentials is 401, a refusal is 403. The page is static (``static/``:
+HTML, vanilla JS and CSS, no build step, nothing from a CDN); its JSON and server-sent-event
+routes live in :mod:`akter.http.console.api`.
 """
 
 from __future__ import annotations
