@@ -386,7 +386,9 @@ class ProgressStreams:
             ActorError: ``Unauthorized`` by the actor's access policy, ``InvalidCommandId`` for
                 a malformed job id, ``InvalidInput`` for an unknown actor type or, with code
                 ``unknown_job``, a job that no row names (never enqueued, or ended without
-                leaving a route or a dead letter).
+                leaving a route or a dead letter). A job of another actor or another tenant is
+                refused the same way, even while it runs here: the rows and the live attempts
+                are looked up by ``ref`` (tenant, type, id) and the job id together.
         """
         self._services.supervisor.require_started()
         definition = self._services.registry.definition(ref.type)
