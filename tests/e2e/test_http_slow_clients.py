@@ -56,11 +56,27 @@ async def trickle(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 
 async def answer(reader: asyncio.StreamReader, within: float) -> tuple[bytes, float]:
-    """Everything the server sends until it closes the connection, and how long that took."""
+    """Everything the server sends until it closes the connection, and how long that took.
+
+    The time is that of the answer's first byte. A server that closes while a trickled byte is
+    in flight may end with a reset after its answer: that counts as the end too.
+    """
     started = time.monotonic()
+    data = b""
+    took = within
     async with asyncio.timeout(within):
-        data = await reader.read()  # to EOF: the server closed the connection
-    return data, time.monotonic() - started
+        while True:
+            try:
+                chunk = await reader.read(65536)
+            except ConnectionResetError:
+                assert data, "the connection was reset before any answer"
+                break
+            if not chunk:
+                break  # EOF: the server closed the connection
+            if not data:
+                took = time.monotonic() - started
+            data += chunk
+    return data, took
 
 
 def problem_of(response: bytes) -> tuple[int, dict[str, str], dict[str, object]]:

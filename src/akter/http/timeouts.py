@@ -31,6 +31,9 @@ from akter.errors import ConfigurationError
 HEADERS_TIMEOUT = 10.0
 #: Default seconds for a request's body to arrive (``app(body_timeout=...)``).
 BODY_TIMEOUT = 30.0
+#: Seconds a cut connection still reads (and drops) what the client sends after the 408: closing
+#: with unread bytes would send a reset, which can destroy the 408 before the client reads it.
+LINGER = 2.0
 
 log = logging.getLogger("akter.http")
 
@@ -97,12 +100,15 @@ def headers_timeout_protocol(
 
         headers_timeout = bound
         _head_timer: asyncio.TimerHandle | None = None
+        _cut = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if self._cut:
+                return  # answered 408 and lingering: drop what still trickles in
             cycle = self.cycle
             if self._head_timer is None and (cycle is None or cycle.response_complete):
                 self._arm()  # the first byte of a kept-alive connection's next request
@@ -146,7 +152,14 @@ def headers_timeout_protocol(
                     f"The request's head did not arrive within {self.headers_timeout:g} s.",
                 )
             )
-            self.transport.close()
+            if not self.transport.can_write_eof():
+                self.transport.close()
+                return
+            # A lingering close: end our side after the 408, drop what the client still sends,
+            # close a moment later.
+            self._cut = True
+            self.transport.write_eof()
+            self.loop.call_later(LINGER, self.transport.close)
 
     return HeadersTimeoutProtocol
 
