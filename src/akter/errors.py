@@ -137,6 +137,8 @@ class ActorError(AkterError):
             return 413
         if self.reason == "InvalidInput" and self.code == "unsupported_media_type":
             return 415
+        if self.reason == "InvalidInput" and self.code == "body_timeout":
+            return 408
         if self.reason == "InvalidInput" and self.code in (
             "unknown_type",
             "unknown_member",

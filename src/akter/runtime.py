@@ -173,8 +173,15 @@ class Runtime:
 
     @property
     def readiness(self) -> Readiness:
-        """Where the runner is in its life: ``starting``, ``ready``, ... ``failed``."""
-        return self.supervisor.readiness
+        """Where the runner is in its life: ``starting``, ``ready``, ... ``failed``.
+
+        ``storage`` while the database cannot be reached: a heartbeat failed, or callers are
+        being refused ``database_unreachable`` (until a connection opens again).
+        """
+        status = self.supervisor.readiness
+        if status == "ready" and self.store.unreachable:
+            return "storage"
+        return status
 
     @readiness.setter
     def readiness(self, value: Readiness) -> None:

@@ -28,6 +28,9 @@ stream stays readable.
 
 Like psycopg_pool's ``tests/fix_proxy.py``, but at the message level rather than the socket
 level: the cut lands exactly between two protocol messages.
+
+:meth:`PgProxy.go_down` plays a server that is gone: every open connection is aborted and new
+ones are refused (accepted and reset at once) until :meth:`PgProxy.come_back`.
 """
 
 from __future__ import annotations
@@ -124,6 +127,10 @@ class PgProxy:
         self.settled = asyncio.Event()
         #: Client connections accepted so far.
         self.connections = 0
+        #: While set, the server is "down": new connections are reset at once.
+        self.down = False
+        #: Connections refused while down.
+        self.refused = 0
         self._armed: tuple[Cut, bytes | None, bool | None] | None = None
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
@@ -169,9 +176,25 @@ class PgProxy:
         """Whether the armed cut is still waiting for its ``COMMIT``."""
         return self._armed is not None
 
+    def go_down(self) -> None:
+        """Play a server that is gone: abort every open connection and refuse new ones."""
+        self.down = True
+        for link in list(self._links):
+            link.client.transport.abort()
+            link.server.transport.abort()
+            link.done.set()
+
+    def come_back(self) -> None:
+        """Accept and relay connections again (after :meth:`go_down`)."""
+        self.down = False
+
     # --- relaying -----------------------------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.down:
+            self.refused += 1
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)

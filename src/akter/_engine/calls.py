@@ -143,8 +143,12 @@ class Calls:
                 raise error
             if not services.supervisor.started:
                 raise error  # the runtime stopped or died: the caller retries elsewhere
-            if error.reason == "Timeout" or error.code == "pool_exhausted":
-                raise error  # pool_exhausted: the turn already waited pool_wait; shed the load
+            if error.reason == "Timeout" or error.code in (
+                "pool_exhausted",
+                "database_unreachable",
+            ):
+                # The turn already waited pool_wait for a connection: shed the load.
+                raise error
             if retries is None:
                 retries = CommandRetry(
                     f"{ref.type}/{ref.id!r}.{member.name}",

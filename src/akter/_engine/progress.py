@@ -179,9 +179,14 @@ class ProgressHub:
                 del self._slots[slot.job_id]
                 self._latest.pop(slot.job_id, None)
 
-    def live(self, job_id: str) -> bool:
-        """Whether an attempt of the job runs (or just ran and may still publish) here."""
-        return job_id in self._slots
+    def live(self, job_id: str, ref: ActorRef | None = None) -> bool:
+        """Whether an attempt of the job runs (or just ran and may still publish) here.
+
+        With ``ref``, only an attempt of that actor's job (type, id and tenant) counts: a reader
+        must not learn that another actor's or another tenant's job with that id runs.
+        """
+        slots = self._slots.get(job_id, ())
+        return any(ref is None or slot.ref == ref for slot in slots)
 
     def publish(self, message: Message) -> None:
         """Deliver a message to this runner's subscribers and, with ``notify``, to others."""
@@ -381,7 +386,9 @@ class ProgressStreams:
             ActorError: ``Unauthorized`` by the actor's access policy, ``InvalidCommandId`` for
                 a malformed job id, ``InvalidInput`` for an unknown actor type or, with code
                 ``unknown_job``, a job that no row names (never enqueued, or ended without
-                leaving a route or a dead letter).
+                leaving a route or a dead letter). A job of another actor or another tenant is
+                refused the same way, even while it runs here: the rows and the live attempts
+                are looked up by ``ref`` (tenant, type, id) and the job id together.
         """
         self._services.supervisor.require_started()
         definition = self._services.registry.definition(ref.type)
@@ -393,7 +400,7 @@ class ProgressStreams:
             trace is not None
             and trace.row_kind is None
             and job_outcome(trace, self.routes(ref), False) is None
-            and not (self.hub.live(job_id) or subscription.queued or subscription.stopped)
+            and not (self.hub.live(job_id, ref) or subscription.queued or subscription.stopped)
         ):
             subscription.close()
             raise ActorError(
@@ -495,7 +502,7 @@ async def _follow(
                 return
             timeout = poll
             trace, first = first or await streams.trace(ref, job_id), None
-            if trace is None or trace.row_kind == "job" or hub.live(job_id):
+            if trace is None or trace.row_kind == "job" or hub.live(job_id, ref):
                 cancelled = cancelled or (trace is not None and trace.row_cancelled)
                 continue
             # Gone: another runner's last frames and close may still be on their way.

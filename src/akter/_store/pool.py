@@ -16,6 +16,7 @@ Relay claims and settles and ``LISTEN`` use dedicated connections outside both p
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from typing import Protocol
@@ -27,6 +28,8 @@ from akter._store.citus import DROP_IN, Strategy, detect_strategy
 from akter._store.pipeline import TurnPipeline
 from akter._store.queries import Queries
 from akter.errors import ActorError
+
+log = logging.getLogger("akter.store")
 
 
 class Metrics(Protocol):
@@ -47,18 +50,63 @@ class TurnConnection(psycopg.AsyncConnection[tuple[object, ...]]):
     turn_pipeline: TurnPipeline | None = None
 
 
-async def _configure(conn: Connection) -> None:
-    # Turns send BEGIN/COMMIT themselves so that both flights are pipelined round trips.
-    await conn.set_autocommit(True)
+class _Reach:
+    """Whether a pool can reach its server, told from its connection attempts.
+
+    psycopg_pool counts failed connection attempts (``connections_errors``); the pool's
+    ``configure`` callback runs after each successful one and records the count then. More
+    failures since the last success mean the pool's latest attempts failed.
+    """
+
+    def __init__(self) -> None:
+        self.pool: _TimedPool | None = None
+        self.errors_at_success = 0
+        #: Callers were refused ``database_unreachable`` and no connection opened since.
+        self.outage = False
+
+    async def configure(self, conn: Connection) -> None:
+        # Turns send BEGIN/COMMIT themselves so that both flights are pipelined round trips.
+        await conn.set_autocommit(True)
+        self.errors_at_success = self.errors()
+        if self.outage:
+            self.outage = False
+            log.info(
+                "Database reachable again: pool %s opened a connection; callers are served",
+                self.pool.name if self.pool else "?",
+                extra={"code": "database_unreachable"},
+            )
+
+    def errors(self) -> int:
+        return self.pool.get_stats().get("connections_errors", 0) if self.pool else 0
+
+    def failing(self) -> bool:
+        """Whether the pool's connection attempts failed since it last opened a connection."""
+        return self.errors() > self.errors_at_success
 
 
 class _TimedPool(AsyncConnectionPool[Connection]):
-    """The pool, timing each connection acquisition into ``akter.pool.wait_ms``."""
+    """The pool, timing each connection acquisition into ``akter.pool.wait_ms``.
+
+    It also counts the connections it handed out and has not had back (:attr:`handed_out`):
+    with the count below ``max_size``, a wait that found no connection was not a full pool.
+    """
 
     metrics: Metrics | None = None
     #: Calls of :meth:`getconn` not yet answered: a connection kept back from the pool (a
     #: mailbox worker's, ``TurnEngine``) goes back as soon as one is waiting.
     getting = 0
+    #: Connections handed out by :meth:`getconn` and not yet given back with :meth:`putconn`.
+    handed_out = 0
+    #: The pool's connection attempts, as far as its reachability goes.
+    reach: _Reach | None = None
+
+    def unreachable(self) -> bool:
+        """Whether the server, not a full pool, is why a caller got no connection just now.
+
+        The pool had room (fewer than ``max_size`` connections handed out) and its connection
+        attempts have failed since its last successful one.
+        """
+        return self.handed_out < self.max_size and self.reach is not None and self.reach.failing()
 
     async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109
         started = time.perf_counter()
@@ -69,6 +117,7 @@ class _TimedPool(AsyncConnectionPool[Connection]):
             conn = await super().getconn(timeout)
         finally:
             self.getting -= 1
+        self.handed_out += 1
         if task is not None and task.cancelling() > requested:
             # psycopg_pool waits with asyncio.wait_for, which on Python 3.11 drops a cancellation
             # that arrives as a connection is handed over (see akter._waits): a background loop
@@ -78,6 +127,29 @@ class _TimedPool(AsyncConnectionPool[Connection]):
         if self.metrics is not None:
             self.metrics.observe("akter.pool.wait_ms", (time.perf_counter() - started) * 1000)
         return conn
+
+    async def putconn(self, conn: Connection) -> None:
+        """Give a connection back (counted out of :attr:`handed_out`)."""
+        self.handed_out -= 1
+        await super().putconn(conn)
+
+
+def _pool(url: str, name: str, size: tuple[int, int], **options: object) -> _TimedPool:
+    """A pool of autocommit connections whose reach is recorded (:class:`_Reach`)."""
+    reach = _Reach()
+    pool = _TimedPool(
+        url,
+        min_size=size[0],
+        max_size=size[1],
+        open=False,
+        configure=reach.configure,
+        name=name,
+        timeout=30.0,
+        **options,  # type: ignore[arg-type]
+    )
+    reach.pool = pool
+    pool.reach = reach
+    return pool
 
 
 #: The server version from which a turn's transaction is bounded by ``transaction_timeout``.
@@ -99,28 +171,22 @@ class Store:
         self.url = url
         self.queries = Queries(schema)
         #: Connections for callers' turns and queries.
-        self.pool: _TimedPool = _TimedPool(
+        self.pool: _TimedPool = _pool(
             url,
-            min_size=min(min_size, max_size),
-            max_size=max_size,
-            open=False,
-            configure=_configure,
+            f"akter-{schema}",
+            (min(min_size, max_size), max_size),
             kwargs={"autocommit": True, "prepare_threshold": 2},
             connection_class=TurnConnection,
-            name=f"akter-{schema}",
-            timeout=30.0,
         )
         #: Connections for the framework's own statements only (module docstring).
-        self.framework: _TimedPool = _TimedPool(
+        self.framework: _TimedPool = _pool(
             url,
-            min_size=framework_size,  # all open from the start: no framework call waits a connect
-            max_size=framework_size,
-            open=False,
-            configure=_configure,
+            f"akter-{schema}-framework",
+            # All open from the start: no framework call waits a connect.
+            (framework_size, framework_size),
             kwargs={"autocommit": True, "prepare_threshold": 2},
-            name=f"akter-{schema}-framework",
-            timeout=30.0,
         )
+
         #: ``server_version_num`` of the server (known once open).
         self.server_version = 0
         #: The claim strategy (``akter._store.citus``): ``"citus"`` when the server has Citus.
@@ -156,8 +222,24 @@ class Store:
         await self.pool.close()
         await self.framework.close()
 
+    @property
+    def unreachable(self) -> bool:
+        """Whether callers are refused because the database cannot be reached.
+
+        Set by the first ``database_unreachable`` refusal (:meth:`exhausted`); cleared when the
+        callers' pool opens a connection again.
+        """
+        return self.pool.reach is not None and self.pool.reach.outage
+
     def exhausted(self, wait_s: float, what: str, command_id: str | None = None) -> ActorError:
-        """The refusal of a caller that got no pooled connection within ``wait_s`` seconds."""
+        """The refusal of a caller that got no pooled connection within ``wait_s`` seconds.
+
+        ``database_unreachable`` when the pool had room but its connection attempts fail (the
+        server is down, restarting, or out of reach), else ``pool_exhausted``. Both are
+        retryable: nothing ran.
+        """
+        if self.pool.unreachable():
+            return self._unreachable(wait_s, what, command_id)
         return ActorError(
             "ActorUnavailable",
             f"No database connection for {what} within {wait_s:g} s: all {self.pool.max_size} "
@@ -167,6 +249,30 @@ class Store:
             retry_after=0.5 * random.uniform(0.8, 1.2),
             command_id=command_id,
         )
+
+    def _unreachable(self, wait_s: float, what: str, command_id: str | None) -> ActorError:
+        error = ActorError(
+            "ActorUnavailable",
+            f"No database connection for {what} within {wait_s:g} s: the database cannot be "
+            f"reached (this runner's connection attempts to it fail; only "
+            f"{self.pool.handed_out} of {self.pool.max_size} pooled connections are in use). "
+            "Nothing ran; retry after retry_after, with the same command id for a command, "
+            "and check that PostgreSQL is up and reachable from this runner.",
+            code="database_unreachable",
+            retry_after=1.0 * random.uniform(0.8, 1.2),
+            command_id=command_id,
+        )
+        reach = self.pool.reach
+        if reach is not None and not reach.outage:
+            # One line per outage, not one per refused caller.
+            reach.outage = True
+            log.warning(
+                "Database unreachable (database_unreachable): callers are refused until this "
+                "runner connects to PostgreSQL again; the first refused was %s",
+                what,
+                extra={"pool": self.pool.name, "code": "database_unreachable"},
+            )
+        return error
 
     async def connect_direct(self) -> Connection:
         """A dedicated connection outside the pool (migrations, LISTEN)."""

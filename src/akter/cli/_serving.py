@@ -13,6 +13,7 @@ import socket
 from typing import Any
 
 from akter.cli._common import stderr
+from akter.http.timeouts import HEADERS_TIMEOUT, headers_timeout_protocol
 from akter.runtime import Runtime
 
 
@@ -33,10 +34,13 @@ async def run_until_signalled(
     banner: str = "",
     app_options: dict[str, Any] | None = None,
     sock: socket.socket | None = None,
+    headers_timeout: float = HEADERS_TIMEOUT,
 ) -> None:
     """Run the runtime (and uvicorn with ``http``) until ``stop`` is set; then drain.
 
-    ``app_options`` go to :func:`akter.http.app` (``akter dev`` passes its local console).
+    ``app_options`` go to :func:`akter.http.app` (``akter dev`` passes its local console; the
+    body bound is its ``body_timeout``). uvicorn bounds each request's head to
+    ``headers_timeout`` seconds (:func:`akter.http.timeouts.headers_timeout_protocol`).
     ``sock`` is a listening socket to serve on instead of binding ``http`` (a worker of
     ``akter serve --workers``, ``akter.cli._workers``).
     """
@@ -55,6 +59,7 @@ async def run_until_signalled(
             port=int(port),
             log_level="warning",
             lifespan="off",
+            http=headers_timeout_protocol(headers_timeout),
         )
         server = uvicorn.Server(config)
     async with runtime:

@@ -10,7 +10,7 @@ drains gracefully; ``--workers N`` runs N such runner processes behind one port
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,6 +18,7 @@ from akter.cli._common import AuthOption, TargetArg, load_auth, load_runtime, re
 from akter.cli._serving import run_until_signalled
 from akter.cli._workers import Workers, adopt, bind
 from akter.errors import ConfigurationError
+from akter.http.timeouts import BODY_TIMEOUT, HEADERS_TIMEOUT, check_timeout
 
 runner_app = typer.Typer()
 
@@ -34,23 +35,44 @@ def serve(
         typer.Option("--workers", min=1, help="Run N runner processes behind the one HTTP port."),
     ] = 1,
     worker_fd: Annotated[int | None, typer.Option("--worker-fd", hidden=True)] = None,
+    headers_timeout: Annotated[
+        float,
+        typer.Option(
+            "--headers-timeout",
+            help="Seconds a request's head (line and headers) may take to arrive; then 408.",
+        ),
+    ] = HEADERS_TIMEOUT,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            "--body-timeout", help="Seconds a request's body may take to arrive; then 408."
+        ),
+    ] = BODY_TIMEOUT,
 ) -> None:
     """Run a runner: turns, the relay, executors (and HTTP with --http) until SIGTERM."""
     with refusals_exit():
         runtime = load_runtime(target)
         if auth is not None and not http:
             raise ConfigurationError("--auth needs --http (it is the HTTP auth provider).")
-        options = {"auth": load_auth(auth)} if auth is not None else {}
+        check_timeout(headers_timeout, "--headers-timeout")
+        options: dict[str, Any] = {"body_timeout": check_timeout(body_timeout, "--body-timeout")}
+        if auth is not None:
+            options["auth"] = load_auth(auth)
         if workers > 1:
             argv = [
                 target,
                 *(["--http", http] if http else []),
                 *(["--auth", auth] if auth else []),
+                *(["--headers-timeout", str(headers_timeout), "--body-timeout", str(body_timeout)]),
             ]
             sock = bind(http) if http else None
             raise typer.Exit(asyncio.run(Workers(argv, workers, sock).run()))
         sock = adopt(worker_fd) if worker_fd is not None else None
-        asyncio.run(run_until_signalled(runtime, http, app_options=options, sock=sock))
+        asyncio.run(
+            run_until_signalled(
+                runtime, http, app_options=options, sock=sock, headers_timeout=headers_timeout
+            )
+        )
 
 
 @runner_app.command("worker")

@@ -411,7 +411,14 @@ def framework_paths(security: _SECURITY) -> dict[str, Any]:
                             "application/json": {"schema": {"$ref": _SCHEMAS + "Readiness"}}
                         },
                     }
-                    for status, what in (("200", "Ready."), ("503", "Not ready."))
+                    for status, what in (
+                        ("200", "Ready."),
+                        (
+                            "503",
+                            "Not ready; `status` says why. `storage` (with `code` "
+                            "`database_unreachable`): PostgreSQL cannot be reached.",
+                        ),
+                    )
                 },
                 "security": [{}],
             }
@@ -447,7 +454,11 @@ def framework_schemas() -> dict[str, Any]:
         "Readiness": {
             "type": "object",
             "title": "Readiness",
-            "properties": {"status": {"type": "string"}},
+            "properties": {
+                "status": {"type": "string"},
+                "code": {"type": "string"},
+                "detail": {"type": "string"},
+            },
             "required": ["status"],
         },
     }

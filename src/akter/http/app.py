@@ -23,6 +23,7 @@ provider's 401 ``missing_credentials``). Every refusal is problem+json with the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
@@ -57,6 +58,7 @@ from akter.http.console import Console
 from akter.http.console.api import ConsoleApi
 from akter.http.openapi import document
 from akter.http.problems import from_actor_error, from_declared, problem
+from akter.http.timeouts import BODY_TIMEOUT, check_timeout
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -76,6 +78,7 @@ def app(
     allowed_origins: Sequence[str] = (),
     title: str = "akter",
     console: Console | None = None,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
     """Build the ASGI app serving ``runtime`` (mount it in FastAPI/Starlette, or serve it).
 
@@ -95,6 +98,11 @@ def app(
             accepts (see :class:`akter.http.console.Console`); ``None`` (the default) leaves
             every ``/console`` path a 404. It shows every tenant's rows: never ``allow`` more
             than operators.
+        body_timeout: Seconds a request body may take to arrive once the app starts reading
+            it (default 30); past it the client gets a 408 problem (code ``body_timeout``) and
+            its connection is closed. The request's head is the server's to bound:
+            ``akter serve --headers-timeout``, or :func:`akter.http.timeouts.
+            headers_timeout_protocol` for your own uvicorn.
     """
     if runtime.config.window_ms < _MIN_HTTP_WINDOW_MS:
         raise ConfigurationError("Serving HTTP needs a retry window of at least 60 s.")
@@ -104,6 +112,7 @@ def app(
             "with the rule that says who may operate it."
         )
     api = _Api(runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title)
+    api.body_timeout = check_timeout(body_timeout, "body_timeout")
     if lifespan:
         api.app.router.lifespan_context = _owning(runtime)
     if console is not None:
@@ -123,6 +132,9 @@ def _owning(runtime: Runtime) -> Any:
 
 
 class _Api:
+    #: Seconds a request body may take to arrive (``app(body_timeout=...)``).
+    body_timeout = BODY_TIMEOUT
+
     def __init__(
         self,
         runtime: Runtime,
@@ -205,7 +217,11 @@ class _Api:
         missing = getattr(request.state, "missing_credentials", None)
         if isinstance(missing, ActorError) and exc.code == "access_denied":
             exc = missing
-        return from_actor_error(exc)
+        response = from_actor_error(exc)
+        if exc.code == "body_timeout":
+            # The rest of the body is unread: the connection cannot carry another request.
+            response.headers["Connection"] = "close"
+        return response
 
     async def _body(self, request: Request, member: Member) -> dict[str, Any]:
         raw, body = await self._json_object(request)
@@ -228,14 +244,7 @@ class _Api:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             raise _too_large(self.max_body)
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body:
-                raise _too_large(self.max_body)
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        raw = await self._read_body(request)
         integral: list[str] = []
         try:
             body = json.loads(
@@ -255,6 +264,40 @@ class _Api:
             # JSON Schema's integer includes 1.0: read such numbers as the ints they are.
             raw = json.dumps(body).encode()  # NaN stays NaN, refused as before
         return raw, body
+
+    async def _read_body(self, request: Request) -> bytes:
+        """The body, within ``max_body`` bytes and ``body_timeout`` seconds."""
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self.max_body:
+                        raise _too_large(self.max_body)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ActorError(
+                "InvalidInput",
+                f"The request body did not arrive within {self.body_timeout:g} s "
+                f"({size} bytes came); nothing ran: send it again, faster.",
+                code="body_timeout",
+                retryable=True,
+            ) from None
+        except ClientDisconnect:
+            # An ordinary event (a closed tab, a client's own timeout): not a server error.
+            log.debug(
+                "Client disconnected in the middle of its request body to %s (%d bytes came)",
+                request.url.path,
+                size,
+                extra={"path": request.url.path},
+            )
+            raise ActorError(
+                "InvalidInput",
+                "The client disconnected before its request body arrived.",
+                code="client_disconnected",
+            ) from None
+        return b"".join(chunks)
 
     def _resolve(self, request: Request) -> tuple[ActorDefinition, str]:
         definition = self.runtime.definition(request.path_params["type"])
@@ -378,6 +421,18 @@ class _Api:
 
     async def ready(self, request: Request) -> Response:
         status = self.runtime.readiness
+        if status == "storage":
+            # The store's statements fail or callers are refused database_unreachable.
+            return JSONResponse(
+                {
+                    "status": status,
+                    "code": "database_unreachable",
+                    "detail": "This runner cannot reach PostgreSQL; it serves again once it "
+                    "connects.",
+                },
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
         return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
 
     async def metrics(self, request: Request) -> Response:

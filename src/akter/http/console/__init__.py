@@ -2,9 +2,10 @@
 
 The console shows every tenant's rows and can retry or discard dead letters, so it is off unless
 asked for: ``akter.http.app(runtime, auth=..., console=Console(allow=...))``. Every console
-request goes through the app's auth provider, then ``allow(caller)``: no credentials is 401, a
-refusal is 403. The page is static (``static/``: HTML, vanilla JS and CSS, no build step, nothing
-from a CDN); its JSON and server-sent-event routes live in :mod:`akter.http.console.api`.
+request goes through the app's auth provider, then ``allow(caller, tenant)`` (or the older
+``allow(caller)``): no credentials is 401, a refusal is 403. The page is static (``static/``:
+HTML, vanilla JS and CSS, no build step, nothing from a CDN); its JSON and server-sent-event
+routes live in :mod:`akter.http.console.api`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import inspect
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 from urllib.parse import urlsplit
 
 from akter.callers import Anonymous, User
 
-#: Decides whether a caller established by the auth provider may use the console.
-ConsoleRule = Callable[[User | Anonymous], "bool | Awaitable[bool]"]
+#: Decides whether a caller, in the tenant the auth provider established, may use the console.
+TenantRule = Callable[[User | Anonymous, str], "bool | Awaitable[bool]"]
+#: The older form: decides from the caller alone (it cannot tell tenants apart).
+CallerRule = Callable[[User | Anonymous], "bool | Awaitable[bool]"]
+#: Either form of ``Console(allow=...)``, told apart by how many arguments it takes.
+ConsoleRule = TenantRule | CallerRule
 
 
 @dataclass(frozen=True)
@@ -26,8 +32,13 @@ class Console:
     """Turns the console on, for the callers ``allow`` accepts.
 
     Args:
-        allow: Called with the caller of every console request (after the auth provider);
-            returns (or awaits to) whether that caller may see and operate the console.
+        allow: Called with the caller of every console request and the caller's tenant, both
+            established by the auth provider: ``allow(caller, tenant)`` returns (or awaits to)
+            whether that caller may see and operate the console. The console shows every
+            tenant's rows, so check the tenant too: a user named "admin" exists in any tenant
+            that can sign up users. A rule of one argument, ``allow(caller)``, is still accepted
+            and called with the caller alone (it cannot tell tenants apart); any other number of
+            required arguments is a ``TypeError`` here.
         anonymous: Also pass the ``Anonymous`` caller to ``allow``. By default an anonymous
             console request is refused (403) before ``allow`` is called, whatever the rule says:
             on an app without an auth provider every caller is ``Anonymous``, and a console
@@ -46,7 +57,13 @@ class Console:
             random one per process.
 
     Example:
-        ``Console(allow=lambda caller: isinstance(caller, User) and caller.subject in ADMINS)``
+        Operators are named by tenant and subject, so tenant "acme"'s user "admin" is not one::
+
+            OPERATORS = {("ops", "alice"), ("ops", "bob")}
+            Console(
+                allow=lambda caller, tenant: isinstance(caller, User)
+                and (tenant, caller.subject) in OPERATORS
+            )
     """
 
     allow: ConsoleRule
@@ -54,24 +71,29 @@ class Console:
     origins: Iterable[str] = ()
     loopback_only: bool = False
     token: str | None = field(default=None, repr=False)
+    _with_tenant: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not callable(self.allow):
-            raise TypeError("Console(allow=...) needs a callable (caller) -> bool.")
+            raise TypeError("Console(allow=...) needs a callable (caller, tenant) -> bool.")
+        object.__setattr__(self, "_with_tenant", _takes_tenant(self.allow))
         if isinstance(self.origins, str):
             raise TypeError("Console(origins=...) needs a list of origins, not one string.")
         object.__setattr__(self, "origins", frozenset(_origin(o) for o in self.origins))
         if self.token is not None and len(self.token) < 16:
             raise ValueError("Console(token=...) needs at least 16 characters of secret.")
 
-    async def allows(self, caller: User | Anonymous) -> bool:
-        """Whether ``allow`` accepts ``caller`` (anything but ``True`` refuses).
+    async def allows(self, caller: User | Anonymous, tenant: str) -> bool:
+        """Whether ``allow`` accepts ``caller`` in ``tenant`` (anything but ``True`` refuses).
 
         ``Anonymous`` is refused without asking ``allow`` unless ``anonymous=True``.
         """
         if isinstance(caller, Anonymous) and not self.anonymous:
             return False
-        verdict = self.allow(caller)
+        if self._with_tenant:
+            verdict = cast(TenantRule, self.allow)(caller, tenant)
+        else:
+            verdict = cast(CallerRule, self.allow)(caller)
         if inspect.isawaitable(verdict):
             verdict = await verdict
         return verdict is True
@@ -91,8 +113,29 @@ class Console:
         )
 
 
-def _anyone(caller: User | Anonymous) -> bool:
+def _anyone(caller: User | Anonymous, tenant: str) -> bool:
     return True
+
+
+def _takes_tenant(rule: Callable[..., object]) -> bool:
+    """Whether ``rule`` is ``(caller, tenant)`` (``True``) or ``(caller)`` (``False``).
+
+    Raises:
+        TypeError: For a rule that cannot be called with one or with two arguments.
+    """
+    try:
+        signature = inspect.signature(rule)
+    except (TypeError, ValueError):
+        return False  # a builtin without a signature: called with the caller, as before
+    for count in (2, 1):
+        try:
+            signature.bind(*range(count))
+        except TypeError:
+            continue
+        return count == 2
+    raise TypeError(
+        f"Console(allow={rule!r}) must take (caller, tenant) or (caller); it takes {signature}."
+    )
 
 
 def _origin(origin: str) -> str:
@@ -105,4 +148,4 @@ def _origin(origin: str) -> str:
     return f"{parts.scheme}://{host.removesuffix(default)}"
 
 
-__all__ = ["Console", "ConsoleRule"]
+__all__ = ["CallerRule", "Console", "ConsoleRule", "TenantRule"]

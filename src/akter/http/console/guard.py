@@ -9,8 +9,8 @@ is not compared, so a TLS-terminating proxy does not break it), or an origin lis
 name (403); the console's token in ``X-Akter-Console-Token`` when it has one (401); then the
 app's auth provider establishes the caller (401 without credentials, unless the console takes
 ``Anonymous``) and the console's rule
-accepts it or not (403; ``Anonymous`` only with ``anonymous=True``). The request then runs as a
-``System`` caller on behalf of that caller's principal.
+accepts it in its tenant or not (403; ``Anonymous`` only with ``anonymous=True``). The request
+then runs as a ``System`` caller on behalf of that caller's principal.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ async def operator(request: Request, auth: AuthProvider, console: Console) -> Sy
         if not (console.anonymous and exc.code == "missing_credentials"):
             raise
         identity = Identity(Anonymous(), "default")
-    if not await console.allows(identity.caller):
+    if not await console.allows(identity.caller, identity.tenant):
         raise ActorError(
             "Unauthorized",
             f"{_who(identity.caller)} may not use the console; ask an operator for access.",
