@@ -98,6 +98,8 @@ class Attempt:
     payload: dict[str, Any] = field(default_factory=dict)
     #: Its settle's transaction already woke the capped group's next waiting row.
     group_woken: bool = False
+    #: Local monotonic time before which it must not start (its booked rate token is due).
+    not_before: float = 0.0
     #: A synchronous executor's thread, once started (it may outlive the attempt).
     thread: asyncio.Future[Any] | None = None
 
