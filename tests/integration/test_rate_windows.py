@@ -91,3 +91,36 @@ async def test_rate_limited_starts_respect_the_bucket_in_every_window(
         assert span < (jobs - BURST) / LIMIT * PER_S + 3
         letters = await t.rows("SELECT 1 FROM {schema}.dead_letters")
         assert letters == []
+
+
+class Slow(akter.Actor[Tally], access=akter.public):
+    @akter.command
+    async def fill(self, n: int) -> list[str]:
+        return [self.enqueue(Slow.call_out, Item(n=i)) for i in range(n)]
+
+    @akter.job(attempts=1, rate=akter.Rate(1, per=0.5, burst=1))
+    async def call_out(call: akter.JobCall, item: Item) -> int:
+        STARTED[f"{call.ref.id}/{item.n}"] = time.monotonic()
+        return item.n
+
+
+async def test_a_stopping_runner_hands_back_an_attempt_waiting_for_its_token(
+    akter_test: Make,
+) -> None:
+    """Two tokens a second, a 1 s horizon: the second attempt waits on the runner, which stops."""
+    async with akter_test([Slow], relay=False) as t:
+        ids = await t.get(Slow, "s1").fill(2)
+        assert await t.runtime.jobs.run_pass() == 2
+        await until(lambda: len(STARTED) == 1, what="the first attempt started")
+        waiting = await t.rows(
+            "SELECT intent_id, running, attempts FROM {schema}.outbox WHERE kind = 'job'"
+        )
+        assert waiting == [{"intent_id": ids[1], "running": True, "attempts": 1}]
+        await t.runtime.jobs.stop()  # before its token is due (500 ms after the first)
+        assert list(STARTED) == ["s1/0"]
+        rows = await t.rows(
+            "SELECT attempts, ambiguous, running, waiting_for FROM {schema}.outbox"
+            " WHERE kind = 'job'"
+        )
+        # Handed back uncounted, never started: not an ambiguous attempt to take over.
+        assert rows == [{"attempts": 0, "ambiguous": False, "running": False, "waiting_for": "rate"}]

@@ -62,6 +62,7 @@ class Item(BaseModel):
 
 class Tally(BaseModel):
     done: list[str] = []
+    cancelled: list[str] = []
 
 
 def _blocked(call: akter.JobCall, item: Item) -> str:
@@ -81,6 +82,26 @@ class Provider(akter.Actor[Tally], access=akter.public):
     async def fill(self, job: str, n: int) -> list[str]:
         target = {"capped": Provider.capped, "retried": Provider.retried, "paired": Provider.paired}
         return [self.enqueue(target[job], Item(tag=f"{self.ref.id}-{i}")) for i in range(n)]
+
+    @akter.command
+    async def start_slow(self) -> str:
+        return self.enqueue(Provider.slow, Item(tag=self.ref.id), key="slow")
+
+    @akter.command
+    async def stop_slow(self) -> None:
+        self.cancel_job("slow")
+
+    @akter.job(attempts=1, timeout=30)  # type: ignore[arg-type]
+    def slow(call: akter.JobCall, item: Item) -> str:
+        return _blocked(call, item)
+
+    @slow.on_cancelled
+    async def slow_cancelled(self, report: akter.Cancelled[Item, str]) -> None:
+        self.state.cancelled.append(type(report.outcome).__name__)
+
+    @akter.query
+    async def cancelled(self) -> list[str]:
+        return self.state.cancelled
 
     @akter.job(attempts=1, timeout=0.2, concurrency=2)  # type: ignore[arg-type]
     def capped(call: akter.JobCall, item: Item) -> str:
@@ -225,3 +246,30 @@ async def test_per_actor_cap_counts_a_running_sync_thread(
         assert INSIDE.most == 1
         assert INSIDE.entries == ["a1-0#1", "a1-1#1", "a1-2#1"]
         assert await t.get(Provider, "a1").done() == ["a1-1#1", "a1-2#1"]
+
+
+async def test_a_cancelled_sync_attempt_settles_once_its_thread_returns(
+    akter_test: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="akter.jobs")
+    async with akter_test([Provider], relay=False) as t:
+        order = t.get(Provider, "c1")
+        await order.start_slow()
+        await passes(t)
+        await until(lambda: INSIDE.now == 1, what="the call inside")
+        await order.stop_slow()  # interrupts the attempt at once; the thread runs on
+        await until(lambda: any(HELD in m for m in caplog.messages), what="the held thread")
+        rows = await t.rows(
+            "SELECT running, cancelled_at_ms IS NOT NULL AS cancelled FROM {schema}.outbox"
+            " WHERE kind = 'job'"
+        )
+        assert rows == [{"running": True, "cancelled": True}]  # its slot is still taken
+        assert await order.cancelled() == []
+        INSIDE.gate.set()
+        await until(lambda: INSIDE.exits == ["c1#1"], what="the thread returned")
+        for rt in t.runtimes:
+            await rt.jobs.wait_idle()
+        await t.drain()
+        # Reported once, as Unknown: what the thread returned after the interruption is dropped.
+        assert await order.cancelled() == ["Unknown"]
+        assert await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'") == []
