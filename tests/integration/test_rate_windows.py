@@ -123,4 +123,6 @@ async def test_a_stopping_runner_hands_back_an_attempt_waiting_for_its_token(
             " WHERE kind = 'job'"
         )
         # Handed back uncounted, never started: not an ambiguous attempt to take over.
-        assert rows == [{"attempts": 0, "ambiguous": False, "running": False, "waiting_for": "rate"}]
+        assert rows == [
+            {"attempts": 0, "ambiguous": False, "running": False, "waiting_for": "rate"}
+        ]
