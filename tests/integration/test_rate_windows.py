@@ -98,7 +98,7 @@ class Slow(akter.Actor[Tally], access=akter.public):
     async def fill(self, n: int) -> list[str]:
         return [self.enqueue(Slow.call_out, Item(n=i)) for i in range(n)]
 
-    @akter.job(attempts=1, rate=akter.Rate(1, per=0.5, burst=1))
+    @akter.job(attempts=2, rate=akter.Rate(1, per=0.5, burst=1))
     async def call_out(call: akter.JobCall, item: Item) -> int:
         STARTED[f"{call.ref.id}/{item.n}"] = time.monotonic()
         return item.n
@@ -126,3 +126,29 @@ async def test_a_stopping_runner_hands_back_an_attempt_waiting_for_its_token(
         assert rows == [
             {"attempts": 0, "ambiguous": False, "running": False, "waiting_for": "rate"}
         ]
+
+
+async def test_a_runner_killed_while_an_attempt_waits_for_its_token_never_starts_it(
+    akter_test: Make,
+) -> None:
+    """The waiting attempt dies with its runner; after its lease another runner runs it once."""
+    async with akter_test([Slow], relay=False, runners=2, lease=3, cancel_check=1) as t:
+        ids = await t.get(Slow, "k1").fill(2)
+        assert await t.runtimes[0].jobs.run_pass() == 2
+        await until(lambda: len(STARTED) == 1, what="the first attempt started")
+        await t.kill(0)  # the second attempt is waiting for its token (500 ms after the first)
+        rows = await t.rows(
+            "SELECT intent_id, attempts, ambiguous, running FROM {schema}.outbox"
+            " WHERE kind = 'job'"
+        )
+        # As a kill right after a claim leaves it: running, pre-marked ambiguous, leased.
+        assert rows == [{"intent_id": ids[1], "attempts": 1, "ambiguous": True, "running": True}]
+        assert list(STARTED) == ["k1/0"]
+        assert await t.runtimes[1].jobs.run_pass() == 0  # its lease holds
+        await t.advance(4)  # the lease ends: runner 1 takes it over as attempt 2
+        await t.runtimes[1].jobs.wait_idle()
+        await t.drain()
+        assert sorted(STARTED) == ["k1/0", "k1/1"]
+        assert await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'") == []
+        calls = await t.rows("SELECT 1 FROM {schema}.dead_letters")
+        assert calls == []
