@@ -138,8 +138,7 @@ async def test_a_runner_killed_while_an_attempt_waits_for_its_token_never_starts
         await until(lambda: len(STARTED) == 1, what="the first attempt started")
         await t.kill(0)  # the second attempt is waiting for its token (500 ms after the first)
         rows = await t.rows(
-            "SELECT intent_id, attempts, ambiguous, running FROM {schema}.outbox"
-            " WHERE kind = 'job'"
+            "SELECT intent_id, attempts, ambiguous, running FROM {schema}.outbox WHERE kind = 'job'"
         )
         # As a kill right after a claim leaves it: running, pre-marked ambiguous, leased.
         assert rows == [{"intent_id": ids[1], "attempts": 1, "ambiguous": True, "running": True}]
