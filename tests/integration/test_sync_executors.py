@@ -91,7 +91,7 @@ class Provider(akter.Actor[Tally], access=akter.public):
     async def stop_slow(self) -> None:
         self.cancel_job("slow")
 
-    @akter.job(attempts=1, timeout=30)  # type: ignore[arg-type]
+    @akter.job(attempts=1, timeout=30)
     def slow(call: akter.JobCall, item: Item) -> str:
         return _blocked(call, item)
 
@@ -103,15 +103,15 @@ class Provider(akter.Actor[Tally], access=akter.public):
     async def cancelled(self) -> list[str]:
         return self.state.cancelled
 
-    @akter.job(attempts=1, timeout=0.2, concurrency=2)  # type: ignore[arg-type]
+    @akter.job(attempts=1, timeout=0.2, concurrency=2)
     def capped(call: akter.JobCall, item: Item) -> str:
         return _blocked(call, item)
 
-    @akter.job(attempts=2, timeout=0.2, backoff=(0.01, 0.01))  # type: ignore[arg-type]
+    @akter.job(attempts=2, timeout=0.2, backoff=(0.01, 0.01))
     def retried(call: akter.JobCall, item: Item) -> str:
         return _blocked(call, item)
 
-    @akter.job(attempts=1, timeout=0.2, per_actor=1)  # type: ignore[arg-type]
+    @akter.job(attempts=1, timeout=0.2, per_actor=1)
     def paired(call: akter.JobCall, item: Item) -> str:
         return _blocked(call, item)
 
