@@ -386,6 +386,20 @@ def _concurrency(concurrency: Any) -> int | None:
     return concurrency
 
 
+class JobDecorator(typing.Protocol):
+    """What ``@akter.job(...)`` returns: it takes an ``async def`` or a plain ``def`` executor.
+
+    A plain ``def`` runs in a thread; an attempt that ends while its thread still runs keeps its
+    slot until the thread returns (README, "Jobs").
+    """
+
+    @typing.overload
+    def __call__(self, fn: Callable[[JobCall, PL], Awaitable[R]], /) -> Job[PL, R]: ...
+
+    @typing.overload
+    def __call__(self, fn: Callable[[JobCall, PL], R], /) -> Job[PL, R]: ...
+
+
 def job(
     *,
     attempts: int = 4,
@@ -400,7 +414,7 @@ def job(
     max_wait: Duration | None = None,
     concurrency: int | None = None,
     rate: Rate | list[Rate] | tuple[Rate, ...] | None = None,
-) -> Callable[[Callable[[JobCall, PL], Awaitable[R]]], Job[PL, R]]:
+) -> JobDecorator:
     """Declare a job executor inside an actor class (semantics §5.1).
 
     Args:
@@ -455,7 +469,7 @@ def job(
         rates=_rates(rate),
     )
 
-    def declare(fn: Callable[[JobCall, PL], Awaitable[R]]) -> Job[PL, R]:
+    def declare(fn: Callable[[JobCall, Any], Any]) -> Job[Any, Any]:
         return Job(fn, options)
 
-    return declare
+    return typing.cast(JobDecorator, declare)

@@ -157,7 +157,7 @@ async def test_concurrency_cap_holds_across_three_runners_and_a_kill(akter_test:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_a_rate_holds_across_two_runners_for_thirty_seconds(akter_test: MakeTest) -> None:
-    """Rate(50, per=1 s), burst 50: after the burst, 45-55 starts/s in every 5-s window."""
+    """Rate(50, per=1 s), burst 50: every window within the bucket, then 45-55 starts/s."""
     async with drill(akter_test, 2) as (t, _children):
         ids: list[str] = []
         for i in range(16):
@@ -171,11 +171,20 @@ async def test_a_rate_holds_across_two_runners_for_thirty_seconds(akter_test: Ma
     assert {int(c["attempt"]) for c in calls} == {1}
     assert len({int(c["pid"]) for c in calls}) == 2, "both runners took tokens"
     starts = sorted(float(c["started_ms"]) for c in calls)
+    # The bucket's rule (flow-control F3.3) in every window: at most 50 + 50 · T starts in any
+    # T seconds, with 50 ms for the recorder's own delay (a pooled insert on the database clock).
+    worst = max(
+        (j - i + 1) - (50 + 50 * (starts[j] - starts[i] + 50) / 1000)
+        for i in range(len(starts))
+        for j in range(i, min(len(starts), i + 400))
+    )
+    assert worst <= 0, f"a window holds {worst:.1f} starts more than the bucket allows"
     # The burst: the 50 tokens of a full bucket plus what refilled while the first claims took
-    # them, all within the first second; from then on tokens are booked ahead at 50/s.
-    first = starts[0] + 1000
+    # them. Tokens are booked at most a second ahead, by claims of at most 8 slots per runner,
+    # so the burst may take a few seconds to spend; from then on tokens are taken at 50/s.
+    first = starts[0] + 5000
     windows = []
-    for w in range(5):  # 25 s of windows after the burst
+    for w in range(4):  # 20 s of windows after the burst
         lo, hi = first + w * 5000, first + (w + 1) * 5000
         windows.append(sum(1 for s in starts if lo <= s < hi) / 5)
     print(f"rate drill: starts/s per 5-s window after the burst: {windows}")

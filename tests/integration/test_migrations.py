@@ -73,7 +73,7 @@ COLUMNS: dict[str, set[str]] = {
         "waiting_for",
     },
     "job_limits": {"actor_type", "job", "concurrency"},
-    "rate_buckets": {"actor_type", "job", "limit_no", "key", "tokens", "at_ms"},
+    "rate_buckets": {"actor_type", "job", "limit_no", "key", "tokens", "at_ms", "granted"},
     "deployment_names": {"actor_type", "kind", "name", "recorded_at_ms"},
     "operator_audit": {
         "audit_id",

@@ -7,12 +7,21 @@ the row. While the executor runs, the lease is renewed every ``cancel_check``, o
 this runner's cancellation signal; a renewal also reports a cancellation committed anywhere.
 Renewals are stopped and awaited before any settle write, so a late renewal cannot replace a
 failure's backoff with a fresh lease.
+
+A synchronous (plain ``def``) executor runs in a thread that nothing can stop. When its attempt
+ends while the thread still runs (a timeout, a cancellation, a lost local lease, a stopping
+runner), the attempt holds its slot until the thread returns: it keeps renewing the row's lease
+(the row stays running, so the deployment-wide cap, ``per_actor`` and the job's next attempt all
+count it) and settles only then, with the outcome the attempt ended with; whatever the thread
+returns or raises after that is discarded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,6 +98,10 @@ class Attempt:
     payload: dict[str, Any] = field(default_factory=dict)
     #: Its settle's transaction already woke the capped group's next waiting row.
     group_woken: bool = False
+    #: Local monotonic time before which it must not start (its booked rate token is due).
+    not_before: float = 0.0
+    #: A synchronous executor's thread, once started (it may outlive the attempt).
+    thread: asyncio.Future[Any] | None = None
 
     def __post_init__(self) -> None:
         self.lease_until = self.row.claimed_until
@@ -213,6 +226,8 @@ class AttemptRunner:
             await asyncio.gather(execution, return_exceptions=True)
             if slot is not None:
                 slot.end()
+        # A sync executor's thread that outlived the attempt keeps its slot and its lease.
+        await self._hold_thread(attempt)
         settler.traceparent = attempt.traceparent
         if not execution.cancelled() and execution.exception() is None:
             reported = execution.result()
@@ -316,7 +331,10 @@ class AttemptRunner:
                 if job.is_async:
                     value = await job.fn(call, payload)
                 else:
-                    value = await asyncio.to_thread(job.fn, call, payload)
+                    attempt.thread = _in_thread(job.fn, call, payload)
+                    # Shielded: the timeout ends the wait, never the thread; _hold_thread
+                    # awaits the thread before the attempt gives its slot back.
+                    value = await asyncio.shield(attempt.thread)
         except JobFailure as exc:
             return Failed(Failure(_cause(exc), ambiguous=False, final=exc.final))
         except TimeoutError as exc:
@@ -359,6 +377,45 @@ class AttemptRunner:
             if cancelled:
                 return "cancelled"
 
+    async def _hold_thread(self, attempt: Attempt) -> None:
+        """Await a sync executor's thread that outlived its attempt, renewing the lease.
+
+        The row stays running at attempt N with a live lease, so no claim anywhere gives its
+        slot away or starts the next attempt while the thread runs. A renewal that finds the row
+        gone (another attempt took it over after renewals failed for a whole lease, or a settle
+        ended it) stops renewing; the local slot is still held until the thread returns.
+        """
+        thread = attempt.thread
+        if thread is None or thread.done():
+            return
+        row = attempt.row
+        log.warning(
+            "Job attempt ended but its synchronous executor is still running; its slot and lease"
+            " stay held until the thread returns, and what it returns then is discarded",
+            extra=row.log_fields(),
+        )
+        renewing = True
+        while not thread.done():
+            if renewing:
+                sent = self.local.now()
+                try:
+                    renewed = await _shielded(self._renew(attempt))
+                except psycopg.Error as exc:
+                    log.warning(
+                        "Job lease renewal failed",
+                        extra={**row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
+                    )
+                else:
+                    if renewed is None:
+                        renewing = False
+                    else:
+                        attempt.confirmed = max(attempt.confirmed, sent)
+                        attempt.lease_until = max(attempt.lease_until, renewed[1])
+            await asyncio.wait([thread], timeout=self.cancel_check_ms / 1000)
+        # Retrieve the discarded outcome so that asyncio does not log it as never retrieved.
+        if not thread.cancelled():
+            thread.exception()
+
     async def _renew(self, attempt: Attempt) -> tuple[bool, int] | None:
         row = attempt.row
         return await self.gateway.renew(row, attempt=row.attempts, lease_ms=self.lease_ms)
@@ -386,6 +443,13 @@ async def _shielded(operation: Any) -> Any:
         with contextlib.suppress(Exception):
             await task
         raise
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """Run ``fn(*args)`` in the default executor, in a copy of this context (``to_thread``)."""
+    loop = asyncio.get_running_loop()
+    run = functools.partial(contextvars.copy_context().run, fn, *args)
+    return loop.run_in_executor(None, run)
 
 
 def _classify_value(attempt: Attempt, value: Any) -> Reported:

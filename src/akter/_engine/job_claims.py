@@ -59,7 +59,7 @@ class ClaimedJob:
     prior_maybe_applied: bool = False
     #: The row's error before this claim wrote its own (restored when it waits for a token).
     prior_error: str | None = None
-    #: ``"rate"``: the row came back holding the rate tokens an earlier claim booked for it.
+    #: ``"rate"``: the row was handed back to wait for a rate token (it holds none, job_rates).
     prior_waiting_for: str | None = None
 
     @property

@@ -2,12 +2,19 @@
 
 Claims stay as they are; between a claim and the start of its attempts, every claimed attempt of
 a job with ``rate=`` takes one token from each of its limits' buckets (``rate_buckets``, shared
-by all runners), all of one claim's attempts in one upsert. When a bucket is empty the token
-is booked ahead (the bucket's level goes below zero) and the attempt is handed back uncounted,
-with its attempt number, ambiguity and error as they were before the claim, due when its token
-is and marked as holding it (``waiting_for = 'rate'``): its next claim starts it without taking
-another. So attempts queue for tokens in claim order, each claimed twice at most, instead of
-polling for them.
+by all runners), all of one claim's attempts in one upsert. A take grants only the tokens due
+within the claim's *horizon* (:func:`horizon_ms`): a token not there yet is booked ahead (the
+level goes below zero, at most ``limit · horizon`` deep), and its attempt waits on this runner,
+holding its claim, until the token is due, then starts. So every attempt starts at (or just
+after) the instant its token is due in the bucket, whatever the timing of the passes, and the
+starts respect every bucket in any window. The attempts a take could not grant within the horizon
+are handed back uncounted, holding no token, with their attempt number, ambiguity and error as
+they were before the claim, due about when their token could be (``waiting_for = 'rate'`` shows
+why they wait): their next claim takes a token like any other.
+
+Before issue 38 the attempts whose tokens were booked ahead were handed back holding them and
+started whenever a later pass claimed them: a late pass found several due and started them
+together, a burst the bucket forbids.
 
 A key function that raises is a defect of the job: the attempt is recorded as a final failure
 that never started, and the next claim dead-letters the row with the cause named
@@ -21,12 +28,12 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from akter._engine.job_claims import ClaimedJob
-from akter._store.gateway.job_flow import Bucket, TokenWant
+from akter._store.gateway.job_flow import Bucket, Take, TokenWant
 from akter.callers import System, caller_from_json
 from akter.jobs import AttemptCall, JobCall
 
@@ -39,6 +46,18 @@ log = logging.getLogger("akter.jobs")
 
 #: The longest rate key, in bytes of UTF-8 (a btree key holds at most about 2.7 kB).
 MAX_KEY_BYTES = 1024
+
+#: The shortest horizon: how far ahead a take books tokens for attempts that wait for them.
+MIN_HORIZON_MS = 1000
+
+
+def horizon_ms(poll_ms: int, cancel_check_ms: int) -> int:
+    """How far ahead a claim books tokens: a poll (so the rate holds between passes), ≥ 1 s.
+
+    At most ``cancel_check`` (a third of the lease): an attempt that waits that long for its
+    token still starts, and renews, well before its claim's lease could end.
+    """
+    return min(max(poll_ms, MIN_HORIZON_MS), cancel_check_ms)
 
 
 def key_problem(key: str) -> str | None:
@@ -56,11 +75,24 @@ def key_problem(key: str) -> str | None:
 
 @dataclass
 class Admitted:
-    """What one admission did: the attempts that start, and what happened to the others."""
+    """What one admission did: the attempts that start, and what happened to the others.
+
+    ``not_before``: by job id, the local monotonic time before which an attempt of ``start``
+    must not start (its booked token is due then); absent: at once.
+    """
 
     start: list[ClaimedJob] = field(default_factory=list)
     deferred: list[ClaimedJob] = field(default_factory=list)
     defects: list[ClaimedJob] = field(default_factory=list)
+    not_before: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One asking attempt's answer: start after ``wait_ms``, or wait ``wait_ms`` for a claim."""
+
+    start: bool
+    wait_ms: int
 
 
 def key_call(row: ClaimedJob) -> JobCall:
@@ -74,23 +106,33 @@ def key_call(row: ClaimedJob) -> JobCall:
     )
 
 
-def waits_ms(
-    asked: Sequence[Sequence[tuple[Bucket, float]]], levels: dict[Bucket, float]
-) -> list[int]:
-    """Per attempt (in claim order), the ms until the last of its booked tokens is due.
+def slots(
+    asked: Sequence[Sequence[tuple[Bucket, float]]], takes: dict[Bucket, Take], horizon: int
+) -> list[Slot]:
+    """Per attempt (in claim order), when it starts, or how long it waits to be claimed again.
 
-    ``asked``: each attempt's buckets with their refill rate (tokens per ms); ``levels``: each
-    bucket's level before the take. The k-th taker of a bucket with level L gets its token now
-    if k ≤ L, else when the bucket has refilled to k: (k − L) / rate ms later.
+    ``asked``: each attempt's buckets with their refill rate (tokens per ms); ``takes``: each
+    bucket's level before the take and the tokens granted (``rate_take``, at most those due
+    within ``horizon`` ms). The k-th taker of a bucket with level L has its token due
+    (k − L) / rate ms after the take, and holds it if k ≤ granted. An attempt holding all its
+    tokens starts once the last is due (never before: waits round up). The others hold none
+    (a token granted for them in another bucket is lost) and are handed back, to be claimed
+    again when their token could fall within the horizon, at least 1 ms later.
     """
     seen: Counter[Bucket] = Counter()
-    out: list[int] = []
+    out: list[Slot] = []
     for buckets in asked:
         wait = 0.0
+        granted = True
         for bucket, per_ms in buckets:
             seen[bucket] += 1
-            wait = max(wait, (seen[bucket] - levels[bucket]) / per_ms)
-        out.append(max(0, math.ceil(wait)))
+            take = takes[bucket]
+            wait = max(wait, (seen[bucket] - take.level) / per_ms)
+            granted = granted and seen[bucket] <= take.granted
+        if granted:
+            out.append(Slot(True, max(0, math.ceil(wait))))
+        else:
+            out.append(Slot(False, max(1, math.ceil(wait - horizon))))
     return out
 
 
@@ -99,8 +141,16 @@ async def admit(
     flow: FlowGateway,
     rows: Sequence[ClaimedJob],
     job_of: dict[tuple[str, str], Job[Any, Any]],
+    *,
+    horizon: int,
+    now: Callable[[], float],
 ) -> Admitted:
-    """Take the tokens of ``rows`` (one claim's attempts, in claim order): one statement."""
+    """Take the tokens of ``rows`` (one claim's attempts, in claim order): one statement.
+
+    ``horizon``: how far ahead tokens are booked (ms); ``now``: the local monotonic clock the
+    attempts' ``not_before`` is measured on (read once the take has answered, so a start is
+    never earlier than its token is due in the database).
+    """
     out = Admitted()
     asked: list[list[tuple[Bucket, float]]] = []
     asking: list[ClaimedJob] = []
@@ -108,7 +158,9 @@ async def admit(
     for row in rows:
         job = job_of[(row.actor_type, row.command)]
         rates = job.options.rates
-        if not rates or row.cancelled or row.exhausted or row.prior_waiting_for == "rate":
+        # A row handed back for a token holds none (rows deferred by code older than issue 38
+        # held one: they take another, so the first is lost, never used twice).
+        if not rates or row.cancelled or row.exhausted:
             out.start.append(row)
             continue
         call = key_call(row)
@@ -137,9 +189,16 @@ async def admit(
         asking.append(row)
     if not asking:
         return out
-    waits = waits_ms(asked, await flow.take_tokens(list(wants.values())))
-    later = [(row, wait) for row, wait in zip(asking, waits, strict=True) if wait > 0]
-    out.start += [row for row, wait in zip(asking, waits, strict=True) if wait <= 0]
+    takes = await flow.take_tokens(list(wants.values()), horizon_ms=horizon)
+    answered = now()
+    later: list[tuple[ClaimedJob, int]] = []
+    for row, slot in zip(asking, slots(asked, takes, horizon), strict=True):
+        if not slot.start:
+            later.append((row, slot.wait_ms))
+            continue
+        out.start.append(row)
+        if slot.wait_ms > 0:
+            out.not_before[row.intent_id] = answered + slot.wait_ms / 1000
     if later:
         written = await flow.defer_for_tokens(later)
         out.deferred = [row for row, _ in later if row.intent_id in written]

@@ -78,6 +78,8 @@ class JobExecutor:
         self._uncapped_backlog = True
         self._capped_first = False
         self._stopping = False
+        #: Admitted attempts that wait for their booked rate token: local start time by job id.
+        self._not_before: dict[str, float] = {}
         #: Attempts that ended on this runner (a drain can tell that work finished mid-pass).
         self.finished = 0
         #: Progress frames of this runner's attempts and their subscribers (semantics §5.11).
@@ -345,7 +347,16 @@ class JobExecutor:
         """The claimed attempts that got their rate tokens (``job_rates``); the rest wait."""
         if not any(by_key[(r.actor_type, r.command)].options.rates for r in rows):
             return rows
-        admitted = await job_rates.admit(self.gateway, self.flow, rows, by_key)
+        config = self._services.config
+        admitted = await job_rates.admit(
+            self.gateway,
+            self.flow,
+            rows,
+            by_key,
+            horizon=job_rates.horizon_ms(config.poll_ms, config.cancel_check_ms),
+            now=self._services.local.now,
+        )
+        self._not_before.update(admitted.not_before)
         if admitted.defects:
             self._wake()  # the next pass dead-letters them
         return admitted.start
@@ -353,7 +364,7 @@ class JobExecutor:
     # --- attempts -----------------------------------------------------------------------------
 
     def _start(self, row: ClaimedJob, job: Job[Any, Any]) -> None:
-        attempt = Attempt(row=row, job=job)
+        attempt = Attempt(row=row, job=job, not_before=self._not_before.pop(row.intent_id, 0.0))
         key = (row.intent_id, row.attempts)
         self._attempts[key] = attempt
         task = asyncio.create_task(
@@ -377,6 +388,8 @@ class JobExecutor:
     async def _run(self, attempt: Attempt) -> None:
         row = attempt.row
         try:
+            if not await self._until_token(attempt):
+                return
             await self.runner.run(attempt)
         except InjectedCrash:
             return  # a simulated process death: no further write; the lease runs out
@@ -387,6 +400,31 @@ class JobExecutor:
         capped = attempt.job.options.per_actor is not None
         if capped and not self._stopping and not attempt.group_woken:
             await self._wake_group(attempt)
+
+    async def _until_token(self, attempt: Attempt) -> bool:
+        """Wait, holding the claim, until the attempt's booked rate token is due (F3.3).
+
+        False when the runner stopped first: the attempt is then handed back uncounted (its
+        token is lost), as one that got no token is, instead of being left to its lease end and
+        taken over as ambiguous though it never started.
+        """
+        local = self._services.local
+        left = attempt.not_before - local.now()
+        if left <= 0:
+            return True
+        sleep = asyncio.create_task(local.sleep(left), name="akter.job rate token")
+        stopping = asyncio.create_task(attempt.stopping.wait(), name="akter.job stopping")
+        try:
+            await asyncio.wait([sleep, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleep, stopping):
+                task.cancel()
+            await asyncio.gather(sleep, stopping, return_exceptions=True)
+        if not attempt.stopping.is_set():
+            return True
+        # Shielded: a drain that gives up on this task must not abandon the write once sent.
+        await asyncio.shield(self.flow.defer_for_tokens([(attempt.row, 0)]))
+        return False
 
     async def _wake_group(self, attempt: Attempt) -> None:
         await self._wake_row_group(attempt.row)

@@ -309,19 +309,27 @@ WHERE kind = 'job' AND running AND actor_type = %(type)s AND command = ANY(%(job
   AND due_at_ms > %(now)s::bigint;
 
 -- citus_rate_take --
--- Citus: n tokens of one bucket of a claim (rate_take, one bucket per statement, in key order, in one transaction): created full, else refilled to now under the row lock; the level may go below zero; returns the bucket's level before the take
-INSERT INTO {schema}.rate_buckets AS b (actor_type, job, limit_no, key, tokens, at_ms)
+-- Citus: at most n tokens of one bucket of a claim (rate_take, one bucket per statement, in key order, in one transaction): created full, else refilled to now under the row lock; only those due within horizon_ms; returns the bucket's level before the take and how many it granted
+INSERT INTO {schema}.rate_buckets AS b (actor_type, job, limit_no, key, tokens, at_ms, granted)
 VALUES (%(type)s::text, %(job)s::text, %(no)s::smallint, %(key)s::text,
-        %(burst)s::float8 - %(n)s::int, %(now)s::bigint)
+        %(burst)s::float8 - least(%(n)s::int, greatest(0, floor(
+            %(burst)s::float8 + %(per_ms)s::float8 * %(horizon_ms)s::float8)))::int,
+        %(now)s::bigint,
+        least(%(n)s::int, greatest(0, floor(
+            %(burst)s::float8 + %(per_ms)s::float8 * %(horizon_ms)s::float8)))::int)
 ON CONFLICT (actor_type, job, limit_no, key) DO UPDATE
-SET tokens = least(%(burst)s::float8,
-                   b.tokens + greatest(0, excluded.at_ms - b.at_ms) * %(per_ms)s::float8)
-             - %(n)s::int,
+SET tokens = least(%(burst)s::float8, b.tokens + greatest(0, excluded.at_ms - b.at_ms) * %(per_ms)s::float8)
+             - least(%(n)s::int, greatest(0, floor(
+                   least(%(burst)s::float8, b.tokens + greatest(0, excluded.at_ms - b.at_ms) * %(per_ms)s::float8)
+                   + %(per_ms)s::float8 * %(horizon_ms)s::float8))),
+    granted = least(%(n)s::int, greatest(0, floor(
+                  least(%(burst)s::float8, b.tokens + greatest(0, excluded.at_ms - b.at_ms) * %(per_ms)s::float8)
+                  + %(per_ms)s::float8 * %(horizon_ms)s::float8)))::int,
     at_ms = excluded.at_ms
-RETURNING b.actor_type, b.job, b.limit_no, b.key, b.tokens + %(n)s::int AS level;
+RETURNING b.actor_type, b.job, b.limit_no, b.key, b.tokens + b.granted AS level, b.granted;
 
 -- citus_defer_job_for_token --
--- Citus: one claimed attempt whose tokens were booked ahead is handed back uncounted in its own shard (defer_jobs_for_token joins an unnest, which spans every shard), due when its tokens are, marked as holding them; only under its claim
+-- Citus: one claimed attempt that got no token (or cannot start) is handed back uncounted in its own shard (defer_jobs_for_token joins an unnest, which spans every shard), due after its wait, marked as waiting for a token (holding none); only under its claim
 UPDATE {schema}.outbox
 SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint,
     attempts = %(prior_attempts)s::int, ambiguous = %(prior_ambiguous)s::bool,

@@ -346,7 +346,7 @@ WHERE routing_key = %(rk)s AND waiting AND NOT running AND cancelled_at_ms IS NU
 RETURNING intent_id;
 
 -- rate_take --
--- n tokens of each of a claim's buckets in one upsert (created full, else refilled to now under the row lock, in key order); the level may go below zero (tokens booked ahead); returns each bucket's level before the take
+-- at most n tokens of each of a claim's buckets in one upsert (created full, else refilled to now under the row lock, in key order): only those due within horizon_ms, so the level never goes below -limit·horizon; returns each bucket's level before the take and how many it granted
 WITH clock AS MATERIALIZED (
     SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
 ),
@@ -356,28 +356,30 @@ wanted AS MATERIALIZED (
                 %(per_ms)s::float8[], %(bursts)s::float8[], %(wants)s::int[])
         AS w(type, job, no, key, per_ms, burst, n)
 )
-INSERT INTO {schema}.rate_buckets AS b (actor_type, job, limit_no, key, tokens, at_ms)
-SELECT w.type, w.job, w.no, w.key, w.burst - w.n, clock.now
-FROM wanted w, clock
+INSERT INTO {schema}.rate_buckets AS b (actor_type, job, limit_no, key, tokens, at_ms, granted)
+SELECT w.type, w.job, w.no, w.key, w.burst - g.n, clock.now, g.n
+FROM wanted w, clock,
+     LATERAL (SELECT least(w.n, greatest(0, floor(w.burst + w.per_ms * %(horizon_ms)s::float8)))::int
+              AS n) g
 ORDER BY w.type, w.job, w.no, w.key
 ON CONFLICT (actor_type, job, limit_no, key) DO UPDATE
-SET tokens = least(
-        (SELECT w.burst FROM wanted w
-         WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no AND w.key = b.key),
-        b.tokens + greatest(0, excluded.at_ms - b.at_ms)
-            * (SELECT w.per_ms FROM wanted w
+SET tokens = (SELECT l.level - least(w.n, greatest(0, floor(l.level + w.per_ms * %(horizon_ms)s::float8)))
+              FROM wanted w,
+                   LATERAL (SELECT least(w.burst, b.tokens + greatest(0, excluded.at_ms - b.at_ms)
+                                                              * w.per_ms) AS level) l
+              WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
+                AND w.key = b.key),
+    granted = (SELECT least(w.n, greatest(0, floor(l.level + w.per_ms * %(horizon_ms)s::float8)))::int
+               FROM wanted w,
+                    LATERAL (SELECT least(w.burst, b.tokens + greatest(0, excluded.at_ms - b.at_ms)
+                                                               * w.per_ms) AS level) l
                WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
-                 AND w.key = b.key))
-      - (SELECT w.n FROM wanted w
-         WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no AND w.key = b.key),
+                 AND w.key = b.key),
     at_ms = excluded.at_ms
-RETURNING b.actor_type, b.job, b.limit_no, b.key,
-          b.tokens + (SELECT w.n FROM wanted w
-                      WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
-                        AND w.key = b.key) AS level;
+RETURNING b.actor_type, b.job, b.limit_no, b.key, b.tokens + b.granted AS level, b.granted;
 
 -- defer_jobs_for_token --
--- claimed attempts whose tokens were booked ahead are handed back uncounted (attempt, ambiguity and error undone), each due when its tokens are, marked as holding them; only under each claim
+-- claimed attempts that got no token (or cannot start) are handed back uncounted (attempt, ambiguity and error undone), each due after its wait, marked as waiting for a token (holding none); only under each claim
 UPDATE {schema}.outbox o
 SET due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + u.wait,
     attempts = u.prior_attempts, ambiguous = u.prior_ambiguous,

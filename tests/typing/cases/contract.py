@@ -97,6 +97,15 @@ class Order(akter.Actor[OrderState], access=akter.public, lock_wait=timedelta(se
         self.state.status, self.state.charge_id = "paid", charge_id
         self.emit(Paid(charge_id=charge_id))
 
+    # A plain def (a blocking client) is an executor too: it runs in a thread.
+    @akter.job(timeout=10.0, concurrency=4)
+    def receipt(call: akter.JobCall, req: Charge) -> int:
+        return req.cents
+
+    @receipt.on_success
+    async def receipted(self, cents: int) -> None:
+        self.state.status = f"receipt for {cents}"
+
     @charge.on_dead_letter
     async def charge_failed(self, letter: akter.DeadLetter[Charge]) -> None:
         self.state.status = f"failed after {letter.attempts}: {letter.job.cents}"
@@ -129,6 +138,7 @@ class Order(akter.Actor[OrderState], access=akter.public, lock_wait=timedelta(se
 
 async def use(url: str) -> None:
     assert_type(Order.charge, akter.Job[Charge, str])
+    assert_type(Order.receipt, akter.Job[Charge, int])
     async with akter.Runtime(actors=[Order, Ledger, Billing], database_url=url) as runtime:
         assert_type(runtime, akter.Runtime)
         order = runtime.get(Order, "o-1", tenant="acme")

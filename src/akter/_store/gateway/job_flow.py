@@ -2,8 +2,8 @@
 
 Deployment-wide concurrency is counted inside the claims (``JobsGateway``); here are the
 statements around it: the caps a runner records at start, the rate tokens of a claim's attempts
-(taken, or booked ahead, in one statement) and the deferral of the attempts whose tokens are
-booked ahead, and the sampled gauges of rows held back. All run on the framework pool.
+(taken, or booked at most a horizon ahead, in one statement) and the deferral of the attempts
+that got none, and the sampled gauges of rows held back. All run on the framework pool.
 
 On Citus (``queries_citus.sql``, "Flow control on Citus") the tokens are taken by one keyed
 upsert per bucket, at one clock reading, in one transaction, and each deferral is its own
@@ -67,14 +67,17 @@ class FlowGateway:
                 },
             )
 
-    async def take_tokens(self, wants: Sequence[TokenWant]) -> dict[Bucket, float]:
-        """Take ``n`` tokens of each bucket (``rate_take``: one statement, autocommit).
+    async def take_tokens(
+        self, wants: Sequence[TokenWant], *, horizon_ms: int
+    ) -> dict[Bucket, Take]:
+        """Take up to ``n`` tokens of each bucket (``rate_take``: one statement, autocommit).
 
-        ``wants`` name one bucket each. Returns each bucket's level before the take, by
-        (actor type, job, limit no, key); the level may go below zero: tokens booked ahead.
+        ``wants`` name one bucket each. Only the tokens due within ``horizon_ms`` are taken
+        (booked ahead when the level is below one). Returns, by (actor type, job, limit no, key),
+        each bucket's level before the take and how many tokens it granted, in taker order.
         """
         if self._store.strategy == "citus":
-            return _levels(await self._take_tokens_citus(wants))
+            return _levels(await self._take_tokens_citus(wants, horizon_ms))
         params = {
             "types": [w.actor_type for w in wants],
             "jobs": [w.job for w in wants],
@@ -83,6 +86,7 @@ class FlowGateway:
             "per_ms": [w.per_ms for w in wants],
             "bursts": [w.burst for w in wants],
             "wants": [w.n for w in wants],
+            "horizon_ms": horizon_ms,
             "off": self._off,
         }
         async with self._store.framework.connection() as conn:
@@ -90,7 +94,7 @@ class FlowGateway:
             await cur.execute(self._store.queries["rate_take"], params)
             return _levels(await cur.fetchall())
 
-    async def _take_tokens_citus(self, wants: Sequence[TokenWant]) -> list[Row]:
+    async def _take_tokens_citus(self, wants: Sequence[TokenWant], horizon_ms: int) -> list[Row]:
         """``rate_take`` on Citus: one upsert per bucket, pipelined, all or none.
 
         In key order, like the plain statement (two claims never lock buckets in opposite
@@ -112,6 +116,7 @@ class FlowGateway:
                         "per_ms": w.per_ms,
                         "burst": w.burst,
                         "n": w.n,
+                        "horizon_ms": horizon_ms,
                         "now": now,
                     }
                     for w in ordered
@@ -119,7 +124,9 @@ class FlowGateway:
             )
 
     async def defer_for_tokens(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
-        """Hand claimed attempts ``(claim, wait ms)`` back uncounted, due when their tokens are.
+        """Hand claimed attempts ``(claim, wait ms)`` back uncounted, due after their wait.
+
+        They hold no token: ``waiting_for = 'rate'`` only shows why they wait (``v_jobs``).
 
         Each claim (a ``ClaimedJob``) guards its write by its attempt and lease end; returns the
         job ids written (a lost claim is left alone).
@@ -171,9 +178,19 @@ class FlowGateway:
             return await cur.fetchall()
 
 
-def _levels(rows: Sequence[Row]) -> dict[Bucket, float]:
-    """Each bucket's level before the take, by (actor type, job, limit no, key)."""
+@dataclass(frozen=True)
+class Take:
+    """What a take found and took in one bucket: its level before, and the tokens granted."""
+
+    level: float
+    granted: int
+
+
+def _levels(rows: Sequence[Row]) -> dict[Bucket, Take]:
+    """Each bucket's take, by (actor type, job, limit no, key)."""
     return {
-        (str(r["actor_type"]), str(r["job"]), int(r["limit_no"]), str(r["key"])): float(r["level"])
+        (str(r["actor_type"]), str(r["job"]), int(r["limit_no"]), str(r["key"])): Take(
+            float(r["level"]), int(r["granted"])
+        )
         for r in rows
     }

@@ -1,0 +1,13 @@
+-- 0016_rate_grants: a rate take books no token further ahead than its claim can wait (issue 38).
+--
+-- Until now a claim took a token for every claimed attempt and booked the missing ones ahead
+-- (the level went below zero); the attempts whose token lay ahead were handed back holding it
+-- and started when a later pass claimed them. A pass that came late found several of them due
+-- and started them together: a burst the bucket forbids. Now a take grants only the tokens due
+-- within the claim's horizon (rate_take's %(horizon_ms)s): the granted attempts wait on their
+-- runner until their token is due and start then, and the others are handed back holding
+-- nothing, to take their token at a later claim. The take records how many tokens it granted
+-- (its level before the take is tokens + granted) so that one upsert still takes and answers.
+--
+-- One statement (see 0010).
+ALTER TABLE {schema}.rate_buckets ADD COLUMN granted integer NOT NULL DEFAULT 0;
