@@ -1,4 +1,4 @@
--- 0016_rate_grants: a rate take books no token further ahead than its claim can wait (issue 38).
+-- 0013_rate_grants: a rate take books no token further ahead than its claim can wait (issue 38).
 --
 -- Until now a claim took a token for every claimed attempt and booked the missing ones ahead
 -- (the level went below zero); the attempts whose token lay ahead were handed back holding it
