@@ -142,3 +142,47 @@ async def test_the_served_page_has_the_pinned_heads_and_label_sets(akter_test: M
         page = page_of(await scrape(t))
     assert sorted(page["heads"]) == sorted(golden["heads"])
     assert label_sets(page) <= label_sets(golden)
+
+
+# --- an application's own registry ----------------------------------------------------------------
+
+
+def test_an_application_registers_akters_collector_beside_its_own_metric() -> None:
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    registry = CollectorRegistry()
+    orders = Counter("shop_orders", "Orders placed.", registry=registry)
+    orders.inc(3)
+    registry.register(populated().collector())
+    page = page_of(generate_latest(registry).decode())
+    golden = json.loads(GOLDEN.read_text("utf-8"))
+    ours = [h for h in page["heads"] if h.split()[2] == "shop_orders_total"]
+    assert ours == ["# HELP shop_orders_total Orders placed.", "# TYPE shop_orders_total counter"]
+    assert [h for h in page["heads"] if h.split()[2].startswith("akter_")] == golden["heads"]
+    assert ["shop_orders_total", [], 3.0] in page["samples"]
+    assert [s for s in page["samples"] if s[0].startswith("akter_")] == golden["samples"]
+
+
+def test_the_collector_describes_every_family_so_clashes_fail_at_registration() -> None:
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    registry.register(Metrics().collector())
+    with pytest.raises(ValueError, match="akter_relay_lag_ms"):
+        Gauge("akter_relay_lag_ms", "An application's own, clashing name.", registry=registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        registry.register(Metrics().collector())  # a second runtime's metrics: same series
+
+
+async def test_a_runtimes_collector_reads_its_live_counts(akter_test: Make) -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    async with akter_test(ALL) as t:
+        registry.register(t.runtime.metrics.collector())
+        labels = {"actor_type": "Shop", "outcome": "success"}
+        assert registry.get_sample_value("akter_turns_total", labels) == 0
+        await t.get(Shop, "m").buy(100, key="k-1")
+        assert registry.get_sample_value("akter_turns_total", labels) == 1
+        count = registry.get_sample_value("akter_turn_duration_ms_count", {"actor_type": "Shop"})
+        assert count is not None and count >= 1

@@ -30,13 +30,13 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
-    PlainTextResponse,
     Response,
     StreamingResponse,
 )
@@ -44,6 +44,7 @@ from starlette.routing import Route
 
 from akter._engine.progress import open_progress
 from akter._members import refuse_internal
+from akter._prometheus import CONTENT_TYPE as PROMETHEUS_TEXT
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
@@ -381,9 +382,10 @@ class _Api:
         return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
 
     async def metrics(self, request: Request) -> Response:
-        return PlainTextResponse(
-            self.runtime.metrics.render(), media_type="text/plain; version=0.0.4"
-        )
+        # prometheus_client's exposition of the collector an application may also register in
+        # its own registry: the same page either way.
+        page = generate_latest(self.runtime.metrics.collector())
+        return Response(page, media_type=PROMETHEUS_TEXT)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(document(self.runtime, self.title, self.auth))
