@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -243,3 +244,17 @@ async def test_a_dropped_answer_to_a_locally_minted_id_is_retried_and_replayed(
         row = await s.t.inspect(akter.ActorRef("acme", "Account", "r1"))
         assert row.state is not None and row.state["memos"] == ["once"]
         assert [r["command_id"] for r in row.receipts] == [proxy.keys[0]]
+
+
+async def test_the_openapi_document_declares_the_clock_headers(counted_server: Make) -> None:
+    async with counted_server() as s, httpx.AsyncClient(base_url=s.url, timeout=15) as http:
+        spec = (await http.get("/openapi.json")).json()
+        deposit = spec["paths"]["/actors/Account/{id}/deposit"]["post"]["responses"]["200"]
+        mint = spec["paths"]["/command-ids"]["post"]["responses"]["200"]
+        query = spec["paths"]["/actors/Account/{id}/queries/balance"]["post"]["responses"]
+        for declared in (deposit["headers"], mint["headers"]):
+            assert set(declared) == {CLOCK_HEADER, WINDOW_HEADER}
+        assert "headers" not in query["200"]  # queries take no id
+        answer = await http.post("/command-ids", headers={"Authorization": f"Bearer {ALICE}"})
+        for name, header in deposit["headers"].items():
+            assert re.fullmatch(header["schema"]["pattern"], answer.headers[name])
