@@ -142,6 +142,11 @@ _COMMAND_ID_FORMAT = "'v1.<issued_ms>.<expires_ms>.<uuid4>'"
 #: wrong (or the database clock moved back): the handle raises the refusal at once, with
 #: ``retry_after``, rather than waiting or reporting a ``Timeout``.
 FUTURE_WAIT_MS = 1_000
+#: The response header of a command's answer holding the server's database-clock reading (epoch
+#: ms, a lower bound of the framework clock when it answered): clients mint ids from it.
+CLOCK_HEADER = "Akter-Clock"
+#: The response header beside :data:`CLOCK_HEADER` holding the deployment's retry window (ms).
+WINDOW_HEADER = "Akter-Retry-Window"
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,7 +584,9 @@ def ms_from_duration(d: float | int | timedelta, what: str) -> int:
 
 __all__ = [
     "ACTOR_TYPE_RE",
+    "CLOCK_HEADER",
     "MEMBER_NAME_RE",
+    "WINDOW_HEADER",
     "CommandId",
     "Placement",
     "bucket",

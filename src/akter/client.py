@@ -1,17 +1,24 @@
 """The HTTP client: the same typed handles as in-process, over HTTP (httpx).
 
 ``await client.get(Order, "o-1").place(1200)`` type-checks exactly like the in-process handle.
-Each command call mints one command id from the server's clock (``POST /command-ids``) and
-retries retryable refusals — and dropped responses — with that same id, honouring
-``retry_after``; the server's receipt turns a retry of a committed call into a replay.
+Each command call takes one command id and retries retryable refusals — and dropped responses —
+with that same id, honouring ``retry_after``; the server's receipt turns a retry of a committed
+call into a replay.
+
+One round trip per command: every command answer carries the server's database-clock reading
+(``Akter-Clock``) and the retry window (``Akter-Retry-Window``), and the client mints its ids
+from the last reading plus its own monotonic time since, :data:`CLOCK_MARGIN_MS` behind (its
+wall clock is never read). Only before its first reading, after a few minutes without one, or
+when an id it minted is refused as ``future`` (the database clock stepped back) does it ask the
+server for one (``POST /command-ids``), once for all the calls that need it at that moment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
-import uuid
 from collections.abc import AsyncGenerator, Callable
 from datetime import datetime
 from types import TracebackType
@@ -29,6 +36,7 @@ except ModuleNotFoundError as exc:  # pip install 'akter[http]'
     raise
 
 from akter._event_decl import Event, decode_stored
+from akter._ids import CLOCK_HEADER, WINDOW_HEADER, mint_command_id
 from akter._retry import CommandRetry
 from akter.actor import Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef
@@ -41,7 +49,60 @@ from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStatus, signal_
 A = TypeVar("A", bound=Actor[Any])
 
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
-_RESAMPLE_S = 60.0
+_MS = re.compile(r"[0-9]{1,15}")
+
+#: How far behind the learned database clock the client issues its command ids (ms). The
+#: reading is already a lower bound; the margin absorbs the drift between the server's and this
+#: machine's monotonic clocks and small steps back of the database clock, so an id is never
+#: refused as ``future``. It shortens each id's validity by as much (the window is ≥ 60 s).
+CLOCK_MARGIN_MS = 1_000
+#: A reading older than this (s) is not minted from: the next id comes from the server.
+READING_TTL_S = 300.0
+
+
+class LearnedClock:
+    """The server's database clock as a client last heard it, and the ids minted from it.
+
+    A reading ``now_ms`` that the server took before it answered, anchored at the monotonic
+    time its answer arrived here, gives ``now_ms + elapsed``: a lower bound of the database
+    clock (the newest reading replaces the last, so a clock that stepped back is followed).
+    Ids are issued :data:`CLOCK_MARGIN_MS` behind it and span the server's retry window.
+    """
+
+    __slots__ = ("_reading",)
+
+    def __init__(self) -> None:
+        self._reading: tuple[int, int, float] | None = None
+
+    def learn(self, now_ms: int, window_ms: int, at: float) -> None:
+        """Keep a reading of the database clock, heard at monotonic time ``at`` (s)."""
+        self._reading = (now_ms, window_ms, at)
+
+    def forget(self) -> None:
+        """Drop the reading (its ids were refused): the next id comes from the server."""
+        self._reading = None
+
+    def mint(self, at: float) -> str | None:
+        """A command id at monotonic time ``at``, or ``None`` with no reading fresh enough."""
+        if self._reading is None:
+            return None
+        now_ms, window_ms, heard = self._reading
+        if not 0 <= at - heard <= READING_TTL_S:
+            return None
+        issued = now_ms + int((at - heard) * 1000) - CLOCK_MARGIN_MS
+        try:
+            return mint_command_id(max(issued, 0), window_ms)
+        except ValueError:
+            return None  # a reading out of any id's range: let the server mint
+
+
+def clock_reading(headers: httpx.Headers) -> tuple[int, int] | None:
+    """The ``(now_ms, window_ms)`` an answer's headers carry, if both are there and sane."""
+    now, window = headers.get(CLOCK_HEADER, ""), headers.get(WINDOW_HEADER, "")
+    if _MS.fullmatch(now) is None or _MS.fullmatch(window) is None:
+        return None
+    return int(now), int(window)
+
 
 #: The default connection pool: wide enough that many concurrent callers on one client (a web
 #: handler fanning out, a load test) never queue behind httpx's default of 20 kept-alive
@@ -83,7 +144,8 @@ class Client:
             extra["Authorization"] = f"Bearer {auth}"
             auth = None
         self.delivery_timeout = delivery_timeout
-        self._clock_sample: tuple[int, int, float] | None = None
+        self._clock = LearnedClock()
+        self._asking: asyncio.Lock | None = None
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             auth=auth,
@@ -91,6 +153,7 @@ class Client:
             timeout=timeout,
             limits=limits,
             transport=transport,
+            event_hooks={"response": [self._hear_clock]},
         )
 
     async def __aenter__(self) -> Client:
@@ -115,25 +178,43 @@ class Client:
         return cast(A, remote_handle(self, definition, id))
 
     async def mint_command_id(self) -> str:
-        """A command id on the server's clock, minted locally from a periodic server sample.
+        """A new command id, minted here from the database clock learned from the server.
 
-        One ``POST /command-ids`` (at most every minute) gives the retry window and a lower
-        bound of the server clock (its ids are issued no later than its clock); between samples
-        ids are minted here, so a call is one request. An id that still reads as "future" is
-        refused as retryable, and the retry with the same id then succeeds.
+        No request once a reading is known (every command answer carries one); before the
+        first, or when the last is older than :data:`READING_TTL_S`, one ``POST /command-ids``
+        (shared by every call waiting for it) returns the server's id and a reading.
         """
-        sample = self._clock_sample
-        if sample is None or time.monotonic() - sample[2] > _RESAMPLE_S:
-            response = await self._http.post("/command-ids")
-            _raise_for(response)
-            raw = str(response.json()["command_id"])
-            _, issued_text, expires_text, _ = raw.split(".", 3)
-            issued = int(issued_text)
-            self._clock_sample = (issued, int(expires_text) - issued, time.monotonic())
-            return raw
-        issued_at, window, sampled = sample
-        now = issued_at + int((time.monotonic() - sampled) * 1000)
-        return f"v1.{now}.{now + window}.{uuid.uuid4()}"
+        return (await self._new_id())[0]
+
+    async def server_command_id(self) -> str:
+        """A command id minted by the server (``POST /command-ids``): always one round trip.
+
+        For an id to hand to another process or to pin with ``with_command_id``, exactly as
+        the server mints it; the answer also refreshes the learned clock.
+        """
+        response = await self._http.post("/command-ids")
+        _raise_for(response)
+        return str(response.json()["command_id"])
+
+    async def _new_id(self) -> tuple[str, bool]:
+        """A command id and whether it was minted here (not by the server)."""
+        local = self._clock.mint(time.monotonic())
+        if local is not None:
+            return local, True
+        if self._asking is None:
+            self._asking = asyncio.Lock()
+        async with self._asking:
+            # Calls that waited here mint from the reading the first one brought back.
+            local = self._clock.mint(time.monotonic())
+            if local is not None:
+                return local, True
+            return await self.server_command_id(), False
+
+    async def _hear_clock(self, response: httpx.Response) -> None:
+        """Learn the database clock from an answer's headers (an httpx response hook)."""
+        reading = clock_reading(response.headers)
+        if reading is not None:
+            self._clock.learn(*reading, time.monotonic())
 
     async def _post(
         self, path: str, body: dict[str, Any], command_id: str | None
@@ -162,15 +243,9 @@ class Client:
 
         Returns the 200 response; raises the declared error or the non-retryable ``ActorError``.
         """
-        command_id = pinned or await self.mint_command_id()
-        retries = CommandRetry(
-            what,
-            command_id,
-            time.monotonic() + self.delivery_timeout,
-            first_wait=0.25,
-            floor=0.05,
-            fixed_first=False,
-        )
+        command_id, minted_here = (pinned, False) if pinned else await self._new_id()
+        deadline = time.monotonic() + self.delivery_timeout
+        retries = _command_retry(what, command_id, deadline)
         while True:
             try:
                 response = await self._post(path, body, command_id)
@@ -189,6 +264,15 @@ class Client:
                 if isinstance(error_or_declared, DeclaredError):
                     raise error_or_declared
                 error = error_or_declared
+                future = error.reason == "InvalidCommandId" and error.code == "future"
+                if future and minted_here and not retries.in_doubt:
+                    # The learned clock ran ahead of the database's (it stepped back). The id
+                    # was refused before anything ran (semantics §2.3 rule 1) and no attempt
+                    # is in doubt: a server-minted id replaces it.
+                    self._clock.forget()
+                    command_id, minted_here = await self.server_command_id(), False
+                    retries = _command_retry(what, command_id, deadline)
+                    continue
                 if not error.retryable:
                     raise error
             await asyncio.sleep(retries.wait_after(error))
@@ -270,6 +354,10 @@ class Client:
                         event = {}
             except (httpx.TransportError, httpx.TimeoutException):
                 await asyncio.sleep(0.5)  # reconnect and resume after the last cursor
+
+
+def _command_retry(what: str, command_id: str, deadline: float) -> CommandRetry:
+    return CommandRetry(what, command_id, deadline, first_wait=0.25, floor=0.05, fixed_first=False)
 
 
 def _event_record(definition: ActorDefinition, data: dict[str, Any]) -> EventRecord:
@@ -450,6 +538,14 @@ class SyncClient:
         """A blocking handle: its calls return values, not awaitables (so it is typed ``Any``)."""
         handle = self._client.get(actor, id)
         return _SyncHandle(self._loop, handle)
+
+    def mint_command_id(self) -> str:
+        """A new command id minted here (see :meth:`Client.mint_command_id`)."""
+        return self._loop.run_until_complete(self._client.mint_command_id())
+
+    def server_command_id(self) -> str:
+        """A command id minted by the server (see :meth:`Client.server_command_id`)."""
+        return self._loop.run_until_complete(self._client.server_command_id())
 
 
 class _SyncHandle:

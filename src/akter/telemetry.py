@@ -2,9 +2,11 @@
 
 No metric carries a tenant, actor id or command id: attributes are limited to ``actor_type``,
 ``outcome``, ``kind`` and ``job``. Prometheus names replace ``.`` with ``_`` (counters get
-``_total``). Every runtime keeps its own :class:`Metrics`, the source of ``GET /metrics``; the same
-instruments are also recorded through the OpenTelemetry metrics API (the global meter provider, or
-the one given to :func:`use_meter_provider`), which costs a no-op call when none is configured.
+``_total``). Every runtime keeps its own :class:`Metrics`, the source of ``GET /metrics`` and of
+the ``prometheus_client`` collector an application registers in its own registry
+(``Metrics.collector()``, :class:`PrometheusCollector`); the same instruments are also recorded
+through the OpenTelemetry metrics API (the global meter provider, or the one given to
+:func:`use_meter_provider`), which costs a no-op call when none is configured.
 
 Metrics (semantics §10.1):
 
@@ -65,6 +67,8 @@ from akter._metric_families import DURATION_BUCKETS_MS as DURATION_BUCKETS_MS
 from akter._metric_families import GAUGES as GAUGES
 from akter._metric_families import HISTOGRAMS as HISTOGRAMS
 from akter._metric_families import SAMPLED_GAUGES as SAMPLED_GAUGES
+from akter._prometheus import HistogramSeries, Reading, render
+from akter._prometheus import PrometheusCollector as PrometheusCollector
 
 if TYPE_CHECKING:
     from akter.callers import ActorRef
@@ -105,7 +109,7 @@ def _bucket(bounds: Sequence[float], value: float) -> int:
 
 
 class Metrics:
-    """One runtime's metrics; ``render()`` gives the Prometheus text format.
+    """One runtime's metrics; ``collector()`` for a ``prometheus_client`` registry, ``render()``.
 
     Every counter of :data:`FAMILIES` starts at 0 for each series a runner can count: every
     ``kind`` and ``outcome`` value, each of ``actor_types`` and each ``(actor_type, job)`` of
@@ -245,46 +249,35 @@ class Metrics:
         with self._lock:
             return list(self._gauges.get(name, {}).items())
 
+    def reading(self) -> Reading:
+        """Every series, copied under one lock (what :meth:`collector` exposes)."""
+        with self._lock:
+            return Reading(
+                counters={name: dict(series) for name, series in self._counters.items()},
+                histograms={
+                    name: {key: HistogramSeries(tuple(h.counts), h.sum) for key, h in hs.items()}
+                    for name, hs in self._histograms.items()
+                },
+                gauges={name: dict(series) for name, series in self._gauges.items()},
+            )
+
+    def collector(self) -> PrometheusCollector:
+        """These metrics as a ``prometheus_client`` collector, for an application's registry.
+
+        ``registry.register(runtime.metrics.collector())`` puts akter's families beside the
+        application's own; each scrape reads the live values. ``GET /metrics`` serves the same
+        page. Each call returns a new collector: keep it to unregister it.
+        """
+        return PrometheusCollector(self)
+
     def render(self) -> str:
         """Every metric in the Prometheus text exposition format (``.`` becomes ``_``).
 
-        Each family has its ``# HELP`` and ``# TYPE`` lines; every counter is present (at 0
-        before its first increment), a histogram or gauge once it has a series.
+        ``prometheus_client``'s exposition of :meth:`collector`: each family has its ``# HELP``
+        and ``# TYPE`` lines; every counter is present (at 0 before its first increment), a
+        histogram or gauge once it has a series.
         """
-        lines: list[str] = []
-        with self._lock:
-            for name in sorted(self._counters):
-                family = COUNTERS[name]
-                lines += _head(family)
-                for key, value in sorted(self._counters[name].items()):
-                    lines.append(f"{family.prometheus}{_labels(key)} {_number(value)}")
-            for name in sorted(self._histograms):
-                family = METRICS[name]
-                prom = family.prometheus
-                lines += _head(family)
-                for key, histogram in sorted(self._histograms[name].items()):
-                    running = 0
-                    for bound, n in zip((*family.buckets, None), histogram.counts, strict=True):
-                        running += n
-                        le = "+Inf" if bound is None else _number(bound)
-                        lines.append(f"{prom}_bucket{_labels((*key, ('le', le)))} {running}")
-                    lines.append(f"{prom}_sum{_labels(key)} {_number(histogram.sum)}")
-                    lines.append(f"{prom}_count{_labels(key)} {running}")
-            for name in sorted(self._gauges):
-                if not self._gauges[name]:
-                    continue
-                family = METRICS[name]
-                lines += _head(family)
-                for key, value in sorted(self._gauges[name].items()):
-                    lines.append(f"{family.prometheus}{_labels(key)} {_number(value)}")
-        return "\n".join(lines) + "\n"
-
-
-def _head(family: Family) -> list[str]:
-    return [
-        f"# HELP {family.prometheus} {family.help}",
-        f"# TYPE {family.prometheus} {family.type}",
-    ]
+        return render(self.collector())
 
 
 def _series(
@@ -319,19 +312,6 @@ def _check_gauge(name: str, attributes: Mapping[str, str]) -> None:
     _check(name, attributes)
 
 
-def _labels(key: _Key) -> str:
-    if not key:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in key) + "}"
-
-
-def _number(value: float) -> str:
-    # Exact integers as integers (":g" would print 1234567 as 1.23457e+06).
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
-
-
 def _add_observation(
     series: dict[_Key, _Histogram], key: _Key, bounds: Sequence[float], value: float
 ) -> None:
@@ -341,10 +321,6 @@ def _add_observation(
         histogram = series[key] = _Histogram(len(bounds))
     histogram.counts[_bucket(bounds, value)] += 1
     histogram.sum += value
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 # --- OpenTelemetry metrics ------------------------------------------------------------------------

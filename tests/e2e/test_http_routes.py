@@ -346,7 +346,7 @@ async def test_metrics_route_counts_turns_without_identifiers(served: Serve) -> 
         assert response.headers["content-type"].startswith("text/plain")
         text = response.text
         for outcome in ("success", "replay", "failure"):
-            line = f'akter_turns_total{{actor_type="Account",outcome="{outcome}"}} 1'
+            line = f'akter_turns_total{{actor_type="Account",outcome="{outcome}"}} 1.0'
             assert line in text.splitlines(), text
         # Prometheus names use "_"; no label holds a tenant, actor id, subject or command id.
         assert "akter.turns" not in text

@@ -160,8 +160,8 @@ async def test_TE01_histograms_after_turns_and_in_metrics_text(akter_test: Make)
             ('{actor_type="Counter",le="32"}', 5),
             ('{actor_type="Counter",le="+Inf"}', 5),
         ]
-        assert 'akter_turn_batch_size_sum{actor_type="Counter"} 8\n' in text
-        assert 'akter_turn_batch_size_count{actor_type="Counter"} 5\n' in text
+        assert 'akter_turn_batch_size_sum{actor_type="Counter"} 8.0\n' in text
+        assert 'akter_turn_batch_size_count{actor_type="Counter"} 5.0\n' in text
         buckets = series(text, "akter_turn_duration_ms_bucket")
         assert [labels for labels, _ in buckets] == [
             f'{{actor_type="Counter",le="{le}"}}'
@@ -175,8 +175,8 @@ async def test_TE01_histograms_after_turns_and_in_metrics_text(akter_test: Make)
         [(labels, scraped)] = series(text, "akter_pool_wait_ms_count")
         assert labels == "" and scraped >= pool.count  # background work keeps acquiring
         assert "# TYPE akter_activations gauge" in text
-        assert 'akter_activations{actor_type="Counter"} 1\n' in text
-        assert 'akter_activations_started_total{actor_type="Counter"} 1\n' in text
+        assert 'akter_activations{actor_type="Counter"} 1.0\n' in text
+        assert 'akter_activations_started_total{actor_type="Counter"} 1.0\n' in text
         # Hibernation drops the activation from the gauge.
         assert t.runtime.dispatcher.hibernate(force=True) == 1
         assert metrics.value("akter.activations", actor_type="Counter") == 0

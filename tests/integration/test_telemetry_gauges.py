@@ -88,9 +88,9 @@ async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: Fake
         assert metrics.gauge("akter.jobs.running", actor_type="Pinger", job="hold") == 1
         assert gauges(t.runtime, "job") == (1, 0, 0)  # a running row is not due
         text = metrics.render()
-        assert 'akter_jobs_running{actor_type="Pinger",job="hold"} 1\n' in text
-        assert 'akter_outbox_rows{kind="intent"} 4\n' in text
-        assert 'akter_relay_stuck_rows{kind="intent"} 1\n' in text
+        assert 'akter_jobs_running{actor_type="Pinger",job="hold"} 1.0\n' in text
+        assert 'akter_outbox_rows{kind="intent"} 4.0\n' in text
+        assert 'akter_relay_stuck_rows{kind="intent"} 1.0\n' in text
         assert "# TYPE akter_relay_lag_ms gauge" in text
 
         # Once it settled, the series reads 0 rather than vanishing.

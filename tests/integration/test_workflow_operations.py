@@ -62,8 +62,8 @@ async def test_running_and_suspended_runs_are_sampled_by_the_maintenance_owner(
         await sampler.sample()
         assert run_gauges(t) == (1, 3)
         text = t.runtime.metrics.render()
-        assert 'akter_workflows_running{actor_type="Order"} 1\n' in text
-        assert 'akter_workflows_suspended{actor_type="Order"} 3\n' in text
+        assert 'akter_workflows_running{actor_type="Order"} 1.0\n' in text
+        assert 'akter_workflows_suspended{actor_type="Order"} 3.0\n' in text
         assert "# TYPE akter_workflows_suspended gauge" in text
         held.release()
         await t.drain()

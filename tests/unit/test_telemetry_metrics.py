@@ -1,4 +1,7 @@
-"""The in-process metrics and their Prometheus text (semantics §10.1), without a database."""
+"""The in-process metrics and their Prometheus text (semantics §10.1), without a database.
+
+The text is ``prometheus_client``'s exposition (its number format: ``1.0``, ``1.234567e+06``).
+"""
 
 from __future__ import annotations
 
@@ -38,27 +41,27 @@ def test_prometheus_text_of_every_metric_type() -> None:
     assert lines[start - 1 : start + 3] == [
         "# HELP akter_relay_delivered_total Intents delivered and jobs succeeded.",
         "# TYPE akter_relay_delivered_total counter",
-        'akter_relay_delivered_total{kind="intent"} 1234567',
-        'akter_relay_delivered_total{kind="job"} 0',
+        'akter_relay_delivered_total{kind="intent"} 1.234567e+06',
+        'akter_relay_delivered_total{kind="job"} 0.0',
     ]
-    assert 'akter_turns_total{actor_type="A",outcome="success"} 1' in lines
+    assert 'akter_turns_total{actor_type="A",outcome="success"} 1.0' in lines
     assert "# TYPE akter_pool_wait_ms histogram" in lines
-    assert 'akter_pool_wait_ms_bucket{le="1"} 1' in lines
-    assert "akter_pool_wait_ms_sum 0.25" in lines and "akter_pool_wait_ms_count 1" in lines
+    assert 'akter_pool_wait_ms_bucket{le="1"} 1.0' in lines
+    assert "akter_pool_wait_ms_sum 0.25" in lines and "akter_pool_wait_ms_count 1.0" in lines
     assert [ln for ln in lines if ln.startswith("akter_turn_batch_size")] == [
-        'akter_turn_batch_size_bucket{actor_type="A",le="1"} 0',
-        'akter_turn_batch_size_bucket{actor_type="A",le="2"} 0',
-        'akter_turn_batch_size_bucket{actor_type="A",le="4"} 1',
-        'akter_turn_batch_size_bucket{actor_type="A",le="8"} 1',
-        'akter_turn_batch_size_bucket{actor_type="A",le="16"} 1',
-        'akter_turn_batch_size_bucket{actor_type="A",le="32"} 1',
-        'akter_turn_batch_size_bucket{actor_type="A",le="+Inf"} 1',
-        'akter_turn_batch_size_sum{actor_type="A"} 3',
-        'akter_turn_batch_size_count{actor_type="A"} 1',
+        'akter_turn_batch_size_bucket{actor_type="A",le="1"} 0.0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="2"} 0.0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="4"} 1.0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="8"} 1.0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="16"} 1.0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="32"} 1.0',
+        'akter_turn_batch_size_bucket{actor_type="A",le="+Inf"} 1.0',
+        'akter_turn_batch_size_sum{actor_type="A"} 3.0',
+        'akter_turn_batch_size_count{actor_type="A"} 1.0',
     ]
     assert lines[-2:] == [
         "# TYPE akter_activations gauge",
-        'akter_activations{actor_type="A\\"b"} 2',
+        'akter_activations{actor_type="A\\"b"} 2.0',
     ]
 
 

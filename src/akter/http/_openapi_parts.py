@@ -70,6 +70,23 @@ IDEMPOTENCY_KEY: dict[str, Any] = {
 }
 
 
+#: The headers of a command's answer (and of POST /command-ids): the database clock and the
+#: retry window, from which a client mints its next command ids without asking for one.
+CLOCK_HEADERS: dict[str, Any] = {
+    "Akter-Clock": {
+        "description": "The server's reading of the database clock (epoch ms), a lower bound "
+        "of it when it answered. A client may mint command ids "
+        "`v1.<issued>.<issued + window>.<uuid4>` with `issued` at most this reading plus the "
+        "time since it arrived (akter's client stays 1 s behind).",
+        "schema": {"type": "string", "pattern": r"^[0-9]{1,15}$"},
+    },
+    "Akter-Retry-Window": {
+        "description": "The deployment's retry window (ms): a command id's `expires - issued`.",
+        "schema": {"type": "string", "pattern": r"^[0-9]{1,15}$"},
+    },
+}
+
+
 START_KEY: dict[str, Any] = {
     **IDEMPOTENCY_KEY,
     "description": "The command id, `v1.<issued_ms>.<expires_ms>.<uuid4>`, as commands take "
@@ -391,6 +408,7 @@ def framework_paths(security: _SECURITY) -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "A fresh command id.",
+                        "headers": CLOCK_HEADERS,
                         "content": {
                             "application/json": {"schema": {"$ref": _SCHEMAS + "CommandId"}}
                         },

@@ -10,6 +10,7 @@ Routes (design §2.2)::
     GET  /workflows/{run_id}                   a run's status; also .../signals/{Signal},
                                                .../cancel (POST) and .../steps (SSE)
     POST /command-ids                          mints a command id from the database clock
+                                               (command answers carry the clock: Akter-Clock)
     GET  /ready                                readiness for probes
     GET  /metrics                              Prometheus text exposition
     GET  /openapi.json, /docs                  the OpenAPI 3.1 document and a docs page
@@ -31,20 +32,22 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
-    PlainTextResponse,
     Response,
     StreamingResponse,
 )
 from starlette.routing import Route
 
 from akter._engine.progress import open_progress
+from akter._ids import CLOCK_HEADER, WINDOW_HEADER
 from akter._members import refuse_internal
+from akter._prometheus import CONTENT_TYPE as PROMETHEUS_TEXT
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
@@ -310,7 +313,7 @@ class _Api:
         with http_span("POST", "/actors/{type}/{id}/{member}", request.headers) as span:
             response = await self._command(request)
             http_status(span, response.status_code)
-            return response
+            return self._with_clock(response)
 
     async def query(self, request: Request) -> Response:
         with http_span("POST", "/actors/{type}/{id}/queries/{member}", request.headers) as span:
@@ -415,9 +418,24 @@ class _Api:
     async def command_ids(self, request: Request) -> Response:
         try:
             await self._identity(request)
-            return JSONResponse({"command_id": await self.runtime.mint_command_id()})
+            minted = JSONResponse({"command_id": await self.runtime.mint_command_id()})
+            return self._with_clock(minted)
         except ActorError as exc:
             return self._refused(request, exc)
+
+    def _with_clock(self, response: Response) -> Response:
+        """``response`` with headers for the database clock and the retry window (in ms).
+
+        The reading is the runner's estimate, a lower bound of the framework clock now: a
+        client mints its next command ids from it (behind it) without asking for one.
+        """
+        try:
+            now_ms = self.runtime.clock.estimate()
+        except RuntimeError:
+            return response  # not started: no reading to give (the answer is a 503 anyway)
+        response.headers[CLOCK_HEADER] = str(now_ms)
+        response.headers[WINDOW_HEADER] = str(self.runtime.config.window_ms)
+        return response
 
     async def ready(self, request: Request) -> Response:
         status = self.runtime.readiness
@@ -436,9 +454,10 @@ class _Api:
         return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
 
     async def metrics(self, request: Request) -> Response:
-        return PlainTextResponse(
-            self.runtime.metrics.render(), media_type="text/plain; version=0.0.4"
-        )
+        # prometheus_client's exposition of the collector an application may also register in
+        # its own registry: the same page either way.
+        page = generate_latest(self.runtime.metrics.collector())
+        return Response(page, media_type=PROMETHEUS_TEXT)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(document(self.runtime, self.title, self.auth))

@@ -128,6 +128,8 @@ def _operation(builder: _Builder, member: Member) -> dict[str, Any]:
         },
         **parts.refusals(),
     }
+    if member.kind == "command":
+        responses["200"]["headers"] = parts.CLOCK_HEADERS
     declared = builder.declared_errors(member) if member.kind == "command" else None
     if declared is not None:
         responses["422"] = declared
