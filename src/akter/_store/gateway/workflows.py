@@ -101,6 +101,8 @@ def start_in_turn(
             "traceparent": traceparent,
         },
     )
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     """What a job step's delivered outcome did.
