@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 import akter
 from akter.testing import ActorTest
+from tests._support.barriers import until_pending
 from tests._support.locks import until_lock_waiter
 
 pytestmark = pytest.mark.timeout(60)
@@ -104,14 +105,17 @@ async def test_second_keyed_start_returns_the_live_run(akter_test: Any) -> None:
         assert again == first
         assert [r["run_id"] for r in await runs(t)] == [first]
 
-        # A later turn, while the run is live: it starts nothing, and its id names the run at
-        # once (no drain: nothing waits for the relay).
+        # A later turn, while the run is live: it starts nothing and returns the live run's id
+        # itself (the handler's own return value and state carry it; nothing names it by an
+        # alias).
         later = await shop.begin("k")
+        assert later == first
         assert [r["run_id"] for r in await runs(t)] == [first]
-        assert (await t.runtime.workflow_run(later).status()).run_id == first
+        assert await t.rows("SELECT run_id FROM {schema}.workflow_aliases") == []
+        state = (await t.inspect(shop)).state
+        assert state["runs"][-1] == first  # the handler saw the live id, and stored it
         await t.drain()
-        await t.runtime.workflow_run(later).signal(Go(note="one"))
-        assert await t.runtime.workflow_run(later).result(timeout=10) == "first:one"
+        await t.runtime.workflow_run(first).signal(Go(note="one"))
         assert await t.runtime.workflow_run(first).result(timeout=10) == "first:one"
 
         # Once it ended, the key starts a new run.
@@ -124,6 +128,53 @@ async def test_second_keyed_start_returns_the_live_run(akter_test: Any) -> None:
         unkeyed = await shop.begin(None)
         assert len({fresh, other, unkeyed}) == 3
         assert len(await runs(t)) == 4
+
+
+async def test_keyed_starts_in_one_batch_return_one_id(akter_test: Any) -> None:
+    """Several commands of one batch: a later command's start of a key returns the earlier's."""
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-7")
+        await shop.touch()
+
+        async def one_batch(*calls: Any) -> list[Any]:
+            """Run ``calls`` as one batch, queued behind a turn held before its commit."""
+            gate = t.pause_next("before_commit")
+            head = asyncio.create_task(shop.touch())
+            await gate.wait()
+            tasks = [asyncio.create_task(c) for c in calls]
+            await until_pending(t.runtime, 1 + len(calls))
+            batch = t.pause_next("before_commit")  # the queued batch's (first) commit
+            gate.release()
+            await head
+            assert len((await batch.wait())["batch"]) == len(calls)  # one batch
+            batch.release()
+            return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+        # No run of the key yet: a start whose command failed stages nothing; the next start in
+        # the batch starts the run, and a later one returns its id.
+        refused, first, again, other = await one_batch(
+            shop.begin_then_refuse("b"), shop.begin("b"), shop.begin("b"), shop.begin("c")
+        )
+        assert isinstance(refused, Refused)
+        assert again == first != other
+        assert sorted((r["run_key"], r["run_id"]) for r in await runs(t)) == [
+            ("b", first),
+            ("c", other),
+        ]
+
+        # The key is live: every start of it in a later batch returns the live run's id, beside
+        # a start of a new key, which starts its run.
+        later, later_again, fresh = await one_batch(
+            shop.begin("b"), shop.begin("b"), shop.begin("d")
+        )
+        assert later == later_again == first
+        assert fresh not in (first, other)
+        assert sorted((r["run_key"], r["run_id"]) for r in await runs(t)) == sorted(
+            [("b", first), ("c", other), ("d", fresh)]
+        )
+        state = (await t.inspect(shop)).state
+        assert state["runs"] == [first, first, other, first, first, fresh]
+        assert await t.rows("SELECT run_id FROM {schema}.workflow_aliases") == []
 
 
 async def test_two_runners_racing_one_key_start_one_run(akter_test: Any) -> None:
@@ -145,7 +196,8 @@ async def test_two_runners_racing_one_key_start_one_run(akter_test: Any) -> None
         live = rows[0]["run_id"]
         for run_id in ids:
             assert (await t.runtime.workflow_run(run_id).status()).run_id == live
-        assert ids[0] == live  # the turn that committed first started it
+        assert ids == [live, live]  # the turn that committed first started it; both hold it
+        assert await t.rows("SELECT run_id FROM {schema}.workflow_aliases") == []
 
 
 async def test_a_start_whose_turn_crashed_is_one_run_or_none(akter_test: Any) -> None:
@@ -165,7 +217,7 @@ async def test_a_start_whose_turn_crashed_is_one_run_or_none(akter_test: Any) ->
         assert (await t.runtime.workflow_run(second).status()).run_id == second
 
 
-async def test_a_keyed_start_racing_an_uncommitted_one_names_it_after_a_retry(
+async def test_a_keyed_start_racing_an_uncommitted_one_returns_it_after_a_rerun(
     akter_test: Any,
 ) -> None:
     """A start by another transaction (older code's relay delivery) holds the key, uncommitted."""
@@ -187,11 +239,36 @@ async def test_a_keyed_start_racing_an_uncommitted_one_names_it_after_a_retry(
             )
             call = asyncio.create_task(shop.begin("k"))
             # The turn's start waits on the key's unique index for the side transaction ...
-            await until_lock_waiter(t, ".workflow_aliases")
+            await until_lock_waiter(t, "INSERT INTO", ".workflows")
             await side.commit()
         finally:
             await side.close()
-        # ... whose run its statement's snapshot cannot see: 40001, and the retry names it.
+        # ... which then holds the key: the turn re-runs once knowing it, and returns its id.
         run_id = await call
+        assert run_id == "side-run"
         assert [r["run_id"] for r in await runs(t)] == ["side-run"]
-        assert (await t.runtime.workflow_run(run_id).status()).run_id == "side-run"
+
+
+async def test_a_crash_around_the_keyed_start_retry_leaves_one_run(akter_test: Any) -> None:
+    """The turn that met a live key re-runs knowing it: a crash before or after that re-run."""
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-8")
+        first = await shop.begin("k")
+        # Crashed between the refused commit and the re-run: nothing of the turn committed; the
+        # caller's retry (same command id) meets the key again, re-runs, and names the run.
+        t.crash_next("before_keyed_start_retry")
+        again = await shop.with_command_id(await t.runtime.mint_command_id()).begin("k")
+        assert again == first
+        # Crashed after the re-run's COMMIT (the answer lost): the retry replays its receipt.
+        t.crash_next("after_commit")
+        command_id = await t.runtime.mint_command_id()
+        replayed = await shop.with_command_id(command_id).begin("k")
+        assert replayed == first
+        assert t.runtime.hooks.fired == [
+            ("before_keyed_start_retry", "crash"),
+            ("after_commit", "crash"),
+        ]
+        assert [r["run_id"] for r in await runs(t)] == [first]
+        receipts = (await t.inspect(shop)).receipts
+        assert [r["command_id"] for r in receipts].count(command_id) == 1
+        assert (await t.inspect(shop)).state["runs"] == [first, first, first]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, LiteralString
 
+import psycopg
 from psycopg.rows import dict_row
 
 from akter._ids import bucket
@@ -82,7 +83,7 @@ def start_in_turn(
     """Queue a turn's workflow starts in its commit flight (``wf_start_in_turn``).
 
     The runs live in the turn's actor's shard (its routing key): one single-shard statement.
-    A keyed start that meets a live run raises 40001 when it can name none (the turn retries).
+    A keyed start whose key a live run holds fails the flight (:func:`live_key_taken`).
     """
     return pipe.execute(
         q["wf_start_in_turn"],
@@ -96,10 +97,25 @@ def start_in_turn(
             "input_hashes": [r.input_hash for r in runs],
             "callers": [r.caller for r in runs],
             "timeouts": [r.timeout_ms for r in runs],
-            "alias_of": [r.alias_of for r in runs],
             "traceparent": traceparent,
         },
     )
+
+
+def live_key_taken(exc: BaseException) -> bool:
+    """Whether a turn's flight failed because a start met a live run of its key.
+
+    ``wf_start_in_turn``'s unique violation on ``workflows_live_key`` (on Citus the shard's
+    copy of the index, named with the shard's id appended).
+    """
+    if not isinstance(exc, psycopg.errors.UniqueViolation):
+        return False
+    return (exc.diag.constraint_name or "").startswith("workflows_live_key")
+
+
+def live_keyed_runs(pipe: TurnPipeline, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
+    """Queue the read of the actor's live keyed runs (``wf_live_keys``) in a turn's flight."""
+    return pipe.execute(q["wf_live_keys"], key)
 
 
 class WorkflowsGateway:
