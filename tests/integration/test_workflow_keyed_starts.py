@@ -2,9 +2,10 @@
 
 ``self.start_workflow(...)`` writes the run in the turn's own commit flight: the run exists
 exactly when the turn commits (no relay delivery in between), and a turn that rolls back
-starts nothing. With ``key=``, at most one run per (actor, workflow, key) is live: a second
-start in the same turn returns the first one's id; a start in a later turn (or one racing it)
-starts nothing, and the id it returns names the live run from the same commit on.
+starts nothing. With ``key=``, at most one run per (actor, workflow, key) is live: a start of
+a live key, in the same turn, a later command of the same batch, a later turn or one racing it
+on another runner, starts nothing and returns the live run's id itself (a turn that meets the
+key only in its commit flight is run once more, knowing the live runs).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
+from akter._store.gateway.workflows import live_key_taken
 from akter.testing import ActorTest
 from tests._support.barriers import until_pending
 from tests._support.locks import until_lock_waiter
@@ -53,6 +55,10 @@ class Shop(akter.Actor[ShopState]):
             self.start_workflow(Shop.hold, "first", key=key),
             self.start_workflow(Shop.hold, "second", key=key),
         ]
+
+    @akter.command
+    async def begin_keys(self, keys: list[str]) -> list[str]:
+        return [self.start_workflow(Shop.hold, key, key=key) for key in keys]
 
     @akter.command(errors=[Refused])
     async def begin_then_refuse(self, key: str) -> str:
@@ -272,3 +278,65 @@ async def test_a_crash_around_the_keyed_start_retry_leaves_one_run(akter_test: A
         receipts = (await t.inspect(shop)).receipts
         assert [r["command_id"] for r in receipts].count(command_id) == 1
         assert (await t.inspect(shop)).state["runs"] == [first, first, first]
+
+
+async def test_only_a_live_key_violation_reruns_a_batch(akter_test: Any) -> None:
+    """A batch re-runs on the live-key index's violation, never on another unique key's.
+
+    (Or on one naming no constraint: Citus re-raises a worker's error without its name.)
+    """
+    async with akter_test([Shop]) as t:
+        await t.get(Shop, "s-9").begin("k")
+        (row,) = await t.rows("SELECT * FROM {schema}.workflows")
+        insert = t.runtime.store.queries.substitute(
+            "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
+            " actor_id, workflow, run_key, input, input_hash, caller, status, wake_at_ms,"
+            " started_at_ms, updated_at_ms) VALUES (%(rk)s, %(run_id)s, 'default', 'Shop',"
+            " 's-9', 'hold', 'k', '{}', 'x', '{}', 'suspended', NULL, 0, 0)"
+        )
+        errors = []
+        async with await psycopg.AsyncConnection.connect(t.database_url) as conn:
+            for run_id in ("another", row["run_id"]):  # the live key; then the primary key
+                with pytest.raises(psycopg.errors.UniqueViolation) as caught:
+                    await conn.execute(insert, {"rk": row["routing_key"], "run_id": run_id})
+                await conn.rollback()
+                errors.append(caught.value)
+        assert [live_key_taken(e) for e in errors] == [True, False]
+        assert live_key_taken(psycopg.errors.UniqueViolation("no constraint named"))
+        assert not live_key_taken(psycopg.errors.SerializationFailure("40001"))
+
+
+async def test_a_rerun_that_meets_another_live_key_is_retried_by_its_caller(
+    akter_test: Any,
+) -> None:
+    """One re-run per turn: a key taken again under it answers ActorUnavailable (retryable)."""
+    async with akter_test([Shop]) as t:
+        shop = t.get(Shop, "s-10")
+        (live,) = await shop.begin_keys(["k"])
+        (actor,) = await t.rows("SELECT routing_key FROM {schema}.actors WHERE actor_id = 's-10'")
+        seen: list[int] = []
+
+        def second(info: dict[str, Any]) -> bool:
+            seen.append(1)
+            return len(seen) == 2  # the re-run's commit (the first attempt met key k)
+
+        gate = t.pause_next("before_commit", second)
+        call = asyncio.create_task(shop.begin_keys(["k", "j"]))
+        await gate.wait()
+        # Under the re-run, which knows k's run and stages j's, another transaction starts j.
+        async with await psycopg.AsyncConnection.connect(t.database_url) as side:
+            await side.execute(
+                t.runtime.store.queries.substitute(
+                    "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
+                    " actor_id, workflow, run_key, input, input_hash, caller, status,"
+                    " wake_at_ms, started_at_ms, updated_at_ms) VALUES (%(rk)s, 'side-j',"
+                    " 'default', 'Shop', 's-10', 'hold', 'j', '{\"label\": \"j\"}', 'x',"
+                    " '{}', 'suspended', NULL, 0, 0)"
+                ),
+                {"rk": actor["routing_key"]},
+            )
+        gate.release()
+        # The re-run fails too (retryable, nothing written); the caller's retry is a new turn,
+        # whose own re-run knows both keys.
+        assert await call == [live, "side-j"]
+        assert sorted(r["run_id"] for r in await runs(t)) == sorted([live, "side-j"])

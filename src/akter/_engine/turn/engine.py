@@ -60,6 +60,7 @@ from akter._engine.turn.types import (
     BatchDefect,
     BatchRun,
     BatchWrites,
+    LiveKeyTaken,
     Outcome,
     Request,
     Result,
@@ -233,12 +234,15 @@ class TurnEngine:
             act.drop_cache()
             why = f"execution timeout of {policy.execution_timeout} ms"
             return [rules.unavailable(r, why, r.commit_sent) for r in batch]
-        except (psycopg.Error, Retryable) as exc:
-            if not live_keys and live_key_taken(exc):
-                # The server rolled the batch back (nothing committed): run it again, once.
-                for request in batch:
-                    request.commit_sent = False
+        except LiveKeyTaken as taken:
+            # The server rolled the batch back (nothing committed): run it again, once.
+            for request in batch:
+                request.commit_sent = False
+            if not live_keys:
                 return await self._run_batch(act, batch, recording, live_keys=True)
+            act.drop_cache()
+            return [rules.unavailable(r, str(taken), False) for r in batch]
+        except (psycopg.Error, Retryable) as exc:
             act.drop_cache()
             reason = describe_db_error(exc)
             unanswered = commit_unanswered(exc)
@@ -282,20 +286,27 @@ class TurnEngine:
         )
         for request in batch:
             request.commit_sent = not todo.nothing  # from here a lost answer leaves it unknown
-        sent = await writes.send(
-            flights,
-            self.q,
-            act,
-            todo,
-            ran,
-            key=key,
-            now_ms=now_ms,
-            off=off,
-            locked_version=admitted.locked_version,
-            arrived_at=admitted.arrived_at,
-            fence_off=self.clock.offset_ms,
-            meanwhile=lambda: decode_replies(ran.outcomes),
-        )
+        try:
+            sent = await writes.send(
+                flights,
+                self.q,
+                act,
+                todo,
+                ran,
+                key=key,
+                now_ms=now_ms,
+                off=off,
+                locked_version=admitted.locked_version,
+                arrived_at=admitted.arrived_at,
+                fence_off=self.clock.offset_ms,
+                meanwhile=lambda: decode_replies(ran.outcomes),
+            )
+        except psycopg.errors.UniqueViolation as exc:
+            if live_key_taken(exc) and any(r.key is not None for r in ran.writes.runs):
+                raise LiveKeyTaken(
+                    "a workflow start met a live run of its key, started meanwhile"
+                ) from exc
+            raise
         decode_replies(ran.outcomes)  # done while the flight was out, unless there was none
         cancelled = await writes.answers(sent, todo)
         released_at = writes.release_clock(now_ms, admitted.sent_at, self.clock.offset_ms - off)

@@ -91,6 +91,13 @@ class Retryable(Exception):
     """The batch failed in a retryable way."""
 
 
+class LiveKeyTaken(Exception):
+    """A keyed workflow start of the batch met a live run of its key in the commit flight.
+
+    The server rolled the batch back; the engine runs it once more knowing the live runs.
+    """
+
+
 @dataclass
 class Activation:
     """The in-memory cache of one actor: a cache only, never an authority."""

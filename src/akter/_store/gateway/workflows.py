@@ -103,14 +103,17 @@ def start_in_turn(
 
 
 def live_key_taken(exc: BaseException) -> bool:
-    """Whether a turn's flight failed because a start met a live run of its key.
+    """Whether a unique violation of a turn that starts keyed runs may be a live key's.
 
     ``wf_start_in_turn``'s unique violation on ``workflows_live_key`` (on Citus the shard's
-    copy of the index, named with the shard's id appended).
+    copy of the index, named with the shard's id appended). Citus re-raises a worker's error
+    without the constraint's name: a violation that names none counts too (the engine's answer
+    to it, one more run of the batch, is safe whatever the cause).
     """
     if not isinstance(exc, psycopg.errors.UniqueViolation):
         return False
-    return (exc.diag.constraint_name or "").startswith("workflows_live_key")
+    name = exc.diag.constraint_name
+    return name is None or name.startswith("workflows_live_key")
 
 
 def live_keyed_runs(pipe: TurnPipeline, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
