@@ -77,9 +77,9 @@ SAMPLES: dict[str, Any] = {
     "signal_id": "s1", "signal_ids": "s1", "signal_seqs": 0, "status": "completed",
     "statuses": "running", "result": "{}", "outcome": "{}", "target": "t", "wake_at": None,
     "waiting": None,
-    # issue 38: a turn's workflow starts (wf_start_in_turn)
+    # issue 38: a turn's workflow starts (wf_start_in_turn; wf_live_keys takes the actor's key)
     "run_ids": "r1", "workflows": "w", "inputs": "{}", "input_hashes": "a" * 64,
-    "timeouts": 1000, "alias_of": None,
+    "timeouts": 1000,
     # flow control on Citus: one rate bucket per statement ("key": see OVERRIDES)
     "no": 0, "burst": 2.0, "per_ms": 0.001, "n": 1, "prior_error": None,
     # issue 13: one receipt as scalars (update_actor_receipt)

@@ -111,11 +111,15 @@ class CommandContext(_Context):
         now_ms: int,
         state: BaseModel,
         window_ms: int,
+        keyed_runs: dict[tuple[str, str], str] | None = None,
     ) -> None:
         super().__init__(definition=definition, ref=ref, caller=caller, now_ms=now_ms)
         self.command_id = command_id
         self.state = state
         self.window_ms = window_ms
+        #: The run each (workflow, key) names for this command's keyed starts: live ones, or
+        #: started by an earlier command of its batch (``BatchWrites.keyed``; read only).
+        self.keyed_runs = keyed_runs
         self.staged = Staged()
         self.mint_ordinal = 0
         #: Set when the handler did something that makes the command a defect (a handle call).

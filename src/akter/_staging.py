@@ -53,8 +53,8 @@ class CancelJob:
 class StagedRun:
     """A workflow run a turn starts on its own actor: written in the turn's commit flight.
 
-    ``alias_of`` is set on a keyed start that met an earlier start of the same (workflow, key)
-    in the same batch: it starts nothing, and its id names that run (``workflow_aliases``).
+    A keyed start stages one only when no run of its (workflow, key) is known live or started
+    earlier in the batch (``CommandContext.keyed_runs``): it returns that run's id instead.
     """
 
     run_id: str
@@ -64,7 +64,6 @@ class StagedRun:
     input_hash: str
     caller: str
     timeout_ms: int
-    alias_of: str | None = None
 
 
 #: One staged operation: a row to write, a run to start, or a cancellation.

@@ -415,12 +415,12 @@ class TurnApi(Generic[S]):
         ``self.start_workflow(Order.fulfil, sku, cents, key="fulfil")``: the arguments are
         validated now; the run is written by the turn's own commit, so it exists exactly when
         the turn commits (``runtime.workflow_run(id)`` finds it at once). With ``key=``, at
-        most one run per (actor, workflow, key) is live: a second start in the same turn
-        returns the first one's id, and a start while a run of the key is live starts nothing:
-        the id it returns names the live run (``workflow_run(id).id`` is the live run's id; its
-        status, result, signals and cancel are the live run's). (The workflows spec's
-        ``self.start``: ``start`` is a common command name, which this method would clash
-        with.)
+        most one run per (actor, workflow, key) is live: a start of a key that a live run holds,
+        or that this turn or an earlier command of its batch started, starts nothing and
+        returns that run's id (its arguments are still validated, and otherwise ignored). A
+        turn that finds the key taken only as it commits (the run started by a turn it did not
+        see) is run again, once, knowing the live runs. (The workflows spec's ``self.start``:
+        ``start`` is a common command name, which this method would clash with.)
         """
         from akter.workflows import WorkflowMember
 
@@ -432,10 +432,14 @@ class TurnApi(Generic[S]):
             )
         if key is not None:
             validate_key(key, "workflow key")
+        input = workflow.bind(args, kwargs)
+        if key is not None:
             for op in ctx.staged.ops:
                 if isinstance(op, StagedRun) and (op.workflow, op.key) == (workflow.name, key):
                     return op.run_id  # started earlier in this turn: that run
-        input = workflow.bind(args, kwargs)
+            known = ctx.keyed_runs
+            if known is not None and (found := known.get((workflow.name, key))) is not None:
+                return found  # live, or started by an earlier command of the batch
         timeout = ctx.definition.policy.execution_timeout
         run_id = framework_id(ctx.now_ms, 0, None, timeout, ctx.window_ms)
         ctx.staged.ops.append(

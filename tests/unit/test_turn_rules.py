@@ -36,6 +36,7 @@ from akter._staging import (
     Staged,
     StagedEvent,
     StagedRow,
+    StagedRun,
     due_and_slack,
     framework_id,
 )
@@ -521,3 +522,22 @@ def test_a_framework_id_expires_after_its_due_time_plus_slack_and_window(
     due, slack = due_and_slack(now, delay, at, timeout)
     assert int(issued) == now
     assert int(expires) == max(due, now) + slack + WINDOW
+
+
+def test_a_batch_names_each_keyed_run_for_its_later_commands() -> None:
+    def run(key: str | None, workflow: str = "w") -> StagedRun:
+        return StagedRun(f"r-{uuid.uuid4()}", workflow, key, "{}", "h", "{}", 1000)
+
+    merged = BatchWrites()
+    assert merged.keyed is None  # most batches start no keyed run: no mapping at all
+    unkeyed, keyed = run(None), run("k")
+    merged.apply(Staged(ops=[unkeyed]), "c1")
+    assert merged.keyed is None and merged.runs == [unkeyed]
+    merged.apply(Staged(ops=[keyed]), "c2")
+    assert merged.keyed == {("w", "k"): keyed.run_id}
+    # A re-run batch starts from the live runs its admission read.
+    live = BatchWrites(keyed={("w", "k"): "live"})
+    other = run("j")
+    live.apply(Staged(ops=[other]), "c1")
+    assert live.keyed == {("w", "k"): "live", ("w", "j"): other.run_id}
+    assert not live.empty and BatchWrites().empty

@@ -28,6 +28,8 @@ POINTS = frozenset(
         "before_step_record",
         "after_step_record",
         "before_workflow_complete",
+        # A turn run again after its workflow start met a live key (issue 38, finding 4).
+        "before_keyed_start_retry",
     }
 )
 

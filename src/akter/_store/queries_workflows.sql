@@ -29,43 +29,27 @@ ORDER BY 4 DESC
 LIMIT 1;
 
 -- wf_start_in_turn --
--- a turn's commit flight starts its actor's runs (runnable at the commit's clock, passed in): a keyed start that meets a live run of its key (or an earlier start of the batch, alias_of) starts nothing and names that run by an alias; raises 40001 (the turn retries) when a keyed start neither started nor found its live run (one committed concurrently, unseen by this statement's snapshot)
-WITH ins AS (
-    INSERT INTO {schema}.workflows
-        (routing_key, run_id, tenant_id, actor_type, actor_id, workflow, run_key, input,
-         input_hash, caller, status, wake_at_ms, deadline_ms, started_at_ms, updated_at_ms,
-         traceparent)
-    SELECT %(rk)s, r.run_id, %(tenant)s, %(type)s, %(id)s, r.workflow, r.run_key, r.input,
-           r.input_hash, r.caller, 'runnable', %(commit)s::bigint,
-           %(commit)s::bigint + r.timeout_ms, %(commit)s::bigint, %(commit)s::bigint,
-           %(traceparent)s::text
-    FROM unnest(%(run_ids)s::text[], %(workflows)s::text[], %(keys)s::text[],
-                %(inputs)s::text[], %(input_hashes)s::text[], %(callers)s::text[],
-                %(timeouts)s::bigint[], %(alias_of)s::text[])
-        AS r(run_id, workflow, run_key, input, input_hash, caller, timeout_ms, alias_of)
-    WHERE r.alias_of IS NULL
-    ON CONFLICT DO NOTHING
-    RETURNING run_id
-), aliased AS (
-    INSERT INTO {schema}.workflow_aliases (routing_key, run_id, target_run_id)
-    SELECT %(rk)s, r.run_id, coalesce(w.run_id, r.alias_of)
-    FROM unnest(%(run_ids)s::text[], %(workflows)s::text[], %(keys)s::text[],
-                %(alias_of)s::text[]) AS r(run_id, workflow, run_key, alias_of)
-    LEFT JOIN LATERAL (
-        SELECT w.run_id FROM {schema}.workflows w
-        WHERE w.routing_key = %(rk)s AND w.tenant_id = %(tenant)s AND w.actor_type = %(type)s
-          AND w.actor_id = %(id)s AND w.workflow = r.workflow AND w.run_key = r.run_key
-          AND w.status IN ('runnable', 'running', 'suspended', 'diverged')
-        LIMIT 1
-    ) w ON true
-    WHERE r.run_key IS NOT NULL AND coalesce(w.run_id, r.alias_of) IS NOT NULL
-      AND (r.alias_of IS NOT NULL OR r.run_id NOT IN (SELECT run_id FROM ins))
-    ON CONFLICT DO NOTHING
-    RETURNING run_id
-)
-SELECT {schema}.fence_check(
-    CASE WHEN (SELECT count(*) FROM ins) + (SELECT count(*) FROM aliased)
-              = cardinality(%(run_ids)s::text[]) THEN 1 ELSE 0 END);
+-- a turn's commit flight starts its actor's runs (runnable at the commit's clock, passed in), all or none: a keyed start whose key a live run holds (committed before, or by a transaction this one waits for) fails the flight with unique_violation on workflows_live_key, and the turn re-runs its batch once knowing the actor's live keyed runs (wf_live_keys), so its start returns the live run's id
+INSERT INTO {schema}.workflows
+    (routing_key, run_id, tenant_id, actor_type, actor_id, workflow, run_key, input,
+     input_hash, caller, status, wake_at_ms, deadline_ms, started_at_ms, updated_at_ms,
+     traceparent)
+SELECT %(rk)s, r.run_id, %(tenant)s, %(type)s, %(id)s, r.workflow, r.run_key, r.input,
+       r.input_hash, r.caller, 'runnable', %(commit)s::bigint,
+       %(commit)s::bigint + r.timeout_ms, %(commit)s::bigint, %(commit)s::bigint,
+       %(traceparent)s::text
+FROM unnest(%(run_ids)s::text[], %(workflows)s::text[], %(keys)s::text[],
+            %(inputs)s::text[], %(input_hashes)s::text[], %(callers)s::text[],
+            %(timeouts)s::bigint[])
+    AS r(run_id, workflow, run_key, input, input_hash, caller, timeout_ms);
+
+-- wf_live_keys --
+-- the live keyed runs of one actor, each (workflow, key) with the run holding it; sent only in the admission flight of a turn re-run after its start met a live key (wf_start_in_turn), after the row lock
+SELECT w.workflow, w.run_key, w.run_id
+FROM {schema}.workflows w
+WHERE w.routing_key = %(rk)s AND w.tenant_id = %(tenant)s AND w.actor_type = %(type)s
+  AND w.actor_id = %(id)s AND w.run_key IS NOT NULL
+  AND w.status IN ('runnable', 'running', 'suspended', 'diverged');
 
 -- wf_claim --
 -- leases runnable runs of hosted types whose wake time has come (a suspended run's timer or deadline, a dead runner's lease end), SKIP LOCKED; each claim bumps the run's token, which guards every later write of this attempt
@@ -226,7 +210,7 @@ WHERE a.run_id = %(run_id)s
 LIMIT 1;
 
 -- wf_alias --
--- a deduplicated keyed start's run id names the live run it found (once)
+-- a deduplicated keyed start's run id names the live run it found (once): a $workflow.start intent staged by older code, whose turn already answered with the intent's id
 INSERT INTO {schema}.workflow_aliases (routing_key, run_id, target_run_id)
 VALUES (%(rk)s, %(run_id)s, %(target)s)
 ON CONFLICT DO NOTHING;

@@ -26,6 +26,7 @@ from akter._engine.turn.types import (
 from akter._evolution import StateDecodeError
 from akter._json import storable_json
 from akter._store.gateway import actors
+from akter._store.gateway.workflows import live_keyed_runs
 from akter._store.pool import TRANSACTION_TIMEOUT_SINCE
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
@@ -53,6 +54,9 @@ class Admitted:
     #: The end of each current loop lease (by the index of its command), as read here: the
     #: commit flight checks its own clock reading against it (``writes.send``).
     lease_ends: dict[int, int] = field(default_factory=dict)
+    #: The actor's live keyed runs by (workflow, key), read only when the batch is re-run after
+    #: a start met a live key (``admit(live_keys=True)``); else ``None``.
+    live_runs: dict[tuple[str, str], str] | None = None
 
 
 def bound_setting(server_version: int) -> str:
@@ -94,6 +98,7 @@ async def admit(
     coordinator_clock: bool = False,
     worker_lock_wait: bytes | None = None,
     meanwhile: Callable[[], None] | None = None,
+    live_keys: bool = False,
 ) -> Admitted:
     """Send flight 1 and read its answers; ``act``'s cache is refreshed when it was stale.
 
@@ -106,6 +111,8 @@ async def admit(
     the row lock also waits on that worker: ``worker_lock_wait`` (the type's ``SET LOCAL``,
     :func:`akter._store.citus.worker_lock_wait`) bounds it by the policy's ``lock_wait``.
     ``meanwhile`` runs while the server answers the flight (``TurnPipeline.sync``).
+    ``live_keys``: the flight also reads the actor's live keyed workflow runs, after the lock
+    (``wf_live_keys``; only in a batch re-run after a start met a live key).
 
     Raises:
         Retryable: The cache believed the actor row existed, and it does not.
@@ -144,6 +151,7 @@ async def admit(
             for i, r in enumerate(batch)
             if (f := r.fence) is not None
         ]
+        live_cur = await live_keyed_runs(pipe, q, key) if live_keys else None
         # Last in the flight: the answer's arrival then bounds the reading closely (the commit
         # clock counts from it), however long the shard's statements before it took.
         clock_cur = await actors.read_clock(pipe, q, off) if coordinator_clock else None
@@ -154,6 +162,9 @@ async def admit(
         admission = None if locked is None else locked[5:]
     clock = None if clock_cur is None else await clock_cur.fetchone()
     leases = [(i, await cur.fetchone()) for i, cur in fence_curs]
+    live = None
+    if live_cur is not None:
+        live = {(str(w), str(k)): str(run) for w, k, run in await live_cur.fetchall()}
     arrived_at = time.monotonic()
     if locked is None:
         # The cache believed the row existed; insert it in the next attempt.
@@ -172,7 +183,9 @@ async def admit(
     if flights.recording:
         telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}
-    return Admitted(now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at, ends)
+    return Admitted(
+        now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at, ends, live
+    )
 
 
 def fence_of(lease: LoopLease) -> dict[str, Any]:

@@ -42,7 +42,6 @@ from typing import Any, NamedTuple
 
 import psycopg
 from psycopg_pool import PoolTimeout
-from pydantic import BaseModel
 
 from akter import telemetry
 from akter._engine.hooks import Hooks
@@ -61,6 +60,7 @@ from akter._engine.turn.types import (
     BatchDefect,
     BatchRun,
     BatchWrites,
+    LiveKeyTaken,
     Outcome,
     Request,
     Result,
@@ -68,6 +68,7 @@ from akter._engine.turn.types import (
 )
 from akter._policy import ResolvedPolicy
 from akter._store.gateway import actors
+from akter._store.gateway.workflows import live_key_taken
 from akter._store.pool import Clock, Connection, Store
 from akter.errors import ActorError, InjectedCrash
 
@@ -167,8 +168,15 @@ class TurnEngine:
         return results
 
     async def _run_batch(
-        self, act: Activation, batch: Sequence[Request], recording: bool
+        self, act: Activation, batch: Sequence[Request], recording: bool, live_keys: bool = False
     ) -> list[Result]:
+        """One transaction of the batch; ``live_keys``: its re-run after a start met a live key.
+
+        A keyed workflow start whose key a live run holds fails the commit flight
+        (``wf_start_in_turn``), so nothing of the batch commits; the batch then runs once more,
+        its admission reading the actor's live keyed runs, so that start returns the live run's
+        id and stages nothing. The re-run's failures are answered as any turn's.
+        """
         policy = act.definition.policy
         loop = asyncio.get_running_loop()
         deadline = loop.time() + policy.execution_timeout / 1000
@@ -190,7 +198,7 @@ class TurnEngine:
                 flights = Flights(conn, recording=recording)
                 try:
                     async with asyncio.timeout_at(deadline):
-                        results = await self._transaction(conn, act, batch, flights)
+                        results = await self._transaction(conn, act, batch, flights, live_keys)
                 except BaseException as exc:
                     # Whatever happened, the open transaction must not survive: leave the
                     # pipeline and roll back. Only a failure raised between the flights leaves
@@ -226,6 +234,14 @@ class TurnEngine:
             act.drop_cache()
             why = f"execution timeout of {policy.execution_timeout} ms"
             return [rules.unavailable(r, why, r.commit_sent) for r in batch]
+        except LiveKeyTaken as taken:
+            # The server rolled the batch back (nothing committed): run it again, once.
+            for request in batch:
+                request.commit_sent = False
+            if not live_keys:
+                return await self._run_batch(act, batch, recording, live_keys=True)
+            act.drop_cache()
+            return [rules.unavailable(r, str(taken), False) for r in batch]
         except (psycopg.Error, Retryable) as exc:
             act.drop_cache()
             reason = describe_db_error(exc)
@@ -233,9 +249,16 @@ class TurnEngine:
             return [rules.unavailable(r, reason, r.commit_sent and unanswered) for r in batch]
 
     async def _transaction(
-        self, conn: Connection, act: Activation, batch: Sequence[Request], flights: Flights
+        self,
+        conn: Connection,
+        act: Activation,
+        batch: Sequence[Request],
+        flights: Flights,
+        live_keys: bool = False,
     ) -> list[Result]:
         ref = act.ref
+        if live_keys and self.hooks.armed("before_keyed_start_retry"):
+            await self.hooks.at("before_keyed_start_retry", {"ref": ref, "batch": batch})
         key = actors.actor_key(act.routing_key, ref.tenant, ref.type, ref.id)
         off = self.clock.offset_ms
         ensured = not act.exists
@@ -252,6 +275,7 @@ class TurnEngine:
             coordinator_clock=self.store.strategy == "citus",
             worker_lock_wait=typed.worker_lock_wait,
             meanwhile=lambda: prepared.fill(act, batch),
+            live_keys=live_keys,
         )
         now_ms = admitted.now_ms
         ran = await self._run_commands(act, batch, admitted, prepared)
@@ -262,20 +286,27 @@ class TurnEngine:
         )
         for request in batch:
             request.commit_sent = not todo.nothing  # from here a lost answer leaves it unknown
-        sent = await writes.send(
-            flights,
-            self.q,
-            act,
-            todo,
-            ran,
-            key=key,
-            now_ms=now_ms,
-            off=off,
-            locked_version=admitted.locked_version,
-            arrived_at=admitted.arrived_at,
-            fence_off=self.clock.offset_ms,
-            meanwhile=lambda: decode_replies(ran.outcomes),
-        )
+        try:
+            sent = await writes.send(
+                flights,
+                self.q,
+                act,
+                todo,
+                ran,
+                key=key,
+                now_ms=now_ms,
+                off=off,
+                locked_version=admitted.locked_version,
+                arrived_at=admitted.arrived_at,
+                fence_off=self.clock.offset_ms,
+                meanwhile=lambda: decode_replies(ran.outcomes),
+            )
+        except psycopg.errors.UniqueViolation as exc:
+            if live_key_taken(exc) and any(r.key is not None for r in ran.writes.runs):
+                raise LiveKeyTaken(
+                    "a workflow start met a live run of its key, started meanwhile"
+                ) from exc
+            raise
         decode_replies(ran.outcomes)  # done while the flight was out, unless there was none
         cancelled = await writes.answers(sent, todo)
         released_at = writes.release_clock(now_ms, admitted.sent_at, self.clock.offset_ms - off)
@@ -335,7 +366,8 @@ class TurnEngine:
         definition = act.definition
         for request in batch:
             request.digest()  # made by ``prepared`` already, unless it failed: before any handler
-        ran = BatchRun([], BatchWrites(), act.state, act.state_json, act.created, act.event_seq)
+        writes = BatchWrites(keyed=admitted.live_runs)
+        ran = BatchRun([], writes, act.state, act.state_json, act.created, act.event_seq)
         problem = admitted.state_error
         if problem is not None and problem.kind == "too_new":
             # Never overwrite a newer code's row: refuse everything, write nothing (not even a
@@ -348,7 +380,7 @@ class TurnEngine:
                 ran.outcomes.append(Outcome(Result("error", error=rules.lease_lost(request))))
                 continue
             outcome, new_state, ctx = await self._decide_and_run(
-                act, request, index, admitted, ran.state, ran.created, prepared
+                act, request, index, admitted, ran, prepared
             )
             ran.outcomes.append(outcome)
             if ctx is not None and outcome.result.kind == "ok":
@@ -365,13 +397,13 @@ class TurnEngine:
         request: Request,
         index: int,
         admitted: admission.Admitted,
-        state: BaseModel | None,
-        created: bool,
+        ran: BatchRun,
         prepared: Prepared,
     ) -> Ran:
         now_ms = admitted.now_ms
+        state = ran.state
         decided = rules.decide(
-            request, act.definition, act.ref, now_ms, admitted.receipts, created, index
+            request, act.definition, act.ref, now_ms, admitted.receipts, ran.created, index
         )
         if decided is not None:
             return Outcome(decided), state, None
@@ -388,6 +420,7 @@ class TurnEngine:
             window_ms=self.window_ms,
             hooks=self.hooks,
             prepared=prepared,
+            keyed_runs=ran.writes.keyed,
         )
 
     def _count_writes(self, act: Activation, batch_writes: BatchWrites, receipts: int) -> None:

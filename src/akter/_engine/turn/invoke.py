@@ -91,11 +91,13 @@ async def run_handler(
     window_ms: int,
     hooks: Hooks,
     prepared: Prepared,
+    keyed_runs: dict[tuple[str, str], str] | None = None,
 ) -> Ran:
     """Run the command's handler: its outcome, the state after it and its context.
 
     A declared error keeps ``state`` and returns no context (nothing it staged is written).
-    ``prepared`` holds inputs made while the admission flight was out.
+    ``prepared`` holds inputs made while the admission flight was out; ``keyed_runs`` the runs
+    the batch's keyed starts name (``BatchWrites.keyed``).
 
     Raises:
         BatchDefect: The handler failed, returned or left something akter cannot store.
@@ -110,6 +112,7 @@ async def run_handler(
         now_ms=now_ms,
         state=prepared.state(state),
         window_ms=window_ms,
+        keyed_runs=keyed_runs,
     )
     instance = bind(ctx)
     if hooks.armed("before_handler"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -91,6 +91,13 @@ class Retryable(Exception):
     """The batch failed in a retryable way."""
 
 
+class LiveKeyTaken(Exception):
+    """A keyed workflow start of the batch met a live run of its key in the commit flight.
+
+    The server rolled the batch back; the engine runs it once more knowing the live runs.
+    """
+
+
 @dataclass
 class Activation:
     """The in-memory cache of one actor: a cache only, never an authority."""
@@ -150,6 +157,10 @@ class BatchWrites:
     job_cancels: list[str] = field(default_factory=list)
     #: Workflow runs the batch starts on its actor (written in the commit flight).
     runs: list[StagedRun] = field(default_factory=list)
+    #: The run each (workflow, key) names for the batch's later commands: the live runs the
+    #: admission read (only when the batch is re-run after a start met a live key), then the
+    #: keyed runs its earlier commands started. ``None`` while there is none (most batches).
+    keyed: dict[tuple[str, str], str] | None = None
 
     def apply(self, staged: Staged, command_id: str) -> None:
         """Merge one successful command's staged work (the last staging of a key wins)."""
@@ -159,18 +170,12 @@ class BatchWrites:
             if isinstance(op, StagedRow):
                 self.rows.append(op)
             elif isinstance(op, StagedRun):
-                first = next(
-                    (
-                        r
-                        for r in self.runs
-                        if op.key is not None
-                        and r.alias_of is None
-                        and (r.workflow, r.key) == (op.workflow, op.key)
-                    ),
-                    None,
-                )
-                # A second keyed start in the batch starts nothing: its id names the first.
-                self.runs.append(op if first is None else replace(op, alias_of=first.run_id))
+                self.runs.append(op)
+                if op.key is not None:
+                    # A later command's start of the key returns this run's id (context.py).
+                    if self.keyed is None:
+                        self.keyed = {}
+                    self.keyed[(op.workflow, op.key)] = op.run_id
             elif isinstance(op, CancelTimer):
                 # A cancellation drops earlier stagings of the key.
                 key = op.key

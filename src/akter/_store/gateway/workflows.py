@@ -83,7 +83,7 @@ def start_in_turn(
     """Queue a turn's workflow starts in its commit flight (``wf_start_in_turn``).
 
     The runs live in the turn's actor's shard (its routing key): one single-shard statement.
-    A keyed start that meets a live run raises 40001 when it can name none (the turn retries).
+    A keyed start whose key a live run holds fails the flight (:func:`live_key_taken`).
     """
     return pipe.execute(
         q["wf_start_in_turn"],
@@ -97,7 +97,6 @@ def start_in_turn(
             "input_hashes": [r.input_hash for r in runs],
             "callers": [r.caller for r in runs],
             "timeouts": [r.timeout_ms for r in runs],
-            "alias_of": [r.alias_of for r in runs],
             "traceparent": traceparent,
         },
     )
@@ -130,6 +129,25 @@ class JobStepCancel:
     record: Row | None = None
     deleted: bool = False
     running: bool = False
+
+
+def live_key_taken(exc: BaseException) -> bool:
+    """Whether a unique violation of a turn that starts keyed runs may be a live key's.
+
+    ``wf_start_in_turn``'s unique violation on ``workflows_live_key`` (on Citus the shard's
+    copy of the index, named with the shard's id appended). Citus re-raises a worker's error
+    without the constraint's name: a violation that names none counts too (the engine's answer
+    to it, one more run of the batch, is safe whatever the cause).
+    """
+    if not isinstance(exc, psycopg.errors.UniqueViolation):
+        return False
+    name = exc.diag.constraint_name
+    return name is None or name.startswith("workflows_live_key")
+
+
+def live_keyed_runs(pipe: TurnPipeline, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
+    """Queue the read of the actor's live keyed runs (``wf_live_keys``) in a turn's flight."""
+    return pipe.execute(q["wf_live_keys"], key)
 
 
 class WorkflowsGateway:
