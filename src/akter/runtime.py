@@ -141,6 +141,7 @@ class Runtime:
         #: Parked outbox rows: list, retry, discard (evolution E3).
         self.outbox = Outbox(services, wake=self.relay.announce)
         self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
+        self.engine.state_paths = self.runners.state_paths
         self._lifecycle = Lifecycle(
             services, self.dispatcher, self.jobs, self.relay, self.runners, self.workflow_engine
         )
