@@ -89,8 +89,10 @@ class RunnersGateway:
     async def state_paths(
         self, actor_type: str, version: int, model: str, *, live_ms: int, skew_ms: int
     ) -> list[list[str]]:
-        """The key paths of live runners' models of ``actor_type`` at ``version`` newer than
-        ``model`` (first recorded in the name registry after it)."""
+        """The key paths of live runners' models of ``actor_type`` at ``version``, newer ones.
+
+        Newer than ``model``: first recorded in the name registry after it.
+        """
         rows = await self._run(
             self._store.queries["live_state_paths"],
             {
