@@ -21,6 +21,7 @@ from pydantic import BaseModel
 import akter
 from akter._evolution import declared_paths
 from akter.testing import ActorTest
+from tests._support.polling import until
 
 Make = Callable[..., ActorTest]
 
@@ -252,3 +253,66 @@ async def test_an_in_process_handle_answers_a_newer_state_version_at_once(
         assert elapsed < 5.0, elapsed
         # The newer runner serves the caller's retry.
         assert await t.get(PadV3, "p").bump() == 2
+
+
+class BinV1(akter.Actor[NoteV1], name="Bin", access=akter.public):
+    @akter.command
+    async def put(self) -> int:
+        self.state.n += 1
+        return self.state.n
+
+
+class BinV2(akter.Actor[NoteV1], name="Bin", access=akter.public):
+    @akter.command
+    async def put(self) -> int:
+        self.state.n += 1
+        return self.state.n
+
+    @akter.command
+    async def put_new(self) -> int:  # a command the older code does not declare
+        self.state.n += 10
+        return self.state.n
+
+
+class BinSender(akter.Actor[NoteV1], name="BinSender", access=akter.public):
+    @akter.command
+    async def poke(self, target: str) -> None:
+        self.send(BinV2.put_new, target)
+
+
+async def test_an_intent_to_a_command_a_live_newer_runner_declares_waits_for_it(
+    akter_test: Make,
+) -> None:
+    """A rolling deploy adds a command: the older relay leaves its intents due, never parks."""
+    async with akter_test([BinV1, BinSender], relay=True, poll=0.05) as t:
+        new = await t.add_runtime([BinV2, BinSender], relay=False)
+        await new.get(BinSender, "s").poke("b")
+        rows = await until(
+            lambda: t.rows("SELECT attempts, last_error, parked_at_ms FROM {schema}.outbox"),
+            holds=lambda rs: bool(rs) and "CommandTooNew" in str(rs[0]["last_error"]),
+            what="the older relay to hand the intent back",
+        )
+        assert rows[0]["attempts"] == 0 and rows[0]["parked_at_ms"] is None
+        await t.add_runtime([BinV2, BinSender], relay=True, poll=0.05)
+        await until(
+            lambda: t.rows("SELECT 1 FROM {schema}.outbox"),
+            holds=lambda rs: rs == [],
+            what="the newer runner to deliver the intent",
+            within=30,
+        )
+        assert await new.get(BinV2, "b").put() == 11
+
+
+async def test_an_intent_to_a_command_no_live_runner_declares_is_parked(
+    akter_test: Make,
+) -> None:
+    async with akter_test([BinV2, BinSender], relay=False) as t:
+        await t.get(BinSender, "s").poke("b")
+        await t.runtime.stop()
+        await t.add_runtime([BinV1, BinSender], relay=True, poll=0.05)
+        rows = await until(
+            lambda: t.rows("SELECT parked_at_ms, last_error FROM {schema}.outbox"),
+            holds=lambda rs: bool(rs) and rs[0]["parked_at_ms"] is not None,
+            what="the older relay to park the intent",
+        )
+        assert "UnknownCommand" in rows[0]["last_error"]

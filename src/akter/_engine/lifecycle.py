@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from akter._drain import DrainReport
-from akter._engine import state_models
+from akter._engine import declared
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.operations import seed_singleton_ticks
 from akter._engine.orphans import declared_names
@@ -109,7 +109,7 @@ class Lifecycle:
             retry_window_ms=self._services.config.window_ms,
             placements={d.name: d.placement for d in self._services.definitions.values()},
             names=declared_names(self._services.definitions.values())
-            + state_models.names(self._services.definitions.values()),
+            + declared.names(self._services.definitions.values()),
         )
 
     async def drain(self) -> DrainReport:

@@ -42,12 +42,12 @@ class RunnersGateway:
         actor_types: Sequence[str],
         job_types: Sequence[str],
         version: str,
-        state_models: dict[str, Any] | None = None,
+        models: dict[str, Any] | None = None,
     ) -> None:
         """Write this runner's row (again, after it was pruned).
 
-        ``state_models``: per hosted actor type, its state version and declared key paths
-        (``{"version": 0, "paths": [...]}``, migration 0014).
+        ``models``: per hosted actor type, what its code declares (``akter._engine.declared``,
+        migration 0014).
         """
         await self._run(
             self._store.queries["register_runner"],
@@ -57,7 +57,7 @@ class RunnersGateway:
                 "actor_types": list(actor_types),
                 "job_types": list(job_types),
                 "version": version,
-                "state_models": json.dumps(state_models or {}),
+                "models": json.dumps(models or {}),
             },
         )
 
@@ -104,6 +104,16 @@ class RunnersGateway:
             },
         )
         return [list(r["paths"]) for r in rows if isinstance(r["paths"], list)]
+
+    async def declares_command(
+        self, actor_type: str, command: str, *, live_ms: int, skew_ms: int
+    ) -> bool:
+        """Whether a live runner's code declares ``actor_type``'s ``command``."""
+        rows = await self._run(
+            self._store.queries["live_declares_command"],
+            {"actor_type": actor_type, "command": command, "live_ms": live_ms, "skew_ms": skew_ms},
+        )
+        return bool(rows and rows[0]["declared"])
 
     async def prune(self, *, prune_ms: int, live_ms: int) -> list[Row]:
         """Forget silent runners and runners ahead of the clock; the rows pruned."""
