@@ -1,7 +1,8 @@
 """The rolling-deploy drill (issue 38): two runner processes on different code over one database.
 
 A runner on ``deploy_v1``'s code serves a load alone; a runner on ``deploy_v2``'s code starts
-beside it and both serve the load; the v1 runner stops (a graceful drain); the v2 runner serves
+beside it, writes each actor once, then the v1 runner is called on each (it meets rows the newer
+code wrote), and both serve the load; the v1 runner stops (a graceful drain); the v2 runner serves
 the load alone; then the drill waits for the outbox and the workflows to settle. The client
 acts like an HTTP client behind a load balancer: it sends each call to a random runner that is
 up, and retries a retryable refusal with the same command id on a random runner again.
@@ -138,12 +139,15 @@ class Client:
         self.random = random.Random(seed)
         self._serial = 0
 
-    async def call(self, type_name: str, actor: str, cmd: str, token: str) -> None:
+    async def call(
+        self, type_name: str, actor: str, cmd: str, token: str, first: Runner | None = None
+    ) -> None:
+        """One call until answered; ``first``: the runner of the first attempt."""
         cid = "-"
         deadline = time.monotonic() + CALL_WITHIN
         while time.monotonic() < deadline:
             up = [r for r in self.runners if r.up]
-            runner = self.random.choice(up)
+            runner, first = first or self.random.choice(up), None
             self._serial += 1
             try:
                 reply = await runner.call(f"t{self._serial}", cid, type_name, actor, cmd, token)
@@ -216,7 +220,11 @@ async def drill(url: str, schema: str, case: str, *, per_phase: int, seed: int =
     try:
         runners.append(await Runner.start(url, schema, "v1"))
         await load(per_phase)
-        runners.append(await Runner.start(url, schema, "v2"))
+        v1, v2 = runners[0], await Runner.start(url, schema, "v2")
+        runners.append(v2)
+        for actor in actors:  # v2 writes each actor, then v1 meets the row v2 wrote
+            await client.call(type_name, actor, cmd, token(), first=v2)
+            await client.call(type_name, actor, cmd, token(), first=v1)
         await load(2 * per_phase)
         await runners[0].stop()
         await load(per_phase)
