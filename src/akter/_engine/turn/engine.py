@@ -345,7 +345,7 @@ class TurnEngine:
         ):
             # Rare (a row another model wrote): one registry read while the row is locked.
             problem = await too_new.newer_writer(
-                problem, act.ref.type, act.state_version, self.state_paths
+                problem, act.ref, act.state_version, self.state_paths
             )
         if problem is not None and problem.kind == "too_new":
             # Never overwrite a newer code's row: refuse everything, write nothing (not even a
