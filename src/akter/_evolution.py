@@ -18,6 +18,8 @@ dumps the output in JSON mode. :func:`lost_keys` is the loss guard's comparison.
 from __future__ import annotations
 
 import inspect
+import re
+import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -340,3 +342,61 @@ def lost_keys(stored: Any, dumped: Any, path: str = "") -> list[str]:
             if len(old) > len(new):
                 lost.append(f"{where}[{len(new)}:]")
     return sorted(lost)
+
+
+# --- newer writers (evolution E4) -----------------------------------------------------------
+
+#: The most levels of nested models :func:`declared_paths` follows (a recursive model stops).
+PATH_DEPTH = 8
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def declared_paths(model: type[BaseModel]) -> frozenset[str]:
+    """The key paths a state model declares, in :func:`lost_keys`'s notation, items as ``[]``.
+
+    ``items[].sku`` for a field ``items: list[Line]`` whose ``Line`` declares ``sku``. A runner
+    records them for each type it hosts; an older runner that finds keys it would drop asks
+    whether a live runner declares them (:func:`newer_writer_declares`). Models inside dicts are not
+    followed (their keys are data).
+    """
+    paths: set[str] = set()
+    stack: list[tuple[type[BaseModel], str, int]] = [(model, "", 0)]
+    while stack:
+        current, prefix, depth = stack.pop()
+        for name, info in current.model_fields.items():
+            at = f"{prefix}.{name}" if prefix else name
+            paths.add(at)
+            if depth < PATH_DEPTH:
+                for inner, suffix in _models_in(info.annotation):
+                    stack.append((inner, at + suffix, depth + 1))
+    return frozenset(paths)
+
+
+def _models_in(annotation: Any, suffix: str = "") -> list[tuple[type[BaseModel], str]]:
+    """The models an annotation holds directly, optionally, or as list items (with ``[]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, suffix)]
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _models_in(args[0], suffix)
+    if origin is typing.Union or origin is types.UnionType:
+        return [found for arg in args for found in _models_in(arg, suffix)]
+    if origin in (list, tuple, set, frozenset) or (
+        origin is not None and getattr(origin, "__name__", "") in ("Sequence", "MutableSequence")
+    ):
+        items = [a for a in args if a is not Ellipsis]
+        return [found for arg in items for found in _models_in(arg, suffix + "[]")]
+    return []
+
+
+def newer_writer_declares(lost: Iterable[str], peers: Iterable[Iterable[str]]) -> bool:
+    """Whether one of ``peers`` (the declared paths of live runners' models) declares ``lost``.
+
+    ``lost`` are :func:`lost_keys`'s paths (list indexes become ``[]``; a list cut short,
+    ``items[2:]``, is never explained: no model declares a list's length).
+    """
+    wanted = {_INDEX.sub("[]", path) for path in lost}
+    if not wanted or any(path.endswith(":]") for path in lost):
+        return False
+    return any(wanted <= set(paths) for paths in peers)

@@ -143,6 +143,8 @@ class Runtime:
         #: Parked outbox rows: list, retry, discard (evolution E3).
         self.outbox = Outbox(services, wake=self.relay.announce)
         self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
+        self.engine.state_paths = self.runners.state_paths
+        self.relay.declared_elsewhere = self.runners.declares_command
         self._lifecycle = Lifecycle(
             services, self.dispatcher, self.jobs, self.relay, self.runners, self.workflow_engine
         )

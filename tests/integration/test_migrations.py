@@ -109,6 +109,8 @@ COLUMNS: dict[str, set[str]] = {
         "job_types",
         "version",
         "draining",
+        # 0014: per hosted type, the state version and the key paths its model declares.
+        "models",
     },
     # 0008: the routing key of the singleton's actor (the row's shard on Citus).
     "singletons": {"routing_key", "actor_type", "owner", "lease_until_ms", "acquired_at_ms"},

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pydantic import BaseModel
 
@@ -149,3 +150,13 @@ async def test_the_typed_state_split(akter_test: Any) -> None:
         ) as runtime:
             handle: Any = runtime.get(reader, "p-1")
             assert await handle.parts() == ["Grace", "Hopper"]
+
+
+async def test_a_rolling_deploy_that_adds_a_defaulted_field(akter_db: str) -> None:
+    namespace = run_block("### What a rolling deploy may change safely")
+    schema = f"akter_t_{uuid.uuid4().hex[:12]}"
+    try:
+        await namespace["rolling_deploy"](akter_db, schema)
+    finally:
+        async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

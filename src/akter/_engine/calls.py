@@ -110,8 +110,10 @@ class Calls:
         """An external command: admission, then retries with one id until the deadline.
 
         With ``retry=False`` (the HTTP path) a retryable refusal is raised at once, for the
-        remote caller to retry with the same id after ``retry_after``. ``fence`` (a singleton
-        loop's lease) makes the turn refuse the command with ``LeaseLost`` once it is stale.
+        remote caller to retry with the same id after ``retry_after``; so is ``StateTooNew``
+        with retries on (the row stays newer than this runtime's code, evolution E4).
+        ``fence`` (a singleton loop's lease) makes the turn refuse the command with
+        ``LeaseLost`` once it is stale.
         """
         services = self._services
         services.supervisor.require_started()
@@ -147,7 +149,11 @@ class Calls:
                 "pool_exhausted",
                 "database_unreachable",
             ):
-                # The turn already waited pool_wait for a connection: shed the load.
+                raise error  # the turn already waited pool_wait for a connection: shed the load
+            if error.reason == "StateTooNew":
+                # The row is newer than this runtime's code, and stays so: no retry here can
+                # succeed. Still retryable (retry_after set): an HTTP client or a load balancer
+                # retries on a runner with newer code.
                 raise error
             if retries is None:
                 retries = CommandRetry(

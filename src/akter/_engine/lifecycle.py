@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from akter._drain import DrainReport
+from akter._engine import declared
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.operations import seed_singleton_ticks
 from akter._engine.orphans import declared_names
@@ -107,7 +108,8 @@ class Lifecycle:
             self._services.store,
             retry_window_ms=self._services.config.window_ms,
             placements={d.name: d.placement for d in self._services.definitions.values()},
-            names=declared_names(self._services.definitions.values()),
+            names=declared_names(self._services.definitions.values())
+            + declared.names(self._services.definitions.values()),
         )
 
     async def drain(self) -> DrainReport:

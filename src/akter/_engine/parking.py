@@ -51,6 +51,8 @@ class Unusable:
     """The code cannot deliver the row: it is parked with ``cause`` (every failing field)."""
 
     cause: str
+    #: The command is not declared here (another runner's code may declare it: a deploy).
+    unknown_command: bool = False
 
 
 Outcome = Decoded | TooNew | Unusable
@@ -67,7 +69,8 @@ def decode_intent(definition: ActorDefinition, command: str, payload: str, versi
     except ActorError as exc:
         return Unusable(
             f"UnknownCommand: {exc.message} Declare it, or add aliases=({command!r},) to the "
-            "command that replaced it, then retry the parked row."
+            "command that replaced it, then retry the parked row.",
+            unknown_command=True,
         )
     what = f"{definition.name}.{member.name}"
     try:

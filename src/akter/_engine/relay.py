@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -153,6 +153,9 @@ class Relay:
         self.retried = 0
         self._released = 0
         self._too_new_log = parking.OncePer(3600)
+        #: Whether a live runner's code declares a command (the runtime sets it): an intent to
+        #: a command this code lacks is left due for that runner, not parked (a rolling deploy).
+        self.declared_elsewhere: Callable[[str, str], Awaitable[bool]] | None = None
         self.skew = SkewWatch(services, executed_jobs=jobs.executed_jobs, runner_id=runner_id)
         #: Admission backpressure on the backlog this relay sees (``max_outbox_backlog``).
         self.backlog = BacklogGate(lambda: services.config.max_outbox_backlog, self._count_backlog)
@@ -508,13 +511,22 @@ class Relay:
     ) -> None:
         """A row this code cannot deliver: leave it to a newer runner, or park it (E3)."""
         target = f"{row['target_type']}.{row['command']}"
+        if (
+            isinstance(outcome, parking.Unusable)
+            and outcome.unknown_command
+            and self.declared_elsewhere is not None
+            and await self.declared_elsewhere(str(row["target_type"]), str(row["command"]))
+        ):
+            # A deploy added the command and its runner is live (evolution E4): leave it due
+            # for that runner, no attempt counted, as a payload version above this code's.
+            outcome = parking.TooNew(f"CommandTooNew: {outcome.cause}")
         if isinstance(outcome, parking.TooNew):
             await self._outbox.release_uncounted(
                 params,
                 wait_ms=parking.TOO_NEW_WAIT_MS,
                 error=(
                     outcome.message
-                    if outcome.message.startswith("StateTooNew")
+                    if outcome.message.startswith(("StateTooNew", "CommandTooNew"))
                     else f"PayloadTooNew: {outcome.message}"
                 ),
             )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
+from akter._engine import declared
 from akter._engine.orphans import Orphans
 from akter._engine.sampling import Sampler
 from akter._store.citus import singleton_routing_key
@@ -162,8 +163,38 @@ class Runners:
                 actor_types=sorted(definitions) if config.host_actors else [],
                 job_types=sorted(f"{t}.{j}" for t, j in config.executes),
                 version=__version__,
+                models=(declared.models(definitions.values()) if config.host_actors else {}),
             ),
             None,
+        )
+
+    async def state_paths(self, actor_type: str, version: int) -> list[list[str]]:
+        """The key paths that live runners' newer models of ``actor_type`` declare at ``version``.
+
+        Newer: the model was first recorded after this runner's (``declared``). Asked by a
+        turn whose loss guard found keys to drop (evolution E4, migration 0014); a failure is
+        raised (the turn answers it as retryable), never read as "none".
+        """
+        definition = self._services.registry.definitions.get(actor_type)
+        if definition is None:
+            return []
+        skew_ms = self._services.clock.skew_ms(0)
+        return await self._gateway.state_paths(
+            actor_type,
+            version,
+            declared.fingerprint(definition),
+            live_ms=LIVE_MS,
+            skew_ms=skew_ms,
+        )
+
+    async def declares_command(self, actor_type: str, command: str) -> bool:
+        """Whether a live runner's code declares ``actor_type``'s ``command`` (migration 0014).
+
+        Asked by a relay about to park an intent to a command its own code does not declare.
+        """
+        skew_ms = self._services.clock.skew_ms(0)
+        return await self._gateway.declares_command(
+            actor_type, command, live_ms=LIVE_MS, skew_ms=skew_ms
         )
 
     async def live(self) -> list[dict[str, Any]]:

@@ -7,13 +7,14 @@ WITH clock AS MATERIALIZED (
 )
 INSERT INTO {schema}.runners
     (runner_id, started_at_ms, heartbeat_at_ms, http_address, actor_types, job_types, version,
-     draining)
+     draining, models)
 SELECT %(runner_id)s::uuid, clock.now, clock.now, %(http_address)s::text, %(actor_types)s::text[],
-       %(job_types)s::text[], %(version)s::text, false
+       %(job_types)s::text[], %(version)s::text, false, %(models)s::jsonb
 FROM clock
 ON CONFLICT (runner_id) DO UPDATE
 SET heartbeat_at_ms = excluded.heartbeat_at_ms, http_address = excluded.http_address,
-    actor_types = excluded.actor_types, job_types = excluded.job_types, draining = false;
+    actor_types = excluded.actor_types, job_types = excluded.job_types, draining = false,
+    models = excluded.models;
 
 -- heartbeat_runner --
 -- keeps this runner live at one clock reading (a materialised CTE); no row means it was pruned and must register again
@@ -41,6 +42,37 @@ FROM {schema}.runners r, clock
 WHERE r.heartbeat_at_ms > clock.now - %(live_ms)s::bigint
   AND r.heartbeat_at_ms <= clock.now + %(skew_ms)s::bigint
 ORDER BY r.started_at_ms, r.runner_id;
+
+-- live_state_paths --
+-- the state key paths of live runners' models of one actor type at one state version that were first recorded after this runner's model (the name registry's kind 'state', migration 0014), like live_runners at one clock reading
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+SELECT r.models -> %(actor_type)s::text -> 'paths' AS paths
+FROM {schema}.runners r
+CROSS JOIN clock
+JOIN {schema}.deployment_names theirs
+  ON theirs.actor_type = %(actor_type)s::text AND theirs.kind = 'state'
+ AND theirs.name = r.models -> %(actor_type)s::text ->> 'model'
+WHERE r.heartbeat_at_ms > clock.now - %(live_ms)s::bigint
+  AND r.heartbeat_at_ms <= clock.now + %(skew_ms)s::bigint
+  AND r.models -> %(actor_type)s::text -> 'version' = to_jsonb(%(version)s::int)
+  AND theirs.recorded_at_ms > (
+      SELECT mine.recorded_at_ms FROM {schema}.deployment_names mine
+      WHERE mine.actor_type = %(actor_type)s::text AND mine.kind = 'state'
+        AND mine.name = %(model)s::text);
+
+-- live_declares_command --
+-- whether a live runner's code declares a command of one actor type (recorded at registration, migration 0014), like live_runners at one clock reading
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.runners r, clock
+    WHERE r.heartbeat_at_ms > clock.now - %(live_ms)s::bigint
+      AND r.heartbeat_at_ms <= clock.now + %(skew_ms)s::bigint
+      AND r.models -> %(actor_type)s::text -> 'commands' @> to_jsonb(ARRAY[%(command)s::text])
+) AS declared;
 
 -- prune_runners --
 -- forgets runners silent for longer than the prune age, or whose heartbeat is further ahead of the clock than the liveness window (written before the clock moved back; a live runner registers again); returns how far ahead

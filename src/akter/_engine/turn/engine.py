@@ -115,6 +115,9 @@ class TurnEngine:
         #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
         self.pool_wait = 2.0
         self.too_new_warnings = too_new.TooNewWarnings()
+        #: Asks which state keys live runners' models declare (the runtime sets it): a row whose
+        #: keys this code would drop is a newer deploy's while one declares them all.
+        self.state_paths: too_new.StatePaths | None = None
         self._turn_settings: dict[str, _TypeSettings] = {}
 
     # The runtime replaces both (its own metrics; a new store at start): the store's pool records
@@ -369,6 +372,16 @@ class TurnEngine:
         writes = BatchWrites(keyed=admitted.live_runs)
         ran = BatchRun([], writes, act.state, act.state_json, act.created, act.event_seq)
         problem = admitted.state_error
+        if (
+            problem is not None
+            and problem.kind == "lost"
+            and self.state_paths is not None
+            and act.state_version == definition.state_version
+        ):
+            # Rare (a row another model wrote): one registry read while the row is locked.
+            problem = await too_new.newer_writer(
+                problem, act.ref, act.state_version, self.state_paths
+            )
         if problem is not None and problem.kind == "too_new":
             # Never overwrite a newer code's row: refuse everything, write nothing (not even a
             # receipt), and let the caller's retry find a runner that knows the version.

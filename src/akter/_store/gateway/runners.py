@@ -7,6 +7,7 @@ the driver's errors; the registry logs them and tries again at its next round.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
@@ -41,8 +42,13 @@ class RunnersGateway:
         actor_types: Sequence[str],
         job_types: Sequence[str],
         version: str,
+        models: dict[str, Any] | None = None,
     ) -> None:
-        """Write this runner's row (again, after it was pruned)."""
+        """Write this runner's row (again, after it was pruned).
+
+        ``models``: per hosted actor type, what its code declares (``akter._engine.declared``,
+        migration 0014).
+        """
         await self._run(
             self._store.queries["register_runner"],
             {
@@ -51,6 +57,7 @@ class RunnersGateway:
                 "actor_types": list(actor_types),
                 "job_types": list(job_types),
                 "version": version,
+                "models": json.dumps(models or {}),
             },
         )
 
@@ -78,6 +85,35 @@ class RunnersGateway:
         return await self._run(
             self._store.queries["live_runners"], {"live_ms": live_ms, "skew_ms": skew_ms}
         )
+
+    async def state_paths(
+        self, actor_type: str, version: int, model: str, *, live_ms: int, skew_ms: int
+    ) -> list[list[str]]:
+        """The key paths of live runners' models of ``actor_type`` at ``version``, newer ones.
+
+        Newer than ``model``: first recorded in the name registry after it.
+        """
+        rows = await self._run(
+            self._store.queries["live_state_paths"],
+            {
+                "actor_type": actor_type,
+                "version": version,
+                "model": model,
+                "live_ms": live_ms,
+                "skew_ms": skew_ms,
+            },
+        )
+        return [list(r["paths"]) for r in rows if isinstance(r["paths"], list)]
+
+    async def declares_command(
+        self, actor_type: str, command: str, *, live_ms: int, skew_ms: int
+    ) -> bool:
+        """Whether a live runner's code declares ``actor_type``'s ``command``."""
+        rows = await self._run(
+            self._store.queries["live_declares_command"],
+            {"actor_type": actor_type, "command": command, "live_ms": live_ms, "skew_ms": skew_ms},
+        )
+        return bool(rows and rows[0]["declared"])
 
     async def prune(self, *, prune_ms: int, live_ms: int) -> list[Row]:
         """Forget silent runners and runners ahead of the clock; the rows pruned."""
