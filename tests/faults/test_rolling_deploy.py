@@ -17,11 +17,8 @@ from tests.faults.deploy_drill import drill
 
 pytestmark = pytest.mark.timeout(300)
 
-STEP_XFAIL = pytest.mark.xfail(
-    strict=False, reason="needs step-identity check (issue 38 finding 3, another branch)"
-)
 CASE_ACTORS = {case: actors for case, (_, _, actors, _) in DRILL_CASES.items()}
-CASES = ["field", "rename", "command", pytest.param("step", marks=STEP_XFAIL)]
+CASES = ["field", "rename", "command", "step"]
 
 
 @pytest.fixture

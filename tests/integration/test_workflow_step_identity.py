@@ -260,29 +260,41 @@ async def interrupted_after_the_turn_on(t: ActorTest, desk: str) -> akter.Workfl
 async def test_a_runner_stopped_mid_step_during_a_deploy_applies_the_step_once(
     akter_test: Any,
 ) -> None:
-    """``Runtime.stop()`` hands the attempt back, then lets its in-flight turn commit."""
+    """``Runtime.stop()`` hands the attempt back only once its in-flight step command answered.
+
+    Handed back at once, the run could be resumed by new code while the old runner's turn was
+    still about to commit: the new code's receipt lookup would find nothing, and the parked
+    message would say the step was not applied while it was (the rolling-deploy drill found it).
+    """
     async with akter_test([DeskV1, Acct], workflow_lease=1) as t:
         v1 = t.runtimes[0]
         gate = t.pause_next("before_commit")  # the step's turn at x, before its commit
         run = await v1.get(DeskV1, "d-7").move.start()
         await gate.wait()
+        v2 = await t.add_runtime([DeskV2, Acct])  # deployed meanwhile
         stopping = asyncio.create_task(v1.stop())
-        # The drain cancels the attempt and hands the run back at once (runnable) ...
-        await until(
-            lambda: t.rows("SELECT status FROM {schema}.workflows"),
-            holds=lambda rows: [r["status"] for r in rows] == ["runnable"],
-            what="the stopped runner's attempt handed back",
-        )
-        # ... and v2, deployed meanwhile, resumes it while v1's turn is still in flight.
-        v2 = await t.add_runtime([DeskV2, Acct])
+        # The drain cancels the attempt, which waits for its step's turn with its lease still
+        # renewed: through three renewals (three lease lengths) the run stays v1's.
+        seen: list[int] = []
+
+        async def lease() -> list[dict[str, Any]]:
+            rows = await t.rows("SELECT status, wake_at_ms FROM {schema}.workflows")
+            assert [r["status"] for r in rows] == ["running"]
+            if not seen or seen[-1] != rows[0]["wake_at_ms"]:
+                seen.append(rows[0]["wake_at_ms"])
+            return rows
+
+        await until(lease, holds=lambda _: len(seen) > 3, what="three renewals of v1's lease")
+        gate.release()
+        await stopping
+        # Then v2 resumes it: another target, so parked, and the message tells the truth.
         await until(
             lambda: v2.workflow_run(run.id).status(),
             holds=lambda s: s.status == "diverged",
             what="the run parked by v2",
         )
-        gate.release()
-        await stopping
         status = await v2.workflow_run(run.id).status()
         assert status.error is not None and "Step 0" in status.error.message
         assert "Acct('y'" in status.error.message
+        assert "applied to Acct('x', tenant 'default') once" in status.error.message
         assert await balances(v2) == {"x": (1, 1), "y": (0, 0)}  # x once, y never

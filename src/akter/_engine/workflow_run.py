@@ -402,8 +402,10 @@ class RunAttempt:
         with telemetry.workflow_step(kind, name, seq):
             try:
                 if command_id is not None:
-                    value = await self.calls.command(
-                        member, ref, body, command_id, self._caller(), retry=True
+                    value = await _settled(
+                        self.calls.command(
+                            member, ref, body, command_id, self._caller(), retry=True
+                        )
                     )
                 else:
                     value = await self.calls.query(member, ref, body, self._caller())
@@ -799,3 +801,24 @@ def _job_result(job: Job[Any, Any]) -> TypeAdapter[Any]:
 
 
 __all__ = ["RunAttempt", "args_digest"]
+
+
+async def _settled(call: typing.Coroutine[Any, Any, Any]) -> Any:
+    """Await a command step's call to its end, even when the attempt is cancelled meanwhile.
+
+    A runner that stops cancels its attempts and releases their runs at once, so that another
+    runner resumes them. A command already on its way (queued in the mailbox, or in its turn)
+    would still commit after that release, and the resumed run would find no receipt for it:
+    with changed code, the run is parked saying the command was not applied while it was. So a
+    cancelled attempt first waits for the command's answer (bounded by the call's own retry
+    deadline; the lease is still renewed meanwhile), then lets the cancellation go on. A second
+    cancellation is not held back.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the attempt is cancelled whatever the command answered
+        raise
