@@ -89,11 +89,12 @@ async def test_workflow_views_show_runs_their_wake_condition_and_journal(
         # A signal the run took, and one of a name no wait asked for, still pending.
         signalled = runs[waiting.id]
         assert signalled["status"] == "completed" and signalled["pending_signals"] == 1
-        # Waits for a signal only: no wake time.
+        # Waits for a signal only: it wakes at its deadline at the latest (the timeout= rule).
         blocked = runs[parked.id]
         assert (blocked["status"], blocked["waiting"]) == ("suspended", "signal Shipped")
         assert blocked["pending_signals"] == 1
-        assert blocked["wake_at"] is None and blocked["deadline_at"] > blocked["started_at"]
+        assert blocked["deadline_at"] > blocked["started_at"]
+        assert blocked["wake_at"] == blocked["deadline_at"]
 
         steps = await t.rows(
             "SELECT * FROM {schema}.v_workflow_steps WHERE run_id = %(id)s ORDER BY seq",
