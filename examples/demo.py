@@ -97,7 +97,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -436,7 +436,7 @@ class Demo:
 
 
 @contextlib.asynccontextmanager
-async def demo_database(database_url: str | None) -> AsyncIterator[str]:
+async def demo_database(database_url: str | None) -> AsyncGenerator[str, None]:
     """The demo's database: ``database_url``, else ``$AKTER_DATABASE_URL``, else the embedded
     server under ``./.akter`` (or ``$AKTER_DATA_DIR``), started for as long as the block runs."""
     url = database_url or os.environ.get("AKTER_DATABASE_URL")
@@ -452,7 +452,7 @@ async def demo_database(database_url: str | None) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def own_schema(url: str, schema: str | None, prefix: str) -> AsyncIterator[str]:
+async def own_schema(url: str, schema: str | None, prefix: str) -> AsyncGenerator[str, None]:
     """``schema`` if given (its caller drops it), else a fresh ``<prefix>_<hex>``, dropped when
     the block ends: open the runtimes inside the block, so that they stop before the drop."""
     if schema:
