@@ -122,6 +122,8 @@ async def test_every_list_fits_80_columns_and_takes_its_short_ids(
     assert len(table_rows(wide.stdout, "jobs", width=10_000)) == 2
     as_json = json.loads(run(project, "jobs", "list", "cliapp:runtime", "--json").stdout)
     assert sorted(j["job_id"] for j in as_json) == sorted(jobs)
+    unknown = run(project, "jobs", "watch", "cliapp:runtime", "Counter", "x", "0000zzzz")
+    assert unknown.returncode == 1 and "No job '0000zzzz'" in unknown.stderr
 
     # dead letters: list, then show / retry / discard by the short ids the list showed.
     listed = shown(run(project, "dead-letters", "list", "cliapp:runtime"), "dead letters", 3)
