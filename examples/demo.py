@@ -51,8 +51,8 @@ per-customer concurrency at the end):
 * the operator's side: ``runtime.dead_letters`` lists the letters, retries one as a new job
   and discards another (the same as ``akter dead-letters list|retry|discard``).
 
-Progress frames (``call.report``) are not published yet, so this part shows none. It prints a
-live log of provider calls and of akter's own job messages instead.
+It prints a live log of provider calls and of akter's own job messages (the retries and dead
+letters above are the warnings it expects).
 
 Then a fourth part, nightly billing (tables of the tick, the bill, the registry and the loop's
 owners at the end), in a schema of its own that is dropped at the end:
@@ -77,18 +77,27 @@ Then a sixth part, workflows: it lives in ``examples/demo_workflows.py``. An ord
 charges through a flaky provider, waits for a shipment signal with a timeout, is SIGKILLed in a
 child runner while it prints a label, and is resumed by another runner; it prints the step
 journal before and after.
+
+Every part runs in a schema of its own, dropped at the end once its runtimes have stopped: a
+runtime that shares a schema with actor types no live runner hosts warns about them as orphans
+(evolution E2), and the demo leaves nothing behind in the schema ``akter`` that the README's
+examples use. Without ``AKTER_DATABASE_URL``, one embedded server runs for the whole demo.
+
+At the end it says what you saw and where to read more (:data:`NEXT_STEPS`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
+import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -105,6 +114,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import akter
+from akter._store.embedded import EmbeddedPostgres, default_data_dir
 from akter.actor import definition_of
 from akter.schedules import next_fire
 from akter.testing.provider import (
@@ -425,15 +435,52 @@ class Demo:
         return 0 if row is None else int(row[0])
 
 
-async def main(database_url: str | None = None, *, schema: str = "akter") -> list[Row]:
+@contextlib.asynccontextmanager
+async def demo_database(database_url: str | None) -> AsyncGenerator[str, None]:
+    """The demo's database: ``database_url``, else ``$AKTER_DATABASE_URL``, else the embedded
+    server under ``./.akter`` (or ``$AKTER_DATA_DIR``), started for as long as the block runs."""
+    url = database_url or os.environ.get("AKTER_DATABASE_URL")
+    if url:
+        yield url
+        return
+    server = EmbeddedPostgres(default_data_dir())
+    url = await asyncio.to_thread(server.start)
+    try:
+        yield url
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+@contextlib.asynccontextmanager
+async def own_schema(url: str, schema: str | None, prefix: str) -> AsyncGenerator[str, None]:
+    """``schema`` if given (its caller drops it), else a fresh ``<prefix>_<hex>``, dropped when
+    the block ends: open the runtimes inside the block, so that they stop before the drop."""
+    if schema:
+        yield schema
+        return
+    fresh = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    try:
+        yield fresh
+    finally:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(fresh))
+            )
+
+
+async def main(database_url: str | None = None, *, schema: str | None = None) -> list[Row]:
     """Run the scenario and return its rows.
 
     Args:
         database_url: A PostgreSQL URL; ``None`` means ``$AKTER_DATABASE_URL``, else the embedded
             server under ``./.akter``.
-        schema: The schema holding akter's tables.
+        schema: The schema holding akter's tables (default: a fresh one, dropped at the end).
     """
-    async with akter.Runtime(actors=[Account], database_url=database_url, schema=schema) as rt:
+    async with (
+        demo_database(database_url) as url,
+        own_schema(url, schema, "accounts") as schema,
+        akter.Runtime(actors=[Account], database_url=url, schema=schema) as rt,
+    ):
         return await Demo(rt).run()
 
 
@@ -798,23 +845,27 @@ class OrdersDemo:
 async def orders_main(
     database_url: str | None = None,
     *,
-    schema: str = "akter",
+    schema: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> OrdersReport:
     """Run the orders scenario and return what it observed.
 
     Args:
         database_url: As for :func:`main`.
-        schema: The schema holding akter's tables.
+        schema: As for :func:`main`.
         echo: Prints one line of the live event feed.
     """
-    async with akter.Runtime(
-        actors=[Order, Inventory],
-        database_url=database_url,
-        schema=schema,
-        relay=False,
-        poll=POLL,
-    ) as front:
+    async with (
+        demo_database(database_url) as url,
+        own_schema(url, schema, "orders") as schema,
+        akter.Runtime(
+            actors=[Order, Inventory],
+            database_url=url,
+            schema=schema,
+            relay=False,
+            poll=POLL,
+        ) as front,
+    ):
         return await OrdersDemo(front, echo).run()
 
 
@@ -1434,25 +1485,29 @@ class PaymentsDemo:
 async def payments_main(
     database_url: str | None = None,
     *,
-    schema: str = "akter",
+    schema: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> PaymentsReport:
     """Run the payments scenario and return what it observed.
 
     Args:
         database_url: As for :func:`main`.
-        schema: The schema holding akter's tables.
+        schema: As for :func:`main`.
         echo: Prints one line of the live log (provider calls and akter's job messages).
     """
-    async with akter.Runtime(
-        actors=[Customer],
-        database_url=database_url,
-        schema=schema,
-        poll=PAYMENTS_POLL,
-        lease=LEASE,
-        cancel_check=CANCEL_CHECK,
-        jobs=[Customer.charge],
-    ) as front:
+    async with (
+        demo_database(database_url) as url,
+        own_schema(url, schema, "payments") as schema,
+        akter.Runtime(
+            actors=[Customer],
+            database_url=url,
+            schema=schema,
+            poll=PAYMENTS_POLL,
+            lease=LEASE,
+            cancel_check=CANCEL_CHECK,
+            jobs=[Customer.charge],
+        ) as front,
+    ):
         demo = PaymentsDemo(front, echo)
         logger = logging.getLogger("akter")
         jobs_logger = logging.getLogger("akter.jobs")
@@ -1557,55 +1612,117 @@ def render_payments(report: PaymentsReport) -> Group:
     return Group(fates, letters, caps)
 
 
+#: What the demo showed, and where to read more: (what you saw, where to go next). Each place is
+#: a section of README.md (``README.md#<heading>``) or a file of the repository; a test checks
+#: that each one exists.
+NEXT_STEPS: tuple[tuple[str, str], ...] = (
+    ("commands, receipts, replayed retries, declared errors", "README.md#Quick start"),
+    ("intents, timers and live event feeds", "README.md#Intents, timers and events"),
+    ("jobs, retries, dead letters, cancellation", "README.md#Jobs"),
+    ("per-customer caps (flow control)", "docs/flow-control.md"),
+    ("a cron singleton and a takeover", "README.md#Singletons and schedules"),
+    ("evolving code over durable data", "README.md#Evolving your actors"),
+    ("workflows that survive a SIGKILL", "README.md#Workflows"),
+)
+#: Where to go once the demo is done.
+GO_NEXT: tuple[tuple[str, str], ...] = (
+    ("use akter in your own project", "README.md#Use akter in your project"),
+    (
+        "operate it: akter inspect, jobs, dead-letters, workflows",
+        "README.md#The `akter` command line",
+    ),
+    ("the web console", "docs/console.md"),
+    ("test your actors", "README.md#Testing your actors"),
+)
+
+
+def place(where: str) -> str:
+    """``README.md#Jobs`` → ``README.md › Jobs`` (a file, or a section of one)."""
+    path, _, section = where.partition("#")
+    return f"{path} › {section}" if section else path
+
+
+def closing() -> Group:
+    """The demo's last words: what you saw, and where to go next."""
+    saw = Table(title="what you saw, where to read more", title_style="bold", show_header=False)
+    saw.add_column("what")
+    saw.add_column("where")
+    for what, where in NEXT_STEPS:
+        saw.add_row(what, place(where))
+    go = Table(title="where to go next", title_style="bold", show_header=False)
+    go.add_column("what")
+    go.add_column("where")
+    for what, where in GO_NEXT:
+        go.add_row(what, place(where))
+    return Group(saw, go)
+
+
 def run() -> int:
     console = Console()
     if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
         console = Console(width=160)
     started = time.perf_counter()
-    with console.status("Running the demo (the first run initialises the embedded PostgreSQL) …"):
-        rows = asyncio.run(main())
-    console.print(render(rows))
+    # One database for every part: $AKTER_DATABASE_URL, else one embedded server for the demo.
+    server = None if os.environ.get("AKTER_DATABASE_URL") else EmbeddedPostgres(default_data_dir())
+    with console.status("Starting PostgreSQL (the first run initialises the embedded server) …"):
+        url = server.start() if server else os.environ["AKTER_DATABASE_URL"]
+    try:
+        return _parts(console, url, started)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _parts(console: Console, url: str, started: float) -> int:
+    def echo(line: str) -> None:
+        console.print(line, highlight=False)
+
+    console.rule("accounts: commands, receipts and idempotent retries")
+    console.print(render(asyncio.run(main(url))))
     console.rule("orders: intents, timers and a live event feed")
     console.print("Live event feeds of orders A-1 and B-2, printed as events commit:")
-    report = asyncio.run(orders_main(echo=lambda line: console.print(line, highlight=False)))
+    report = asyncio.run(orders_main(url, echo=echo))
     console.print(render_orders(report))
     console.rule("payments: jobs, retries, dead letters, cancellation and a capped queue")
     console.print(
-        "Live log: each provider call as it ends, and akter's own job messages. "
-        "(Progress frames from call.report are not published yet, so none are shown.)"
+        "Live log: each provider call as it ends, and akter's own job messages (a retry after a "
+        "failed attempt is shown by the calls; a dead letter and an interrupted attempt by akter)."
     )
-    payments = asyncio.run(payments_main(echo=lambda line: console.print(line, highlight=False)))
+    payments = asyncio.run(payments_main(url, echo=echo))
     console.print(render_payments(payments))
     console.rule("nightly billing: a cron singleton, a second runner process, a kill, a takeover")
     console.print(
         "Live log: a runner in a child process (R1) holds the Billing loop; R2 runs here. "
-        "The nightly tick is delivered, then R1 is SIGKILLed and R2 takes over. "
-        "This part uses a schema of its own, dropped at the end."
+        "The nightly tick is delivered, then R1 is SIGKILLed and R2 takes over."
     )
-    billing = asyncio.run(billing_main(echo=lambda line: console.print(line, highlight=False)))
+    billing = asyncio.run(billing_main(url, echo=echo))
     console.print(render_billing(billing))
     console.rule("evolving the code: a state migration, a payload version, a parked intent")
     console.print(
         "v1 leaves state and pending intents; runtime.check() runs before each deploy of v2; "
-        "v2 parks the intent to a removed command, v2.1 claims it with an alias and retries it. "
-        "This part uses a schema of its own, dropped at the end."
+        "v2 parks the intent to a removed command, v2.1 claims it with an alias and retries it."
     )
     # Part 5 lives in examples/demo_evolution.py; as a script, examples/ is not a package.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from examples.demo_evolution import evolution_main, render_evolution
 
-    evolution = asyncio.run(evolution_main(echo=lambda line: console.print(line, highlight=False)))
+    evolution = asyncio.run(evolution_main(url, echo=echo))
     console.print(render_evolution(evolution))
     console.rule("workflows: an order workflow, a flaky provider, a signal, a SIGKILL, a resume")
     console.print(
         "R1, a runner in a child process, runs two orders' fulfil workflow; A's shipment "
         "arrives, R1 is SIGKILLed while it prints A's label, and R2 (here) resumes A from its "
-        "journal; B's wait times out. This part uses a schema of its own, dropped at the end."
+        "journal; B's wait times out."
     )
     from examples.demo_workflows import render_workflows, workflows_main
 
-    flows = asyncio.run(workflows_main(echo=lambda line: console.print(line, highlight=False)))
+    flows = asyncio.run(workflows_main(url, echo=echo))
     console.print(render_workflows(flows))
+    console.rule("what you saw, where to go next")
+    console.print(
+        "Each part ran in a schema of its own, dropped at its end: the database is as it was."
+    )
+    console.print(closing())
     console.print(f"Done in {time.perf_counter() - started:.1f} s.", style="dim")
     return 0
 
@@ -2046,15 +2163,13 @@ async def billing_main(
     # The shift is computed from the local clock (the database is local); only the lead of a
     # few seconds depends on it. Every runner of the schema gets the same offset.
     offset_ms = clock_offset_ms(int(time.time() * 1000))
-    front = billing_runtime(database_url, schema, offset_ms, actors=[Account])
-    async with front:
+    async with demo_database(database_url) as url:
         try:
-            return await BillingDemo(front, offset_ms, echo).run()
-        finally:
+            async with billing_runtime(url, schema, offset_ms, actors=[Account]) as front:
+                return await BillingDemo(front, offset_ms, echo).run()
+        finally:  # once every runtime of the part has stopped: none writes to a dropped schema
             if not keep_schema:
-                async with await psycopg.AsyncConnection.connect(
-                    front.database_url, autocommit=True
-                ) as conn:
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                     await conn.execute(
                         sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
                     )

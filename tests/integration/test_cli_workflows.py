@@ -69,7 +69,6 @@ def project(tmp_path: Path, akter_db: str) -> Iterator[dict[str, str]]:
     schema = f"cliwf_{uuid.uuid4().hex[:10]}"
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "CLI_URL": akter_db, "CLI_SCHEMA": schema, "PYTHONPATH": path}
-    env["COLUMNS"] = "240"  # rich's width without a terminal: room for whole run ids
     yield {"cwd": str(tmp_path), "schema": schema, **env}
     with psycopg.connect(akter_db, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -20,8 +25,10 @@ from examples.demo import (
     CHARGE_TIMEOUT,
     CONCURRENT_DEPOSITS,
     FEES,
+    GO_NEXT,
     LEAD,
     LEASE,
+    NEXT_STEPS,
     OPENING,
     PLACED,
     REMIND_AFTER,
@@ -39,6 +46,7 @@ from examples.demo import (
     main,
     orders_main,
     payments_main,
+    place,
     render,
     render_billing,
     render_orders,
@@ -533,3 +541,89 @@ def test_billing_render(billing: Billed) -> None:
         "Overlap: none",
     ):
         assert phrase in text, phrase
+
+
+# --- the whole demo, as `make demo` runs it -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Runs the demo with a handler on the root logger that prints every WARNING (or worse) record of
+#: any library as one JSON line on stderr: what a newcomer who configures logging would see.
+RECORDING = """
+import json, logging, runpy, sys
+PLAIN = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+class Record(logging.Handler):
+    def emit(self, r):
+        extra = {k: str(v) for k, v in vars(r).items() if k not in PLAIN}
+        line = {"logger": r.name, "level": r.levelname, "message": r.getMessage(), **extra}
+        sys.stderr.write("RECORD " + json.dumps(line) + "\\n")
+
+logging.getLogger().addHandler(Record(logging.WARNING))
+sys.argv = [sys.argv[1]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def explained(record: dict[str, str]) -> bool:
+    """Whether the demo explains this warning (it shows the failure it stems from)."""
+    logger, text = record["logger"], json.dumps(record)
+    if logger == "akter.jobs":  # payments (part 3) and the flaky charge of part 6: retries,
+        return True  # dead letters and the cancelled transfer, each shown in its live log
+    if logger == "akter.relay":  # part 5: "watch the ping intent park"
+        return "ping" in text and "park" in text.lower()
+    if logger == "akter.orphans":  # part 5: v2 removed the command 'ping' that a row still calls
+        return record.get("orphan_kind") == "command" and "ping" in text
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_whole_demo_warns_only_of_what_it_explains_and_says_where_to_go_next(
+    akter_db: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "recording.py"
+    script.write_text(RECORDING)
+    env = {**os.environ, "AKTER_DATABASE_URL": akter_db}
+    for _ in range(2):  # part 4's own guard refuses to run on a machine too busy to show it
+        done = subprocess.run(
+            [sys.executable, str(script), str(ROOT / "examples" / "demo.py")],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=540,
+        )
+        if "less busy machine" not in done.stderr:
+            break
+    assert done.returncode == 0, done.stderr[-4000:]
+    records = [json.loads(line[7:]) for line in done.stderr.splitlines() if line[:7] == "RECORD "]
+    others = [line for line in done.stderr.splitlines() if line[:7] != "RECORD "]
+    assert others == [], "\n".join(others)
+    unexplained = [r for r in records if not explained(r)]
+    assert unexplained == [], json.dumps(unexplained, indent=1)
+    assert any(r["logger"] == "akter.jobs" for r in records)  # the recording works
+
+    out = done.stdout
+    assert "WARNING" not in out and "akter.orphans" not in out and "Traceback" not in out
+    assert "not published yet" not in out
+    tail = out[out.index("what you saw, where to go next") :]
+    for what, where in (*NEXT_STEPS, *GO_NEXT):
+        assert what in tail and place(where) in tail, (what, where)
+    assert "Done in" in tail.splitlines()[-1]
+    # Every part dropped its schema: the demo leaves no akter table behind.
+    with psycopg.connect(akter_db) as conn:
+        left = conn.execute(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'receipts'"
+            " AND table_schema ~ '^(accounts|orders|payments|billing|evolve|flows)_[0-9a-f]{8}$'"
+        ).fetchall()
+    assert left == []
+
+
+def test_next_steps_point_at_sections_and_files_that_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    headings = {line.lstrip("#").strip() for line in readme.splitlines() if line.startswith("#")}
+    for _, where in (*NEXT_STEPS, *GO_NEXT):
+        path, _, section = where.partition("#")
+        assert (ROOT / path).is_file(), where
+        if section:
+            assert section in headings, where

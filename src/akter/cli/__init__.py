@@ -15,6 +15,12 @@ errors on stderr through rich: a long operation shows a progress bar (:class:`St
 stderr is a terminal, and plain lines otherwise, so ``--json`` output is never corrupted. A
 refusal (:class:`~akter.errors.AkterError`) exits with code 1 and its one-sentence message,
 without a traceback.
+
+Tables fit the console (80 columns when stdout is not a terminal and ``$COLUMNS`` is unset): ids
+are shown short (``3f2a9c1b…``, the start of an id's random part, longer where two would look
+alike), times as ``MM-DD HH:MM:SS`` UTC, and free text is cut; ``--wide`` shows everything in
+full and ``--json`` is always full. Every command that takes an id also takes its short form
+(:mod:`akter.cli._tables` has the rule).
 """
 
 from __future__ import annotations

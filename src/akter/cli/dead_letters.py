@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from akter.cli._common import (
     JsonOption,
@@ -24,6 +23,13 @@ from akter.cli._common import (
     refusals_exit,
     stderr,
     stdout,
+)
+from akter.cli._tables import (
+    Col,
+    WideOption,
+    is_full_id,
+    print_table,
+    resolve_id,
 )
 from akter.dead_letters import Letter
 from akter.errors import ActorError, ConfigurationError
@@ -42,38 +48,65 @@ def _letter_json(letter: Letter) -> dict[str, Any]:
 
 
 @letters_app.command("list")
-def letters_list(target: TargetArg, as_json: JsonOption = False) -> None:
-    """List dead letters (never pruned)."""
+def letters_list(target: TargetArg, as_json: JsonOption = False, wide: WideOption = False) -> None:
+    """List dead letters, newest first (never pruned; short job ids, --wide for full ones)."""
     with refusals_exit():
         letters = operate(target, lambda rt: rt.dead_letters.list())
         if as_json:
             print(json.dumps([_letter_json(x) for x in letters], default=str))
             return
-        table = Table(
-            "job id", "actor", "job", "attempts", "ambiguous", "cause", title="dead letters"
+        print_table(
+            stdout,
+            "dead letters",
+            [
+                Col("job id", "id"),
+                Col("actor", "text"),
+                Col("job", "text"),
+                Col("attempts", "number"),
+                Col("ambiguous"),
+                Col("cause", "text"),
+            ],
+            [
+                [
+                    x.job_id,
+                    f"{x.ref.type}/{x.ref.id}",
+                    x.job,
+                    str(x.attempts),
+                    "yes" if x.ambiguous else "no",
+                    x.cause,
+                ]
+                for x in letters
+            ],
+            wide=wide,
         )
-        for x in letters:
-            table.add_row(
-                x.job_id[-12:],
-                f"{x.ref.type}/{x.ref.id}",
-                x.job,
-                str(x.attempts),
-                "yes" if x.ambiguous else "no",
-                x.cause[:60],
-            )
-        stdout.print(table)
+
+
+async def _letter_id(rt: Runtime, given: str) -> str:
+    """The letter ``given`` names: a full job id as it is, a short one looked up."""
+    if is_full_id(given):
+        return given
+    letters = await rt.dead_letters.list(limit=_ALL_LIMIT)
+    return resolve_id(given, (x.job_id for x in letters), "dead letter")
 
 
 @letters_app.command("show")
-def letters_show(target: TargetArg, job_id: str) -> None:
+def letters_show(
+    target: TargetArg,
+    job_id: Annotated[str, typer.Argument(help="The job id, or its short form as listed.")],
+) -> None:
     """Show one dead letter as JSON."""
     with refusals_exit():
-        letter = operate(target, lambda rt: rt.dead_letters.show(job_id))
+
+        async def work(rt: Runtime) -> Letter:
+            return await rt.dead_letters.show(await _letter_id(rt, job_id))
+
+        letter = operate(target, work)
         print(json.dumps(_letter_json(letter), default=str))
 
 
 JobIdsArg = Annotated[
-    list[str] | None, typer.Argument(help="Job ids of the letters (or use --all).")
+    list[str] | None,
+    typer.Argument(help="Job ids of the letters, or their short forms (or use --all)."),
 ]
 AllOption = Annotated[bool, typer.Option("--all", help="Every letter (narrow with filters).")]
 TypeFilter = Annotated[
@@ -102,7 +135,8 @@ class _Selection:
     async def letters(self, rt: Runtime) -> list[Letter]:
         """The named letters (all must exist), or every letter that matches the filters."""
         if not self.every:
-            return [await rt.dead_letters.show(job_id) for job_id in dict.fromkeys(self.ids)]
+            ids = [await _letter_id(rt, given) for given in self.ids]
+            return [await rt.dead_letters.show(job_id) for job_id in dict.fromkeys(ids)]
         return [
             x
             for x in await rt.dead_letters.list(limit=_ALL_LIMIT)

@@ -11,7 +11,6 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from akter._store.gateway.ops import actor_key, inspect_actor, outbox_overview
 from akter.callers import ActorRef
@@ -23,6 +22,7 @@ from akter.cli._common import (
     refusals_exit,
     stdout,
 )
+from akter.cli._tables import Col, WideOption, print_table, when
 
 inspection_app = typer.Typer()
 
@@ -48,6 +48,7 @@ def inspect_command(
     actor_id: Annotated[str, typer.Argument(help="The actor id ('' for a singleton).")] = "",
     tenant: Annotated[str, typer.Option(help="The tenant.")] = "default",
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Show an actor's durable rows: state, version, receipts and pending outbox."""
     with refusals_exit():
@@ -85,28 +86,46 @@ def inspect_command(
             f"(this code: {report['code_state_version']})"
         )
         stdout.print_json(data=report["state"])
-        table = Table("command id", "command", "outcome", title="receipts")
-        for r in report["receipts"]:
-            table.add_row(r["command_id"], r["command"], json.dumps(r["outcome"])[:80])
-        stdout.print(table)
-        _print_outbox(report["outbox"])
-
-
-def _print_outbox(rows: list[dict[str, Any]]) -> None:
-    table = Table(
-        "id", "kind", "target", "command", "due (ms)", "attempts", "last error", title="outbox"
-    )
-    for o in rows:
-        table.add_row(
-            str(o["intent_id"])[-12:],
-            o["kind"],
-            f"{o['target_type']}/{o['target_id']}",
-            o["command"],
-            str(o["due_at_ms"]),
-            str(o["attempts"]),
-            str(o["last_error"] or "")[:60],
+        print_table(
+            stdout,
+            "receipts",
+            [Col("command id", "id"), Col("command", "text"), Col("outcome", "text")],
+            [
+                [str(r["command_id"]), str(r["command"]), json.dumps(r["outcome"], default=str)]
+                for r in report["receipts"]
+            ],
+            wide=wide,
         )
-    stdout.print(table)
+        _print_outbox(report["outbox"], wide)
+
+
+def _print_outbox(rows: list[dict[str, Any]], wide: bool) -> None:
+    print_table(
+        stdout,
+        "outbox",
+        [
+            Col("id", "id"),
+            Col("kind"),
+            Col("target", "text"),
+            Col("command", "text"),
+            Col("due (UTC)"),
+            Col("attempts", "number"),
+            Col("last error", "text"),
+        ],
+        [
+            [
+                str(o["intent_id"]),
+                str(o["kind"]),
+                f"{o['target_type']}/{o['target_id']}",
+                str(o["command"]),
+                when(o["due_at_ms"], wide),
+                str(o["attempts"]),
+                str(o["last_error"] or ""),
+            ]
+            for o in rows
+        ],
+        wide=wide,
+    )
 
 
 # Registered as ``akter outbox [list]`` by ``akter.cli.outbox``.
@@ -114,6 +133,7 @@ def outbox_command(
     target: TargetArg,
     limit: Annotated[int, typer.Option(help="Rows to show.")] = 50,
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """List pending outbox rows (intents, timers, ticks and jobs), oldest due first."""
     with refusals_exit():
@@ -122,7 +142,7 @@ def outbox_command(
         if as_json:
             print(json.dumps(rows, default=str))
             return
-        _print_outbox(rows)
+        _print_outbox(rows, wide)
 
 
 __all__ = ["inspection_app"]

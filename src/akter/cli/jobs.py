@@ -17,7 +17,6 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from akter._engine.progress import open_progress
 from akter._store.gateway.ops import jobs_overview
@@ -33,6 +32,14 @@ from akter.cli._common import (
     stderr,
     stdout,
 )
+from akter.cli._tables import (
+    RESOLVE_LIMIT,
+    Col,
+    WideOption,
+    is_full_id,
+    print_table,
+    resolve_id,
+)
 from akter.errors import ConfigurationError
 from akter.runtime import Runtime
 
@@ -45,37 +52,66 @@ _LISTEN_WAIT = 10.0
 
 
 @jobs_app.command("list")
-def jobs_list(target: TargetArg, limit: int = 100, as_json: JsonOption = False) -> None:
-    """List job rows, oldest due first."""
+def jobs_list(
+    target: TargetArg, limit: int = 100, as_json: JsonOption = False, wide: WideOption = False
+) -> None:
+    """List job rows, oldest due first (short job ids; --wide for full ones)."""
     with refusals_exit():
         runtime = load_runtime(target)
         rows = jobs_overview(database_url(runtime), runtime.store.queries, limit)
         if as_json:
             print(json.dumps(rows, default=str))
             return
-        table = Table(
-            "job id", "actor", "job", "priority", "attempts", "state", "last error", title="jobs"
+        # v_jobs' status: pending, running, waiting, waiting_slot, waiting_rate, backoff,
+        # cancelled, parked (docs/flow-control.md for the two flow-control states).
+        print_table(
+            stdout,
+            "jobs",
+            [
+                Col("job id", "id"),
+                Col("actor", "text"),
+                Col("job", "text"),
+                Col("priority", "number"),
+                Col("attempts", "number"),
+                Col("state"),
+                Col("last error", "text"),
+            ],
+            [
+                [
+                    str(r["job_id"]),
+                    f"{r['actor_type']}/{r['actor_id']}",
+                    str(r["job"]),
+                    str(r["priority"]),
+                    str(r["attempts"]),
+                    str(r["status"]),
+                    str(r["last_error"] or ""),
+                ]
+                for r in rows
+            ],
+            wide=wide,
         )
-        for r in rows:
-            # v_jobs' status: pending, running, waiting, waiting_slot, waiting_rate, backoff,
-            # cancelled, parked (docs/flow-control.md for the two flow-control states).
-            table.add_row(
-                str(r["job_id"])[-12:],
-                f"{r['actor_type']}/{r['actor_id']}",
-                r["job"],
-                str(r["priority"]),
-                str(r["attempts"]),
-                str(r["status"]),
-                str(r["last_error"] or "")[:50],
-            )
-        stdout.print(table)
+
+
+def resolve_job(runtime: Runtime, given: str) -> str:
+    """The job ``given`` names: a full id as it is, a short one looked up among the job rows."""
+    if is_full_id(given):
+        return given
+    rows = jobs_overview(database_url(runtime), runtime.store.queries, RESOLVE_LIMIT)
+    return resolve_id(given, (str(r["job_id"]) for r in rows), "job")
+
+
+JobArg = Annotated[
+    str, typer.Argument(help="The job id (what enqueue returned), or its short form as listed.")
+]
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(target: TargetArg, job_id: str) -> None:
+def jobs_cancel(target: TargetArg, job_id: JobArg) -> None:
     """Cancel one job by id (never-run jobs are deleted; others settle as cancelled)."""
     with refusals_exit():
-        outcome = operate(target, lambda rt: rt.cancel_job(job_id))
+        runtime = load_runtime(target)
+        job_id = resolve_job(runtime, job_id)
+        outcome = operate(runtime, lambda rt: rt.cancel_job(job_id))
         stdout.print(outcome)
         if outcome == "unknown":
             raise typer.Exit(1)
@@ -86,7 +122,7 @@ def jobs_watch(
     target: TargetArg,
     actor_type: Annotated[str, typer.Argument(help="The type of the actor that owns the job.")],
     actor_id: Annotated[str, typer.Argument(help="The actor id ('' for a singleton).")],
-    job_id: Annotated[str, typer.Argument(help="The job id (what enqueue returned).")],
+    job_id: JobArg,
     tenant: Annotated[str, typer.Option(help="The tenant.")] = "default",
     as_json: JsonOption = False,
 ) -> None:
@@ -101,6 +137,7 @@ def jobs_watch(
     """
     with refusals_exit():
         runtime = load_runtime(target)
+        job_id = resolve_job(runtime, job_id)
         runtime.reconfigure(notify=True)  # hear the frames of executors in other processes
 
         async def work(rt: Runtime) -> str:

@@ -15,10 +15,10 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 
 from akter.cli._common import JsonOption, TargetArg, operate, refusals_exit, stdout
+from akter.cli._tables import Col, WideOption, is_full_id, print_table, resolve_id, when
 from akter.cli.inspection import outbox_command
 from akter.errors import ConfigurationError
 from akter.outbox import ParkedRow
@@ -44,7 +44,10 @@ outbox_app = typer.Typer(
 )
 outbox_app.command("list")(outbox_command)
 
-IdsArg = Annotated[list[str] | None, typer.Argument(help="Ids of parked rows (or use --all).")]
+IdsArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="Ids of parked rows, or their short forms (or use --all)."),
+]
 AllOption = Annotated[bool, typer.Option("--all", help="Every parked row (narrow with filters).")]
 TypeFilter = Annotated[
     str | None, typer.Option("--type", help="Only rows to (or jobs of) this actor type.")
@@ -71,8 +74,9 @@ def outbox_parked(
     actor_type: TypeFilter = None,
     command: CommandFilter = None,
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
-    """List parked rows, oldest parking first."""
+    """List parked rows, oldest parking first (short ids; --wide for full ones)."""
     with refusals_exit():
         if kind not in (None, "intent", "job"):
             raise ConfigurationError(f"--kind takes 'intent' or 'job', not {kind!r}.")
@@ -88,17 +92,38 @@ def outbox_parked(
         if as_json:
             print(json.dumps([r.to_json() for r in rows], default=str))
             return
-        table = Table("id", "kind", "actor", "command", "parked at", "error", title="parked rows")
-        for r in rows:
-            table.add_row(
-                r.id,
-                r.kind,
-                f"{r.actor_type}/{r.actor_id}",
-                r.command,
-                r.parked_at.isoformat(timespec="seconds"),
-                r.error[:80],
-            )
-        stdout.print(table)
+        print_table(
+            stdout,
+            "parked rows",
+            [
+                Col("id", "id"),
+                Col("kind"),
+                Col("actor", "text"),
+                Col("command", "text"),
+                Col("parked (UTC)"),
+                Col("error", "text"),
+            ],
+            [
+                [
+                    r.id,
+                    r.kind,
+                    f"{r.actor_type}/{r.actor_id}",
+                    r.command,
+                    when(r.parked_at, wide),
+                    r.error,
+                ]
+                for r in rows
+            ],
+            wide=wide,
+        )
+
+
+async def _parked_ids(rt: Runtime, chosen: list[str] | None) -> list[str] | None:
+    """The parked rows' full ids: each short form looked up among the parked rows."""
+    if chosen is None or all(is_full_id(given) for given in chosen):
+        return chosen
+    pool = [r.id for r in await rt.outbox.parked()]
+    return [resolve_id(given, pool, "parked row") for given in chosen]
 
 
 @outbox_app.command("retry")
@@ -112,9 +137,12 @@ def outbox_retry(
     """Make parked rows due now; a row that still cannot be delivered parks again."""
     with refusals_exit():
         chosen = _ids(ids, every, actor_type, command)
-        done = operate(
-            target, lambda rt: rt.outbox.retry(chosen, actor_type=actor_type, command=command)
-        )
+
+        async def work(rt: Runtime) -> int:
+            ids = await _parked_ids(rt, chosen)
+            return await rt.outbox.retry(ids, actor_type=actor_type, command=command)
+
+        done = operate(target, work)
         stdout.print(f"retried {done} parked row{'s' if done != 1 else ''}")
 
 
@@ -135,12 +163,14 @@ def outbox_discard(
             raise ConfigurationError("Give --reason: it is kept in the operator audit.")
         if not yes:
             raise ConfigurationError("Discarding deletes the rows; pass --yes to confirm.")
-        done = operate(
-            target,
-            lambda rt: rt.outbox.discard(
-                chosen, reason=reason, actor_type=actor_type, command=command
-            ),
-        )
+
+        async def work(rt: Runtime) -> int:
+            ids = await _parked_ids(rt, chosen)
+            return await rt.outbox.discard(
+                ids, reason=reason, actor_type=actor_type, command=command
+            )
+
+        done = operate(target, work)
         stdout.print(f"discarded {done} parked row{'s' if done != 1 else ''} (audited)")
 
 

@@ -13,15 +13,22 @@ diverged are refusals: a one-sentence message and exit code 1.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Column, Table
 
 from akter._engine.workflow_ops import ENDED, RunDetail, RunSummary
 from akter.cli._common import JsonOption, TargetArg, operate, refusals_exit, stdout
+from akter.cli._tables import (
+    RESOLVE_LIMIT,
+    Col,
+    WideOption,
+    is_full_id,
+    print_table,
+    resolve_id,
+    when,
+)
 from akter.errors import ConfigurationError
 from akter.runtime import Runtime
 
@@ -34,7 +41,9 @@ workflows_app = typer.Typer(
 #: The statuses ``--status`` takes (the ``workflows.status`` column).
 STATUSES = ("runnable", "running", "suspended", "completed", "failed", "cancelled", "diverged")
 
-RunArg = Annotated[str, typer.Argument(help="The run id (what start returned).")]
+RunArg = Annotated[
+    str, typer.Argument(help="The run id (what start returned), or its short form as listed.")
+]
 
 
 @workflows_app.command("list")
@@ -49,8 +58,9 @@ def workflows_list(
     ] = None,
     limit: Annotated[int, typer.Option(help="Runs to show.", min=1)] = 100,
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
-    """List workflow runs, newest first."""
+    """List workflow runs, newest first (short run ids; --wide for full ones)."""
     with refusals_exit():
         if status is not None and status not in STATUSES:
             raise ConfigurationError(
@@ -64,40 +74,76 @@ def workflows_list(
         if as_json:
             print(json.dumps([r.to_json() for r in runs], default=str))
             return
-        table = Table(
-            Column("run id", overflow="fold"),
-            "actor",
-            "workflow",
-            "status",
-            "waiting",
-            "attempts",
-            "started",
-            "error",
-            title="workflow runs",
-        )
-        for r in runs:
-            table.add_row(
-                r.run_id,
-                f"{r.actor.type}/{r.actor.id}",
-                r.workflow,
-                _status(r.status, r.cancel_requested),
-                escape(_waiting(r.status, r.waiting, r.wake_at_ms)),
-                str(r.attempts),
-                _time(r.started_at_ms),
-                escape(r.error.message[:60]) if r.error else "",
-            )
-        stdout.print(table)
+        if wide:
+            columns = [
+                Col("run id", "id"),
+                Col("actor", "text"),
+                Col("workflow", "text"),
+                Col("status", "text"),
+                Col("waiting", "text"),
+                Col("attempts", "number"),
+                Col("started"),
+                Col("error", "text"),
+            ]
+            rows = [
+                [
+                    r.run_id,
+                    f"{r.actor.type}/{r.actor.id}",
+                    r.workflow,
+                    _status(r.status, r.cancel_requested),
+                    _waiting(r.status, r.waiting, r.wake_at_ms, wide=True),
+                    str(r.attempts),
+                    when(r.started_at_ms, True),
+                    r.error.message if r.error else "",
+                ]
+                for r in runs
+            ]
+        else:  # what a run waits for goes with its status; attempts are in --wide
+            columns = [
+                Col("run id", "id"),
+                Col("actor", "text"),
+                Col("workflow", "text"),
+                Col("status", "text", floor=18),
+                Col("started"),
+                Col("error", "text"),
+            ]
+            rows = [
+                [
+                    r.run_id,
+                    f"{r.actor.type}/{r.actor.id}",
+                    r.workflow,
+                    ": ".join(
+                        filter(
+                            None,
+                            [
+                                _status(r.status, r.cancel_requested),
+                                _waiting(r.status, r.waiting, r.wake_at_ms, wide=False),
+                            ],
+                        )
+                    ),
+                    when(r.started_at_ms, False),
+                    r.error.message if r.error else "",
+                ]
+                for r in runs
+            ]
+        print_table(stdout, "workflow runs", columns, rows, wide=wide)
 
 
 @workflows_app.command("show")
-def workflows_show(target: TargetArg, run_id: RunArg, as_json: JsonOption = False) -> None:
+def workflows_show(
+    target: TargetArg, run_id: RunArg, as_json: JsonOption = False, wide: WideOption = False
+) -> None:
     """Show one run: status, wake condition, error, the step journal and its signals."""
     with refusals_exit():
-        detail: RunDetail = operate(target, lambda rt: rt.workflows.detail(run_id))
+
+        async def work(rt: Runtime) -> RunDetail:
+            return await rt.workflows.detail(await _run(rt, run_id))
+
+        detail: RunDetail = operate(target, work)
         if as_json:
             print(json.dumps(detail.to_json(), default=str))
             return
-        _print_detail(detail)
+        _print_detail(detail, wide)
 
 
 @workflows_app.command("cancel")
@@ -107,7 +153,12 @@ def workflows_cancel(target: TargetArg, run_id: RunArg) -> None:
     A run parked as diverged ends cancelled at once, without running again.
     """
     with refusals_exit():
-        outcome = operate(target, lambda rt: rt.workflows.operator_cancel(run_id))
+
+        async def work(rt: Runtime) -> tuple[str, str]:
+            found = await _run(rt, run_id)
+            return found, await rt.workflows.operator_cancel(found)
+
+        run_id, outcome = operate(target, work)
         if outcome == "cancelled":
             stdout.print(f"cancelled diverged run {run_id}", markup=False)
         else:
@@ -131,7 +182,13 @@ def workflows_signal(
             raise ConfigurationError(f"The signal's payload is not JSON: {exc}.") from None
         if not isinstance(body, dict):
             raise ConfigurationError("The signal's payload must be a JSON object.")
-        operate(target, lambda rt: rt.workflows.signal_json(run_id, signal, body))
+
+        async def work(rt: Runtime) -> str:
+            found = await _run(rt, run_id)
+            await rt.workflows.signal_json(found, signal, body)
+            return found
+
+        run_id = operate(target, work)
         stdout.print(f"sent {signal} to run {run_id}", markup=False)
 
 
@@ -140,12 +197,13 @@ def workflows_retry(target: TargetArg, run_id: RunArg) -> None:
     """Make a run parked as diverged runnable again (after deploying a fix)."""
     with refusals_exit():
 
-        async def work(rt: Runtime) -> str | None:
-            if await rt.retry_workflow(run_id):
-                return None
-            return (await rt.workflows.detail(run_id)).status.status
+        async def work(rt: Runtime) -> tuple[str, str | None]:
+            found = await _run(rt, run_id)
+            if await rt.retry_workflow(found):
+                return found, None
+            return found, (await rt.workflows.detail(found)).status.status
 
-        status = operate(target, work)
+        run_id, status = operate(target, work)
         if status is not None:
             raise ConfigurationError(
                 f"Workflow run {run_id!r} is {status}, not diverged; only a diverged run is "
@@ -154,37 +212,41 @@ def workflows_retry(target: TargetArg, run_id: RunArg) -> None:
         stdout.print(f"retrying run {run_id}", markup=False)
 
 
+async def _run(rt: Runtime, given: str) -> str:
+    """The run ``given`` names: a full run id as it is, a short one looked up among the runs."""
+    if is_full_id(given):
+        return given
+    runs = await rt.workflows.runs(limit=RESOLVE_LIMIT)
+    return resolve_id(given, (r.run_id for r in runs), "workflow run")
+
+
 # --- output -----------------------------------------------------------------------------------
 
 
 def _time(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+    return when(ms, True)
 
 
 def _status(status: str, cancel_requested: bool) -> str:
     return f"{status} (cancel requested)" if cancel_requested and status not in ENDED else status
 
 
-def _waiting(status: str, waiting: str | None, wake_at_ms: int | None) -> str:
+def _waiting(status: str, waiting: str | None, wake_at_ms: int | None, *, wide: bool = True) -> str:
     """What a suspended run waits for and until when (nothing for other statuses)."""
     if status != "suspended":
         return ""
     what = waiting or "a wake"
     if waiting and waiting.startswith("sleep until"):
         what = "sleep"
-    return f"{what} until {_time(wake_at_ms)}" if wake_at_ms is not None else what
+    return f"{what} until {when(wake_at_ms, wide)}" if wake_at_ms is not None else what
 
 
-def _print_detail(detail: RunDetail) -> None:
+def _print_detail(detail: RunDetail, wide: bool) -> None:
     s = detail.status
     out = stdout
-    out.print(
-        f"[bold]run {escape(s.run_id)}[/bold]  {escape(s.actor.type)}/{escape(s.actor.id)!r}"
-        f" tenant {escape(s.actor.tenant)!r}  workflow {escape(s.workflow)}"
-        + (f"  key {escape(s.key)!r}" if s.key else "")
-    )
+    out.print(f"[bold]run {escape(s.run_id)}[/bold]")
+    out.print(f"actor       {s.actor.type}/{s.actor.id!r} tenant {s.actor.tenant!r}", markup=False)
+    out.print(f"workflow    {s.workflow}" + (f"  key {s.key!r}" if s.key else ""), markup=False)
     out.print(f"status      {_status(s.status, s.cancel_requested)}", markup=False)
     if s.status == "suspended":
         out.print(f"waiting     {_waiting(s.status, s.waiting, detail.wake_at_ms)}", markup=False)
@@ -200,33 +262,57 @@ def _print_detail(detail: RunDetail) -> None:
         out.print(f"error       {s.error.type}: {s.error.message}", markup=False)
     elif s.status == "completed":
         out.print(f"result      {json.dumps(s.result, default=str)}", markup=False)
-    table = Table("seq", "kind", "name", "status", "recorded", "outcome / detail", title="steps")
-    for step in s.steps:
-        table.add_row(
-            str(step.seq),
-            step.kind,
-            escape(step.name),
-            step.status,
-            _time(step.recorded_at_ms),
-            escape(_short(step.outcome if step.status == "done" else step.detail)),
-        )
-    out.print(table)
-    signals = Table("signal id", "name", "sent", "state", "payload", title="signals")
-    for g in detail.signals:
-        state = g.state if g.state != "consumed" else f"consumed at step {g.consumed_seq}"
-        signals.add_row(
-            escape(g.signal_id),
-            escape(g.name),
-            _time(g.sent_at_ms),
-            state,
-            escape(_short(g.payload)),
-        )
-    out.print(signals)
+    print_table(
+        out,
+        "steps",
+        [
+            Col("seq", "number"),
+            Col("kind"),
+            Col("name", "text"),
+            Col("status"),
+            Col("recorded"),
+            Col("outcome / detail", "text"),
+        ],
+        [
+            [
+                str(step.seq),
+                step.kind,
+                step.name,
+                step.status,
+                when(step.recorded_at_ms, wide),
+                _short(step.outcome if step.status == "done" else step.detail, wide),
+            ]
+            for step in s.steps
+        ],
+        wide=wide,
+    )
+    print_table(
+        out,
+        "signals",
+        [
+            Col("signal id", "id"),
+            Col("name", "text"),
+            Col("sent"),
+            Col("state", "text"),
+            Col("payload", "text"),
+        ],
+        [
+            [
+                g.signal_id,
+                g.name,
+                when(g.sent_at_ms, wide),
+                g.state if g.state != "consumed" else f"consumed at step {g.consumed_seq}",
+                _short(g.payload, wide),
+            ]
+            for g in detail.signals
+        ],
+        wide=wide,
+    )
 
 
-def _short(value: Any, width: int = 60) -> str:
+def _short(value: Any, wide: bool) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if wide or len(text) <= 60 else text[:59] + "…"
 
 
 __all__ = ["workflows_app"]
