@@ -277,12 +277,13 @@ async def test_a_runner_stopped_mid_step_during_a_deploy_applies_the_step_once(
         # renewed: through three renewals (three lease lengths) the run stays v1's.
         seen: list[int] = []
 
-        async def lease() -> list[dict[str, Any]]:
+        async def lease() -> int:
             rows = await t.rows("SELECT status, wake_at_ms FROM {schema}.workflows")
             assert [r["status"] for r in rows] == ["running"]
-            if not seen or seen[-1] != rows[0]["wake_at_ms"]:
-                seen.append(rows[0]["wake_at_ms"])
-            return rows
+            wake = int(rows[0]["wake_at_ms"])
+            if not seen or seen[-1] != wake:
+                seen.append(wake)
+            return wake
 
         await until(lease, holds=lambda _: len(seen) > 3, what="three renewals of v1's lease")
         gate.release()
