@@ -84,6 +84,12 @@ SAMPLES: dict[str, Any] = {
     "no": 0, "burst": 2.0, "per_ms": 0.001, "n": 1, "prior_error": None,
     # issue 13: one receipt as scalars (update_actor_receipt)
     "command_id": "c1", "payload_hash": "a" * 64, "caller_key": "k", "expires_at_ms": 1,
+    # parameters that ran as NULL until issue 38's Citus pass: the deadline-capped suspend, the
+    # fence's clock check (a lease ending far ahead: the check passes), the rate takes' horizon
+    # and the plain take's arrays, the group and turn settings, the capped claims' slots
+    "by_deadline": True, "lease_until": 2**62, "horizon_ms": 1000, "bursts": 2.0, "nos": 0,
+    "wants": 1, "idle_bound": "1s", "plan_cache_mode": "force_custom_plan", "slots": 1,
+    "tenants": "default", "prior_errors": None, "waits": 1000,
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
