@@ -146,6 +146,7 @@ async def test_without_a_tracer_the_callers_traceparent_rides_with_the_rows(
     # No tracer provider: no span records, but the caller's context is carried on (W3C
     # pass-through), so a traced service downstream of the outbox still joins the trace.
     async with served([Front, Back], auth=None) as s:
+        held = s.t.pause_next("after_claim")  # the relay holds the intent: its row stays
         response = await s.http().post(
             "/actors/Front/f-3/forward",
             json={"to": "dan"},
@@ -155,7 +156,9 @@ async def test_without_a_tracer_the_callers_traceparent_rides_with_the_rows(
             },
         )
         assert response.status_code == 200, response.text
+        # Unheld, a busy relay could deliver it first and its job row would sit beside it.
         [row] = await s.t.rows("SELECT traceparent FROM {schema}.outbox")
         assert row["traceparent"] == f"00-{TRACE_ID}-{CALLER_SPAN}-01"
+        held.release()
         await s.t.drain()
         assert await s.t.get(Back, "b-1").memos() == ["sent to dan"]
