@@ -1006,8 +1006,8 @@ def render_latency(rows: dict[str, dict[str, Any]], args: argparse.Namespace) ->
 def _fingerprints() -> dict[str, str]:
     """sha256 prefixes of the job engine's files (the working tree may differ from HEAD)."""
     base = Path(akter.__file__).parent
-    names = ["_engine/jobs.py", "_engine/job_claims.py", "_engine/job_attempt.py"]
-    names += ["_engine/job_settle.py", "_engine/relay.py", "_engine/turn/engine.py"]
+    names = ["_engine/jobs/executor.py", "_engine/jobs/claims.py", "_engine/jobs/attempt.py"]
+    names += ["_engine/jobs/settle.py", "_engine/relay/intents.py", "_engine/turn/engine.py"]
     names += ["_store/queries_jobs.sql"]
     out = {}
     for name in names:

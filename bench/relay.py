@@ -1094,7 +1094,7 @@ async def run(args: argparse.Namespace) -> int:
             "psycopg": psycopg.__version__,
             "pgbench": str(pgbench_binary()),
             "git_head": _git_head(),
-            "relay_py_sha256": _fingerprint("_engine/relay.py"),
+            "relay_py_sha256": _fingerprint("_engine/relay/intents.py"),
             "queries_sql_sha256": _fingerprint("_store/queries.sql"),
             "duration_s": args.duration,
             "loadavg_before": _loadavg(),

@@ -100,7 +100,7 @@ class RuntimeConfig:
         max_outbox_backlog: Due, undelivered intents at which this runner's relay stops
             admitting external commands (``RunnerAtCapacity``, retryable, with
             ``retry_after``) until the relays catch up (default 1,000; ``None``: never).
-            Sampled only while the relay is saturated (``akter._engine.backlog``).
+            Sampled only while the relay is saturated (``akter._engine.loop.backlog``).
         max_backoff: The longest wait between delivery retries (default 256 s).
         claim_lease: How long a relay claim holds a row (default: the longest
             ``execution_timeout + lock_wait`` of the hosted types, + 5 s).

@@ -22,16 +22,16 @@ from akter._engine.calls import Calls, check_access
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.events import EventBus, follow, read_events
 from akter._engine.hooks import Hooks
-from akter._engine.jobs import JobExecutor
+from akter._engine.jobs.executor import JobExecutor
+from akter._engine.jobs.progress import ProgressStreams
 from akter._engine.lifecycle import Lifecycle
+from akter._engine.loop.wakes import CommitWakes
 from akter._engine.operations import cancel_job
-from akter._engine.progress import ProgressStreams
-from akter._engine.relay import Relay
+from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
 from akter._engine.turn import Result, TurnEngine
-from akter._engine.wakes import CommitWakes
-from akter._engine.workflows import WorkflowEngine
+from akter._engine.workflows.engine import WorkflowEngine
 from akter._ids import ms_from_duration, uuid7
 from akter._local_clock import LocalClock
 from akter._members import refuse_internal
@@ -388,7 +388,7 @@ class Runtime:
 
     def job_progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
         """Progress frames of a job, then a closing message (access kind ``progress``)."""
-        from akter._engine.progress import job_progress
+        from akter._engine.jobs.progress import job_progress
 
         return job_progress(self, ref, job_id)
 

@@ -5,7 +5,7 @@ spec, W1-W6). Each durable thing it does is a *step* recorded in a journal: a co
 job, a sleep, a signal wait, a local function, a recorded value. After a crash or a suspension
 the function runs again from the top and recorded steps are answered from the journal, so the
 code between steps must be deterministic: the same inputs and step outcomes lead to the same
-steps. The engine that runs them lives in :mod:`akter._engine.workflows`; this module holds
+steps. The engine that runs them lives in :mod:`akter._engine.workflows.engine`; this module holds
 what users declare and hold.
 """
 

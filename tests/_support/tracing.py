@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from akter import telemetry
-from akter._engine import job_attempt
+from akter._engine.jobs import attempt as job_attempt
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ async def test_an_actors_runs_with_their_timeline_and_signals(
             await expect(steps.nth(1)).to_contain_text("wait Shipped")
             await expect(steps.nth(1)).to_have_class("pending")
             facts = page.locator("#run-facts")
-            # The run's deadline (its workflow timeout) caps the wait: it waits until then by itself.
+            # The run's deadline (its workflow timeout) caps the wait: it waits until then alone.
             await expect(facts.locator('dd[data-fact="waits for"]')).to_have_text(
                 re.compile(r"^signal Shipped · until \S")
             )

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp
 
 import akter
 import akter.http
-from akter._engine.progress import MAX_FRAME_BYTES, ProgressHub, job_progress
+from akter._engine.jobs.progress import MAX_FRAME_BYTES, ProgressHub, job_progress
 from akter.callers import ActorRef
 from akter.testing import ActorTest
 from tests._support import until

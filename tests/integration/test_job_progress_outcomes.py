@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 import akter
 import akter.http
-from akter._engine.progress import ProgressStreams
+from akter._engine.jobs.progress import ProgressStreams
 from akter._ids import mint_command_id
 from akter.testing import ActorTest
 from tests._support import until

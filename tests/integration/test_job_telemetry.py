@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from akter._engine import job_attempt
+from akter._engine.jobs import attempt as job_attempt
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, fail, gate, succeed
 from tests._support.providers import fresh_provider

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 import akter
-from akter._engine.job_attempt import DEADLINE_MARGIN_MS
+from akter._engine.jobs.attempt import DEADLINE_MARGIN_MS
 from akter._ids import parse_framework_id
 from akter.testing import ActorTest, ManualClock
 from akter.testing.provider import FakeProvider, fail, gate, hang, raises, succeed

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from akter._engine import job_claims
+from akter._engine.jobs import claims as job_claims
 from akter._store.gateway import jobs as jobs_gateway
 from akter._store.gateway.jobs import Group
 from akter.testing import ActorTest

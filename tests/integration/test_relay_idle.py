@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from akter._engine import idle
-from akter._engine.idle import IDLE_POLLS
+from akter._engine.loop import idle
+from akter._engine.loop.idle import IDLE_POLLS
 from akter.testing import ActorTest
 from tests._support import until
 from tests._support.counting import count_calls

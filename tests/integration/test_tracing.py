@@ -6,7 +6,7 @@ continues the attempt's. Rows staged with no tracer configured, and rows written
 column existed, hold NULL and deliver as before (their spans start new traces).
 
 Spans are captured with an in-memory exporter on a private tracer provider that replaces akter's
-tracers (turns and relay in ``akter.telemetry``, attempts in ``akter._engine.job_attempt``) for
+tracers (turns and relay in ``akter.telemetry``, attempts in ``akter._engine.jobs.attempt``) for
 the test only; nothing global is set.
 """
 

@@ -1,4 +1,4 @@
-"""The backlog gate's rules (``akter._engine.backlog``), without a database.
+"""The backlog gate's rules (``akter._engine.loop.backlog``), without a database.
 
 The count is a stub that returns what the test set; the clock is the test's own, so growth
 projection and the sample interval are exact. The gate's statement and its hook in the dispatcher
@@ -12,7 +12,7 @@ import asyncio
 import psycopg
 import pytest
 
-from akter._engine.backlog import SAMPLE_EVERY_S, BacklogGate
+from akter._engine.loop.backlog import SAMPLE_EVERY_S, BacklogGate
 from akter.errors import ActorError
 
 

@@ -1,4 +1,4 @@
-"""Which wake a local commit sends (``akter._engine.wakes.CommitWakes``, issue 13 goal 4).
+"""Which wake a local commit sends (``akter._engine.loop.wakes.CommitWakes``, issue 13 goal 4).
 
 A commit that made only job rows due asks the relay for a jobs-only pass (one claim, not the
 intent claim beside it) naming those rows, so the executor can claim them by key; a due intent
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from akter._engine.wakes import CommitWakes
+from akter._engine.loop.wakes import CommitWakes
 from akter._staging import StagedRow
 from akter._store.gateway.jobs import JobKey
 

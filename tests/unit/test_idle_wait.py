@@ -1,4 +1,4 @@
-"""The relay's wait between passes (``akter._engine.idle.IdleWait``): following other runners.
+"""The relay's wait between passes (``akter._engine.loop.idle.IdleWait``): following other runners.
 
 The integration tests (tests/integration/test_relay_idle.py) run it against PostgreSQL; here the
 rule alone, on a stub outbox: after another runner's wake the next waits are the follow-up
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from akter._engine import idle
-from akter._engine.idle import FOLLOW_EVERY_S, IdleWait
+from akter._engine.loop import idle
+from akter._engine.loop.idle import FOLLOW_EVERY_S, IdleWait
 
 
 class Outbox:

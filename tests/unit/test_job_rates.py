@@ -1,8 +1,8 @@
-"""The pure rules of rate tokens and keys (akter._engine.job_rates; flow-control F3.3, F3.4)."""
+"""The pure rules of rate tokens and keys (akter._engine.jobs.rates; flow-control F3.3, F3.4)."""
 
 from __future__ import annotations
 
-from akter._engine.job_rates import (
+from akter._engine.jobs.rates import (
     MAX_KEY_BYTES,
     MIN_HORIZON_MS,
     Slot,

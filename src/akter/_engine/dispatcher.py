@@ -34,7 +34,7 @@ class _Mailbox:
 
 
 class Admission(Protocol):
-    """Refuses an external command the runner cannot take now (``akter._engine.backlog``)."""
+    """Refuses an external command the runner cannot take now (``akter._engine.loop.backlog``)."""
 
     def admit(self, command_id: str) -> None: ...
 

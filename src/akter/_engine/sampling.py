@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from akter._engine import job_watch
+from akter._engine.jobs import watch as job_watch
 from akter._engine.parking import OncePer
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.maintenance import MaintenanceGateway
@@ -41,7 +41,7 @@ class Sampler:
     """The sampled gauges of one runner; :meth:`run` is the owner's loop.
 
     ``live`` reads the live runners' registrations (``Runners.live``): the job types they
-    execute decide which due job rows are unserved (:mod:`akter._engine.job_watch`).
+    execute decide which due job rows are unserved (:mod:`akter._engine.jobs.watch`).
     """
 
     def __init__(

@@ -85,7 +85,7 @@ WHERE o.routing_key = d.routing_key AND o.intent_id = d.intent_id
 RETURNING o.intent_id;
 
 -- count_intent_backlog --
--- admission backpressure (akter._engine.backlog): due, unclaimed, unparked intents of hosted types across actors, by per-bucket probes of outbox_due, stopping after %(limit)s rows (cost bounded by the limit, never a full count)
+-- admission backpressure (akter._engine.loop.backlog): due, unclaimed, unparked intents of hosted types across actors, by per-bucket probes of outbox_due, stopping after %(limit)s rows (cost bounded by the limit, never a full count)
 SELECT count(*) AS backlog
 FROM (
     SELECT 1

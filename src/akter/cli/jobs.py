@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from akter._engine.progress import open_progress
+from akter._engine.jobs.progress import open_progress
 from akter._store.gateway.ops import jobs_overview
 from akter.callers import ActorRef
 from akter.cli._common import (

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from akter._engine.workflow_ops import ENDED, RunDetail, RunSummary
+from akter._engine.workflows.ops import ENDED, RunDetail, RunSummary
 from akter.cli._common import JsonOption, TargetArg, operate, refusals_exit, stdout
 from akter.cli._tables import (
     RESOLVE_LIMIT,

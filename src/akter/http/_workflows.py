@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from akter._engine.calls import check_access
-from akter._engine.workflow_ops import status_of
+from akter._engine.workflows.ops import status_of
 from akter._members import refuse_internal
 from akter._store.gateway.workflows import RunKey
 from akter.actor import AccessKind, ActorDefinition
@@ -50,7 +50,7 @@ from akter.http._tracing import http_span, http_status
 from akter.http.auth import Identity
 
 if TYPE_CHECKING:
-    from akter._engine.workflow_ops import WorkflowOps
+    from akter._engine.workflows.ops import WorkflowOps
     from akter.runtime import Runtime
 
 #: A run id as the routes take it: printable ASCII without spaces (command ids, intent ids).

@@ -44,7 +44,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from akter._engine.progress import open_progress
+from akter._engine.jobs.progress import open_progress
 from akter._ids import CLOCK_HEADER, WINDOW_HEADER
 from akter._members import refuse_internal
 from akter._prometheus import CONTENT_TYPE as PROMETHEUS_TEXT

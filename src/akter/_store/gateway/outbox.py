@@ -1,8 +1,8 @@
 """The relay's statements on the outbox: claims, settles, backoffs, releases and tick rewrites.
 
 Claims and settles run on two connections of the relay's own, outside both pools (README,
-"Connections"; ``akter._engine.relay``): under load the pool's callers kept a claim or a settle
-waiting for a connection longer than the statement took, and a settle never waits behind a
+"Connections"; ``akter._engine.relay.intents``): under load the pool's callers kept a claim or
+a settle waiting for a connection longer than the statement took, and a settle never waits behind a
 claim. Backoffs, releases and tick rewrites use the framework pool. Also here (``OutboxRows``):
 the seeding of a singleton's default row and schedule ticks at start, and an actor's outbox rows
 for progress feeds.

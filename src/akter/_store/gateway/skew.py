@@ -1,4 +1,4 @@
-"""The clock-skew watch's statements (``akter._engine.skew``): one probe, two releases.
+"""The clock-skew watch's statements (``akter._engine.loop.skew``): one probe, two releases.
 
 A check runs them in order on one pooled connection (the callers' pool, as the relay pass
 that runs it always has): the probe, then the release of skewed job leases, then, when a skew is

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from akter._engine.progress import open_progress
+from akter._engine.jobs.progress import open_progress
 from akter._store.gateway import ops
 from akter.callers import ActorRef, System, as_caller
 from akter.dead_letters import Letter

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from akter._engine.workflow_ops import RunDetail, RunSummary
+from akter._engine.workflows.ops import RunDetail, RunSummary
 from akter.callers import ActorRef, System
 from akter.errors import ActorError
 from akter.http.problems import from_actor_error

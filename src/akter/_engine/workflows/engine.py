@@ -2,7 +2,7 @@
 
 A run is claimed with a lease (``workflow_lease``) by any runner hosting its actor type, in the
 relay's pass beside intents and jobs, and run from the top against its journal
-(:mod:`akter._engine.workflow_run`). While the function runs the lease is renewed every third of
+(:mod:`akter._engine.workflows.run`). While the function runs the lease is renewed every third of
 it. When the function awaits what is not there yet, the run is suspended: its wake time (a sleep
 or a timeout; none for a signal or a job outcome) is written, the lease is released and the
 coroutine is dropped, so **a suspended run holds no runner, task or connection**. A signal, a
@@ -31,7 +31,7 @@ import psycopg
 
 from akter import telemetry
 from akter._engine.calls import check_access
-from akter._engine.workflow_control import (
+from akter._engine.workflows.control import (
     Claimed,
     Diverged,
     HandleFactory,
@@ -40,8 +40,8 @@ from akter._engine.workflow_control import (
     StepsCalls,
     Suspend,
 )
-from akter._engine.workflow_ops import WorkflowOps
-from akter._engine.workflow_run import RunAttempt
+from akter._engine.workflows.ops import WorkflowOps
+from akter._engine.workflows.run import RunAttempt
 from akter._ids import canonical_json, parse_command_id, payload_hash
 from akter._json import storable_json
 from akter._members import refuse_internal

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import psycopg
 from pydantic import BaseModel
 
-from akter._engine.progress_slot import (
+from akter._engine.jobs.progress_slot import (
     MAX_FRAME_BYTES,
     Message,
     ProgressSlot,

@@ -1,10 +1,10 @@
 """The relay: claims due outbox rows after commit and delivers them as commands (semantics §3).
 
 Correctness rests on polling with a due-time index, claims leased through ``due_at_ms`` and
-settles guarded by the claim token. Wakeups (``akter._engine.wake_channel``: in-process after a
+settles guarded by the claim token. Wakeups (``akter._engine.loop.wake_channel``: in-process after a
 local commit, ``NOTIFY`` from other runners) only cut latency; a missed wake delays work by at
 most one poll (with ``notify=True``, an idle relay sleeps until the next due row, at most
-``IDLE_POLLS`` polls: ``akter._engine.idle``).
+``IDLE_POLLS`` polls: ``akter._engine.loop.idle``).
 
 Per runner, passes are serialized. A pass claims intents up to the free delivery slots in one
 statement, then lets the job executor claim its rows. Each claimed intent is delivered by its own
@@ -36,10 +36,10 @@ import psycopg
 
 from akter import telemetry
 from akter._engine import parking, ticks
-from akter._engine.backlog import BacklogGate
-from akter._engine.idle import IdleWait
-from akter._engine.skew import SkewWatch
-from akter._engine.wake_channel import WakeChannel
+from akter._engine.loop.backlog import BacklogGate
+from akter._engine.loop.idle import IdleWait
+from akter._engine.loop.skew import SkewWatch
+from akter._engine.loop.wake_channel import WakeChannel
 from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter._waits import wait_event

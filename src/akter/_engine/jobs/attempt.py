@@ -32,10 +32,11 @@ from opentelemetry import trace
 from pydantic import ValidationError
 
 from akter import telemetry
-from akter._engine import job_routes, parking
-from akter._engine.job_claims import ClaimedJob
-from akter._engine.job_routes import RouteRejected
-from akter._engine.job_settle import (
+from akter._engine import parking
+from akter._engine.jobs import routes
+from akter._engine.jobs.claims import ClaimedJob
+from akter._engine.jobs.routes import RouteRejected
+from akter._engine.jobs.settle import (
     Failed,
     Failure,
     Interrupted,
@@ -54,8 +55,8 @@ from akter.telemetry import tracer
 
 if TYPE_CHECKING:
     from akter._engine.hooks import Hooks
-    from akter._engine.progress import ProgressHub
-    from akter._engine.progress_slot import ProgressSlot
+    from akter._engine.jobs.progress import ProgressHub
+    from akter._engine.jobs.progress_slot import ProgressSlot
     from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.telemetry import Metrics
@@ -455,9 +456,9 @@ def _in_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
 def _classify_value(attempt: Attempt, value: Any) -> Reported:
     """A returned value: Succeeded with its routes, or Rejected when on_success refuses it."""
     row, job = attempt.row, attempt.job
-    workflow = job_routes.workflow_of(row.caller)
+    workflow = routes.workflow_of(row.caller)
     try:
-        cancelled = job_routes.cancelled(
+        cancelled = routes.cancelled(
             job,
             row.intent_id,
             row.payload,
@@ -469,23 +470,23 @@ def _classify_value(attempt: Attempt, value: Any) -> Reported:
         cause = f"The on_cancelled route cannot accept the result: {exc}"
         cancelled = _unknown_cancelled(attempt, cause)
     try:
-        success = job_routes.success(job, value, workflow)
+        success = routes.success(job, value, workflow)
     except RouteRejected as exc:
         cause = f"The on_success route cannot accept the result: {exc}"
         return Rejected(Failure(cause, ambiguous=True, final=True), cancelled)
     return Succeeded(success, cancelled)
 
 
-def _unknown_cancelled(attempt: Attempt, cause: str) -> job_routes.Route | None:
+def _unknown_cancelled(attempt: Attempt, cause: str) -> routes.Route | None:
     row = attempt.row
     try:
-        return job_routes.cancelled(
+        return routes.cancelled(
             attempt.job,
             row.intent_id,
             row.payload,
             row.attempts,
             {"kind": "Unknown", "cause": cause},
-            job_routes.workflow_of(row.caller),
+            routes.workflow_of(row.caller),
         )
     except RouteRejected:
         return None

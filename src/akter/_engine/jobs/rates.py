@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from akter._engine.job_claims import ClaimedJob
+from akter._engine.jobs.claims import ClaimedJob
 from akter._store.gateway.job_flow import Bucket, Take, TokenWant
 from akter.callers import System, caller_from_json
 from akter.jobs import AttemptCall, JobCall

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
-from akter._engine import job_routes
-from akter._engine.job_claims import ClaimedJob
-from akter._engine.job_routes import Route, RouteRejected
+from akter._engine.jobs import routes
+from akter._engine.jobs.claims import ClaimedJob
+from akter._engine.jobs.routes import Route, RouteRejected
 from akter._retry import Backoff
 from akter._store.gateway.jobs import RouteWrite
 
@@ -147,8 +147,8 @@ class Settler:
         self.wake = wake
         self.capped = job.options.per_actor is not None
         #: The workflow step the job belongs to: every outcome is routed to it.
-        self.workflow = job_routes.workflow_of(row.caller)
-        self.routes_cancelled = job_routes.has_route(job, "cancelled", self.workflow)
+        self.workflow = routes.workflow_of(row.caller)
+        self.routes_cancelled = routes.has_route(job, "cancelled", self.workflow)
         #: How the job ended once a settle was terminal (``succeeded``, ``dead_lettered``,
         #: ``cancelled``): what the progress close tells readers (semantics §5.11).
         self.outcome: str | None = None
@@ -245,7 +245,7 @@ class Settler:
     async def _settle_cancelled(self, n: int, outcome: Known, cause: str) -> bool:
         if self.routes_cancelled:
             try:
-                route = job_routes.cancelled(
+                route = routes.cancelled(
                     self.job,
                     self.row.intent_id,
                     self.row.payload,
@@ -276,7 +276,7 @@ class Settler:
 
     async def _dead_letter(self, n: int, cause: str, ambiguous: bool, *, cancelled: bool) -> bool:
         row = self.row
-        route = job_routes.dead_letter(
+        route = routes.dead_letter(
             self.job, row.intent_id, row.payload, n, cause, ambiguous, self.workflow
         )
         armed = self.hooks.armed("before_dead_letter_commit")

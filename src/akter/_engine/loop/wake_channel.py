@@ -4,8 +4,9 @@ Wakes only cut latency (semantics §3.5.2): a local commit that made a row due s
 once; with ``notify=True`` a commit with new rows or events sends one ``NOTIFY`` on
 ``<schema>_wake`` (at most every 50 ms, strictly after the commit), and a dedicated connection
 listens for other runners' and wakes this relay and its live event feeds (and tells the relay's
-idle wait when a wake came from another runner, to follow it: ``akter._engine.idle``). A listener
-that loses its connection reconnects with backoff and wakes once for whatever it missed meanwhile.
+idle wait when a wake came from another runner, to follow it: ``akter._engine.loop.idle``).
+A listener that loses its connection reconnects with backoff and wakes once for whatever it
+missed meanwhile.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class WakeChannel:
 
         For writes made outside a turn (an operator's retry, released claims at a stop): the
         process may stop at once, and idle relays sleep until their next due row
-        (``akter._engine.idle``), so the wake is not throttled nor left to a task.
+        (``akter._engine.loop.idle``), so the wake is not throttled nor left to a task.
         """
         self.wake()
         if not self._services.config.notify:

@@ -27,8 +27,8 @@ receipt is looked up first, and the divergence says whether the recorded command
 
 Control leaves the user's code through ``BaseException`` subclasses (``except Exception`` in a
 workflow cannot swallow them): :class:`Suspend`, :class:`Diverged`, :class:`Outage` and
-:class:`LeaseLost` (:mod:`akter._engine.workflow_control`). The executor
-(:mod:`akter._engine.workflows`) decides what each means.
+:class:`LeaseLost` (:mod:`akter._engine.workflows.control`). The executor
+(:mod:`akter._engine.workflows.engine`) decides what each means.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from akter import telemetry
-from akter._engine.workflow_control import (
+from akter._engine.workflows.control import (
     MAX_OUTCOME_BYTES,
     MAX_STEPS,
     SUSPENDING,

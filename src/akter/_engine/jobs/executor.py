@@ -15,8 +15,8 @@ Interface used by the rest of the runtime (keep it stable):
   jobs (semantics §5.8.3): their attempts notice at once;
 - ``shift(ms)``: ``ActorTest.advance`` moved the clock: push the leases of attempts this runner is
   executing by ``ms`` so a clock jump never steals a live lease;
-- ``progress``: the runner's :class:`~akter._engine.progress.ProgressHub` (progress frames of its
-  attempts; ``subscribe(job_id)``); stopped with the executor.
+- ``progress``: the runner's :class:`~akter._engine.jobs.progress.ProgressHub` (progress
+  frames of its attempts; ``subscribe(job_id)``); stopped with the executor.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from akter._engine import job_rates
-from akter._engine.job_attempt import Attempt, AttemptRunner
-from akter._engine.job_claims import (
+from akter._engine.jobs import rates
+from akter._engine.jobs.attempt import Attempt, AttemptRunner
+from akter._engine.jobs.claims import (
     ClaimedJob,
     by_stored_name,
     claim_group,
@@ -41,7 +41,7 @@ from akter._engine.job_claims import (
     limit_of,
     wake_waiting,
 )
-from akter._engine.progress import ProgressHub
+from akter._engine.jobs.progress import ProgressHub
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.jobs import Group, JobKey, JobsGateway
 from akter.errors import InjectedCrash
@@ -348,12 +348,12 @@ class JobExecutor:
         if not any(by_key[(r.actor_type, r.command)].options.rates for r in rows):
             return rows
         config = self._services.config
-        admitted = await job_rates.admit(
+        admitted = await rates.admit(
             self.gateway,
             self.flow,
             rows,
             by_key,
-            horizon=job_rates.horizon_ms(config.poll_ms, config.cancel_check_ms),
+            horizon=rates.horizon_ms(config.poll_ms, config.cancel_check_ms),
             now=self._services.local.now,
         )
         self._not_before.update(admitted.not_before)

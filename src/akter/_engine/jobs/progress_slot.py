@@ -3,7 +3,7 @@
 A :class:`ProgressSlot` validates an attempt's frames against the job's ``progress`` model,
 keeps only the latest one and publishes it at most once per ``progress_every``, under the
 runner's token bucket; a :class:`Subscription` holds the messages of one job for one reader.
-Both belong to a hub (:class:`akter._engine.progress.ProgressHub`).
+Both belong to a hub (:class:`akter._engine.jobs.progress.ProgressHub`).
 """
 
 from __future__ import annotations

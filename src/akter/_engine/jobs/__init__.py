@@ -1,0 +1,9 @@
+"""The jobs lane: a job row staged by a turn is claimed, run as an attempt, and settled.
+
+``claims`` takes due rows under a lease (``rates`` hands out rate tokens first), ``attempt``
+runs one attempt with its lease renewals, cancellation signal and progress (``progress``,
+``progress_slot``), ``routes`` turns its result into the declared route, and ``settle`` writes the
+outcome in one guarded statement: a routed command, a retry, a dead letter or an honest
+``Unknown``. ``executor`` drives those steps for one runner; ``watch`` finds due rows that no live
+runner's code serves.
+"""

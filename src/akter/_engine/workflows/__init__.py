@@ -1,0 +1,7 @@
+"""The workflows lane: a run is claimed, replayed through its journal to its next step, and parked.
+
+``engine`` claims runnable runs and takes the ``$workflow.*`` intents; ``run`` replays one run
+against its journal and records each new step (a command, a job, a wait, a sleep, a child) in the
+transaction that performs it; ``control`` holds the suspensions a run raises; ``ops`` is the
+operators' view of runs by id (status, steps, signals, cancel, retry).
+"""
