@@ -3,7 +3,7 @@
 Each route's JSON is checked against rows the test wrote; the console is off by default; its
 401/403 rules, its CSRF defence and its loopback guard refuse before any row is read or written;
 retry and discard change the durable rows exactly as ``akter dead-letters retry|discard`` does
-(both call :class:`akter.dead_letters.DeadLetters`).
+(both call :class:`akter.operators.DeadLetters`).
 """
 
 from __future__ import annotations

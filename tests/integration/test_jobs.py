@@ -933,7 +933,7 @@ async def test_JB26_a_capped_dead_letter_while_a_claim_holds_the_group_lock(
 async def test_JB29_retry_and_discard_dead_letters(
     akter_test: Make, provider: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from akter.dead_letters import DeadLetters
+    from akter.operators.dead_letters import DeadLetters
 
     async with akter_test(ALL, relay=False) as t:
         provider.script(raises(RuntimeError("reset")), raises(RuntimeError("reset")), key="r")
