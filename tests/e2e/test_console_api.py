@@ -301,7 +301,7 @@ async def test_console_statements_have_a_timeout(
     async with served(CONSOLE_ACTORS, app_options=console_app()) as s:
         await s.t.get(Account, "a-1").deposit(1)
         monkeypatch.setattr(api, "STATEMENT_TIMEOUT_MS", 200)
-        table = s.t.runtime.store.queries.substitute("{schema}.actors")
+        table = s.t.substitute("{schema}.actors")
         async with await psycopg.AsyncConnection.connect(s.t.database_url) as blocker:
             await blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
             slow = await operator(s).get("/console/api/overview")

@@ -38,7 +38,7 @@ async def test_views_show_actors_outbox_jobs_and_refuse_writes(
             for view in ("v_actors", "v_outbox", "v_jobs", "v_dead_letters"):
                 with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
                     await conn.execute(
-                        t.runtime.store.queries.substitute(f"DELETE FROM {{schema}}.{view}")
+                        t.substitute(f"DELETE FROM {{schema}}.{view}")
                     )
 
 
@@ -119,5 +119,5 @@ async def test_workflow_views_show_runs_their_wake_condition_and_journal(
             for view in ("v_workflows", "v_workflow_steps"):
                 with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
                     await conn.execute(
-                        t.runtime.store.queries.substitute(f"DELETE FROM {{schema}}.{view}")
+                        t.substitute(f"DELETE FROM {{schema}}.{view}")
                     )

@@ -64,6 +64,11 @@ class RunnerControl:
         """The runner's fault points."""
         return self._services.hooks
 
+    @property
+    def on_citus(self) -> bool:
+        """Whether the runner's database is a Citus coordinator (known once started)."""
+        return self._services.store.strategy == "citus"
+
     # --- the clock ---------------------------------------------------------------------------
 
     @property

@@ -115,6 +115,11 @@ class ActorTest:
         """The runtimes that were not killed, in index order."""
         return [rt for rt in self.runtimes if rt not in self._killed]
 
+    @property
+    def on_citus(self) -> bool:
+        """Whether the harness's database is a Citus coordinator (known once a runner started)."""
+        return self.runtime.operators.runner.on_citus
+
     def killed(self, runner: int) -> bool:
         """Whether runner ``runner`` was killed (and not restarted)."""
         return self.runtimes[runner] in self._killed
