@@ -296,9 +296,7 @@ def fuzz(s: Served, hostile: bool) -> list[Sent]:
         assert len(ops) >= 20
         components = document.get("components", {}).get("schemas", {})
         fingerprint_sql = s.t.substitute(FINGERPRINT)
-        receipt_sql = s.t.substitute(
-            "SELECT count(*) FROM {schema}.receipts WHERE command_id = %s"
-        )
+        receipt_sql = s.t.substitute("SELECT count(*) FROM {schema}.receipts WHERE command_id = %s")
 
         def fingerprint() -> tuple[Any, ...]:
             row = db.execute(fingerprint_sql).fetchone()
