@@ -548,3 +548,11 @@ class Runtime:
             ActorError: ``Unauthorized`` (``access_denied``) when the policy refuses.
         """
         await check_access(self.definition(ref.type), ref, caller, kind, member)
+
+    def clock_estimate_ms(self) -> int:
+        """A lower bound of the framework clock now, in ms, without a round trip.
+
+        Raises:
+            RuntimeError: Before the runtime has started (the clock was never sampled).
+        """
+        return self.clock.estimate()

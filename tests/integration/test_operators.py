@@ -249,3 +249,14 @@ async def test_the_test_kit_waits_for_the_job_attempts_of_a_runner(akter_test: M
         await t.wait_idle()
         assert t.runtime.jobs.running == 0
         assert await t.sql("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'") == []
+
+
+async def test_the_clock_estimate_is_a_lower_bound_of_the_framework_clock(
+    akter_test: Make, akter_db: str
+) -> None:
+    unstarted = akter.Runtime([Shop], database_url=akter_db, schema="akter_never_started")
+    with pytest.raises(RuntimeError):
+        unstarted.clock_estimate_ms()
+    async with akter_test([Shop]) as t:
+        estimate = t.runtime.clock_estimate_ms()
+        assert estimate <= await t.now_ms()

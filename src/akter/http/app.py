@@ -431,7 +431,7 @@ class _Api:
         client mints its next command ids from it (behind it) without asking for one.
         """
         try:
-            now_ms = self.runtime.clock.estimate()
+            now_ms = self.runtime.clock_estimate_ms()
         except RuntimeError:
             return response  # not started: no reading to give (the answer is a 503 anyway)
         response.headers[CLOCK_HEADER] = str(now_ms)
