@@ -67,6 +67,7 @@ from akter._engine.workflows.control import (
 )
 from akter._ids import canonical_json, payload_hash
 from akter._json import Unstorable, storable_json
+from akter._kinds import RowKind, StepKind
 from akter._staging import framework_id
 from akter._store.gateway.workflows import OutboxRow, StepRecord
 from akter.callers import ActorRef, System, caller_to_json
@@ -150,7 +151,7 @@ class RunAttempt:
                     row["outcome"],
                 )
                 self.journal[rec.seq] = rec
-                if rec.kind == "cancel":
+                if rec.kind == StepKind.CANCEL:
                     self.cancel_delivered = True
             else:
                 self.signals.append(
@@ -159,7 +160,9 @@ class RunAttempt:
 
     # --- sequencing -------------------------------------------------------------------------
 
-    def _next(self, kind: str, name: str, *, durable: bool = True) -> tuple[int, Record | None]:
+    def _next(
+        self, kind: StepKind, name: str, *, durable: bool = True
+    ) -> tuple[int, Record | None]:
         """Take the next seq; the record there, if any, after the divergence and cancel checks.
 
         Raises:
@@ -179,10 +182,10 @@ class RunAttempt:
         ):
             # A cancel reaches a run suspended here: the pending record becomes the cancel.
             self.cancel_delivered = True
-            self.buffered.append(StepRecord(seq, "cancel", "cancel", "done"))
+            self.buffered.append(StepRecord(seq, StepKind.CANCEL, "cancel", "done"))
             raise WorkflowCancelled(self._cancel_message())
         if rec is not None:
-            if rec.kind == "cancel":
+            if rec.kind == StepKind.CANCEL:
                 self.replayed_cancel = True
                 raise WorkflowCancelled(self._cancel_message())
             if (rec.kind, rec.name) != (kind, name):
@@ -197,7 +200,7 @@ class RunAttempt:
             raise Fatal(f"The run reached the limit of {MAX_STEPS} steps.")
         if durable and self._cancelling():
             self.cancel_delivered = True
-            self.buffered.append(StepRecord(seq, "cancel", "cancel", "done"))
+            self.buffered.append(StepRecord(seq, StepKind.CANCEL, "cancel", "done"))
             raise WorkflowCancelled(self._cancel_message())
         return seq, None
 
@@ -297,7 +300,7 @@ class RunAttempt:
     ) -> Any:
         """A command step (the handle transport's entry)."""
         name = f"{ref.type}.{member.name}"
-        seq, rec = self._next("command", name)
+        seq, rec = self._next(StepKind.COMMAND, name)
         args = args_digest(member.args_model, body)
         if rec is not None:
             await self._same_call(seq, rec, name, ref, args)
@@ -309,23 +312,23 @@ class RunAttempt:
             detail = canonical_json(
                 {"command_id": command_id, "actor": ref.to_json(), "args": args}
             )
-            await self._record(StepRecord(seq, "command", name, "pending", detail))
+            await self._record(StepRecord(seq, StepKind.COMMAND, name, "pending", detail))
         return await self._call(
-            seq, "command", name, member, ref, body, command_id, replaying=rec is not None
+            seq, StepKind.COMMAND, name, member, ref, body, command_id, replaying=rec is not None
         )
 
     @durable
     async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
         """A query step: its answer is recorded, so a replay sees the same value."""
         name = f"{ref.type}.{member.name}"
-        seq, rec = self._next("query", name)
+        seq, rec = self._next(StepKind.QUERY, name)
         args = args_digest(member.args_model, body)
         if rec is not None:
             await self._same_call(seq, rec, name, ref, args)
             if rec.status == "done":
                 return self._replay_call(member, rec)
         detail = canonical_json({"actor": ref.to_json(), "args": args})
-        return await self._call(seq, "query", name, member, ref, body, None, detail=detail)
+        return await self._call(seq, StepKind.QUERY, name, member, ref, body, None, detail=detail)
 
     async def _same_call(self, seq: int, rec: Record, name: str, ref: ActorRef, args: str) -> None:
         """A recorded command or query step must target the same actor with the same arguments.
@@ -345,7 +348,7 @@ class RunAttempt:
         was = _describe(rec.kind, name, was_actor, was_args)
         now = _describe(rec.kind, name, now_actor if was_actor is not None else None, args)
         resolution = ""
-        if rec.kind == "command" and rec.status == "pending":
+        if rec.kind == StepKind.COMMAND and rec.status == "pending":
             resolution = " " + await self._resolve_pending(rec, was_actor)
         raise Diverged(
             f"Step {seq} of workflow run {self.run_id!r} was recorded as {was}, but the code now "
@@ -389,7 +392,7 @@ class RunAttempt:
     async def _call(
         self,
         seq: int,
-        kind: str,
+        kind: StepKind,
         name: str,
         member: Member,
         ref: ActorRef,
@@ -465,7 +468,7 @@ class RunAttempt:
                 f"wf.job() takes a job of {definition.name!r} (the workflow's actor type), "
                 f"not {job!r}."
             )
-        seq, rec = self._next("job", job.name)
+        seq, rec = self._next(StepKind.JOB, job.name)
         body = job.validate_payload(payload)
         assert job.payload_model is not None
         args = args_digest(job.payload_model, body)
@@ -474,10 +477,10 @@ class RunAttempt:
             if was_args is not None and was_args != args:
                 raise Diverged(
                     f"Step {seq} of workflow run {self.run_id!r} was recorded as "
-                    f"{_describe('job', job.name, None, was_args)}, but the code now asks for "
-                    f"{_describe('job', job.name, None, args)}; the run is parked. Restore the "
-                    f"call (or guard the change with wf.patched()), then 'akter workflows retry "
-                    f"{self.run_id}', or cancel the run."
+                    f"{_describe(StepKind.JOB, job.name, None, was_args)}, but the code now asks "
+                    f"for {_describe(StepKind.JOB, job.name, None, args)}; the run is parked. "
+                    "Restore the call (or guard the change with wf.patched()), then 'akter "
+                    f"workflows retry {self.run_id}', or cancel the run."
                 )
         if rec is not None and rec.status == "done":
             return _replay_job(job, rec)
@@ -490,7 +493,7 @@ class RunAttempt:
             )
             row = OutboxRow(
                 intent_id=job_id,
-                kind="job",
+                kind=RowKind.JOB,
                 tenant=self.ref.tenant,
                 actor_type=self.ref.type,
                 actor_id=self.ref.id,
@@ -503,11 +506,11 @@ class RunAttempt:
                 capped=job.options.per_actor is not None,
             )
             detail = canonical_json({"job_id": job_id, "args": args})
-            with telemetry.workflow_step("job", job.name, seq):
+            with telemetry.workflow_step(StepKind.JOB, job.name, seq):
                 await self._record(
-                    StepRecord(seq, "job", job.name, "pending", detail), outbox=(row,)
+                    StepRecord(seq, StepKind.JOB, job.name, "pending", detail), outbox=(row,)
                 )
-            self.services.metrics.count("akter.outbox.staged", kind="job")
+            self.services.metrics.count("akter.outbox.staged", kind=RowKind.JOB)
         else:
             job_id = str(json.loads(rec.detail or "{}").get("job_id", "?"))
         raise Suspend(None, f"job {job.name} {job_id}")
@@ -547,7 +550,7 @@ class RunAttempt:
                 self.claimed.token,
                 self.services.config.workflow_lease_ms,
                 self.buffered,
-                StepRecord(seq, "cancel", "cancel", "done", detail),
+                StepRecord(seq, StepKind.CANCEL, "cancel", "done", detail),
                 job_id,
                 never_ran,
             )
@@ -557,9 +560,9 @@ class RunAttempt:
             raise LeaseLost(self.run_id)
         if done.status == "arrived":
             now = done.record
-            if now is None or now["kind"] != "job" or now["outcome"] is None:
+            if now is None or now["kind"] != StepKind.JOB or now["outcome"] is None:
                 raise Outage(f"Job step {seq} changed under this attempt: {now}")
-            arrived = Record(seq, "job", job.name, "done", rec.detail, now["outcome"])
+            arrived = Record(seq, StepKind.JOB, job.name, "done", rec.detail, now["outcome"])
             return _replay_job(job, arrived)
         self.buffered.clear()
         self.cancel_delivered = True
@@ -579,7 +582,7 @@ class RunAttempt:
     @durable
     async def sleep(self, delay_ms: int | None, until_ms: int | None) -> None:
         """A durable timer: its end recorded as pending, then a suspension until it passes."""
-        seq, rec = self._next("sleep", "sleep")
+        seq, rec = self._next(StepKind.SLEEP, "sleep")
         if rec is not None and rec.status == "done":
             return
         if rec is not None:
@@ -588,10 +591,10 @@ class RunAttempt:
             until = until_ms if until_ms is not None else self._now() + (delay_ms or 0)
             if until > self._now():
                 detail = canonical_json({"until": until})
-                await self._record(StepRecord(seq, "sleep", "sleep", "pending", detail))
+                await self._record(StepRecord(seq, StepKind.SLEEP, "sleep", "pending", detail))
         if self._now() >= until:
             self.buffered.append(
-                StepRecord(seq, "sleep", "sleep", "done", canonical_json({"until": until}))
+                StepRecord(seq, StepKind.SLEEP, "sleep", "done", canonical_json({"until": until}))
             )
             return
         raise Suspend(until, f"sleep until {until}")
@@ -600,7 +603,7 @@ class RunAttempt:
     async def wait(self, signal: type[BaseModel], timeout_ms: int | None) -> Any:
         """A signal wait: the oldest unconsumed signal of the class, or a suspension."""
         name = signal_name(signal)
-        seq, rec = self._next("wait", name)
+        seq, rec = self._next(StepKind.WAIT, name)
         if rec is not None and rec.status == "done":
             payload = json.loads(rec.outcome or "null")["signal"]
             return None if payload is None else signal.model_validate(payload)
@@ -624,19 +627,21 @@ class RunAttempt:
                 continue
             outcome = canonical_json({"signal": json.loads(found.payload)})
             await self._record(
-                StepRecord(seq, "wait", name, "done", None, outcome),
+                StepRecord(seq, StepKind.WAIT, name, "done", None, outcome),
                 consumed=(*rejected, (found.signal_id, seq)),
             )
             return value
         if until is not None and self._now() >= until:
             await self._record(
-                StepRecord(seq, "wait", name, "done", None, canonical_json({"signal": None})),
+                StepRecord(
+                    seq, StepKind.WAIT, name, "done", None, canonical_json({"signal": None})
+                ),
                 consumed=tuple(rejected),
             )
             return None
         if rec is None or rejected:
             await self._record(
-                StepRecord(seq, "wait", name, "pending", canonical_json({"until": until})),
+                StepRecord(seq, StepKind.WAIT, name, "pending", canonical_json({"until": until})),
                 consumed=tuple(rejected),
             )
         raise Suspend(until, f"signal {name}")
@@ -654,7 +659,7 @@ class RunAttempt:
         """A local function step: run, then record (at least once)."""
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
         adapter = _result_adapter(fn)
-        seq, rec = self._next("step", name)
+        seq, rec = self._next(StepKind.STEP, name)
         if rec is not None:
             outcome = json.loads(rec.outcome or "null")
             if "failed" in outcome:
@@ -662,7 +667,7 @@ class RunAttempt:
                 raise StepFailed(name, int(failed["attempts"]), str(failed["cause"]))
             return adapter.validate_python(outcome["ok"])
         await self.flush()  # values its arguments came from are recorded before the call
-        with telemetry.workflow_step("step", name, seq):
+        with telemetry.workflow_step(StepKind.STEP, name, seq):
             return await self._run_step(seq, name, fn, args, attempts, backoff, adapter)
 
     async def _run_step(
@@ -697,7 +702,9 @@ class RunAttempt:
                     delay = min(backoff[1], max(delay * 2, 0.001))
         else:
             failed = {"failed": {"attempts": attempts, "cause": cause}}
-            await self._record(StepRecord(seq, "step", name, "done", None, canonical_json(failed)))
+            await self._record(
+                StepRecord(seq, StepKind.STEP, name, "done", None, canonical_json(failed))
+            )
             raise StepFailed(name, attempts, cause)
         self.services.metrics.observe(
             "akter.workflow.step.duration_ms", (time.monotonic() - started) * 1000
@@ -707,27 +714,27 @@ class RunAttempt:
         except Exception as exc:
             raise Fatal(f"The result of step {name!r} is not JSON: {exc}") from None
         stored = self._encode({"ok": dumped}, f"step {name!r}")
-        await self._record(StepRecord(seq, "step", name, "done", None, stored))
+        await self._record(StepRecord(seq, StepKind.STEP, name, "done", None, stored))
         return adapter.validate_python(json.loads(stored)["ok"])
 
     def value(self, kind: str, make: Callable[[], Any], adapter: TypeAdapter[Any]) -> Any:
         """A recorded value: the journal's on replay, else made now and buffered."""
-        seq, rec = self._next("value", kind, durable=False)
+        seq, rec = self._next(StepKind.VALUE, kind, durable=False)
         if rec is not None:
             return adapter.validate_python(json.loads(rec.outcome or "null")["ok"])
         value = make()
         stored = canonical_json({"ok": adapter.dump_python(value, mode="json")})
-        self.buffered.append(StepRecord(seq, "value", kind, "done", None, stored))
+        self.buffered.append(StepRecord(seq, StepKind.VALUE, kind, "done", None, stored))
         return adapter.validate_python(json.loads(stored)["ok"])
 
     def patched(self, marker: str) -> bool:
         """A version marker (W5): recorded where new code first meets it."""
         rec = self.journal.get(self.seq)
         if rec is None:
-            self.buffered.append(StepRecord(self.seq, "patch", marker, "done"))
+            self.buffered.append(StepRecord(self.seq, StepKind.PATCH, marker, "done"))
             self.seq += 1
             return True
-        if rec.kind == "patch" and rec.name == marker:
+        if rec.kind == StepKind.PATCH and rec.name == marker:
             self.seq += 1
             return True
         return False
