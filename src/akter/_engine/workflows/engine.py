@@ -249,26 +249,7 @@ class WorkflowEngine:
         try:
             value = await _halting(attempt, member.fn(WorkflowContext(attempt), **kwargs))
         except Suspend as suspend:
-            try:
-                status = await self.gateway.suspend(
-                    run,
-                    claimed.token,
-                    suspend.wake_at,
-                    suspend.waiting,
-                    records=await attempt.handover(),
-                    lease_ms=services.config.workflow_lease_ms,
-                    # The deadline bounds the wait until the cancel has reached the code; a
-                    # compensation may then suspend past it.
-                    by_deadline=not (attempt.cancel_delivered or attempt.replayed_cancel),
-                )
-            except (psycopg.Error, OSError) as exc:
-                await self._release(claimed, f"the suspension could not be written: {exc}")
-                return "released"
-            if status is None:
-                return "lease_lost"
-            if status == "runnable":
-                self._wake()
-            return "suspended"
+            return await self._suspend(attempt, suspend)
         except Diverged as exc:
             log.warning("Workflow run diverged; parked", extra={"run_id": run.run_id})
             await self._end_diverged(claimed, str(exc))
@@ -283,6 +264,36 @@ class WorkflowEngine:
             status = "cancelled" if cancelled and isinstance(exc, WorkflowCancelled) else "failed"
             await self._end(attempt, member, status, error=_error_of(exc))
             return status
+        return await self._complete(attempt, member, value)
+
+    async def _suspend(self, attempt: RunAttempt, suspend: Suspend) -> str:
+        """Write the attempt's suspension: ``suspended``, ``released`` or ``lease_lost``."""
+        claimed = attempt.claimed
+        try:
+            status = await self.gateway.suspend(
+                claimed.run,
+                claimed.token,
+                suspend.wake_at,
+                suspend.waiting,
+                records=await attempt.handover(),
+                lease_ms=self._services.config.workflow_lease_ms,
+                # The deadline bounds the wait until the cancel has reached the code; a
+                # compensation may then suspend past it.
+                by_deadline=not (attempt.cancel_delivered or attempt.replayed_cancel),
+            )
+        except (psycopg.Error, OSError) as exc:
+            await self._release(claimed, f"the suspension could not be written: {exc}")
+            return "released"
+        if status is None:
+            return "lease_lost"
+        if status == "runnable":
+            self._wake()
+        return "suspended"
+
+    async def _complete(
+        self, attempt: RunAttempt, member: WorkflowMember[Any, Any], value: Any
+    ) -> str:
+        """End a run whose code returned ``value``: ``completed``, ``cancelled`` or ``failed``."""
         cancelled = attempt.cancel_delivered or attempt.replayed_cancel
         try:
             result = member.result.dump_python(value, mode="json")
