@@ -22,6 +22,7 @@ import psycopg
 
 from akter._engine.jobs import watch as job_watch
 from akter._engine.parking import OncePer
+from akter._kinds import RowKind
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.maintenance import MaintenanceGateway
 from akter._store.gateway.parked import ParkedGateway
@@ -82,7 +83,7 @@ class Sampler:
             ("akter.outbox.parked", "parked"),
         ):
             metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
-        jobs = any(r["kind"] == "job" and r["outbox_rows"] for r in kinds)
+        jobs = any(r["kind"] == RowKind.JOB and r["outbox_rows"] for r in kinds)
         await self._sample_unserved(jobs)
         flow = await self._flow.sample_flow() if jobs else []
         for name in ("waiting_slot", "waiting_rate"):
