@@ -569,7 +569,9 @@ class RunAttempt:
         if not done.deleted:
             self.wake()  # a cancelled row not running is settled by the next job claim
         log.info(
-            "Workflow run cancelled at a job step; its job is cancelled",
+            "Workflow run cancelled at a job step; its job is cancelled: run id %r, job id %r",
+            self.run_id,
+            job_id,
             extra={"run_id": self.run_id, "job_id": job_id, "never_ran": done.deleted},
         )
         raise WorkflowCancelled(message)
@@ -617,7 +619,11 @@ class RunAttempt:
                 # Set aside (consumed at seq -1), never fatal: a sender's bad payload must not
                 # end the run. The journal keeps it for operators.
                 log.warning(
-                    "Workflow signal does not validate; set aside",
+                    "Workflow signal %s does not validate; set aside: run id %r, signal id %r: %s",
+                    name,
+                    self.run_id,
+                    found.signal_id,
+                    exc,
                     extra={"run_id": self.run_id, "signal_id": found.signal_id, "error": str(exc)},
                 )
                 rejected.append((found.signal_id, -1))
@@ -689,7 +695,12 @@ class RunAttempt:
             except Exception as exc:
                 cause = f"{type(exc).__name__}: {exc}"
                 log.info(
-                    "Workflow step attempt failed",
+                    "Workflow step attempt failed: step %s of run id %r, attempt %d of %d: %s",
+                    name,
+                    self.run_id,
+                    attempt,
+                    attempts,
+                    cause,
                     extra={"run_id": self.run_id, "step": name, "attempt": attempt},
                 )
                 if attempt < attempts:
