@@ -288,7 +288,7 @@ class JobCancelled(AkterError):
     """A workflow's job step was cancelled.
 
     Attributes:
-        report: What is known of the job (``akter.Cancelled``): its outcome (``Succeeded``,
+        report: What is known of the job (``akter.jobs.Cancelled``): its outcome (``Succeeded``,
             ``Failed`` or ``Unknown``) and ``ambiguous``.
     """
 

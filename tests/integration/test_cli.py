@@ -37,7 +37,7 @@ from akter.cli.jobs import _show
 AKTER = str(Path(sys.executable).parent / "akter")
 
 APP = """
-import asyncio, os, akter
+import asyncio, os, akter, akter.jobs
 from pydantic import BaseModel
 
 class S(BaseModel):
@@ -93,7 +93,7 @@ class Counter(akter.Actor[S], access=akter.public):
         self.state.n += k
 
     @churn.on_cancelled
-    async def churn_cancelled(self, report: akter.Cancelled[Job, int]) -> None:
+    async def churn_cancelled(self, report: akter.jobs.Cancelled[Job, int]) -> None:
         self.state.n -= 1
 
 runtime = akter.Runtime(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 import akter
 import akter.http
+import akter.jobs
 from akter._engine.jobs.progress import ProgressStreams
 from akter._ids import mint_command_id
 from akter.http.problems import status_of
@@ -74,7 +75,7 @@ class Ender(akter.Actor[Log], access=akter.public):
         self.state.routes.append("dead_letter")
 
     @work.on_cancelled
-    async def work_cancelled(self, report: akter.Cancelled[Mode, int]) -> None:
+    async def work_cancelled(self, report: akter.jobs.Cancelled[Mode, int]) -> None:
         self.state.routes.append("cancelled")
 
     @akter.job(attempts=1, timeout=20)

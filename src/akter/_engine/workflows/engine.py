@@ -52,7 +52,7 @@ from akter.callers import ActorRef, Caller, System, caller_from_json, caller_to_
 from akter.errors import ActorError, DeclaredError, InjectedCrash, WorkflowCancelled
 from akter.workflows import (
     WorkflowContext,
-    WorkflowError,
+    WorkflowFailure,
     WorkflowMember,
     WorkflowRun,
 )
@@ -305,7 +305,7 @@ class WorkflowEngine:
                 attempt,
                 member,
                 "failed",
-                error=WorkflowError(
+                error=WorkflowFailure(
                     type="InvalidResult",
                     message=f"The workflow's return value cannot be stored: {exc}",
                 ),
@@ -328,7 +328,7 @@ class WorkflowEngine:
             await self.gateway.release(claimed.run, claimed.token, delay, why[:500])
 
     async def _end_diverged(self, claimed: Claimed, message: str) -> None:
-        error = WorkflowError(type="Diverged", message=message).model_dump_json()
+        error = WorkflowFailure(type="Diverged", message=message).model_dump_json()
         with contextlib.suppress(psycopg.Error, OSError):
             if await self.gateway.finish(claimed.run, claimed.token, "diverged", error=error):
                 log.warning(
@@ -346,7 +346,7 @@ class WorkflowEngine:
         status: str,
         *,
         result: Any = None,
-        error: WorkflowError | None = None,
+        error: WorkflowFailure | None = None,
     ) -> None:
         claimed = attempt.claimed
         records = await attempt.handover()
@@ -592,12 +592,12 @@ async def _halting(attempt: RunAttempt, body: Coroutine[Any, Any, Any]) -> Any:
     return value
 
 
-def _error_of(exc: BaseException) -> WorkflowError:
+def _error_of(exc: BaseException) -> WorkflowFailure:
     if isinstance(exc, DeclaredError):
-        return WorkflowError(
+        return WorkflowFailure(
             type=type(exc).__name__, message=str(exc), tag=type(exc).tag, fields=exc.fields
         )
-    return WorkflowError(type=type(exc).__name__, message=str(exc)[:4000])
+    return WorkflowFailure(type=type(exc).__name__, message=str(exc)[:4000])
 
 
 __all__ = ["WorkflowEngine", "is_workflow_command", "run_id_of"]
@@ -619,7 +619,7 @@ def _fields(claimed: Claimed) -> dict[str, Any]:
     }
 
 
-def _log_end(claimed: Claimed, status: str, error: WorkflowError | None) -> None:
+def _log_end(claimed: Claimed, status: str, error: WorkflowFailure | None) -> None:
     """A failed run warns with its error; a cancelled one is told at INFO, a completed at DEBUG."""
     fields = _fields(claimed) | {"status": status}
     if status == "failed" and error is not None:
