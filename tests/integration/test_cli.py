@@ -196,6 +196,8 @@ def test_inspect_missing_actor_and_bad_targets(project: dict[str, str]) -> None:
     assert bad.returncode == 1 and "Cannot import" in bad.stderr
     worker = run(project, "worker", "cliapp:runtime", "--jobs", "Counter.nope")
     assert worker.returncode == 1 and "Unknown jobs" in worker.stderr
+    loud = run(project, "worker", "cliapp:runtime", "--log-level", "LOUD")
+    assert loud.returncode == 1 and "--log-level: Unknown log level 'LOUD'" in loud.stderr
 
 
 async def test_dead_letters_list_show_retry_discard(project: dict[str, str]) -> None:
