@@ -114,6 +114,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import akter
+import akter.jobs
 from akter._store.embedded import EmbeddedPostgres, default_data_dir
 from akter.actor import definition_of
 from akter.schedules import next_fire
@@ -1019,11 +1020,11 @@ async def call_provider(call: akter.JobCall, payment: Payment) -> Charged:
     return Charged(payment_id=payment.payment_id, charge_id=str(charge_id), attempt=call.attempt)
 
 
-def cancelled_outcome(job_id: str, report: akter.Cancelled[Payment, Charged]) -> Outcome:
+def cancelled_outcome(job_id: str, report: akter.jobs.Cancelled[Payment, Charged]) -> Outcome:
     outcome = report.outcome
     detail = (
         f"Succeeded: {outcome.value.charge_id}"
-        if isinstance(outcome, akter.Succeeded)
+        if isinstance(outcome, akter.jobs.Succeeded)
         else f"{outcome.kind}: {outcome.cause}"
     )
     return Outcome(
@@ -1100,7 +1101,7 @@ class Customer(akter.Actor[Wallet]):
         self.state.outcomes.append(dead_outcome(self.command_id, letter))
 
     @charge.on_cancelled
-    async def charge_cancelled(self, report: akter.Cancelled[Payment, Charged]) -> None:
+    async def charge_cancelled(self, report: akter.jobs.Cancelled[Payment, Charged]) -> None:
         self.state.outcomes.append(cancelled_outcome(self.command_id, report))
 
     # --- bank transfers: a long timeout (beyond the lease), two attempts, uncapped ------------
@@ -1118,7 +1119,7 @@ class Customer(akter.Actor[Wallet]):
         self.state.outcomes.append(dead_outcome(self.command_id, letter))
 
     @transfer.on_cancelled
-    async def transfer_cancelled(self, report: akter.Cancelled[Payment, Charged]) -> None:
+    async def transfer_cancelled(self, report: akter.jobs.Cancelled[Payment, Charged]) -> None:
         self.state.outcomes.append(cancelled_outcome(self.command_id, report))
 
 

@@ -1,9 +1,11 @@
 """akter inside a FastAPI service: shopping carts as durable actors.
 
-The FastAPI app owns the process: its lifespan starts and drains the akter ``Runtime``, it mounts
-``akter.http.app`` under ``/akter`` (commands, queries, event feeds, OpenAPI, docs — with the
-same bearer tokens), and its own routes call the same actors in-process with the caller taken
-from the token. Run it with an HS256 secret and a database (none: an embedded PostgreSQL)::
+The FastAPI app owns the process: its lifespan starts and drains the akter ``Runtime``;
+``akter.http.fastapi.install`` serves akter's routes under ``/akter`` (commands, queries, event
+feeds — with the same bearer tokens) in the app's one OpenAPI document (``/openapi.json``,
+``/docs``), and answers akter's errors raised in the app's own routes with akter's problem+json.
+Its own routes call the same actors in-process with the caller taken from the token. Run it
+with an HS256 secret and a database (none: an embedded PostgreSQL)::
 
     SHOP_JWT_SECRET=... uvicorn --factory examples.fastapi_service:create_app
 
@@ -27,11 +29,11 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 import akter
 import akter.http
+import akter.http.fastapi
 
 # --- the actor --------------------------------------------------------------------------------
 
@@ -125,7 +127,7 @@ def create_app(
     schema: str = "akter",
     jwt_secret: str | None = None,
 ) -> FastAPI:
-    """The service: FastAPI routes plus akter mounted at ``/akter``, sharing one runtime.
+    """The service: FastAPI routes plus akter's under ``/akter``, sharing one runtime.
 
     Args:
         database_url: PostgreSQL URL (default ``$AKTER_DATABASE_URL``, else embedded).
@@ -146,20 +148,8 @@ def create_app(
     api = FastAPI(title="shop", lifespan=lifespan)
     api.state.runtime = runtime
     api.state.auth = auth
-    api.mount("/akter", akter.http.app(runtime, auth=auth, title="shop actors"))
-
-    @api.exception_handler(akter.ActorError)
-    async def actor_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, akter.ActorError)
-        return JSONResponse(
-            {"reason": exc.reason, "code": exc.code, "detail": exc.message},
-            status_code=exc.status,
-        )
-
-    @api.exception_handler(akter.DeclaredError)
-    async def declared_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, akter.DeclaredError)
-        return JSONResponse({"error": type(exc).tag, "fields": exc.fields}, status_code=422)
+    # akter's routes under /akter in this app's OpenAPI document, and its problem+json errors.
+    akter.http.fastapi.install(api, runtime, auth=auth, prefix="/akter")
 
     @api.get("/health")
     async def health() -> dict[str, str]:

@@ -6,6 +6,7 @@ An actor is ``(tenant, type, id)`` with durable state; every command runs as one
 
 import logging
 
+from akter import jobs as _jobs
 from akter._drain import DrainReport
 from akter._evolution import migrate_state
 from akter._policy import Policy
@@ -32,28 +33,49 @@ from akter.errors import (
     WorkflowFailed,
 )
 from akter.events import EventRecord, EventStream
-from akter.jobs import (
-    Cancelled,
-    DeadLetter,
-    Failed,
-    Job,
-    JobCall,
-    Rate,
-    Succeeded,
-    Unknown,
-    job,
-)
+from akter.jobs import DeadLetter, Job, JobCall, Rate, job
 from akter.operators.outbox import ParkedRow
 from akter.runtime import Runtime
 from akter.schedules import schedule
 from akter.workflows import (
     Workflow,
-    WorkflowError,
+    WorkflowFailure,
     WorkflowOutcome,
     WorkflowRun,
     WorkflowStatus,
     workflow,
 )
+
+# Exported errors print under the name users import them by (``akter.ActorError`` in a
+# traceback, not ``akter.errors.ActorError``).
+for _error in (
+    ActorError,
+    AkterError,
+    CapabilityEscaped,
+    ConfigurationError,
+    DeclaredError,
+    DefinitionError,
+    DrainError,
+    JobCancelled,
+    JobDeadLettered,
+    JobFailure,
+    ReadOnlyError,
+    StepFailed,
+    WorkflowCancelled,
+    WorkflowDiverged,
+    WorkflowFailed,
+):
+    _error.__module__ = "akter"
+del _error
+
+# Former spellings, kept importable for code written against them and left out of ``__all__``:
+# the job outcome types live in ``akter.jobs`` (``akter.jobs.Cancelled``, ``Succeeded``,
+# ``Failed``, ``Unknown``), and ``WorkflowError`` is now ``WorkflowFailure`` (a record).
+Cancelled = _jobs.Cancelled
+Succeeded = _jobs.Succeeded
+Failed = _jobs.Failed
+Unknown = _jobs.Unknown
+WorkflowError = WorkflowFailure
 
 # A library never configures logging; without a handler set up by the application, records are
 # dropped rather than printed (the application decides).
@@ -67,7 +89,6 @@ __all__ = [
     "AkterError",
     "Anonymous",
     "Caller",
-    "Cancelled",
     "CapabilityEscaped",
     "CheckReport",
     "ConfigurationError",
@@ -80,7 +101,6 @@ __all__ = [
     "Event",
     "EventRecord",
     "EventStream",
-    "Failed",
     "Finding",
     "Job",
     "JobCall",
@@ -94,15 +114,13 @@ __all__ = [
     "ReadOnlyError",
     "Runtime",
     "StepFailed",
-    "Succeeded",
     "System",
-    "Unknown",
     "User",
     "Workflow",
     "WorkflowCancelled",
     "WorkflowDiverged",
-    "WorkflowError",
     "WorkflowFailed",
+    "WorkflowFailure",
     "WorkflowOutcome",
     "WorkflowRun",
     "WorkflowStatus",

@@ -147,7 +147,13 @@ def _log_once(tag: str, klass: type[Event], version: int, problem: str, detail: 
         return
     _LOGGED.add(key)
     log.warning(
-        "Stored event returned raw: this code cannot decode it",
+        "Stored event returned raw: this code cannot decode it: event %s (class %s) at version "
+        "%s, this code's is %s: %s",
+        tag,
+        klass.__qualname__,
+        version,
+        klass.event_version,
+        problem,
         extra={
             "tag": tag,
             "event_class": klass.__qualname__,

@@ -37,24 +37,6 @@ Reason = Literal[
     "StateTooNew",
 ]
 
-#: HTTP status per reason (semantics §2.9); ``Unauthorized`` depends on its code.
-HTTP_STATUS: dict[str, int] = {
-    "ActorUnavailable": 503,
-    "RunnerAtCapacity": 503,
-    "Timeout": 504,
-    "InvalidCommandId": 400,
-    "CommandConflict": 409,
-    "CommandExpired": 410,
-    "NotCreated": 404,
-    "Unauthorized": 403,
-    "InvalidInput": 400,
-    "Defect": 500,
-    "UnknownCursor": 400,
-    "RetentionGap": 410,
-    "LeaseLost": 409,
-    "StateTooNew": 503,
-}
-
 
 class AkterError(Exception):
     """Base class of every error raised by akter."""
@@ -123,32 +105,6 @@ class ActorError(AkterError):
         self.retry_after = retry_after
         self.command_id = command_id
         self.field = field
-
-    @property
-    def status(self) -> int:
-        """The HTTP status this error maps to."""
-        if self.reason == "Unauthorized":
-            return (
-                401
-                if self.code in ("missing_credentials", "invalid_credentials", "expired")
-                else 403
-            )
-        if self.reason == "InvalidInput" and self.code in ("body_too_large",):
-            return 413
-        if self.reason == "InvalidInput" and self.code == "unsupported_media_type":
-            return 415
-        if self.reason == "InvalidInput" and self.code == "body_timeout":
-            return 408
-        if self.reason == "InvalidInput" and self.code in (
-            "unknown_type",
-            "unknown_member",
-            "unknown_job",
-            "unknown_workflow_run",
-        ):
-            return 404
-        if self.reason == "InvalidInput" and self.code == "workflow_finished":
-            return 409
-        return HTTP_STATUS[self.reason]
 
     def __repr__(self) -> str:
         return f"ActorError({self.reason!r}, {self.message!r}, code={self.code!r})"
@@ -332,7 +288,7 @@ class JobCancelled(AkterError):
     """A workflow's job step was cancelled.
 
     Attributes:
-        report: What is known of the job (``akter.Cancelled``): its outcome (``Succeeded``,
+        report: What is known of the job (``akter.jobs.Cancelled``): its outcome (``Succeeded``,
             ``Failed`` or ``Unknown``) and ``ambiguous``.
     """
 

@@ -473,3 +473,19 @@ def job(
         return Job(fn, options)
 
     return typing.cast(JobDecorator, declare)
+
+
+__all__ = [
+    "Cancelled",
+    "DeadLetter",
+    "Duration",
+    "Failed",
+    "Job",
+    "JobCall",
+    "JobDecorator",
+    "JobOptions",
+    "Rate",
+    "Succeeded",
+    "Unknown",
+    "job",
+]

@@ -53,16 +53,21 @@ FinalStatus = Literal["completed", "failed", "cancelled"]
 DEFAULT_TIMEOUT_MS = 30 * 24 * 3600 * 1000
 
 
-class WorkflowError(BaseModel):
-    """What escaped a failed (or cancelled) run: the exception's class and message.
+class WorkflowFailure(BaseModel):
+    """The record of what escaped a failed (or cancelled) run: the exception's class and message.
 
-    ``tag`` and ``fields`` are set for a declared error (``akter.DeclaredError``).
+    ``tag`` and ``fields`` are set for a declared error (``akter.DeclaredError``). A record, not
+    an exception: ``await run.result()`` raises :class:`akter.WorkflowFailed` built from it.
     """
 
     type: str
     message: str
     tag: str | None = None
     fields: dict[str, Any] | None = None
+
+
+#: The former name of :class:`WorkflowFailure` (it read like an exception), kept as an alias.
+WorkflowError = WorkflowFailure
 
 
 class WorkflowOutcome(BaseModel, Generic[T]):
@@ -72,7 +77,7 @@ class WorkflowOutcome(BaseModel, Generic[T]):
     workflow: str
     status: FinalStatus
     result: T | None = None
-    error: WorkflowError | None = None
+    error: WorkflowFailure | None = None
 
 
 class StepRecordView(BaseModel):
@@ -100,7 +105,7 @@ class WorkflowStatus(BaseModel):
     cancel_requested: bool = False
     attempts: int
     result: Any = None
-    error: WorkflowError | None = None
+    error: WorkflowFailure | None = None
     started_at_ms: int
     updated_at_ms: int
     finished_at_ms: int | None = None
@@ -634,7 +639,7 @@ __all__ = [
     "StepRecordView",
     "Workflow",
     "WorkflowContext",
-    "WorkflowError",
+    "WorkflowFailure",
     "WorkflowMember",
     "WorkflowOutcome",
     "WorkflowRun",

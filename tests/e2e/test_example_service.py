@@ -6,8 +6,10 @@ talks to the mount, the service's own routes call the same actors in-process as 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import psycopg
@@ -93,13 +95,14 @@ async def test_example_access_policy_and_declared_errors(shop: str) -> None:
         mounted = await http.post("/akter/actors/Cart/alice/queries/contents", json={})
         assert_problem(mounted, 401, "Unauthorized", "missing_credentials")
 
-        # The mount's own documents and feeds work under the prefix.
-        spec = (await http.get("/akter/openapi.json")).json()
-        assert spec["info"]["title"] == "shop actors"
-        assert "/actors/Cart/{id}/add" in spec["paths"]
-        assert (await http.get("/akter/docs")).status_code == 200
+        # One document: the service's describes akter's routes too; the mount serves none.
         service_spec = (await http.get("/openapi.json")).json()
+        assert service_spec["info"]["title"] == "shop"
         assert "/carts/{cart_id}/summary" in service_spec["paths"]
+        assert "/akter/actors/Cart/{id}/add" in service_spec["paths"]
+        assert (await http.get("/akter/openapi.json")).status_code == 404
+        assert (await http.get("/akter/docs")).status_code == 404
+        # The mount's feeds work under the prefix.
         async with http.stream(
             "GET", "/akter/actors/Cart/alice/events", headers=bearer(alice)
         ) as response:
@@ -109,3 +112,84 @@ async def test_example_access_policy_and_declared_errors(shop: str) -> None:
             ("2", "shop.CheckedOut"),
         ]
         assert frames[1].json()["event"] == {"items": 1}
+
+
+def refs(node: Any) -> set[str]:
+    """Every ``$ref`` in an OpenAPI document."""
+    if isinstance(node, dict):
+        found = {node["$ref"]} if isinstance(node.get("$ref"), str) else set()
+        return found.union(*(refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(refs(v) for v in node))
+    return set()
+
+
+async def test_one_openapi_document_and_one_docs_page_describe_the_service_and_akter(
+    shop: str,
+) -> None:
+    async with httpx.AsyncClient(base_url=shop) as http:
+        spec = (await http.get("/openapi.json")).json()
+        docs = await http.get("/docs")
+    paths = spec["paths"]
+    # The service's own routes and every akter route, under its prefix, in one document.
+    assert {"/health", "/carts/{cart_id}/summary", "/carts/{cart_id}/reorder"} <= set(paths)
+    assert {
+        "/akter/actors/Cart/{id}/add",
+        "/akter/actors/Cart/{id}/checkout",
+        "/akter/actors/Cart/{id}/queries/contents",
+        "/akter/actors/Cart/{id}/events",
+        "/akter/command-ids",
+        "/akter/ready",
+    } <= set(paths)
+    assert not [p for p in paths if p.startswith("/akter/openapi") or p == "/akter/docs"]
+    # akter's schemas and its bearer scheme came along: every reference resolves.
+    components = spec["components"]
+    assert "Problem" in components["schemas"] and components["securitySchemes"]
+    for ref in refs(spec):
+        section, name = re.fullmatch(r"#/components/(\w+)/(.+)", ref).groups()  # type: ignore[union-attr]
+        assert name in components[section], ref
+    add = paths["/akter/actors/Cart/{id}/add"]["post"]
+    assert add["responses"]["422"]["content"]["application/problem+json"]
+    # FastAPI's one docs page reads that document.
+    assert docs.status_code == 200 and "/openapi.json" in docs.text
+
+
+async def test_the_service_routes_answer_errors_with_akters_problem_bodies(shop: str) -> None:
+    alice, bob = token("alice"), token("bob")
+    async with httpx.AsyncClient(base_url=shop) as http:
+        # A refusal in a service route (an in-process query) and over akter's own route.
+        for headers, status, code in (
+            (bearer(bob), 403, "access_denied"),
+            ({}, 401, "missing_credentials"),
+        ):
+            service = await http.get("/carts/alice/summary", headers=headers)
+            mounted = await http.post(
+                "/akter/actors/Cart/alice/queries/contents", json={}, headers=headers
+            )
+            body = assert_problem(service, status, "Unauthorized", code)
+            assert assert_problem(mounted, status, "Unauthorized", code) == body
+            assert body["type"] == "/reference/errors/#unauthorized"
+            assert service.headers.get("www-authenticate") == mounted.headers.get(
+                "www-authenticate"
+            )
+        # A declared error in a service route (an in-process command) and over akter's route.
+        as_alice = bearer(alice)
+        assert (await http.post("/carts/alice/reorder", json=["fig"], headers=as_alice)).json()
+        cid = (await http.post("/akter/command-ids", headers=as_alice)).json()["command_id"]
+        closed = await http.post(
+            "/akter/actors/Cart/alice/checkout",
+            json={},
+            headers={**as_alice, "Idempotency-Key": cid},
+        )
+        assert closed.status_code == 200, closed.text
+        service = await http.post("/carts/alice/reorder", json=["pear"], headers=as_alice)
+        cid = (await http.post("/akter/command-ids", headers=as_alice)).json()["command_id"]
+        mounted = await http.post(
+            "/akter/actors/Cart/alice/add",
+            json={"sku": "pear"},
+            headers={**as_alice, "Idempotency-Key": cid},
+        )
+        body = assert_problem(service, 422, "DeclaredError")
+        assert assert_problem(mounted, 422, "DeclaredError") == body
+        assert (body["error"], body["fields"]) == ("shop.CartClosed", {"cart": "alice"})
+        assert body["type"] == "/reference/errors/#declarederror"

@@ -28,6 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field
 
 import akter
+import akter.jobs
 from tests._support.citus import ON_CITUS, trigger_refused
 
 #: Seconds a ``Crowd`` job tagged ``long`` holds: a call the caps drill can kill surely mid-call.
@@ -243,7 +244,7 @@ class Worker(akter.Actor[Log], access=akter.public):
         )
 
     @charge.on_cancelled
-    async def charge_cancelled(self, report: akter.Cancelled[Work, int]) -> None:
+    async def charge_cancelled(self, report: akter.jobs.Cancelled[Work, int]) -> None:
         self.state.reports.append(
             {"route": "cancelled", "id": self.command_id, **report.model_dump(mode="json")}
         )

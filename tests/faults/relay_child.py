@@ -45,7 +45,7 @@ class RetryLines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         """Report one failed delivery."""
-        if record.getMessage() == RETRY_MESSAGE:
+        if record.getMessage().partition(": ")[0] == RETRY_MESSAGE:
             say(f"RETRIED {getattr(record, 'intent_id', '?')} {getattr(record, 'attempts', '?')}")
 
 

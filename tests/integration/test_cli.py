@@ -37,7 +37,7 @@ from akter.cli.jobs import _show
 AKTER = str(Path(sys.executable).parent / "akter")
 
 APP = """
-import asyncio, os, akter
+import asyncio, os, akter, akter.jobs
 from pydantic import BaseModel
 
 class S(BaseModel):
@@ -93,7 +93,7 @@ class Counter(akter.Actor[S], access=akter.public):
         self.state.n += k
 
     @churn.on_cancelled
-    async def churn_cancelled(self, report: akter.Cancelled[Job, int]) -> None:
+    async def churn_cancelled(self, report: akter.jobs.Cancelled[Job, int]) -> None:
         self.state.n -= 1
 
 runtime = akter.Runtime(
@@ -196,6 +196,8 @@ def test_inspect_missing_actor_and_bad_targets(project: dict[str, str]) -> None:
     assert bad.returncode == 1 and "Cannot import" in bad.stderr
     worker = run(project, "worker", "cliapp:runtime", "--jobs", "Counter.nope")
     assert worker.returncode == 1 and "Unknown jobs" in worker.stderr
+    loud = run(project, "worker", "cliapp:runtime", "--log-level", "LOUD")
+    assert loud.returncode == 1 and "--log-level: Unknown log level 'LOUD'" in loud.stderr
 
 
 async def test_dead_letters_list_show_retry_discard(project: dict[str, str]) -> None:

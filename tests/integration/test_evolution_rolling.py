@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 import akter
 from akter._evolution import declared_paths
+from akter.http.problems import status_of
 from akter.testing import ActorTest
 from tests._support.polling import until
 
@@ -129,7 +130,7 @@ async def test_EVO_04_an_older_runner_answers_a_row_with_an_added_field_StateToo
             await old.call(PadV1, "p", "bump", {}, command_id=cid, retry=False)
         error = info.value
         assert error.reason == "StateTooNew" and error.retryable, error
-        assert error.retry_after is not None and error.status == 503
+        assert error.retry_after is not None and status_of(error) == 503
         assert "Pad/'p'" in error.message and "'note'" in error.message
         assert await snapshot(t) == before
         # The caller's retry with the same id reaches the newer runner and applies once.

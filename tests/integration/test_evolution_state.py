@@ -22,7 +22,7 @@ import akter
 from akter._engine.turn.too_new import TooNewWarnings
 from akter._evolution import StateDecodeError
 from akter._members import ActorDefinition
-from akter.http.problems import from_actor_error
+from akter.http.problems import from_actor_error, status_of
 from akter.testing import ActorTest
 from tests._support import until_pending
 from tests._support.polling import until
@@ -404,7 +404,7 @@ async def test_EVO_04_an_older_runner_refuses_a_newer_row_and_a_newer_runner_ser
                 await old.call(OldTier, "x", "bump", {}, command_id=cid, retry=False)
             error = info.value
             assert error.reason == "StateTooNew" and error.retryable
-            assert error.retry_after == 1.0 and error.status == 503
+            assert error.retry_after == 1.0 and status_of(error) == 503
             assert "Tier/'x'" in error.message and "version 2" in error.message
         with pytest.raises(akter.ActorError) as queried:
             await old.get(OldTier, "x").show()

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 import akter
 import akter.http
+from akter.http.problems import status_of
 from akter.testing import ActorTest
 
 Make = Callable[..., ActorTest]
@@ -66,7 +67,7 @@ def http(t: ActorTest) -> httpx.AsyncClient:
 
 
 def assert_named_internal(exc: akter.ActorError, name: str) -> None:
-    assert (exc.reason, exc.code, exc.status) == ("InvalidInput", "unknown_member", 404)
+    assert (exc.reason, exc.code, status_of(exc)) == ("InvalidInput", "unknown_member", 404)
     assert f"Vault.{name} is internal" in exc.message, exc.message
 
 

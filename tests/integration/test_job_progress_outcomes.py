@@ -20,8 +20,10 @@ from pydantic import BaseModel, Field
 
 import akter
 import akter.http
+import akter.jobs
 from akter._engine.jobs.progress import ProgressStreams
 from akter._ids import mint_command_id
+from akter.http.problems import status_of
 from akter.testing import ActorTest
 from tests._support import until
 
@@ -73,7 +75,7 @@ class Ender(akter.Actor[Log], access=akter.public):
         self.state.routes.append("dead_letter")
 
     @work.on_cancelled
-    async def work_cancelled(self, report: akter.Cancelled[Mode, int]) -> None:
+    async def work_cancelled(self, report: akter.jobs.Cancelled[Mode, int]) -> None:
         self.state.routes.append("cancelled")
 
     @akter.job(attempts=1, timeout=20)
@@ -106,7 +108,7 @@ async def test_a_job_that_never_existed_is_refused_in_process_and_over_http(
         with pytest.raises(akter.ActorError) as refused:
             await anext(aiter(t.get(Ender, "a").progress(never)))
         assert (refused.value.reason, refused.value.code) == ("InvalidInput", "unknown_job")
-        assert refused.value.status == 404 and never in refused.value.message
+        assert status_of(refused.value) == 404 and never in refused.value.message
         transport = httpx.ASGITransport(akter.http.app(t.runtime))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
             answer = await http.get(f"/actors/Ender/a/jobs/{never}/progress")

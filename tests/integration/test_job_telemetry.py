@@ -70,7 +70,7 @@ async def settle_all(t: ActorTest) -> None:
 
 
 def records(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.getMessage() == message]
+    return [r for r in caplog.records if r.getMessage().partition(": ")[0] == message]
 
 
 def fields(record: logging.LogRecord) -> tuple[Any, ...]:

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 import akter
+import akter.jobs
 from akter.testing.provider import FakeProvider
 
 #: The provider every executor below calls; reset by the tests' fixture.
@@ -95,7 +96,7 @@ class Shop(akter.Actor[Book], access=akter.public):
         )
 
     @charge.on_cancelled
-    async def charge_cancelled(self, report: akter.Cancelled[Charge, int]) -> None:
+    async def charge_cancelled(self, report: akter.jobs.Cancelled[Charge, int]) -> None:
         self.state.reports.append(
             {"route": "cancelled", "id": self.command_id, **report.model_dump(mode="json")}
         )
@@ -187,7 +188,7 @@ class Hot(akter.Actor[Book], access=akter.public):
         )
 
     @one.on_cancelled
-    async def one_cancelled(self, report: akter.Cancelled[Charge, int]) -> None:
+    async def one_cancelled(self, report: akter.jobs.Cancelled[Charge, int]) -> None:
         self.state.reports.append(
             {"route": "cancelled", "id": self.command_id, **report.model_dump(mode="json")}
         )
@@ -233,7 +234,7 @@ class Rejecting(akter.Actor[Book], access=akter.public):
         )
 
     @measure.on_cancelled
-    async def measure_cancelled(self, report: akter.Cancelled[Charge, float]) -> None:
+    async def measure_cancelled(self, report: akter.jobs.Cancelled[Charge, float]) -> None:
         self.state.reports.append(
             {"route": "cancelled", "id": self.command_id, **report.model_dump(mode="json")}
         )

@@ -23,6 +23,7 @@ import akter
 import akter.http
 from akter._ids import mint_command_id
 from akter.http.auth import Identity
+from akter.http.problems import status_of
 from akter.testing import ActorTest
 from tests._support import until
 
@@ -92,7 +93,7 @@ async def test_progress_of_another_tenants_job_is_unknown(akter_test: Make) -> N
             refusals[name] = (
                 error.reason,
                 error.code,
-                error.status,
+                status_of(error),
                 _blank(error.message.replace("'v1'", "'v2'"), job_id, never),
             )
             assert hub.subscribers(job_id) == 0, name

@@ -33,6 +33,7 @@ import akter
 from akter._engine.turn import writes
 from akter.context import LoopLease
 from akter.handles import FencedRuntime
+from akter.http.problems import status_of
 from akter.runtime import Runtime
 from akter.testing import ActorTest
 from tests._support.citus import ON_CITUS
@@ -172,7 +173,7 @@ async def run_acquire(t: ActorTest, cur: Any, params: dict[str, Any]) -> None:
 def lease_lost(result: object) -> akter.ActorError:
     assert isinstance(result, akter.ActorError), result
     assert result.reason == "LeaseLost" and not result.retryable, result
-    assert result.status == 409
+    assert status_of(result) == 409
     assert result.command_id is not None
     return result
 

@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
+import akter.jobs
 from akter.testing import ActorTest
 from tests._support import until
 
@@ -96,7 +97,7 @@ class Provider(akter.Actor[Tally], access=akter.public):
         return _blocked(call, item)
 
     @slow.on_cancelled
-    async def slow_cancelled(self, report: akter.Cancelled[Item, str]) -> None:
+    async def slow_cancelled(self, report: akter.jobs.Cancelled[Item, str]) -> None:
         self.state.cancelled.append(type(report.outcome).__name__)
 
     @akter.query

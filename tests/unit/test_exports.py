@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+from types import ModuleType
+
+import pytest
 
 import akter
+import akter.jobs
 import akter.testing
+import akter.workflows
 
 AKTER_ALL = [
     "Actor",
@@ -15,7 +20,6 @@ AKTER_ALL = [
     "AkterError",
     "Anonymous",
     "Caller",
-    "Cancelled",
     "CapabilityEscaped",
     "CheckReport",
     "ConfigurationError",
@@ -28,7 +32,6 @@ AKTER_ALL = [
     "Event",
     "EventRecord",
     "EventStream",
-    "Failed",
     "Finding",
     "Job",
     "JobCall",
@@ -42,15 +45,13 @@ AKTER_ALL = [
     "ReadOnlyError",
     "Runtime",
     "StepFailed",
-    "Succeeded",
     "System",
-    "Unknown",
     "User",
     "Workflow",
     "WorkflowCancelled",
     "WorkflowDiverged",
-    "WorkflowError",
     "WorkflowFailed",
+    "WorkflowFailure",
     "WorkflowOutcome",
     "WorkflowRun",
     "WorkflowStatus",
@@ -64,6 +65,67 @@ AKTER_ALL = [
     "query",
     "schedule",
     "workflow",
+]
+
+JOBS_ALL = [
+    "Cancelled",
+    "DeadLetter",
+    "Duration",
+    "Failed",
+    "Job",
+    "JobCall",
+    "JobDecorator",
+    "JobOptions",
+    "Rate",
+    "Succeeded",
+    "Unknown",
+    "job",
+]
+
+WORKFLOWS_ALL = [
+    "FinalStatus",
+    "RunOps",
+    "RunStatus",
+    "StepDriver",
+    "StepRecordView",
+    "Workflow",
+    "WorkflowContext",
+    "WorkflowFailure",
+    "WorkflowMember",
+    "WorkflowOutcome",
+    "WorkflowRun",
+    "WorkflowStarter",
+    "WorkflowStatus",
+    "signal_name",
+    "workflow",
+]
+
+#: Former top-level spellings, still importable, out of ``__all__``: name -> where it lives now.
+FORMER = {
+    "Cancelled": akter.jobs.Cancelled,
+    "Failed": akter.jobs.Failed,
+    "Succeeded": akter.jobs.Succeeded,
+    "Unknown": akter.jobs.Unknown,
+    "WorkflowError": akter.workflows.WorkflowFailure,
+}
+
+#: The exported errors: each prints as ``akter.<Name>``.
+ERRORS = [
+    "ActorError",
+    "AkterError",
+    "CapabilityEscaped",
+    "ConfigurationError",
+    "DeclaredError",
+    "DefinitionError",
+    "DrainError",
+    "JobCancelled",
+    "JobDeadLettered",
+    "JobFailure",
+    "ReadOnlyError",
+    "StepFailed",
+    "WorkflowCancelled",
+    "WorkflowDiverged",
+    "WorkflowFailed",
 ]
 
 TESTING_ALL = ["ActorTest", "Hooks", "Inspection", "ManualClock", "POINTS", "Pause"]
@@ -92,18 +154,40 @@ def test_akter_exports_are_documented_public_objects() -> None:
         if name == "Caller":  # a type alias: User | Anonymous | System
             continue
         assert (value.__doc__ or "").strip(), f"akter.{name} has no docstring"
+        if name in ERRORS:
+            assert value.__module__ == "akter", (name, value.__module__)
+            continue
         assert value.__module__.startswith("akter."), (name, value.__module__)
         assert not value.__module__.startswith("akter._engine"), name
 
 
 def test_every_error_derives_from_the_root() -> None:
     suffixes = ("Error", "Escaped", "Failure", "Failed", "Cancelled", "Diverged", "DeadLettered")
-    # WorkflowError is a model (what escaped a run); Cancelled and Failed are job route models.
-    models = {"WorkflowError", "Cancelled", "Failed"}
-    errors = [getattr(akter, n) for n in AKTER_ALL if n.endswith(suffixes) and n not in models]
-    assert len(errors) == 15
-    for error in errors:
+    # WorkflowFailure is a model: the record of what escaped a run.
+    errors = [n for n in AKTER_ALL if n.endswith(suffixes) and n != "WorkflowFailure"]
+    assert errors == ERRORS
+    for name in errors:
+        error = getattr(akter, name)
         assert issubclass(error, akter.AkterError), error
+        assert f"{error.__module__}.{error.__qualname__}" == f"akter.{name}"
+
+
+@pytest.mark.parametrize(
+    ("module", "pinned"), [(akter.jobs, JOBS_ALL), (akter.workflows, WORKFLOWS_ALL)]
+)
+def test_submodule_exports_are_pinned(module: ModuleType, pinned: list[str]) -> None:
+    assert pinned == sorted(pinned)
+    exported: list[str] = module.__all__
+    assert sorted(exported) == pinned
+    for name in pinned:
+        assert getattr(module, name, None) is not None, name
+
+
+def test_former_names_are_aliases_outside_all() -> None:
+    for name, now in FORMER.items():
+        assert getattr(akter, name) is now, name
+        assert name not in akter.__all__, name
+    assert akter.WorkflowFailure is akter.workflows.WorkflowError
 
 
 def test_testing_exports_are_pinned() -> None:

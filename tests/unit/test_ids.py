@@ -36,6 +36,7 @@ from akter._ids import (
     validate_tenant,
 )
 from akter.errors import ActorError
+from akter.http.problems import status_of
 
 WINDOW = 86_400_000
 
@@ -146,7 +147,7 @@ def _code_of(raw: object, window_ms: int = WINDOW) -> str | None:
     error = info.value
     assert error.reason == "InvalidCommandId"
     assert error.retryable is False
-    assert error.status == 400
+    assert status_of(error) == 400
     assert error.command_id == (raw if isinstance(raw, str) else None)
     return error.code
 

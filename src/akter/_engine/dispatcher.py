@@ -144,7 +144,10 @@ class Dispatcher:
                     # An engine bug must not kill the mailbox: its other commands still run.
                     act.drop_cache()
                     log.exception(
-                        "Turn failed unexpectedly",
+                        "Turn failed unexpectedly: %s/%r (tenant %r)",
+                        act.ref.type,
+                        act.ref.id,
+                        act.ref.tenant,
                         extra={"actor": act.ref.type, "id": act.ref.id, "tenant": act.ref.tenant},
                     )
                     continue

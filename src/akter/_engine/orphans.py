@@ -203,9 +203,20 @@ class Orphans:
         if now < self._warned.get(key, float("-inf")) + WARN_EVERY_S:
             return
         self._warned[key] = now
+        what = (
+            f"actor type {orphan.actor_type!r}"
+            if orphan.kind == "actor_type"
+            else f"{orphan.kind} {orphan.name!r} of {orphan.actor_type}"
+        )
+        rows = ", ".join(f"{n} {table}" for table, n in orphan.counts.items())
         log.warning(
-            "Stored rows carry a name that no definition or alias claims; they are kept, "
-            "and nothing delivers or decodes them until a deploy claims the name",
+            "Stored rows carry a name that no definition or alias claims: %s (%srows: %s); "
+            "they are kept, and nothing delivers or decodes them until a deploy claims the "
+            "name: %s",
+            what,
+            "at least " if any(n >= COUNT_CAP for n in orphan.counts.values()) else "",
+            rows,
+            orphan.fix,
             extra={
                 "orphan_kind": orphan.kind,
                 "actor_type": orphan.actor_type,

@@ -238,7 +238,9 @@ class Runners:
             if row["ahead_ms"] > LIVE_MS:
                 log.warning(
                     "Pruned a runner whose heartbeat is ahead of the database clock "
-                    "(the clock moved back)",
+                    "(the clock moved back): runner %s, %s ms ahead",
+                    row["runner_id"],
+                    row["ahead_ms"],
                     extra={"pruned_runner_id": row["runner_id"], "skew_ms": row["ahead_ms"]},
                 )
 
@@ -339,7 +341,9 @@ class Runners:
         """Act on a lease round's answer: one row (sent at ``sent``) iff this runner owns it."""
         if rows and rows[0].get("skew_ms") is not None:
             log.warning(
-                "Took over a singleton lease ahead of the database clock (the clock moved back)",
+                "Took over a singleton lease ahead of the database clock (the clock moved back): "
+                "singleton %s",
+                lease.actor_type,
                 extra={
                     "actor_type": lease.actor_type,
                     "runner_id": self.runner_id,
@@ -375,7 +379,8 @@ class Runners:
                 left = lease.confirmed_at + (self.lease_ms - margin) / 1000 - time.monotonic()
                 if left <= 0:
                     log.warning(
-                        "Singleton lease not refreshed in time; stopping its loop",
+                        "Singleton lease not refreshed in time; stopping its loop: singleton %s",
+                        lease.actor_type,
                         extra={"actor_type": lease.actor_type},
                     )
                     lease.owned = False
@@ -388,7 +393,8 @@ class Runners:
             lease.events.append(("stopped", time.monotonic()))
             if body.done() and not body.cancelled() and body.exception() is not None:
                 log.error(
-                    "Singleton loop failed",
+                    "Singleton loop failed: singleton %s",
+                    lease.actor_type,
                     exc_info=body.exception(),
                     extra={"actor_type": lease.actor_type},
                 )

@@ -102,7 +102,12 @@ async def migrate(
                     queries["migrations_record"],
                     {"id": migration.id, "checksum": migration.checksum},
                 )
-            log.info("Applied migration", extra={"migration": migration.id})
+            log.info(
+                "Applied migration %s to schema %r",
+                migration.id,
+                queries.schema,
+                extra={"migration": migration.id},
+            )
         deployment = await _check_deployment(conn, queries, retry_window_ms, placements)
         await names_gateway.record(conn, queries, names)
         return deployment

@@ -33,6 +33,7 @@ from rich.progress import (
 
 from akter.errors import AkterError, ConfigurationError
 from akter.http.auth import AuthProvider
+from akter.logs import configure_logging
 from akter.operators.database import default_data_dir, running_url
 from akter.runtime import Runtime
 
@@ -207,6 +208,24 @@ def _takes_no_arguments(fn: Any) -> bool:
         p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         for p in signature.parameters.values()
     )
+
+
+LogLevelOption = Annotated[
+    str,
+    typer.Option(
+        "--log-level",
+        help="Print akter's log lines at this level and above (DEBUG, INFO, WARNING, ERROR) to "
+        "stderr, unless the application configured logging itself.",
+    ),
+]
+
+
+def setup_logging(level: str) -> None:
+    """``--log-level``: :func:`akter.logs.configure_logging`, a bad name refused as a refusal."""
+    try:
+        configure_logging(level)
+    except ValueError as exc:
+        raise ConfigurationError(f"--log-level: {exc}") from None
 
 
 AuthOption = Annotated[

@@ -21,10 +21,12 @@ from rich.markup import escape
 from akter.cli._common import (
     AuthOption,
     DataDirOption,
+    LogLevelOption,
     TargetArg,
     load_auth,
     load_runtime,
     refusals_exit,
+    setup_logging,
     stderr,
 )
 from akter.cli._serving import run_until_signalled, stop_on_signals
@@ -44,9 +46,11 @@ def dev(
     ),
     data_dir: DataDirOption = None,
     auth: AuthOption = None,
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run the embedded PostgreSQL and serve the runtime over HTTP until SIGINT/SIGTERM."""
     with refusals_exit():
+        setup_logging(log_level)
         runtime = load_runtime(target)
         provider = load_auth(auth) if auth is not None else None
         asyncio.run(_dev(runtime, http, data_dir or default_data_dir(), provider))

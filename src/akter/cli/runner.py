@@ -14,7 +14,15 @@ from typing import Annotated, Any
 
 import typer
 
-from akter.cli._common import AuthOption, TargetArg, load_auth, load_runtime, refusals_exit
+from akter.cli._common import (
+    AuthOption,
+    LogLevelOption,
+    TargetArg,
+    load_auth,
+    load_runtime,
+    refusals_exit,
+    setup_logging,
+)
 from akter.cli._serving import run_until_signalled
 from akter.cli._workers import Workers, adopt, bind
 from akter.errors import ConfigurationError
@@ -48,9 +56,11 @@ def serve(
             "--body-timeout", help="Seconds a request's body may take to arrive; then 408."
         ),
     ] = BODY_TIMEOUT,
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run a runner: turns, the relay, executors (and HTTP with --http) until SIGTERM."""
     with refusals_exit():
+        setup_logging(log_level)
         runtime = load_runtime(target)
         if auth is not None and not http:
             raise ConfigurationError("--auth needs --http (it is the HTTP auth provider).")
@@ -64,6 +74,7 @@ def serve(
                 *(["--http", http] if http else []),
                 *(["--auth", auth] if auth else []),
                 *(["--headers-timeout", str(headers_timeout), "--body-timeout", str(body_timeout)]),
+                *(["--log-level", log_level]),
             ]
             sock = bind(http) if http else None
             raise typer.Exit(asyncio.run(Workers(argv, workers, sock).run()))
@@ -82,9 +93,11 @@ def worker(
         str,
         typer.Option("--jobs", help="Comma-separated jobs to execute, as Type.job (default: all)."),
     ] = "",
+    log_level: LogLevelOption = "INFO",
 ) -> None:
     """Run executors only: no actor types, no turns; claims only the listed jobs."""
     with refusals_exit():
+        setup_logging(log_level)
         runtime = load_runtime(target)
         known = {f"{t}.{j}" for t, j in runtime.config.executes}
         wanted = {j.strip() for j in jobs.split(",") if j.strip()} or known

@@ -81,6 +81,7 @@ def app(
     title: str = "akter",
     console: Console | None = None,
     body_timeout: float = BODY_TIMEOUT,
+    openapi: bool = True,
 ) -> Starlette:
     """Build the ASGI app serving ``runtime`` (mount it in FastAPI/Starlette, or serve it).
 
@@ -105,6 +106,8 @@ def app(
             its connection is closed. The request's head is the server's to bound:
             ``akter serve --headers-timeout``, or :func:`akter.http.timeouts.
             headers_timeout_protocol` for your own uvicorn.
+        openapi: Serve ``/openapi.json`` and ``/docs``. :func:`akter.http.fastapi.install`
+            turns them off: the host app's document then describes akter's routes too.
     """
     if runtime.config.window_ms < _MIN_HTTP_WINDOW_MS:
         raise ConfigurationError("Serving HTTP needs a retry window of at least 60 s.")
@@ -113,7 +116,9 @@ def app(
             f"console={console!r} is not a Console; pass akter.http.console.Console(allow=...) "
             "with the rule that says who may operate it."
         )
-    api = _Api(runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title)
+    api = _Api(
+        runtime, auth or anonymous, max_body_bytes, frozenset(allowed_origins), title, openapi
+    )
     api.body_timeout = check_timeout(body_timeout, "body_timeout")
     if lifespan:
         api.app.router.lifespan_context = _owning(runtime)
@@ -144,6 +149,7 @@ class _Api:
         max_body: int,
         origins: frozenset[str],
         title: str,
+        openapi: bool = True,
     ) -> None:
         self.runtime = runtime
         self.auth = auth
@@ -166,8 +172,14 @@ class _Api:
                 Route("/command-ids", self.command_ids, methods=["POST"]),
                 Route("/ready", self.ready, methods=["GET"]),
                 Route("/metrics", self.metrics, methods=["GET"]),
-                Route("/openapi.json", self.openapi, methods=["GET"]),
-                Route("/docs", self.docs, methods=["GET"]),
+                *(
+                    [
+                        Route("/openapi.json", self.openapi, methods=["GET"]),
+                        Route("/docs", self.docs, methods=["GET"]),
+                    ]
+                    if openapi
+                    else []
+                ),
             ],
             exception_handlers={HTTPException: self._http_error, Exception: self._crash},
         )

@@ -1,4 +1,11 @@
-"""RFC 9457 problem details for every refusal, carrying akter's ``reason``."""
+"""RFC 9457 problem details for every refusal, carrying akter's ``reason``.
+
+The HTTP status of a refusal is decided here (:func:`status_of`), not by the error: an
+:class:`~akter.errors.ActorError` names its ``reason`` and ``code``, and this module maps them.
+A problem's ``type`` is a URI into the docs' error reference, one anchor per reason in lower
+case (``/reference/errors/#invalidinput``); :func:`set_type_base` points it at where the docs
+are served (``https://docs.example.com/akter/reference/errors/#``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,67 @@ from starlette.responses import JSONResponse
 from akter.errors import ActorError, DeclaredError
 
 PROBLEM = "application/problem+json"
+
+#: The default start of a problem's ``type``: the docs site's error reference, relative.
+DEFAULT_TYPE_BASE = "/reference/errors/#"
+_type_base = DEFAULT_TYPE_BASE
+
+#: HTTP status per reason (semantics §2.9); :func:`status_of` refines some by their code.
+HTTP_STATUS: dict[str, int] = {
+    "ActorUnavailable": 503,
+    "RunnerAtCapacity": 503,
+    "Timeout": 504,
+    "InvalidCommandId": 400,
+    "CommandConflict": 409,
+    "CommandExpired": 410,
+    "NotCreated": 404,
+    "Unauthorized": 403,
+    "InvalidInput": 400,
+    "Defect": 500,
+    "UnknownCursor": 400,
+    "RetentionGap": 410,
+    "LeaseLost": 409,
+    "StateTooNew": 503,
+}
+
+#: ``InvalidInput`` codes answered with a status of their own.
+_INVALID_INPUT_STATUS: dict[str, int] = {
+    "body_too_large": 413,
+    "unsupported_media_type": 415,
+    "body_timeout": 408,
+    "unknown_type": 404,
+    "unknown_member": 404,
+    "unknown_job": 404,
+    "unknown_workflow_run": 404,
+    "workflow_finished": 409,
+}
+
+#: ``Unauthorized`` codes that mean "no valid credentials" (401) rather than "not allowed" (403).
+_UNAUTHENTICATED = frozenset({"missing_credentials", "invalid_credentials", "expired"})
+
+
+def status_of(error: ActorError) -> int:
+    """The HTTP status a framework refusal is answered with."""
+    if error.reason == "Unauthorized":
+        return 401 if error.code in _UNAUTHENTICATED else 403
+    if error.reason == "InvalidInput" and error.code in _INVALID_INPUT_STATUS:
+        return _INVALID_INPUT_STATUS[error.code]
+    return HTTP_STATUS[error.reason]
+
+
+def set_type_base(base: str) -> None:
+    """Start every problem's ``type`` with ``base`` (then the reason, in lower case).
+
+    Example: ``set_type_base("https://docs.example.com/akter/reference/errors/#")``. The default
+    is :data:`DEFAULT_TYPE_BASE`, the error reference of the docs site, relative.
+    """
+    global _type_base
+    _type_base = base
+
+
+def type_uri(reason: str) -> str:
+    """The ``type`` URI of a problem with ``reason``: its entry in the docs' error reference."""
+    return f"{_type_base}{reason.lower()}"
 
 
 def problem(
@@ -23,7 +91,7 @@ def problem(
 ) -> JSONResponse:
     """A problem+json response."""
     body: dict[str, Any] = {
-        "type": f"https://akter.dev/problems/{reason}",
+        "type": type_uri(reason),
         "title": reason,
         "status": status,
         "detail": detail,
@@ -46,10 +114,11 @@ def from_actor_error(error: ActorError) -> JSONResponse:
     if error.retry_after is not None:
         extra["retry_after"] = error.retry_after
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
-    if error.status == 401:
+    status = status_of(error)
+    if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     return problem(
-        error.status, error.reason, error.message, code=error.code, extra=extra, headers=headers
+        status, error.reason, error.message, code=error.code, extra=extra, headers=headers
     )
 
 
@@ -61,3 +130,16 @@ def from_declared(error: DeclaredError) -> JSONResponse:
         str(error),
         extra={"error": type(error).tag, "fields": error.fields},
     )
+
+
+__all__ = [
+    "DEFAULT_TYPE_BASE",
+    "HTTP_STATUS",
+    "PROBLEM",
+    "from_actor_error",
+    "from_declared",
+    "problem",
+    "set_type_base",
+    "status_of",
+    "type_uri",
+]

@@ -26,6 +26,7 @@ import math
 from typing import Any
 
 from akter.errors import ConfigurationError
+from akter.http.problems import type_uri
 
 #: Default seconds for a request's head to arrive (``akter serve --headers-timeout``).
 HEADERS_TIMEOUT = 10.0
@@ -54,7 +55,7 @@ def timeout_problem(code: str, detail: str) -> bytes:
     """A whole ``408`` problem+json response that closes its connection (raw HTTP/1.1)."""
     body = json.dumps(
         {
-            "type": "https://akter.dev/problems/InvalidInput",
+            "type": type_uri("InvalidInput"),
             "title": "InvalidInput",
             "status": 408,
             "detail": detail,

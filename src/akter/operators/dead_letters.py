@@ -139,7 +139,13 @@ class DeadLetters:
             raise _unknown(job_id)
         if letter.ambiguous:
             log.warning(
-                "Retried an ambiguous dead letter; the provider may already have applied it",
+                "Retried an ambiguous dead letter; the provider may already have applied it: "
+                "job %s of %s/%r (job id %r, new job id %r)",
+                letter.job,
+                letter.ref.type,
+                letter.ref.id,
+                job_id,
+                new_id,
                 extra={"job_id": job_id, "new_job_id": new_id, "job": letter.job},
             )
         if self._wake is not None:

@@ -11,6 +11,7 @@ from typing import Any, assert_type
 from pydantic import BaseModel
 
 import akter
+import akter.jobs
 
 
 class Quote(BaseModel):
@@ -111,8 +112,8 @@ class Order(akter.Actor[OrderState], access=akter.public, lock_wait=timedelta(se
         self.state.status = f"failed after {letter.attempts}: {letter.job.cents}"
 
     @charge.on_cancelled
-    async def charge_cancelled(self, report: akter.Cancelled[Charge, str]) -> None:
-        if isinstance(report.outcome, akter.Succeeded):
+    async def charge_cancelled(self, report: akter.jobs.Cancelled[Charge, str]) -> None:
+        if isinstance(report.outcome, akter.jobs.Succeeded):
             self.state.charge_id = report.outcome.value
 
     @akter.query

@@ -263,10 +263,7 @@ class AttemptRunner:
             return
         await self.hooks.at("before_park", info)
         if await _shielded(self.gateway.unclaim(row, park=True, error=outcome.cause[:2000])):
-            log.warning(
-                "Job row parked: this code cannot run it",
-                extra={**row.log_fields(), "reason": outcome.cause},
-            )
+            _warn(row, "Job row parked: this code cannot run it", reason=outcome.cause)
 
     # --- the executor -------------------------------------------------------------------------
 
@@ -356,10 +353,7 @@ class AttemptRunner:
                 await self.hooks.at("before_renew", self.settler(attempt).info())
                 renewed = await _shielded(self._renew(attempt))
             except psycopg.Error as exc:
-                log.warning(
-                    "Job lease renewal failed",
-                    extra={**row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
-                )
+                _warn(row, "Job lease renewal failed", error=_cause(exc))
                 continue
             if renewed is None:
                 return "lost"
@@ -381,10 +375,10 @@ class AttemptRunner:
         if thread is None or thread.done():
             return
         row = attempt.row
-        log.warning(
+        _warn(
+            row,
             "Job attempt ended but its synchronous executor is still running; its slot and lease"
             " stay held until the thread returns, and what it returns then is discarded",
-            extra=row.log_fields(),
         )
         renewing = True
         while not thread.done():
@@ -393,10 +387,7 @@ class AttemptRunner:
                 try:
                     renewed = await _shielded(self._renew(attempt))
                 except psycopg.Error as exc:
-                    log.warning(
-                        "Job lease renewal failed",
-                        extra={**row.log_fields(), "error": f"{type(exc).__name__}: {exc}"},
-                    )
+                    _warn(row, "Job lease renewal failed", error=_cause(exc))
                 else:
                     if renewed is None:
                         renewing = False
@@ -461,5 +452,9 @@ def _first_error(exc: ValidationError) -> str:
     return str(errors[0]["msg"]) if errors else str(exc)
 
 
-def _warn(row: ClaimedJob, message: str) -> None:
-    log.warning(message, extra=row.log_fields())
+def _warn(row: ClaimedJob, message: str, **fields: Any) -> None:
+    # The text names the job ("…: job charge of Order/'o-1' (job id '…'), attempt 2: cause");
+    # ``extra`` carries the same identities for structured handlers.
+    why = fields.get("reason") or fields.get("error")
+    tail = f": {why}" if why else ""
+    log.warning("%s: %s%s", message, row.subject, tail, extra={**row.log_fields(), **fields})

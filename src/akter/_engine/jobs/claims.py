@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from akter._engine.subjects import job_label
 from akter._store.gateway.jobs import Group, GroupClaim, JobKey, JobsGateway, JobType
 from akter.callers import ActorRef
 
@@ -71,6 +72,14 @@ class ClaimedJob:
     def group(self) -> Group:
         """The (actor, job) group of the row."""
         return Group(self.routing_key, self.tenant_id, self.actor_type, self.actor_id, self.command)
+
+    @property
+    def subject(self) -> str:
+        """How a log line names this attempt: ``job charge of Order/'o-1' (…), attempt 2``."""
+        label = job_label(
+            self.tenant_id, self.actor_type, self.actor_id, self.command, self.intent_id
+        )
+        return f"{label}, attempt {self.attempts}"
 
     def log_fields(self) -> dict[str, Any]:
         """The structured fields of every job log line (semantics §10.3)."""

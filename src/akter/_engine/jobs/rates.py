@@ -207,7 +207,12 @@ async def admit(
 
 async def _key_defect(gateway: JobsGateway, row: ClaimedJob, job: str, what: str) -> None:
     cause = f"Rate key of {job} {what}"
-    log.error("A rate key function failed; the job is dead-lettered", extra=row.log_fields())
+    log.error(
+        "A rate key function failed; the job is dead-lettered: %s: %s",
+        row.subject,
+        cause,
+        extra=row.log_fields(),
+    )
     await gateway.record_failure(
         row,
         attempt=row.attempts,

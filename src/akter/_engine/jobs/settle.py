@@ -329,4 +329,20 @@ class Settler:
             self.metrics.count(name, 1, **attributes)
 
     def _log(self, level: int, message: str, **fields: Any) -> None:
-        log.log(level, message, extra={**self.row.log_fields(), **fields})
+        # The text names the job and the cause ("Job dead-lettered after its last attempt: job
+        # charge of Order/'o-1' (job id '…'), attempt 3: …"); ``extra`` carries the same fields.
+        log.log(
+            level,
+            "%s: %s%s",
+            message,
+            self.row.subject,
+            _detail(fields),
+            extra={**self.row.log_fields(), **fields},
+        )
+
+
+def _detail(fields: dict[str, Any]) -> str:
+    """The cause (or error) of a job log line, as the tail of its text."""
+    cause = fields.get("cause") or fields.get("error")
+    tail = f": {cause}" if cause else ""
+    return tail + (" (the provider may have applied it)" if fields.get("ambiguous") else "")

@@ -85,7 +85,11 @@ async def watch(
             unserved.append(Unserved(actor_type, stored, int(row["due"])))
             if logged.allow(actor_type):
                 log.warning(
-                    "Due job rows that no live runner executes",
+                    "Due job rows that no live runner executes: job %s of %s (%d due); start a "
+                    "runner whose code declares it",
+                    stored,
+                    actor_type,
+                    int(row["due"]),
                     extra={"actor": actor_type, "job": stored, "due": int(row["due"])},
                 )
             continue
@@ -100,7 +104,11 @@ async def watch(
             )
             if parked:
                 log.warning(
-                    "Job rows parked: no definition declares their job",
+                    "Job rows parked: no definition declares their job: job %s of %s (%d rows): %s",
+                    stored,
+                    actor_type,
+                    parked,
+                    cause,
                     extra={"actor": actor_type, "job": stored, "parked": parked},
                 )
             if parked < PARK_BATCH:

@@ -428,7 +428,9 @@ class Relay:
             # The settle or backoff write failed (an outage): the claim stays until its lease
             # ends and the redelivery replays the receiver's receipt.
             log.warning(
-                "Outbox settle failed; the claim expires and redelivery replays",
+                "Outbox settle failed; the claim expires and redelivery replays: intent %r: %s",
+                key[1],
+                exc,
                 extra={"intent_id": key[1], "error": str(exc)},
             )
         except asyncio.CancelledError:
@@ -533,7 +535,10 @@ class Relay:
             if self._too_new_log.allow(target, row["payload_version"]):
                 log.warning(
                     "Outbox row newer than this code (payload or receiver state); left for a "
-                    "newer runner",
+                    "newer runner: intent %r to %s, payload version %s",
+                    params.intent_id,
+                    target,
+                    row["payload_version"],
                     extra={
                         "intent_id": params.intent_id,
                         "target": target,
@@ -544,7 +549,12 @@ class Relay:
         await self._services.hooks.at("before_park", info)
         if await self._outbox.park(params, error=outcome.cause[:2000]):
             log.warning(
-                "Outbox row parked: this code cannot deliver it",
+                "Outbox row parked: this code cannot deliver it: intent %r to %s/%r.%s: %s",
+                params.intent_id,
+                row["target_type"],
+                row["target_id"],
+                row["command"],
+                outcome.cause,
                 extra={"intent_id": params.intent_id, "target": target, "reason": outcome.cause},
             )
 
@@ -559,7 +569,13 @@ class Relay:
         self._services.metrics.count("akter.relay.retried", kind="intent")
         telemetry.delivery_failed(error)
         log.warning(
-            "Outbox delivery failed; retrying with backoff",
+            "Outbox delivery failed; retrying with backoff: intent %r to %s/%r.%s, attempt %s: %s",
+            params.intent_id,
+            row["target_type"],
+            row["target_id"],
+            row["command"],
+            row["attempts"],
+            error,
             extra={
                 "intent_id": params.intent_id,
                 "target": f"{row['target_type']}/{row['target_id']}",

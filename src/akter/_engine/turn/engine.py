@@ -463,7 +463,12 @@ def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: i
 
 def _defect_result(act: Activation, request: Request, message: str) -> Result:
     log.error(
-        "Deterministic actor defect",
+        "Deterministic actor defect: %s/%r command %s (command id %r): %s",
+        act.ref.type,
+        act.ref.id,
+        request.member.name,
+        request.command_id.raw,
+        message,
         extra={
             "actor": act.ref.type,
             "id": act.ref.id,

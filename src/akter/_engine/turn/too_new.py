@@ -80,7 +80,12 @@ class TooNewWarnings:
             return False
         self._last[actor_type] = now
         log.warning(
-            "Stored state is newer than this code; refusing its commands with StateTooNew",
+            "Stored state is newer than this code; refusing its commands with StateTooNew: "
+            "%s/%r (and other %s actors like it until a newer runner serves them): %s",
+            actor_type,
+            actor_id,
+            actor_type,
+            problem.message,
             extra={"actor": actor_type, "id": actor_id, "detail": problem.message},
         )
         return True

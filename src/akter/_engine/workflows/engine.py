@@ -31,6 +31,7 @@ import psycopg
 
 from akter import telemetry
 from akter._engine.calls import check_access
+from akter._engine.subjects import run_label
 from akter._engine.workflows.control import (
     Claimed,
     Diverged,
@@ -52,7 +53,7 @@ from akter.callers import ActorRef, Caller, System, caller_from_json, caller_to_
 from akter.errors import ActorError, DeclaredError, InjectedCrash, WorkflowCancelled
 from akter.workflows import (
     WorkflowContext,
-    WorkflowError,
+    WorkflowFailure,
     WorkflowMember,
     WorkflowRun,
 )
@@ -184,8 +185,10 @@ class WorkflowEngine:
             raise
         except Exception:
             log.exception(
-                "Workflow attempt raised unexpectedly; the run is claimed again after its lease",
-                extra={"run_id": claimed.run.run_id},
+                "Workflow attempt raised unexpectedly; the run is claimed again after its "
+                "lease: %s",
+                _subject(claimed),
+                extra=_fields(claimed),
             )
         finally:
             telemetry.end_workflow_attempt(span, token, outcome)
@@ -251,7 +254,6 @@ class WorkflowEngine:
         except Suspend as suspend:
             return await self._suspend(attempt, suspend)
         except Diverged as exc:
-            log.warning("Workflow run diverged; parked", extra={"run_id": run.run_id})
             await self._end_diverged(claimed, str(exc))
             return "diverged"
         except Outage as exc:
@@ -303,7 +305,7 @@ class WorkflowEngine:
                 attempt,
                 member,
                 "failed",
-                error=WorkflowError(
+                error=WorkflowFailure(
                     type="InvalidResult",
                     message=f"The workflow's return value cannot be stored: {exc}",
                 ),
@@ -316,16 +318,26 @@ class WorkflowEngine:
     async def _release(self, claimed: Claimed, why: str) -> None:
         delay = min(_RETRY_MAX_MS, _RETRY_FIRST_MS * 2 ** min(claimed.attempts - 1, 10))
         log.warning(
-            "Workflow attempt handed back after an outage",
+            "Workflow attempt handed back after an outage: %s, retried in %d ms: %s",
+            _subject(claimed),
+            delay,
+            why,
             extra={"run_id": claimed.run.run_id, "error": why, "delay_ms": delay},
         )
         with contextlib.suppress(psycopg.Error, OSError):
             await self.gateway.release(claimed.run, claimed.token, delay, why[:500])
 
     async def _end_diverged(self, claimed: Claimed, message: str) -> None:
-        error = WorkflowError(type="Diverged", message=message).model_dump_json()
+        error = WorkflowFailure(type="Diverged", message=message).model_dump_json()
         with contextlib.suppress(psycopg.Error, OSError):
-            await self.gateway.finish(claimed.run, claimed.token, "diverged", error=error)
+            if await self.gateway.finish(claimed.run, claimed.token, "diverged", error=error):
+                log.warning(
+                    "Workflow run diverged and is parked until an operator retries or cancels "
+                    "it: %s: %s",
+                    _subject(claimed),
+                    message,
+                    extra={**_fields(claimed), "error": message},
+                )
 
     async def _end(
         self,
@@ -334,7 +346,7 @@ class WorkflowEngine:
         status: str,
         *,
         result: Any = None,
-        error: WorkflowError | None = None,
+        error: WorkflowFailure | None = None,
     ) -> None:
         claimed = attempt.claimed
         records = await attempt.handover()
@@ -366,6 +378,7 @@ class WorkflowEngine:
             return
         if not ended:
             return
+        _log_end(claimed, status, error)
         self.ops.ended(claimed.run.run_id)
         self._services.metrics.count(f"akter.workflows.{status}", actor_type=claimed.ref.type)
         if outbox:
@@ -383,8 +396,10 @@ class WorkflowEngine:
             body = route.validate_payload({route.params[0].name: outcome})
         except Exception as exc:
             log.error(
-                "on_complete cannot accept the run's outcome; it is not delivered",
-                extra={"run_id": claimed.run.run_id, "error": str(exc)},
+                "on_complete cannot accept the run's outcome; it is not delivered: %s: %s",
+                _subject(claimed),
+                exc,
+                extra={**_fields(claimed), "error": str(exc)},
             )
             return ()
         config = self._services.config
@@ -498,7 +513,10 @@ class WorkflowEngine:
                 # Never silently: the step that should hold this outcome is not there.
                 log.warning(
                     "Job outcome for a workflow step matches no pending job step or cancel "
-                    "record; not recorded",
+                    "record; not recorded: run id %r, step %s, job id %r",
+                    run.run_id,
+                    data["seq"],
+                    intent_id,
                     extra={
                         "run_id": run.run_id,
                         "seq": data["seq"],
@@ -525,7 +543,9 @@ class WorkflowEngine:
             located = await self.gateway.locate(str(data["run_id"]))
             if located is None:
                 log.warning(
-                    "Signal for an unknown workflow run dropped", extra={"run_id": data["run_id"]}
+                    "Signal for an unknown workflow run dropped: run id %r",
+                    data["run_id"],
+                    extra={"run_id": data["run_id"]},
                 )
                 return
             run = RunKey(int(located["routing_key"]), str(located["run_id"]))
@@ -533,7 +553,11 @@ class WorkflowEngine:
                 run, intent_id, str(data["name"]), str(data["payload"])
             )
             if not live:
-                log.info("Signal for an ended workflow run dropped", extra={"run_id": run.run_id})
+                log.info(
+                    "Signal for an ended workflow run dropped: run id %r",
+                    run.run_id,
+                    extra={"run_id": run.run_id},
+                )
             self._wake()
             return
         if command == WorkflowCommand.CANCEL:
@@ -568,12 +592,45 @@ async def _halting(attempt: RunAttempt, body: Coroutine[Any, Any, Any]) -> Any:
     return value
 
 
-def _error_of(exc: BaseException) -> WorkflowError:
+def _error_of(exc: BaseException) -> WorkflowFailure:
     if isinstance(exc, DeclaredError):
-        return WorkflowError(
+        return WorkflowFailure(
             type=type(exc).__name__, message=str(exc), tag=type(exc).tag, fields=exc.fields
         )
-    return WorkflowError(type=type(exc).__name__, message=str(exc)[:4000])
+    return WorkflowFailure(type=type(exc).__name__, message=str(exc)[:4000])
 
 
 __all__ = ["WorkflowEngine", "run_id_of"]
+
+
+def _subject(claimed: Claimed) -> str:
+    ref = claimed.ref
+    return run_label(ref.tenant, ref.type, ref.id, claimed.workflow, claimed.run.run_id)
+
+
+def _fields(claimed: Claimed) -> dict[str, Any]:
+    ref = claimed.ref
+    return {
+        "actor": ref.type,
+        "id": ref.id,
+        "tenant": ref.tenant,
+        "workflow": claimed.workflow,
+        "run_id": claimed.run.run_id,
+    }
+
+
+def _log_end(claimed: Claimed, status: str, error: WorkflowFailure | None) -> None:
+    """A failed run warns with its error; a cancelled one is told at INFO, a completed at DEBUG."""
+    fields = _fields(claimed) | {"status": status}
+    if status == "failed" and error is not None:
+        log.warning(
+            "Workflow run failed: %s: %s: %s",
+            _subject(claimed),
+            error.type,
+            error.message,
+            extra=fields | {"error_type": error.type, "error": error.message},
+        )
+    elif status == "cancelled":
+        log.info("Workflow run cancelled: %s", _subject(claimed), extra=fields)
+    else:
+        log.debug("Workflow run %s: %s", status, _subject(claimed), extra=fields)

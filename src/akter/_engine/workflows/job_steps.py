@@ -146,7 +146,9 @@ class JobSteps(Journal):
         if not done.deleted:
             self.wake()  # a cancelled row not running is settled by the next job claim
         log.info(
-            "Workflow run cancelled at a job step; its job is cancelled",
+            "Workflow run cancelled at a job step; its job is cancelled: run id %r, job id %r",
+            self.run_id,
+            job_id,
             extra={"run_id": self.run_id, "job_id": job_id, "never_ran": done.deleted},
         )
         raise WorkflowCancelled(message)

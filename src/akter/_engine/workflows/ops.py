@@ -25,7 +25,7 @@ from akter.callers import ActorRef
 from akter.errors import ActorError, invalid_input
 from akter.workflows import (
     StepRecordView,
-    WorkflowError,
+    WorkflowFailure,
     WorkflowRun,
     WorkflowStatus,
     signal_name,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from akter._engine.services import Registry
 
 #: The error of a diverged run an operator cancelled.
-_ABANDONED = WorkflowError(
+_ABANDONED = WorkflowFailure(
     type="WorkflowCancelled", message="Cancelled while parked as diverged."
 ).model_dump_json()
 #: A run's statuses that have ended (no more steps, signals or cancels).
@@ -66,7 +66,7 @@ class RunSummary:
     started_at_ms: int
     updated_at_ms: int
     finished_at_ms: int | None
-    error: WorkflowError | None
+    error: WorkflowFailure | None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (``--json``, the console)."""
@@ -381,13 +381,13 @@ def summary_of(row: dict[str, Any]) -> RunSummary:
         started_at_ms=int(row["started_at_ms"]),
         updated_at_ms=int(row["updated_at_ms"]),
         finished_at_ms=row["finished_at_ms"],
-        error=WorkflowError.model_validate_json(row["error"]) if row["error"] else None,
+        error=WorkflowFailure.model_validate_json(row["error"]) if row["error"] else None,
     )
 
 
 def status_of(row: dict[str, Any], steps: list[dict[str, Any]]) -> WorkflowStatus:
     """A run's row and journal as a :class:`WorkflowStatus`."""
-    error = WorkflowError.model_validate_json(row["error"]) if row["error"] else None
+    error = WorkflowFailure.model_validate_json(row["error"]) if row["error"] else None
     return WorkflowStatus(
         run_id=str(row["run_id"]),
         workflow=str(row["workflow"]),

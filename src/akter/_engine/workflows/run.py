@@ -100,7 +100,11 @@ class RunAttempt(CallSteps, JobSteps):
                 # Set aside (consumed at seq -1), never fatal: a sender's bad payload must not
                 # end the run. The journal keeps it for operators.
                 log.warning(
-                    "Workflow signal does not validate; set aside",
+                    "Workflow signal %s does not validate; set aside: run id %r, signal id %r: %s",
+                    name,
+                    self.run_id,
+                    found.signal_id,
+                    exc,
                     extra={"run_id": self.run_id, "signal_id": found.signal_id, "error": str(exc)},
                 )
                 rejected.append((found.signal_id, -1))
@@ -174,7 +178,12 @@ class RunAttempt(CallSteps, JobSteps):
             except Exception as exc:
                 cause = f"{type(exc).__name__}: {exc}"
                 log.info(
-                    "Workflow step attempt failed",
+                    "Workflow step attempt failed: step %s of run id %r, attempt %d of %d: %s",
+                    name,
+                    self.run_id,
+                    attempt,
+                    attempts,
+                    cause,
                     extra={"run_id": self.run_id, "step": name, "attempt": attempt},
                 )
                 if attempt < attempts:
