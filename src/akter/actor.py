@@ -24,8 +24,6 @@ from akter._ids import ACTOR_TYPE_RE, MEMBER_NAME_RE
 from akter._members import (
     _MEMBER_ATTR,
     _OWNER_ATTR,
-    ARGUMENT_INT_RANGE,
-    MAX_ARGUMENT_DEPTH,
     AccessKind,
     AccessPolicy,
     ActorDefinition,
@@ -36,11 +34,15 @@ from akter._members import (
     definition_of,
     member_of,
     query,
+)
+from akter._policy import POLICY_FIELDS, Policy
+from akter._storable import (
+    ARGUMENT_INT_RANGE,
+    MAX_ARGUMENT_DEPTH,
     storable_payload,
     unstorable_argument,
     unstorable_text,
 )
-from akter._policy import POLICY_FIELDS, Policy
 from akter.callers import ActorRef, Caller, System
 from akter.context import TurnApi
 from akter.errors import DefinitionError

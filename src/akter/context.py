@@ -461,7 +461,7 @@ class TurnApi(Generic[S]):
 
         (The workflows spec's ``self.signal``; ``signal`` is a common command name.)
         """
-        from akter._members import storable_payload
+        from akter._storable import storable_payload
         from akter.workflows import signal_name
 
         ctx = _writable(self, "signal_workflow")

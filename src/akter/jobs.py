@@ -29,7 +29,8 @@ from akter._evolution import (
     upgrade_payload,
 )
 from akter._ids import ms_from_duration
-from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec, storable_payload
+from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec
+from akter._storable import storable_payload
 from akter.callers import ActorRef
 from akter.errors import DefinitionError, invalid_input_from
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import akter
-from akter import _members
+from akter import _storable
 from akter.actor import MAX_ARGUMENT_DEPTH, definition_of, unstorable_text
 
 
@@ -115,17 +115,17 @@ _SCALARS = (
 def test_the_flat_payload_shortcut_answers_as_the_walk(
     payload: dict[str, Any], arguments: bool
 ) -> None:
-    shortcut = _members._first_problem(payload, "", arguments=arguments)
+    shortcut = _storable._first_problem(payload, "", arguments=arguments)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_members, "_plain_flat", lambda value: False)
-        walked = _members._first_problem(payload, "", arguments=arguments)
+        patch.setattr(_storable, "_plain_flat", lambda value: False)
+        walked = _storable._first_problem(payload, "", arguments=arguments)
     assert shortcut == walked
 
 
 def test_the_flat_payload_shortcut_takes_only_what_it_can_vouch_for() -> None:
-    assert _members._plain_flat({"n": 1, "x": 1.5, "s": "é", "b": True, "z": None})
+    assert _storable._plain_flat({"n": 1, "x": 1.5, "s": "é", "b": True, "z": None})
     for refused in ({"s": "a\x00"}, {"s\x00": 1}, {"n": 2**63}, {"x": float("nan")}):
-        assert not _members._plain_flat(refused)
-        assert _members._first_problem(refused, "", arguments=True)[0] is not None
+        assert not _storable._plain_flat(refused)
+        assert _storable._first_problem(refused, "", arguments=True)[0] is not None
     for walked in ({"v": [1]}, {"e": Mood.ODD}, {"b": b"x"}, {1: 2}, [1]):
-        assert not _members._plain_flat(walked)
+        assert not _storable._plain_flat(walked)

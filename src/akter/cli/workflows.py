@@ -76,59 +76,69 @@ def workflows_list(
         if as_json:
             print(json.dumps([r.to_json() for r in runs], default=str))
             return
-        if wide:
-            columns = [
-                Col("run id", "id"),
-                Col("actor", "text"),
-                Col("workflow", "text"),
-                Col("status", "text"),
-                Col("waiting", "text"),
-                Col("attempts", "number"),
-                Col("started"),
-                Col("error", "text"),
-            ]
-            rows = [
-                [
-                    r.run_id,
-                    f"{r.actor.type}/{r.actor.id}",
-                    r.workflow,
-                    _status(r.status, r.cancel_requested),
-                    _waiting(r.status, r.waiting, r.wake_at_ms, wide=True),
-                    str(r.attempts),
-                    when(r.started_at_ms, True),
-                    r.error.message if r.error else "",
-                ]
-                for r in runs
-            ]
-        else:  # what a run waits for goes with its status; attempts are in --wide
-            columns = [
-                Col("run id", "id"),
-                Col("actor", "text"),
-                Col("workflow", "text"),
-                Col("status", "text", floor=18),
-                Col("started"),
-                Col("error", "text"),
-            ]
-            rows = [
-                [
-                    r.run_id,
-                    f"{r.actor.type}/{r.actor.id}",
-                    r.workflow,
-                    ": ".join(
-                        filter(
-                            None,
-                            [
-                                _status(r.status, r.cancel_requested),
-                                _waiting(r.status, r.waiting, r.wake_at_ms, wide=False),
-                            ],
-                        )
-                    ),
-                    when(r.started_at_ms, False),
-                    r.error.message if r.error else "",
-                ]
-                for r in runs
-            ]
+        columns, rows = _run_table(runs, wide=wide)
         print_table(stdout, "workflow runs", columns, rows, wide=wide)
+
+
+def _run_table(runs: list[RunSummary], *, wide: bool) -> tuple[list[Col], list[list[str]]]:
+    """The runs table's columns and rows.
+
+    What a run waits for goes with its status, unless ``--wide`` gives it and the attempts
+    columns of their own.
+    """
+    if wide:
+        columns = [
+            Col("run id", "id"),
+            Col("actor", "text"),
+            Col("workflow", "text"),
+            Col("status", "text"),
+            Col("waiting", "text"),
+            Col("attempts", "number"),
+            Col("started"),
+            Col("error", "text"),
+        ]
+        rows = [
+            [
+                r.run_id,
+                f"{r.actor.type}/{r.actor.id}",
+                r.workflow,
+                _status(r.status, r.cancel_requested),
+                _waiting(r.status, r.waiting, r.wake_at_ms, wide=True),
+                str(r.attempts),
+                when(r.started_at_ms, True),
+                r.error.message if r.error else "",
+            ]
+            for r in runs
+        ]
+    else:  # what a run waits for goes with its status; attempts are in --wide
+        columns = [
+            Col("run id", "id"),
+            Col("actor", "text"),
+            Col("workflow", "text"),
+            Col("status", "text", floor=18),
+            Col("started"),
+            Col("error", "text"),
+        ]
+        rows = [
+            [
+                r.run_id,
+                f"{r.actor.type}/{r.actor.id}",
+                r.workflow,
+                ": ".join(
+                    filter(
+                        None,
+                        [
+                            _status(r.status, r.cancel_requested),
+                            _waiting(r.status, r.waiting, r.wake_at_ms, wide=False),
+                        ],
+                    )
+                ),
+                when(r.started_at_ms, False),
+                r.error.message if r.error else "",
+            ]
+            for r in runs
+        ]
+    return columns, rows
 
 
 @workflows_app.command("show")

@@ -247,6 +247,43 @@ def _run_operation(
 def workflow_run_paths(security: _SECURITY, status: dict[str, Any]) -> dict[str, Any]:
     """The routes of workflow runs by id; ``status`` is the schema of a run's status."""
     json_content = {"application/json": {"schema": {"$ref": _SCHEMAS + "WorkflowCancel"}}}
+    signal = _signal_operation(security)
+    steps = _steps_operation(security)
+    return {
+        "/workflows/{run_id}": {
+            "get": _run_operation(
+                "workflow.status",
+                "The run's status, result or error, and its step journal.",
+                {
+                    "200": {
+                        "description": "The run as it stands.",
+                        "content": {"application/json": {"schema": status}},
+                    }
+                },
+                security,
+            )
+        },
+        "/workflows/{run_id}/signals/{signal}": {"post": signal},
+        "/workflows/{run_id}/cancel": {
+            "post": _run_operation(
+                "workflow.cancel",
+                "Ask the run to cancel: its next durable await raises WorkflowCancelled.",
+                {
+                    "200": {
+                        "description": "The run's status after the request (an ended run "
+                        "stays as it ended).",
+                        "content": json_content,
+                    }
+                },
+                security,
+            )
+        },
+        "/workflows/{run_id}/steps": {"get": steps},
+    }
+
+
+def _signal_operation(security: _SECURITY) -> dict[str, Any]:
+    """``POST /workflows/{run_id}/signals/{signal}``: its parameters, body and answers."""
     signal = _run_operation(
         "workflow.signal",
         "Send a signal to the run: the oldest wait for its class takes it.",
@@ -285,6 +322,11 @@ def workflow_run_paths(security: _SECURITY, status: dict[str, Any]) -> dict[str,
         "required": True,
         "content": {"application/json": {"schema": {"$ref": _SCHEMAS + "SignalFields"}}},
     }
+    return signal
+
+
+def _steps_operation(security: _SECURITY) -> dict[str, Any]:
+    """``GET /workflows/{run_id}/steps``: the run's step feed and its resume parameters."""
     steps = _run_operation(
         "workflow.steps",
         "Server-sent step records of the run, live, then its final status.",
@@ -313,37 +355,7 @@ def workflow_run_paths(security: _SECURITY, status: dict[str, Any]) -> dict[str,
             "the feed starts at the first record.",
         },
     ]
-    return {
-        "/workflows/{run_id}": {
-            "get": _run_operation(
-                "workflow.status",
-                "The run's status, result or error, and its step journal.",
-                {
-                    "200": {
-                        "description": "The run as it stands.",
-                        "content": {"application/json": {"schema": status}},
-                    }
-                },
-                security,
-            )
-        },
-        "/workflows/{run_id}/signals/{signal}": {"post": signal},
-        "/workflows/{run_id}/cancel": {
-            "post": _run_operation(
-                "workflow.cancel",
-                "Ask the run to cancel: its next durable await raises WorkflowCancelled.",
-                {
-                    "200": {
-                        "description": "The run's status after the request (an ended run "
-                        "stays as it ended).",
-                        "content": json_content,
-                    }
-                },
-                security,
-            )
-        },
-        "/workflows/{run_id}/steps": {"get": steps},
-    }
+    return steps
 
 
 def workflow_schemas() -> dict[str, Any]:

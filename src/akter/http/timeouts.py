@@ -74,6 +74,82 @@ def timeout_problem(code: str, detail: str) -> bytes:
     return head + body
 
 
+class _HeadTimer(asyncio.Protocol):
+    """The head bound, mixed in before a uvicorn HTTP protocol (:func:`headers_timeout_protocol`).
+
+    It times each request's head from the connection's opening, or from the first byte of a
+    kept-alive connection's next request, and disarms once uvicorn has a request cycle for it.
+    """
+
+    headers_timeout: float
+    _head_timer: asyncio.TimerHandle | None = None
+    _cut = False
+    # The uvicorn protocol's own attributes that the bound reads.
+    cycle: Any
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    client: tuple[str, int] | None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._cut:
+            return  # answered 408 and lingering: drop what still trickles in
+        cycle = self.cycle
+        if self._head_timer is None and (cycle is None or cycle.response_complete):
+            self._arm()  # the first byte of a kept-alive connection's next request
+        super().data_received(data)
+        if self.cycle is not cycle:
+            self._disarm()  # the head arrived: the request is the app's now
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle
+        super().on_response_complete()  # type: ignore[misc]  # the uvicorn protocol's
+        if self.cycle is not cycle:
+            self._disarm()  # a pipelined request's head was already here
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_timer = self.loop.call_later(self.headers_timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _expired(self) -> None:
+        self._head_timer = None
+        cycle = self.cycle
+        if self.transport.is_closing() or (cycle is not None and not cycle.response_complete):
+            return
+        client = self.client
+        log.debug(
+            "Closed a connection whose request head did not arrive within %g s",
+            self.headers_timeout,
+            extra={"client": f"{client[0]}:{client[1]}" if client else None},
+        )
+        self.transport.write(
+            timeout_problem(
+                "headers_timeout",
+                f"The request's head did not arrive within {self.headers_timeout:g} s.",
+            )
+        )
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        # A lingering close: end our side after the 408, drop what the client still sends,
+        # close a moment later.
+        self._cut = True
+        self.transport.write_eof()
+        self.loop.call_later(LINGER, self.transport.close)
+
+
 def headers_timeout_protocol(
     seconds: float = HEADERS_TIMEOUT, base: type[asyncio.Protocol] | None = None
 ) -> type[asyncio.Protocol]:
@@ -96,71 +172,10 @@ def headers_timeout_protocol(
         base = AutoHTTPProtocol
     chosen: Any = base
 
-    class HeadersTimeoutProtocol(chosen):  # type: ignore[misc]
+    class HeadersTimeoutProtocol(_HeadTimer, chosen):  # type: ignore[misc]
         """Closes a connection whose request head does not arrive in time (module docstring)."""
 
         headers_timeout = bound
-        _head_timer: asyncio.TimerHandle | None = None
-        _cut = False
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)
-            self._arm()
-
-        def data_received(self, data: bytes) -> None:
-            if self._cut:
-                return  # answered 408 and lingering: drop what still trickles in
-            cycle = self.cycle
-            if self._head_timer is None and (cycle is None or cycle.response_complete):
-                self._arm()  # the first byte of a kept-alive connection's next request
-            super().data_received(data)
-            if self.cycle is not cycle:
-                self._disarm()  # the head arrived: the request is the app's now
-
-        def on_response_complete(self) -> None:
-            cycle = self.cycle
-            super().on_response_complete()
-            if self.cycle is not cycle:
-                self._disarm()  # a pipelined request's head was already here
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._head_timer = self.loop.call_later(self.headers_timeout, self._expired)
-
-        def _disarm(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _expired(self) -> None:
-            self._head_timer = None
-            cycle = self.cycle
-            if self.transport.is_closing() or (cycle is not None and not cycle.response_complete):
-                return
-            client = self.client
-            log.debug(
-                "Closed a connection whose request head did not arrive within %g s",
-                self.headers_timeout,
-                extra={"client": f"{client[0]}:{client[1]}" if client else None},
-            )
-            self.transport.write(
-                timeout_problem(
-                    "headers_timeout",
-                    f"The request's head did not arrive within {self.headers_timeout:g} s.",
-                )
-            )
-            if not self.transport.can_write_eof():
-                self.transport.close()
-                return
-            # A lingering close: end our side after the 408, drop what the client still sends,
-            # close a moment later.
-            self._cut = True
-            self.transport.write_eof()
-            self.loop.call_later(LINGER, self.transport.close)
 
     return HeadersTimeoutProtocol
 

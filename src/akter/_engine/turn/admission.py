@@ -156,21 +156,43 @@ async def admit(
         # clock counts from it), however long the shard's statements before it took.
         clock_cur = await actors.read_clock(pipe, q, off) if coordinator_clock else None
     locked = await lock_cur.fetchone()
-    if read_cur is not None:
-        admission = await read_cur.fetchone()
-    else:  # lock_admit's row: the lock's five columns, then the clock and the receipts
-        admission = None if locked is None else locked[5:]
+    admission = None if read_cur is None else await read_cur.fetchone()
     clock = None if clock_cur is None else await clock_cur.fetchone()
     leases = [(i, await cur.fetchone()) for i, cur in fence_curs]
-    live = None
-    if live_cur is not None:
-        live = {(str(w), str(k)): str(run) for w, k, run in await live_cur.fetchall()}
+    live = None if live_cur is None else await live_cur.fetchall()
+    admitted = _admitted(act, sent_at, locked, admission, clock, leases, live, observe)
+    if flights.recording:
+        telemetry.child_span("akter.admission", act.ref, started_ns)
+    return admitted
+
+
+def _admitted(
+    act: Activation,
+    sent_at: float,
+    locked: Any,
+    admission: Any,
+    clock: Any,
+    leases: list[tuple[int, Any]],
+    live: list[Any] | None,
+    observe: Callable[[int], None],
+) -> Admitted:
+    """Read the flight's answers, all in: the clock, the receipts, the leases; refresh the cache.
+
+    ``sent_at`` is when the flight left (``Admitted.sent_at``); ``locked`` the lock statement's
+    row; ``admission`` the clock and receipts row of ``admission_read`` (Citus), ``None`` when
+    ``lock_admit`` read them; ``clock`` the coordinator's clock row (Citus); ``leases`` each
+    loop command's lease row by its index; ``live`` the live keyed runs' rows, when read.
+
+    Raises:
+        Retryable: The cache believed the actor row existed, and it does not.
+    """
     arrived_at = time.monotonic()
     if locked is None:
         # The cache believed the row existed; insert it in the next attempt.
         act.drop_cache()
         raise Retryable("actor row missing")
-    assert admission is not None
+    if admission is None:  # lock_admit's row: the lock's five columns, then the clock and receipts
+        admission = locked[5:]
     version, created, event_seq, shipped_state, shipped_sv = locked[:5]
     now_ms = int((admission if clock is None else clock)[0])
     observe(now_ms)
@@ -180,11 +202,12 @@ async def admit(
     stored: list[dict[str, Any]] = admission[1] or []  # NULL: none stored
     locked_version = int(version)
     state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
-    if flights.recording:
-        telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}
+    live_runs = None
+    if live is not None:
+        live_runs = {(str(w), str(k)): str(run) for w, k, run in live}
     return Admitted(
-        now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at, ends, live
+        now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at, ends, live_runs
     )
 
 

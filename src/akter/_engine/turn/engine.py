@@ -224,19 +224,6 @@ class TurnEngine:
                     await pool.putconn(conn)
         except BatchDefect:
             raise
-        except PoolTimeout:
-            what = f"the turn of {act.ref.type}/{act.ref.id!r}"
-            return [
-                Result("error", error=self.store.exhausted(self.pool_wait, what, r.command_id.raw))
-                for r in batch
-            ]
-        except InjectedCrash:
-            act.drop_cache()
-            return [rules.unavailable(r, "injected crash", r.commit_sent) for r in batch]
-        except TimeoutError:
-            act.drop_cache()
-            why = f"execution timeout of {policy.execution_timeout} ms"
-            return [rules.unavailable(r, why, r.commit_sent) for r in batch]
         except LiveKeyTaken as taken:
             # The server rolled the batch back (nothing committed): run it again, once.
             for request in batch:
@@ -245,11 +232,33 @@ class TurnEngine:
                 return await self._run_batch(act, batch, recording, live_keys=True)
             act.drop_cache()
             return [rules.unavailable(r, str(taken), False) for r in batch]
-        except (psycopg.Error, Retryable) as exc:
-            act.drop_cache()
-            reason = describe_db_error(exc)
-            unanswered = commit_unanswered(exc)
-            return [rules.unavailable(r, reason, r.commit_sent and unanswered) for r in batch]
+        except (PoolTimeout, InjectedCrash, TimeoutError, psycopg.Error, Retryable) as exc:
+            return self._failed(act, batch, exc)
+
+    def _failed(
+        self, act: Activation, batch: Sequence[Request], exc: BaseException
+    ) -> list[Result]:
+        """The answers to a batch whose turn failed: an error, or unavailable (retry, replay).
+
+        No connection (``PoolTimeout``) is an error that names the pool's limit; after any other
+        failure the cache is dropped (the next turn reads the row), and a command whose commit
+        was sent is answered "outcome unknown" unless the failure shows that nothing committed.
+        """
+        if isinstance(exc, PoolTimeout):
+            what = f"the turn of {act.ref.type}/{act.ref.id!r}"
+            return [
+                Result("error", error=self.store.exhausted(self.pool_wait, what, r.command_id.raw))
+                for r in batch
+            ]
+        act.drop_cache()
+        if isinstance(exc, InjectedCrash):
+            return [rules.unavailable(r, "injected crash", r.commit_sent) for r in batch]
+        if isinstance(exc, TimeoutError):
+            why = f"execution timeout of {act.definition.policy.execution_timeout} ms"
+            return [rules.unavailable(r, why, r.commit_sent) for r in batch]
+        reason = describe_db_error(exc)
+        unanswered = commit_unanswered(exc)
+        return [rules.unavailable(r, reason, r.commit_sent and unanswered) for r in batch]
 
     async def _transaction(
         self,
@@ -319,11 +328,7 @@ class TurnEngine:
         if not todo.nothing:
             _settle(act, todo, ran, admitted.locked_version)
         if self.hooks.armed("after_commit"):
-            try:
-                await self.hooks.at("after_commit", {"ref": ref, "batch": batch})
-            except InjectedCrash:
-                act.drop_cache()
-                raise
+            await self._after_commit_hook(act, batch)
         if self.on_commit is not None and not todo.nothing:
             self.on_commit(act, ran.writes, cancelled)
         if not todo.nothing:
@@ -332,6 +337,14 @@ class TurnEngine:
             rules.release(o.result, r, released_at)
             for o, r in zip(ran.outcomes, batch, strict=True)
         ]
+
+    async def _after_commit_hook(self, act: Activation, batch: Sequence[Request]) -> None:
+        """The armed ``after_commit`` hook; a crash it injects also drops the cache."""
+        try:
+            await self.hooks.at("after_commit", {"ref": act.ref, "batch": batch})
+        except InjectedCrash:
+            act.drop_cache()
+            raise
 
     async def release(self, act: Activation) -> None:
         """Give back the connection ``act``'s mailbox worker kept (:data:`HOLD_MAX_S`).

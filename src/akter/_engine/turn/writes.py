@@ -22,11 +22,19 @@ from akter._contexts import LoopLease
 from akter._engine.ticks import first_ticks
 from akter._engine.turn.admission import fence_of
 from akter._engine.turn.flights import Flights
-from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
+from akter._engine.turn.types import (
+    Activation,
+    BatchRun,
+    BatchWrites,
+    Outcome,
+    Request,
+    Retryable,
+)
 from akter._kinds import RowKind
 from akter._staging import StagedRow
 from akter._store.gateway import actors
 from akter._store.gateway.workflows import start_in_turn
+from akter._store.pipeline import TurnPipeline
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
 
@@ -128,13 +136,7 @@ async def send(
             end = await actors.end_turn(pipe, commit=False)
         else:
             commit_ms = commit_clock(now_ms, arrived_at)
-            receipts = None
-            if len(todo.receipts) == 1 and todo.state_changed:
-                # One receipt rides in the update as scalars (update_actor_receipt), not as
-                # six one-element arrays.
-                receipts = _one_receipt(*todo.receipts[0])
-            elif todo.receipts:
-                receipts = _receipts(todo.receipts)
+            receipts = _receipt_params(todo)
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
@@ -150,59 +152,89 @@ async def send(
                     locked_version=locked_version,
                     receipts=receipts,
                 )
-            if writes.events:
-                await actors.insert_events(pipe, q, key, now_ms, act.event_seq + 1, writes.events)
-            if writes.timer_deletes:
-                await actors.delete_timers(pipe, q, key, writes.timer_deletes)
-            if writes.job_cancels:
-                cancels = await actors.cancel_jobs(pipe, q, key, writes.job_cancels, now_ms)
-            if writes.rows:
-                ords = ordinals(act.definition, writes.rows)
-                await actors.insert_outbox(
-                    pipe,
-                    q,
-                    key,
-                    bucket=act.bucket,
-                    commit_ms=commit_ms,
-                    rows=writes.rows,
-                    ordinals=ords,
-                    traceparent=telemetry.traceparent(),  # the batch span staged them
-                )
-            if writes.runs:
-                await start_in_turn(
-                    pipe,
-                    q,
-                    key,
-                    commit_ms=commit_ms,
-                    runs=writes.runs,
-                    traceparent=telemetry.traceparent(),
-                )
+            if not writes.empty:
+                cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)
             if todo.ticks is not None:
                 await actors.insert_ticks(pipe, q, todo.ticks)
             if receipts is not None and not todo.state_changed:
                 await actors.insert_receipts(pipe, q, key, receipts)
-            # The fences last, held through COMMIT. libpq may send a long flight's first
-            # statements before its Sync, so a process frozen mid-flight leaves the server
-            # waiting for the rest with no timer armed (before PostgreSQL 17's
-            # transaction_timeout): the lease row is then locked only from the last check on,
-            # and every row stamped before it.
-            # The check reads the server's clock too: the estimate is stale after a freeze.
-            # A lost lease fails the flight (serialization_failure), and the retry's
-            # admission check refuses with LeaseLost. The offset is the clock's as the flight
-            # is sent: a lease may end on a clock moved while the owner was between flights.
-            # Then the clock is read once more, by a statement on no table: on Citus the held
-            # check runs on a worker and compares with the estimate alone, and this one runs on
-            # the coordinator, whose clock wrote the lease.
-            fence_off = off if fence_off is None else fence_off
-            for f in todo.fences:
-                fence_ms = commit_ms + fence_off - off
-                await actors.hold_fence(pipe, q, fence_of(f), fence_ms, fence_off)
-            if todo.fences_until is not None:
-                await actors.hold_fence_clock(pipe, q, todo.fences_until, fence_off)
+            if todo.fences or todo.fences_until is not None:
+                fence_off = off if fence_off is None else fence_off
+                await _hold_fences(pipe, q, todo, commit_ms, off, fence_off)
             end = await actors.end_turn(pipe, commit=True)
     if flights.recording:
         telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)
+
+
+def _receipt_params(todo: Plan) -> dict[str, Any] | None:
+    """The receipts' parameters: one receipt as scalars when it rides in the state's update."""
+    if len(todo.receipts) == 1 and todo.state_changed:
+        # One receipt rides in the update as scalars (update_actor_receipt), not as six
+        # one-element arrays.
+        return _one_receipt(*todo.receipts[0])
+    if todo.receipts:
+        return _receipts(todo.receipts)
+    return None
+
+
+async def _send_staged(
+    pipe: TurnPipeline,
+    q: Queries,
+    act: Activation,
+    key: dict[str, Any],
+    writes: BatchWrites,
+    now_ms: int,
+    commit_ms: int,
+) -> actors.Cursor | None:
+    """Queue what the batch's commands staged, in the flight's order; the job cancels' cursor."""
+    cancels = None
+    if writes.events:
+        await actors.insert_events(pipe, q, key, now_ms, act.event_seq + 1, writes.events)
+    if writes.timer_deletes:
+        await actors.delete_timers(pipe, q, key, writes.timer_deletes)
+    if writes.job_cancels:
+        cancels = await actors.cancel_jobs(pipe, q, key, writes.job_cancels, now_ms)
+    if writes.rows:
+        await actors.insert_outbox(
+            pipe,
+            q,
+            key,
+            bucket=act.bucket,
+            commit_ms=commit_ms,
+            rows=writes.rows,
+            ordinals=ordinals(act.definition, writes.rows),
+            traceparent=telemetry.traceparent(),  # the batch span staged them
+        )
+    if writes.runs:
+        await start_in_turn(
+            pipe, q, key, commit_ms=commit_ms, runs=writes.runs, traceparent=telemetry.traceparent()
+        )
+    return cancels
+
+
+async def _hold_fences(
+    pipe: TurnPipeline, q: Queries, todo: Plan, commit_ms: int, off: int, fence_off: int
+) -> None:
+    """Queue the loop fences, last before ``COMMIT`` so that they are held through it.
+
+    libpq may send a long flight's first statements before its Sync, so a process frozen
+    mid-flight leaves the server waiting for the rest with no timer armed (before PostgreSQL
+    17's transaction_timeout): the lease row is then locked only from the last check on, and
+    every row stamped before it.
+    The check reads the server's clock too: the estimate is stale after a freeze. A lost lease
+    fails the flight (serialization_failure), and the retry's admission check refuses with
+    LeaseLost. The offset ``fence_off`` is the clock's as the flight is sent: a lease may end on
+    a clock moved while the owner was between flights (``off``: the offset of the turn's
+    reading). Then the clock is read once more, by a statement on no table: on Citus the held
+    check runs on a worker and compares with the estimate alone, and this one runs on the
+    coordinator, whose clock wrote the lease.
+    """
+    for f in todo.fences:
+        fence_ms = commit_ms + fence_off - off
+        await actors.hold_fence(pipe, q, fence_of(f), fence_ms, fence_off)
+    if todo.fences_until is not None:
+        await actors.hold_fence_clock(pipe, q, todo.fences_until, fence_off)
 
 
 def _one_receipt(outcome: Outcome, request: Request) -> dict[str, Any]:
