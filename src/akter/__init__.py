@@ -44,6 +44,7 @@ from akter.jobs import (
     job,
 )
 from akter.outbox import ParkedRow
+from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
 from akter.workflows import (
@@ -87,11 +88,14 @@ __all__ = [
     "JobCancelled",
     "JobDeadLettered",
     "JobFailure",
+    "MissingResource",
     "ParkedRow",
     "Policy",
     "QueryView",
     "Rate",
     "ReadOnlyError",
+    "Resource",
+    "Resources",
     "Runtime",
     "StepFailed",
     "Succeeded",
