@@ -21,6 +21,7 @@ from akter._drain import DrainReport
 from akter._engine.calls import Calls, check_access
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.events import EventBus, follow, read_events
+from akter._engine.history import History
 from akter._engine.hooks import Hooks
 from akter._engine.jobs.executor import JobExecutor
 from akter._engine.jobs.progress import ProgressStreams
@@ -107,6 +108,8 @@ class Runtime:
         if local_clock is not None:
             services.local = local_clock
         self._use_resources(resources)
+        #: The last hour of this runner's metrics, for the console's overview charts.
+        self.history = History(self.metrics)
         self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=config.window_ms)
         self.engine.pool_wait = config.pool_wait_ms / 1000
         self.engine.metrics = self.metrics
@@ -249,6 +252,7 @@ class Runtime:
         except BaseException:
             await self.services.resources.close()
             raise
+        self.history.start()
         self.supervisor.started = True
         self.readiness = "ready"
 
@@ -259,6 +263,7 @@ class Runtime:
             return DrainReport("clean")
         self.supervisor.stopping = True
         self.readiness = "draining"
+        await self.history.stop()
         self.last_drain = await self._lifecycle.drain()
         self.supervisor.started = False
         self.supervisor.stopping = False

@@ -535,6 +535,7 @@ def _background_tasks(runtime: Runtime) -> set[asyncio.Task[Any]]:
         runtime.progress,
         runtime.runners,
         runtime.events,
+        runtime.history,
         runtime._lifecycle,
     ]
     ids = {id(c) for c in components}
