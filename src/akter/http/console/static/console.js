@@ -404,7 +404,14 @@ function clock(ms) {
 function shortNumber(n) {
   if (n >= 10000) return `${Math.round(n / 1000)}k`;
   if (n >= 1000) return `${(n / 1000).toFixed(1)}k`;
-  return n >= 10 || n === 0 ? String(Math.round(n)) : n.toFixed(1);
+  return n >= 10 || Number.isInteger(n) ? String(Math.round(n)) : n.toFixed(1);
+}
+
+// The top of a chart's scale: 1, 2 or 5 times a power of ten, at or above `n`.
+function niceMax(n) {
+  if (n <= 0) return 1;
+  const power = 10 ** Math.floor(Math.log10(n));
+  return [1, 2, 5, 10].map((f) => f * power).find((m) => m >= n);
 }
 
 // A chart of `points` over the last hour: `lines` are drawn as lines (a null value is a gap),
@@ -422,7 +429,7 @@ function drawChart(id, points, { lines = [], bars = [], missing = "" }) {
     for (const s of lines) max = Math.max(max, s.value(p) || 0);
     max = Math.max(max, bars.reduce((sum, s) => sum + (s.value(p) || 0), 0));
   }
-  max = max > 0 ? max * 1.1 : 1;
+  max = niceMax(max);
   const y = (v) => top + (1 - v / max) * (H - top - bottom);
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
   for (const f of [0, 0.5, 1]) {
