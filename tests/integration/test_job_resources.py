@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 import akter
 from akter.testing import ActorTest
-from akter.testing.provider import FakeProvider, succeed
+from akter.testing.provider import FakeProvider, hang, succeed
 from tests._support import until
 
 Make = Callable[..., ActorTest]
@@ -162,6 +162,27 @@ async def test_each_runner_sets_up_its_own_and_tears_it_down_at_stop(akter_test:
         await t.runtimes[1].stop()
         assert log[-1] in ("close real0", "close real1") and len(log) == 3
     assert sorted(log) == ["close real0", "close real1", "open real0", "open real1"]
+
+
+async def test_teardown_comes_after_the_attempts_a_stop_interrupts(akter_test: Make) -> None:
+    provider = FakeProvider()
+    step = hang()
+    provider.script(step)
+    at_teardown: list[str] = []
+    resources = akter.Resources().provide(AUDIT, [])
+
+    @resources.setup(GATEWAY)
+    async def gateway() -> AsyncIterator[Charger]:
+        yield provider
+        at_teardown.extend(c.outcome for c in provider.calls)
+
+    async with akter_test([Till], relay=False, resources=resources) as t:
+        await t.get(Till, "t1").charge(1)
+        assert await t.runtime.jobs.run_pass() == 1  # the attempt starts as a task
+        await step.entered.wait()
+        assert at_teardown == []
+    # The stop interrupted the attempt (its row stays running), then tore the gateway down.
+    assert at_teardown == ["interrupted"]
 
 
 async def test_a_missing_resource_dead_letters_the_job_naming_it(akter_test: Make) -> None:
