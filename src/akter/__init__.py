@@ -35,6 +35,7 @@ from akter.errors import (
 from akter.events import EventRecord, EventStream
 from akter.jobs import DeadLetter, Job, JobCall, Rate, job
 from akter.operators.outbox import ParkedRow
+from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
 from akter.workflows import (
@@ -107,11 +108,14 @@ __all__ = [
     "JobCancelled",
     "JobDeadLettered",
     "JobFailure",
+    "MissingResource",
     "ParkedRow",
     "Policy",
     "QueryView",
     "Rate",
     "ReadOnlyError",
+    "Resource",
+    "Resources",
     "Runtime",
     "StepFailed",
     "System",

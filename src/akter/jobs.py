@@ -33,6 +33,7 @@ from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec
 from akter._storable import storable_payload
 from akter.callers import ActorRef
 from akter.errors import DefinitionError, invalid_input_from
+from akter.resources import MissingResource, OpenResources, Resource
 
 PL = TypeVar("PL", bound=BaseModel)
 R = TypeVar("R", default=Any)
@@ -44,7 +45,7 @@ _MAX_MS = 2**31 - 1
 
 
 class JobCall(Protocol):
-    """What an executor gets besides its payload: ids, attempt and progress reporting.
+    """What an executor gets besides its payload: ids, attempt, progress and its resources.
 
     A protocol, like :class:`akter.QueryView`: an executor is declared in its actor's class body
     without ``self``, and pyright accepts a first parameter whose type is not the class only when
@@ -64,6 +65,7 @@ class JobCall(Protocol):
     ref: ActorRef
     tenant: str
     _report: Callable[[BaseModel], None] | None
+    _resources: OpenResources | None
 
     def __init__(
         self,
@@ -73,6 +75,7 @@ class JobCall(Protocol):
         principal: str | None,
         ref: ActorRef,
         report: Callable[[BaseModel], None] | None = None,
+        resources: OpenResources | None = None,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -80,11 +83,27 @@ class JobCall(Protocol):
         self.ref = ref
         self.tenant = ref.tenant
         self._report = report
+        self._resources = resources
 
     def report(self, frame: BaseModel) -> None:
         """Publish a progress frame (best-effort; never blocks or raises)."""
         if self._report is not None:
             self._report(frame)
+
+    def resource(self, key: Resource[A]) -> A:
+        """The runtime's resource under ``key`` (``Runtime(resources=...)``, docs/jobs-resources).
+
+        Look resources up before the first external call: a missing one fails the attempt as
+        not applied (retried, then dead-lettered), which is only true if nothing was called.
+
+        Raises:
+            MissingResource: If the runtime does not provide ``key`` (a rate key function's
+                call has no resources).
+        """
+        where = f"Job {self.job_id!r} of {self.ref.type} {self.ref.id!r}"
+        if self._resources is None:
+            raise MissingResource(key, where)
+        return self._resources.get(key, where)
 
 
 class AttemptCall(JobCall):

@@ -22,6 +22,7 @@ from akter._drain import DrainReport
 from akter._engine.calls import Calls, check_access
 from akter._engine.dispatcher import Dispatcher
 from akter._engine.events import EventBus, follow, read_events
+from akter._engine.history import History
 from akter._engine.hooks import Hooks
 from akter._engine.jobs.executor import JobExecutor
 from akter._engine.jobs.progress import ProgressStreams
@@ -53,6 +54,7 @@ from akter.operators import (
     Outbox,
     RunnerControl,
 )
+from akter.resources import Resources
 from akter.telemetry import Metrics
 from akter.workflows import WorkflowMember, WorkflowRun
 
@@ -69,6 +71,8 @@ class Runtime:
         hooks: Fault points for tests (``akter.testing``).
         local_clock: The local monotonic clock of job lease deadlines (tests pass
             ``akter.testing.ManualClock()``; default the process's own).
+        resources: The clients and resources job executors reach with ``call.resource(key)``,
+            set up when the runtime starts and torn down when it stops (docs/jobs-resources.md).
         **options: The runner's options (``akter._config.RuntimeConfig`` documents each, with
             its default and bounds; the README's option table lists them): ``database_url``
             (default ``$AKTER_DATABASE_URL``, else an embedded server), ``schema``,
@@ -86,6 +90,7 @@ class Runtime:
         *,
         hooks: Hooks | None = None,
         local_clock: LocalClock | None = None,
+        resources: Resources | None = None,
         **options: Unpack[RuntimeOptions],
     ) -> None:
         self.registry = Registry(actors)
@@ -109,6 +114,9 @@ class Runtime:
         )
         if local_clock is not None:
             services.local = local_clock
+        self._use_resources(resources)
+        #: The last hour of this runner's metrics, for the console's overview charts.
+        self.history = History(self.metrics)
         self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=config.window_ms)
         self.engine.pool_wait = config.pool_wait_ms / 1000
         self.engine.metrics = self.metrics
@@ -170,6 +178,14 @@ class Runtime:
         self.config = replace(self.config, definitions=definitions, **changes)
         self.services.config = self.config
         self._database_url = self.config.database_url
+
+    def _use_resources(self, resources: Resources | None) -> None:
+        #: The job resources' declaration (``Runtime(resources=...)``); live ones at start.
+        self.resources = resources if resources is not None else Resources()
+
+    async def _open_resources(self) -> None:
+        """Set up the job resources (before any attempt can start; closed if start fails)."""
+        await self.resources.open(self.services.resources)
 
     def _refuse_work(self) -> None:
         self.dispatcher.accepting = False
@@ -237,7 +253,13 @@ class Runtime:
         """Connect (or start the embedded server), migrate, and start background work."""
         if self.supervisor.started:
             return
-        await self._lifecycle.start(self._database_url)
+        await self._open_resources()
+        try:
+            await self._lifecycle.start(self._database_url)
+        except BaseException:
+            await self.services.resources.close()
+            raise
+        self.history.start()
         self.supervisor.started = True
         self.readiness = "ready"
 
@@ -248,10 +270,12 @@ class Runtime:
             return DrainReport("clean")
         self.supervisor.stopping = True
         self.readiness = "draining"
+        await self.history.stop()
         self.last_drain = await self._lifecycle.drain()
         self.supervisor.started = False
         self.supervisor.stopping = False
         self.readiness = "drained"
+        await self.services.resources.close()  # after the drain: no attempt uses them any more
         return self.last_drain
 
     @property
@@ -507,6 +531,7 @@ class Runtime:
                     self.progress,
                     self.runners,
                     self.events,
+                    self.history,
                     self._lifecycle,
                 ),
                 own_tasks=lambda: self._lifecycle.tasks,

@@ -49,27 +49,34 @@ async def _eventually(condition: Callable[[], bool]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def console_page(browser: Browser, url: str) -> AsyncIterator[Page]:
-    """A page on the console, signed in as the operator through the form; closed after use.
+async def console_page(
+    browser: Browser, url: str, tab: str | None = "actors", *, bearer: str | None = None
+) -> AsyncIterator[Page]:
+    """A page on the console, signed in through the form (``bearer``: default the operator's).
 
-    Closing it ends its live feeds before the server stops (an open one would hold the server's
-    graceful shutdown).
+    The console opens on its overview; ``tab`` (default the actors) is then clicked, unless
+    ``None``. Closing the page ends its live feeds before the server stops (an open one would
+    hold the server's graceful shutdown).
     """
     page = await browser.new_page(viewport={"width": 1500, "height": 900})
     try:
-        yield await _sign_in(page, url)
+        await _sign_in(page, url, bearer or token(OPERATOR))
+        if tab is not None:
+            await page.click(f".tab[data-tab={tab}]")
+            await page.locator(f"#tab-{tab}").wait_for(state="visible", timeout=WAIT_MS)
+        yield page
     finally:
         await page.close()
 
 
-async def _sign_in(page: Page, url: str) -> Page:
+async def _sign_in(page: Page, url: str, bearer: str) -> Page:
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     await page.goto(f"{url}/console")
     assert page.url == f"{url}/console/"
     login = page.locator("#login")
     await login.wait_for(state="visible", timeout=WAIT_MS)  # 401 without credentials
-    await page.fill("#login-value", f"Bearer {token(OPERATOR)}")
+    await page.fill("#login-value", f"Bearer {bearer}")
     await page.click("#login-submit")
     await login.wait_for(state="hidden", timeout=WAIT_MS)
     assert errors == []
@@ -222,7 +229,8 @@ async def test_the_local_console_with_its_token(
             assert page.url == f"{s.url}/console/"
             stored = await page.evaluate("sessionStorage.getItem('akter.console.token')")
             assert stored == local.token
-            # The tab keeps it: a reload without the fragment still works.
+            await page.click(".tab[data-tab=actors]")  # the console opens on its overview
+            # The tab keeps it: a reload without the fragment still works (on the same tab).
             await page.reload()
             await expect(page.locator("#types li[data-type=Account]")).to_be_visible(
                 timeout=WAIT_MS

@@ -9,7 +9,8 @@ callbacks they call back into (``deliver``, ``run_singleton_loop``, ...). ``Serv
 - ``hooks`` (fault points) and ``metrics``;
 - ``registry``: the hosted actor types and event tags, addressing and routing keys;
 - ``supervisor``: the runner's lifecycle state (readiness, the fatal error) and ``supervise``;
-- ``local``: the local monotonic clock of job attempts' lease deadlines (a manual one in tests).
+- ``local``: the local monotonic clock of job attempts' lease deadlines (a manual one in tests);
+- ``resources``: the runner's live job resources (``akter.Resources``, open while it runs).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from akter._store.pool import Clock, Store
 from akter.actor import ActorDefinition, definition_of
 from akter.callers import ActorRef
 from akter.errors import ActorError, ConfigurationError, DefinitionError
+from akter.resources import OpenResources
 
 if TYPE_CHECKING:
     from akter.actor import Actor
@@ -161,6 +163,8 @@ class Services:
     supervisor: Supervisor
     #: The local monotonic clock job attempts measure their lease deadlines on.
     local: LocalClock = field(default_factory=LocalClock)
+    #: The resources job executors reach through their call (set up at start, closed at stop).
+    resources: OpenResources = field(default_factory=OpenResources)
 
     @property
     def definitions(self) -> Mapping[str, ActorDefinition]:

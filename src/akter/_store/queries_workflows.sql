@@ -342,13 +342,15 @@ WHERE routing_key = %(rk)s AND intent_id = %(job_id)s AND kind = 'job'
 RETURNING running;
 
 -- wf_list --
--- runs for operators, newest first, optionally of one status and actor type
+-- runs for operators, newest first, optionally of one status, actor type, workflow and tenant
 SELECT run_id, tenant_id, actor_type, actor_id, workflow, run_key, status, waiting, wake_at_ms,
        deadline_ms, cancel_requested, attempts, started_at_ms, updated_at_ms, finished_at_ms,
        error
 FROM {schema}.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(type)s::text IS NULL OR actor_type = %(type)s)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
+  AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
 ORDER BY started_at_ms DESC, run_id
 LIMIT %(limit)s;
 

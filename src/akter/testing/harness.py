@@ -77,6 +77,10 @@ class ActorTest:
         ``async with ActorTest([Counter], database_url=url) as t: await t.get(Counter, "c").add(1)``
 
         ``async with ActorTest([Counter], database_url=url, runners=3) as t: await t.kill(1)``
+
+        Runtime options pass through, ``resources=`` too: a test replaces one job resource with
+        ``ActorTest([Order], database_url=url, resources=app.override(PAYMENTS, fake))``
+        (docs/jobs-resources.md).
     """
 
     def __init__(

@@ -5,6 +5,7 @@ Every ``assert_type`` pins what a user's editor sees; mypy must report no error 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, assert_type
 
@@ -293,3 +294,25 @@ async def workflows(runtime: akter.Runtime) -> None:
     await run.signal(Shipped(tracking="t"))
     await run.cancel()
     assert_type(runtime.workflow_run(run.id), akter.WorkflowRun[Any])
+
+
+# --- job resources: a typed key gives a typed lookup ---------------------------------------------
+
+
+class Mailer:
+    async def send(self, to: str) -> str:
+        return to
+
+
+MAILER = akter.Resource[Mailer]("mailer")
+mailers = akter.Resources().provide(MAILER, Mailer())
+
+
+@mailers.setup(akter.Resource[int]("pool size"))
+async def pool_size() -> AsyncIterator[int]:
+    yield 4
+
+
+def mailer_of(call: akter.JobCall) -> None:
+    assert_type(call.resource(MAILER), Mailer)
+    assert_type(mailers.override(MAILER, Mailer()), akter.Resources)

@@ -101,3 +101,9 @@ async def workflows(rt: akter.Runtime) -> None:
     run = await handle.fulfil.start("sku")
     count: int = await run.result()  # E: assignment
     assert count
+
+
+# --- job resources: the value must be the key's type ---------------------------------------------
+
+MAILER = akter.Resource[int]("mailer")
+akter.Resources().provide(MAILER, "many")  # E: misc

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from akter._engine.jobs.progress_slot import ProgressSlot
     from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
+    from akter.resources import OpenResources
     from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.jobs")
@@ -118,6 +119,7 @@ class AttemptRunner:
         progress: The runner's progress hub (frames reported by executors).
         metrics: The runner's metrics (dead letters, job deliveries and retries).
         local: The local clock the lease deadline is measured and slept on.
+        resources: The runner's job resources (``call.resource``).
     """
 
     def __init__(
@@ -131,8 +133,10 @@ class AttemptRunner:
         progress: ProgressHub | None = None,
         metrics: Metrics | None = None,
         local: LocalClock | None = None,
+        resources: OpenResources | None = None,
     ) -> None:
         self.local = local or LocalClock()
+        self.resources = resources
         self.gateway = gateway
         self.hooks = hooks
         self.lease_ms = lease_ms
@@ -313,6 +317,7 @@ class AttemptRunner:
             principal=caller.on_behalf_of if isinstance(caller, System) else None,
             ref=row.ref,
             report=slot.report if slot is not None else None,
+            resources=self.resources,
         )
         timeout_ms = job.options.timeout_ms
         try:

@@ -94,6 +94,7 @@ class JobExecutor:
             progress=self.progress,
             metrics=services.metrics,
             local=services.local,
+            resources=services.resources,
         )
 
     # --- lifecycle ----------------------------------------------------------------------------

@@ -270,10 +270,18 @@ class WorkflowOps:
         )
 
     async def runs(
-        self, *, status: str | None = None, actor_type: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        actor_type: str | None = None,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
     ) -> list[RunSummary]:
-        """Runs across actors for operators, newest first (``akter workflows list``)."""
-        rows = await self.gateway.list(status=status, actor_type=actor_type, limit=limit)
+        """Runs across actors for operators, newest first (``akter workflows list``, console)."""
+        rows = await self.gateway.list(
+            status=status, actor_type=actor_type, workflow=workflow, tenant=tenant, limit=limit
+        )
         return [summary_of(r) for r in rows]
 
     async def actor_runs(self, ref: ActorRef, limit: int = 100) -> list[RunSummary]:

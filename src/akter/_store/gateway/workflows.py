@@ -594,11 +594,24 @@ class WorkflowsGateway:
         return await self._run(self._store.queries["sample_workflows"], {})
 
     async def list(
-        self, *, status: str | None = None, actor_type: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        actor_type: str | None = None,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
     ) -> list[Row]:
-        """Runs for operators, newest first."""
+        """Runs for operators, newest first (each filter is skipped when ``None``)."""
         return await self._run(
-            self._store.queries["wf_list"], {"status": status, "type": actor_type, "limit": limit}
+            self._store.queries["wf_list"],
+            {
+                "status": status,
+                "type": actor_type,
+                "workflow": workflow,
+                "tenant": tenant,
+                "limit": limit,
+            },
         )
 
     async def prune(self, actor_type: str, keep_ms: int, limit: int) -> int:

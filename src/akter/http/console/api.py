@@ -16,6 +16,9 @@ Routes (present only when the app was built with ``console=``)::
     POST /console/api/dead-letters/{job_id}/discard  as ``akter dead-letters discard``
     GET  /console/api/actor/workflows?type=&id=&tenant=  one actor's workflow runs
     GET  /console/api/workflows/{run_id}   one run: wake condition, step timeline, signals
+    GET  /console/api/series?minutes=      the overview's charts (:mod:`.runs`)
+    GET  /console/api/runs?status=&workflow=&type=&tenant=   runs across actors
+    POST /console/api/workflows/{run_id}/signal|cancel|retry  operate a run
 
 Every API request first passes :func:`akter.http.console.guard.operator` (the console header,
 its own page as the sender, loopback and token for ``Console.local()``, then the auth provider and
@@ -46,6 +49,7 @@ from akter.http.auth import AuthProvider
 from akter.http.console import Console
 from akter.http.console.guard import operator
 from akter.http.console.parked import ParkedApi
+from akter.http.console.runs import RunsApi
 from akter.http.console.workflows import WorkflowsApi
 from akter.http.problems import from_actor_error
 from akter.operators.dead_letters import Letter
@@ -112,6 +116,7 @@ class ConsoleApi:
             Route("/console/api/dead-letters/{job_id}/discard", self.discard, methods=["POST"]),
             *ParkedApi(self.runtime, self._operator).routes(),
             *WorkflowsApi(self.runtime, self._operator, self._ref).routes(),
+            *RunsApi(self.runtime, self._operator).routes(),
         ]
 
     # --- the guard ----------------------------------------------------------------------------

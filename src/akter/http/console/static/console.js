@@ -6,6 +6,11 @@
 
 const AUTH_KEY = "akter.console.auth";
 const TOKEN_KEY = "akter.console.token";
+// The tab shown, kept in this browser tab so that a reload stays where the operator was.
+const TAB_KEY = "akter.console.tab";
+const SVG = "http://www.w3.org/2000/svg";
+// The overview's charts span the last hour (the runtime keeps that much).
+const CHART_SPAN_MS = 60 * 60 * 1000;
 // The next poll is scheduled only once the previous one finished, and none runs while the tab is
 // hidden.
 const POLL_MS = 2000;
@@ -15,7 +20,8 @@ const RECONNECT_MS = 1000;
 // per server; the event feed and the polls need theirs.
 const MAX_PROGRESS_FEEDS = 3;
 const state = {
-  tab: "actors",
+  tab: "overview",
+  wfRun: null, // the run shown in the workflows tab
   type: null,
   actor: null, // {type, id, tenant}
   run: null, // the workflow run shown under the actor
@@ -183,6 +189,14 @@ async function loadOverview() {
   for (const [id, name] of [["count-outbox", "outbox"], ["count-jobs", "jobs"], ["count-letters", "dead_letters"]]) {
     document.getElementById(id).textContent = overview[name] ? formatCount(overview[name], capped[name]) : "";
   }
+  const actors = overview.types.reduce((sum, t) => sum + t.actors, 0);
+  const tiles = [
+    ["tile-actors", actors, overview.types.some((t) => t.capped)],
+    ["tile-outbox", overview.outbox || 0, capped.outbox],
+    ["tile-jobs", overview.jobs || 0, capped.jobs],
+    ["tile-letters", overview.dead_letters || 0, capped.dead_letters],
+  ];
+  for (const [id, n, cap] of tiles) document.getElementById(id).textContent = formatCount(n, cap);
   const items = overview.types.map((t) =>
     el(
       "li",
@@ -314,9 +328,16 @@ async function openRun(runId) {
 async function loadRun() {
   const run = await api("workflows/" + encodeURIComponent(state.run));
   document.getElementById("run").hidden = false;
-  document.getElementById("run-title").textContent = `${run.workflow} · ${run.run_id}`;
+  renderRun(run, "run");
+}
+
+// One run's facts, step timeline and signals, into the elements `${prefix}-title`, -facts,
+// -steps and -signals (the actor's run, or the workflows tab's).
+function renderRun(run, prefix) {
+  document.getElementById(`${prefix}-title`).textContent = `${run.workflow} · ${run.run_id}`;
   const facts = [
     ["status", run.status + (run.cancel_requested && !run.finished_at ? " (cancel requested)" : "")],
+    ["actor", prefix === "run" ? "" : refText(run.ref)],
     ["waits for", wakeText(run.wake)],
     ["attempts", run.attempts],
     ["started", when(run.started_at)],
@@ -326,12 +347,21 @@ async function loadRun() {
     ["error", run.error ? `${run.error.type}: ${run.error.message}` : ""],
   ].filter(([, v]) => v !== "" && v !== null && v !== undefined);
   document
-    .getElementById("run-facts")
+    .getElementById(`${prefix}-facts`)
     .replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { fact: k } }, String(v))]));
-  // The step timeline, in seq order: a pending step is the one under way (or waited on).
-  document.getElementById("run-steps").replaceChildren(
-    ...run.steps.map((step) =>
-      el(
+  // The step timeline, in seq order: a pending step is the one under way (or waited on). Each
+  // step's bar spans its start to its record on the run's own time line.
+  const began = Date.parse(run.started_at);
+  const ended = run.finished_at ? Date.parse(run.finished_at) : Date.now();
+  const span = Math.max(ended - began, 1);
+  document.getElementById(`${prefix}-steps`).replaceChildren(
+    ...run.steps.map((step) => {
+      const from = step.started_at ? Date.parse(step.started_at) : began;
+      const to = step.recorded_at ? Date.parse(step.recorded_at) : ended;
+      const bar = el("i", {});
+      bar.style.left = `${Math.max(0, ((from - began) / span) * 100)}%`;
+      bar.style.width = `${Math.max(0, Math.min(100, ((to - from) / span) * 100))}%`;
+      return el(
         "li",
         { class: step.status, dataset: { seq: String(step.seq) } },
         el("span", { class: "tag" }, `${step.kind} ${step.name}`),
@@ -339,11 +369,12 @@ async function loadRun() {
         el("span", { class: "mono" }, step.status === "done" ? JSON.stringify(step.outcome) : step.detail || ""),
         " ",
         el("span", { class: "muted" }, step.status === "done" ? when(step.recorded_at) : `pending since ${when(step.started_at)}`),
-      ),
-    ),
+        el("span", { class: "span", title: `${when(step.started_at)} → ${when(step.recorded_at) || "now"}` }, bar),
+      );
+    }),
   );
   fill(
-    document.querySelector("#run-signals tbody"),
+    document.querySelector(`#${prefix}-signals tbody`),
     run.signals.map((g) =>
       el(
         "tr",
@@ -355,6 +386,206 @@ async function loadRun() {
       ),
     ),
   );
+}
+
+// --- the overview: charts of the last hour ----------------------------------------------------
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+function clock(ms) {
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+function shortNumber(n) {
+  if (n >= 10000) return `${Math.round(n / 1000)}k`;
+  if (n >= 1000) return `${(n / 1000).toFixed(1)}k`;
+  return n >= 10 || Number.isInteger(n) ? String(Math.round(n)) : n.toFixed(1);
+}
+
+// The top of a chart's scale: 1, 2 or 5 times a power of ten, at or above `n`.
+function niceMax(n) {
+  if (n <= 0) return 1;
+  const power = 10 ** Math.floor(Math.log10(n));
+  return [1, 2, 5, 10].map((f) => f * power).find((m) => m >= n);
+}
+
+// A chart of `points` over the last hour: `lines` are drawn as lines (a null value is a gap),
+// `bars` stacked per interval. Each series is {label, color, value: point -> number | null}.
+function drawChart(id, points, { lines = [], bars = [], missing = "" }) {
+  const figure = document.getElementById(id);
+  const caption = figure.querySelector("figcaption");
+  const W = 600, H = 150, left = 36, right = 8, top = 8, bottom = 18;
+  const end = points.length ? points[points.length - 1].at_ms : Date.now();
+  const start = end - CHART_SPAN_MS;
+  const x = (ms) => left + ((ms - start) / CHART_SPAN_MS) * (W - left - right);
+  const known = [...lines, ...bars].some((s) => points.some((p) => s.value(p) !== null));
+  let max = 0;
+  for (const p of points) {
+    for (const s of lines) max = Math.max(max, s.value(p) || 0);
+    max = Math.max(max, bars.reduce((sum, s) => sum + (s.value(p) || 0), 0));
+  }
+  max = niceMax(max);
+  const y = (v) => top + (1 - v / max) * (H - top - bottom);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
+  for (const f of [0, 0.5, 1]) {
+    chart.append(svg("line", { x1: left, x2: W - right, y1: y(max * f), y2: y(max * f), stroke: "#eaecf0" }));
+    chart.append(svg("text", { x: left - 4, y: y(max * f) + 3, "text-anchor": "end" }, shortNumber(max * f)));
+  }
+  for (const [ms, anchor] of [[start, "start"], [start + CHART_SPAN_MS / 2, "middle"], [end, "end"]]) {
+    chart.append(svg("text", { x: x(ms), y: H - 4, "text-anchor": anchor }, clock(ms)));
+  }
+  const width = Math.max(2, (x(end) - x(end - 15000)) * 0.8);
+  for (const p of points) {
+    let base = 0;
+    for (const s of bars) {
+      const v = s.value(p) || 0;
+      if (v > 0) chart.append(svg("rect", { x: x(p.at_ms) - width, y: y(base + v), width, height: y(base) - y(base + v), fill: s.color, "data-series": s.label }));
+      base += v;
+    }
+  }
+  for (const s of lines) {
+    let path = "";
+    let pen = "M";
+    for (const p of points) {
+      const v = s.value(p);
+      if (v === null || v === undefined) {
+        pen = "M";
+        continue;
+      }
+      path += `${pen}${x(p.at_ms).toFixed(1)},${y(v).toFixed(1)} `;
+      pen = "L";
+    }
+    if (path) chart.append(svg("path", { d: path, fill: "none", stroke: s.color, "stroke-width": 1.6, "data-series": s.label }));
+  }
+  const legend = el(
+    "div",
+    { class: "legend" },
+    ...[...lines, ...bars].map((s) => {
+      const swatch = el("b", {});
+      swatch.style.background = s.color;
+      const last = [...points].reverse().find((p) => s.value(p) !== null);
+      return el("span", {}, swatch, `${s.label} ${last ? shortNumber(s.value(last)) : "–"}`);
+    }),
+  );
+  const children = [caption, chart, legend];
+  if (!known && missing) children.push(el("p", { class: "empty" }, missing));
+  figure.replaceChildren(...children);
+  figure.dataset.points = String(points.length);
+}
+
+async function loadCharts() {
+  const { points, sampled } = await api("series?minutes=60");
+  const unsampled = "Not sampled by this runner: the $maintenance owner samples these.";
+  document.getElementById("overview-note").textContent = points.length
+    ? sampled
+      ? ""
+      : unsampled
+    : "The runtime records a point every 15 s: the charts fill in as it runs.";
+  drawChart("chart-commits", points, { lines: [{ label: "commits/s", color: "#2456c9", value: (p) => p.commits_per_s }] });
+  drawChart("chart-lag", points, { lines: [{ label: "lag ms", color: "#b54708", value: (p) => p.relay_lag_ms }], missing: unsampled });
+  drawChart("chart-backlog", points, { lines: [{ label: "rows", color: "#6941c6", value: (p) => p.outbox_rows }], missing: unsampled });
+  drawChart("chart-jobs", points, {
+    bars: [
+      { label: "succeeded", color: "#12b76a", value: (p) => p.jobs.succeeded },
+      { label: "retried", color: "#f79009", value: (p) => p.jobs.retried },
+      { label: "dead", color: "#d92d20", value: (p) => p.jobs.dead },
+    ],
+  });
+  drawChart("chart-workflows", points, {
+    lines: [
+      { label: "running", color: "#2456c9", value: (p) => p.workflows.running },
+      { label: "suspended", color: "#6941c6", value: (p) => p.workflows.suspended },
+    ],
+    bars: [
+      { label: "completed", color: "#12b76a", value: (p) => p.workflows.completed },
+      { label: "failed", color: "#d92d20", value: (p) => p.workflows.failed },
+    ],
+  });
+}
+
+async function loadOverviewTab() {
+  await loadOverview();
+  await loadCharts();
+}
+
+// --- workflows: runs across actors ----------------------------------------------------------
+
+function runFilters() {
+  const value = (id) => document.getElementById(id).value.trim() || null;
+  return { status: value("runs-status"), workflow: value("runs-workflow"), type: value("runs-type"), tenant: value("runs-tenant") };
+}
+
+function runStatus(r) {
+  return r.status + (r.cancel_requested && !r.finished_at ? " (cancel requested)" : "");
+}
+
+async function loadWorkflowsTab() {
+  const { runs } = await api("runs?" + query({ ...runFilters(), limit: 200 }));
+  const names = new Set([...document.querySelectorAll("#runs-workflows option")].map((o) => o.value));
+  for (const r of runs) if (!names.has(r.workflow)) document.getElementById("runs-workflows").append(el("option", { value: r.workflow }));
+  fill(
+    document.querySelector("#runs tbody"),
+    runs.map((r) =>
+      el(
+        "tr",
+        { class: r.run_id === state.wfRun ? "active" : "", dataset: { run: r.run_id }, onclick: () => openWfRun(r.run_id).catch(failed) },
+        el("td", { class: "mono" }, r.run_id),
+        el("td", {}, refText(r.ref)),
+        el("td", {}, r.workflow),
+        el("td", { class: `run-status ${r.status === "failed" || r.status === "diverged" ? "error" : ""}` }, runStatus(r)),
+        el("td", {}, wakeText(r.wake)),
+        el("td", {}, when(r.started_at)),
+      ),
+    ),
+  );
+  if (state.wfRun) await loadWfRun();
+}
+
+async function openWfRun(runId) {
+  state.wfRun = runId;
+  for (const tr of document.querySelectorAll("#runs tbody tr")) tr.classList.toggle("active", tr.dataset.run === runId);
+  await loadWfRun();
+}
+
+async function loadWfRun() {
+  const run = await api("workflows/" + encodeURIComponent(state.wfRun));
+  document.getElementById("wf-run").hidden = false;
+  renderRun(run, "wf-run");
+  const ended = ["completed", "failed", "cancelled"].includes(run.status);
+  document.getElementById("wf-cancel").disabled = ended || (run.cancel_requested && run.status !== "diverged");
+  document.getElementById("wf-retry").hidden = run.status !== "diverged";
+  document.getElementById("wf-signal").disabled = ended;
+}
+
+async function operateRun(action) {
+  const runId = state.wfRun;
+  if (!runId) return;
+  let options = { method: "POST" };
+  if (action === "cancel" && !window.confirm(`Cancel workflow run ${runId}? Its next durable await raises WorkflowCancelled.`)) return;
+  if (action === "signal") {
+    const name = document.getElementById("wf-signal-name").value.trim();
+    let payload;
+    try {
+      payload = JSON.parse(document.getElementById("wf-signal-payload").value || "{}");
+    } catch (e) {
+      status("The signal's payload is not JSON.", true);
+      return;
+    }
+    options = { method: "POST", body: JSON.stringify({ name, payload }) };
+  }
+  try {
+    const result = await api(`workflows/${encodeURIComponent(runId)}/${action}`, options);
+    const said = { signal: `signal ${result.signal} sent to ${runId}`, cancel: `cancel ${result.cancel} for ${runId}`, retry: result.retried ? `retried ${runId}` : `${runId} was not diverged` };
+    status(said[action]);
+  } catch (error) {
+    failed(error);
+  }
+  await refresh();
 }
 
 function eventItem(e, fresh) {
@@ -619,11 +850,19 @@ async function loadActorsTab() {
   if (state.actor) await loadRuns();
 }
 
-const loaders = { actors: loadActorsTab, outbox: loadOutbox, jobs: loadJobs, letters: loadLetters, parked: loadParked };
+const loaders = {
+  overview: loadOverviewTab,
+  actors: loadActorsTab,
+  workflows: loadWorkflowsTab,
+  outbox: loadOutbox,
+  jobs: loadJobs,
+  letters: loadLetters,
+  parked: loadParked,
+};
 
 async function refreshOnce() {
   try {
-    if (state.tab !== "actors") await loadOverview();
+    if (state.tab !== "actors" && state.tab !== "overview") await loadOverview();
     await loaders[state.tab]();
     document.getElementById("login").hidden = true;
     if (document.getElementById("status").className === "error") status("");
@@ -671,7 +910,9 @@ function visibilityChanged() {
 }
 
 function showTab(tab) {
-  state.tab = tab;
+  state.tab = loaders[tab] ? tab : "overview";
+  tab = state.tab;
+  sessionStorage.setItem(TAB_KEY, tab);
   for (const button of document.querySelectorAll(".tab")) button.classList.toggle("active", button.dataset.tab === tab);
   for (const panel of document.querySelectorAll(".panel")) panel.hidden = panel.id !== `tab-${tab}`;
   refresh();
@@ -688,8 +929,15 @@ function start() {
     if (state.actor) openActor(state.actor.type, state.actor.id, state.actor.tenant).catch(failed);
     refresh();
   });
+  for (const id of ["runs-status", "runs-workflow", "runs-type", "runs-tenant"]) {
+    document.getElementById(id).addEventListener("change", () => refresh());
+  }
+  document.getElementById("wf-cancel").addEventListener("click", () => operateRun("cancel"));
+  document.getElementById("wf-retry").addEventListener("click", () => operateRun("retry"));
+  document.getElementById("wf-signal").addEventListener("click", () => operateRun("signal"));
   document.addEventListener("visibilitychange", visibilityChanged);
-  showTab("actors");
+  // The first screen is the overview; a reload keeps the tab the operator was on.
+  showTab(sessionStorage.getItem(TAB_KEY) || "overview");
   schedule();
 }
 
