@@ -23,7 +23,7 @@ def block(heading: str) -> str:
 def test_the_metrics_example_runs(tmp_path: Path) -> None:
     (tmp_path / "metrics.py").write_text(block("# Metrics"), "utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKTER_")}
-    paths = [str(README.parent), str(README.parent / "src"), env.get("PYTHONPATH", "")]
+    paths = [str(README.parents[2]), str(README.parents[2] / "src"), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     done = subprocess.run(
         [sys.executable, "metrics.py"],
