@@ -42,7 +42,8 @@ typecheck: venv
 	$(BIN)/mypy
 
 # The install a user does (.ci/wheel_check.py): python -m build (sdist and wheel), the wheel
-# without extras in a fresh virtualenv, the README's quick start run outside the repository.
+# without extras in a fresh virtualenv, the README's quick start and the tutorial's final app run
+# outside the repository.
 wheel-check: venv
 	@echo '== wheel check: the built wheel, no extras, a fresh virtualenv, the quick start =='
 	$(BIN)/python .ci/wheel_check.py

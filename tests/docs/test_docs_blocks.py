@@ -1,10 +1,10 @@
 """Every Python block of the README and the docs is a complete file, and runs.
 
 A page's ```python block runs as its own file in a fresh directory (its embedded data directory
-would be ``./.akter`` there), on a database of its own created for it on the test server, so no
-two blocks share a schema or rows. A block that defines ``test_`` functions runs under pytest
-(``asyncio_mode = "auto"``, the ``akter_test`` fixture on that database); any other runs with
-``python``.
+would be ``./.akter`` there), on a database of the docs' own on the test server that holds no
+schema when the block starts, so no two blocks share a schema or rows. A block that defines
+``test_`` functions runs under pytest (``asyncio_mode = "auto"``, the ``akter_test`` fixture on
+that database); any other runs with ``python``.
 
 An HTML comment on the line before a block says how it is treated:
 
@@ -104,9 +104,13 @@ def test_every_block_is_run_or_says_why() -> None:
     assert len(RUN) >= 15  # the walk found the pages' blocks
 
 
-@pytest.fixture
-def database(akter_db: str) -> Iterator[str]:
-    """A database of its own on the test server, dropped afterwards."""
+@pytest.fixture(scope="module")
+def docs_database(akter_db: str) -> Iterator[str]:
+    """A database of the blocks' own on the test server, dropped at the end.
+
+    One for the module, emptied after each block (below): dropping a database makes PostgreSQL
+    checkpoint, which on a busy server costs seconds, while dropping its schemas does not.
+    """
     name = f"akter_docs_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(akter_db, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -117,6 +121,19 @@ def database(akter_db: str) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture
+def database(docs_database: str) -> Iterator[str]:
+    """The blocks' database with nothing in it: each block starts from no schema of its own."""
+    yield docs_database
+    with psycopg.connect(docs_database, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname <> 'public'"
+            " AND nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema'"
+        ).fetchall()
+        for (schema,) in left:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.mark.timeout(180)
@@ -136,7 +153,10 @@ def test_the_block_runs(block: Block, database: str, tmp_path: Path) -> None:
     )
     argv = [sys.executable, script.name]
     if block.is_test_module:
+        # Only the plugins such a test needs: the others installed here take seconds to load.
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         argv[1:] = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto"]
+        argv += ["-p", "pytest_asyncio.plugin", "-p", "akter.testing.plugin"]
         argv += ["--rootdir", str(tmp_path), script.name]
     done = subprocess.run(
         argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170, check=False
