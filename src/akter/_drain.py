@@ -8,7 +8,7 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class DrainReport:
-    """How a drain ended (semantics §8.4).
+    """How a drain ended (semantics §8.3).
 
     Attributes:
         status: ``clean``, or ``deadline_expired`` when turns had to be cancelled.

@@ -132,7 +132,7 @@ FAMILIES: tuple[Family, ...] = (
         "Stored names (type, command, job, event tag) no definition or alias claims (E2).",
         ("kind",),
     ),
-    # Workflows (issue 15, workflows spec W4).
+    # Workflows (the workflows spec, W4).
     Family("akter.workflows.started", "counter", "Workflow runs started.", _A),
     Family("akter.workflows.completed", "counter", "Workflow runs that completed.", _A),
     Family("akter.workflows.failed", "counter", "Workflow runs that failed.", _A),

@@ -91,7 +91,7 @@ class JobCall(Protocol):
             self._report(frame)
 
     def resource(self, key: Resource[A]) -> A:
-        """The runtime's resource under ``key`` (``Runtime(resources=...)``, docs/jobs-resources).
+        """The runtime's resource under ``key`` (``Runtime(resources=...)``; the jobs guide).
 
         Look resources up before the first external call: a missing one fails the attempt as
         not applied (retried, then dead-lettered), which is only true if nothing was called.

@@ -72,7 +72,8 @@ class Runtime:
         local_clock: The local monotonic clock of job lease deadlines (tests pass
             ``akter.testing.ManualClock()``; default the process's own).
         resources: The clients and resources job executors reach with ``call.resource(key)``,
-            set up when the runtime starts and torn down when it stops (docs/jobs-resources.md).
+            set up when the runtime starts and torn down when it stops
+            (docs/guides/jobs-resources.md).
         **options: The runner's options (``akter._config.RuntimeConfig`` documents each, with
             its default and bounds; the README's option table lists them): ``database_url``
             (default ``$AKTER_DATABASE_URL``, else an embedded server), ``schema``,

@@ -168,7 +168,7 @@ async def test_the_service_routes_answer_errors_with_akters_problem_bodies(shop:
             )
             body = assert_problem(service, status, "Unauthorized", code)
             assert assert_problem(mounted, status, "Unauthorized", code) == body
-            assert body["type"] == "/reference/errors/#unauthorized"
+            assert body["type"] == "/reference/errors/#Unauthorized"
             assert service.headers.get("www-authenticate") == mounted.headers.get(
                 "www-authenticate"
             )
@@ -192,4 +192,4 @@ async def test_the_service_routes_answer_errors_with_akters_problem_bodies(shop:
         body = assert_problem(service, 422, "DeclaredError")
         assert assert_problem(mounted, 422, "DeclaredError") == body
         assert (body["error"], body["fields"]) == ("shop.CartClosed", {"cart": "alice"})
-        assert body["type"] == "/reference/errors/#declarederror"
+        assert body["type"] == "/reference/errors/#DeclaredError"

@@ -1,4 +1,4 @@
-"""The README's "The Python client" example runs as printed against the served bank example.
+"""docs/guides/http.md: "The Python client" example runs as printed against the served bank example.
 
 ``examples/http_service.py`` is served by uvicorn in a child process (as the README serves it,
 on a fresh schema); the block runs in another, with the URL it names pointed at that server.
@@ -19,14 +19,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def block(heading: str) -> str:
-    """The first python block after ``heading`` in the README."""
-    text = (ROOT / "README.md").read_text("utf-8")
+    """The first python block after ``heading`` in the HTTP guide."""
+    text = (ROOT / "docs" / "guides" / "http.md").read_text("utf-8")
     start = text.index("```python", text.index(heading)) + len("```python")
     return text[start : text.index("```", start)]
 
 
 def test_the_client_example_runs_against_the_served_bank(akter_db: str, tmp_path: Path) -> None:
-    code = block("### The Python client")
+    code = block("## The Python client")
     assert "http://127.0.0.1:8000" in code
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "examples.http_service:app"]

@@ -1,4 +1,4 @@
-"""Serving as the README's "Serving over HTTP" section says: its commands, run as child processes.
+"""Serving as the HTTP guide (docs/guides/http.md) says: its commands, run as child processes.
 
 ``uvicorn examples.http_service:app`` (the app owns the runtime's lifecycle) and ``akter serve
 ... --http ... --auth module:provider`` both serve the example behind its API keys: a signed-in
@@ -31,12 +31,9 @@ pytestmark = pytest.mark.timeout(120)
 AKTER = str(Path(sys.executable).parent / "akter")
 
 
-def section(title: str = "Serving over HTTP") -> str:
-    """The README section under ``## title``, up to the next ``## ``."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+def section() -> str:
+    """The HTTP guide, docs/guides/http.md."""
+    return (ROOT / "docs" / "guides" / "http.md").read_text()
 
 
 def blocks(language: str) -> list[str]:

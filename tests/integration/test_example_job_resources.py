@@ -1,4 +1,4 @@
-"""The job-resources example (docs/jobs-resources.md) runs, and its test fake needs no patching."""
+"""The job-resources example (docs/guides/jobs-resources.md) runs; its test fake needs no patch."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ async def test_a_test_hands_the_job_a_fake_provider(akter_db: str) -> None:
 
 def test_the_docs_blocks_are_excerpts_of_the_example_and_its_test() -> None:
     root = Path(__file__).resolve().parents[2]
-    page = (root / "docs" / "jobs-resources.md").read_text("utf-8")
+    page = (root / "docs" / "guides" / "jobs-resources.md").read_text("utf-8")
     sources = (root / "examples" / "job_resources.py").read_text("utf-8") + Path(
         __file__
     ).read_text("utf-8")

@@ -1,4 +1,4 @@
-"""Failures are visible with the logging the docs recommend (docs/logging.md).
+"""Failures are visible with the logging the docs recommend (docs/guides/logging.md).
 
 ``akter.logs.configure_logging()`` in a process whose application configured no logging prints
 akter's lines to a stream. A failed workflow run, a dead letter and a parked row each print

@@ -1,4 +1,7 @@
-"""The README's quick start runs as printed: on an embedded PostgreSQL in a fresh directory."""
+"""The README's quick start runs as printed: on an embedded PostgreSQL in a fresh directory.
+
+So does the tracing module of docs/guides/tracing.md.
+"""
 
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ class OTLPSpanExporter:
         return True
 """
 
-#: Serves examples/http_service.py in-process with the README's tracing module imported first.
+#: Serves examples/http_service.py in-process with the tracing guide's module imported first.
 _DRIVER = """
 import asyncio, httpx
 import tracing
@@ -85,8 +88,8 @@ asyncio.run(main())
 
 
 def tracing_module() -> str:
-    text = README.read_text("utf-8")
-    start = text.index("```python", text.index("## Tracing")) + len("```python")
+    text = (README.parent / "docs" / "guides" / "tracing.md").read_text("utf-8")
+    start = text.index("```python", text.index("# Tracing")) + len("```python")
     return text[start : text.index("```", start)]
 
 

@@ -1,4 +1,7 @@
-"""The README's "Evolving your actors" examples run as printed, over rows written by version 1."""
+"""The "Evolving your actors" examples run as printed, over rows written by version 1.
+
+The examples are on docs/guides/evolution.md.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +17,11 @@ from pydantic import BaseModel
 
 import akter
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "evolution.md"
 
 
 def block(heading: str) -> str:
-    """The first python block after ``heading`` in the README."""
+    """The first python block after ``heading`` on the docs page."""
     text = README.read_text("utf-8")
     start = text.index("```python", text.index(heading)) + len("```python")
     return text[start : text.index("```", start)]
@@ -71,7 +74,7 @@ async def _state(t: Any, actor_type: str, actor_id: str) -> dict[str, Any]:
 
 async def test_the_safe_field_rename_moves_the_value(akter_test: Any) -> None:
     v2 = run_block(
-        "### A safe field rename",
+        "## A safe field rename",
         then="""
         class Touch(Customer, name="Customer"):
             @akter.command
@@ -107,7 +110,7 @@ async def test_the_safe_field_rename_moves_the_value(akter_test: Any) -> None:
 
 async def test_without_the_migration_the_loss_guard_refuses(akter_test: Any) -> None:
     v2 = run_block(
-        "### A safe field rename",
+        "## A safe field rename",
         then="""
         class Careless(akter.Actor[Profile], name="Customer"):
             @akter.command
@@ -133,7 +136,7 @@ async def test_without_the_migration_the_loss_guard_refuses(akter_test: Any) -> 
 
 async def test_the_typed_state_split(akter_test: Any) -> None:
     v2 = run_block(
-        "### A safe state split",
+        "## A safe state split",
         then="""
         class Reader(Person, name="Person"):
             @akter.query
@@ -153,7 +156,7 @@ async def test_the_typed_state_split(akter_test: Any) -> None:
 
 
 async def test_a_rolling_deploy_that_adds_a_defaulted_field(akter_db: str) -> None:
-    namespace = run_block("### What a rolling deploy may change safely")
+    namespace = run_block("## What a rolling deploy may change safely")
     schema = f"akter_t_{uuid.uuid4().hex[:12]}"
     try:
         await namespace["rolling_deploy"](akter_db, schema)

@@ -1,15 +1,18 @@
-"""The README's "Internal commands and workflows" example runs as printed (on a fresh schema)."""
+"""The "Internal commands and workflows" example runs as printed (on a fresh schema).
+
+The examples are on docs/concepts.md.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
 
 
 def block(heading: str) -> str:
-    """The first python block after ``heading`` in the README."""
+    """The first python block after ``heading`` on the docs page."""
     text = README.read_text("utf-8")
     start = text.index("```python", text.index(heading)) + len("```python")
     return text[start : text.index("```", start)]

@@ -1,4 +1,7 @@
-"""The README's "Workflows" examples run as printed (their test functions, on a fresh schema)."""
+"""The "Workflows" examples run as printed (their test functions, on a fresh schema).
+
+The examples are on docs/guides/workflows.md.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,11 @@ from typing import Any
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "workflows.md"
 
 
 def block(heading: str) -> str:
-    """The first python block after ``heading`` in the README."""
+    """The first python block after ``heading`` on the docs page."""
     text = README.read_text("utf-8")
     start = text.index("```python", text.index(heading)) + len("```python")
     return text[start : text.index("```", start)]
@@ -23,7 +26,7 @@ async def test_the_workflows_example_runs(akter_test: Any, monkeypatch: pytest.M
     # A module of its own: pydantic registers WorkflowOutcome[str] in its defining module.
     module = types.ModuleType("readme_workflows")
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    exec(compile(block("## Workflows"), "README Workflows", "exec"), module.__dict__)
+    exec(compile(block("# Workflows"), "README Workflows", "exec"), module.__dict__)
     await module.test_an_order_is_fulfilled(akter_test)
     await module.test_one_live_run_per_key(akter_test)
 
@@ -45,6 +48,6 @@ async def test_the_job_step_cancel_example_runs(
 ) -> None:
     module = types.ModuleType("readme_workflow_cancels")
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    heading = "### Cancelling or timing out a run at a job step"
+    heading = "## Cancelling or timing out a run at a job step"
     exec(compile(block(heading), "README workflow cancels", "exec"), module.__dict__)
     await module.test_a_run_cancelled_at_a_job_step_cancels_its_job(akter_test)

@@ -39,13 +39,13 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).resolve().parent / "cases"
 CASE_FILES = ("user.py", "contract.py", "misuse.py")
-#: The README's pyright note ("Use akter in your project"), checked as a fourth file.
+#: The docs' pyright note (docs/get-started.md, "Use akter in your project"), a fourth file.
 README_BLOCK = "readme_editors.py"
 
 
 def readme_block() -> str:
-    """The python block of the README's "Use akter in your project" section."""
-    text = (ROOT / "README.md").read_text("utf-8")
+    """The python block of the docs' "Use akter in your project" section."""
+    text = (ROOT / "docs" / "get-started.md").read_text("utf-8")
     start = text.index("```python", text.index("## Use akter in your project")) + len("```python")
     return text[start : text.index("```", start)]
 

@@ -24,11 +24,11 @@ POINTS = frozenset(
         "before_park",
         "before_discard_commit",
         "before_retry_commit",
-        # Workflows (issue 15): around a step's record, and before a run's end is written.
+        # Workflows: around a step's record, and before a run's end is written.
         "before_step_record",
         "after_step_record",
         "before_workflow_complete",
-        # A turn run again after its workflow start met a live key (issue 38, finding 4).
+        # A turn run again after its workflow start met a live key.
         "before_keyed_start_retry",
     }
 )

@@ -66,7 +66,7 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "release_skewed_jobs": ("citus_release_skewed_jobs_scan", "citus_release_skewed_job"),
     # Not a lock: a join with unnest() spans every shard (a two-phase commit across workers).
     "settle_intents": ("citus_settle_intent",),
-    # Evolution (issue 12), queries_citus_ops.sql: an operator's parked rows, undeclared jobs.
+    # Evolution, queries_citus_ops.sql: an operator's parked rows, undeclared jobs.
     "parked_lock": ("citus_parked_scan", "citus_parked_lock"),
     "park_undeclared_jobs": ("citus_park_undeclared_scan", "citus_park_undeclared_job"),
     # Not locks: unnest() joined with correlated counts, which Citus cannot push down.
@@ -74,7 +74,7 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "names_count_commands": ("citus_names_count_command",),
     "names_count_jobs": ("citus_names_count_job",),
     "names_count_events": ("citus_names_count_event",),
-    # Workflows (issue 15): the run claim, like the job claim.
+    # Workflows: the run claim, like the job claim.
     "wf_claim": ("citus_wf_claim_scan", "citus_wf_claim"),
     # Singleton leases (0008): keyed by actor type alone they would lock across shards.
     "singleton_takeover": ("citus_singleton_takeover",),

@@ -1,4 +1,4 @@
--- Citus (issue 16, docs/citus.md): detection and distribution, and the claim variants.
+-- Citus (docs/citus.md): detection and distribution, and the claim variants.
 -- Citus has no multi-shard FOR UPDATE SKIP LOCKED and refuses volatile functions in
 -- modifications of distributed tables, so on Citus a claim is an unlocked candidate scan across
 -- shards, then one single-shard claim per candidate (pipelined), each SKIP LOCKED in its shard.

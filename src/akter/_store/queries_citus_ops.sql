@@ -1,4 +1,4 @@
--- Citus variants of the evolution statements (issue 16, docs/citus.md): the operators' parked
+-- Citus variants of the evolution statements (docs/citus.md): the operators' parked
 -- rows, the maintenance owner's parking of undeclared jobs, and the orphan counts. Citus has no
 -- row lock in a statement that spans shards and cannot push down a join of unnest() with
 -- correlated subqueries on distributed tables, so on Citus these are an unlocked scan followed

@@ -1,4 +1,4 @@
--- Workflows (issue 15, migration 0007): runs, their journal and their signals.
+-- Workflows (migration 0007): runs, their journal and their signals.
 -- Every time written is the database clock (stmt_ms) plus the runtime's test offset.
 
 -- wf_start --

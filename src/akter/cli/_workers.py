@@ -1,4 +1,4 @@
-"""``akter serve --workers N``: N runner processes behind one HTTP port (issue 13, goal 6).
+"""``akter serve --workers N``: N runner processes behind one HTTP port.
 
 One Python process runs one event loop on one core; a second core needs a second process. The
 parent binds the HTTP address once and starts N children (``sys.executable -m akter.cli serve

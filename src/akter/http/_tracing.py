@@ -1,4 +1,4 @@
-"""The server span of an HTTP request: it continues the caller's W3C trace (issue 14).
+"""The server span of an HTTP request: it continues the caller's W3C trace.
 
 No third-party middleware is needed: the request's ``traceparent`` and ``tracestate`` (or what
 the globally configured propagators read) become the parent of the request's span, and the

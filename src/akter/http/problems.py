@@ -2,9 +2,9 @@
 
 The HTTP status of a refusal is decided here (:func:`status_of`), not by the error: an
 :class:`~akter.errors.ActorError` names its ``reason`` and ``code``, and this module maps them.
-A problem's ``type`` is a URI into the docs' error reference, one anchor per reason in lower
-case (``/reference/errors/#invalidinput``); :func:`set_type_base` points it at where the docs
-are served (``https://docs.example.com/akter/reference/errors/#``).
+A problem's ``type`` is a URI into the docs' error reference, one anchor per reason, spelled as
+the reason is (``/reference/errors/#InvalidInput``); :func:`set_type_base` points it at where
+the docs are served (``https://docs.example.com/akter/reference/errors/#``).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def set_type_base(base: str) -> None:
 
 def type_uri(reason: str) -> str:
     """The ``type`` URI of a problem with ``reason``: its entry in the docs' error reference."""
-    return f"{_type_base}{reason.lower()}"
+    return f"{_type_base}{reason}"
 
 
 def problem(

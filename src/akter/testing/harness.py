@@ -80,7 +80,7 @@ class ActorTest:
 
         Runtime options pass through, ``resources=`` too: a test replaces one job resource with
         ``ActorTest([Order], database_url=url, resources=app.override(PAYMENTS, fake))``
-        (docs/jobs-resources.md).
+        (docs/guides/jobs-resources.md).
     """
 
     def __init__(

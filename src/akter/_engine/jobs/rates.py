@@ -12,9 +12,9 @@ are handed back uncounted, holding no token, with their attempt number, ambiguit
 they were before the claim, due about when their token could be (``waiting_for = 'rate'`` shows
 why they wait): their next claim takes a token like any other.
 
-Before issue 38 the attempts whose tokens were booked ahead were handed back holding them and
-started whenever a later pass claimed them: a late pass found several due and started them
-together, a burst the bucket forbids.
+Were the attempts whose tokens were booked ahead handed back holding them, they would start
+whenever a later pass claimed them: a late pass would find several due and start them together,
+a burst the bucket forbids.
 
 A key function that raises is a defect of the job: the attempt is recorded as a final failure
 that never started, and the next claim dead-letters the row with the cause named
@@ -158,8 +158,8 @@ async def admit(
     for row in rows:
         job = job_of[(row.actor_type, row.command)]
         rates = job.options.rates
-        # A row handed back for a token holds none (rows deferred by code older than issue 38
-        # held one: they take another, so the first is lost, never used twice).
+        # A row handed back for a token holds none (a row deferred by older code may hold one:
+        # it takes another, so the first is lost, never used twice).
         if not rates or row.cancelled or row.exhausted:
             out.start.append(row)
             continue

@@ -1,4 +1,4 @@
-"""Admission backpressure on the outbox backlog (``max_outbox_backlog``, issue 13).
+"""Admission backpressure on the outbox backlog (``max_outbox_backlog``).
 
 When senders commit intents faster than the relays deliver them, the due rows pile up without
 bound and every intent's latency grows with the pile. The gate refuses new *external* commands

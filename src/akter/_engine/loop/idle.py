@@ -1,4 +1,4 @@
-"""How long an idle relay waits before its next pass (semantics §3.5.2; issue 13, goal 5).
+"""How long an idle relay waits before its next pass (semantics §3.5.2).
 
 A pass runs at least every ``poll`` × uniform[0.9, 1.1]. After a pass that claimed nothing the
 next one is an *idle poll*: it first asks whether any row is due at all and claims nothing when
@@ -12,7 +12,7 @@ are covered by the probe itself. The bound catches what neither covers: a write 
 turn without a NOTIFY (an operator's script) and a NOTIFY lost while the listener reconnected.
 Without ``notify`` nothing tells this runner of another's commits, so it polls every ``poll``.
 
-Following another runner (issue 13, goal 3): a runner sends at most one ``NOTIFY`` per 50 ms
+Following another runner: a runner sends at most one ``NOTIFY`` per 50 ms
 (semantics §2.7), so under a steady stream its commits wait 25 ms on average for the next one.
 After a wake from another runner the relay therefore runs a pass every ``FOLLOW_EVERY_S`` until
 ``FOLLOW_FOR_S`` have passed since that wake, each asking first whether anything is due (one

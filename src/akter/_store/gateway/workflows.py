@@ -1,4 +1,4 @@
-"""The workflow engine's statements (issue 15): runs, their journal and their signals.
+"""The workflow engine's statements: runs, their journal and their signals.
 
 Every statement runs on the framework pool, like job claims and settles: a runner whose turns
 hold every pooled connection still records its workflow steps. A write of a running attempt is
