@@ -70,13 +70,13 @@ class Host(Protocol):
 
     runtime: Runtime
 
-    async def _identity(self, request: Request) -> Identity: ...
+    async def identity(self, request: Request) -> Identity: ...
 
-    def _refused(self, request: Request, exc: ActorError) -> Response: ...
+    def refused(self, request: Request, exc: ActorError) -> Response: ...
 
-    async def _json_object(self, request: Request) -> tuple[bytes, dict[str, Any]]: ...
+    async def json_object(self, request: Request) -> tuple[bytes, dict[str, Any]]: ...
 
-    def _resolve(self, request: Request) -> tuple[ActorDefinition, str]: ...
+    def resolve(self, request: Request) -> tuple[ActorDefinition, str]: ...
 
     async def command(self, request: Request) -> Response: ...
 
@@ -118,8 +118,8 @@ class WorkflowRoutes:
     async def _start(self, request: Request) -> Response:
         host = self.host
         try:
-            identity = await host._identity(request)
-            definition, actor_id = host._resolve(request)
+            identity = await host.identity(request)
+            definition, actor_id = host.resolve(request)
             name = str(request.path_params["workflow"])
             flow = definition.workflows.get(name)
             if flow is None:
@@ -147,20 +147,20 @@ class WorkflowRoutes:
                     "(mint one with POST /command-ids); the run id derives from it.",
                     code="missing_idempotency_key",
                 )
-            raw, body = await host._json_object(request)
+            raw, body = await host.json_object(request)
             flow.validate_json_body(raw, body)
             stored = flow.validate_input(body)
             ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
             run = await self.runtime.start_workflow(flow, ref, stored, command_id, identity.caller)
             return JSONResponse({"run_id": run.id})
         except ActorError as exc:
-            return host._refused(request, exc)
+            return host.refused(request, exc)
 
     # --- runs by id -------------------------------------------------------------------------
 
     async def _run(self, request: Request, kind: AccessKind) -> tuple[Identity, RunLocation]:
         """The run the path names, after the caller's tenant and access are checked."""
-        identity = await self.host._identity(request)
+        identity = await self.host.identity(request)
         self.runtime.require_started()
         run_id = str(request.path_params["run_id"])
         run = await self.engine.locate(run_id) if _RUN_ID.fullmatch(run_id) else None
@@ -181,12 +181,12 @@ class WorkflowRoutes:
             status = await self.engine.status(run.run_id)
             return JSONResponse(status.model_dump(mode="json"))
         except ActorError as exc:
-            return self.host._refused(request, exc)
+            return self.host.refused(request, exc)
 
     async def signal(self, request: Request) -> Response:
         """``POST /workflows/{run_id}/signals/{Signal}``: keep a signal for the run."""
         try:
-            await self.host._identity(request)
+            await self.host.identity(request)
             signal_id = request.headers.get("idempotency-key") or None  # empty: none given
             if signal_id is not None and len(signal_id) > MAX_SIGNAL_KEY:
                 raise ActorError(
@@ -194,13 +194,13 @@ class WorkflowRoutes:
                     f"A signal's Idempotency-Key holds at most {MAX_SIGNAL_KEY} characters.",
                     code="invalid_idempotency_key",
                 )
-            _, body = await self.host._json_object(request)
+            _, body = await self.host.json_object(request)
             _, run = await self._run(request, "command")
             name = str(request.path_params["signal"])
             await self.engine.signal_json(run.run_id, name, body, signal_id)
             return JSONResponse({"run_id": run.run_id, "signal": name})
         except ActorError as exc:
-            return self.host._refused(request, exc)
+            return self.host.refused(request, exc)
 
     async def cancel(self, request: Request) -> Response:
         """``POST /workflows/{run_id}/cancel``: ask the run to cancel (an ended run stays)."""
@@ -216,7 +216,7 @@ class WorkflowRoutes:
                 }
             )
         except ActorError as exc:
-            return self.host._refused(request, exc)
+            return self.host.refused(request, exc)
 
     async def steps(self, request: Request) -> Response:
         """``GET /workflows/{run_id}/steps``: the journal as server-sent events, live."""
@@ -224,7 +224,7 @@ class WorkflowRoutes:
             after = _after(request)
             _, run = await self._run(request, "query")
         except ActorError as exc:
-            return self.host._refused(request, exc)
+            return self.host.refused(request, exc)
         return StreamingResponse(
             keep_alive(step_frames(self.engine, run, after, self._running)),
             media_type=MEDIA_TYPE,

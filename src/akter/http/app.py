@@ -215,7 +215,7 @@ class _Api:
                 "Unauthorized", f"Origin {origin!r} is not allowed.", code="origin_denied"
             )
 
-    async def _identity(self, request: Request) -> Identity:
+    async def identity(self, request: Request) -> Identity:
         self._check_origin(request)
         try:
             return await self.auth(request)
@@ -226,7 +226,7 @@ class _Api:
             request.state.missing_credentials = exc
             return Identity(Anonymous(), "default")
 
-    def _refused(self, request: Request, exc: ActorError) -> Response:
+    def refused(self, request: Request, exc: ActorError) -> Response:
         """The problem for ``exc``; an anonymous caller denied access hears "log in" (401)."""
         missing = getattr(request.state, "missing_credentials", None)
         if isinstance(missing, ActorError) and exc.code == "access_denied":
@@ -238,12 +238,12 @@ class _Api:
         return response
 
     async def _body(self, request: Request, member: Member) -> dict[str, Any]:
-        raw, body = await self._json_object(request)
+        raw, body = await self.json_object(request)
         # Strict JSON: `true` or "5" is no int over HTTP (in-process calls keep Python's rules).
         member.validate_json_body(raw, body)
         return body
 
-    async def _json_object(self, request: Request) -> tuple[bytes, dict[str, Any]]:
+    async def json_object(self, request: Request) -> tuple[bytes, dict[str, Any]]:
         """The body as a JSON object (``{}`` when empty), within the limits; raw and parsed.
 
         The raw bytes are re-encoded when integral numbers (``1.0``) were read as ints.
@@ -313,7 +313,7 @@ class _Api:
             ) from None
         return b"".join(chunks)
 
-    def _resolve(self, request: Request) -> tuple[ActorDefinition, str]:
+    def resolve(self, request: Request) -> tuple[ActorDefinition, str]:
         definition = self.runtime.definition(request.path_params["type"])
         raw = request.path_params["id"]
         return definition, ("" if definition.singleton and raw == "_" else raw)
@@ -334,8 +334,8 @@ class _Api:
 
     async def _command(self, request: Request) -> Response:
         try:
-            identity = await self._identity(request)
-            definition, actor_id = self._resolve(request)
+            identity = await self.identity(request)
+            definition, actor_id = self.resolve(request)
             member = _public(definition.member(request.path_params["member"], "command"))
             command_id = request.headers.get("idempotency-key")
             if not command_id:
@@ -367,14 +367,14 @@ class _Api:
                     code="method_not_allowed",
                     headers={"Allow": "GET"},
                 )
-            return self._refused(request, exc)
+            return self.refused(request, exc)
         except DeclaredError as exc:
             return from_declared(exc)
 
     async def _query(self, request: Request) -> Response:
         try:
-            identity = await self._identity(request)
-            definition, actor_id = self._resolve(request)
+            identity = await self.identity(request)
+            definition, actor_id = self.resolve(request)
             member = _public(definition.member(request.path_params["member"], "query"))
             body = await self._body(request, member)
             with as_caller(identity.caller):
@@ -383,12 +383,12 @@ class _Api:
                 )
             return JSONResponse(member.result.dump_python(value, mode="json"))
         except ActorError as exc:
-            return self._refused(request, exc)
+            return self.refused(request, exc)
 
     async def events(self, request: Request) -> Response:
         try:
-            identity = await self._identity(request)
-            definition, actor_id = self._resolve(request)
+            identity = await self.identity(request)
+            definition, actor_id = self.resolve(request)
             ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
             after = _cursor(request)
             with as_caller(identity.caller):
@@ -400,7 +400,7 @@ class _Api:
                         raise
                     return once([gap(exc)])
         except ActorError as exc:
-            return self._refused(request, exc)
+            return self.refused(request, exc)
         return StreamingResponse(
             self._stream(ref, after, identity),
             media_type=MEDIA_TYPE,
@@ -412,8 +412,8 @@ class _Api:
 
     async def progress(self, request: Request) -> Response:
         try:
-            identity = await self._identity(request)
-            definition, actor_id = self._resolve(request)
+            identity = await self.identity(request)
+            definition, actor_id = self.resolve(request)
             ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
             with as_caller(identity.caller):
                 # Access is checked and the subscription taken before the stream starts.
@@ -421,7 +421,7 @@ class _Api:
                     ref, request.path_params["job_id"]
                 )
         except ActorError as exc:
-            return self._refused(request, exc)
+            return self.refused(request, exc)
         return StreamingResponse(
             progress_stream(messages),
             media_type=MEDIA_TYPE,
@@ -430,11 +430,11 @@ class _Api:
 
     async def command_ids(self, request: Request) -> Response:
         try:
-            await self._identity(request)
+            await self.identity(request)
             minted = JSONResponse({"command_id": await self.runtime.mint_command_id()})
             return self._with_clock(minted)
         except ActorError as exc:
-            return self._refused(request, exc)
+            return self.refused(request, exc)
 
     def _with_clock(self, response: Response) -> Response:
         """``response`` with headers for the database clock and the retry window (in ms).
