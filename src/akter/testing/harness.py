@@ -521,7 +521,7 @@ def _background_tasks(runtime: Runtime) -> set[asyncio.Task[Any]]:
     """The unfinished tasks doing the runtime's own work.
 
     A task belongs to the runtime when its coroutine is a method of one of its components (the
-    dispatcher's mailboxes, the relay's loop, passes, deliveries and settles, the executor's
+    dispatcher's mailboxes, the pass loop, the relay's deliveries and settles, the executor's
     attempts, the registry's heartbeats, lease contention and singleton loops, the progress
     hub's tasks) or of an object holding the runtime, plus the runtime's own tasks. Callers'
     tasks are not among them: they get the error their call ends with.
@@ -529,6 +529,7 @@ def _background_tasks(runtime: Runtime) -> set[asyncio.Task[Any]]:
     components: list[Any] = [
         runtime.dispatcher,
         runtime.engine,
+        runtime.loop,
         runtime.relay,
         runtime.jobs,
         runtime.jobs.runner,

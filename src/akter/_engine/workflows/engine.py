@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from akter import telemetry
+from akter._engine import lanes
 from akter._engine.calls import check_access
 from akter._engine.workflows.control import (
     Claimed,
@@ -84,7 +85,8 @@ class WorkflowEngine:
         services: The runner's services.
         calls: The runtime's call paths (command and query steps).
         make_handle: Builds a handle over a transport (``wf.get``).
-        wake: Asks the relay for a pass soon (a run became runnable here).
+        wake: Asks the pass loop for a pass soon, here and on other runners (a run became
+            runnable).
         runner_id: This runner's id (the lease owner).
         cancel_jobs: This runner's cancellation signal for running job attempts (a run
             cancelled at a job step cancels its job).
@@ -143,8 +145,14 @@ class WorkflowEngine:
 
     # --- claims -----------------------------------------------------------------------------
 
+    async def claim(self, p: lanes.Pass) -> lanes.Claimed:
+        """A pass's claim (``akter._engine.lanes.Lane``): runnable runs, unless it is quiet."""
+        if p.quiet:
+            return lanes.Claimed()
+        return lanes.Claimed(await self.run_pass())
+
     async def run_pass(self) -> int:
-        """Claim runnable runs into free slots and start their attempts (the relay's pass)."""
+        """Claim runnable runs into free slots and start their attempts (a pass's claim)."""
         types = self._hosted()
         free = self._services.config.delivery_concurrency - len(self._attempts)
         if self._stopping or not types or free <= 0:
