@@ -140,6 +140,12 @@ class Runtime:
         )
         #: The call paths: commands, deliveries, queries, singleton loops.
         self.calls = Calls(services, self.dispatcher, self.read_events)
+        self._build_lanes(services, loop, outbox)
+        self._database_url = config.database_url
+        self.last_drain: DrainReport | None = None
+
+    def _build_lanes(self, services: Services, loop: PassLoop, outbox: OutboxGateway) -> None:
+        """The workflows and intent lanes, the operator objects and the lifecycle (``__init__``)."""
         #: The workflow engine: runs, their steps and wakes (the workflows spec).
         self.workflow_engine = WorkflowEngine(
             services,
@@ -175,8 +181,6 @@ class Runtime:
             self.runners,
             self.workflow_engine,
         )
-        self._database_url = config.database_url
-        self.last_drain: DrainReport | None = None
 
     def reconfigure(self, **changes: Unpack[RuntimeOptions]) -> None:
         """Change options before the runtime starts (the CLI's worker and operator roles).

@@ -4,4 +4,9 @@
 against its journal and records each new step (a command, a job, a wait, a sleep, a child) in the
 transaction that performs it; ``control`` holds the suspensions a run raises; ``ops`` is the
 operators' view of runs by id (status, steps, signals, cancel, retry).
+
+Interface: ``WorkflowEngine(services, calls=, make_handle=, wake=, runner_id=, cancel_jobs=)``;
+``claim(Pass) -> Claimed`` (the pass loop's lane protocol, ``akter._engine.lanes``) claims
+runnable runs into free slots and starts one attempt each; ``deliver(...)`` takes a
+``$workflow.*`` intent the relay claimed; ``stop``; ``running``, ``wait_idle()``; ``ops``.
 """

@@ -1,7 +1,7 @@
 """The workflow engine: starts runs, claims runnable ones, runs attempts, takes their wakes.
 
-A run is claimed with a lease (``workflow_lease``) by any runner hosting its actor type, in the
-relay's pass beside intents and jobs, and run from the top against its journal
+A run is claimed with a lease (``workflow_lease``) by any runner hosting its actor type, in each
+pass of the pass loop beside intents and jobs, and run from the top against its journal
 (:mod:`akter._engine.workflows.run`). While the function runs the lease is renewed every third of
 it. When the function awaits what is not there yet, the run is suspended: its wake time (a sleep
 or a timeout; none for a signal or a job outcome) is written, the lease is released and the
