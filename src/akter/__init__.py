@@ -43,7 +43,7 @@ from akter.jobs import (
     Unknown,
     job,
 )
-from akter.outbox import ParkedRow
+from akter.operators.outbox import ParkedRow
 from akter.runtime import Runtime
 from akter.schedules import schedule
 from akter.workflows import (

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from akter._kinds import RowKind
+
 #: Histogram buckets of every ``*_ms`` metric (semantics §10.1).
 DURATION_BUCKETS_MS: tuple[float, ...] = (
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
@@ -41,7 +43,7 @@ class Family:
 #: The ``outcome`` values of ``akter.turns`` (:func:`turn_outcome`).
 TURN_OUTCOMES: tuple[str, ...] = ("success", "failure", "defect", "replay", "retry", "refused")
 #: The ``kind`` values of the outbox and relay counters (an outbox row's kind).
-ROW_KINDS: tuple[str, ...] = ("intent", "job")
+ROW_KINDS: tuple[str, ...] = tuple(k.value for k in RowKind)
 
 _A = ("actor_type",)
 _K = ("kind",)

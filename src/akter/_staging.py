@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from akter._ids import mint_framework_id, ms_from_duration
+from akter._kinds import RowKind
 
 
 @dataclass(slots=True)
@@ -19,7 +20,7 @@ class StagedRow:
     """One outbox row staged by a turn (intent, timer or job)."""
 
     intent_id: str
-    kind: str  # "intent" | "job"
+    kind: RowKind
     target_type: str
     target_id: str
     command: str

@@ -28,6 +28,7 @@ from akter._contexts import (
 from akter._event_decl import Event
 from akter._ids import canonical_json, child_id, payload_hash, validate_actor_id, validate_key
 from akter._json import Unstorable, check_finite, storable_json, unserializable_path
+from akter._kinds import RowKind, WorkflowCommand, job_timer_key
 from akter._members import definition_of, member_of
 from akter._readonly import read_only as _read_only
 from akter._readonly import unwrap_read_only
@@ -114,14 +115,14 @@ def _row_priority(priority: Any) -> int:
     return priority
 
 
-def _stage_workflow(ctx: CommandContext, command: str, body: dict[str, Any]) -> str:
+def _stage_workflow(ctx: CommandContext, command: WorkflowCommand, body: dict[str, Any]) -> str:
     """Stage a ``$workflow.*`` intent to this actor (the relay hands it to the engine)."""
     timeout = ctx.definition.policy.execution_timeout
     intent_id = framework_id(ctx.now_ms, 0, None, timeout, ctx.window_ms)
     ctx.staged.ops.append(
         StagedRow(
             intent_id=intent_id,
-            kind="intent",
+            kind=RowKind.INTENT,
             target_type=ctx.definition.name,
             target_id=ctx.ref.id,
             command=command,
@@ -157,7 +158,7 @@ def _stage_intent(
     timeout = ctx.definition.policy.execution_timeout
     row = StagedRow(
         intent_id=framework_id(ctx.now_ms, delay_ms, at_ms, timeout, ctx.window_ms),
-        kind="intent",
+        kind=RowKind.INTENT,
         target_type=member.owner.name,
         target_id=target_id,
         command=member.name,
@@ -472,14 +473,14 @@ class TurnApi(Generic[S]):
             )
         payload = canonical_json(storable_payload(signal, f"signal {signal_name(signal)}"))
         body = {"run_id": run_id, "name": signal_name(signal), "payload": payload}
-        _stage_workflow(ctx, "$workflow.signal", body)
+        _stage_workflow(ctx, WorkflowCommand.SIGNAL, body)
 
     def cancel_workflow(self, run_id: str) -> None:
         """Ask a workflow run to cancel if the turn commits."""
         ctx = _writable(self, "cancel_workflow")
         if not isinstance(run_id, str) or not run_id:
             raise invalid_input(f"cancel_workflow() takes a run id, not {run_id!r}.")
-        _stage_workflow(ctx, "$workflow.cancel", {"run_id": run_id})
+        _stage_workflow(ctx, WorkflowCommand.CANCEL, {"run_id": run_id})
 
     def cancel_timer(self, key: str) -> None:
         """Delete this actor's pending timer with ``key`` if the turn commits."""
@@ -518,7 +519,7 @@ class TurnApi(Generic[S]):
         job_id = framework_id(ctx.now_ms, relative, at_ms, timeout, ctx.window_ms)
         row = StagedRow(
             intent_id=job_id,
-            kind="job",
+            kind=RowKind.JOB,
             target_type=ctx.definition.name,
             target_id=ctx.ref.id,
             command=job.name,
@@ -526,13 +527,13 @@ class TurnApi(Generic[S]):
             caller=ctx.system_caller("job"),
             delay_ms=delay_ms if at_ms is None else None,
             at_ms=at_ms,
-            timer_key=None if key is None else "$job:" + key,
+            timer_key=None if key is None else job_timer_key(key),
             payload_version=job.version,
             priority=rank,
             max_wait_ms=job.options.max_wait_ms,
         )
         if key is not None:
-            ctx.staged.ops.append(CancelJob("$job:" + key))
+            ctx.staged.ops.append(CancelJob(job_timer_key(key)))
         ctx.staged.ops.append(row)
         return job_id
 
@@ -540,7 +541,7 @@ class TurnApi(Generic[S]):
         """Cancel this actor's job with ``key`` if the turn commits (semantics §5.8)."""
         ctx = _writable(self, "cancel_job")
         validate_key(key, "job key")
-        ctx.staged.ops.append(CancelJob("$job:" + key))
+        ctx.staged.ops.append(CancelJob(job_timer_key(key)))
 
     def mint(self, child: type[Any]) -> ActorRef:
         """Mint the id of a new child actor, derived from this command's id (semantics §1.5)."""

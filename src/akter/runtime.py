@@ -9,6 +9,7 @@ supervisor) and the callbacks it needs; none of them sees this class.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
@@ -27,7 +28,6 @@ from akter._engine.jobs.progress import ProgressStreams
 from akter._engine.lifecycle import Lifecycle
 from akter._engine.loop.passes import PassLoop
 from akter._engine.loop.wakes import CommitWakes
-from akter._engine.operations import cancel_job
 from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
@@ -39,15 +39,22 @@ from akter._members import refuse_internal
 from akter._store.gateway.outbox import OutboxGateway
 from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
-from akter.actor import Actor, ActorDefinition
+from akter.actor import AccessKind, Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
 from akter.check import CheckReport, CheckUnavailable
 from akter.context import LoopLease
-from akter.dead_letters import DeadLetters
 from akter.errors import ConfigurationError
 from akter.events import EventRecord
 from akter.handles import FencedRuntime, Handle, local_handle
-from akter.outbox import Outbox
+from akter.operators import (
+    Actors,
+    Database,
+    DeadLetters,
+    Jobs,
+    Operators,
+    Outbox,
+    RunnerControl,
+)
 from akter.telemetry import Metrics
 from akter.workflows import WorkflowMember, WorkflowRun
 
@@ -299,8 +306,7 @@ class Runtime:
         Returns ``"deleted"`` (it never ran), ``"cancelled"`` (its attempt or report settles it)
         or ``"unknown"`` (no such live job).
         """
-        self.supervisor.require_started()
-        return await cancel_job(self.services, job_id, self.jobs.cancel_signal, self.loop.announce)
+        return await self.operators.jobs.cancel(job_id)
 
     async def check(
         self,
@@ -489,3 +495,90 @@ class Runtime:
         if found.kind == "query":
             return await self.calls.query(found, ref, body, caller)
         return await self.calls.command(found, ref, body, command_id, caller, retry=retry)
+
+    # --- the operator door --------------------------------------------------------------------
+
+    @functools.cached_property
+    def operators(self) -> Operators:
+        """The operator objects: dead letters, outbox, workflows, jobs, actors, database, runner.
+
+        The one door of the CLI, the HTTP routes, the console and the test kit
+        (:mod:`akter.operators`). ``dead_letters``, ``outbox`` and ``workflows`` are also this
+        runtime's attributes of those names.
+        """
+        return Operators(
+            dead_letters=self.dead_letters,
+            outbox=self.outbox,
+            workflows=self.workflows,
+            jobs=Jobs(
+                self.services, self.progress_streams, self.jobs.cancel_signal, self.loop.announce
+            ),
+            actors=Actors(self.services),
+            database=Database(self.services),
+            runner=RunnerControl(
+                self.services,
+                dispatcher=self.dispatcher,
+                relay=self.relay,
+                jobs=self.jobs,
+                workflows=self.workflow_engine,
+                runners=self.runners,
+                owner=self,
+                components=(
+                    self.dispatcher,
+                    self.engine,
+                    self.loop,
+                    self.relay,
+                    self.jobs,
+                    self.jobs.runner,
+                    self.progress,
+                    self.runners,
+                    self.events,
+                    self._lifecycle,
+                ),
+                own_tasks=lambda: self._lifecycle.tasks,
+            ),
+        )
+
+    @property
+    def runner_id(self) -> str:
+        """This runner's id (a new one per process start)."""
+        return self.runners.runner_id
+
+    def advertise_http(self, address: str) -> None:
+        """The ``host:port`` this runner serves HTTP on, as its runner row shows (before start)."""
+        self.runners.http_address = address
+
+    def require_started(self) -> None:
+        """Refuse work unless the runtime is started and its background work alive.
+
+        Raises:
+            ConfigurationError: If it is not started, or a background task died.
+        """
+        self.supervisor.require_started()
+
+    @property
+    def running(self) -> bool:
+        """Whether the runtime is started, not stopping, and its background work alive."""
+        supervisor = self.supervisor
+        return supervisor.started and not supervisor.stopping and supervisor.fatal is None
+
+    async def check_access(
+        self, ref: ActorRef, caller: Caller, kind: AccessKind, member: str | None = None
+    ) -> None:
+        """Ask the actor type's access policy whether ``caller`` may do ``kind`` on ``ref``.
+
+        ``member`` is the command, query or workflow called (``None`` for event and progress
+        reads).
+
+        Raises:
+            ActorError: ``Unauthorized`` (``access_denied``) when the policy refuses.
+        """
+        await check_access(self.definition(ref.type), ref, caller, kind, member)
+
+    def clock_estimate_ms(self) -> int:
+        """A lower bound of the framework clock now, in ms, without a round trip.
+
+        Raises:
+            RuntimeError: Before the runtime has started (the clock was never sampled).
+        """
+        return self.clock.estimate()

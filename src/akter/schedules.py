@@ -36,6 +36,7 @@ from typing import Any, Final, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from akter._ids import ms_from_duration
+from akter._kinds import cron_timer_key
 from akter.errors import DefinitionError
 
 __all__ = [
@@ -201,7 +202,7 @@ def schedule(
     if cron is not None:
         zone = _check_zone(tz, cron)
         fields = parse_cron(cron)
-        key, source, every_ms = f"$cron:{zone} {fields.canonical}", cron, None
+        key, source, every_ms = cron_timer_key(f"{zone} {fields.canonical}"), cron, None
     else:
         assert every is not None
         if tz != "UTC":
@@ -211,7 +212,7 @@ def schedule(
             )
         every_ms = _every_ms(every)
         fields, zone = None, "UTC"
-        key, source = f"$cron:@every {every_ms}ms", f"every={every}"
+        key, source = cron_timer_key(f"@every {every_ms}ms"), f"every={every}"
 
     def mark(fn: F) -> F:
         name = getattr(fn, "__qualname__", None) or repr(fn)

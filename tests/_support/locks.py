@@ -14,7 +14,7 @@ from tests._support.polling import until
 
 async def lock_waiters(t: ActorTest, *fragments: str) -> int:
     """Statements naming the test's schema and every fragment that wait for a lock now."""
-    if t.runtime.store.strategy == "citus":
+    if t.on_citus:
         statement = "SELECT blocked_statement AS query FROM citus_lock_waits"
     else:
         statement = (

@@ -3,7 +3,7 @@
 Each route's JSON is checked against rows the test wrote; the console is off by default; its
 401/403 rules, its CSRF defence and its loopback guard refuse before any row is read or written;
 retry and discard change the durable rows exactly as ``akter dead-letters retry|discard`` does
-(both call :class:`akter.dead_letters.DeadLetters`).
+(both call :class:`akter.operators.DeadLetters`).
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ async def test_console_statements_have_a_timeout(
     async with served(CONSOLE_ACTORS, app_options=console_app()) as s:
         await s.t.get(Account, "a-1").deposit(1)
         monkeypatch.setattr(api, "STATEMENT_TIMEOUT_MS", 200)
-        table = s.t.runtime.store.queries.substitute("{schema}.actors")
+        table = s.t.substitute("{schema}.actors")
         async with await psycopg.AsyncConnection.connect(s.t.database_url) as blocker:
             await blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
             slow = await operator(s).get("/console/api/overview")

@@ -295,10 +295,8 @@ def fuzz(s: Served, hostile: bool) -> list[Sent]:
         ops = operations(document)
         assert len(ops) >= 20
         components = document.get("components", {}).get("schemas", {})
-        fingerprint_sql = s.t.runtime.store.queries.substitute(FINGERPRINT)
-        receipt_sql = s.t.runtime.store.queries.substitute(
-            "SELECT count(*) FROM {schema}.receipts WHERE command_id = %s"
-        )
+        fingerprint_sql = s.t.substitute(FINGERPRINT)
+        receipt_sql = s.t.substitute("SELECT count(*) FROM {schema}.receipts WHERE command_id = %s")
 
         def fingerprint() -> tuple[Any, ...]:
             row = db.execute(fingerprint_sql).fetchone()

@@ -345,7 +345,7 @@ async def test_a_warm_turn_is_two_syncs_of_prepared_statements_on_the_wire(akter
         # On Citus the admission also bounds the workers' lock wait (two statements), probes
         # the receipts apart from the lock and reads the coordinator's clock (one each): four
         # more, in the same two flights.
-        statements = 10 if t.runtime.store.strategy == "citus" else 6
+        statements = 10 if t.on_citus else 6
         assert sent["S"] == 2 * WARM_TURNS, sent
         assert sent["E"] == sent["B"] == statements * WARM_TURNS, sent
         assert sent["P"] == 0 and sent["Q"] == 0, sent

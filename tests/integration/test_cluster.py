@@ -241,7 +241,7 @@ async def test_a_turn_that_waited_for_the_lock_sees_the_receipt_its_holder_commi
         # On Citus the row lock waits on the worker that holds the actor's shard.
         waits = (
             "SELECT 1 FROM citus_lock_waits WHERE blocked_statement LIKE '%%FOR UPDATE%%'"
-            if t.runtime.store.strategy == "citus"
+            if t.on_citus
             else "SELECT 1 FROM pg_stat_activity WHERE application_name = %(name)s"
             " AND wait_event_type = 'Lock'"
         )

@@ -69,7 +69,7 @@ async def seed_raw(t: ActorTest) -> None:
     ) as conn:
 
         async def sql(text: str, params: dict[str, Any]) -> None:
-            await conn.execute(t.runtime.store.queries.substitute(text), params)
+            await conn.execute(t.substitute(text), params)
 
         for actor_id, (state, version) in _RAW_STATES.items():
             await sql(_INSERT_ACTOR, {"rk": rk[actor_id], "id": actor_id, "sv": version,

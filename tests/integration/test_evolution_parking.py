@@ -24,6 +24,9 @@ Make = Callable[..., ActorTest]
 
 pytestmark = pytest.mark.timeout(60)
 
+#: A runner is live while its heartbeat is younger than this (``akter._engine.runners``).
+LIVE_S = 36
+
 EXECUTED: list[dict[str, Any]] = []
 
 
@@ -436,6 +439,7 @@ async def test_EVO09_an_undeclared_job_no_runner_executes_is_parked_by_the_maint
         [before] = await outbox(t)
         await t.kill(0)
         new = await t.add_runtime([ShopWithoutCharge], jobs=None)
+        await t.advance(LIVE_S)  # the killed runner, whose code declared the job, is not live
         await new.runners.sampler.sample()
         [after] = await outbox(t)
         assert after["parked_at_ms"] is not None
@@ -446,6 +450,29 @@ async def test_EVO09_an_undeclared_job_no_runner_executes_is_parked_by_the_maint
         await new.runners.sampler.sample()
         assert new.metrics.gauge("akter.outbox.parked", kind="job") == 1
         assert new.metrics.gauge("akter.outbox.parked", kind="intent") == 0
+
+
+async def test_EVO09_a_job_only_a_live_runners_code_declares_is_left_due_not_parked(
+    akter_test: Make,
+) -> None:
+    """A rolling deploy: the older code lacks the job, the newer code declares it.
+
+    The newer code's runner executes no jobs itself (a web role); the older maintenance owner
+    leaves the job's rows due for the newer workers.
+    """
+    async with akter_test([ShopOld], jobs=[]) as t:  # declares charge, executes nothing
+        await t.get(ShopOld, "s").buy(5)
+        [before] = await outbox(t)
+        older = await t.add_runtime([ShopWithoutCharge], jobs=None)
+        await older.runners.sampler.sample()
+        assert await outbox(t) == [before]
+        assert older.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") == 1
+        # Once no live runner declares it, the same sweep parks the rows.
+        await t.kill(0)
+        await t.advance(LIVE_S)
+        await older.runners.sampler.sample()
+        [after] = await outbox(t)
+        assert after["parked_at_ms"] is not None
 
 
 async def test_EVO09_a_declared_job_no_live_runner_executes_is_reported_not_parked(

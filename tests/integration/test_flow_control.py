@@ -161,11 +161,11 @@ async def test_a_crashed_attempt_holds_its_slot_until_its_lease_ends(akter_test:
         t.crash_next("before_execute")
         await slots.fill(1)
         assert await t.runtime.jobs.run_pass() == 1
-        await t.runtime.jobs.wait_idle()  # the attempt "died": its row keeps running, leased
+        await t.wait_idle()  # the attempt "died": its row keeps running, leased
         await slots.fill(2)
         # One slot is the crashed attempt's, one is free: a pass takes one row, then none.
         assert await t.runtime.jobs.run_pass() == 1
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         assert await running(t, "capped") == 1
         await t.drain()
         assert await running(t, "capped") == 1  # still leased: the slot is not given back
@@ -216,7 +216,7 @@ async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) 
     async with akter_test(FLOW, relay=False) as t:
         ids = await t.get(Metered, "m1").fill(5)
         await t.runtime.jobs.run_pass()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         assert len(STARTS) == 2
         rows = [r for r in await job_rows(t) if r["job"] == "metered"]
         assert [(r["status"], r["attempts"], r["ambiguous"], r["last_error"]) for r in rows] == [
@@ -244,7 +244,7 @@ async def test_rate_keys_keep_tenants_apart(akter_test: Make) -> None:
         await t.get(Metered, "m1", tenant="a").fill(3)
         await t.get(Metered, "m1", tenant="b").fill(3)
         await t.runtime.jobs.run_pass()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         started = sorted(tag for _, tag in STARTS)
         assert len(started) == 4  # two of each tenant's burst
         keys = await t.rows("SELECT key FROM {schema}.rate_buckets WHERE limit_no = 0 ORDER BY key")

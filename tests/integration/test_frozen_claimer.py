@@ -47,18 +47,18 @@ async def test_a_claimer_leaves_a_locked_type_for_later_and_claims_the_others(
         await t.get(Slots, "s").fill(2)
         await t.get(Lanes, "l").fill(2, "free")
         await t.runtime.jobs.run_pass()  # the first pass records the type's job_limits row
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         STARTS.clear()
         await t.get(Slots, "s").fill(2)
         await t.get(Lanes, "l").fill(2, "more")
         async with await psycopg.AsyncConnection.connect(t.database_url) as frozen:
             await frozen.execute(
-                f"SELECT 1 FROM {t.runtime.store.queries.schema}.job_limits"
+                f"SELECT 1 FROM {t.schema}.job_limits"
                 " WHERE actor_type = 'Slots' AND job = 'capped' FOR UPDATE"
             )
             async with asyncio.timeout(15):  # unbounded before: the pass never returned
                 await t.runtime.jobs.run_pass()
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
             assert sorted(tag for _, tag in STARTS) == ["more-0", "more-1"]
             left = await t.rows(
                 "SELECT count(*) AS n FROM {schema}.outbox WHERE command = 'capped'"
@@ -67,7 +67,7 @@ async def test_a_claimer_leaves_a_locked_type_for_later_and_claims_the_others(
             assert left == [{"n": 2}]  # untouched, still due
             await frozen.rollback()
         await t.runtime.jobs.run_pass()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         assert sorted(tag for _, tag in STARTS) == ["more-0", "more-1", "s-0", "s-1"]
 
 
@@ -79,7 +79,7 @@ async def test_the_claim_settings_end_a_holder_that_goes_silent_inside_its_trans
         q = t.runtime.store.queries
         await t.get(Slots, "s").fill(1)
         await t.runtime.jobs.run_pass()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         assert jobs_gateway.CLAIM_IDLE_BOUND == "10000ms"
         lock = f"SELECT 1 FROM {q.schema}.job_limits WHERE job = 'capped' FOR UPDATE"
         async with (
@@ -105,7 +105,7 @@ async def test_the_group_lock_statement_carries_its_own_lock_wait_and_idle_bound
     ``job_group_lock_bounded`` is a capped group's claim and wake on plain PostgreSQL.
     """
     async with akter_test([Slots], relay=False) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("on Citus the settings are a SET LOCAL of their own before the lock")
         q = t.runtime.store.queries
         await t.get(Slots, "s").fill(1)  # the actor row exists
@@ -150,7 +150,7 @@ async def test_a_batched_group_claim_skips_held_groups_and_a_frozen_one_is_ended
     between its two round trips, and the locks it took come back without its process.
     """
     async with akter_test([Slots], relay=False) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("batched group claims run on plain PostgreSQL only")
         q = t.runtime.store.queries
         refs = []

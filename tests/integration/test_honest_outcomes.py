@@ -102,7 +102,7 @@ async def test_h9_a_turn_refused_at_the_lock_says_it_was_not_committed(akter_tes
         async with await psycopg.AsyncConnection.connect(t.database_url) as holder:
             # A side transaction holds the actor row: every attempt times out at lock_wait.
             await holder.execute(
-                t.runtime.store.queries.substitute(
+                t.substitute(
                     "SELECT 1 FROM {schema}.actors WHERE routing_key = %(rk)s"
                     " AND actor_id = 'a' FOR UPDATE"
                 ),

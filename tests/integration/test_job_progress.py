@@ -392,7 +392,7 @@ async def test_JB28_frames_reach_another_runner_with_notify(
         await asyncio.wait_for(reader.saw(4).wait(), 10)
         control.gate.set()
         await asyncio.wait_for(local, 10)
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         messages = [m for _, m in reader.messages]
         seqs = [m.get("seq") for m in messages]
         assert seqs[:2] == [1, 4] and seqs[-2:] == [6, None] and set(seqs) <= {1, 4, 5, 6, None}

@@ -133,7 +133,7 @@ async def test_ended_jobs_close_at_once_with_the_outcome_their_trace_tells(
         ok = await t.get(Ender, "s").start()
         doomed = await t.get(Ender, "d").start(fail=True)
         assert await t.runtime.jobs.run_pass() == 2  # run and settle; the relay delivers nothing
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         streams: ProgressStreams = t.runtime.progress_streams
         pending = await streams.trace(t.get(Ender, "s").ref, ok)
         assert pending is not None and pending.row_kind == "intent"  # the route waits
@@ -168,7 +168,7 @@ async def test_a_job_cancelled_while_running_closes_cancelled_live_and_late(
         live = asyncio.create_task(read_all(handle.progress(job_id)))
         await asyncio.wait_for(_subscribed(t, job_id), 10)
         await handle.cancel("k-1")
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         messages = await asyncio.wait_for(live, 10)
         assert messages[-1]["outcome"] == "cancelled" and messages[-1]["attempt"] == 1
         assert (await closing(t, "c", job_id))["outcome"] == "cancelled"
@@ -188,7 +188,7 @@ async def test_a_live_reader_hears_the_settle_outcome_even_without_a_route(
         readers = [asyncio.create_task(read_all(handle.progress(j))) for j in (bare, doomed)]
         await asyncio.wait_for(_subscribed(t, bare, doomed), 10)
         GATE.set()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         first, second = await asyncio.wait_for(asyncio.gather(*readers), 10)
         assert (first[-1]["outcome"], second[-1]["outcome"]) == ("succeeded", "dead_lettered")
         # Once ended, the job without a route left no row: it cannot be told from one that
@@ -215,7 +215,7 @@ async def test_a_job_that_ends_while_the_reader_connects_still_closes_with_its_o
             looks += 1
             if looks == 1:
                 GATE.set()
-                await t.runtime.jobs.wait_idle()
+                await t.wait_idle()
             return await read(self, ref, job)
 
         monkeypatch.setattr(ProgressStreams, "trace", end_first)

@@ -179,13 +179,13 @@ async def test_TE02_lease_loss_log_text(
         assert await t.runtimes[1].jobs.run_pass() == 1  # attempt 2 takes the row
         await asyncio.wait_for(second.entered.wait(), 10)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
-            await asyncio.wait_for(t.runtime.jobs.wait_idle(), 10)  # the next renewal finds none
+            await asyncio.wait_for(t.wait_idle(), 10)  # the next renewal finds none
         (lost,) = records(caplog, "Job attempt lost its lease")
         assert lost.levelno == logging.WARNING and lost.name == "akter.jobs"
         assert fields(lost) == ("Shop", "s1", "default", "charge", job_id, 1)
         assert provider.calls[0].outcome == "interrupted"
         second.release()
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         await t.advance(0)
         assert [r["value"] for r in await t.get(Shop, "s1").reports()] == [2]
 
@@ -203,10 +203,10 @@ async def test_TE02_late_success_log_texts(
         await asyncio.wait_for(first.entered.wait(), 10)
         await _lose_lease(t)
         assert await t.runtimes[1].jobs.run_pass() == 1
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             first.release()
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         (late,) = records(caplog, "Job succeeded after it was dead-lettered")
         assert late.levelno == logging.WARNING and late.name == "akter.jobs"
         assert fields(late) == ("Shop", "s1", "default", "charge", dead_id, 1)
@@ -222,10 +222,10 @@ async def test_TE02_late_success_log_texts(
         await t.runtimes[1].get(Shop, "s2").cancel("k")  # no signal reaches runtime 0
         await _lose_lease(t)
         assert await t.runtimes[1].jobs.run_pass() == 1  # settle-only: reported Unknown
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             step.release()
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         (settled,) = records(caplog, "Job succeeded after its cancellation settled")
         assert settled.levelno == logging.WARNING and settled.name == "akter.jobs"
         assert fields(settled) == ("Shop", "s2", "default", "charge", cancelled_id, 1)

@@ -438,7 +438,7 @@ async def test_JB12_unreachable_renewals_interrupt_at_the_local_deadline(
             await local.advance(deadline - local.now() - 0.001)
             assert provider.calls[0].outcome == "running"  # a millisecond before it
             await local.advance(0.001)
-            await t.runtime.jobs.wait_idle()  # ends at the local deadline
+            await t.wait_idle()  # ends at the local deadline
             assert provider.calls[0].outcome == "interrupted"
             (row,) = await jobs(t)
             assert (row["attempts"], row["running"], row["ambiguous"]) == (1, True, True)
@@ -464,7 +464,7 @@ async def test_JB12_an_attempt_held_past_its_lease_never_calls_the_executor(
             await held.wait()
             await local.advance(3)  # the whole lease passes, locally, while it is held
             held.release()
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         assert provider.count == 0
         assert "Job attempt outlived its lease before it started" in [
             r.getMessage() for r in caplog.records
@@ -494,7 +494,7 @@ async def test_JB13_a_stale_failure_never_touches_the_newer_attempt(
         await asyncio.wait_for(second.entered.wait(), 10)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             first.release()
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         assert "Job attempt failed after a newer attempt or a settle took its row" in [
             r.getMessage() for r in caplog.records
         ]
@@ -502,7 +502,7 @@ async def test_JB13_a_stale_failure_never_touches_the_newer_attempt(
         assert (row["attempts"], row["running"], row["ambiguous"]) == (2, True, True)
         assert row["last_error"] == "Attempt 2 ended without reporting an outcome"
         second.release()
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         await t.advance(0)
         assert [r["command"] for r in await receipts_for(t, job_id)] == ["charged"]
         assert await letters(t) == []
@@ -522,9 +522,9 @@ async def test_JB13_a_stale_success_wins_and_the_newer_failure_changes_nothing(
         assert await _pass(t, 1) == 1
         await asyncio.wait_for(second.entered.wait(), 10)
         first.release()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         second.release()
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         await t.advance(0)
         assert [r["value"] for r in await t.get(Shop, "s1").reports()] == [21]
         assert [r["command"] for r in await receipts_for(t, job_id)] == ["charged"]
@@ -544,12 +544,12 @@ async def test_JB14_a_stale_success_after_the_dead_letter_flips_it_ambiguous(
         await asyncio.wait_for(first.entered.wait(), 10)
         await _lose_lease(t)
         assert await _pass(t, 1) == 1
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         (letter,) = await letters(t)
         assert (letter["attempts"], letter["ambiguous"]) == (2, False)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             first.release()
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         assert "Job succeeded after it was dead-lettered" in [
             r.getMessage() for r in caplog.records
         ]
@@ -596,7 +596,7 @@ async def test_JB16_cancelled_during_backoff(
         shop = t.get(Shop, "s1")
         job_id = await shop.buy(1, key="k")
         assert await _pass(t) == 1
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         (row,) = await jobs(t)
         assert (row["attempts"], row["running"]) == (1, False)
         await shop.cancel("k")
@@ -620,7 +620,7 @@ async def test_JB17_a_running_attempt_cancelled_on_its_runner_is_interrupted_at_
         started = time.monotonic()
         with caplog.at_level(logging.INFO, logger="akter.jobs"):
             await shop.cancel("k")
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         assert time.monotonic() - started < 1.0  # cancel_check is 20 s: the signal did it
         assert "Job attempt interrupted by its cancellation" in [
             r.getMessage() for r in caplog.records
@@ -649,7 +649,7 @@ async def test_JB17_a_cancellation_while_held_at_before_execute_interrupts(
         await held.wait()
         await shop.cancel("k")
         held.release()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         await t.advance(0)
         (report,) = await shop.reports()
         assert (report["id"], report["outcome"]["kind"], report["ambiguous"]) == (
@@ -673,7 +673,7 @@ async def test_JB17_a_cancellation_from_another_runner_is_seen_at_the_next_renew
         await provider.wait_calls(1)
         started = time.monotonic()
         await shop.cancel("k")  # on runtime 0, which runs no attempt
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         assert time.monotonic() - started < 2.5
         await t.advance(0)
         (report,) = await shop.reports()
@@ -701,7 +701,7 @@ async def test_JB18_a_result_finished_before_the_cancellation_is_reported_as_suc
         await held.wait()
         await handle.cancel("k")
         held.release()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         await t.advance(0)
         (report,) = await handle.reports()
         assert (report["route"], report["id"], report["ambiguous"]) == ("cancelled", job_id, False)
@@ -723,12 +723,12 @@ async def test_JB19_a_success_after_the_cancellation_settled_is_an_ambiguous_dea
         await t.runtimes[1].get(Shop, "s1").cancel("k")  # no signal reaches runtime 0
         await _lose_lease(t)
         assert await _pass(t, 1) == 1  # settle-only: the cancelled row is reported Unknown
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         (row,) = await outbox(t)
         assert (row["kind"], row["command"]) == ("intent", "charge_cancelled")
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             step.release()
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         assert "Job succeeded after its cancellation settled" in [
             r.getMessage() for r in caplog.records
         ]
@@ -752,14 +752,14 @@ async def test_JB20_without_on_cancelled(
         assert await _pass(t) == 1
         await provider.wait_calls(1)
         await shop.cancel("amb")
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         (letter,) = await letters(t)
         assert (letter["job_id"], letter["ambiguous"]) == (ambiguous, True)
         # A failed cancellation is dropped with an info line, no dead letter.
         provider.script(fail("declined"), key="failed")
         failed = await shop.buy_plain(1, tag="failed", key="failed")
         assert await _pass(t) == 1
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         await shop.cancel("failed")
         with caplog.at_level(logging.INFO, logger="akter.jobs"):
             await t.advance(1)
@@ -892,8 +892,8 @@ async def test_JB23_a_capped_success_waits_while_a_newer_attempt_is_live(
         (row,) = await jobs(t)  # attempt 1's success waits: attempt 2 holds a live lease
         assert (row["kind"], row["attempts"], row["running"]) == ("job", 2, True)
         second.release()
-        await t.runtime.jobs.wait_idle()
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle()
+        await t.wait_idle(runner=1)
         await t.advance(0)
         # Attempt 1 gave up once attempt 2's success ended the row: one outcome is routed.
         assert [r["value"] for r in await t.get(Hot, "h1").reports()] == [2]
@@ -933,7 +933,7 @@ async def test_JB26_a_capped_dead_letter_while_a_claim_holds_the_group_lock(
 async def test_JB29_retry_and_discard_dead_letters(
     akter_test: Make, provider: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from akter.dead_letters import DeadLetters
+    from akter.operators.dead_letters import DeadLetters
 
     async with akter_test(ALL, relay=False) as t:
         provider.script(raises(RuntimeError("reset")), raises(RuntimeError("reset")), key="r")

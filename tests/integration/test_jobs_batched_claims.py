@@ -40,7 +40,7 @@ provider = fresh_provider(PROVIDER)
 
 
 def plain_only(t: ActorTest) -> None:
-    if t.runtime.store.strategy == "citus":
+    if t.on_citus:
         pytest.skip("batched group claims run on plain PostgreSQL; Citus claims one group each")
 
 
@@ -163,7 +163,7 @@ async def test_a_batch_waits_for_a_running_rows_settle_and_its_claim_sees_the_sl
         assert await claim_alone(t, b0, Hot.one, 1) == [running]
         [next_b0] = await b0.start_one(["second"])
         [only_b1] = await b1.start_one(["third"])
-        table = t.runtime.store.queries.substitute("{schema}.outbox")
+        table = t.substitute("{schema}.outbox")
         async with await psycopg.AsyncConnection.connect(t.database_url) as side:
             await side.execute(f"SELECT 1 FROM {table} WHERE intent_id = %s FOR UPDATE", [running])
             batch = asyncio.create_task(
@@ -202,7 +202,7 @@ async def test_a_failed_batch_changes_no_row_and_the_pass_claims_its_groups_one_
         assert await claim_alone(t, b0, Hot.one, 1) == [running]
         await b0.start_one(["second"])
         [only_b1] = await b1.start_one(["third"])
-        table = t.runtime.store.queries.substitute("{schema}.outbox")
+        table = t.substitute("{schema}.outbox")
         async with await psycopg.AsyncConnection.connect(t.database_url) as side:
             await side.execute(f"SELECT 1 FROM {table} WHERE intent_id = %s FOR UPDATE", [running])
             before = await job_rows(t)
@@ -222,7 +222,7 @@ async def test_a_failed_batch_changes_no_row_and_the_pass_claims_its_groups_one_
             [failed] = [r for r in caplog.records if "batched group claim failed" in r.message]
             assert failed.levelno == logging.INFO
             assert "LockNotAvailable" in str(getattr(failed, "error", ""))
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
             assert [c.job_id for c in provider.calls] == [only_b1]
             await side.rollback()
 
@@ -245,7 +245,7 @@ async def test_a_runner_dying_after_a_batch_committed_leaves_its_attempts_to_run
         t.crash_next("after_claim")
         assert await t.runtime.jobs.run_pass() == 2
         assert rows == Counter(batched=2)
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         [ran] = provider.calls
         cut_short = first if ran.job_id == second else second
         left = await job_rows(t)

@@ -59,7 +59,7 @@ async def job_rows(t: ActorTest) -> list[dict[str, Any]]:
 
 
 def plain_only(t: ActorTest) -> None:
-    if t.runtime.store.strategy == "citus":
+    if t.on_citus:
         pytest.skip("keyed claims run on plain PostgreSQL; Citus runs the full claim")
 
 

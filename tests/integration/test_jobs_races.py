@@ -130,8 +130,8 @@ async def test_JB22_jobs_cancelled_while_three_runners_claim_have_one_fate_each(
 
         jobs = dict(await asyncio.gather(*(one(i) for i in range(40))))
         await settle_all(t)
-        for runtime in t.runtimes:
-            await runtime.jobs.wait_idle()
+        for runner in range(len(t.runtimes)):
+            await t.wait_idle(runner)
 
         fates: dict[str, list[dict[str, Any]]] = {job_id: [] for job_id in jobs.values()}
         for s in range(4):
@@ -231,7 +231,7 @@ async def test_JB25_a_wake_blocked_by_a_claims_group_lock_then_wakes_the_oldest_
             assert (rows[first]["kind"], rows[first]["command"]) == ("intent", "one_done")
             assert all(rows[i]["waiting"] for i in waiting)  # nothing woken yet
             await conn.commit()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
 
         now = await db_now(t)
         rows = await by_id(t)
@@ -261,7 +261,7 @@ async def test_JB25_a_settle_with_the_group_lock_free_wakes_the_oldest_waiting_r
         a, hot, ids = await first_held(t, provider, ["a", "b", "c"])
         first, *waiting = ids
         a.release()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         now = await db_now(t)
         rows = {
             str(r["intent_id"]): r
@@ -303,7 +303,7 @@ async def test_JB25_a_capped_settle_behind_a_claim_holding_its_row_waits_past_th
                 assert await lock_waiters(t, "SET kind = 'intent'") == 1, "the settle gave up"
                 await asyncio.sleep(0.05)  # polling an observable condition over a span
             await conn.commit()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         rows = await by_id(t)
         assert (rows[first]["kind"], rows[first]["command"]) == ("intent", "one_done")
         await settle_all(t)
@@ -367,9 +367,9 @@ async def test_JB25_a_claim_waits_for_an_older_attempts_renewal_and_starts_nothi
             await asyncio.wait_for(retried.entered.wait(), 10)
             assert [(c.key, c.attempt) for c in provider.calls] == [("a", 1), ("a", 2)]
             retried.release()
-            await t.runtimes[1].jobs.wait_idle()
+            await t.wait_idle(runner=1)
         a.release()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         await settle_all(t)
         assert await receipts_for(t, first) == ["one_done"]
         assert await receipts_for(t, second) == ["one_done"]
@@ -413,7 +413,7 @@ async def test_JB25_a_wake_racing_a_claim_of_the_oldest_waiting_row_wakes_the_ne
                 claimed: dict[str, Any] | None = claimed_row
                 assert claimed_row["intent_id"] == second
                 await conn.commit()
-                await t.runtime.jobs.wait_idle()
+                await t.wait_idle()
             else:
                 # A claim's update holds the oldest waiting row; the wake skips it (SKIP LOCKED).
                 cur = await conn.execute(
@@ -427,7 +427,7 @@ async def test_JB25_a_wake_racing_a_claim_of_the_oldest_waiting_row_wakes_the_ne
                 )
                 claimed = await cur.fetchone()
                 a.release()
-                await t.runtime.jobs.wait_idle()  # the wake did not wait for the row
+                await t.wait_idle()  # the wake did not wait for the row
                 rows = await by_id(t)
                 assert rows[third]["waiting"] is False  # the next row was woken
                 await conn.commit()
@@ -513,8 +513,8 @@ async def test_lease_loss_a_partitioned_executor_stops_before_the_database_lease
                 assert (row["attempts"], row["running"]) == (2, True)
                 takeover = int(row["due_at_ms"]) - t.runtimes[1].config.job_lease_ms
                 takeover_step.release()
-                await t.runtime.jobs.wait_idle()
-                await t.runtimes[1].jobs.wait_idle()
+                await t.wait_idle()
+                await t.wait_idle(runner=1)
             again, _ = await _clock_map(conn)
         messages = [r.getMessage() for r in caplog.records]
         assert messages.count("Job lease renewal failed") >= 2  # retried at every interval
@@ -556,13 +556,13 @@ async def test_lease_loss_a_late_success_after_dead_lettering_marks_it_ambiguous
         # Runner 1's clock passes the lease: attempt 2 takes over, fails finally, dead-letters.
         t.runtimes[1].clock.offset_ms += t.runtime.config.job_lease_ms + 1000
         assert await t.runtimes[1].jobs.run_pass() == 1
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         (letter,) = await letters(t)
         assert (letter["job_id"], letter["attempts"], letter["ambiguous"]) == (job_id, 2, False)
 
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             settle.release()  # the partition heals: the late success settles
-            await t.runtime.jobs.wait_idle()
+            await t.wait_idle()
         assert "Job succeeded after it was dead-lettered" in [
             r.getMessage() for r in caplog.records
         ]

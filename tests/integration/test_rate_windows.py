@@ -149,7 +149,7 @@ async def test_a_runner_killed_while_an_attempt_waits_for_its_token_never_starts
         assert list(STARTED) == ["k1/0"]
         assert await t.runtimes[1].jobs.run_pass() == 0  # its lease holds
         await t.advance(4)  # the lease ends: runner 1 takes it over as attempt 2
-        await t.runtimes[1].jobs.wait_idle()
+        await t.wait_idle(runner=1)
         await t.drain()
         assert sorted(STARTED) == ["k1/0", "k1/1"]
         assert await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'") == []

@@ -455,7 +455,7 @@ async def test_RL07_stuck_rows_do_not_block_newer_ones(akter_test: Make) -> None
         latency = delivery["now"] - sent_at
         # A pass within the poll, plus the passes that work through the stuck rows ahead of it
         # four slots at a time: on Citus each pass scans every shard (hundreds of ms here).
-        bound = 3000 if t.runtime.store.strategy == "citus" else 1100
+        bound = 3000 if t.on_citus else 1100
         assert latency <= bound, f"the newer row waited {latency} ms"
         stuck = [r for r in await outbox(t) if r["command"] == "boom"]
         assert len(stuck) == 20 and sum(r["attempts"] for r in stuck) >= 1
@@ -519,7 +519,7 @@ async def test_RL09_locked_rows_are_skipped_not_waited_for(akter_test: Make, akt
         async with await psycopg.AsyncConnection.connect(akter_db) as holder:
             for row in locked:  # one row per statement, named by its routing key (Citus)
                 await holder.execute(
-                    t.runtime.store.queries.substitute(
+                    t.substitute(
                         "SELECT 1 FROM {schema}.outbox"
                         " WHERE routing_key = %(rk)s AND intent_id = %(id)s FOR UPDATE"
                     ),
@@ -887,7 +887,7 @@ async def test_RL15_claim_plan_uses_the_due_index_with_10000_job_rows(
     akter_test: Make, akter_db: str
 ) -> None:
     async with akter_test(ALL, relay=False, jobs=[]) as t:  # no local executor
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("the plain one-statement claim's plan; Citus claims by a scan per shard")
         await t.rows(_FILL_JOBS, {"n": 10_000, "bucket": None})
         await t.get(Sender, "s1").send_to("r1", 1)
@@ -1081,7 +1081,7 @@ async def test_lane_slots_freed_while_a_claim_is_in_flight_are_refilled_right_af
     # here; three slots free while it waits. The pass right after it refills them, although
     # the one row that claim took stays held at after_claim: no delivery ending later is needed.
     async with akter_test(ALL, delivery_concurrency=4, poll=60) as t:
-        if t.runtime.store.strategy == "citus":  # the claim below waits on a worker's shard
+        if t.on_citus:  # the claim below waits on a worker's shard
             pytest.skip("holds the plain one-statement claim on a table lock (issue 16)")
         relay = t.runtime.relay
         sender = t.get(Sender, "s1")

@@ -46,7 +46,7 @@ async def test_idle_polls_ask_any_due_and_a_timer_due_without_a_wake_is_delivere
     akter_test: Make,
 ) -> None:
     async with akter_test(ALL, poll=0.02) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
         calls = count_calls(relay._outbox, ["any_due", "claim"])
@@ -107,7 +107,7 @@ def heard_wakes(loop: Any) -> list[bool]:
 
 async def test_next_due_names_the_first_unparked_due_time(akter_test: Make) -> None:
     async with akter_test(ALL, relay=False) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("the probe answers 0 on Citus (the claims run)")
         outbox = t.runtime.relay._outbox
         assert await outbox.next_due() is None  # no row at all
@@ -131,7 +131,7 @@ async def test_with_notify_an_idle_relay_sleeps_until_the_next_due_row_bounded(
     akter_test: Make,
 ) -> None:
     async with akter_test(ALL, notify=True, poll=0.05) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
         loop = t.runtime.loop
@@ -166,7 +166,7 @@ async def test_with_notify_another_runners_commit_wakes_a_sleeping_relay(
     # Runner A hosts only the receiver and sleeps (nothing due, no bound reached: poll 1 s, so
     # up to 10 s); runner B's commit reaches it by NOTIFY, not by a poll.
     async with akter_test([Receiver], notify=True) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
         loop = t.runtime.loop
@@ -195,7 +195,7 @@ async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping
     # An operator's runtime (as `akter outbox retry` starts one: no relay) retries a parked
     # timer; the wake it sends and awaits reaches runner A, asleep with nothing due.
     async with akter_test(ALL, notify=True) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
         loop = t.runtime.loop
@@ -235,7 +235,7 @@ async def test_with_notify_a_commit_inside_another_runners_notify_window_is_foun
     # B's second commit before A's 10 s sleep ends.
     monkeypatch.setattr(idle, "FOLLOW_FOR_S", 5.0)
     async with akter_test([Receiver], notify=True) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
         loop = t.runtime.loop
@@ -291,7 +291,7 @@ async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
         await operator.relay.announce()
         await until(lambda: len(following) > 3, what="the operator's wake heard", within=5)
         # (On Citus no wake is followed: the probe is no cheaper than a claim there.)
-        followed = t.runtime.store.strategy != "citus"
+        followed = not t.on_citus
         assert following[3:] and all(f is followed for f in following[3:])
 
 
@@ -308,7 +308,7 @@ async def test_with_notify_passes_follow_another_runners_wake_only_where_probes_
         await b.get(Sender, "cw-s1").send_to("cw-r1", 1)
         await until(lambda: received(t, "cw-r1"), what="A delivering B's intent", within=5)
         assert following  # A heard B's wake
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             assert not any(following) and not loop._idle.following
         else:
             assert any(following)

@@ -355,7 +355,7 @@ async def test_a_takeover_waiting_for_a_fenced_turn_gives_up_at_its_lock_wait(
     async with akter_test([Fenced], maintenance=False) as t:
         _, lease = await owned_loop(t)
         rk = t.runtime.runners.lease_key("Fenced")
-        hold = t.runtime.store.queries.substitute(
+        hold = t.substitute(
             "SELECT 1 FROM {schema}.singletons"
             " WHERE routing_key = %(rk)s AND actor_type = 'Fenced' FOR KEY SHARE"
         )

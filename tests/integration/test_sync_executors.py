@@ -178,8 +178,8 @@ async def test_sync_executor_holds_its_slot_until_the_thread_returns(
         await until(lambda: len(INSIDE.exits) == 2, what="the held threads returned")
         for _ in range(20):
             await passes(t)
-            for rt in t.runtimes:
-                await rt.jobs.wait_idle()
+            for runner in range(len(t.runtimes)):
+                await t.wait_idle(runner)
             if not await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'"):
                 break
         await t.drain()
@@ -208,8 +208,8 @@ async def test_sync_executor_next_attempt_waits_for_the_thread(
         await until(lambda: INSIDE.exits == ["r1-0#1"], what="attempt 1's thread returned")
         for _ in range(20):
             await passes(t)
-            for rt in t.runtimes:
-                await rt.jobs.wait_idle()
+            for runner in range(len(t.runtimes)):
+                await t.wait_idle(runner)
             if not await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'"):
                 break
         await t.drain()
@@ -238,8 +238,8 @@ async def test_per_actor_cap_counts_a_running_sync_thread(
         await until(lambda: len(INSIDE.exits) == 1, what="the held thread returned")
         for _ in range(30):
             await passes(t)
-            for rt in t.runtimes:
-                await rt.jobs.wait_idle()
+            for runner in range(len(t.runtimes)):
+                await t.wait_idle(runner)
             await t.advance(0.5)
             if not await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'"):
                 break
@@ -267,8 +267,8 @@ async def test_a_cancelled_sync_attempt_settles_once_its_thread_returns(
         assert await order.cancelled() == []
         INSIDE.gate.set()
         await until(lambda: INSIDE.exits == ["c1#1"], what="the thread returned")
-        for rt in t.runtimes:
-            await rt.jobs.wait_idle()
+        for runner in range(len(t.runtimes)):
+            await t.wait_idle(runner)
         await t.drain()
         # Reported once, as Unknown: what the thread returned after the interruption is dropped.
         assert await order.cancelled() == ["Unknown"]

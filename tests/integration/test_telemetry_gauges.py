@@ -95,7 +95,7 @@ async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: Fake
 
         # Once it settled, the series reads 0 rather than vanishing.
         step.release()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         await sampler.sample()
         assert metrics.gauge("akter.jobs.running", actor_type="Pinger", job="hold") == 0
         assert gauges(t.runtime, "job") == (0, 0, 0)
@@ -132,7 +132,7 @@ async def test_the_job_gauges_are_read_only_while_the_outbox_holds_a_job_row(
 
         # Settled, the row is gone: the job gauges read 0 without their statements.
         step.release()
-        await t.runtime.jobs.wait_idle()
+        await t.wait_idle()
         await sampler.sample()
         assert reads() == {"running_jobs": 1, "sample_flow": 1, "due_jobs": 1}
         assert running() == 0

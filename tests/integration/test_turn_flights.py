@@ -128,7 +128,7 @@ async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make
     # generic plan for the statements after the lock; the lock statement itself follows auto
     # (at most 5 custom plans before the generic one).
     async with akter_test(ALL, relay=False, pool_size=1) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("Citus plans a statement for its parameters (shard pruning): auto stays")
         counter = t.get(Counter, "plans")
         for k in range(12):
@@ -237,7 +237,7 @@ async def test_the_receipt_probe_reads_the_key_whatever_the_statistics(
     # then read every receipt of the type (migration 0010). The probe is the lock statement's
     # function (migration 0011), and on Citus admission_read, here planned on plain PostgreSQL.
     async with akter_test(ALL, relay=False) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("the probe's plan on Citus is a worker's, per shard")
         counter = t.get(Counter, "probe")
         await counter.add(1)
@@ -348,7 +348,7 @@ async def test_only_an_id_minted_for_its_call_skips_the_receipt_probe(akter_test
     # does not probe. A pinned id is probed. The probe is made to fail, so each call shows
     # whether its turn called it.
     async with akter_test(ALL, relay=False) as t:
-        if t.runtime.store.strategy == "citus":
+        if t.on_citus:
             pytest.skip("Citus turns probe with admission_read, not admission_receipts")
         counter = t.get(Counter, "unseen")
         assert await counter.add(1) == 1

@@ -247,6 +247,8 @@ async def test_the_server_ending_a_session_between_flights_costs_one_retry_and_n
             pids = await t.rows(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
                 " AND state LIKE 'idle in transaction%%'"
+                # This test's sessions only: others may share the database.
+                " AND query LIKE '%%{schema}.%%'"
             )
             assert len(pids) == 1
             await t.rows("SELECT pg_terminate_backend(%(pid)s::int)", {"pid": pids[0]["pid"]})

@@ -387,7 +387,7 @@ async def test_TU14_lock_wait_then_retry(akter_test: Make, akter_db: str) -> Non
         with policy_override(Counter, akter.Policy(lock_wait=0.1, delivery_timeout=0.6)):
             async with await psycopg.AsyncConnection.connect(akter_db) as holder:
                 await holder.execute(
-                    t.runtime.store.queries.substitute(
+                    t.substitute(
                         "SELECT 1 FROM {schema}.actors"
                         " WHERE routing_key = %(rk)s AND actor_id = 'c' FOR UPDATE"
                     ),
@@ -479,7 +479,7 @@ async def test_TU17_queries(akter_test: Make, akter_db: str) -> None:
         await counter.add(4)
         async with await psycopg.AsyncConnection.connect(akter_db) as holder:
             await holder.execute(
-                t.runtime.store.queries.substitute(
+                t.substitute(
                     "SELECT 1 FROM {schema}.actors"
                     " WHERE routing_key = %(rk)s AND actor_id = 'c' FOR UPDATE"
                 ),

@@ -37,9 +37,7 @@ async def test_views_show_actors_outbox_jobs_and_refuse_writes(
         async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
             for view in ("v_actors", "v_outbox", "v_jobs", "v_dead_letters"):
                 with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
-                    await conn.execute(
-                        t.runtime.store.queries.substitute(f"DELETE FROM {{schema}}.{view}")
-                    )
+                    await conn.execute(t.substitute(f"DELETE FROM {{schema}}.{view}"))
 
 
 async def test_workflow_views_show_runs_their_wake_condition_and_journal(
@@ -118,6 +116,4 @@ async def test_workflow_views_show_runs_their_wake_condition_and_journal(
         async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
             for view in ("v_workflows", "v_workflow_steps"):
                 with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
-                    await conn.execute(
-                        t.runtime.store.queries.substitute(f"DELETE FROM {{schema}}.{view}")
-                    )
+                    await conn.execute(t.substitute(f"DELETE FROM {{schema}}.{view}"))

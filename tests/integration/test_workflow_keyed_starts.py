@@ -234,7 +234,7 @@ async def test_a_keyed_start_racing_an_uncommitted_one_returns_it_after_a_rerun(
         side = await psycopg.AsyncConnection.connect(t.database_url)
         try:
             await side.execute(
-                t.runtime.store.queries.substitute(
+                t.substitute(
                     "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
                     " actor_id, workflow, run_key, input, input_hash, caller, status,"
                     " wake_at_ms, started_at_ms, updated_at_ms) VALUES (%(rk)s, 'side-run',"
@@ -288,7 +288,7 @@ async def test_only_a_live_key_violation_reruns_a_batch(akter_test: Any) -> None
     async with akter_test([Shop]) as t:
         await t.get(Shop, "s-9").begin("k")
         (row,) = await t.rows("SELECT * FROM {schema}.workflows")
-        insert = t.runtime.store.queries.substitute(
+        insert = t.substitute(
             "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
             " actor_id, workflow, run_key, input, input_hash, caller, status, wake_at_ms,"
             " started_at_ms, updated_at_ms) VALUES (%(rk)s, %(run_id)s, 'default', 'Shop',"
@@ -326,7 +326,7 @@ async def test_a_rerun_that_meets_another_live_key_is_retried_by_its_caller(
         # Under the re-run, which knows k's run and stages j's, another transaction starts j.
         async with await psycopg.AsyncConnection.connect(t.database_url) as side:
             await side.execute(
-                t.runtime.store.queries.substitute(
+                t.substitute(
                     "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
                     " actor_id, workflow, run_key, input, input_hash, caller, status,"
                     " wake_at_ms, started_at_ms, updated_at_ms) VALUES (%(rk)s, 'side-j',"

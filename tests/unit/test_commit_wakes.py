@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from akter._engine.loop.wakes import CommitWakes
+from akter._kinds import RowKind
 from akter._staging import StagedRow
 from akter._store.gateway.jobs import JobKey
 
@@ -51,7 +52,7 @@ class Clock:
 def row(kind: str, *, delay_ms: int | None = None, at_ms: int | None = None) -> StagedRow:
     return StagedRow(
         intent_id=f"{kind}-1",
-        kind=kind,
+        kind=RowKind(kind),
         target_type="T",
         target_id="t",
         command="c",

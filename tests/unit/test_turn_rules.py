@@ -30,6 +30,7 @@ from akter._engine.turn.types import (
     Result,
 )
 from akter._ids import CommandId, child_id
+from akter._kinds import RowKind
 from akter._staging import (
     CancelJob,
     CancelTimer,
@@ -353,7 +354,9 @@ def test_turn_outcomes(result: Result, outcome: str) -> None:
 
 
 def _row(key: str | None, kind: str = "intent", command: str = "add") -> StagedRow:
-    return StagedRow(f"id-{uuid.uuid4()}", kind, "T", "x", command, "{}", "{}", 0, None, key)
+    return StagedRow(
+        f"id-{uuid.uuid4()}", RowKind(kind), "T", "x", command, "{}", "{}", 0, None, key
+    )
 
 
 def test_the_last_staging_of_a_timer_key_wins() -> None:

@@ -39,9 +39,9 @@ def fingerprint(definition: ActorDefinition) -> str:
 
 
 def models(definitions: Iterable[ActorDefinition]) -> dict[str, dict[str, Any]]:
-    """Per type: state version, fingerprint, state key paths and commands (a runner's row).
+    """Per type: state version, fingerprint, state key paths, commands and jobs (a runner's row).
 
-    The commands include the aliases this code delivers under their current name.
+    The commands and jobs include the aliases this code delivers under their current name.
     """
     return {
         d.name: {
@@ -52,6 +52,7 @@ def models(definitions: Iterable[ActorDefinition]) -> dict[str, dict[str, Any]]:
                 {m.name for m in d.members.values() if m.kind == "command"}
                 | {a for a, n in d.aliases.items() if n in d.members}
             ),
+            "jobs": sorted(set(d.jobs) | {a for a, n in d.aliases.items() if n in d.jobs}),
         }
         for d in definitions
     }

@@ -1,19 +1,17 @@
-"""Operator actions outside any turn: seeding singleton ticks, cancelling a job by id.
+"""Seeding singleton ticks at start, in its own short transaction.
 
-Each runs in its own short transaction. Seeding happens once per start: every runner inserts its
-singletons' default instance and their schedule ticks (inserts that already exist are no-ops).
+Seeding happens once per start: every runner inserts its singletons' default instance and their
+schedule ticks (inserts that already exist are no-ops). Operator actions live in
+:mod:`akter.operators`.
 """
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
 
 from akter._engine.dispatcher import routing_key_of
 from akter._engine.services import Services
 from akter._engine.ticks import first_ticks
 from akter._ids import canonical_json
 from akter._store.gateway.actors import actor_key
-from akter._store.gateway.jobs import JobsGateway
 from akter._store.gateway.outbox import OutboxRows
 from akter.callers import ActorRef
 
@@ -35,18 +33,3 @@ async def seed_singleton_ticks(services: Services) -> None:
             ticks=first_ticks(definition, ref, rk, now, services.config.window_ms),
             state_version=definition.state_version,
         )
-
-
-async def cancel_job(
-    services: Services,
-    job_id: str,
-    signal_running: Callable[[list[str]], None],
-    wake_relay: Callable[[], Awaitable[None]],
-) -> str:
-    """Cancel a job by id: ``"deleted"`` (never ran), ``"cancelled"`` or ``"unknown"``."""
-    cancelled = await JobsGateway(services.store, services.clock).cancel_by_id(job_id)
-    if cancelled.running:
-        signal_running([job_id])
-    if cancelled.outcome == "cancelled":
-        await wake_relay()
-    return cancelled.outcome

@@ -88,7 +88,7 @@ class Runners:
         self.lease_ms: int = services.config.singleton_lease_ms
         self.refresh_ms = max(1, self.lease_ms * REFRESH_MS // LEASE_MS)
         #: Sampled gauges, taken while this runner owns $maintenance (``sampler.every_ms``).
-        self.sampler = Sampler(services, live=self.live)
+        self.sampler = Sampler(services, live=self.live, declares_job=self.declares_job)
         #: Stored names no definition claims: checked at start and every maintenance cycle.
         self.orphans = Orphans(services)
 
@@ -196,6 +196,15 @@ class Runners:
         return await self._gateway.declares_command(
             actor_type, command, live_ms=LIVE_MS, skew_ms=skew_ms
         )
+
+    async def declares_job(self, actor_type: str, job: str) -> bool:
+        """Whether a live runner's code declares ``actor_type``'s ``job`` (migration 0014).
+
+        Asked by the maintenance owner about to park due rows of a job its own code does not
+        declare: a deploy that added the job leaves them due for the newer code.
+        """
+        skew_ms = self._services.clock.skew_ms(0)
+        return await self._gateway.declares_job(actor_type, job, live_ms=LIVE_MS, skew_ms=skew_ms)
 
     async def live(self) -> list[dict[str, Any]]:
         """Live runners (heartbeat younger than 35 s)."""

@@ -22,6 +22,7 @@ import psycopg
 
 from akter._engine.jobs import watch as job_watch
 from akter._engine.parking import OncePer
+from akter._kinds import RowKind
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.maintenance import MaintenanceGateway
 from akter._store.gateway.parked import ParkedGateway
@@ -41,17 +42,20 @@ class Sampler:
     """The sampled gauges of one runner; :meth:`run` is the owner's loop.
 
     ``live`` reads the live runners' registrations (``Runners.live``): the job types they
-    execute decide which due job rows are unserved (:mod:`akter._engine.jobs.watch`).
+    execute decide which due job rows are unserved (:mod:`akter._engine.jobs.watch`);
+    ``declares_job`` tells whether a live runner's code declares a job this code lacks.
     """
 
     def __init__(
         self,
         services: Services,
         live: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        declares_job: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self._metrics = services.metrics
         self._registry = services.registry
         self._live = live
+        self._declares_job = declares_job
         self._gateway = MaintenanceGateway(services.store, services.clock)
         self._parked = ParkedGateway(services.store, services.clock)
         self._flow = FlowGateway(services.store, services.clock)
@@ -79,7 +83,7 @@ class Sampler:
             ("akter.outbox.parked", "parked"),
         ):
             metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
-        jobs = any(r["kind"] == "job" and r["outbox_rows"] for r in kinds)
+        jobs = any(r["kind"] == RowKind.JOB and r["outbox_rows"] for r in kinds)
         await self._sample_unserved(jobs)
         flow = await self._flow.sample_flow() if jobs else []
         for name in ("waiting_slot", "waiting_rate"):
@@ -119,7 +123,12 @@ class Sampler:
         due = await self._parked.due_jobs() if jobs else []
         served = job_watch.served_names(await self._live()) if due else set()
         unserved = await job_watch.watch(
-            self._parked, self._registry, due, served, self._unserved_log
+            self._parked,
+            self._registry,
+            due,
+            served,
+            self._unserved_log,
+            declared_elsewhere=self._declares_job,
         )
         self._metrics.replace(
             "akter.jobs.unserved",

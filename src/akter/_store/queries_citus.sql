@@ -325,7 +325,7 @@ SET tokens = least(%(burst)s::float8, b.tokens + greatest(0, excluded.at_ms - b.
     granted = least(%(n)s::int, greatest(0, floor(
                   least(%(burst)s::float8, b.tokens + greatest(0, excluded.at_ms - b.at_ms) * %(per_ms)s::float8)
                   + %(per_ms)s::float8 * %(horizon_ms)s::float8)))::int,
-    at_ms = excluded.at_ms
+    at_ms = greatest(b.at_ms, excluded.at_ms)
 RETURNING b.actor_type, b.job, b.limit_no, b.key, b.tokens + b.granted AS level, b.granted;
 
 -- citus_defer_job_for_token --

@@ -375,7 +375,7 @@ SET tokens = (SELECT l.level - least(w.n, greatest(0, floor(l.level + w.per_ms *
                                                                * w.per_ms) AS level) l
                WHERE w.type = b.actor_type AND w.job = b.job AND w.no = b.limit_no
                  AND w.key = b.key),
-    at_ms = excluded.at_ms
+    at_ms = greatest(b.at_ms, excluded.at_ms)
 RETURNING b.actor_type, b.job, b.limit_no, b.key, b.tokens + b.granted AS level, b.granted;
 
 -- defer_jobs_for_token --

@@ -74,6 +74,18 @@ SELECT EXISTS (
       AND r.models -> %(actor_type)s::text -> 'commands' @> to_jsonb(ARRAY[%(command)s::text])
 ) AS declared;
 
+-- live_declares_job --
+-- whether a live runner's code declares a job of one actor type (recorded at registration, migration 0014), like live_runners at one clock reading
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.now_ms(%(off)s::bigint) AS now
+)
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.runners r, clock
+    WHERE r.heartbeat_at_ms > clock.now - %(live_ms)s::bigint
+      AND r.heartbeat_at_ms <= clock.now + %(skew_ms)s::bigint
+      AND r.models -> %(actor_type)s::text -> 'jobs' @> to_jsonb(ARRAY[%(job)s::text])
+) AS declared;
+
 -- prune_runners --
 -- forgets runners silent for longer than the prune age, or whose heartbeat is further ahead of the clock than the liveness window (written before the clock moved back; a live runner registers again); returns how far ahead
 WITH clock AS MATERIALIZED (

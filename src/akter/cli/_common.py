@@ -31,9 +31,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from akter._store.embedded import default_data_dir, running_url
 from akter.errors import AkterError, ConfigurationError
 from akter.http.auth import AuthProvider
+from akter.operators.database import default_data_dir, running_url
 from akter.runtime import Runtime
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)

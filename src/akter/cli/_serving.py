@@ -52,7 +52,7 @@ async def run_until_signalled(
         from akter.http import app as http_app
 
         host, _, port = http.rpartition(":")
-        runtime.runners.http_address = http
+        runtime.advertise_http(http)
         config = uvicorn.Config(
             http_app(runtime, **(app_options or {})),
             host=host or "127.0.0.1",
@@ -66,7 +66,7 @@ async def run_until_signalled(
         sockets = [sock] if sock is not None else None
         serving = asyncio.create_task(server.serve(sockets=sockets)) if server else None
         stderr.print(
-            f"akter runner {runtime.runners.runner_id} ready"
+            f"akter runner {runtime.runner_id} ready"
             + (f", HTTP on {http}" if http else "")
             + banner,
             markup=False,

@@ -18,7 +18,6 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
-from akter._store.gateway.ops import actor_key, committed_states
 from akter.actor import Actor, command
 from akter.cli._common import JsonOption, Steps, refusals_exit, stdout
 from akter.errors import ActorError, ConfigurationError
@@ -138,8 +137,7 @@ async def _bench(runtime: Runtime, callers: int, actors: int, seconds: float) ->
 async def _total(runtime: Runtime, actors: int) -> int:
     """The sum of the bench actors' committed counters."""
     refs = [runtime.ref(BenchCounter, f"b{a}") for a in range(actors)]
-    keys = [actor_key(runtime.routing_key(r), r.tenant, r.type, r.id) for r in refs]
-    states = await committed_states(runtime.store, keys)
+    states = await runtime.operators.actors.states(refs)
     return sum(int(state["n"]) for state in states if state is not None)
 
 

@@ -15,8 +15,6 @@ import json
 
 import typer
 
-from akter._store.citus import all_tenant_placed
-from akter._store.migrate import migrate_and_distribute
 from akter.cli._common import JsonOption, TargetArg, load_runtime, refusals_exit, stderr, stdout
 from akter.errors import ConfigurationError
 
@@ -41,18 +39,9 @@ def distribute_command(target: TargetArg, as_json: JsonOption = False) -> None:
                 "The runtime has no database_url: point it (or AKTER_DATABASE_URL) at the Citus "
                 "coordinator; the embedded server has no Citus."
             )
-        placements: dict[str, str] = {
-            d.name: d.placement for d in runtime.services.definitions.values()
-        }
-        done = asyncio.run(
-            migrate_and_distribute(
-                url,
-                runtime.store.queries,
-                retry_window_ms=runtime.services.config.window_ms,
-                placements=placements,
-            )
-        )
-        tenant_only = all_tenant_placed(placements)
+        database = runtime.operators.database
+        done = asyncio.run(database.distribute(url))
+        tenant_only = database.all_tenant_placed
         if tenant_only:
             stderr.print(TENANT_WARNING)
         if as_json:

@@ -14,14 +14,14 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from akter._store.embedded import (
+from akter.cli._common import DataDirOption, refusals_exit, stderr
+from akter.operators.database import (
     EmbeddedPostgres,
     default_data_dir,
     running_url,
     server_bin,
     shutdown,
 )
-from akter.cli._common import DataDirOption, refusals_exit, stderr
 
 db_app = typer.Typer(
     name="db",

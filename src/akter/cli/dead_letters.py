@@ -31,8 +31,8 @@ from akter.cli._tables import (
     print_table,
     resolve_id,
 )
-from akter.dead_letters import Letter
 from akter.errors import ActorError, ConfigurationError
+from akter.operators.dead_letters import Letter
 from akter.runtime import Runtime
 
 letters_app = typer.Typer(
@@ -51,7 +51,7 @@ def _letter_json(letter: Letter) -> dict[str, Any]:
 def letters_list(target: TargetArg, as_json: JsonOption = False, wide: WideOption = False) -> None:
     """List dead letters, newest first (never pruned; short job ids, --wide for full ones)."""
     with refusals_exit():
-        letters = operate(target, lambda rt: rt.dead_letters.list())
+        letters = operate(target, lambda rt: rt.operators.dead_letters.list())
         if as_json:
             print(json.dumps([_letter_json(x) for x in letters], default=str))
             return
@@ -85,7 +85,7 @@ async def _letter_id(rt: Runtime, given: str) -> str:
     """The letter ``given`` names: a full job id as it is, a short one looked up."""
     if is_full_id(given):
         return given
-    letters = await rt.dead_letters.list(limit=_ALL_LIMIT)
+    letters = await rt.operators.dead_letters.list(limit=_ALL_LIMIT)
     return resolve_id(given, (x.job_id for x in letters), "dead letter")
 
 
@@ -98,7 +98,7 @@ def letters_show(
     with refusals_exit():
 
         async def work(rt: Runtime) -> Letter:
-            return await rt.dead_letters.show(await _letter_id(rt, job_id))
+            return await rt.operators.dead_letters.show(await _letter_id(rt, job_id))
 
         letter = operate(target, work)
         print(json.dumps(_letter_json(letter), default=str))
@@ -136,10 +136,10 @@ class _Selection:
         """The named letters (all must exist), or every letter that matches the filters."""
         if not self.every:
             ids = [await _letter_id(rt, given) for given in self.ids]
-            return [await rt.dead_letters.show(job_id) for job_id in dict.fromkeys(ids)]
+            return [await rt.operators.dead_letters.show(job_id) for job_id in dict.fromkeys(ids)]
         return [
             x
-            for x in await rt.dead_letters.list(limit=_ALL_LIMIT)
+            for x in await rt.operators.dead_letters.list(limit=_ALL_LIMIT)
             if (self.actor_type is None or x.ref.type == self.actor_type)
             and (self.job is None or x.job == self.job)
         ]
@@ -203,7 +203,9 @@ def letters_retry(
     """Re-enqueue dead letters as new jobs (new ids, printed one per line); warns if ambiguous."""
     with refusals_exit():
         selection = _Selection(list(job_ids or []), every, actor_type, job)
-        done = _apply(target, selection, "retrying dead letters", lambda rt: rt.dead_letters.retry)
+        done = _apply(
+            target, selection, "retrying dead letters", lambda rt: rt.operators.dead_letters.retry
+        )
         ambiguous = [letter.job_id for letter, _ in done if letter.ambiguous]
         if ambiguous:
             stderr.print(
@@ -231,7 +233,10 @@ def letters_discard(
     with refusals_exit():
         selection = _Selection(list(job_ids or []), every, actor_type, job)
         done = _apply(
-            target, selection, "discarding dead letters", lambda rt: rt.dead_letters.discard
+            target,
+            selection,
+            "discarding dead letters",
+            lambda rt: rt.operators.dead_letters.discard,
         )
         if as_json:
             print(json.dumps([x.job_id for x, _ in done]))

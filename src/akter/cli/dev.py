@@ -18,7 +18,6 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from akter._store.embedded import EmbeddedPostgres, default_data_dir
 from akter.cli._common import (
     AuthOption,
     DataDirOption,
@@ -31,6 +30,7 @@ from akter.cli._common import (
 from akter.cli._serving import run_until_signalled, stop_on_signals
 from akter.http.auth import AuthProvider
 from akter.http.console import Console
+from akter.operators.database import EmbeddedPostgres, default_data_dir
 from akter.runtime import Runtime
 
 dev_app = typer.Typer()

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from akter._store.gateway.ops import actor_key, inspect_actor, outbox_overview
 from akter.callers import ActorRef
 from akter.cli._common import (
     JsonOption,
@@ -54,8 +53,7 @@ def inspect_command(
     with refusals_exit():
         runtime = load_runtime(target)
         ref = runtime.ref(actor_type, actor_id, tenant=tenant)
-        key = actor_key(runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
-        rows = inspect_actor(database_url(runtime), runtime.store.queries, key)
+        rows = runtime.operators.actors.inspect(database_url(runtime), ref)
         actor = rows.actor
         report: dict[str, Any] = {
             "ref": ActorRef(ref.tenant, ref.type, ref.id).to_json(),
@@ -138,7 +136,7 @@ def outbox_command(
     """List pending outbox rows (intents, timers, ticks and jobs), oldest due first."""
     with refusals_exit():
         runtime = load_runtime(target)
-        rows = outbox_overview(database_url(runtime), runtime.store.queries, limit)
+        rows = runtime.operators.outbox.overview(database_url(runtime), limit)
         if as_json:
             print(json.dumps(rows, default=str))
             return

@@ -18,8 +18,6 @@ from typing import Annotated, Any
 
 import typer
 
-from akter._engine.jobs.progress import open_progress
-from akter._store.gateway.ops import jobs_overview
 from akter.callers import ActorRef
 from akter.cli._common import (
     JsonOption,
@@ -58,7 +56,7 @@ def jobs_list(
     """List job rows, oldest due first (short job ids; --wide for full ones)."""
     with refusals_exit():
         runtime = load_runtime(target)
-        rows = jobs_overview(database_url(runtime), runtime.store.queries, limit)
+        rows = runtime.operators.jobs.overview(database_url(runtime), limit)
         if as_json:
             print(json.dumps(rows, default=str))
             return
@@ -96,7 +94,7 @@ def resolve_job(runtime: Runtime, given: str) -> str:
     """The job ``given`` names: a full id as it is, a short one looked up among the job rows."""
     if is_full_id(given):
         return given
-    rows = jobs_overview(database_url(runtime), runtime.store.queries, RESOLVE_LIMIT)
+    rows = runtime.operators.jobs.overview(database_url(runtime), RESOLVE_LIMIT)
     return resolve_id(given, (str(r["job_id"]) for r in rows), "job")
 
 
@@ -111,7 +109,7 @@ def jobs_cancel(target: TargetArg, job_id: JobArg) -> None:
     with refusals_exit():
         runtime = load_runtime(target)
         job_id = resolve_job(runtime, job_id)
-        outcome = operate(runtime, lambda rt: rt.cancel_job(job_id))
+        outcome = operate(runtime, lambda rt: rt.operators.jobs.cancel(job_id))
         stdout.print(outcome)
         if outcome == "unknown":
             raise typer.Exit(1)
@@ -152,11 +150,11 @@ def jobs_watch(
 async def _watch(rt: Runtime, ref: ActorRef, job_id: str, as_json: bool) -> str:
     # Subscribes before the first look at the job's rows: nothing published after it is missed;
     # a job that no row names is refused here (unknown_job, exit 1).
-    messages = await open_progress(rt, ref, job_id)
+    messages = await rt.operators.jobs.progress(ref, job_id)
     try:
         if rt.config.notify:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(rt.progress.hearing.wait(), _LISTEN_WAIT)
+                await asyncio.wait_for(rt.operators.jobs.hearing(), _LISTEN_WAIT)
         stderr.print(f"watching job {job_id} of {ref.type}/{ref.id!r}", markup=False)
         with Steps(f"{ref.type}/{ref.id}", None, plain_every=0) as steps:
             async for message in messages:

@@ -13,8 +13,6 @@ import logging
 
 import typer
 
-from akter._store.gateway.ops import migrations_applied
-from akter._store.migrate import known_migrations
 from akter.cli._common import (
     JsonOption,
     Steps,
@@ -52,11 +50,12 @@ def migrate_command(target: TargetArg, as_json: JsonOption = False) -> None:
 
 async def _pending_migrations(runtime: Runtime) -> list[str] | None:
     """The ids of the migrations not yet applied; ``None`` when the database is not up yet."""
-    known = [m.id for m in known_migrations()]
+    database = runtime.operators.database
+    known = database.known_migrations()
     url = runtime.config.database_url
     if not url:
         return None  # an embedded server the runtime starts itself: counted while applied
-    applied = await migrations_applied(url, runtime.store.queries)
+    applied = await database.applied_migrations(url)
     return [m for m in known if m not in applied]
 
 

@@ -21,7 +21,7 @@ from akter.cli._common import JsonOption, TargetArg, operate, refusals_exit, std
 from akter.cli._tables import Col, WideOption, is_full_id, print_table, resolve_id, when
 from akter.cli.inspection import outbox_command
 from akter.errors import ConfigurationError
-from akter.outbox import ParkedRow
+from akter.operators.outbox import ParkedRow
 from akter.runtime import Runtime
 
 _VERBS = ("list", "parked", "retry", "discard")
@@ -82,7 +82,7 @@ def outbox_parked(
             raise ConfigurationError(f"--kind takes 'intent' or 'job', not {kind!r}.")
 
         async def work(rt: Runtime) -> list[ParkedRow]:
-            return await rt.outbox.parked(
+            return await rt.operators.outbox.parked(
                 kind=kind,  # type: ignore[arg-type]  # checked above
                 actor_type=actor_type,
                 command=command,
@@ -122,7 +122,7 @@ async def _parked_ids(rt: Runtime, chosen: list[str] | None) -> list[str] | None
     """The parked rows' full ids: each short form looked up among the parked rows."""
     if chosen is None or all(is_full_id(given) for given in chosen):
         return chosen
-    pool = [r.id for r in await rt.outbox.parked()]
+    pool = [r.id for r in await rt.operators.outbox.parked()]
     return [resolve_id(given, pool, "parked row") for given in chosen]
 
 
@@ -140,7 +140,7 @@ def outbox_retry(
 
         async def work(rt: Runtime) -> int:
             ids = await _parked_ids(rt, chosen)
-            return await rt.outbox.retry(ids, actor_type=actor_type, command=command)
+            return await rt.operators.outbox.retry(ids, actor_type=actor_type, command=command)
 
         done = operate(target, work)
         stdout.print(f"retried {done} parked row{'s' if done != 1 else ''}")
@@ -166,7 +166,7 @@ def outbox_discard(
 
         async def work(rt: Runtime) -> int:
             ids = await _parked_ids(rt, chosen)
-            return await rt.outbox.discard(
+            return await rt.operators.outbox.discard(
                 ids, reason=reason, actor_type=actor_type, command=command
             )
 

@@ -18,7 +18,6 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from akter._engine.workflows.ops import ENDED, RunDetail, RunSummary
 from akter.cli._common import JsonOption, TargetArg, operate, refusals_exit, stdout
 from akter.cli._tables import (
     RESOLVE_LIMIT,
@@ -30,6 +29,7 @@ from akter.cli._tables import (
     when,
 )
 from akter.errors import ConfigurationError
+from akter.operators.workflows import ENDED, RunDetail, RunSummary
 from akter.runtime import Runtime
 
 workflows_app = typer.Typer(
@@ -68,7 +68,9 @@ def workflows_list(
             )
 
         async def work(rt: Runtime) -> list[RunSummary]:
-            return await rt.workflows.runs(status=status, actor_type=actor_type, limit=limit)
+            return await rt.operators.workflows.runs(
+                status=status, actor_type=actor_type, limit=limit
+            )
 
         runs: list[RunSummary] = operate(target, work)
         if as_json:
@@ -137,7 +139,7 @@ def workflows_show(
     with refusals_exit():
 
         async def work(rt: Runtime) -> RunDetail:
-            return await rt.workflows.detail(await _run(rt, run_id))
+            return await rt.operators.workflows.detail(await _run(rt, run_id))
 
         detail: RunDetail = operate(target, work)
         if as_json:
@@ -156,7 +158,7 @@ def workflows_cancel(target: TargetArg, run_id: RunArg) -> None:
 
         async def work(rt: Runtime) -> tuple[str, str]:
             found = await _run(rt, run_id)
-            return found, await rt.workflows.operator_cancel(found)
+            return found, await rt.operators.workflows.operator_cancel(found)
 
         run_id, outcome = operate(target, work)
         if outcome == "cancelled":
@@ -185,7 +187,7 @@ def workflows_signal(
 
         async def work(rt: Runtime) -> str:
             found = await _run(rt, run_id)
-            await rt.workflows.signal_json(found, signal, body)
+            await rt.operators.workflows.signal_json(found, signal, body)
             return found
 
         run_id = operate(target, work)
@@ -201,7 +203,7 @@ def workflows_retry(target: TargetArg, run_id: RunArg) -> None:
             found = await _run(rt, run_id)
             if await rt.retry_workflow(found):
                 return found, None
-            return found, (await rt.workflows.detail(found)).status.status
+            return found, (await rt.operators.workflows.detail(found)).status.status
 
         run_id, status = operate(target, work)
         if status is not None:
@@ -216,7 +218,7 @@ async def _run(rt: Runtime, given: str) -> str:
     """The run ``given`` names: a full run id as it is, a short one looked up among the runs."""
     if is_full_id(given):
         return given
-    runs = await rt.workflows.runs(limit=RESOLVE_LIMIT)
+    runs = await rt.operators.workflows.runs(limit=RESOLVE_LIMIT)
     return resolve_id(given, (r.run_id for r in runs), "workflow run")
 
 

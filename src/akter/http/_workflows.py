@@ -37,12 +37,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from akter._engine.calls import check_access
-from akter._engine.workflows.ops import status_of
 from akter._members import refuse_internal
-from akter._store.gateway.workflows import RunKey
 from akter.actor import AccessKind, ActorDefinition
-from akter.callers import ActorRef
 from akter.errors import ActorError
 from akter.http._openapi_parts import CURSOR_PATTERN
 from akter.http._sse import MEDIA_TYPE, keep_alive
@@ -50,7 +46,7 @@ from akter.http._tracing import http_span, http_status
 from akter.http.auth import Identity
 
 if TYPE_CHECKING:
-    from akter._engine.workflows.ops import WorkflowOps
+    from akter.operators.workflows import RunLocation, Workflows
     from akter.runtime import Runtime
 
 #: A run id as the routes take it: printable ASCII without spaces (command ids, intent ids).
@@ -93,9 +89,9 @@ class WorkflowRoutes:
         self.runtime = host.runtime
 
     @property
-    def engine(self) -> WorkflowOps:
+    def engine(self) -> Workflows:
         """The runtime's workflow runs by id."""
-        return self.runtime.workflows
+        return self.runtime.operators.workflows
 
     def start_route(self) -> Route:
         """The start route; it must precede the command route, whose ``{id}`` it would match."""
@@ -162,23 +158,21 @@ class WorkflowRoutes:
 
     # --- runs by id -------------------------------------------------------------------------
 
-    async def _run(self, request: Request, kind: AccessKind) -> tuple[Identity, RunKey]:
+    async def _run(self, request: Request, kind: AccessKind) -> tuple[Identity, RunLocation]:
         """The run the path names, after the caller's tenant and access are checked."""
         identity = await self.host._identity(request)
-        self.runtime.supervisor.require_started()
+        self.runtime.require_started()
         run_id = str(request.path_params["run_id"])
-        row = await self.engine.gateway.locate(run_id) if _RUN_ID.fullmatch(run_id) else None
-        if row is None or row["tenant_id"] != identity.tenant:
+        run = await self.engine.locate(run_id) if _RUN_ID.fullmatch(run_id) else None
+        if run is None or run.actor.tenant != identity.tenant:
             missing = getattr(request.state, "missing_credentials", None)
             if isinstance(missing, ActorError):
                 raise missing  # no run of the tenant "default": logging in may find it
             raise ActorError(
                 "InvalidInput", f"No workflow run {run_id[:200]!r}.", code="unknown_workflow_run"
             )
-        definition = self.runtime.definition(str(row["actor_type"]))
-        ref = ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"]))
-        await check_access(definition, ref, identity.caller, kind, str(row["workflow"]))
-        return identity, RunKey(int(row["routing_key"]), str(row["run_id"]))
+        await self.runtime.check_access(run.actor, identity.caller, kind, run.workflow)
+        return identity, run
 
     async def status(self, request: Request) -> Response:
         """``GET /workflows/{run_id}``: the run's status, result or error, and journal."""
@@ -213,13 +207,12 @@ class WorkflowRoutes:
         try:
             _, run = await self._run(request, "command")
             await self.engine.cancel(run.run_id)
-            row = await self.engine.gateway.get(run)
-            assert row is not None
+            status = await self.engine.status(run.run_id, steps=False)
             return JSONResponse(
                 {
                     "run_id": run.run_id,
-                    "status": row["status"],
-                    "cancel_requested": bool(row["cancel_requested"]),
+                    "status": status.status,
+                    "cancel_requested": status.cancel_requested,
                 }
             )
         except ActorError as exc:
@@ -239,8 +232,7 @@ class WorkflowRoutes:
         )
 
     def _running(self) -> bool:
-        supervisor = self.runtime.supervisor
-        return supervisor.started and not supervisor.stopping and supervisor.fatal is None
+        return self.runtime.running
 
 
 def _after(request: Request) -> int:
@@ -259,7 +251,7 @@ def _after(request: Request) -> int:
 
 
 async def step_frames(
-    engine: WorkflowOps, run: RunKey, after: int, running: Callable[[], bool]
+    engine: Workflows, run: RunLocation, after: int, running: Callable[[], bool]
 ) -> AsyncIterator[str]:
     """The run's step records after ``after`` as frames, live, then the ``closed`` frame.
 
@@ -270,13 +262,12 @@ async def step_frames(
     pause = POLL_FIRST
     announced: set[int] = set()  # pending records already sent on this connection
     while running():
-        row = await engine.gateway.get(run)
-        if row is None:
+        status = await engine.journal(run, after)
+        if status is None:
             return  # pruned
-        records = await engine.gateway.steps(run, after)
-        ended = row["status"] in _FINISHED
+        ended = status.status in _FINISHED
         sent = False
-        for view in status_of(row, records).steps:
+        for view in status.steps:
             if view.status == "pending":
                 if not ended and view.seq in announced:
                     break
@@ -290,7 +281,7 @@ async def step_frames(
             after = view.seq
             sent = True
         if ended:
-            final = status_of(row, []).model_dump(mode="json", exclude={"steps"})
+            final = status.model_dump(mode="json", exclude={"steps"})
             yield f"event: closed\ndata: {json.dumps(final, separators=(',', ':'))}\n\n"
             return
         pause = POLL_FIRST if sent else min(pause * 2, POLL_MOST)

@@ -44,7 +44,6 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from akter._engine.jobs.progress import open_progress
 from akter._ids import CLOCK_HEADER, WINDOW_HEADER
 from akter._members import refuse_internal
 from akter._prometheus import CONTENT_TYPE as PROMETHEUS_TEXT
@@ -406,7 +405,9 @@ class _Api:
             ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
             with as_caller(identity.caller):
                 # Access is checked and the subscription taken before the stream starts.
-                messages = await open_progress(self.runtime, ref, request.path_params["job_id"])
+                messages = await self.runtime.operators.jobs.progress(
+                    ref, request.path_params["job_id"]
+                )
         except ActorError as exc:
             return self._refused(request, exc)
         return StreamingResponse(
@@ -430,7 +431,7 @@ class _Api:
         client mints its next command ids from it (behind it) without asking for one.
         """
         try:
-            now_ms = self.runtime.clock.estimate()
+            now_ms = self.runtime.clock_estimate_ms()
         except RuntimeError:
             return response  # not started: no reading to give (the answer is a 503 anyway)
         response.headers[CLOCK_HEADER] = str(now_ms)

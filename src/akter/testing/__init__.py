@@ -1,6 +1,6 @@
 """The testing toolkit: ``ActorTest``, fault points and a pytest plugin (``akter_db``)."""
 
-from akter._engine.hooks import POINTS, Hooks, Pause
+from akter.operators.runner import POINTS, Hooks, Pause
 from akter.testing.clocks import ManualClock
 from akter.testing.harness import ActorTest, Inspection
 

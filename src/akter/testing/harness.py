@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import inspect
 import json
 import socket
 import time
@@ -22,20 +21,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
-from akter._engine.hooks import Match, Pause
 from akter._ids import ms_from_duration
-from akter._store.citus import detect_strategy
-from akter._store.gateway.ops import actor_history, actor_key
-from akter._store.migrate import migrate_and_distribute
 from akter.actor import Actor
 from akter.callers import ActorRef
 from akter.check import CheckReport
 from akter.errors import DrainError
+from akter.operators.runner import Match, Pause
 from akter.runtime import Runtime
 from akter.workflows import WorkflowStatus
 
@@ -119,6 +115,11 @@ class ActorTest:
         """The runtimes that were not killed, in index order."""
         return [rt for rt in self.runtimes if rt not in self._killed]
 
+    @property
+    def on_citus(self) -> bool:
+        """Whether the harness's database is a Citus coordinator (known once a runner started)."""
+        return self.runtime.operators.runner.on_citus
+
     def killed(self, runner: int) -> bool:
         """Whether runner ``runner`` was killed (and not restarted)."""
         return self.runtimes[runner] in self._killed
@@ -177,7 +178,7 @@ class ActorTest:
         )
         offset = self._offset_ms()
         if offset is not None:
-            runtime.clock.offset_ms = offset
+            runtime.operators.runner.offset_ms = offset
         if not self.runtimes:
             await _distribute_on_citus(runtime, self.database_url)
         await runtime.start()
@@ -189,8 +190,8 @@ class ActorTest:
         """The cluster's clock offset: a live runtime's, else the furthest one's."""
         live = self.live_runtimes
         if live:
-            return live[0].clock.offset_ms
-        return max((rt.clock.offset_ms for rt in self.runtimes), default=None)
+            return live[0].operators.runner.offset_ms
+        return max((rt.operators.runner.offset_ms for rt in self.runtimes), default=None)
 
     def _live(self, runner: int) -> Runtime:
         runtime = self.runtimes[runner]
@@ -224,31 +225,29 @@ class ActorTest:
         ``restart(runner)``.
         """
         runtime = self._live(runner)
+        control = runtime.operators.runner
         tag = self._tags[runtime]
         self._killed.add(runtime)
         # --- the instant of death: no await until every task is cancelled -------------------
-        runtime.supervisor.stopping = True  # its dying tasks are not reported as failures
-        runtime.supervisor.started = False  # new calls are refused
-        runtime.readiness = "failed"
-        runtime.dispatcher.accepting = False
-        runtime.store.bind(_DEAD_CONNINFO)  # direct connections and the pools' new ones fail
+        # Calls are refused, its dying tasks are not reported as failures, and direct
+        # connections and the pools' new ones fail.
+        control.die(_DEAD_CONNINFO)
         connections = _connections_tagged(tag)
         for conn in connections:
             _cut(conn)
-        tasks = _background_tasks(runtime)
+        tasks = control.background_tasks()
         for task in tasks:
             task.cancel()
         # --- after death: let the dead settle, with every database call failing ---------------
         # Closing the pool fails callers waiting for a connection at once.
-        await runtime.store.pool.close(timeout=1.0)
-        await runtime.store.framework.close(timeout=1.0)
+        await control.close_pools()
         await asyncio.gather(*tasks, return_exceptions=True)
         # Tasks a dying task started while it unwound (none should survive either).
-        late = _background_tasks(runtime) - tasks
+        late = control.background_tasks() - tasks
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
-        runtime.dispatcher.drop_caches()
+        control.drop_caches()
         for conn in connections + _connections_tagged(tag):
             with contextlib.suppress(psycopg.Error, OSError):
                 await conn.close()
@@ -303,11 +302,11 @@ class ActorTest:
 
     def crash_next(self, point: str, match: Match | None = None, *, runtime: int = 0) -> None:
         """Abandon the next operation reaching ``point`` like a process death."""
-        self.runtimes[runtime].hooks.crash_next(point, match)
+        self.runtimes[runtime].operators.runner.hooks.crash_next(point, match)
 
     def pause_next(self, point: str, match: Match | None = None, *, runtime: int = 0) -> Pause:
         """Hold the next operation reaching ``point`` until released."""
-        return self.runtimes[runtime].hooks.pause_next(point, match)
+        return self.runtimes[runtime].operators.runner.hooks.pause_next(point, match)
 
     async def advance(self, by: float | timedelta = 0) -> None:
         """Move the framework clock of every live runtime forward, then drain due work.
@@ -320,33 +319,29 @@ class ActorTest:
         left out.
         """
         ms = ms_from_duration(by, "advance")
-        live = self.live_runtimes
-        for runtime in live:
+        live = [rt.operators.runner for rt in self.live_runtimes]
+        for control in live:
             # A workflow attempt under way ends first: a jump must not end its lease under it.
-            await runtime.workflow_engine.wait_idle()
+            await control.wait_workflows_idle()
         if ms:
             # Leases move first: between two offsets another runner must not see a live lease
             # as ended, nor a moved one as written before a backward clock jump (skew).
-            for runtime in live:
-                runtime.clock.jumping = True
+            for control in live:
+                control.jumping(True)
             try:
-                for runtime in live:
-                    await runtime.jobs.shift(ms)
-                for runtime in live:
-                    runtime.clock.offset_ms += ms
-                running = [
-                    rt
-                    for rt in live
-                    if rt.readiness in ("ready", "storage") and not rt.runners.draining
-                ]
-                for runtime in running:
-                    await runtime.runners.register()
+                for control in live:
+                    await control.shift_leases(ms)
+                for control in live:
+                    control.offset_ms += ms
+                running = [control for control in live if control.serving]
+                for control in running:
+                    await control.heartbeat()
                 for owned in (True, False):
-                    for runtime in running:
-                        await runtime.runners.refresh_leases(owned=owned)
+                    for control in running:
+                        await control.refresh_leases(owned=owned)
             finally:
-                for runtime in live:
-                    runtime.clock.jumping = False
+                for control in live:
+                    control.jumping(False)
         await self.drain()
 
     async def drain(self, rounds: int = DRAIN_ROUNDS) -> None:
@@ -355,37 +350,32 @@ class ActorTest:
         Raises:
             DrainError: the outbox did not settle within ``rounds`` passes.
         """
-        live = self.live_runtimes
+        live = [rt.operators.runner for rt in self.live_runtimes]
 
         def progress() -> tuple[int, ...]:
-            return tuple(
-                n
-                for rt in live
-                for n in (
-                    rt.relay.delivered,
-                    rt.relay.retried,
-                    rt.jobs.finished,
-                    rt.workflow_engine.attempted,
-                )
-            )
+            return tuple(n for control in live for n in control.progress)
 
         for _ in range(rounds):
-            for runtime in live:
-                await runtime.relay.wait_idle()
-                await runtime.jobs.wait_idle()
-                await runtime.workflow_engine.wait_idle()
+            for control in live:
+                await control.wait_idle()
             before = progress()
             claimed = 0
-            for runtime in live:
-                claimed += await runtime.relay.run_pass(drain=True)
-            busy = any(
-                rt.relay.in_flight or rt.jobs.running or rt.workflow_engine.running for rt in live
-            )
+            for control in live:
+                claimed += await control.run_pass()
+            busy = any(control.busy for control in live)
             # Work that finished during this round (a background pass, an attempt's settle)
             # may have made new rows due after the pass looked: go round again.
             if claimed == 0 and not busy and progress() == before:
                 return
         raise DrainError(f"Outbox did not settle after {rounds} drain rounds.")
+
+    async def wait_idle(self, runner: int = 0) -> None:
+        """Await every job attempt runner ``runner`` started so far (a killed runner's too).
+
+        Nothing new is claimed meanwhile by this call; :meth:`drain` runs passes until the
+        outbox settles.
+        """
+        await self.runtimes[runner].operators.runner.wait_jobs_idle()
 
     async def workflow(self, run_id: str) -> WorkflowStatus:
         """A workflow run's status and step journal (read through a live runner)."""
@@ -393,19 +383,38 @@ class ActorTest:
 
     async def now_ms(self) -> int:
         """The framework clock (read through a live runner)."""
-        return await self._any_live().clock.read()
+        return await self._any_live().operators.runner.now_ms()
 
     # --- durable rows -------------------------------------------------------------------------
 
     async def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Run SQL with ``{schema}`` substituted; returns rows as dicts (tests only)."""
-        text = self.runtime.store.queries.substitute(sql)
+        text = self.substitute(sql)
         async with await psycopg.AsyncConnection.connect(
             self.database_url, autocommit=True
         ) as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(text, params or {})
             return await cur.fetchall() if cur.description else []
+
+    async def sql(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        """Run SQL with ``{schema}`` substituted in a ``READ ONLY`` transaction; rows as dicts.
+
+        ``params`` are psycopg's (a mapping for ``%(name)s``, a sequence for ``%s``). A
+        statement that writes fails with ``psycopg.errors.ReadOnlySqlTransaction``.
+        """
+        text = self.substitute(sql)
+        async with await psycopg.AsyncConnection.connect(self.database_url) as conn:
+            await conn.set_read_only(True)
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(text, params)
+            rows = await cur.fetchall() if cur.description else []
+            await conn.rollback()
+            return rows
+
+    def substitute(self, sql: str) -> LiteralString:
+        """``sql`` with ``{schema}`` replaced by the harness schema's quoted name."""
+        return self.runtime.operators.database.substitute(sql)
 
     async def check(self, sample: int | None = None, **options: Any) -> CheckReport:
         """``akter check`` of the harness's actors against its schema (evolution E5).
@@ -421,14 +430,13 @@ class ActorTest:
         )
         offset = self._offset_ms()
         if offset is not None:
-            runtime.clock.offset_ms = offset
+            runtime.operators.runner.offset_ms = offset
         return await runtime.check(sample, **options)
 
     async def inspect(self, target: Any) -> Inspection:
         """The durable rows of an actor (a handle or an :class:`ActorRef`)."""
         ref: ActorRef = target if isinstance(target, ActorRef) else target.ref
-        key = actor_key(self.runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
-        rows = await actor_history(self.database_url, self.runtime.store.queries, key)
+        rows = await self.runtime.operators.actors.history(self.database_url, ref)
         actor, receipts, outbox, events = rows.actor, rows.receipts, rows.outbox, rows.events
         if actor is None:
             return Inspection(exists=False, receipts=receipts, outbox=outbox, events=events)
@@ -456,17 +464,9 @@ async def _distribute_on_citus(runtime: Runtime, url: str) -> None:
     harness's: ``runtime.database_url`` is known only once the runtime has started (before,
     it is empty, and libpq's defaults named some other server: the schema stayed local).
     """
-    queries = runtime.store.queries
-    async with await psycopg.AsyncConnection.connect(url) as conn:
-        if await detect_strategy(conn, queries) != "citus":
-            return
-    services = runtime.services
-    await migrate_and_distribute(
-        url,
-        queries,
-        retry_window_ms=services.config.window_ms,
-        placements={d.name: d.placement for d in services.definitions.values()},
-    )
+    database = runtime.operators.database
+    if await database.is_citus(url):
+        await database.distribute(url)
 
 
 def _tagged(url: str, tag: str) -> str:
@@ -515,43 +515,3 @@ def _cut(conn: psycopg.AsyncConnection[Any]) -> None:
         pass
     finally:
         sock.detach()
-
-
-def _background_tasks(runtime: Runtime) -> set[asyncio.Task[Any]]:
-    """The unfinished tasks doing the runtime's own work.
-
-    A task belongs to the runtime when its coroutine is a method of one of its components (the
-    dispatcher's mailboxes, the pass loop, the relay's deliveries and settles, the executor's
-    attempts, the registry's heartbeats, lease contention and singleton loops, the progress
-    hub's tasks) or of an object holding the runtime, plus the runtime's own tasks. Callers'
-    tasks are not among them: they get the error their call ends with.
-    """
-    components: list[Any] = [
-        runtime.dispatcher,
-        runtime.engine,
-        runtime.loop,
-        runtime.relay,
-        runtime.jobs,
-        runtime.jobs.runner,
-        runtime.progress,
-        runtime.runners,
-        runtime.events,
-        runtime._lifecycle,
-    ]
-    ids = {id(c) for c in components}
-    found = {task for task in runtime._lifecycle.tasks if not task.done()}
-    current = asyncio.current_task()
-    for task in asyncio.all_tasks():
-        if task.done() or task is current:
-            continue
-        frame = getattr(task.get_coro(), "cr_frame", None)
-        owner = frame.f_locals.get("self") if frame is not None else None
-        if owner is None or owner is runtime:
-            continue
-        # Static lookups: a handle answers any attribute name with a command.
-        if id(owner) in ids or any(
-            inspect.getattr_static(owner, name, None) is runtime
-            for name in ("rt", "_rt", "runtime")
-        ):
-            found.add(task)
-    return found

@@ -27,8 +27,8 @@ def akter_db(request: pytest.FixtureRequest) -> Iterator[str]:
     if url:
         yield url
         return
-    from akter._store.embedded import EmbeddedPostgres
     from akter.errors import ConfigurationError
+    from akter.operators.database import EmbeddedPostgres
 
     data_dir = Path(str(request.config.rootpath)) / ".akter-test"
     data_dir.mkdir(exist_ok=True)

@@ -24,6 +24,7 @@ from typing import Any
 from akter._engine.check.report import EXAMPLES, Findings, report
 from akter._engine.runners import LIVE_MS
 from akter._evolution import PayloadTooNew, StateDecodeError
+from akter._kinds import CronTick, WorkflowCommand, WorkflowIntent, decode_intent
 from akter._store.gateway.check import CheckGateway, Row
 from akter._store.migrate import known_migrations
 from akter._store.pool import SKEW_MARGIN_MS
@@ -209,18 +210,18 @@ def _judge_intent_row(
     if row["parked_at_ms"] is not None:
         found.add("parked", actor_type, command, example=f"{example}: {row['last_error']}")
         return
-    if command.startswith("$workflow."):
+    target = decode_intent(command, str(row["timer_key"] or ""))
+    if isinstance(target, WorkflowIntent):
         # The workflow engine takes these; a start names a workflow this code must declare.
-        if command == "$workflow.start":
+        if command == WorkflowCommand.START:
             name = str(json.loads(str(row["payload"])).get("workflow"))
             if name not in definition.workflows:
                 found.add("unknown_command", actor_type, f"{command}:{name}", example=example)
         return
-    timer_key = str(row["timer_key"] or "")
-    if timer_key.startswith("$cron:"):
-        entry = next((e for e in definition.schedules if e.key == timer_key), None)
+    if isinstance(target, CronTick):
+        entry = next((e for e in definition.schedules if e.key == target.key), None)
         if entry is None:
-            found.add("unknown_schedule", actor_type, command, example=f"{example}: {timer_key}")
+            found.add("unknown_schedule", actor_type, command, example=f"{example}: {target.key}")
             return
         command = str(entry.command)
     try:

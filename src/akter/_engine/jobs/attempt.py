@@ -25,7 +25,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from opentelemetry import trace
@@ -33,19 +33,18 @@ from pydantic import ValidationError
 
 from akter import telemetry
 from akter._engine import parking
-from akter._engine.jobs import routes
+from akter._engine.jobs import rules
 from akter._engine.jobs.claims import ClaimedJob
-from akter._engine.jobs.routes import RouteRejected
-from akter._engine.jobs.settle import (
+from akter._engine.jobs.rules import (
+    Abandoned,
     Failed,
     Failure,
-    Interrupted,
     Rejected,
     Reported,
-    Settler,
-    Succeeded,
+    Stop,
     Unattempted,
 )
+from akter._engine.jobs.settle import Settler
 from akter._local_clock import LocalClock
 from akter._waits import wait_event
 from akter.callers import System, caller_from_json
@@ -68,8 +67,6 @@ _too_new_log = parking.OncePer(3600)
 
 #: How long before the local lease end an attempt stops (whole-ms flooring, timer jitter).
 DEADLINE_MARGIN_MS = 25
-
-Stop = Literal["lost", "cancelled", "deadline", "stopped"]
 
 
 @dataclass
@@ -230,23 +227,17 @@ class AttemptRunner:
         # A sync executor's thread that outlived the attempt keeps its slot and its lease.
         await self._hold_thread(attempt)
         settler.traceparent = attempt.traceparent
+        executed: Reported | None = None
         if not execution.cancelled() and execution.exception() is None:
-            reported = execution.result()
-            if not isinstance(reported, Failed):
+            executed = execution.result()
+            if not isinstance(executed, Failed):
                 await self.hooks.at("after_execute", info)
-            return await settler.settle(reported)
-        stop: Stop = "stopped"
-        for task in (renewals, deadline):
-            if task.done() and not task.cancelled() and task.exception() is None:
-                stop = task.result()
-                break
-        if stop == "cancelled":
-            return await settler.settle(Interrupted())
-        if stop == "lost":
-            _warn(row, "Job attempt lost its lease")
-        elif stop == "deadline":
-            _warn(row, "Job attempt outlived its lease; interrupted")
-        return False
+        ended = rules.report(executed, _stop(renewals, deadline))
+        if isinstance(ended, Abandoned):
+            if ended.warning is not None:
+                _warn(row, ended.warning)
+            return False
+        return await settler.settle(ended)
 
     async def _undeliverable(
         self,
@@ -349,7 +340,7 @@ class AttemptRunner:
             return Failed(Failure(_cause(exc), ambiguous=True))
         except Exception as exc:
             return Failed(Failure(_cause(exc), ambiguous=True))
-        return _classify_value(attempt, value)
+        return rules.classify_value(job, row, value)
 
     # --- the lease ----------------------------------------------------------------------------
 
@@ -453,43 +444,12 @@ def _in_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     return loop.run_in_executor(None, run)
 
 
-def _classify_value(attempt: Attempt, value: Any) -> Reported:
-    """A returned value: Succeeded with its routes, or Rejected when on_success refuses it."""
-    row, job = attempt.row, attempt.job
-    workflow = routes.workflow_of(row.caller)
-    try:
-        cancelled = routes.cancelled(
-            job,
-            row.intent_id,
-            row.payload,
-            row.attempts,
-            {"kind": "Succeeded", "value": value},
-            workflow,
-        )
-    except RouteRejected as exc:
-        cause = f"The on_cancelled route cannot accept the result: {exc}"
-        cancelled = _unknown_cancelled(attempt, cause)
-    try:
-        success = routes.success(job, value, workflow)
-    except RouteRejected as exc:
-        cause = f"The on_success route cannot accept the result: {exc}"
-        return Rejected(Failure(cause, ambiguous=True, final=True), cancelled)
-    return Succeeded(success, cancelled)
-
-
-def _unknown_cancelled(attempt: Attempt, cause: str) -> routes.Route | None:
-    row = attempt.row
-    try:
-        return routes.cancelled(
-            attempt.job,
-            row.intent_id,
-            row.payload,
-            row.attempts,
-            {"kind": "Unknown", "cause": cause},
-            routes.workflow_of(row.caller),
-        )
-    except RouteRejected:
-        return None
+def _stop(*watchers: asyncio.Task[Stop]) -> Stop:
+    """What the first lease watcher that answered says stopped the attempt (else ``stopped``)."""
+    for task in watchers:
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return task.result()
+    return "stopped"
 
 
 def _cause(exc: BaseException) -> str:

@@ -56,6 +56,7 @@ from akter._engine.jobs.progress_slot import (
     TokenBucket,
 )
 from akter._ids import parse_framework_id
+from akter._kinds import RowKind
 from akter._store.gateway.notify import Notifier
 from akter._store.gateway.progress import JobTrace, JobTraces
 from akter._waits import wait_event
@@ -440,7 +441,7 @@ class ProgressStreams:
     async def outcome(self, ref: ActorRef, job_id: str, cancelled: bool) -> Outcome:
         """How the job ended, read after its close (``unknown`` when nothing tells)."""
         trace = await self.trace(ref, job_id)
-        if trace is None or trace.row_kind == "job":
+        if trace is None or trace.row_kind == RowKind.JOB:
             return "cancelled" if cancelled else "unknown"
         return job_outcome(trace, self.routes(ref), cancelled) or "unknown"
 
@@ -502,7 +503,7 @@ async def _follow(
                 return
             timeout = poll
             trace, first = first or await streams.trace(ref, job_id), None
-            if trace is None or trace.row_kind == "job" or hub.live(job_id, ref):
+            if trace is None or trace.row_kind == RowKind.JOB or hub.live(job_id, ref):
                 cancelled = cancelled or (trace is not None and trace.row_cancelled)
                 continue
             # Gone: another runner's last frames and close may still be on their way.

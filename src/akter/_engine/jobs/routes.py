@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from akter._ids import canonical_json
 from akter._json import Unstorable, storable_json
+from akter._kinds import WorkflowCommand
 from akter.errors import ActorError
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ RouteKind = Literal["success", "dead_letter", "cancelled"]
 #: A workflow step's job (its caller names the step): every outcome goes to the step, through
 #: the workflow engine's ``$workflow.job`` intent, instead of the job's routes.
 Workflow = tuple[str, int] | None
-WORKFLOW_ROUTE = "$workflow.job"
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def _to_step(workflow: tuple[str, int], outcome: dict[str, Any]) -> Route:
         payload = storable_json({"run_id": run_id, "seq": seq, "outcome": outcome}, "outcome")
     except Unstorable as exc:
         raise RouteRejected(str(exc)) from None
-    return Route(WORKFLOW_ROUTE, payload)
+    return Route(WorkflowCommand.JOB, payload)
 
 
 def _result_json(job: Job[Any, Any], value: Any) -> Any:

@@ -1,7 +1,7 @@
 """Settling a job attempt (semantics §5.9): guarded writes in a fixed order, first write wins.
 
-An attempt's exit is first classified as a :data:`Reported` value, decided from the executor's
-exit and the claim alone. Settling then applies guarded writes until one changes a row:
+:func:`akter._engine.jobs.rules.decide` gives each attempt its plan; the :class:`Settler`
+performs its guarded writes until one changes a row, asking the rules what each answer leads to:
 
 - a success tries the uncancelled row (any attempt: the first success wins), then the cancelled
   one, and is otherwise *late*: it marks the dead letter ambiguous, or records an ambiguous one
@@ -21,15 +21,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from akter._engine.jobs import routes
+from akter._engine.jobs import routes, rules
 from akter._engine.jobs.claims import ClaimedJob
 from akter._engine.jobs.routes import Route, RouteRejected
-from akter._retry import Backoff
+from akter._engine.jobs.rules import (
+    Deliver,
+    Drop,
+    EndCancelled,
+    Exhaust,
+    Interrupted,
+    Recorded,
+    RecordFailure,
+    Reported,
+    Retry,
+    Stale,
+)
+from akter._kinds import RowKind
 from akter._store.gateway.jobs import RouteWrite
 
 if TYPE_CHECKING:
@@ -41,54 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("akter.jobs")
 
 
-@dataclass(frozen=True)
-class Failure:
-    """A failed attempt: what it reports and whether the provider may have applied it."""
-
-    cause: str
-    ambiguous: bool
-    final: bool = False
-    not_started: bool = False
-
-
-@dataclass(frozen=True)
-class Succeeded:
-    """The executor returned a value its routes accept (``success`` may be none)."""
-
-    success: Route | None
-    cancelled: Route | None
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """The executor returned a value ``on_success`` cannot accept: applied, final, ambiguous."""
-
-    failure: Failure
-    cancelled: Route | None
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The attempt failed (typed, defect, timeout, or its payload no longer validates)."""
-
-    failure: Failure
-
-
-@dataclass(frozen=True)
-class Interrupted:
-    """The attempt was stopped by its cancellation."""
-
-
-@dataclass(frozen=True)
-class Unattempted:
-    """A cancelled or exhausted row claimed only to be settled."""
-
-
-Reported = Succeeded | Rejected | Failed | Interrupted | Unattempted
-
-Known = Literal["Failed", "Unknown"]
-
-
 def _write(route: Route | None, traceparent: str | None, job: Job[Any, Any]) -> RouteWrite | None:
     if route is None:
         return None
@@ -96,22 +59,6 @@ def _write(route: Route | None, traceparent: str | None, job: Job[Any, Any]) -> 
     member = job.owner.members.get(route.command) if job.owner else None
     version = member.version if member is not None else 0
     return RouteWrite(route.command, route.payload, traceparent, version)
-
-
-def known(ambiguous: bool, maybe_applied: bool) -> Known:
-    """What a cancelled job without a result reports: ``Failed`` iff nothing can have applied."""
-    return "Unknown" if ambiguous or maybe_applied else "Failed"
-
-
-def cancelled_cause(attempt: int) -> str:
-    """The cause of a cancellation that interrupted (or may have interrupted) an attempt."""
-    return f"Cancelled while attempt {attempt} was running; the provider may have applied it"
-
-
-def backoff_ms(job: Job[Any, Any], attempt: int) -> int:
-    """The wait after failed attempt ``attempt``: ``min(base × 2^(n−1), max)``."""
-    options = job.options
-    return int(Backoff.nth(options.backoff_base_ms, options.backoff_max_ms, attempt))
 
 
 class Settler:
@@ -160,21 +107,28 @@ class Settler:
     # --- entry --------------------------------------------------------------------------------
 
     async def settle(self, reported: Reported) -> bool:
-        """Apply the settle order of ``reported``; True iff the row reached a terminal settle."""
+        """Perform the settle plan of ``reported``; True iff the row reached a terminal settle."""
+        n = self.row.attempts
+        plan = rules.decide(
+            reported,
+            self.row,
+            routes_cancelled=self.routes_cancelled,
+            backoff_ms=rules.backoff_ms(self.job, n),
+        )
+        if isinstance(reported, Interrupted):
+            self._log(logging.INFO, "Job attempt interrupted by its cancellation")
         try:
-            match reported:
-                case Succeeded(success, cancelled):
-                    return await self._succeeded(success, cancelled)
-                case Rejected(failure, cancelled):
-                    return await self._failed(failure, cancelled, rejected=True)
-                case Failed(failure):
-                    return await self._failed(failure, None, rejected=False)
-                case Interrupted():
-                    self._log(logging.INFO, "Job attempt interrupted by its cancellation")
-                    n = self.row.attempts
-                    return await self._settle_cancelled(n, "Unknown", cancelled_cause(n))
-                case Unattempted():
-                    return await self._unattempted()
+            match plan:
+                case Deliver():
+                    return await self._deliver(plan)
+                case RecordFailure():
+                    return await self._record_failure(plan)
+                case EndCancelled():
+                    return await self._end_cancelled(plan)
+                case Drop():
+                    return await self._terminal(None, cancelled=True, attempt=0)
+                case Exhaust():
+                    return await self._exhaust(plan)
         except psycopg.Error as exc:
             self._log(
                 logging.WARNING,
@@ -183,81 +137,57 @@ class Settler:
             )
         return False
 
-    # --- report orders ------------------------------------------------------------------------
+    # --- the plans ----------------------------------------------------------------------------
 
-    async def _succeeded(self, success: Route | None, cancelled: Route | None) -> bool:
-        if await self._terminal(success, cancelled=False, attempt=None):
-            self._count("akter.relay.delivered", kind="job")
+    async def _deliver(self, plan: Deliver) -> bool:
+        if await self._terminal(plan.success, cancelled=False, attempt=None):
+            self._count("akter.relay.delivered", kind=RowKind.JOB)
             return True
-        route = cancelled if self.routes_cancelled else success
-        if await self._terminal(route, cancelled=True, attempt=None):
+        if await self._terminal(plan.fallback, cancelled=True, attempt=None):
             return True
-        await self._late(cancelled)
+        await self._late(plan.cancelled)
         return False
 
-    async def _failed(self, failure: Failure, cancelled: Route | None, *, rejected: bool) -> bool:
-        n = self.row.attempts
-        routes_result = cancelled is not None and self.routes_cancelled
-        if routes_result and await self._terminal(cancelled, cancelled=True, attempt=None):
+    async def _record_failure(self, plan: RecordFailure) -> bool:
+        if plan.first is not None and await self._terminal(
+            plan.first, cancelled=True, attempt=None
+        ):
             return True
-        recorded = await self._record(failure)
-        if recorded is None:
-            if rejected:
-                await self._late(cancelled)
-            else:
+        n = self.row.attempts
+        recorded = await self._record(plan)
+        then = rules.after_record(plan, recorded, attempt=n, attempts=self.job.options.attempts)
+        match then:
+            case Stale(late=True):
+                await self._late(plan.cancelled)
+            case Stale():
                 self._log(
                     logging.WARNING,
                     "Job attempt failed after a newer attempt or a settle took its row",
-                    cause=failure.cause,
+                    cause=plan.failure.cause,
                 )
-            return False
-        was_cancelled, maybe_applied, ambiguous = recorded
-        if was_cancelled:
-            if routes_result and await self._terminal(cancelled, cancelled=True, attempt=n):
-                return True
-            return await self._settle_cancelled(n, known(ambiguous, maybe_applied), failure.cause)
-        if failure.final or n >= self.job.options.attempts:
-            return await self._exhaust(n, failure.cause, ambiguous)
-        self._log(
-            logging.WARNING,
-            "Job attempt failed; retrying with backoff",
-            cause=failure.cause,
-            ambiguous=ambiguous,
-        )
-        self._count("akter.relay.retried", kind="job")
+            case EndCancelled():
+                return await self._end_cancelled(then)
+            case Exhaust():
+                return await self._exhaust(then)
+            case Retry(cause, ambiguous):
+                self._log(
+                    logging.WARNING,
+                    "Job attempt failed; retrying with backoff",
+                    cause=cause,
+                    ambiguous=ambiguous,
+                )
+                self._count("akter.relay.retried", kind=RowKind.JOB)
         return False
 
-    async def _unattempted(self) -> bool:
-        row = self.row
-        n = row.attempts
-        if row.cancelled and n == 0:
-            return await self._terminal(None, cancelled=True, attempt=0)
-        if row.cancelled:
-            maybe = row.ambiguous or row.maybe_applied
-            cause = row.last_error or (
-                cancelled_cause(n) if maybe else "Failed before it was cancelled"
-            )
-            return await self._settle_cancelled(n, known(row.ambiguous, row.maybe_applied), cause)
-        return await self._exhaust(n, row.last_error or "No attempt reported", row.ambiguous)
-
-    # --- building blocks ----------------------------------------------------------------------
-
-    async def _settle_cancelled(self, n: int, outcome: Known, cause: str) -> bool:
-        if self.routes_cancelled:
-            try:
-                route = routes.cancelled(
-                    self.job,
-                    self.row.intent_id,
-                    self.row.payload,
-                    n,
-                    {"kind": outcome, "cause": cause},
-                    self.workflow,
-                )
-            except RouteRejected:
-                route = None  # the stored payload no longer validates
-            if route is not None:
-                return await self._terminal(route, cancelled=True, attempt=n)
-        if outcome == "Unknown":
+    async def _end_cancelled(self, plan: EndCancelled) -> bool:
+        n, cause = plan.attempt, plan.cause
+        if plan.first is not None and await self._terminal(plan.first, cancelled=True, attempt=n):
+            return True
+        route = self._cancelled_report(plan) if self.routes_cancelled else None
+        end = rules.cancelled_end(plan.outcome, route)
+        if end.route is not None:
+            return await self._terminal(end.route, cancelled=True, attempt=n)
+        if end.dead_letter:
             return await self._dead_letter(n, cause, True, cancelled=True)
         dropped = await self._terminal(None, cancelled=True, attempt=n)
         if dropped:
@@ -266,13 +196,29 @@ class Settler:
             )
         return dropped
 
-    async def _exhaust(self, n: int, cause: str, ambiguous: bool) -> bool:
-        if await self._dead_letter(n, cause, ambiguous, cancelled=False):
+    def _cancelled_report(self, plan: EndCancelled) -> Route | None:
+        """The ``on_cancelled`` report of ``plan``; ``None`` when the payload no longer fits."""
+        try:
+            return routes.cancelled(
+                self.job,
+                self.row.intent_id,
+                self.row.payload,
+                plan.attempt,
+                {"kind": plan.outcome, "cause": plan.cause},
+                self.workflow,
+            )
+        except RouteRejected:
+            return None
+
+    async def _exhaust(self, plan: Exhaust) -> bool:
+        n = plan.attempt
+        if await self._dead_letter(n, plan.cause, plan.ambiguous, cancelled=False):
             return True
         maybe_applied = await self.gateway.cancelled_at(self.row, attempt=n)
-        if maybe_applied is None:
-            return False
-        return await self._settle_cancelled(n, known(ambiguous, maybe_applied), cause)
+        then = rules.after_lost_letter(plan, maybe_applied)
+        return then is not None and await self._end_cancelled(then)
+
+    # --- building blocks ----------------------------------------------------------------------
 
     async def _dead_letter(self, n: int, cause: str, ambiguous: bool, *, cancelled: bool) -> bool:
         row = self.row
@@ -311,29 +257,32 @@ class Settler:
         if await self.gateway.mark_letter_ambiguous(self.row):
             self._log(logging.WARNING, "Job succeeded after it was dead-lettered")
             return
-        if not self.routes_cancelled or cancelled is None:
-            return
-        if self.workflow is not None:
+        letter = rules.late(
+            cancelled, routes_cancelled=self.routes_cancelled, in_workflow=self.workflow is not None
+        )
+        if letter == "workflow":
             # The step already took the cancellation (JobCancelled was raised in the workflow).
             self._log(logging.WARNING, "Job of a workflow step succeeded after its cancellation")
-            return
-        route_command = self.job.routes["cancelled"].__name__
-        recorded = await self.gateway.insert_late_letter(
-            self.row, attempts=self.row.attempts, route=route_command
-        )
-        if recorded:
-            self._log(logging.WARNING, "Job succeeded after its cancellation settled")
+        elif letter == "letter":
+            route_command = self.job.routes["cancelled"].__name__
+            recorded = await self.gateway.insert_late_letter(
+                self.row, attempts=self.row.attempts, route=route_command
+            )
+            if recorded:
+                self._log(logging.WARNING, "Job succeeded after its cancellation settled")
 
-    async def _record(self, failure: Failure) -> tuple[bool, bool, bool] | None:
-        return await self.gateway.record_failure(
+    async def _record(self, plan: RecordFailure) -> Recorded | None:
+        failure = plan.failure
+        found = await self.gateway.record_failure(
             self.row,
             attempt=self.row.attempts,
             cause=failure.cause,
             not_started=failure.not_started,
             ambiguous=failure.ambiguous,
             final=failure.final,
-            backoff_ms=backoff_ms(self.job, self.row.attempts),
+            backoff_ms=plan.backoff_ms,
         )
+        return None if found is None else Recorded(*found)
 
     async def _terminal(self, route: Route | None, *, cancelled: bool, attempt: int | None) -> bool:
         """End the row under its guard: rewrite into ``route`` or delete; True iff it changed.

@@ -7,8 +7,11 @@ definitions:
 - a job this code declares (by name or alias) that no live runner executes is **unserved**: a
   worker may simply be down, so its rows stay due; the gauge ``akter.jobs.unserved`` counts
   them and a warning is logged once per type per hour;
-- a job of a hosted type that no definition declares nor aliases and no live runner executes
-  can never run: its rows are **parked**, like a row the executor could not decode.
+- a job of a hosted type that this code does not declare nor alias, but a live runner's code
+  declares (a rolling deploy that added it; that runner may execute no jobs itself), is
+  **unserved** as well: its rows stay due for the newer code's workers;
+- a job of a hosted type that no live runner's code declares nor executes can never run: its
+  rows are **parked**, like a row the executor could not decode.
 
 Types this code does not host are left alone: another deployment may own them (and
 ``akter.orphans`` reports stored names no definition claims).
@@ -17,7 +20,7 @@ Types this code does not host are left alone: another deployment may own them (a
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,10 +59,13 @@ async def watch(
     due: Iterable[dict[str, Any]],
     served: set[str],
     logged: OncePer,
+    *,
+    declared_elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
 ) -> list[Unserved]:
     """Park undeclared unserved jobs' rows; return the declared ones nobody serves.
 
-    ``logged`` limits the unserved warning (one per actor type per :data:`LOG_EVERY_S`).
+    ``logged`` limits the unserved warning (one per actor type per :data:`LOG_EVERY_S`);
+    ``declared_elsewhere(type, job)``: whether a live runner's code declares the job.
     """
     unserved: list[Unserved] = []
     for row in due:
@@ -73,7 +79,9 @@ async def watch(
             names.add(f"{actor_type}.{job.name}")
         if names & served:
             continue
-        if job is not None:
+        if job is not None or (
+            declared_elsewhere is not None and await declared_elsewhere(actor_type, stored)
+        ):
             unserved.append(Unserved(actor_type, stored, int(row["due"])))
             if logged.allow(actor_type):
                 log.warning(

@@ -33,6 +33,7 @@ import psycopg
 from akter import telemetry
 from akter._engine import parking, ticks
 from akter._engine.lanes import Claimed, Pass, Waker
+from akter._kinds import CronTick, WorkflowIntent, decode_intent
 from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
 from akter.callers import ActorRef, Caller, caller_from_json
@@ -297,7 +298,8 @@ class Relay:
             caller = caller_from_json(str(row["caller"]))
             definition = self._services.registry.definition(ref.type)
             command = str(row["command"])
-            if self._workflows is not None and command.startswith("$workflow."):
+            target = decode_intent(command, row["timer_key"])
+            if self._workflows is not None and isinstance(target, WorkflowIntent):
                 # Staged by a turn or a job settle for the workflow engine, not an actor.
                 claim.dispatched = True
                 await self._workflows.deliver(
@@ -306,8 +308,8 @@ class Relay:
                 await self._settle(params)
                 self.delivered += 1
                 return
-            if str(row["timer_key"] or "").startswith("$cron:"):
-                entry = next((e for e in definition.schedules if e.key == row["timer_key"]), None)
+            if isinstance(target, CronTick):
+                entry = next((e for e in definition.schedules if e.key == target.key), None)
                 if not await self._tick_due(params, row, definition, entry):
                     return
                 assert entry is not None

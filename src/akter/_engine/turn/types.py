@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from akter import _ids, telemetry
 from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
+from akter._kinds import RowKind
 from akter._retry import Backoff
 from akter._staging import CancelJob, CancelTimer, Staged, StagedEvent, StagedRow, StagedRun
 from akter._store.pool import Connection
@@ -180,13 +181,15 @@ class BatchWrites:
                 # A cancellation drops earlier stagings of the key.
                 key = op.key
                 self.rows = [
-                    r for r in self.rows if not (r.kind == "intent" and r.timer_key == key)
+                    r for r in self.rows if not (r.kind == RowKind.INTENT and r.timer_key == key)
                 ]
                 if key not in self.timer_deletes:
                     self.timer_deletes.append(key)
             elif isinstance(op, CancelJob):
                 key = op.key
-                self.rows = [r for r in self.rows if not (r.kind == "job" and r.timer_key == key)]
+                self.rows = [
+                    r for r in self.rows if not (r.kind == RowKind.JOB and r.timer_key == key)
+                ]
                 if key not in self.job_cancels:
                     self.job_cancels.append(key)
 

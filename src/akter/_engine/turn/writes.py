@@ -23,6 +23,7 @@ from akter._engine.ticks import first_ticks
 from akter._engine.turn.admission import fence_of
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import Activation, BatchRun, Outcome, Request, Retryable
+from akter._kinds import RowKind
 from akter._staging import StagedRow
 from akter._store.gateway import actors
 from akter._store.gateway.workflows import start_in_turn
@@ -273,7 +274,7 @@ def ordinals(definition: ActorDefinition, rows: list[StagedRow]) -> list[int]:
     seen: dict[str, int] = {}
     ords: list[int] = []
     for row in rows:
-        job = definition.jobs.get(row.command) if row.kind == "job" else None
+        job = definition.jobs.get(row.command) if row.kind == RowKind.JOB else None
         if job is not None and job.options.per_actor is not None:
             seen[row.command] = seen.get(row.command, 0) + 1
             ords.append(seen[row.command])

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from akter._kinds import StepKind
 from akter._store.gateway.workflows import RunKey
 from akter.callers import ActorRef
 
@@ -26,7 +27,7 @@ MAX_OUTCOME_BYTES = 1 << 20
 #: Steps whose pending record is a suspension: a cancel replaces it (a pending command step
 #: is finished first: its turn may have committed). A pending job step is replaced by
 #: ``RunAttempt.job``, which cancels its job in the same write.
-SUSPENDING = frozenset({"sleep", "wait"})
+SUSPENDING = frozenset({StepKind.SLEEP, StepKind.WAIT})
 
 
 class Suspend(BaseException):
@@ -59,6 +60,7 @@ class Record:
     """A journal record as loaded."""
 
     seq: int
+    #: A :class:`~akter._kinds.StepKind` value (or one a newer code wrote), as stored.
     kind: str
     name: str
     status: str

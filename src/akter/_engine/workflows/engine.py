@@ -45,6 +45,7 @@ from akter._engine.workflows.ops import WorkflowOps
 from akter._engine.workflows.run import RunAttempt
 from akter._ids import canonical_json, parse_command_id, payload_hash
 from akter._json import storable_json
+from akter._kinds import RowKind, WorkflowCommand
 from akter._members import refuse_internal
 from akter._staging import framework_id
 from akter._store.gateway.workflows import OutboxRow, RunKey, WorkflowsGateway
@@ -62,20 +63,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("akter.workflows")
 
-#: The commands of outbox intents the engine takes instead of an actor (module docstring).
-START, SIGNAL, CANCEL, JOB = (
-    "$workflow.start",
-    "$workflow.signal",
-    "$workflow.cancel",
-    "$workflow.job",
-)
 #: The first and the longest wait before a run handed back after an outage is claimed again.
 _RETRY_FIRST_MS, _RETRY_MAX_MS = 1_000, 60_000
-
-
-def is_workflow_command(command: str) -> bool:
-    """Whether an outbox intent's command is one the engine takes."""
-    return command.startswith("$workflow.")
 
 
 class WorkflowEngine:
@@ -268,26 +257,7 @@ class WorkflowEngine:
         try:
             value = await _halting(attempt, member.fn(WorkflowContext(attempt), **kwargs))
         except Suspend as suspend:
-            try:
-                status = await self.gateway.suspend(
-                    run,
-                    claimed.token,
-                    suspend.wake_at,
-                    suspend.waiting,
-                    records=await attempt.handover(),
-                    lease_ms=services.config.workflow_lease_ms,
-                    # The deadline bounds the wait until the cancel has reached the code; a
-                    # compensation may then suspend past it.
-                    by_deadline=not (attempt.cancel_delivered or attempt.replayed_cancel),
-                )
-            except (psycopg.Error, OSError) as exc:
-                await self._release(claimed, f"the suspension could not be written: {exc}")
-                return "released"
-            if status is None:
-                return "lease_lost"
-            if status == "runnable":
-                self._wake()
-            return "suspended"
+            return await self._suspend(attempt, suspend)
         except Diverged as exc:
             log.warning("Workflow run diverged; parked", extra={"run_id": run.run_id})
             await self._end_diverged(claimed, str(exc))
@@ -302,6 +272,36 @@ class WorkflowEngine:
             status = "cancelled" if cancelled and isinstance(exc, WorkflowCancelled) else "failed"
             await self._end(attempt, member, status, error=_error_of(exc))
             return status
+        return await self._complete(attempt, member, value)
+
+    async def _suspend(self, attempt: RunAttempt, suspend: Suspend) -> str:
+        """Write the attempt's suspension: ``suspended``, ``released`` or ``lease_lost``."""
+        claimed = attempt.claimed
+        try:
+            status = await self.gateway.suspend(
+                claimed.run,
+                claimed.token,
+                suspend.wake_at,
+                suspend.waiting,
+                records=await attempt.handover(),
+                lease_ms=self._services.config.workflow_lease_ms,
+                # The deadline bounds the wait until the cancel has reached the code; a
+                # compensation may then suspend past it.
+                by_deadline=not (attempt.cancel_delivered or attempt.replayed_cancel),
+            )
+        except (psycopg.Error, OSError) as exc:
+            await self._release(claimed, f"the suspension could not be written: {exc}")
+            return "released"
+        if status is None:
+            return "lease_lost"
+        if status == "runnable":
+            self._wake()
+        return "suspended"
+
+    async def _complete(
+        self, attempt: RunAttempt, member: WorkflowMember[Any, Any], value: Any
+    ) -> str:
+        """End a run whose code returned ``value``: ``completed``, ``cancelled`` or ``failed``."""
         cancelled = attempt.cancel_delivered or attempt.replayed_cancel
         try:
             result = member.result.dump_python(value, mode="json")
@@ -404,7 +404,7 @@ class WorkflowEngine:
         return (
             OutboxRow(
                 intent_id=intent_id,
-                kind="intent",
+                kind=RowKind.INTENT,
                 tenant=claimed.ref.tenant,
                 actor_type=claimed.ref.type,
                 actor_id=claimed.ref.id,
@@ -495,7 +495,7 @@ class WorkflowEngine:
         """Take one ``$workflow.*`` intent (module docstring); raising leaves it to a retry."""
         data = json.loads(payload)
         registry = self._services.registry
-        if command == JOB:
+        if command == WorkflowCommand.JOB:
             run = RunKey(registry.routing_key(ref), str(data["run_id"]))
             took = await self.gateway.job_outcome(
                 run, int(data["seq"]), canonical_json(data["outcome"])
@@ -515,7 +515,7 @@ class WorkflowEngine:
                     },
                 )
             return
-        if command == START:
+        if command == WorkflowCommand.START:
             definition = registry.definition(ref.type)
             member = definition.workflows.get(str(data["workflow"]))
             if member is None:
@@ -529,7 +529,7 @@ class WorkflowEngine:
                 caller=caller_from_json(caller),
             )
             return
-        if command == SIGNAL:
+        if command == WorkflowCommand.SIGNAL:
             located = await self.gateway.locate(str(data["run_id"]))
             if located is None:
                 log.warning(
@@ -544,7 +544,7 @@ class WorkflowEngine:
                 log.info("Signal for an ended workflow run dropped", extra={"run_id": run.run_id})
             self._wake()
             return
-        if command == CANCEL:
+        if command == WorkflowCommand.CANCEL:
             with contextlib.suppress(ActorError):
                 await self.ops.cancel(str(data["run_id"]))
             return
@@ -584,4 +584,4 @@ def _error_of(exc: BaseException) -> WorkflowError:
     return WorkflowError(type=type(exc).__name__, message=str(exc)[:4000])
 
 
-__all__ = ["WorkflowEngine", "is_workflow_command", "run_id_of"]
+__all__ = ["WorkflowEngine", "run_id_of"]

@@ -145,6 +145,20 @@ class RunDetail:
         }
 
 
+@dataclass(frozen=True)
+class RunLocation:
+    """Where a run lives, found by its id alone (:meth:`WorkflowOps.locate`).
+
+    ``run_id`` is the run's own id, also when it was found through the alias a deduplicated
+    keyed start left.
+    """
+
+    run_id: str
+    actor: ActorRef
+    workflow: str
+    routing_key: int
+
+
 class WorkflowOps:
     """Runs by id, for their handles, the HTTP routes, the CLI and the console (module docstring).
 
@@ -175,6 +189,26 @@ class WorkflowOps:
                 "InvalidInput", f"No workflow run {run_id!r}.", code="unknown_workflow_run"
             )
         return RunKey(int(row["routing_key"]), str(row["run_id"])), row
+
+    async def locate(self, run_id: str) -> RunLocation | None:
+        """Where the run ``run_id`` names lives; ``None`` when there is no such run."""
+        row = await self.gateway.locate(run_id)
+        if row is None:
+            return None
+        actor = ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"]))
+        return RunLocation(str(row["run_id"]), actor, str(row["workflow"]), int(row["routing_key"]))
+
+    async def journal(self, run: RunLocation, after: int = -1) -> WorkflowStatus | None:
+        """The run's status with the journal records after ``after``; ``None`` once pruned.
+
+        The run's row is read before its journal: a status that shows the run ended comes with
+        every record it wrote.
+        """
+        key = RunKey(run.routing_key, run.run_id)
+        row = await self.gateway.get(key)
+        if row is None:
+            return None
+        return status_of(row, await self.gateway.steps(key, after))
 
     async def status(self, run_id: str, *, steps: bool = True) -> WorkflowStatus:
         """The run's status and (with ``steps``) its journal (``run.status()``)."""
@@ -387,6 +421,7 @@ def status_of(row: dict[str, Any], steps: list[dict[str, Any]]) -> WorkflowStatu
 __all__ = [
     "ENDED",
     "RunDetail",
+    "RunLocation",
     "RunSummary",
     "SignalView",
     "WorkflowOps",

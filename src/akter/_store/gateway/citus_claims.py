@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, LiteralString
 import psycopg
 from psycopg.rows import dict_row
 
+from akter._kinds import RowKind
+
 if TYPE_CHECKING:
     from akter._store.queries import Queries
 
@@ -173,12 +175,12 @@ async def discover_groups(
 
 
 async def release_skewed(
-    cur: Cursor, queries: Queries, kind: str, params: dict[str, Any]
+    cur: Cursor, queries: Queries, kind: RowKind, params: dict[str, Any]
 ) -> list[Row]:
     """``release_skewed_intents`` / ``release_skewed_jobs`` (``kind``) on Citus."""
     now = await read_clock(cur, queries, int(params["off"]))
     base = {**params, "now": now}
-    if kind == "intent":
+    if kind == RowKind.INTENT:
         scan = queries["citus_release_skewed_intents_scan"]
         claim = queries["citus_release_skewed_intent"]
     else:
@@ -186,7 +188,7 @@ async def release_skewed(
         claim = queries["citus_release_skewed_job"]
     await cur.execute(scan, base)
     candidates = await cur.fetchall()
-    if kind == "job":
+    if kind == RowKind.JOB:
         pairs = set(zip(params["types"], params["jobs"], strict=True))
         candidates = [c for c in candidates if (c["actor_type"], c["command"]) in pairs]
     return await claim_each(

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from akter._kinds import RowKind
+
 if TYPE_CHECKING:
     from akter._store.pool import Store
 
@@ -34,7 +36,7 @@ class JobTrace:
     @property
     def route_command(self) -> str | None:
         """The route the job's end wrote (pending or delivered), if any."""
-        if self.row_kind == "intent":
+        if self.row_kind == RowKind.INTENT:
             return self.row_command
         return self.receipt_command
 

@@ -115,6 +115,14 @@ class RunnersGateway:
         )
         return bool(rows and rows[0]["declared"])
 
+    async def declares_job(self, actor_type: str, job: str, *, live_ms: int, skew_ms: int) -> bool:
+        """Whether a live runner's code declares ``actor_type``'s ``job``."""
+        rows = await self._run(
+            self._store.queries["live_declares_job"],
+            {"actor_type": actor_type, "job": job, "live_ms": live_ms, "skew_ms": skew_ms},
+        )
+        return bool(rows and rows[0]["declared"])
+
     async def prune(self, *, prune_ms: int, live_ms: int) -> list[Row]:
         """Forget silent runners and runners ahead of the clock; the rows pruned."""
         return await self._run(

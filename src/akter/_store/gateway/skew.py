@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
+from akter._kinds import RowKind
 from akter._store.gateway import citus_claims
 
 if TYPE_CHECKING:
@@ -51,7 +52,9 @@ class SkewSession:
             "limit": limit,
         }
         if self._store.strategy == "citus":
-            return await citus_claims.release_skewed(self._cur, self._store.queries, "job", params)
+            return await citus_claims.release_skewed(
+                self._cur, self._store.queries, RowKind.JOB, params
+            )
         await self._cur.execute(self._store.queries["release_skewed_jobs"], params)
         return await self._cur.fetchall()
 
@@ -60,7 +63,7 @@ class SkewSession:
         params = {"off": self._off, "skew_ms": skew_ms, "types": list(types), "limit": limit}
         if self._store.strategy == "citus":
             return await citus_claims.release_skewed(
-                self._cur, self._store.queries, "intent", params
+                self._cur, self._store.queries, RowKind.INTENT, params
             )
         await self._cur.execute(self._store.queries["release_skewed_intents"], params)
         return await self._cur.fetchall()

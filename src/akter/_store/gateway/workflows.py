@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from akter._ids import bucket
+from akter._kinds import RowKind, StepKind
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
@@ -42,7 +43,7 @@ class StepRecord:
     """One journal record to write: new, or a pending step that is now done."""
 
     seq: int
-    kind: str
+    kind: StepKind
     name: str
     status: str  # "pending" | "done"
     detail: str | None = None
@@ -53,11 +54,11 @@ class StepRecord:
 class OutboxRow:
     """An outbox row a workflow write stages with it (a job step's job, an on_complete intent).
 
-    The row belongs to the run's actor; ``kind`` is ``"job"`` or ``"intent"``.
+    The row belongs to the run's actor.
     """
 
     intent_id: str
-    kind: str
+    kind: RowKind
     tenant: str
     actor_type: str
     actor_id: str
@@ -556,7 +557,7 @@ class WorkflowsGateway:
         key = {"rk": run.routing_key, "run_id": run.run_id}
         async with self._store.framework.connection() as conn, conn.transaction():
             step = await self._on(conn, queries["wf_lock_job_step"], {**key, "seq": cancel.seq})
-            if not step or (step[0]["kind"], step[0]["status"]) != ("job", "pending"):
+            if not step or (step[0]["kind"], step[0]["status"]) != (StepKind.JOB, "pending"):
                 return JobStepCancel("arrived", record=step[0] if step else None)
             job = {"rk": run.routing_key, "job_id": job_id}
             deleted = await self._on(conn, queries["wf_cancel_job_unstarted"], job)

@@ -22,7 +22,7 @@ its own page as the sender, loopback and token for ``Console.local()``, then the
 the console's rule: 401 or 403 otherwise). Reads and feeds then run as a ``System`` caller: the
 console sees every tenant and every actor type. Every console statement runs under a
 transaction-local ``statement_timeout`` (``STATEMENT_TIMEOUT_MS``; 504 past it, see
-:mod:`akter._store.gateway.ops`) and the overview's counts stop at ``COUNT_CAP``.
+:mod:`akter.operators.actors`) and the overview's counts stop at ``COUNT_CAP``.
 """
 
 from __future__ import annotations
@@ -39,10 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from akter._engine.jobs.progress import open_progress
-from akter._store.gateway import ops
 from akter.callers import ActorRef, System, as_caller
-from akter.dead_letters import Letter
 from akter.errors import ActorError
 from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider
@@ -51,6 +48,7 @@ from akter.http.console.guard import operator
 from akter.http.console.parked import ParkedApi
 from akter.http.console.workflows import WorkflowsApi
 from akter.http.problems import from_actor_error
+from akter.operators.dead_letters import Letter
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -153,8 +151,8 @@ class ConsoleApi:
         """
         try:
             await self._operator(request)
-            store, cap = self.runtime.store, COUNT_CAP + 1
-            rows = await ops.console_types(store, cap, STATEMENT_TIMEOUT_MS)
+            actors, cap = self.runtime.operators.actors, COUNT_CAP + 1
+            rows = await actors.types(cap, STATEMENT_TIMEOUT_MS)
             sampled = sum(row["actors"] for row in rows) > COUNT_CAP
             types: dict[str, dict[str, Any]] = {
                 name: {
@@ -174,7 +172,7 @@ class ConsoleApi:
                 entry.update(
                     actors=min(row["actors"], COUNT_CAP), tenants=row["tenants"], capped=sampled
                 )
-            totals = await ops.console_totals(store, cap, STATEMENT_TIMEOUT_MS)
+            totals = await actors.totals(cap, STATEMENT_TIMEOUT_MS)
             return _json(
                 {
                     "types": sorted(types.values(), key=lambda t: t["type"]),
@@ -194,8 +192,7 @@ class ConsoleApi:
             tenant = request.query_params.get("tenant") or None
             after_tenant, after_id = _decode_cursor(request.query_params.get("after"))
             limit = _limit(request)
-            rows = await ops.console_actors(
-                self.runtime.store,
+            rows = await self.runtime.operators.actors.page(
                 definition.name,
                 tenant,
                 (after_tenant, after_id),
@@ -226,11 +223,10 @@ class ConsoleApi:
         try:
             await self._operator(request)
             ref = self._ref(request)
-            key = self._key(ref)
-            store, timeout = self.runtime.store, STATEMENT_TIMEOUT_MS
-            row = await ops.console_actor(store, key, timeout)
-            events = await ops.console_recent_events(store, key, RECENT_EVENTS, timeout)
-            outbox = await ops.console_actor_outbox(store, key, timeout)
+            actors, timeout = self.runtime.operators.actors, STATEMENT_TIMEOUT_MS
+            row = await actors.row(ref, timeout)
+            events = await actors.recent_events(ref, RECENT_EVENTS, timeout)
+            outbox = await actors.outbox(ref, timeout)
             body: dict[str, Any] = {
                 "ref": ref.to_json(),
                 "exists": row is not None,
@@ -278,8 +274,8 @@ class ConsoleApi:
         """``GET /console/api/outbox``: pending intents, timers and ticks."""
         try:
             await self._operator(request)
-            rows = await ops.console_outbox(
-                self.runtime.store, _limit(request), STATEMENT_TIMEOUT_MS
+            rows = await self.runtime.operators.outbox.pending(
+                _limit(request), STATEMENT_TIMEOUT_MS
             )
             return _json(
                 {
@@ -307,7 +303,7 @@ class ConsoleApi:
         """``GET /console/api/jobs``: job rows and their status."""
         try:
             await self._operator(request)
-            rows = await ops.console_jobs(self.runtime.store, _limit(request), STATEMENT_TIMEOUT_MS)
+            rows = await self.runtime.operators.jobs.recent(_limit(request), STATEMENT_TIMEOUT_MS)
             return _json(
                 {
                     "jobs": [
@@ -334,7 +330,7 @@ class ConsoleApi:
         """``GET /console/api/dead-letters``: dead letters, newest first."""
         try:
             await self._operator(request)
-            letters = await self.runtime.dead_letters.list(_limit(request))
+            letters = await self.runtime.operators.dead_letters.list(_limit(request))
             return _json({"dead_letters": [_letter(letter) for letter in letters]})
         except ActorError as exc:
             return from_actor_error(exc)
@@ -369,7 +365,8 @@ class ConsoleApi:
             caller = await self._operator(request)
             ref = self._ref(request)
             with as_caller(caller):
-                messages = await open_progress(self.runtime, ref, _param(request, "job_id"))
+                jobs = self.runtime.operators.jobs
+                messages = await jobs.progress(ref, _param(request, "job_id"))
         except ActorError as exc:
             return from_actor_error(exc)
         return StreamingResponse(
@@ -383,7 +380,7 @@ class ConsoleApi:
         try:
             await self._operator(request)
             job_id = request.path_params["job_id"]
-            new_id = await self.runtime.dead_letters.retry(job_id)
+            new_id = await self.runtime.operators.dead_letters.retry(job_id)
             return _json({"job_id": job_id, "new_job_id": new_id})
         except ActorError as exc:
             return from_actor_error(exc)
@@ -392,7 +389,9 @@ class ConsoleApi:
         """``POST .../{job_id}/discard``: delete the letter (as the CLI does)."""
         try:
             await self._operator(request)
-            letter = await self.runtime.dead_letters.discard(request.path_params["job_id"])
+            letter = await self.runtime.operators.dead_letters.discard(
+                request.path_params["job_id"]
+            )
             return _json({"discarded": _letter(letter)})
         except ActorError as exc:
             return from_actor_error(exc)
@@ -405,9 +404,6 @@ class ConsoleApi:
         actor_id = "" if definition.singleton and raw in ("", "_") else raw
         tenant = request.query_params.get("tenant") or "default"
         return self.runtime.ref(definition.name, actor_id, tenant=tenant)
-
-    def _key(self, ref: ActorRef) -> dict[str, Any]:
-        return ops.actor_key(self.runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
 
 
 def _param(request: Request, name: str) -> str:

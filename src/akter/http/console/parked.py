@@ -48,7 +48,7 @@ class ParkedApi:
         """``GET /console/api/parked``: parked rows, oldest parking first."""
         try:
             await self.guard(request)
-            rows = await self.runtime.outbox.parked()
+            rows = await self.runtime.operators.outbox.parked()
             return _json({"parked": [r.to_json() for r in rows]})
         except ActorError as exc:
             return from_actor_error(exc)
@@ -58,7 +58,7 @@ class ParkedApi:
         try:
             await self.guard(request)
             row_id = request.path_params["row_id"]
-            done = await self.runtime.outbox.retry([row_id])
+            done = await self.runtime.operators.outbox.retry([row_id])
             return _json({"id": row_id, "retried": done})
         except ActorError as exc:
             return from_actor_error(exc)
@@ -71,7 +71,7 @@ class ParkedApi:
             reason = await _reason(request)
             # Audited as the operator the guard admitted (its principal), not as the console.
             with as_caller(caller):
-                done = await self.runtime.outbox.discard([row_id], reason=reason)
+                done = await self.runtime.operators.outbox.discard([row_id], reason=reason)
             return _json({"id": row_id, "discarded": done})
         except ActorError as exc:
             return from_actor_error(exc)

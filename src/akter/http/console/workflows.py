@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from akter._engine.workflows.ops import RunDetail, RunSummary
 from akter.callers import ActorRef, System
 from akter.errors import ActorError
 from akter.http.problems import from_actor_error
+from akter.operators.workflows import RunDetail, RunSummary
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -64,7 +64,7 @@ class WorkflowsApi:
         try:
             await self.guard(request)
             ref = self.ref_of(request)
-            runs = await self.runtime.workflows.actor_runs(ref, _limit(request))
+            runs = await self.runtime.operators.workflows.actor_runs(ref, _limit(request))
             return _json({"ref": ref.to_json(), "runs": [summary_json(r) for r in runs]})
         except ActorError as exc:
             return from_actor_error(exc)
@@ -73,7 +73,7 @@ class WorkflowsApi:
         """``GET /console/api/workflows/{run_id}``: the run, its step timeline and signals."""
         try:
             await self.guard(request)
-            detail = await self.runtime.workflows.detail(request.path_params["run_id"])
+            detail = await self.runtime.operators.workflows.detail(request.path_params["run_id"])
             return _json(detail_json(detail))
         except ActorError as exc:
             return from_actor_error(exc)

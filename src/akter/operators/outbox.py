@@ -5,7 +5,8 @@ its migrations) is parked by the relay or the executor: it keeps every column an
 operator. ``retry`` makes parked rows due now (after a deploy that added an alias or a
 migration); a row that still cannot be delivered parks again with its new cause. ``discard``
 deletes them and writes one ``operator_audit`` row per row, in the same transaction; the audit
-is never pruned (``v_operator_audit``).
+is never pruned (``v_operator_audit``). The pending rows' overviews (``akter outbox``, the
+console) only read.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from akter._store.gateway import ops
 from akter._store.gateway.parked import ParkedGateway, Selection, UnknownParked
 from akter.callers import System, current_caller, principal_of
 from akter.errors import ActorError
@@ -103,6 +105,21 @@ class Outbox:
         self._services = services
         self._gateway = ParkedGateway(services.store, services.clock)
         self._wake = wake
+
+    def overview(self, url: str, limit: int = 100) -> builtins.list[dict[str, Any]]:
+        """Pending outbox rows by column name, oldest due first, over a connection to ``url``.
+
+        Works without starting the runtime (``akter outbox``).
+        """
+        return ops.outbox_overview(url, self._services.store.queries, limit)
+
+    async def pending(self, limit: int, timeout_ms: int) -> builtins.list[dict[str, Any]]:
+        """Pending intents, timers and ticks, oldest due first, read within ``timeout_ms``.
+
+        Raises:
+            ActorError: ``Timeout`` (``console_query_timeout``) past ``timeout_ms``.
+        """
+        return await ops.console_outbox(self._services.store, limit, timeout_ms)
 
     async def parked(
         self,
