@@ -27,15 +27,17 @@ from akter._engine.hooks import Hooks
 from akter._engine.jobs.executor import JobExecutor
 from akter._engine.jobs.progress import ProgressStreams
 from akter._engine.lifecycle import Lifecycle
+from akter._engine.loop.passes import PassLoop
 from akter._engine.loop.wakes import CommitWakes
 from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
 from akter._engine.turn import Result, TurnEngine
 from akter._engine.workflows.engine import WorkflowEngine
-from akter._ids import ms_from_duration, uuid7
+from akter._ids import uuid7
 from akter._local_clock import LocalClock
 from akter._members import refuse_internal
+from akter._store.gateway.outbox import OutboxGateway
 from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
 from akter.actor import AccessKind, Actor, ActorDefinition
@@ -111,61 +113,90 @@ class Runtime:
         )
         self.supervisor = Supervisor(on_fatal=self._refuse_work)
         self.services = services = Services(
-            config, self.store, self.clock, self.hooks, self.metrics, self.registry, self.supervisor
+            config,
+            self.store,
+            self.clock,
+            self.hooks,
+            self.metrics,
+            self.registry,
+            self.supervisor,
+            local=local_clock or LocalClock(),
         )
-        if local_clock is not None:
-            services.local = local_clock
+        # Built in dependency order, each whole: the pass loop first (every lane's waker), then
+        # the lanes and what turns and callers go through; last, the loop is told its lanes.
+        self.events = EventBus()
+        outbox = OutboxGateway(self.store, self.clock)  # the relay's own claim/settle connections
+        self.runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
+        #: The pass loop: wakes, idle polls, the skew watch, the backlog gate; one pass per lane.
+        self.loop = loop = PassLoop(
+            services, outbox=outbox, heard=self.events.wake_all, runner_id=self.runners.runner_id
+        )
+        self.jobs = JobExecutor(services, wake=loop.wake)
+        #: Job progress frames published on this runner (semantics §5.11).
+        self.progress = self.jobs.progress
+        self.progress_streams = ProgressStreams(services, self.progress, check_access)
+        self.engine = TurnEngine(
+            self.store,
+            self.clock,
+            self.hooks,
+            window_ms=config.window_ms,
+            on_commit=CommitWakes(self.clock, loop, self.jobs, self.events),
+            pool_wait=config.pool_wait_ms / 1000,
+            metrics=self.metrics,
+            state_paths=self.runners.state_paths,
+        )
         self._use_resources(resources)
         #: The last hour of this runner's metrics, for the console's overview charts.
         self.history = History(self.metrics)
-        self.engine = TurnEngine(self.store, self.clock, self.hooks, window_ms=config.window_ms)
-        self.engine.pool_wait = config.pool_wait_ms / 1000
-        self.engine.metrics = self.metrics
         self.dispatcher = Dispatcher(
             self.engine,
             max_resident_actors=config.max_resident_actors,
             max_pending_commands=config.max_pending_commands,
+            admission=loop.backlog,
         )
         #: The call paths: commands, deliveries, queries, singleton loops.
         self.calls = Calls(services, self.dispatcher, self.read_events)
-        self.events = EventBus()
-        self.jobs = JobExecutor(services, wake=lambda: self.relay.wake())
-        #: Job progress frames published on this runner (semantics §5.11).
-        self.progress = self.jobs.progress
-        self.progress_streams = ProgressStreams(services, self.progress, check_access)
-        self.runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
+        self._build_lanes(services, loop, outbox)
+        self._database_url = config.database_url
+        self.last_drain: DrainReport | None = None
+
+    def _build_lanes(self, services: Services, loop: PassLoop, outbox: OutboxGateway) -> None:
+        """The workflows and intent lanes, the operator objects and the lifecycle (``__init__``)."""
         #: The workflow engine: runs, their steps and wakes (the workflows spec).
         self.workflow_engine = WorkflowEngine(
             services,
             calls=self.calls,
             make_handle=Handle,
-            wake=lambda: self._wake_workflows(),
+            wake=loop.wake_everywhere,
             runner_id=self.runners.runner_id,
             cancel_jobs=self.jobs.cancel_signal,
         )
         #: Workflow runs by id: status, journals, signals, cancels, retries (operators, HTTP).
         self.workflows = self.workflow_engine.ops
+        #: The intent lane: claims and delivers intents and timers.
         self.relay = Relay(
             services,
+            outbox=outbox,
             deliver=self.calls.deliver_decoded,  # the relay's decode validated the payload
-            events=self.events,
-            jobs=self.jobs,
-            runner_id=self.runners.runner_id,
+            waker=loop,
+            passes=loop,
             workflows=self.workflow_engine,
+            declared_elsewhere=self.runners.declares_command,
         )
-        self.dispatcher.admission = self.relay.backlog
+        loop.drive(self.relay, self.jobs, self.workflow_engine)
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
-        self.dead_letters = DeadLetters(services, wake=self.relay.announce)
+        self.dead_letters = DeadLetters(services, wake=loop.announce)
         #: Parked outbox rows: list, retry, discard (evolution E3).
-        self.outbox = Outbox(services, wake=self.relay.announce)
-        self.engine.on_commit = CommitWakes(self.clock, self.relay, self.jobs, self.events)
-        self.engine.state_paths = self.runners.state_paths
-        self.relay.declared_elsewhere = self.runners.declares_command
+        self.outbox = Outbox(services, wake=loop.announce)
         self._lifecycle = Lifecycle(
-            services, self.dispatcher, self.jobs, self.relay, self.runners, self.workflow_engine
+            services,
+            self.dispatcher,
+            loop,
+            self.jobs,
+            self.relay,
+            self.runners,
+            self.workflow_engine,
         )
-        self._database_url = config.database_url
-        self.last_drain: DrainReport | None = None
 
     def reconfigure(self, **changes: Unpack[RuntimeOptions]) -> None:
         """Change options before the runtime starts (the CLI's worker and operator roles).
@@ -190,12 +221,6 @@ class Runtime:
 
     def _refuse_work(self) -> None:
         self.dispatcher.accepting = False
-
-    def _wake_workflows(self) -> None:
-        """A run became runnable (or an on_complete intent due): a pass here and on others."""
-        self.relay.wake()
-        if self.config.notify:
-            self.relay.poke_others()
 
     @property
     def readiness(self) -> Readiness:
@@ -332,27 +357,18 @@ class Runtime:
             akter.check.CheckUnavailable: The database is unreachable, the schema is missing
                 or older than this code, or a read took longer than ``statement_timeout``.
         """
-        from akter._engine.check import CheckOptions, run_check
-        from akter._store.gateway.check import CheckGateway
+        from akter._engine.check import check_database
 
-        if sample is not None and (
-            isinstance(sample, bool) or not isinstance(sample, int) or not 1 <= sample <= 1_000_000
-        ):
-            raise ConfigurationError(f"sample must be from 1 to 1,000,000, not {sample!r}.")
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not 1 <= batch_size <= 100_000
-        ):
-            raise ConfigurationError(f"batch_size must be from 1 to 100,000, not {batch_size!r}.")
-        timeout_ms = ms_from_duration(statement_timeout, "statement_timeout")
-        if timeout_ms < 1:
-            raise ConfigurationError("statement_timeout must be at least 1 ms.")
-        gateway = CheckGateway(
-            self._check_url(), self.store.queries, timeout_ms=timeout_ms, batch_size=batch_size
+        return await check_database(
+            self._check_url(),
+            self.store.queries,
+            self.definitions,
+            offset_ms=self.clock.offset_ms,
+            sample=sample,
+            statement_timeout=statement_timeout,
+            batch_size=batch_size,
+            progress=progress,
         )
-        options = CheckOptions(sample=sample, offset_ms=self.clock.offset_ms)
-        return await run_check(gateway, self.definitions, options, progress)
 
     def _check_url(self) -> str:
         """The database a check reads: the configured URL, else the running embedded server's."""
@@ -511,7 +527,7 @@ class Runtime:
             outbox=self.outbox,
             workflows=self.workflows,
             jobs=Jobs(
-                self.services, self.progress_streams, self.jobs.cancel_signal, self.relay.announce
+                self.services, self.progress_streams, self.jobs.cancel_signal, self.loop.announce
             ),
             actors=Actors(self.services),
             database=Database(self.services),
@@ -526,6 +542,7 @@ class Runtime:
                 components=(
                     self.dispatcher,
                     self.engine,
+                    self.loop,
                     self.relay,
                     self.jobs,
                     self.jobs.runner,
@@ -565,10 +582,9 @@ class Runtime:
     async def check_access(
         self, ref: ActorRef, caller: Caller, kind: AccessKind, member: str | None = None
     ) -> None:
-        """Ask the actor type's access policy whether ``caller`` may do ``kind`` on ``ref``.
+        """Ask the type's access policy whether ``caller`` may do ``kind`` on ``ref``'s ``member``.
 
-        ``member`` is the command, query or workflow called (``None`` for event and progress
-        reads).
+        ``member``: the command, query or workflow called (``None`` for event and progress reads).
 
         Raises:
             ActorError: ``Unauthorized`` (``access_denied``) when the policy refuses.

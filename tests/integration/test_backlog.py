@@ -56,7 +56,7 @@ async def test_backlog_bound_refuses_external_commands_and_resumes_after_drain(
         ALL, relay=False, delivery_concurrency=1, pass_limit=1, max_outbox_backlog=3
     ) as t:
         relay = t.runtime.relay
-        gate = relay.backlog
+        gate = t.runtime.loop.backlog
         await t.get(Sender, "bl-s1").send_many(TARGETS, 1)  # 6 due intents
 
         held = t.pause_next("after_claim")
@@ -106,7 +106,7 @@ async def test_no_bound_never_counts(akter_test: Make) -> None:
         held = t.pause_next("after_claim")
         assert await t.runtime.relay.run_pass() == 1
         await held.wait()
-        assert t.runtime.relay.backlog.samples == 0
+        assert t.runtime.loop.backlog.samples == 0
         await t.get(Sender, "bl-s4").send_to("bl-r9", 1)  # admitted
         held.release()
         await t.drain()

@@ -175,7 +175,7 @@ async def test_h8_a_live_runner_sees_the_clock_move_back(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="akter.clock")
     async with akter_test(ALL, relay=False, clock_offset=AHEAD) as t:
-        skew = t.runtime.relay.skew
+        skew = t.runtime.loop.skew
         await skew.check(force=True)
         assert not skew.suspected
         t.runtime.clock.offset_ms = 0  # the database clock steps back 10 minutes
@@ -199,7 +199,7 @@ async def test_h8_the_job_release_is_sent_only_when_the_probe_sees_a_lease_ahead
 
     monkeypatch.setattr(SkewSession, "release_jobs", counted)
     async with akter_test(ALL, relay=False) as t:
-        skew = t.runtime.relay.skew
+        skew = t.runtime.loop.skew
         await skew.check(force=True)
         assert sent == []  # no running attempt at all
 

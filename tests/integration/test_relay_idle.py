@@ -92,16 +92,16 @@ def probes_before_each_claim(relay: Any, calls: Counter[str]) -> list[int]:
     return seen
 
 
-def heard_wakes(relay: Any) -> list[bool]:
-    """From now on, for each wake ``relay`` hears: whether its passes then follow it."""
+def heard_wakes(loop: Any) -> list[bool]:
+    """From now on, for each wake ``loop`` hears: whether its passes then follow it."""
     following: list[bool] = []
-    heard = relay._channel._heard
+    heard = loop._channel._heard
 
     def noted() -> None:
-        following.append(relay._idle.following)
+        following.append(loop._idle.following)
         heard()
 
-    relay._channel._heard = noted
+    loop._channel._heard = noted
     return following
 
 
@@ -134,6 +134,7 @@ async def test_with_notify_an_idle_relay_sleeps_until_the_next_due_row_bounded(
         if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
+        loop = t.runtime.loop
         calls = count_calls(relay._outbox, ["any_due", "next_due", "claim"])
         await t.get(Sender, "nq-s1").send_then("nq-r1", 1, "ok")  # now + a 60 s timer
         await until(lambda: received(t, "nq-r1"), what="the immediate intent delivered")
@@ -142,7 +143,7 @@ async def test_with_notify_an_idle_relay_sleeps_until_the_next_due_row_bounded(
         # (IDLE_POLLS polls), not the timer's 60 s and not one poll.
         # (A poll wait is poll × uniform[0.9, 1.1]; the bound is exact.)
         await until(
-            lambda: calls["next_due"] >= 2 and relay._idle.next_wait() == IDLE_POLLS * 0.05,
+            lambda: calls["next_due"] >= 2 and loop._idle.next_wait() == IDLE_POLLS * 0.05,
             what="an idle probe setting the bounded sleep",
         )
         assert calls["any_due"] == 0
@@ -168,12 +169,13 @@ async def test_with_notify_another_runners_commit_wakes_a_sleeping_relay(
         if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
+        loop = t.runtime.loop
         calls = count_calls(relay._outbox, ["next_due"])
         b = await t.add_runtime([Sender], relay=False)
         # B's start may wake A once more; wait until A's latest idle probe set the long sleep
         # (exactly the bound: a poll wait is poll × uniform[0.9, 1.1]).
         await until(
-            lambda: calls["next_due"] >= 1 and relay._idle.next_wait() == IDLE_POLLS * 1.0,
+            lambda: calls["next_due"] >= 1 and loop._idle.next_wait() == IDLE_POLLS * 1.0,
             what="A asleep after an idle probe",
             within=5,
         )
@@ -196,6 +198,7 @@ async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping
         if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
+        loop = t.runtime.loop
         calls = count_calls(relay._outbox, ["next_due"])
         await t.get(Sender, "op-s1").send_then("op-r1", 1, "ok")  # now + a 60 s timer
         await until(lambda: received(t, "op-r1"), what="the immediate intent delivered")
@@ -205,7 +208,7 @@ async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping
         await t.rows("UPDATE {schema}.outbox SET parked_at_ms = 1, last_error = 'probe'")
         relay.wake()  # one pass sees nothing due at all: A sleeps the whole bound
         await until(
-            lambda: relay._idle.next_wait() == IDLE_POLLS * 1.0 and calls["next_due"] >= 1,
+            lambda: loop._idle.next_wait() == IDLE_POLLS * 1.0 and calls["next_due"] >= 1,
             what="A asleep with nothing due",
         )
         probes = calls["next_due"]
@@ -235,19 +238,20 @@ async def test_with_notify_a_commit_inside_another_runners_notify_window_is_foun
         if t.on_citus:
             pytest.skip("counts the plain claim path")
         relay = t.runtime.relay
+        loop = t.runtime.loop
         calls = count_calls(relay._outbox, ["next_due", "claim"])
         b = await t.add_runtime([Sender], relay=False)
         await until(
-            lambda: not relay._idle.following and relay._idle.next_wait() == IDLE_POLLS * 1.0,
+            lambda: not loop._idle.following and loop._idle.next_wait() == IDLE_POLLS * 1.0,
             what="A asleep (done following B's start)",
             within=15,
         )
-        following = heard_wakes(relay)
+        following = heard_wakes(loop)
 
         await b.get(Sender, "fw-s1").send_to("fw-r1", 1)
         await until(lambda: received(t, "fw-r1"), what="A delivering B's first intent", within=5)
         assert following == [True]  # A heard B's wake and follows it
-        monkeypatch.setattr(b.relay, "poke_others", lambda: None)  # B's next commit: no NOTIFY
+        monkeypatch.setattr(b.loop, "poke_others", lambda: None)  # B's next commit: no NOTIFY
         probes, claims = calls["next_due"], calls["claim"]
 
         await b.get(Sender, "fw-s1").send_to("fw-r2", 1)
@@ -256,7 +260,7 @@ async def test_with_notify_a_commit_inside_another_runners_notify_window_is_foun
         assert calls["next_due"] > probes and calls["claim"] == claims + 1
         # Probes that found nothing due claimed nothing; once the window ends A sleeps again.
         await until(
-            lambda: not relay._idle.following and relay._idle.next_wait() == IDLE_POLLS * 1.0,
+            lambda: not loop._idle.following and loop._idle.next_wait() == IDLE_POLLS * 1.0,
             what="A asleep again after the window",
             within=15,
         )
@@ -270,8 +274,8 @@ async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
     # they must not start 100 probes a second. An operator's wake (another process) does.
     monkeypatch.setattr(idle, "FOLLOW_FOR_S", 5.0)
     async with akter_test(ALL, notify=True) as t:
-        relay = t.runtime.relay
-        following = heard_wakes(relay)
+        loop = t.runtime.loop
+        following = heard_wakes(loop)
         sender = t.get(Sender, "ow-s1")
 
         def heard(n: int) -> Callable[[], bool]:
@@ -281,7 +285,7 @@ async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
             await sender.send_to("ow-r1", k)
             await until(heard(k), what="its own wake heard", within=5)
         assert following == [False, False, False]
-        assert not relay._idle.following
+        assert not loop._idle.following
 
         operator = await t.add_runtime(ALL, relay=False, maintenance=False)
         await operator.relay.announce()
@@ -298,14 +302,14 @@ async def test_with_notify_passes_follow_another_runners_wake_only_where_probes_
     # would be a full multi-shard claim every 10 ms: there, a wake from another runner is
     # followed by its one woken pass only. On plain PostgreSQL it is followed.
     async with akter_test([Receiver], notify=True) as t:
-        relay = t.runtime.relay
-        following = heard_wakes(relay)
+        loop = t.runtime.loop
+        following = heard_wakes(loop)
         b = await t.add_runtime([Sender], relay=False)
         await b.get(Sender, "cw-s1").send_to("cw-r1", 1)
         await until(lambda: received(t, "cw-r1"), what="A delivering B's intent", within=5)
         assert following  # A heard B's wake
         if t.on_citus:
-            assert not any(following) and not relay._idle.following
+            assert not any(following) and not loop._idle.following
         else:
             assert any(following)
 
@@ -321,7 +325,7 @@ async def test_a_stream_of_jobs_only_wakes_skips_intent_claims_but_never_starves
     # that comes due with no wake is still delivered within about a poll.
     async with akter_test(ALL, poll=0.2) as t:
         relay = t.runtime.relay
-        passes = count_calls(relay._jobs, ["run_pass"])
+        passes = count_calls(t.runtime.jobs, ["run_pass"])
         claims = count_calls(relay._outbox, ["claim"])
         await t.get(Sender, "jw-s1").send_then("jw-r1", 1, "ok")  # now + a 60 s timer
         await until(lambda: received(t, "jw-r1"), what="the immediate intent delivered")

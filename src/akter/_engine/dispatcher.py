@@ -53,6 +53,7 @@ class Dispatcher:
         *,
         max_resident_actors: int,
         max_pending_commands: int,
+        admission: Admission | None = None,
     ) -> None:
         self.engine = engine
         self.max_resident_actors = max_resident_actors
@@ -61,8 +62,8 @@ class Dispatcher:
         self._resident_by_type: dict[str, int] = {}
         self._pending = 0
         self.accepting = True
-        #: The outbox backlog's admission check (set by the runtime when its relay runs).
-        self.admission: Admission | None = None
+        #: The outbox backlog's admission check of external commands (the pass loop's gate).
+        self.admission = admission
 
     @property
     def resident(self) -> int:

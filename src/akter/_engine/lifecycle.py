@@ -1,10 +1,10 @@
 """Starting and draining a runner's components, in order.
 
 Start: the embedded server when no URL is configured, migrations over a direct connection, the
-pools, a first clock sample, the singletons' ticks, the job executor, the relay (or only its
+pools, a first clock sample, the singletons' ticks, the job executor, the pass loop (or only its
 listener), the runner registry, and hibernation of idle activations. Stop (a drain): refuse new
-commands, release the relay's claims, stop the executors, let in-flight turns finish until the
-drain deadline, unregister, close.
+commands, stop the pass loop, release the relay's claims, stop the workflow and job lanes, let
+in-flight turns finish until the drain deadline, unregister, close.
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ class _Component(Protocol):
     async def start(self) -> None: ...
 
 
-class _Relay(_Component, Protocol):
+class _Loop(_Component, Protocol):
     async def listen(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+class _Relay(Protocol):
     async def stop(self, deadline: float) -> int: ...
 
 
@@ -59,6 +63,7 @@ class Lifecycle:
         self,
         services: Services,
         dispatcher: Dispatcher,
+        loop: _Loop,
         jobs: _Jobs,
         relay: _Relay,
         runners: _Runners,
@@ -66,6 +71,7 @@ class Lifecycle:
     ) -> None:
         self._services = services
         self._dispatcher = dispatcher
+        self._loop = loop
         self._jobs = jobs
         self._relay = relay
         self._runners = runners
@@ -93,9 +99,9 @@ class Lifecycle:
             await seed_singleton_ticks(services)
             await self._jobs.start()
             if services.config.relay:
-                await self._relay.start()
+                await self._loop.start()
             else:
-                await self._relay.listen()  # live event feeds still hear other runners
+                await self._loop.listen()  # live event feeds still hear other runners
             await self._runners.start()
             hibernation = asyncio.create_task(self._hibernation(), name="akter.hibernation")
             self.tasks.append(services.supervisor.supervise(hibernation))
@@ -116,6 +122,7 @@ class Lifecycle:
         """Refuse new commands, let in-flight work finish until the drain deadline, close."""
         self._dispatcher.accepting = False
         deadline = time.monotonic() + self._services.config.drain_deadline_ms / 1000
+        await self._loop.stop()  # no new pass: the lanes' claims end below
         released = await self._relay.stop(deadline)
         if self._workflows is not None:
             await self._workflows.stop()  # running attempts hand their runs back

@@ -34,6 +34,7 @@ from akter.resources import OpenResources
 
 if TYPE_CHECKING:
     from akter.actor import Actor
+    from akter.jobs import Job
     from akter.telemetry import Metrics
 
 log = logging.getLogger("akter.runtime")
@@ -170,3 +171,11 @@ class Services:
     def definitions(self) -> Mapping[str, ActorDefinition]:
         """The hosted actor types by name."""
         return self.registry.definitions
+
+    def executed_jobs(self) -> list[Job[Any, Any]]:
+        """The declared jobs this runner executes (``config.executes``), in a stable order."""
+        found: dict[tuple[str, str], Job[Any, Any]] = {}
+        for definition in self.registry.definitions.values():
+            for name, job in definition.jobs.items():
+                found[(definition.name, name)] = job
+        return [found[key] for key in sorted(self.config.executes) if key in found]

@@ -24,13 +24,15 @@ from typing import Any
 from akter._engine.check.report import EXAMPLES, Findings, report
 from akter._engine.runners import LIVE_MS
 from akter._evolution import PayloadTooNew, StateDecodeError
+from akter._ids import ms_from_duration
 from akter._kinds import CronTick, WorkflowCommand, WorkflowIntent, decode_intent
 from akter._store.gateway.check import CheckGateway, Row
 from akter._store.migrate import known_migrations
 from akter._store.pool import SKEW_MARGIN_MS
+from akter._store.queries import Queries
 from akter.actor import ActorDefinition, Event
 from akter.check import CheckReport, CheckUnavailable, Finding
-from akter.errors import ActorError
+from akter.errors import ActorError, ConfigurationError
 
 #: Called as a scan advances: (what is scanned, rows so far, expected total or None).
 Progress = Callable[[str, int, int | None], None]
@@ -50,6 +52,41 @@ class CheckOptions:
 
     sample: int | None = None
     offset_ms: int = 0
+
+
+async def check_database(
+    url: str,
+    queries: Queries,
+    definitions: Mapping[str, ActorDefinition],
+    *,
+    offset_ms: int,
+    sample: int | None,
+    statement_timeout: float,
+    batch_size: int,
+    progress: Progress | None,
+) -> CheckReport:
+    """``Runtime.check``: the options validated, then :func:`run_check` over its own gateway.
+
+    Raises:
+        ConfigurationError: An option is out of its bounds.
+        CheckUnavailable: As :func:`run_check`.
+    """
+    if sample is not None and (
+        isinstance(sample, bool) or not isinstance(sample, int) or not 1 <= sample <= 1_000_000
+    ):
+        raise ConfigurationError(f"sample must be from 1 to 1,000,000, not {sample!r}.")
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or not 1 <= batch_size <= 100_000
+    ):
+        raise ConfigurationError(f"batch_size must be from 1 to 100,000, not {batch_size!r}.")
+    timeout_ms = ms_from_duration(statement_timeout, "statement_timeout")
+    if timeout_ms < 1:
+        raise ConfigurationError("statement_timeout must be at least 1 ms.")
+    gateway = CheckGateway(url, queries, timeout_ms=timeout_ms, batch_size=batch_size)
+    options = CheckOptions(sample=sample, offset_ms=offset_ms)
+    return await run_check(gateway, definitions, options, progress)
 
 
 async def run_check(
@@ -347,7 +384,7 @@ def _name(row: Row) -> str:
     return f"{tenant}{row['actor_type']}/{row['actor_id']!r}"
 
 
-__all__ = ["CheckOptions", "Progress", "run_check"]
+__all__ = ["CheckOptions", "Progress", "check_database", "run_check"]
 
 
 async def _scan_workflows(

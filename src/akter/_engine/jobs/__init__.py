@@ -6,4 +6,9 @@ runs one attempt with its lease renewals, cancellation signal and progress (``pr
 settle as pure functions (a routed command, a retry, a dead letter or an honest ``Unknown``), and
 ``settle`` performs that decision's guarded writes, first write wins. ``executor`` drives those
 steps for one runner; ``watch`` finds due rows that no live runner's code serves.
+
+Interface: ``JobExecutor(services, wake=)``; ``claim(Pass) -> Claimed`` (the pass loop's lane
+protocol, ``akter._engine.lanes``) claims due rows into free slots (by key on a jobs-only pass)
+and starts their attempts; ``start`` / ``stop``; ``cancel_signal(job_ids)``, ``running``,
+``wait_idle()``, ``progress``.
 """

@@ -6,7 +6,7 @@ Interface used by the rest of the runtime (keep it stable):
   attempts *without* settling: their rows stay running and ambiguous, taken over after the lease);
 - ``await run_pass(keys=()) -> int``: claim due job rows of the job types this runner executes
   (``config.executes``), up to free executor slots, start their attempts as tasks; returns how
-  many rows it claimed. Called by the relay loop on every pass and by ``ActorTest`` drains.
+  many rows it claimed. ``await claim(p)`` runs it for the pass loop (``akter._engine.lanes``).
   ``keys``: rows a local commit just made due (a jobs-only wake); when they can be, they are
   claimed by primary key, and the full claims run only if that did not take them all;
 - ``await wait_idle()``: await every attempt task started so far;
@@ -42,6 +42,7 @@ from akter._engine.jobs.claims import (
     wake_waiting,
 )
 from akter._engine.jobs.progress import ProgressHub
+from akter._engine.lanes import Claimed, Pass
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.jobs import Group, JobKey, JobsGateway
 from akter.errors import InjectedCrash
@@ -61,7 +62,7 @@ class JobExecutor:
 
     Args:
         services: The runner's services.
-        wake: Asks the relay for a pass (a freed slot, a woken group, a routed settle).
+        wake: Asks the pass loop for a pass (a freed slot, a woken group, a routed settle).
     """
 
     def __init__(self, services: Services, *, wake: Callable[[], None]) -> None:
@@ -100,7 +101,7 @@ class JobExecutor:
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Record the executed jobs' deployment-wide caps; passes come from the relay loop."""
+        """Record the executed jobs' deployment-wide caps; passes come from the pass loop."""
         self._stopping = False
         limited = [j for j in self.executed_jobs() if j.options.concurrency is not None]
         await self.flow.record_limits([limit_of(j) for j in limited])
@@ -151,11 +152,13 @@ class JobExecutor:
 
     def executed_jobs(self) -> list[Job[Any, Any]]:
         """The declared jobs this runner executes (``config.executes``)."""
-        found: dict[tuple[str, str], Job[Any, Any]] = {}
-        for definition in self._services.registry.definitions.values():
-            for name, job in definition.jobs.items():
-                found[(definition.name, name)] = job
-        return [found[key] for key in sorted(self._services.config.executes) if key in found]
+        return self._services.executed_jobs()
+
+    async def claim(self, p: Pass) -> Claimed:
+        """A pass's claim (``akter._engine.lanes.Lane``): due rows, unless the pass is quiet."""
+        if p.quiet:
+            return Claimed()
+        return Claimed(await self.run_pass(p.job_keys))
 
     async def run_pass(self, keys: Sequence[JobKey] = ()) -> int:
         """Claim and start due attempts; returns how many rows were claimed (module docstring)."""

@@ -92,7 +92,7 @@ class BacklogGate:
         )
 
     def observe(self, saturated: bool) -> None:
-        """After a relay pass: ``saturated`` when its last claim took every row it asked for."""
+        """After a pass: ``saturated`` when a lane's last claim took every row it asked for."""
         if self._bound() is None:
             return
         if not saturated:

@@ -44,10 +44,10 @@ class _Outbox(Protocol):
 
 
 class IdleWait:
-    """The relay loop's wait between passes and its idle probe (module docstring).
+    """The pass loop's wait between passes and its idle probe (module docstring).
 
     Args:
-        outbox: The relay's outbox gateway (its claim connection).
+        outbox: The outbox gateway (the relay's claim connection).
         poll_ms: The configured ``poll``.
         notify: Whether this runner hears other runners' commits (``notify=True``).
     """

@@ -12,7 +12,7 @@ ended, with a warning naming the skew:
 - runner heartbeats: in ``live_runners`` (not live) and ``prune_runners`` (forgotten);
 - job attempt leases and relay claims (outbox rows): ``release_skewed_jobs`` and
   ``release_skewed_intents`` make them due now, so the ordinary claims take them over as after
-  a lease end. They run from the relay pass, at most every ``SKEW_CHECK_MS``: the job statement
+  a lease end. They run from each pass, at most every ``SKEW_CHECK_MS``: the job statement
   when the probe sees a running attempt's lease end further ahead than a lease can (the probe
   reads the newest by the running-jobs index; statements later in the session see a later clock,
   so a lease the probe does not see skewed is not skewed for the release either), the intent
@@ -55,7 +55,7 @@ _LISTED = 20
 
 
 class SkewWatch:
-    """One runner's clock-skew checks, run from its relay passes.
+    """One runner's clock-skew checks, run from its passes (``akter._engine.loop.passes``).
 
     Args:
         services: The runner's services.

@@ -1,4 +1,4 @@
-"""One runner's relay wakes: the in-process event, ``NOTIFY`` to others, the ``LISTEN`` loop.
+"""One runner's pass-loop wakes: the in-process event, ``NOTIFY`` to others, the ``LISTEN`` loop.
 
 Wakes only cut latency (semantics §3.5.2): a local commit that made a row due sets the event at
 once; with ``notify=True`` a commit with new rows or events sends one ``NOTIFY`` on
@@ -37,7 +37,7 @@ _RECONNECT_FIRST_S, _RECONNECT_MAX_S = 0.1, 5.0
 
 
 class WakeChannel:
-    """The relay's wakes (module docstring).
+    """The pass loop's wakes (module docstring).
 
     Args:
         services: The runner's services.
@@ -53,7 +53,7 @@ class WakeChannel:
         self._heard = heard
         self._other = other
         self._notifier = Notifier(services.store)
-        #: Set by a wake; the relay's loop waits on it between passes.
+        #: Set by a wake; the pass loop waits on it between passes.
         self.event = asyncio.Event()
         # Every wake since the event was last cleared asked for job claims only: the job rows
         # they made due (empty: not known), else None.

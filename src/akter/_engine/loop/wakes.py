@@ -1,6 +1,6 @@
-"""After a local commit: who must hear of it (the relay, running attempts, event feeds).
+"""After a local commit: who must hear of it (the pass loop, running attempts, event feeds).
 
-A turn's commit callback: a due intent wakes this runner's relay at once; cancelled running
+A turn's commit callback: a due intent wakes this runner's pass loop at once; cancelled running
 attempts get their signal; new rows and events poke the other runners (NOTIFY, when enabled).
 """
 
@@ -14,7 +14,7 @@ from akter._store.pool import Clock
 from akter.callers import ActorRef
 
 
-class _Relay(Protocol):
+class _Waker(Protocol):
     def wake(self) -> None: ...
     def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None: ...
     def poke_others(self) -> None: ...
@@ -31,9 +31,9 @@ class _Events(Protocol):
 class CommitWakes:
     """The commit callback of a runner's turn engine (module docstring)."""
 
-    def __init__(self, clock: Clock, relay: _Relay, jobs: _Jobs, events: _Events) -> None:
+    def __init__(self, clock: Clock, waker: _Waker, jobs: _Jobs, events: _Events) -> None:
         self._clock = clock
-        self._relay = relay
+        self._waker = waker
         self._jobs = jobs
         self._events = events
 
@@ -51,15 +51,15 @@ class CommitWakes:
         if running:
             self._jobs.cancel_signal(running)
         if runs or any(r.kind != "job" for r in due):
-            self._relay.wake()  # a started run is claimed in the relay's pass
+            self._waker.wake()  # a started run is claimed in the next pass
         elif len(running) < len(cancelled):
-            self._relay.wake_jobs()  # unstarted jobs cancelled: a job claim settles them
+            self._waker.wake_jobs()  # unstarted jobs cancelled: a job claim settles them
         elif due:
-            self._relay.wake_jobs(
+            self._waker.wake_jobs(
                 [JobKey(act.routing_key, r.intent_id, act.ref.type, r.command) for r in due]
             )
         if writes.rows or cancelled or runs:
-            self._relay.poke_others()
+            self._waker.poke_others()
         if writes.events:
             self._events.publish(act.ref)
-            self._relay.poke_others()
+            self._waker.poke_others()

@@ -1,14 +1,10 @@
-"""The relay: claims due outbox rows after commit and delivers them as commands (semantics §3).
+"""The intent lane: claims due outbox rows and delivers them as commands (semantics §3).
 
 Correctness rests on polling with a due-time index, claims leased through ``due_at_ms`` and
-settles guarded by the claim token. Wakeups (``akter._engine.loop.wake_channel``: in-process after a
-local commit, ``NOTIFY`` from other runners) only cut latency; a missed wake delays work by at
-most one poll (with ``notify=True``, an idle relay sleeps until the next due row, at most
-``IDLE_POLLS`` polls: ``akter._engine.loop.idle``).
-
-Per runner, passes are serialized. A pass claims intents up to the free delivery slots in one
-statement, then lets the job executor claim its rows. Each claimed intent is delivered by its own
-task with the intent id as command id; the receiver's receipt turns a redelivery into a replay.
+settles guarded by the claim token. The pass loop (``akter._engine.loop.passes``) decides when a
+pass runs; each pass calls :meth:`Relay.claim`, which claims intents up to the free delivery
+slots in one statement. Each claimed intent is delivered by its own task with the intent id as
+command id; the receiver's receipt turns a redelivery into a replay.
 
 Keeping the lane full under load (docs/benchmarks.md, relay finding 2):
 
@@ -36,21 +32,15 @@ import psycopg
 
 from akter import telemetry
 from akter._engine import parking, ticks
-from akter._engine.loop.backlog import BacklogGate
-from akter._engine.loop.idle import IdleWait
-from akter._engine.loop.skew import SkewWatch
-from akter._engine.loop.wake_channel import WakeChannel
+from akter._engine.lanes import Claimed, Pass, Waker
 from akter._kinds import CronTick, WorkflowIntent, decode_intent
 from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.outbox import IntentClaim, OutboxGateway
-from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, caller_from_json
 from akter.errors import ActorError, InjectedCrash
 
 if TYPE_CHECKING:
-    from akter._engine.events import EventBus
     from akter._engine.services import Services
-    from akter.jobs import Job
 
 log = logging.getLogger("akter.relay")
 
@@ -89,63 +79,60 @@ class Deliver(Protocol):
     ) -> Awaitable[Delivered]: ...
 
 
-class JobPasses(Protocol):
-    """What the relay needs of the job executor."""
-
-    def run_pass(self, keys: Sequence[JobKey] = ()) -> Awaitable[int]: ...
-
-    def executed_jobs(self) -> list[Job[Any, Any]]: ...
-
-
-class WorkflowPasses(Protocol):
-    """What the relay needs of the workflow engine."""
-
-    def run_pass(self) -> Awaitable[int]: ...
+class WorkflowIntents(Protocol):
+    """Takes the ``$workflow.*`` intents, staged for the workflow engine, not an actor."""
 
     def deliver(
         self, ref: ActorRef, command: str, payload: str, intent_id: str, caller: str
     ) -> Awaitable[None]: ...
 
 
+class Passes(Protocol):
+    """Runs one pass of every lane (the pass loop's ``run_pass``)."""
+
+    def run_pass(self, *, drain: bool = False) -> Awaitable[int]: ...
+
+
+#: Whether a live runner's code declares a command (``Runners.declares_command``).
+DeclaredElsewhere = Callable[[str, str], Awaitable[bool]]
+
+
 class Relay:
-    """Claims and delivers intents and timers for one runner.
+    """Claims and delivers intents and timers for one runner (module docstring).
 
     Args:
         services: The runner's services.
+        outbox: The outbox gateway (its claim and settle connections; closed by :meth:`stop`).
         deliver: Runs one claimed intent as an internal command (``Runtime.deliver``).
-        events: The runner's event bus: a wake from another runner wakes its live feeds.
-        jobs: The job executor: each pass lets it claim its rows.
-        workflows: The workflow engine: each pass lets it claim runnable runs, and it takes
-            the ``$workflow.*`` intents instead of an actor.
-        runner_id: This runner's id (for the skew watch's warnings).
+        waker: The pass loop's wakes: a freed slot asks for a pass; released claims announce.
+        passes: The pass loop itself (:meth:`run_pass` runs one pass of every lane).
+        workflows: Takes the ``$workflow.*`` intents instead of an actor.
+        declared_elsewhere: Whether a live runner's code declares a command: an intent to a
+            command this code lacks is left due for that runner, not parked (a rolling deploy).
     """
 
     def __init__(
         self,
         services: Services,
         *,
+        outbox: OutboxGateway,
         deliver: Deliver,
-        events: EventBus,
-        jobs: JobPasses,
-        runner_id: str,
-        workflows: WorkflowPasses | None = None,
+        waker: Waker,
+        passes: Passes,
+        workflows: WorkflowIntents | None = None,
+        declared_elsewhere: DeclaredElsewhere | None = None,
     ) -> None:
         self._services = services
-        self._workflows = workflows
+        self._outbox = outbox
         self._deliver_command = deliver
-        self._events = events
-        self._jobs = jobs
-        self._outbox = OutboxGateway(services.store, services.clock)
-        self._idle = IdleWait(
-            self._outbox, poll_ms=services.config.poll_ms, notify=services.config.notify
-        )
-        self._channel = WakeChannel(services, heard=events.wake_all, other=self._idle.heard_other)
-        self._pass_lock = asyncio.Lock()
+        self._waker = waker
+        self._passes = passes
+        self._workflows = workflows
+        self._declared_elsewhere = declared_elsewhere
         self._claims: dict[tuple[int, str], _Claim] = {}
         self._widen = 1
         self._left_candidates = False
         self._stopping = False
-        self._tasks: list[asyncio.Task[None]] = []
         # Settles waiting for the next group statement, each with the future its delivery awaits
         # (resolved with None, or with the error the statement raised).
         self._settles: list[tuple[IntentClaim, asyncio.Future[BaseException | None]]] = []
@@ -154,37 +141,15 @@ class Relay:
         self.retried = 0
         self._released = 0
         self._too_new_log = parking.OncePer(3600)
-        #: Whether a live runner's code declares a command (the runtime sets it): an intent to
-        #: a command this code lacks is left due for that runner, not parked (a rolling deploy).
-        self.declared_elsewhere: Callable[[str, str], Awaitable[bool]] | None = None
-        self.skew = SkewWatch(services, executed_jobs=jobs.executed_jobs, runner_id=runner_id)
-        #: Admission backpressure on the backlog this relay sees (``max_outbox_backlog``).
-        self.backlog = BacklogGate(lambda: services.config.max_outbox_backlog, self._count_backlog)
 
     # --- lifecycle --------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Start the pass loop and, with ``notify=True``, the listener."""
-        supervise = self._services.supervisor.supervise
-        self._tasks.append(supervise(asyncio.create_task(self._loop(), name="akter.relay")))
-        await self.listen()
-
-    async def listen(self) -> None:
-        """With ``notify=True``: LISTEN for other runners' wakes (relay passes, event feeds)."""
-        await self._channel.listen()
 
     async def stop(self, deadline: float) -> int:
         """Stop claiming; let dispatched deliveries finish until ``deadline``; release the rest.
 
-        Returns how many claims were released.
+        The pass loop has stopped first. Returns how many claims were released.
         """
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-        await self.backlog.stop()
-        await self._channel.stop()
         # Claims whose turn has not been dispatched are handed back at once; dispatched ones may
         # finish (their turn is running) until the deadline.
         for claim in list(self._claims.values()):
@@ -203,58 +168,35 @@ class Relay:
             await asyncio.gather(self._flusher, return_exceptions=True)
         if self._released:
             # The released rows are due now; idle runners may sleep until their next due row.
-            await self._channel.announce()
+            await self._waker.announce()
         await self._outbox.close()
         return self._released
 
+    # The pass loop's wakes and passes, as tests and operators reach them through the relay.
+
     def wake(self) -> None:
-        """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
-        self._channel.wake()
+        """Ask the pass loop for a pass soon (capacity one: repeated wakes coalesce)."""
+        self._waker.wake()
 
     def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None:
-        """Ask for a pass soon that need only claim jobs (``keys``: the rows a commit made due).
-
-        Unless another wake wants more, the pass skips the intent claim: a job's start latency
-        is then one claim, not two side by side; and the executor may claim ``keys`` by primary
-        key instead of probing every bucket.
-        """
-        self._channel.wake_jobs(keys)
+        """Ask the pass loop for a pass soon that need only claim jobs (``Waker.wake_jobs``)."""
+        self._waker.wake_jobs(keys)
 
     async def announce(self) -> None:
         """After an operator made rows due now: a pass here, and every runner woken."""
-        await self._channel.announce()
+        await self._waker.announce()
 
     def poke_others(self) -> None:
         """After a local commit with ``notify=True``: NOTIFY other runners, at most every 50 ms."""
-        self._channel.poke_others()
+        self._waker.poke_others()
 
-    async def _loop(self) -> None:
-        idle = False
-        # Jobs-only passes never stand in for a poll: a stream of them (a runner that keeps
-        # staging jobs) still leaves a full pass at least every poll interval.
-        full_by = 0.0
-        while True:
-            woken = await wait_event(self._channel.event, self._idle.next_wait())
-            keys = self._channel.take()
-            jobs_only = keys is not None and woken and time.monotonic() < full_by
-            if not jobs_only:
-                full_by = time.monotonic() + self._services.config.poll_ms / 1000
-            # A poll after a pass that claimed nothing, or one following another runner's wake,
-            # asks first (``any_due`` or ``next_due``): idle cost.
-            probe = (idle or self._idle.following) and not woken
-            try:
-                claimed = await self.run_pass(
-                    idle_poll=probe, jobs_only=jobs_only, keys=keys if jobs_only else None
-                )
-                # A jobs-only pass says nothing of intents: idle only if the last one was.
-                idle = claimed == 0 and (idle or not jobs_only)
-            except (psycopg.Error, OSError) as exc:
-                log.warning(
-                    "Relay pass failed; retrying at the next poll", extra={"error": str(exc)}
-                )
-            except Exception:
-                # A bug, not an outage: say so loudly, keep the correctness path (polling) alive.
-                log.exception("Relay pass raised unexpectedly; retrying at the next poll")
+    async def run_pass(self, *, drain: bool = False) -> int:
+        """One pass of the pass loop over every lane; how many rows the lanes claimed.
+
+        A test drain (``drain=True``) may fill up to ``pass_limit`` delivery slots at once, so
+        a backlog of thousands settles within the drain's round limit.
+        """
+        return await self._passes.run_pass(drain=drain)
 
     # --- passes -----------------------------------------------------------------------------
 
@@ -271,51 +213,19 @@ class Relay:
                 return
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def run_pass(
-        self,
-        *,
-        drain: bool = False,
-        idle_poll: bool = False,
-        jobs_only: bool = False,
-        keys: Sequence[JobKey] | None = None,
-    ) -> int:
-        """One pass: claim intents into free slots, then let the executor claim jobs.
+    async def claim(self, p: Pass) -> Claimed:
+        """A pass's claim (``akter._engine.lanes.Lane``): intents into free delivery slots.
 
-        A test drain (``drain=True``) may fill up to ``pass_limit`` delivery slots at once, so
-        a backlog of thousands settles within the drain's round limit. An ``idle_poll`` (the
-        loop's poll after a pass that claimed nothing) first asks whether any row is due at all
-        and claims nothing when none is: every claim needs a due, unparked row. A ``jobs_only``
-        pass (woken only by commits that staged job rows) skips the intent claim; the polls
-        claim both. ``keys``: the job rows those commits made due (the executor may claim them
-        by key).
+        Nothing when the pass is quiet (nothing due) or for jobs only; ``backlogged`` when the
+        last claim took every row it asked for.
         """
         if self._stopping:
-            return 0
-        async with self._pass_lock:
-            await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
-            self._idle.passed()
-            if idle_poll and not await self._idle.anything_due():
-                self._left_candidates = False
-                self.backlog.observe(False)
-                return 0
-            # Side by side (own connection, framework pool): in series, an intent committed
-            # while the job claims ran waited for them before its own claim.
-            passes = [self._jobs.run_pass(keys or ())]
-            if not jobs_only:
-                passes.insert(0, self._claim_intents(drain))
-            if self._workflows is not None:
-                passes.append(self._workflows.run_pass())
-            outcomes = await asyncio.gather(*passes, return_exceptions=True)
-            self.backlog.observe(self._left_candidates)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome  # both halves have ended: the pass ran to completion
-        return sum(o for o in outcomes if isinstance(o, int))
-
-    async def _count_backlog(self, limit: int) -> int:
-        """Due intents of the hosted types, counted up to ``limit`` (the backlog gate's view)."""
-        types = sorted(self._services.registry.definitions)
-        return await self._outbox.count_backlog(types, limit)
+            return Claimed()
+        if p.quiet:
+            self._left_candidates = False
+            return Claimed()
+        rows = 0 if p.jobs_only else await self._claim_intents(p.drain)
+        return Claimed(rows, self._left_candidates)
 
     async def _claim_intents(self, drain: bool = False) -> int:
         config = self._services.config
@@ -355,72 +265,10 @@ class Relay:
         return len(rows)
 
     async def _deliver(self, key: tuple[int, str], claim: _Claim) -> None:
-        row = claim.row
         params = IntentClaim(key[0], key[1], claim.token)
-        span, token = telemetry.start_delivery(row)
+        span, token = telemetry.start_delivery(claim.row)
         try:
-            ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
-            info = {"ref": ref, "intent_id": key[1], "command": row["command"]}
-            await self._services.hooks.at("after_claim", info)
-            entry = None
-            try:
-                caller = caller_from_json(str(row["caller"]))
-                definition = self._services.registry.definition(ref.type)
-                command = str(row["command"])
-                target = decode_intent(command, row["timer_key"])
-                if self._workflows is not None and isinstance(target, WorkflowIntent):
-                    # Staged by a turn or a job settle for the workflow engine, not an actor.
-                    claim.dispatched = True
-                    await self._workflows.deliver(
-                        ref, command, str(row["payload"]), key[1], str(row["caller"])
-                    )
-                    await self._settle(params)
-                    self.delivered += 1
-                    return
-                if isinstance(target, CronTick):
-                    entry = next((e for e in definition.schedules if e.key == target.key), None)
-                    if not await self._tick_due(params, row, definition, entry):
-                        return
-                    assert entry is not None
-                    command = entry.command
-                decoded = parking.decode_intent(
-                    definition, command, str(row["payload"]), int(row["payload_version"])
-                )
-                if not isinstance(decoded, parking.Decoded):
-                    await self._undeliverable(params, row, info, decoded)
-                    return
-                claim.dispatched = True
-                result = await self._deliver_command(
-                    ref,
-                    decoded.name,
-                    decoded.payload,
-                    key[1],
-                    caller,
-                    within=definition.policy.delivery_timeout / 1000,
-                )
-            except (ValueError, TypeError, KeyError) as exc:
-                await self._backoff(params, row, f"Undecodable row: {type(exc).__name__}: {exc}")
-                return
-            except Exception as exc:  # unknown type or command, invalid payload ...
-                await self._backoff(params, row, f"{type(exc).__name__}: {exc}")
-                return
-            if result.kind == "error":
-                await self._refused(params, row, info, result.error)
-                return
-            await self._services.hooks.at("before_outbox_delete", info)
-            # Delivered: the slot goes to the next claim while the row is deleted or rewritten.
-            claim.settling = True
-            self._slot_freed()
-            if entry is not None:
-                # After the turn: its admission refreshed the clock estimate (a lower bound of
-                # the database clock, no round trip); the claim's clock keeps it ≥ the tick's
-                # scheduled time, so the next fire is strictly later than this one.
-                now = max(int(row["now"]), self._services.clock.estimate())
-                await self._next_tick(params, entry, now, decoded.version)
-            else:
-                await self._settle(params)
-            self.delivered += 1
-            self._services.metrics.count("akter.relay.delivered", kind="intent")
+            await self._deliver_claimed(params, claim)
         except InjectedCrash:
             # Abandoned like a process death: the claim stays until its lease ends.
             return
@@ -441,6 +289,72 @@ class Relay:
             self._claims.pop(key, None)
             self._slot_freed()
 
+    async def _deliver_claimed(self, params: IntentClaim, claim: _Claim) -> None:
+        """Deliver one claimed row, then delete it, rewrite its tick, back it off or park it."""
+        row = claim.row
+        ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
+        info = {"ref": ref, "intent_id": params.intent_id, "command": row["command"]}
+        await self._services.hooks.at("after_claim", info)
+        entry = None
+        try:
+            caller = caller_from_json(str(row["caller"]))
+            definition = self._services.registry.definition(ref.type)
+            command = str(row["command"])
+            target = decode_intent(command, row["timer_key"])
+            if self._workflows is not None and isinstance(target, WorkflowIntent):
+                # Staged by a turn or a job settle for the workflow engine, not an actor.
+                claim.dispatched = True
+                await self._workflows.deliver(
+                    ref, command, str(row["payload"]), params.intent_id, str(row["caller"])
+                )
+                await self._settle(params)
+                self.delivered += 1
+                return
+            if isinstance(target, CronTick):
+                entry = next((e for e in definition.schedules if e.key == target.key), None)
+                if not await self._tick_due(params, row, definition, entry):
+                    return
+                assert entry is not None
+                command = entry.command
+            decoded = parking.decode_intent(
+                definition, command, str(row["payload"]), int(row["payload_version"])
+            )
+            if not isinstance(decoded, parking.Decoded):
+                await self._undeliverable(params, row, info, decoded)
+                return
+            claim.dispatched = True
+            result = await self._deliver_command(
+                ref,
+                decoded.name,
+                decoded.payload,
+                params.intent_id,
+                caller,
+                within=definition.policy.delivery_timeout / 1000,
+            )
+        except (ValueError, TypeError, KeyError) as exc:
+            await self._backoff(params, row, f"Undecodable row: {type(exc).__name__}: {exc}")
+            return
+        except Exception as exc:  # unknown type or command, invalid payload ...
+            await self._backoff(params, row, f"{type(exc).__name__}: {exc}")
+            return
+        if result.kind == "error":
+            await self._refused(params, row, info, result.error)
+            return
+        await self._services.hooks.at("before_outbox_delete", info)
+        # Delivered: the slot goes to the next claim while the row is deleted or rewritten.
+        claim.settling = True
+        self._slot_freed()
+        if entry is not None:
+            # After the turn: its admission refreshed the clock estimate (a lower bound of
+            # the database clock, no round trip); the claim's clock keeps it ≥ the tick's
+            # scheduled time, so the next fire is strictly later than this one.
+            now = max(int(row["now"]), self._services.clock.estimate())
+            await self._next_tick(params, entry, now, decoded.version)
+        else:
+            await self._settle(params)
+        self.delivered += 1
+        self._services.metrics.count("akter.relay.delivered", kind="intent")
+
     def _slot_freed(self) -> None:
         """A slot is free: ask for a pass if the last claim took all the rows it asked for.
 
@@ -448,7 +362,7 @@ class Relay:
         is in flight are refilled by the pass right after it.
         """
         if self._left_candidates and not self._stopping:
-            self.wake()
+            self._waker.wake()
 
     async def _tick_due(
         self, params: IntentClaim, row: dict[str, Any], definition: Any, entry: Any
@@ -516,8 +430,8 @@ class Relay:
         if (
             isinstance(outcome, parking.Unusable)
             and outcome.unknown_command
-            and self.declared_elsewhere is not None
-            and await self.declared_elsewhere(str(row["target_type"]), str(row["command"]))
+            and self._declared_elsewhere is not None
+            and await self._declared_elsewhere(str(row["target_type"]), str(row["command"]))
         ):
             # A deploy added the command and its runner is live (evolution E4): leave it due
             # for that runner, no attempt counted, as a payload version above this code's.

@@ -104,43 +104,30 @@ class TurnEngine:
         *,
         window_ms: int,
         on_commit: Any = None,
+        pool_wait: float = 2.0,
+        metrics: telemetry.Metrics | None = None,
+        state_paths: too_new.StatePaths | None = None,
     ) -> None:
-        self._metrics = telemetry.Metrics()
+        self._metrics = metrics or telemetry.Metrics()
         self.store = store
+        store.metrics = self._metrics
         self.q = store.queries
         self.clock = clock
         self.hooks = hooks
         self.window_ms = window_ms
         self.on_commit = on_commit
         #: The longest a batch waits for a pooled connection, in seconds (``Runtime(pool_wait=)``).
-        self.pool_wait = 2.0
+        self.pool_wait = pool_wait
         self.too_new_warnings = too_new.TooNewWarnings()
-        #: Asks which state keys live runners' models declare (the runtime sets it): a row whose
-        #: keys this code would drop is a newer deploy's while one declares them all.
-        self.state_paths: too_new.StatePaths | None = None
+        #: Asks which state keys live runners' models declare: a row whose keys this code would
+        #: drop is a newer deploy's while one declares them all.
+        self.state_paths = state_paths
         self._turn_settings: dict[str, _TypeSettings] = {}
-
-    # The runtime replaces both (its own metrics; a new store at start): the store's pool records
-    # its connection waits into the runner's metrics.
-    @property
-    def store(self) -> Store:
-        """The store turns run on."""
-        return self._store
-
-    @store.setter
-    def store(self, store: Store) -> None:
-        self._store = store
-        store.metrics = self._metrics
 
     @property
     def metrics(self) -> telemetry.Metrics:
-        """The runner's metrics."""
+        """The runner's metrics (the store's pool records its connection waits into them)."""
         return self._metrics
-
-    @metrics.setter
-    def metrics(self, metrics: telemetry.Metrics) -> None:
-        self._metrics = metrics
-        self._store.metrics = metrics
 
     async def run(self, act: Activation, batch: Sequence[Request]) -> list[Result]:
         """Run a batch; a defect re-runs its commands one per transaction."""

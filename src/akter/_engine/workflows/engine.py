@@ -1,7 +1,7 @@
 """The workflow engine: starts runs, claims runnable ones, runs attempts, takes their wakes.
 
-A run is claimed with a lease (``workflow_lease``) by any runner hosting its actor type, in the
-relay's pass beside intents and jobs, and run from the top against its journal
+A run is claimed with a lease (``workflow_lease``) by any runner hosting its actor type, in each
+pass of the pass loop beside intents and jobs, and run from the top against its journal
 (:mod:`akter._engine.workflows.run`). While the function runs the lease is renewed every third of
 it. When the function awaits what is not there yet, the run is suspended: its wake time (a sleep
 or a timeout; none for a signal or a job outcome) is written, the lease is released and the
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from akter import telemetry
+from akter._engine import lanes
 from akter._engine.calls import check_access
 from akter._engine.subjects import run_label
 from akter._engine.workflows.control import (
@@ -74,7 +75,8 @@ class WorkflowEngine:
         services: The runner's services.
         calls: The runtime's call paths (command and query steps).
         make_handle: Builds a handle over a transport (``wf.get``).
-        wake: Asks the relay for a pass soon (a run became runnable here).
+        wake: Asks the pass loop for a pass soon, here and on other runners (a run became
+            runnable).
         runner_id: This runner's id (the lease owner).
         cancel_jobs: This runner's cancellation signal for running job attempts (a run
             cancelled at a job step cancels its job).
@@ -133,8 +135,14 @@ class WorkflowEngine:
 
     # --- claims -----------------------------------------------------------------------------
 
+    async def claim(self, p: lanes.Pass) -> lanes.Claimed:
+        """A pass's claim (``akter._engine.lanes.Lane``): runnable runs, unless it is quiet."""
+        if p.quiet:
+            return lanes.Claimed()
+        return lanes.Claimed(await self.run_pass())
+
     async def run_pass(self) -> int:
-        """Claim runnable runs into free slots and start their attempts (the relay's pass)."""
+        """Claim runnable runs into free slots and start their attempts (a pass's claim)."""
         types = self._hosted()
         free = self._services.config.delivery_concurrency - len(self._attempts)
         if self._stopping or not types or free <= 0:
