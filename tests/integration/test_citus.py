@@ -289,10 +289,10 @@ async def test_an_intent_claim_skips_a_row_another_claimer_holds(claim_store: St
     finally:
         await held.rollback()
         await held.close()
-    claimed = {(r["routing_key"], r["intent_id"]) for r in rows}
+    claimed = {(r.routing_key, r.intent_id) for r in rows}
     assert claimed == set(keys) - {keys[1]}
-    assert all(r["attempts"] == 1 and r["claimed_until"] > r["now"] for r in rows)
-    assert {int(r["candidates"]) for r in rows} <= {3, 4}
+    assert all(r.attempts == 1 and r.claimed_until > r.now for r in rows)
+    assert {r.candidates for r in rows} <= {3, 4}
 
 
 async def test_a_job_claim_skips_a_row_another_claimer_holds(claim_store: Store) -> None:
@@ -329,7 +329,7 @@ async def test_a_claim_takes_at_most_free_rows_oldest_first(claim_store: Store) 
     )
     await gateway.close()
     assert len(first) == 2 and len(second) == 3 and third == []
-    assert not {r["intent_id"] for r in first} & {r["intent_id"] for r in second}
+    assert not {r.intent_id for r in first} & {r.intent_id for r in second}
 
 
 # --- the evolution statements: parked rows, undeclared jobs, orphan counts ------------------------

@@ -41,7 +41,7 @@ from akter._engine.loop.idle import IdleWait
 from akter._engine.loop.skew import SkewWatch
 from akter._engine.loop.wake_channel import WakeChannel
 from akter._store.gateway.jobs import JobKey
-from akter._store.gateway.outbox import IntentClaim, OutboxGateway
+from akter._store.gateway.outbox import ClaimedIntent, IntentClaim, OutboxGateway
 from akter._waits import wait_event
 from akter.callers import ActorRef, Caller, caller_from_json
 from akter.errors import ActorError, InjectedCrash
@@ -56,7 +56,7 @@ log = logging.getLogger("akter.relay")
 
 @dataclass
 class _Claim:
-    row: dict[str, Any]
+    row: ClaimedIntent
     token: int
     dispatched: bool = False
     settling: bool = False  # the receiver committed; only the delete is left (slot freed)
@@ -338,18 +338,18 @@ class Relay:
             lease_ms=config.claim_lease_ms,
             max_backoff_ms=config.max_backoff_ms,
         )
-        candidates = int(rows[0]["candidates"]) if rows else 0
+        candidates = rows[0].candidates if rows else 0
         if len(rows) < free and candidates > len(rows):
             self._widen = min(64, self._widen * 2)
         else:
             self._widen = 1
         self._left_candidates = len(rows) == free
         for row in rows:
-            claim = _Claim(row, int(row["claimed_until"]))
-            key = (int(row["routing_key"]), str(row["intent_id"]))
+            claim = _Claim(row, row.claimed_until)
+            key = (row.routing_key, row.intent_id)
             self._claims[key] = claim
             claim.task = asyncio.create_task(
-                self._deliver(key, claim), name=f"akter.relay.deliver {row['intent_id']}"
+                self._deliver(key, claim), name=f"akter.relay.deliver {row.intent_id}"
             )
         return len(rows)
 
@@ -358,33 +358,29 @@ class Relay:
         params = IntentClaim(key[0], key[1], claim.token)
         span, token = telemetry.start_delivery(row)
         try:
-            ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
-            info = {"ref": ref, "intent_id": key[1], "command": row["command"]}
+            ref = ActorRef(row.tenant_id, row.target_type, row.target_id)
+            info = {"ref": ref, "intent_id": key[1], "command": row.command}
             await self._services.hooks.at("after_claim", info)
             entry = None
             try:
-                caller = caller_from_json(str(row["caller"]))
+                caller = caller_from_json(row.caller)
                 definition = self._services.registry.definition(ref.type)
-                command = str(row["command"])
+                command = row.command
                 if self._workflows is not None and command.startswith("$workflow."):
                     # Staged by a turn or a job settle for the workflow engine, not an actor.
                     claim.dispatched = True
-                    await self._workflows.deliver(
-                        ref, command, str(row["payload"]), key[1], str(row["caller"])
-                    )
+                    await self._workflows.deliver(ref, command, row.payload, key[1], row.caller)
                     await self._settle(params)
                     self.delivered += 1
                     return
-                if str(row["timer_key"] or "").startswith("$cron:"):
-                    entry = next(
-                        (e for e in definition.schedules if e.key == row["timer_key"]), None
-                    )
+                if (row.timer_key or "").startswith("$cron:"):
+                    entry = next((e for e in definition.schedules if e.key == row.timer_key), None)
                     if not await self._tick_due(params, row, definition, entry):
                         return
                     assert entry is not None
                     command = entry.command
                 decoded = parking.decode_intent(
-                    definition, command, str(row["payload"]), int(row["payload_version"])
+                    definition, command, row.payload, row.payload_version
                 )
                 if not isinstance(decoded, parking.Decoded):
                     await self._undeliverable(params, row, info, decoded)
@@ -415,7 +411,7 @@ class Relay:
                 # After the turn: its admission refreshed the clock estimate (a lower bound of
                 # the database clock, no round trip); the claim's clock keeps it ≥ the tick's
                 # scheduled time, so the next fire is strictly later than this one.
-                now = max(int(row["now"]), self._services.clock.estimate())
+                now = max(row.now, self._services.clock.estimate())
                 await self._next_tick(params, entry, now, decoded.version)
             else:
                 await self._settle(params)
@@ -449,14 +445,14 @@ class Relay:
             self.wake()
 
     async def _tick_due(
-        self, params: IntentClaim, row: dict[str, Any], definition: Any, entry: Any
+        self, params: IntentClaim, row: ClaimedIntent, definition: Any, entry: Any
     ) -> bool:
         """Decide a claimed schedule tick (semantics §4.5): deliver it, or not.
 
         Its age is measured at the claim statement's clock (no extra round trip).
         """
-        now = int(row["now"])
-        age = now - int(row["scheduled_at_ms"])
+        now = row.now
+        age = now - row.scheduled_at_ms
         match ticks.decide(age, definition.policy.max_schedule_lag, entry is not None):
             case "fire":
                 return True
@@ -468,7 +464,7 @@ class Relay:
             case "skip":
                 log.info(
                     "Schedule tick skipped: older than max_schedule_lag",
-                    extra={"actor": row["target_type"], "entry": entry.key, "age_ms": age},
+                    extra={"actor": row.target_type, "entry": entry.key, "age_ms": age},
                 )
                 await self._next_tick(params, entry, now, _tick_version(definition, entry))
         return False
@@ -489,7 +485,7 @@ class Relay:
     async def _refused(
         self,
         params: IntentClaim,
-        row: dict[str, Any],
+        row: ClaimedIntent,
         info: dict[str, Any],
         error: BaseException | None,
     ) -> None:
@@ -505,17 +501,17 @@ class Relay:
     async def _undeliverable(
         self,
         params: IntentClaim,
-        row: dict[str, Any],
+        row: ClaimedIntent,
         info: dict[str, Any],
         outcome: parking.TooNew | parking.Unusable,
     ) -> None:
         """A row this code cannot deliver: leave it to a newer runner, or park it (E3)."""
-        target = f"{row['target_type']}.{row['command']}"
+        target = f"{row.target_type}.{row.command}"
         if (
             isinstance(outcome, parking.Unusable)
             and outcome.unknown_command
             and self.declared_elsewhere is not None
-            and await self.declared_elsewhere(str(row["target_type"]), str(row["command"]))
+            and await self.declared_elsewhere(row.target_type, row.command)
         ):
             # A deploy added the command and its runner is live (evolution E4): leave it due
             # for that runner, no attempt counted, as a payload version above this code's.
@@ -530,14 +526,14 @@ class Relay:
                     else f"PayloadTooNew: {outcome.message}"
                 ),
             )
-            if self._too_new_log.allow(target, row["payload_version"]):
+            if self._too_new_log.allow(target, row.payload_version):
                 log.warning(
                     "Outbox row newer than this code (payload or receiver state); left for a "
                     "newer runner",
                     extra={
                         "intent_id": params.intent_id,
                         "target": target,
-                        "payload_version": row["payload_version"],
+                        "payload_version": row.payload_version,
                     },
                 )
             return
@@ -548,7 +544,7 @@ class Relay:
                 extra={"intent_id": params.intent_id, "target": target, "reason": outcome.cause},
             )
 
-    async def _backoff(self, params: IntentClaim, row: dict[str, Any], error: str) -> None:
+    async def _backoff(self, params: IntentClaim, row: ClaimedIntent, error: str) -> None:
         if self._stopping:
             await self._release(params)
             return
@@ -562,9 +558,9 @@ class Relay:
             "Outbox delivery failed; retrying with backoff",
             extra={
                 "intent_id": params.intent_id,
-                "target": f"{row['target_type']}/{row['target_id']}",
-                "command": row["command"],
-                "attempts": row["attempts"],
+                "target": f"{row.target_type}/{row.target_id}",
+                "command": row.command,
+                "attempts": row.attempts,
                 "reason": error,
             },
         )
