@@ -355,7 +355,7 @@ class Settler:
                 break
             if ended.held is None:
                 return False
-            if ended.held["live"]:
+            if ended.held:
                 await asyncio.sleep(self.retry_every)
         if ended.changed:
             self.outcome = "cancelled" if cancelled else "succeeded"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import dict_row
 
 from akter._store.gateway import citus_claims
 
@@ -59,7 +59,7 @@ class ClaimedIntent:
     candidates: int
 
     @classmethod
-    def from_row(cls, row: DictRow) -> ClaimedIntent:
+    def from_row(cls, row: Mapping[str, Any]) -> ClaimedIntent:
         """The claimed row from a ``claim_intents`` (or ``citus_claim_intent``) result row."""
         return cls(
             routing_key=int(row["routing_key"]),
