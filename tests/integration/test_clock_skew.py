@@ -22,7 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
-from akter._store.gateway.skew import SkewSession
+from akter._store.gateway.skew import Released, SkewSession
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, succeed
 from tests.integration.relay_actors import Receiver, Sender
@@ -193,7 +193,7 @@ async def test_h8_the_job_release_is_sent_only_when_the_probe_sees_a_lease_ahead
     sent: list[dict[str, Any]] = []
     release = SkewSession.release_jobs
 
-    async def counted(self: SkewSession, **kw: Any) -> list[dict[str, Any]]:
+    async def counted(self: SkewSession, **kw: Any) -> list[Released]:
         sent.append(kw)
         return await release(self, **kw)
 
