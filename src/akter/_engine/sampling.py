@@ -102,7 +102,7 @@ class Sampler:
         for name in ("running", "suspended"):
             metrics.replace(
                 f"akter.workflows.{name}",
-                (({"actor_type": str(r["actor_type"])}, float(r[name])) for r in runs),
+                (({"actor_type": r.actor_type}, float(getattr(r, name))) for r in runs),
             )
         self.taken += 1
         self._sampled.set()

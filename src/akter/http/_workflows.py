@@ -168,17 +168,17 @@ class WorkflowRoutes:
         self.runtime.supervisor.require_started()
         run_id = str(request.path_params["run_id"])
         row = await self.engine.gateway.locate(run_id) if _RUN_ID.fullmatch(run_id) else None
-        if row is None or row["tenant_id"] != identity.tenant:
+        if row is None or row.tenant_id != identity.tenant:
             missing = getattr(request.state, "missing_credentials", None)
             if isinstance(missing, ActorError):
                 raise missing  # no run of the tenant "default": logging in may find it
             raise ActorError(
                 "InvalidInput", f"No workflow run {run_id[:200]!r}.", code="unknown_workflow_run"
             )
-        definition = self.runtime.definition(str(row["actor_type"]))
-        ref = ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"]))
-        await check_access(definition, ref, identity.caller, kind, str(row["workflow"]))
-        return identity, RunKey(int(row["routing_key"]), str(row["run_id"]))
+        definition = self.runtime.definition(row.actor_type)
+        ref = ActorRef(row.tenant_id, row.actor_type, row.actor_id)
+        await check_access(definition, ref, identity.caller, kind, row.workflow)
+        return identity, RunKey(row.routing_key, row.run_id)
 
     async def status(self, request: Request) -> Response:
         """``GET /workflows/{run_id}``: the run's status, result or error, and journal."""
@@ -218,8 +218,8 @@ class WorkflowRoutes:
             return JSONResponse(
                 {
                     "run_id": run.run_id,
-                    "status": row["status"],
-                    "cancel_requested": bool(row["cancel_requested"]),
+                    "status": row.status,
+                    "cancel_requested": row.cancel_requested,
                 }
             )
         except ActorError as exc:
@@ -274,7 +274,7 @@ async def step_frames(
         if row is None:
             return  # pruned
         records = await engine.gateway.steps(run, after)
-        ended = row["status"] in _FINISHED
+        ended = row.status in _FINISHED
         sent = False
         for view in status_of(row, records).steps:
             if view.status == "pending":

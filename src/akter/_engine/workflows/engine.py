@@ -154,19 +154,19 @@ class WorkflowEngine:
         )
         self._full = len(rows) == free
         for row in rows:
-            self._services.clock.observe(int(row["now"]))
+            self._services.clock.observe(row.now)
             claimed = Claimed(
-                run=RunKey(int(row["routing_key"]), str(row["run_id"])),
-                ref=ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"])),
-                workflow=str(row["workflow"]),
-                input=str(row["input"]),
-                caller=str(row["caller"]),
-                token=int(row["token"]),
-                attempts=int(row["attempts"]),
-                cancel_requested=bool(row["cancel_requested"]),
-                deadline_ms=None if row["deadline_ms"] is None else int(row["deadline_ms"]),
-                now=int(row["now"]),
-                traceparent=row["traceparent"],
+                run=RunKey(row.routing_key, row.run_id),
+                ref=ActorRef(row.tenant_id, row.actor_type, row.actor_id),
+                workflow=row.workflow,
+                input=row.input,
+                caller=row.caller,
+                token=row.token,
+                attempts=row.attempts,
+                cancel_requested=row.cancel_requested,
+                deadline_ms=row.deadline_ms,
+                now=row.now,
+                traceparent=row.traceparent,
             )
             key = (claimed.run.routing_key, claimed.run.run_id)
             self._attempts[key] = asyncio.create_task(
@@ -440,16 +440,16 @@ class WorkflowEngine:
             traceparent=telemetry.traceparent(),
             actor={"state": canonical_json(state), "state_version": definition.state_version},
         )
-        found = str(row["run_id"])
-        if row["created"]:
+        found = row.run_id
+        if row.created:
             self._services.metrics.count("akter.workflows.started", actor_type=ref.type)
             self._wake()
         elif found == run_id and (
-            row["input_hash"] != payload_hash(input) or row["workflow"] != member.name
+            row.input_hash != payload_hash(input) or row.workflow != member.name
         ):
             raise ActorError(
                 "CommandConflict",
-                f"Run id {run_id!r} was used to start {row['workflow']} with other input; "
+                f"Run id {run_id!r} was used to start {row.workflow} with other input; "
                 "use a new command id.",
                 code="workflow_input",
             )
@@ -528,7 +528,7 @@ class WorkflowEngine:
                     "Signal for an unknown workflow run dropped", extra={"run_id": data["run_id"]}
                 )
                 return
-            run = RunKey(int(located["routing_key"]), str(located["run_id"]))
+            run = RunKey(located.routing_key, located.run_id)
             live, _ = await self.gateway.signal(
                 run, intent_id, str(data["name"]), str(data["payload"])
             )

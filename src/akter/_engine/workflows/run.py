@@ -68,7 +68,7 @@ from akter._engine.workflows.control import (
 from akter._ids import canonical_json, payload_hash
 from akter._json import Unstorable, storable_json
 from akter._staging import framework_id
-from akter._store.gateway.workflows import OutboxRow, StepRecord
+from akter._store.gateway.workflows import JournalRow, OutboxRow, StepRecord
 from akter.callers import ActorRef, System, caller_to_json
 from akter.errors import (
     ActorError,
@@ -137,25 +137,23 @@ class RunAttempt:
         """The workflow's name."""
         return self.claimed.workflow
 
-    def load(self, rows: list[dict[str, Any]]) -> None:
+    def load(self, rows: list[JournalRow]) -> None:
         """Take the journal and pending signals from ``wf_journal``'s rows."""
         for row in rows:
-            if row["what"] == "step":
+            if row.seq is not None:  # a journal record (a signal's row has no seq)
                 rec = Record(
-                    int(row["seq"]),
-                    str(row["kind"]),
-                    str(row["name"]),
-                    str(row["status"]),
-                    row["detail"],
-                    row["outcome"],
+                    row.seq,
+                    row.kind,
+                    row.name,
+                    row.status,
+                    row.detail,
+                    row.outcome,
                 )
                 self.journal[rec.seq] = rec
                 if rec.kind == "cancel":
                     self.cancel_delivered = True
             else:
-                self.signals.append(
-                    PendingSignal(str(row["detail"]), str(row["name"]), str(row["outcome"]))
-                )
+                self.signals.append(PendingSignal(str(row.detail), row.name, str(row.outcome)))
 
     # --- sequencing -------------------------------------------------------------------------
 
@@ -557,9 +555,9 @@ class RunAttempt:
             raise LeaseLost(self.run_id)
         if done.status == "arrived":
             now = done.record
-            if now is None or now["kind"] != "job" or now["outcome"] is None:
+            if now is None or now.kind != "job" or now.outcome is None:
                 raise Outage(f"Job step {seq} changed under this attempt: {now}")
-            arrived = Record(seq, "job", job.name, "done", rec.detail, now["outcome"])
+            arrived = Record(seq, "job", job.name, "done", rec.detail, now.outcome)
             return _replay_job(job, arrived)
         self.buffered.clear()
         self.cancel_delivered = True

@@ -6,7 +6,7 @@ returns nothing, the attempt lost its lease and wrote nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +15,13 @@ import psycopg
 from akter._ids import bucket
 from akter._store.gateway.workflows.base import GatewayBase
 from akter._store.gateway.workflows.rows import (
+    ClaimedRun,
     JobStepCancel,
+    JournalRow,
+    LockedStep,
     OutboxRow,
-    Row,
     RunKey,
+    StartedRun,
     StepRecord,
 )
 
@@ -42,12 +45,12 @@ class WorkflowAttempts(GatewayBase):
         input_hash: str,
         caller: str,
         timeout_ms: int,
-        actor: dict[str, Any],
+        actor: Mapping[str, Any],
         traceparent: str | None = None,
-    ) -> Row:
+    ) -> StartedRun:
         """Create a run (and its actor's fence row) unless it, or a live run of ``key``, exists.
 
-        Returns ``run_id``, ``input_hash``, ``workflow`` and ``created`` of the run that holds.
+        Returns the run that holds.
         """
         tenant, actor_type, actor_id = ref
         params = {
@@ -87,7 +90,7 @@ class WorkflowAttempts(GatewayBase):
                         {"rk": run.routing_key, "run_id": run.run_id, "target": rows[0]["run_id"]},
                     )
             if rows:
-                return rows[0]
+                return StartedRun.from_row(rows[0])
             # A concurrent start of the same run or key committed after this statement's
             # snapshot: the next one sees it.
         raise RuntimeError(f"Workflow run {run.run_id!r} could not be started or found.")
@@ -96,31 +99,33 @@ class WorkflowAttempts(GatewayBase):
 
     async def claim(
         self, runner_id: str, types: Sequence[str], limit: int, lease_ms: int
-    ) -> list[Row]:
+    ) -> list[ClaimedRun]:
         """Lease up to ``limit`` runs whose wake time has come (SKIP LOCKED)."""
         params = {"runner": runner_id, "types": list(types), "limit": limit, "lease_ms": lease_ms}
         queries = self._store.queries
         if self._store.strategy != "citus":
-            return await self._run(queries["wf_claim"], params)
+            return [ClaimedRun.from_row(r) for r in await self._run(queries["wf_claim"], params)]
         # Citus: an unlocked scan, then one single-shard claim per candidate (each skips a run
         # another claimer holds), all on one clock reading.
         async with self._store.framework.connection() as conn:
             now = await self._clock.read_on(conn)
             scan = await self._on(conn, queries["citus_wf_claim_scan"], {**params, "now": now})
-            claimed: list[Row] = []
+            claimed: list[ClaimedRun] = []
             for c in scan:
-                claimed += await self._on(
+                found = await self._on(
                     conn,
                     queries["citus_wf_claim"],
                     {**params, "now": now, "rk": c["routing_key"], "run_id": c["run_id"]},
                 )
+                claimed += [ClaimedRun.from_row(r) for r in found]
             return claimed
 
-    async def journal(self, run: RunKey) -> list[Row]:
+    async def journal(self, run: RunKey) -> list[JournalRow]:
         """The run's journal, then its unconsumed signals (one query)."""
-        return await self._run(
+        rows = await self._run(
             self._store.queries["wf_journal"], {"rk": run.routing_key, "run_id": run.run_id}
         )
+        return [JournalRow.from_row(r) for r in rows]
 
     async def record(
         self,
@@ -333,9 +338,10 @@ class WorkflowAttempts(GatewayBase):
         queries = self._store.queries
         key = {"rk": run.routing_key, "run_id": run.run_id}
         async with self._store.framework.connection() as conn, conn.transaction():
-            step = await self._on(conn, queries["wf_lock_job_step"], {**key, "seq": cancel.seq})
-            if not step or (step[0]["kind"], step[0]["status"]) != ("job", "pending"):
-                return JobStepCancel("arrived", record=step[0] if step else None)
+            locked = await self._on(conn, queries["wf_lock_job_step"], {**key, "seq": cancel.seq})
+            step = LockedStep.from_row(locked[0]) if locked else None
+            if step is None or (step.kind, step.status) != ("job", "pending"):
+                return JobStepCancel("arrived", record=step)
             job = {"rk": run.routing_key, "job_id": job_id}
             deleted = await self._on(conn, queries["wf_cancel_job_unstarted"], job)
             running = False

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, LiteralString
 
-from psycopg.rows import dict_row
-
-from akter._store.gateway.workflows.rows import Row
+from psycopg.rows import DictRow, dict_row
 
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Connection, Store
@@ -19,13 +18,13 @@ class GatewayBase:
         self._store = store
         self._clock = clock
 
-    async def _run(self, statement: LiteralString, params: dict[str, Any]) -> list[Row]:
+    async def _run(self, statement: LiteralString, params: Mapping[str, Any]) -> list[DictRow]:
         async with self._store.framework.connection() as conn:
             return await self._on(conn, statement, params)
 
     async def _on(
-        self, conn: Connection, statement: LiteralString, params: dict[str, Any]
-    ) -> list[Row]:
+        self, conn: Connection, statement: LiteralString, params: Mapping[str, Any]
+    ) -> list[DictRow]:
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(statement, {"off": self._clock.offset_ms, **params})
         return await cur.fetchall() if cur.description else []

@@ -3,36 +3,46 @@
 from __future__ import annotations
 
 from akter._store.gateway.workflows.base import GatewayBase
-from akter._store.gateway.workflows.rows import JobOutcome, Row, RunKey
+from akter._store.gateway.workflows.rows import (
+    JobOutcome,
+    RunKey,
+    RunListing,
+    RunRow,
+    SignalRow,
+    StepRow,
+    WorkflowSample,
+)
 
 
 class WorkflowOperations(GatewayBase):
     """The statements that reach a run from outside its attempts."""
 
-    async def locate(self, run_id: str) -> Row | None:
-        """A run's routing key and actor, by id alone."""
+    async def locate(self, run_id: str) -> RunRow | None:
+        """A run's row (its routing key and actor too), by id alone."""
         rows = await self._run(self._store.queries["wf_locate"], {"run_id": run_id})
-        return rows[0] if rows else None
+        return RunRow.from_row(rows[0]) if rows else None
 
-    async def get(self, run: RunKey) -> Row | None:
+    async def get(self, run: RunKey) -> RunRow | None:
         """The run's row."""
         rows = await self._run(
             self._store.queries["wf_get"], {"rk": run.routing_key, "run_id": run.run_id}
         )
-        return rows[0] if rows else None
+        return RunRow.from_row(rows[0], run.routing_key) if rows else None
 
-    async def steps(self, run: RunKey, after: int = -1) -> list[Row]:
+    async def steps(self, run: RunKey, after: int = -1) -> list[StepRow]:
         """The run's journal after ``after`` (a seq), in order."""
-        return await self._run(
+        rows = await self._run(
             self._store.queries["wf_steps"],
             {"rk": run.routing_key, "run_id": run.run_id, "after": after},
         )
+        return [StepRow.from_row(r) for r in rows]
 
-    async def signals(self, run: RunKey) -> list[Row]:
+    async def signals(self, run: RunKey) -> list[SignalRow]:
         """The run's signals in arrival order."""
-        return await self._run(
+        rows = await self._run(
             self._store.queries["wf_signals"], {"rk": run.routing_key, "run_id": run.run_id}
         )
+        return [SignalRow.from_row(r) for r in rows]
 
     async def signal(
         self, run: RunKey, signal_id: str, name: str, payload: str
@@ -92,10 +102,10 @@ class WorkflowOperations(GatewayBase):
 
     async def actor_runs(
         self, routing_key: int, ref: tuple[str, str, str], limit: int
-    ) -> list[Row]:
+    ) -> list[RunListing]:
         """One actor's runs for operators, newest first."""
         tenant, actor_type, actor_id = ref
-        return await self._run(
+        rows = await self._run(
             self._store.queries["wf_actor_runs"],
             {
                 "rk": routing_key,
@@ -105,18 +115,21 @@ class WorkflowOperations(GatewayBase):
                 "limit": limit,
             },
         )
+        return [RunListing.from_row(r) for r in rows]
 
-    async def sample(self) -> list[Row]:
+    async def sample(self) -> list[WorkflowSample]:
         """Per actor type with live runs: ``running`` (under a live lease) and ``suspended``."""
-        return await self._run(self._store.queries["sample_workflows"], {})
+        rows = await self._run(self._store.queries["sample_workflows"], {})
+        return [WorkflowSample.from_row(r) for r in rows]
 
     async def list(
         self, *, status: str | None = None, actor_type: str | None = None, limit: int = 100
-    ) -> list[Row]:
+    ) -> list[RunListing]:
         """Runs for operators, newest first."""
-        return await self._run(
+        rows = await self._run(
             self._store.queries["wf_list"], {"status": status, "type": actor_type, "limit": limit}
         )
+        return [RunListing.from_row(r) for r in rows]
 
     async def prune(self, actor_type: str, keep_ms: int, limit: int) -> int:
         """Delete up to ``limit`` finished runs of a type older than ``keep_ms``."""
