@@ -108,7 +108,7 @@ async def test_h8_singleton_lease_and_heartbeat_written_ahead_are_taken_over(
         assert AHEAD_MS <= warning.skew_ms <= AHEAD_MS + 2_000 + 5_000
         # The dead runner's heartbeat, 10 minutes ahead, does not make it live; pruning
         # forgets it at once (a live runner would register again at its next heartbeat).
-        assert [r["runner_id"] for r in await t.runtime.runners.live()] == [new]
+        assert [r.runner_id for r in await t.runtime.runners.live()] == [new]
         await t.runtime.runners.prune()
         runners = await t.rows("SELECT runner_id::text AS runner_id FROM {schema}.runners")
         assert [r["runner_id"] for r in runners] == [new]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -30,6 +30,7 @@ from akter.telemetry import SAMPLED_GAUGES
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
+    from akter._store.gateway.runners import LiveRunner
 
 log = logging.getLogger("akter.sampling")
 
@@ -47,7 +48,7 @@ class Sampler:
     def __init__(
         self,
         services: Services,
-        live: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        live: Callable[[], Awaitable[list[LiveRunner]]] | None = None,
     ) -> None:
         self._metrics = services.metrics
         self._registry = services.registry

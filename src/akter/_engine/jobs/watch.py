@@ -26,6 +26,7 @@ from akter._store.gateway.parked import ParkedGateway
 
 if TYPE_CHECKING:
     from akter._engine.services import Registry
+    from akter._store.gateway.runners import LiveRunner
 
 log = logging.getLogger("akter.jobs")
 
@@ -45,9 +46,9 @@ class Unserved:
     due: int
 
 
-def served_names(runners: Iterable[dict[str, Any]]) -> set[str]:
+def served_names(runners: Iterable[LiveRunner]) -> set[str]:
     """The ``Type.job`` names the live runners execute (their registrations)."""
-    return {str(name) for runner in runners for name in (runner.get("job_types") or ())}
+    return {name for runner in runners for name in runner.job_types}
 
 
 async def watch(
