@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from akter._engine.parking import OncePer
-from akter._store.gateway.parked import ParkedGateway
+from akter._store.gateway.parked import DueJobs, ParkedGateway
 
 if TYPE_CHECKING:
     from akter._engine.services import Registry
@@ -54,7 +54,7 @@ def served_names(runners: Iterable[LiveRunner]) -> set[str]:
 async def watch(
     gateway: ParkedGateway,
     registry: Registry,
-    due: Iterable[dict[str, Any]],
+    due: Iterable[DueJobs],
     served: set[str],
     logged: OncePer,
 ) -> list[Unserved]:
@@ -64,7 +64,7 @@ async def watch(
     """
     unserved: list[Unserved] = []
     for row in due:
-        actor_type, stored = str(row["actor_type"]), str(row["job"])
+        actor_type, stored = row.actor_type, row.job
         definition = registry.definitions.get(actor_type)
         if definition is None:
             continue  # not a type of this deployment's code
@@ -75,11 +75,11 @@ async def watch(
         if names & served:
             continue
         if job is not None:
-            unserved.append(Unserved(actor_type, stored, int(row["due"])))
+            unserved.append(Unserved(actor_type, stored, row.due))
             if logged.allow(actor_type):
                 log.warning(
                     "Due job rows that no live runner executes",
-                    extra={"actor": actor_type, "job": stored, "due": int(row["due"])},
+                    extra={"actor": actor_type, "job": stored, "due": row.due},
                 )
             continue
         cause = (
