@@ -79,25 +79,22 @@ class Sampler:
             ("akter.relay.stuck_rows", "stuck_rows"),
             ("akter.outbox.parked", "parked"),
         ):
-            metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
-        jobs = any(r["kind"] == "job" and r["outbox_rows"] for r in kinds)
+            metrics.replace(name, (({"kind": r.kind}, float(getattr(r, column))) for r in kinds))
+        jobs = any(r.kind == "job" and r.outbox_rows for r in kinds)
         await self._sample_unserved(jobs)
         flow = await self._flow.sample_flow() if jobs else []
         for name in ("waiting_slot", "waiting_rate"):
             metrics.replace(
                 f"akter.jobs.{name}",
                 (
-                    ({"actor_type": str(r["actor_type"]), "job": str(r["job"])}, float(r[name]))
+                    ({"actor_type": r.actor_type, "job": r.job}, float(getattr(r, name)))
                     for r in flow
                 ),
             )
         running = await self._gateway.running_jobs() if jobs else []
         metrics.replace(
             "akter.jobs.running",
-            (
-                ({"actor_type": str(r["actor_type"]), "job": str(r["job"])}, float(r["running"]))
-                for r in running
-            ),
+            (({"actor_type": r.actor_type, "job": r.job}, float(r.running)) for r in running),
         )
         runs = await self._workflows.sample()
         for name in ("running", "suspended"):
