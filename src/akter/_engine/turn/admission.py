@@ -26,7 +26,7 @@ from akter._engine.turn.types import (
 from akter._evolution import StateDecodeError
 from akter._json import storable_json
 from akter._store.gateway import actors
-from akter._store.gateway.workflows import live_keyed_runs
+from akter._store.gateway.workflows import live_keyed_runs, live_keys_answer
 from akter._store.pool import TRANSACTION_TIMEOUT_SINCE
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
@@ -155,31 +155,28 @@ async def admit(
         # Last in the flight: the answer's arrival then bounds the reading closely (the commit
         # clock counts from it), however long the shard's statements before it took.
         clock_cur = await actors.read_clock(pipe, q, off) if coordinator_clock else None
-    locked = await lock_cur.fetchone()
-    if read_cur is not None:
-        admission = await read_cur.fetchone()
-    else:  # lock_admit's row: the lock's five columns, then the clock and the receipts
-        admission = None if locked is None else locked[5:]
-    clock = None if clock_cur is None else await clock_cur.fetchone()
-    leases = [(i, await cur.fetchone()) for i, cur in fence_curs]
+    locked, admission = await actors.admission_answers(lock_cur, read_cur)
+    clock = None if clock_cur is None else await actors.clock_answer(clock_cur)
+    leases = [(i, await actors.fence_answer(cur)) for i, cur in fence_curs]
     live = None
     if live_cur is not None:
-        live = {(str(w), str(k)): str(run) for w, k, run in await live_cur.fetchall()}
+        live = await live_keys_answer(live_cur)
     arrived_at = time.monotonic()
     if locked is None:
         # The cache believed the row existed; insert it in the next attempt.
         act.drop_cache()
         raise Retryable("actor row missing")
     assert admission is not None
-    version, created, event_seq, shipped_state, shipped_sv = locked[:5]
-    now_ms = int((admission if clock is None else clock)[0])
+    now_ms = admission.now_ms if clock is None else clock
     observe(now_ms)
     # A lease is current while it has not ended at the turn's clock.
-    stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}
-    ends = {i: int(lease[0]) for i, lease in leases if lease is not None and i not in stale}
-    stored: list[dict[str, Any]] = admission[1] or []  # NULL: none stored
-    locked_version = int(version)
-    state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
+    stale = {i for i, lease in leases if lease is None or lease <= now_ms}
+    ends = {i: lease for i, lease in leases if lease is not None and i not in stale}
+    stored = admission.receipts
+    locked_version = locked.version
+    state_error = refresh(
+        act, locked_version, locked.created, locked.event_seq, locked.state, locked.state_version
+    )
     if flights.recording:
         telemetry.child_span("akter.admission", act.ref, started_ns)
     receipts = {r["command_id"]: r for r in stored}

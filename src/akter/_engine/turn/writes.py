@@ -239,7 +239,7 @@ async def answers(sent: Sent, todo: Plan) -> list[tuple[str, bool]]:
         raise Retryable(f"COMMIT answered {sent.end.statusmessage}")
     if sent.cancels is None:
         return []
-    return [(str(r[0]), bool(r[1])) for r in await sent.cancels.fetchall()]
+    return await actors.cancelled_jobs(sent.cancels)
 
 
 def release_clock(now_ms: int, sent_at: float, offset_delta_ms: int) -> int:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg import adapt, pq
 from psycopg._encodings import conn_encoding
 from psycopg.abc import AdaptContext
+from psycopg.rows import dict_row
 
 from akter._staging import StagedEvent, StagedRow
 from akter._store import citus
@@ -232,6 +234,79 @@ def read_admission(
     return conn.execute(
         q["admission_read"], {**key, "off": off, "command_ids": TextArray(command_ids)}
     )
+
+
+#: Receipts as the admission read returns them: JSON objects (``command_id``, ``command``,
+#: ``payload_hash``, ``caller_key``, ``outcome``, ``expires_at_ms``).
+StoredReceipts = list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class LockedActor:
+    """The actor row a turn's lock returned (``lock_actor``; ``lock_admit``'s first columns).
+
+    ``state`` (the stored document) and ``state_version`` are shipped only when the turn's
+    cached version is stale; ``None`` otherwise.
+    """
+
+    version: int
+    created: bool
+    event_seq: int
+    state: Any
+    state_version: int | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> LockedActor:
+        """The locked row from ``lock_actor``'s (or ``lock_admit``'s) row."""
+        version, created, event_seq, state, state_version = row[:5]
+        return cls(int(version), bool(created), int(event_seq), state, state_version)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRead:
+    """A turn's pinned clock and the stored receipts of its batch's ids (``admission_read``)."""
+
+    now_ms: int
+    receipts: StoredReceipts
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> AdmissionRead:
+        """The read from ``admission_read``'s row (``lock_admit``'s after the lock's five)."""
+        return cls(int(row[0]), row[1] or [])  # NULL: none stored
+
+
+async def admission_answers(
+    lock: Cursor, read: Cursor | None
+) -> tuple[LockedActor | None, AdmissionRead | None]:
+    """The locked row and the admission read, from their own answers or ``lock_admit``'s one.
+
+    ``None``, ``None`` when the row is missing (``lock_admit``); with ``read`` its answer is
+    read whether or not the row was found.
+    """
+    row = await lock.fetchone()
+    locked = None if row is None else LockedActor.from_row(row)
+    if read is not None:
+        answer = await read.fetchone()
+        return locked, None if answer is None else AdmissionRead.from_row(answer)
+    return locked, None if row is None else AdmissionRead.from_row(row[5:])
+
+
+async def clock_answer(cur: Cursor) -> int:
+    """The clock reading of :func:`read_clock`'s answer (``now_ms``)."""
+    row = await cur.fetchone()
+    assert row is not None  # a table-less statement: always one row
+    return int(row[0])
+
+
+async def fence_answer(cur: Cursor) -> int | None:
+    """A :func:`check_fence` answer: the lease's end while it is still the loop's, else None."""
+    row = await cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+async def cancelled_jobs(cur: Cursor) -> list[tuple[str, bool]]:
+    """A :func:`cancel_jobs` answer: ``(job id, an attempt was running)`` per cancelled job."""
+    return [(str(r[0]), bool(r[1])) for r in await cur.fetchall()]
 
 
 def fence_params(actor_type: str, owner: str, epoch: int, routing_key: int) -> dict[str, Any]:
@@ -462,16 +537,42 @@ def end_turn(conn: Executor, commit: bool) -> Awaitable[Cursor]:
     return conn.execute("COMMIT" if commit else "ROLLBACK")
 
 
+@dataclass(frozen=True, slots=True)
+class CommittedActor:
+    """An actor's committed row as a query reads it (``query_actor``).
+
+    ``state``: the stored state document (decoded JSON), at ``state_version``.
+    """
+
+    version: int
+    created: bool
+    event_seq: int
+    state: Any
+    state_version: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CommittedActor:
+        """The actor from ``query_actor``'s row."""
+        return cls(
+            version=int(row["version"]),
+            created=bool(row["created"]),
+            event_seq=int(row["event_seq"]),
+            state=row["state"],
+            state_version=int(row["state_version"] or 0),
+        )
+
+
 async def committed(
     store: Store, clock: Clock, key: Key, *, wait_s: float, what: str
-) -> tuple[tuple[Any, ...] | None, int]:
+) -> tuple[CommittedActor | None, int]:
     """A query's read: the actor's committed row (or ``None``) and the framework clock.
 
     Unlocked, on one pooled connection waited for at most ``wait_s`` (then ``pool_exhausted``).
     """
     with wrap_errors(store, wait_s=wait_s, what=what):
         async with store.pool.connection(timeout=wait_s) as conn:
-            cur = await conn.execute(store.queries["query_actor"], key)
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(store.queries["query_actor"], key)
             row = await cur.fetchone()
             now_ms = await clock.read_on(conn)
-    return row, now_ms
+    return (None if row is None else CommittedActor.from_row(row)), now_ms

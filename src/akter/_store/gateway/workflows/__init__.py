@@ -11,6 +11,7 @@ from akter._store.gateway.workflows.attempts import WorkflowAttempts
 from akter._store.gateway.workflows.in_turn import (
     live_key_taken,
     live_keyed_runs,
+    live_keys_answer,
     start_in_turn,
 )
 from akter._store.gateway.workflows.operators import WorkflowOperations
@@ -53,6 +54,7 @@ __all__ = [
     "WorkflowsGateway",
     "live_key_taken",
     "live_keyed_runs",
+    "live_keys_answer",
     "start_in_turn",
 ]
 

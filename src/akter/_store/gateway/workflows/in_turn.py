@@ -60,6 +60,11 @@ def live_key_taken(exc: BaseException) -> bool:
     return name is None or name.startswith("workflows_live_key")
 
 
+async def live_keys_answer(cur: Answer) -> dict[tuple[str, str], str]:
+    """A :func:`live_keyed_runs` answer: the live run's id by (workflow, key)."""
+    return {(str(w), str(k)): str(run) for w, k, run in await cur.fetchall()}
+
+
 def live_keyed_runs(pipe: TurnPipeline, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
     """Queue the read of the actor's live keyed runs (``wf_live_keys``) in a turn's flight."""
     return pipe.execute(q["wf_live_keys"], key)
