@@ -54,7 +54,7 @@ from akter.jobs import AttemptCall
 from akter.telemetry import tracer
 
 if TYPE_CHECKING:
-    from akter._engine.hooks import Hooks
+    from akter._engine.hooks import HookInfo, Hooks
     from akter._engine.jobs.progress import ProgressHub
     from akter._engine.jobs.progress_slot import ProgressSlot
     from akter._store.gateway.jobs import JobsGateway
@@ -251,7 +251,7 @@ class AttemptRunner:
     async def _undeliverable(
         self,
         attempt: Attempt,
-        info: dict[str, Any],
+        info: HookInfo,
         outcome: parking.TooNew | parking.Unusable,
     ) -> None:
         """A claim this code cannot run (evolution E3): hand it back uncounted, or park it."""

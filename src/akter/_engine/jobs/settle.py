@@ -33,7 +33,7 @@ from akter._retry import Backoff
 from akter._store.gateway.jobs import RouteWrite
 
 if TYPE_CHECKING:
-    from akter._engine.hooks import Hooks
+    from akter._engine.hooks import HookInfo, Hooks
     from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.telemetry import Metrics
@@ -366,7 +366,7 @@ class Settler:
                 self.wake()
         return ended.changed
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> HookInfo:
         """What fault-injection matchers see."""
         return {
             "ref": self.row.ref,

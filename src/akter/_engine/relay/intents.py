@@ -48,6 +48,7 @@ from akter.errors import ActorError, InjectedCrash
 
 if TYPE_CHECKING:
     from akter._engine.events import EventBus
+    from akter._engine.hooks import HookInfo
     from akter._engine.services import Services
     from akter.jobs import Job
 
@@ -486,7 +487,7 @@ class Relay:
         self,
         params: IntentClaim,
         row: ClaimedIntent,
-        info: dict[str, Any],
+        info: HookInfo,
         error: BaseException | None,
     ) -> None:
         """The receiver refused the delivery: back off, or leave it for a newer runner."""
@@ -502,7 +503,7 @@ class Relay:
         self,
         params: IntentClaim,
         row: ClaimedIntent,
-        info: dict[str, Any],
+        info: HookInfo,
         outcome: parking.TooNew | parking.Unusable,
     ) -> None:
         """A row this code cannot deliver: leave it to a newer runner, or park it (E3)."""

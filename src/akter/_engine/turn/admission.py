@@ -91,7 +91,7 @@ async def admit(
     act: Activation,
     batch: Sequence[Request],
     *,
-    key: dict[str, Any],
+    key: actors.Key,
     off: int,
     settings: dict[str, str | None],
     observe: Callable[[int], None],
@@ -185,7 +185,7 @@ async def admit(
     )
 
 
-def fence_of(lease: LoopLease) -> dict[str, Any]:
+def fence_of(lease: LoopLease) -> actors.Params:
     """The parameters of a loop lease's fence statements."""
     return actors.fence_params(lease.actor_type, lease.owner, lease.epoch, lease.routing_key)
 

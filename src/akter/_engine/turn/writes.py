@@ -15,7 +15,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from akter import telemetry
 from akter._contexts import LoopLease
@@ -43,7 +42,7 @@ class Plan:
     #: the commit flight's own clock reading must be before it (``hold_fence_clock``).
     fences_until: int | None
     #: ``insert_ticks`` parameters when a cold scheduled actor makes sure of its ticks.
-    ticks: dict[str, Any] | None
+    ticks: actors.Params | None
     #: The batch writes nothing: the flight rolls back.
     nothing: bool
 
@@ -102,7 +101,7 @@ async def send(
     todo: Plan,
     ran: BatchRun,
     *,
-    key: dict[str, Any],
+    key: actors.Key,
     now_ms: int,
     off: int,
     locked_version: int,
@@ -204,7 +203,7 @@ async def send(
     return Sent(end, cancels)
 
 
-def _one_receipt(outcome: Outcome, request: Request) -> dict[str, Any]:
+def _one_receipt(outcome: Outcome, request: Request) -> actors.Params:
     assert outcome.receipt is not None  # Plan.receipts holds only outcomes with one
     return actors.one_receipt_params(
         command_id=request.command_id.raw,
@@ -216,7 +215,7 @@ def _one_receipt(outcome: Outcome, request: Request) -> dict[str, Any]:
     )
 
 
-def _receipts(rows: list[tuple[Outcome, Request]]) -> dict[str, Any]:
+def _receipts(rows: list[tuple[Outcome, Request]]) -> actors.Params:
     return actors.receipt_params(
         command_ids=[r.command_id.raw for _, r in rows],
         commands=[r.member.name for _, r in rows],

@@ -27,6 +27,8 @@ from akter._store.pool import Clock, Connection, Store, TurnConnection
 from akter._store.queries import Queries
 
 Key = Mapping[str, Any]
+#: A statement's named parameters (a fence, ticks, receipts): values to send, never a row.
+Params = Mapping[str, Any]
 #: Where a turn's statements are queued, and what each returns once its flight was synced.
 Executor = TurnPipeline
 Cursor = Answer
@@ -108,7 +110,7 @@ def turn_pipeline(conn: Connection) -> TurnPipeline:
     return TurnPipeline(conn, _ARRAY_DUMPERS)
 
 
-def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> dict[str, Any]:
+def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> Key:
     """The parameters that address one actor row."""
     return {"rk": routing_key, "tenant": tenant, "type": actor_type, "id": actor_id}
 
@@ -309,12 +311,12 @@ async def cancelled_jobs(cur: Cursor) -> list[tuple[str, bool]]:
     return [(str(r[0]), bool(r[1])) for r in await cur.fetchall()]
 
 
-def fence_params(actor_type: str, owner: str, epoch: int, routing_key: int) -> dict[str, Any]:
+def fence_params(actor_type: str, owner: str, epoch: int, routing_key: int) -> Params:
     """A singleton loop's lease: its type, owner, epoch and row's routing key."""
     return {"actor_type": actor_type, "owner": owner, "epoch": epoch, "rk": routing_key}
 
 
-def check_fence(conn: Executor, q: Queries, fence: dict[str, Any]) -> Awaitable[Cursor]:
+def check_fence(conn: Executor, q: Queries, fence: Params) -> Awaitable[Cursor]:
     """A loop's lease row (:func:`fence_params`) if still its (its ``lease_until_ms``), or none."""
     return conn.execute(q["check_singleton_fence"], fence)
 
@@ -323,7 +325,7 @@ def check_fence(conn: Executor, q: Queries, fence: dict[str, Any]) -> Awaitable[
 
 
 def hold_fence(
-    conn: Executor, q: Queries, fence: dict[str, Any], now_ms: int, off: int
+    conn: Executor, q: Queries, fence: Params, now_ms: int, off: int
 ) -> Awaitable[Cursor]:
     """Hold a loop's lease row through ``COMMIT`` if current, else fail the flight.
 
@@ -466,7 +468,7 @@ def tick_params(
     dues: list[int],
     keys: list[str],
     versions: list[int] | None = None,
-) -> dict[str, Any]:
+) -> Params:
     """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
     return {
         **key,
@@ -493,7 +495,7 @@ def receipt_params(
     caller_keys: list[str],
     outcomes: list[str | None],
     expires: list[int],
-) -> dict[str, Any]:
+) -> Params:
     """The receipts of the batch's commands (outcomes as stored JSON text), as parameters."""
     return {
         "command_ids": TextArray(command_ids),
@@ -513,7 +515,7 @@ def one_receipt_params(
     caller_key: str,
     outcome: str,
     expires: int,
-) -> dict[str, Any]:
+) -> Params:
     """One receipt as scalar parameters (``update_actor_receipt``; see :func:`receipt_params`)."""
     return {
         "command_id": command_id,

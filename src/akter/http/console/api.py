@@ -406,7 +406,7 @@ class ConsoleApi:
         tenant = request.query_params.get("tenant") or "default"
         return self.runtime.ref(definition.name, actor_id, tenant=tenant)
 
-    def _key(self, ref: ActorRef) -> dict[str, Any]:
+    def _key(self, ref: ActorRef) -> ops.Key:
         return ops.actor_key(self.runtime.routing_key(ref), ref.tenant, ref.type, ref.id)
 
 
