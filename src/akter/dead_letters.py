@@ -52,22 +52,6 @@ class Letter:
     dead_at_ms: int
     routing_key: int
 
-    @classmethod
-    def of(cls, row: LetterRow) -> Letter:
-        """The operators' view of a stored dead letter."""
-        return cls(
-            job_id=row.job_id,
-            ref=ActorRef(row.tenant_id, row.actor_type, row.actor_id),
-            job=row.job,
-            payload=row.payload,
-            payload_version=row.payload_version,
-            attempts=row.attempts,
-            cause=row.cause,
-            ambiguous=row.ambiguous,
-            dead_at_ms=row.dead_at_ms,
-            routing_key=row.routing_key,
-        )
-
     def to_json(self) -> dict[str, Any]:
         """The letter as JSON (``akter dead-letters show``, the console): payload decoded."""
         return {
@@ -80,6 +64,22 @@ class Letter:
             "ambiguous": self.ambiguous,
             "dead_at_ms": self.dead_at_ms,
         }
+
+
+def _letter(row: LetterRow) -> Letter:
+    """The operators' view of a stored dead letter."""
+    return Letter(
+        job_id=row.job_id,
+        ref=ActorRef(row.tenant_id, row.actor_type, row.actor_id),
+        job=row.job,
+        payload=row.payload,
+        payload_version=row.payload_version,
+        attempts=row.attempts,
+        cause=row.cause,
+        ambiguous=row.ambiguous,
+        dead_at_ms=row.dead_at_ms,
+        routing_key=row.routing_key,
+    )
 
 
 class DeadLetters:
@@ -99,7 +99,7 @@ class DeadLetters:
 
     async def list(self, limit: int = 1000) -> builtins.list[Letter]:
         """The newest ``limit`` letters, newest first."""
-        return [Letter.of(r) for r in await self._gateway.list(limit)]
+        return [_letter(r) for r in await self._gateway.list(limit)]
 
     async def show(self, job_id: str) -> Letter:
         """One letter by its job id.
@@ -110,7 +110,7 @@ class DeadLetters:
         row = await self._gateway.find(job_id)
         if row is None:
             raise _unknown(job_id)
-        return Letter.of(row)
+        return _letter(row)
 
     async def retry(self, job_id: str) -> str:
         """Re-enqueue a letter as a new job, due now, and delete the letter; returns the new id.

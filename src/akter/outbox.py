@@ -55,25 +55,6 @@ class ParkedRow:
     parked_at: datetime
     error: str
 
-    @classmethod
-    def of(cls, row: ParkedEntry) -> ParkedRow:
-        """The operators' view of a stored parked row: its payload decoded, its time a date."""
-        try:
-            payload = json.loads(row.payload)
-        except ValueError:
-            payload = row.payload
-        return cls(
-            id=row.intent_id,
-            kind="job" if row.kind == "job" else "intent",
-            tenant=row.tenant_id,
-            actor_type=row.actor_type,
-            actor_id=row.actor_id,
-            command=row.command,
-            payload=payload,
-            parked_at=datetime.fromtimestamp(row.parked_at_ms / 1000, UTC),
-            error=row.last_error or "",
-        )
-
     def to_json(self) -> dict[str, Any]:
         """The row as JSON (``akter outbox parked --json``, the console)."""
         return {
@@ -87,6 +68,25 @@ class ParkedRow:
             "parked_at": self.parked_at.isoformat(),
             "error": self.error,
         }
+
+
+def _parked(row: ParkedEntry) -> ParkedRow:
+    """The operators' view of a stored parked row: its payload decoded, its time a date."""
+    try:
+        payload = json.loads(row.payload)
+    except ValueError:
+        payload = row.payload
+    return ParkedRow(
+        id=row.intent_id,
+        kind="job" if row.kind == "job" else "intent",
+        tenant=row.tenant_id,
+        actor_type=row.actor_type,
+        actor_id=row.actor_id,
+        command=row.command,
+        payload=payload,
+        parked_at=datetime.fromtimestamp(row.parked_at_ms / 1000, UTC),
+        error=row.last_error or "",
+    )
 
 
 class Outbox:
@@ -115,7 +115,7 @@ class Outbox:
         rows = await self._gateway.list(
             kind=kind, actor_type=actor_type, command=command, limit=LIST_LIMIT
         )
-        return [ParkedRow.of(r) for r in rows]
+        return [_parked(r) for r in rows]
 
     async def retry(
         self,
