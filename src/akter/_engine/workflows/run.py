@@ -140,7 +140,8 @@ class RunAttempt:
     def load(self, rows: list[JournalRow]) -> None:
         """Take the journal and pending signals from ``wf_journal``'s rows."""
         for row in rows:
-            if row.seq is not None:  # a journal record (a signal's row has no seq)
+            if row.what == "step":
+                assert row.seq is not None  # a journal record always has its seq
                 rec = Record(
                     row.seq,
                     row.kind,
