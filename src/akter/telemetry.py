@@ -47,10 +47,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -164,7 +164,28 @@ def stored_context(text: str | None) -> otel_context.Context | None:
     return parent
 
 
-def start_delivery(row: Mapping[str, Any]) -> tuple[trace.Span, _Token]:
+class _ClaimedDelivery(Protocol):
+    """What a delivery span reads of a claimed outbox row (the store's ``ClaimedIntent``)."""
+
+    @property
+    def intent_id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def target_type(self) -> str: ...
+    @property
+    def target_id(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+    @property
+    def caller(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def traceparent(self) -> str | None: ...
+
+
+def start_delivery(row: _ClaimedDelivery) -> tuple[trace.Span, _Token]:
     """Start ``akter.relay.intent`` (producer) for one claimed intent or timer; make it current.
 
     It is a child of the span that staged the row (its stored ``traceparent``), and the
@@ -172,27 +193,27 @@ def start_delivery(row: Mapping[str, Any]) -> tuple[trace.Span, _Token]:
     """
     span = tracer.start_span(
         "akter.relay.intent",
-        context=stored_context(row.get("traceparent")),
+        context=stored_context(row.traceparent),
         kind=trace.SpanKind.PRODUCER,
     )
     if span.is_recording():
         from akter.callers import caller_from_json
 
         try:
-            caller: Any = caller_from_json(str(row["caller"]))
+            caller: Any = caller_from_json(row.caller)
         except (ValueError, TypeError, KeyError):
             caller = None  # the delivery backs off as undecodable; the span still shows it
         source = getattr(caller, "source", None)
         span.set_attributes(
             {
-                "actor.type": str(row["target_type"]),
-                "actor.tenant": str(row["tenant_id"]),
-                "actor.id": str(row["target_id"]),
-                "command.name": str(row["command"]),
-                "command.id": str(row["intent_id"]),
+                "actor.type": row.target_type,
+                "actor.tenant": row.tenant_id,
+                "actor.id": row.target_id,
+                "command.name": row.command,
+                "command.id": row.intent_id,
                 "caller.kind": type(caller).__name__ if caller is not None else "unknown",
                 "turn.trigger": source or "unknown",
-                "relay.attempt": int(row["attempts"]),
+                "relay.attempt": row.attempts,
                 "relay.timer": source in ("timer", "cron"),
             }
         )

@@ -289,10 +289,10 @@ async def test_an_intent_claim_skips_a_row_another_claimer_holds(claim_store: St
     finally:
         await held.rollback()
         await held.close()
-    claimed = {(r["routing_key"], r["intent_id"]) for r in rows}
+    claimed = {(r.routing_key, r.intent_id) for r in rows}
     assert claimed == set(keys) - {keys[1]}
-    assert all(r["attempts"] == 1 and r["claimed_until"] > r["now"] for r in rows)
-    assert {int(r["candidates"]) for r in rows} <= {3, 4}
+    assert all(r.attempts == 1 and r.claimed_until > r.now for r in rows)
+    assert {r.candidates for r in rows} <= {3, 4}
 
 
 async def test_a_job_claim_skips_a_row_another_claimer_holds(claim_store: Store) -> None:
@@ -300,7 +300,7 @@ async def test_a_job_claim_skips_a_row_another_claimer_holds(claim_store: Store)
     held = await _hold(claim_store, *keys[0])
     try:
         gateway = JobsGateway(claim_store, Clock(claim_store))
-        rows, _ = await asyncio.wait_for(
+        rows = await asyncio.wait_for(
             gateway.claim_uncapped(
                 [JobType("T", "work", 3), JobType("U", "other", 3)], free=2, probe=16,
                 lease_ms=30_000,
@@ -310,9 +310,9 @@ async def test_a_job_claim_skips_a_row_another_claimer_holds(claim_store: Store)
     finally:
         await held.rollback()
         await held.close()
-    assert {(r["routing_key"], r["intent_id"]) for r in rows} == set(keys[1:])
-    assert all(r["attempts"] == 1 and r["ambiguous"] and not r["exhausted"] for r in rows)
-    assert all(r["last_error"] == "Attempt 1 ended without reporting an outcome" for r in rows)
+    assert {(r.routing_key, r.intent_id) for r in rows} == set(keys[1:])
+    assert all(r.attempts == 1 and r.ambiguous and not r.exhausted for r in rows)
+    assert all(r.last_error == "Attempt 1 ended without reporting an outcome" for r in rows)
 
 
 async def test_a_claim_takes_at_most_free_rows_oldest_first(claim_store: Store) -> None:
@@ -329,7 +329,7 @@ async def test_a_claim_takes_at_most_free_rows_oldest_first(claim_store: Store) 
     )
     await gateway.close()
     assert len(first) == 2 and len(second) == 3 and third == []
-    assert not {r["intent_id"] for r in first} & {r["intent_id"] for r in second}
+    assert not {r.intent_id for r in first} & {r.intent_id for r in second}
 
 
 # --- the evolution statements: parked rows, undeclared jobs, orphan counts ------------------------

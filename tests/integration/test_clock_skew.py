@@ -22,7 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
-from akter._store.gateway.skew import SkewSession
+from akter._store.gateway.skew import Released, SkewSession
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, succeed
 from tests.integration.relay_actors import Receiver, Sender
@@ -108,7 +108,7 @@ async def test_h8_singleton_lease_and_heartbeat_written_ahead_are_taken_over(
         assert AHEAD_MS <= warning.skew_ms <= AHEAD_MS + 2_000 + 5_000
         # The dead runner's heartbeat, 10 minutes ahead, does not make it live; pruning
         # forgets it at once (a live runner would register again at its next heartbeat).
-        assert [r["runner_id"] for r in await t.runtime.runners.live()] == [new]
+        assert [r.runner_id for r in await t.runtime.runners.live()] == [new]
         await t.runtime.runners.prune()
         runners = await t.rows("SELECT runner_id::text AS runner_id FROM {schema}.runners")
         assert [r["runner_id"] for r in runners] == [new]
@@ -193,7 +193,7 @@ async def test_h8_the_job_release_is_sent_only_when_the_probe_sees_a_lease_ahead
     sent: list[dict[str, Any]] = []
     release = SkewSession.release_jobs
 
-    async def counted(self: SkewSession, **kw: Any) -> list[dict[str, Any]]:
+    async def counted(self: SkewSession, **kw: Any) -> list[Released]:
         sent.append(kw)
         return await release(self, **kw)
 

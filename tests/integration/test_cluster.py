@@ -166,7 +166,7 @@ async def test_cluster_runners_share_the_schema_and_the_clock(akter_test: Make) 
         assert await t.get(Counter, "c", runner=1).add(3) == 5
         assert (await t.inspect(t.get(Counter, "c"))).version == 2
         live = await t.runtimes[0].runners.live()
-        assert {r["runner_id"] for r in live} == {rt.runners.runner_id for rt in runtimes}
+        assert {r.runner_id for r in live} == {rt.runners.runner_id for rt in runtimes}
 
 
 def test_runners_is_validated() -> None:
@@ -427,13 +427,13 @@ async def test_a_killed_runner_row_stays_until_liveness_then_restart_registers_a
         assert set(await runner_rows(t)) == set(ids)  # not unregistered
         assert (await runner_rows(t))[dead]["draining"] is False
         live = await t.runtimes[0].runners.live()
-        assert {r["runner_id"] for r in live} == set(ids)  # its heartbeat is still young
+        assert {r.runner_id for r in live} == set(ids)  # its heartbeat is still young
 
         await t.advance(timedelta(seconds=20))
-        assert dead in {r["runner_id"] for r in await t.runtimes[1].runners.live()}
+        assert dead in {r.runner_id for r in await t.runtimes[1].runners.live()}
         await t.advance(timedelta(seconds=16))  # 36 s since its last heartbeat
         for survivor in t.live_runtimes:
-            assert [r["runner_id"] for r in await survivor.runners.live()] == ids[:2]
+            assert [r.runner_id for r in await survivor.runners.live()] == ids[:2]
         assert dead in await runner_rows(t)  # expired, kept until pruned (1 h)
 
         new = await t.restart(2)
@@ -442,7 +442,7 @@ async def test_a_killed_runner_row_stays_until_liveness_then_restart_registers_a
         assert new.clock.offset_ms == t.runtimes[0].clock.offset_ms
         assert set(await runner_rows(t)) == {*ids, new.runners.runner_id}
         live = await t.runtimes[0].runners.live()
-        assert {r["runner_id"] for r in live} == {ids[0], ids[1], new.runners.runner_id}
+        assert {r.runner_id for r in live} == {ids[0], ids[1], new.runners.runner_id}
         assert await t.get(Counter, "x", runner=2).add(4) == 4
 
 

@@ -253,7 +253,7 @@ async def test_names_from_a_newer_deployment_are_judged_by_their_rows(
         # A newer runner's type with rows, hosted by that live runner: not an orphan here.
         newer = await t.add_runtime([AccountV2, Newer])
         await newer.get(Newer, "n").put(1)
-        live = {str(x) for r in await t.runtime.runners.live() for x in r["actor_types"]}
+        live = {str(x) for r in await t.runtime.runners.live() for x in r.actor_types}
         assert "Newer" in live
         assert await orphans.check(live, owner=False) == []
         # Without that runner, the type is an orphan of this code.

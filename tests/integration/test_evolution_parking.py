@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 import akter
+from akter._store.gateway.runners import LiveRunner
 from akter.errors import ActorError, InjectedCrash
 from akter.testing import ActorTest
 from tests._support.counting import count_calls
@@ -516,8 +517,10 @@ async def test_EVO09_the_live_runners_are_read_only_while_a_job_row_is_due(
         live = sampler._live
         assert live is not None
 
-        async def serving() -> list[dict[str, Any]]:
-            return [*await live(), {"job_types": ["Shop.charge"]}]
+        other = LiveRunner("other", 0, 0, None, [], ["Shop.charge"], "", draining=False)
+
+        async def serving() -> list[LiveRunner]:
+            return [*await live(), other]
 
         sampler._live = serving
         await sampler.sample()

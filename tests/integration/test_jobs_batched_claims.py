@@ -62,14 +62,14 @@ def counted(gateway: Any) -> Counter[str]:
     batched, alone = gateway.claim_groups, gateway.claim_group
 
     async def claim_groups(*args: Any, **kw: Any) -> Any:
-        found, sent_at = await batched(*args, **kw)
+        found = await batched(*args, **kw)
         rows["batched"] += sum(len(r) for r in found.values())
-        return found, sent_at
+        return found
 
     async def claim_group(*args: Any, **kw: Any) -> Any:
-        found, sent_at = await alone(*args, **kw)
+        found = await alone(*args, **kw)
         rows["alone"] += len(found)
-        return found, sent_at
+        return found
 
     gateway.claim_groups, gateway.claim_group = claim_groups, claim_group
     return rows

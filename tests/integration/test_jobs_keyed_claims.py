@@ -43,9 +43,9 @@ def claimed_rows(gateway: Any) -> Counter[str]:
         async def counted(
             *args: Any, _name: str = name, _original: Any = original, **kw: Any
         ) -> Any:
-            found, sent_at = await _original(*args, **kw)
+            found = await _original(*args, **kw)
             rows[_name] += len(found)
-            return found, sent_at
+            return found
 
         setattr(gateway, name, counted)
     return rows

@@ -173,18 +173,18 @@ async def test_RN03_runner_rows(akter_test: Make) -> None:
     async with akter_test([Meter]) as t:
         second = await t.add_runtime(host_actors=False, jobs=[])
         live = await t.runtime.runners.live()
-        assert {r["runner_id"] for r in live} == {
+        assert {r.runner_id for r in live} == {
             t.runtime.runners.runner_id,
             second.runners.runner_id,
         }
-        mine = next(r for r in live if r["runner_id"] == t.runtime.runners.runner_id)
-        assert mine["actor_types"] == ["Meter"]
-        theirs = next(r for r in live if r["runner_id"] == second.runners.runner_id)
-        assert theirs["actor_types"] == []
+        mine = next(r for r in live if r.runner_id == t.runtime.runners.runner_id)
+        assert mine.actor_types == ["Meter"]
+        theirs = next(r for r in live if r.runner_id == second.runners.runner_id)
+        assert theirs.actor_types == []
         await second.stop()
         t.runtimes.remove(second)
         live = await t.runtime.runners.live()
-        assert [r["runner_id"] for r in live] == [t.runtime.runners.runner_id]
+        assert [r.runner_id for r in live] == [t.runtime.runners.runner_id]
 
 
 async def test_RT01_receipts_kept_until_expiry_margin_and_pending_outbox(akter_test: Make) -> None:

@@ -309,7 +309,7 @@ async def test_cancel_at_a_running_job_step_records_its_outcome_once(akter_test:
         feed = await t.runtime.workflows.gateway.steps(
             (await t.runtime.workflows._locate(run.id))[0]
         )
-        assert json.loads(str(feed[0]["outcome"])) == expected
+        assert json.loads(str(feed[0].outcome)) == expected
         console = detail_json(await t.runtime.workflows.detail(run.id))
         assert console["steps"][0]["outcome"] == expected
         view = await t.rows(

@@ -327,17 +327,17 @@ class Calls:
             wait_s=services.config.query_pool_wait_ms / 1000,
             what=f"the query {ref.type}.{member.name}",
         )
-        if (row is None or not row[1]) and definition.gated:
+        if (row is None or not row.created) and definition.gated:
             raise ActorError("NotCreated", f"{definition.name}/{ref.id!r} has not been created.")
         if row is None:
             return definition.default_state(), 0, now_ms
-        actor, version = f"{ref.type}/{ref.id!r}", int(row[4] or 0)
+        actor, version = f"{ref.type}/{ref.id!r}", row.state_version
         try:
-            state, _ = definition.decode_state(row[3], version, actor, guard=False)
+            state, _ = definition.decode_state(row.state, version, actor, guard=False)
         except StateDecodeError as exc:
             reason: Reason = "StateTooNew" if exc.kind == "too_new" else "Defect"
             raise ActorError(reason, exc.message) from None
-        return state, int(row[2]), now_ms
+        return state, row.event_seq, now_ms
 
     async def run_loop(
         self, actor_type: str, runner_id: str, lease: LoopLease | None, runtime: Any

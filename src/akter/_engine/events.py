@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from akter._event_decl import Event, decode_stored
-from akter._store.gateway.events import EventsGateway
+from akter._store.gateway.events import EventsGateway, StoredEvent
 from akter._waits import wait_event
 from akter.callers import ActorRef
 from akter.errors import ActorError
@@ -95,13 +95,13 @@ async def read_events(
         wait_s=services.config.query_pool_wait_ms / 1000,  # a read like a query: its pool bound
         what=f"the events of {ref.type}/{ref.id!r}",
     )
-    event_seq = int(row["event_seq"]) if row else 0
+    event_seq = row.event_seq if row else 0
     if start > event_seq:
         raise ActorError(
             "UnknownCursor",
             f"Cursor {start} is beyond the last event ({event_seq}) of {ref.type}/{ref.id!r}.",
         )
-    first = int(row["first_seq"]) if row and row["first_seq"] is not None else event_seq + 1
+    first = row.first_seq if row and row.first_seq is not None else event_seq + 1
     # No cursor (or "0") starts at the oldest retained event (§6.2); any other cursor below the
     # retained prefix is a gap the reader must hear about.
     if start != 0 and start < first - 1:
@@ -110,18 +110,18 @@ async def read_events(
             f"Events {start + 1}–{first - 1} of {ref.type}/{ref.id!r} were pruned; resume from "
             f"cursor {first - 1} and reconcile from state.",
         )
-    records = row["events"] if row else []
+    records = row.events if row else []
     return [_record(services, e) for e in records]
 
 
-def _record(services: Services, e: dict[str, Any]) -> EventRecord:
-    event, version = _decode(services, e["tag"], e["payload"], int(e.get("payload_version", 0)))
+def _record(services: Services, e: StoredEvent) -> EventRecord:
+    event, version = _decode(services, e.tag, e.payload, e.payload_version)
     return EventRecord(
-        cursor=str(e["seq"]),
+        cursor=str(e.seq),
         event=event,
-        command_id=e["command_id"],
-        emitted_at=datetime.fromtimestamp(int(e["emitted_at_ms"]) / 1000, tz=UTC),
-        tag=e["tag"],
+        command_id=e.command_id,
+        emitted_at=datetime.fromtimestamp(e.emitted_at_ms / 1000, tz=UTC),
+        tag=e.tag,
         version=version,
     )
 

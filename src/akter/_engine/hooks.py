@@ -33,7 +33,10 @@ POINTS = frozenset(
     }
 )
 
-Match = Callable[[dict[str, Any]], bool]
+#: What an operation tells the hook at a point: plain values by name (the actor's ``ref``, an
+#: ``intent_id``, a ``command`` ...), for matchers and pauses; never a stored row.
+HookInfo = dict[str, Any]
+Match = Callable[[HookInfo], bool]
 
 
 @dataclass
@@ -43,13 +46,13 @@ class Pause:
     point: str
     reached: asyncio.Event = field(default_factory=asyncio.Event)
     released: asyncio.Event = field(default_factory=asyncio.Event)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: HookInfo = field(default_factory=dict)
 
     def release(self) -> None:
         """Let the paused operation continue."""
         self.released.set()
 
-    async def wait(self, within: float = 10.0) -> dict[str, Any]:
+    async def wait(self, within: float = 10.0) -> HookInfo:
         """Wait until the operation reaches the point; returns what it reported."""
         await asyncio.wait_for(self.reached.wait(), within)
         return self.info
@@ -88,7 +91,7 @@ class Hooks:
         """Whether anything is armed at ``point`` (cheap check on hot paths)."""
         return bool(self._armed.get(point))
 
-    async def at(self, point: str, info: dict[str, Any]) -> None:
+    async def at(self, point: str, info: HookInfo) -> None:
         """Called by the engine at a point: fires the first matching armed action."""
         queue = self._armed.get(point)
         if not queue:

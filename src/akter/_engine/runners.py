@@ -23,7 +23,7 @@ from akter._engine import declared
 from akter._engine.orphans import Orphans
 from akter._engine.sampling import Sampler
 from akter._store.citus import singleton_routing_key
-from akter._store.gateway.runners import RunnersGateway
+from akter._store.gateway.runners import LiveRunner, RunnersGateway, SingletonLease
 from akter._version import __version__
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class Runners:
         skew_ms = self._services.clock.skew_ms(0)
         return await self._gateway.declares_job(actor_type, job, live_ms=LIVE_MS, skew_ms=skew_ms)
 
-    async def live(self) -> list[dict[str, Any]]:
+    async def live(self) -> list[LiveRunner]:
         """Live runners (heartbeat younger than 35 s)."""
         skew_ms = self._services.clock.skew_ms(0)
         return await _quietly(
@@ -221,7 +221,7 @@ class Runners:
         try:
             skew_ms = self._services.clock.skew_ms(0)
             live = await self._gateway.live(live_ms=LIVE_MS, skew_ms=skew_ms)
-            hosted = {str(t) for row in live for t in row["actor_types"]}
+            hosted = {t for row in live for t in row.actor_types}
             await self.orphans.check(hosted, owner=owner)
         except (psycopg.Error, OSError) as exc:
             log.warning("Orphan check failed", extra={"error": str(exc)})
@@ -235,13 +235,13 @@ class Runners:
             "prune_runners", self._gateway.prune(prune_ms=PRUNE_MS, live_ms=LIVE_MS), []
         )
         for row in pruned:
-            if row["ahead_ms"] > LIVE_MS:
+            if row.ahead_ms > LIVE_MS:
                 log.warning(
                     "Pruned a runner whose heartbeat is ahead of the database clock "
                     "(the clock moved back): runner %s, %s ms ahead",
-                    row["runner_id"],
-                    row["ahead_ms"],
-                    extra={"pruned_runner_id": row["runner_id"], "skew_ms": row["ahead_ms"]},
+                    row.runner_id,
+                    row.ahead_ms,
+                    extra={"pruned_runner_id": row.runner_id, "skew_ms": row.ahead_ms},
                 )
 
     async def _heartbeats(self) -> None:
@@ -292,7 +292,7 @@ class Runners:
             except (psycopg.Error, OSError) as exc:
                 log.warning("Singleton lease renewal failed", extra={"error": str(exc)})
                 return {lease.actor_type for lease in held}
-            by_type = {row["actor_type"]: row for row in rows}
+            by_type = {row.actor_type: row for row in rows}
             for lease in held:
                 if lease.actor_type in by_type:
                     await self._apply(lease, [by_type[lease.actor_type]], sent)
@@ -317,7 +317,7 @@ class Runners:
 
     async def _refresh_once(self, lease: _Lease) -> None:
         sent = time.monotonic()
-        rows: list[dict[str, Any]] = []
+        rows: list[SingletonLease] = []
         failed = False
         try:
             rows = await self._gateway.acquire_singleton(
@@ -336,10 +336,10 @@ class Runners:
         await self._apply(lease, rows, sent, failed=failed)
 
     async def _apply(
-        self, lease: _Lease, rows: list[dict[str, Any]], sent: float, *, failed: bool = False
+        self, lease: _Lease, rows: list[SingletonLease], sent: float, *, failed: bool = False
     ) -> None:
         """Act on a lease round's answer: one row (sent at ``sent``) iff this runner owns it."""
-        if rows and rows[0].get("skew_ms") is not None:
+        if rows and rows[0].skew_ms is not None:
             log.warning(
                 "Took over a singleton lease ahead of the database clock (the clock moved back): "
                 "singleton %s",
@@ -347,11 +347,11 @@ class Runners:
                 extra={
                     "actor_type": lease.actor_type,
                     "runner_id": self.runner_id,
-                    "skew_ms": rows[0]["skew_ms"],
+                    "skew_ms": rows[0].skew_ms,
                 },
             )
         if rows:
-            epoch = rows[0]["acquired_at_ms"]
+            epoch = rows[0].acquired_at_ms
             lease.owned = True
             lease.confirmed_at = sent
             if lease.task is not None and not lease.task.done() and lease.epoch != epoch:

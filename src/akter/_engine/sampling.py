@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -31,6 +31,7 @@ from akter.telemetry import SAMPLED_GAUGES
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
+    from akter._store.gateway.runners import LiveRunner
 
 log = logging.getLogger("akter.sampling")
 
@@ -49,7 +50,7 @@ class Sampler:
     def __init__(
         self,
         services: Services,
-        live: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        live: Callable[[], Awaitable[list[LiveRunner]]] | None = None,
         declares_job: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self._metrics = services.metrics
@@ -82,31 +83,28 @@ class Sampler:
             ("akter.relay.stuck_rows", "stuck_rows"),
             ("akter.outbox.parked", "parked"),
         ):
-            metrics.replace(name, (({"kind": str(r["kind"])}, float(r[column])) for r in kinds))
-        jobs = any(r["kind"] == RowKind.JOB and r["outbox_rows"] for r in kinds)
+            metrics.replace(name, (({"kind": r.kind}, float(getattr(r, column))) for r in kinds))
+        jobs = any(r.kind == RowKind.JOB and r.outbox_rows for r in kinds)
         await self._sample_unserved(jobs)
         flow = await self._flow.sample_flow() if jobs else []
         for name in ("waiting_slot", "waiting_rate"):
             metrics.replace(
                 f"akter.jobs.{name}",
                 (
-                    ({"actor_type": str(r["actor_type"]), "job": str(r["job"])}, float(r[name]))
+                    ({"actor_type": r.actor_type, "job": r.job}, float(getattr(r, name)))
                     for r in flow
                 ),
             )
         running = await self._gateway.running_jobs() if jobs else []
         metrics.replace(
             "akter.jobs.running",
-            (
-                ({"actor_type": str(r["actor_type"]), "job": str(r["job"])}, float(r["running"]))
-                for r in running
-            ),
+            (({"actor_type": r.actor_type, "job": r.job}, float(r.running)) for r in running),
         )
         runs = await self._workflows.sample()
         for name in ("running", "suspended"):
             metrics.replace(
                 f"akter.workflows.{name}",
-                (({"actor_type": str(r["actor_type"])}, float(r[name])) for r in runs),
+                (({"actor_type": r.actor_type}, float(getattr(r, name))) for r in runs),
             )
         self.taken += 1
         self._sampled.set()

@@ -24,7 +24,7 @@ TickDecision = Literal["fire", "skip", "defer", "drop"]
 
 def first_ticks(
     definition: ActorDefinition, ref: ActorRef, routing_key: int, now_ms: int, window_ms: int
-) -> dict[str, Any]:
+) -> actors.Params:
     """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
     dues = [next_fire(entry, now_ms) for entry in definition.schedules]
     return actors.tick_params(

@@ -23,7 +23,7 @@ class Actors:
     def __init__(self, services: Services) -> None:
         self._services = services
 
-    def _key(self, ref: ActorRef) -> dict[str, Any]:
+    def _key(self, ref: ActorRef) -> ops.Key:
         return ops.actor_key(self._services.registry.routing_key(ref), ref.tenant, ref.type, ref.id)
 
     def inspect(self, url: str, ref: ActorRef) -> ActorRows:

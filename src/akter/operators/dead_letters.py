@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from akter._evolution import PayloadTooNew
 from akter._staging import framework_id
-from akter._store.gateway.dead_letters import DeadLettersGateway
+from akter._store.gateway.dead_letters import DeadLettersGateway, LetterRow
 from akter.callers import ActorRef, System, caller_to_json
 from akter.errors import ActorError
 
@@ -52,22 +52,6 @@ class Letter:
     dead_at_ms: int
     routing_key: int
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Letter:
-        """Build a letter from a ``dead_letters`` row."""
-        return cls(
-            job_id=str(row["job_id"]),
-            ref=ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"])),
-            job=str(row["job"]),
-            payload=str(row["payload"]),
-            payload_version=int(row["payload_version"]),
-            attempts=int(row["attempts"]),
-            cause=str(row["cause"]),
-            ambiguous=bool(row["ambiguous"]),
-            dead_at_ms=int(row["dead_at_ms"]),
-            routing_key=int(row["routing_key"]),
-        )
-
     def to_json(self) -> dict[str, Any]:
         """The letter as JSON (``akter dead-letters show``, the console): payload decoded."""
         return {
@@ -80,6 +64,22 @@ class Letter:
             "ambiguous": self.ambiguous,
             "dead_at_ms": self.dead_at_ms,
         }
+
+
+def _letter(row: LetterRow) -> Letter:
+    """The operators' view of a stored dead letter."""
+    return Letter(
+        job_id=row.job_id,
+        ref=ActorRef(row.tenant_id, row.actor_type, row.actor_id),
+        job=row.job,
+        payload=row.payload,
+        payload_version=row.payload_version,
+        attempts=row.attempts,
+        cause=row.cause,
+        ambiguous=row.ambiguous,
+        dead_at_ms=row.dead_at_ms,
+        routing_key=row.routing_key,
+    )
 
 
 class DeadLetters:
@@ -99,7 +99,7 @@ class DeadLetters:
 
     async def list(self, limit: int = 1000) -> builtins.list[Letter]:
         """The newest ``limit`` letters, newest first."""
-        return [Letter.from_row(r) for r in await self._gateway.list(limit)]
+        return [_letter(r) for r in await self._gateway.list(limit)]
 
     async def show(self, job_id: str) -> Letter:
         """One letter by its job id.
@@ -110,7 +110,7 @@ class DeadLetters:
         row = await self._gateway.find(job_id)
         if row is None:
             raise _unknown(job_id)
-        return Letter.from_row(row)
+        return _letter(row)
 
     async def retry(self, job_id: str) -> str:
         """Re-enqueue a letter as a new job, due now, and delete the letter; returns the new id.

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from akter._store.gateway import ops
-from akter._store.gateway.parked import ParkedGateway, Selection, UnknownParked
+from akter._store.gateway.parked import ParkedEntry, ParkedGateway, Selection, UnknownParked
 from akter.callers import System, current_caller, principal_of
 from akter.errors import ActorError
 
@@ -57,25 +57,6 @@ class ParkedRow:
     parked_at: datetime
     error: str
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> ParkedRow:
-        """Build a parked row from a ``parked_list`` row."""
-        try:
-            payload = json.loads(str(row["payload"]))
-        except ValueError:
-            payload = str(row["payload"])
-        return cls(
-            id=str(row["intent_id"]),
-            kind="job" if row["kind"] == "job" else "intent",
-            tenant=str(row["tenant_id"]),
-            actor_type=str(row["actor_type"]),
-            actor_id=str(row["actor_id"]),
-            command=str(row["command"]),
-            payload=payload,
-            parked_at=datetime.fromtimestamp(int(row["parked_at_ms"]) / 1000, UTC),
-            error=str(row["last_error"] or ""),
-        )
-
     def to_json(self) -> dict[str, Any]:
         """The row as JSON (``akter outbox parked --json``, the console)."""
         return {
@@ -89,6 +70,25 @@ class ParkedRow:
             "parked_at": self.parked_at.isoformat(),
             "error": self.error,
         }
+
+
+def _parked(row: ParkedEntry) -> ParkedRow:
+    """The operators' view of a stored parked row: its payload decoded, its time a date."""
+    try:
+        payload = json.loads(row.payload)
+    except ValueError:
+        payload = row.payload
+    return ParkedRow(
+        id=row.intent_id,
+        kind="job" if row.kind == "job" else "intent",
+        tenant=row.tenant_id,
+        actor_type=row.actor_type,
+        actor_id=row.actor_id,
+        command=row.command,
+        payload=payload,
+        parked_at=datetime.fromtimestamp(row.parked_at_ms / 1000, UTC),
+        error=row.last_error or "",
+    )
 
 
 class Outbox:
@@ -132,7 +132,7 @@ class Outbox:
         rows = await self._gateway.list(
             kind=kind, actor_type=actor_type, command=command, limit=LIST_LIMIT
         )
-        return [ParkedRow.from_row(r) for r in rows]
+        return [_parked(r) for r in rows]
 
     async def retry(
         self,

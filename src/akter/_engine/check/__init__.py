@@ -26,7 +26,7 @@ from akter._engine.runners import LIVE_MS
 from akter._evolution import PayloadTooNew, StateDecodeError
 from akter._ids import ms_from_duration
 from akter._kinds import CronTick, WorkflowCommand, WorkflowIntent, decode_intent
-from akter._store.gateway.check import CheckGateway, Row
+from akter._store.gateway.check import ActorRow, CheckedEvent, CheckGateway, OutboxEntry
 from akter._store.migrate import known_migrations
 from akter._store.pool import SKEW_MARGIN_MS
 from akter._store.queries import Queries
@@ -179,12 +179,12 @@ async def _scan_actors(
     versions: Counter[tuple[str, int]] = Counter()
     async for page in gateway.actors(with_state=full):
         for row in page:
-            actor_type = row["actor_type"]
+            actor_type = row.actor_type
             definition = definitions.get(actor_type)
             if definition is None:
                 found.add("unknown_type", actor_type, example=_name(row), source="actors")
                 continue
-            version = row["state_version"]
+            version = row.state_version
             versions[actor_type, version] += 1
             if full or version > definition.state_version:
                 # A row above the code's version is refused before its state is read.
@@ -199,16 +199,16 @@ async def _scan_actors(
     for actor_type, definition in definitions.items():
         rows = await gateway.sample_states(actor_type, options.sample)
         for row in rows:
-            if int(row["state_version"]) <= definition.state_version:
+            if row.state_version <= definition.state_version:
                 _judge_state(definition, row, found)  # too-new rows were counted in the scan
         progress(f"sampled states of {actor_type}", len(rows), options.sample)
 
 
-def _judge_state(definition: ActorDefinition, row: Row, found: Findings) -> None:
+def _judge_state(definition: ActorDefinition, row: ActorRow, found: Findings) -> None:
     actor_type = definition.name
     found.decoded[actor_type] = found.decoded.get(actor_type, 0) + 1
     try:
-        definition.decode_state(row["state"], int(row["state_version"]), _name(row))
+        definition.decode_state(row.state, row.state_version, _name(row))
     except StateDecodeError as exc:
         found.add(f"state_{exc.kind}", actor_type, example=f"{_name(row)}: {exc.message}")
 
@@ -227,7 +227,7 @@ async def _scan_outbox(
     seen = 0
     async for page in gateway.outbox():
         for row in page:
-            if row["kind"] == "job":
+            if row.kind == "job":
                 _judge_job_row(definitions, row, found, now, live)
             else:
                 _judge_intent_row(definitions, row, found)
@@ -236,22 +236,22 @@ async def _scan_outbox(
 
 
 def _judge_intent_row(
-    definitions: Mapping[str, ActorDefinition], row: Row, found: Findings
+    definitions: Mapping[str, ActorDefinition], row: OutboxEntry, found: Findings
 ) -> None:
-    actor_type, command = str(row["target_type"]), str(row["command"])
+    actor_type, command = row.target_type, row.command
     definition = definitions.get(actor_type)
-    example = f"{row['intent_id']} to {actor_type}/{row['target_id']!r}"
+    example = f"{row.intent_id} to {actor_type}/{row.target_id!r}"
     if definition is None:
         found.add("unknown_type", actor_type, example=example, source="outbox")
         return
-    if row["parked_at_ms"] is not None:
-        found.add("parked", actor_type, command, example=f"{example}: {row['last_error']}")
+    if row.parked_at_ms is not None:
+        found.add("parked", actor_type, command, example=f"{example}: {row.last_error}")
         return
-    target = decode_intent(command, str(row["timer_key"] or ""))
+    target = decode_intent(command, row.timer_key or "")
     if isinstance(target, WorkflowIntent):
         # The workflow engine takes these; a start names a workflow this code must declare.
         if command == WorkflowCommand.START:
-            name = str(json.loads(str(row["payload"])).get("workflow"))
+            name = str(json.loads(row.payload).get("workflow"))
             if name not in definition.workflows:
                 found.add("unknown_command", actor_type, f"{command}:{name}", example=example)
         return
@@ -271,38 +271,38 @@ def _judge_intent_row(
 
 def _judge_job_row(
     definitions: Mapping[str, ActorDefinition],
-    row: Row,
+    row: OutboxEntry,
     found: Findings,
     now: int,
     live: set[str],
 ) -> None:
-    actor_type, name = str(row["actor_type"]), str(row["command"])
+    actor_type, name = row.actor_type, row.command
     definition = definitions.get(actor_type)
-    example = f"job {row['intent_id']} of {actor_type}/{row['actor_id']!r}"
+    example = f"job {row.intent_id} of {actor_type}/{row.actor_id!r}"
     if definition is None:
         found.add("unknown_type", actor_type, example=example, source="outbox")
         return
-    if row["parked_at_ms"] is not None:
-        found.add("parked", actor_type, name, example=f"{example}: {row['last_error']}")
+    if row.parked_at_ms is not None:
+        found.add("parked", actor_type, name, example=f"{example}: {row.last_error}")
         return
     job = definition.job(name)
     if job is None:
         found.add("unknown_job", actor_type, name, example=example, source="outbox")
         return
     _judge_payload(job, job.name, actor_type, row, example, found)
-    due = not row["running"] and int(row["due_at_ms"]) <= now
+    due = not row.running and row.due_at_ms <= now
     if due and f"{actor_type}.{job.name}" not in live:
         found.add("unserved_job", actor_type, job.name, example=example)
 
 
 def _judge_payload(
-    decoder: Any, member: str, actor_type: str, row: Row, example: str, found: Findings
+    decoder: Any, member: str, actor_type: str, row: OutboxEntry, example: str, found: Findings
 ) -> None:
     """Decode a pending row's payload with the member's (or job's) own rule."""
-    version = int(row["payload_version"])
+    version = row.payload_version
     found.add("payload_version", actor_type, member, version)
     try:
-        stored = json.loads(str(row["payload"]))
+        stored = json.loads(row.payload)
         decoder.decode_payload(stored, version)
     except PayloadTooNew as exc:
         found.add("payload_too_new", actor_type, member, example=f"{example}: {exc}")
@@ -325,9 +325,9 @@ async def _scan_dead_letters(
     seen = 0
     async for page in gateway.dead_letters():
         for row in page:
-            actor_type, name = str(row["actor_type"]), str(row["job"])
+            actor_type, name = row.actor_type, row.job
             definition = definitions.get(actor_type)
-            example = f"dead letter {row['job_id']} of {actor_type}/{row['actor_id']!r}"
+            example = f"dead letter {row.job_id} of {actor_type}/{row.actor_id!r}"
             if definition is None:
                 found.add("unknown_type", actor_type, example=example, source="dead_letters")
                 continue
@@ -335,9 +335,9 @@ async def _scan_dead_letters(
             if job is None:
                 found.add("unknown_job", actor_type, name, example=example, source="dead_letters")
                 continue
-            found.add("dead_letters", actor_type, job.name, example=f"{example}: {row['cause']}")
+            found.add("dead_letters", actor_type, job.name, example=f"{example}: {row.cause}")
             try:
-                job.decode_payload(json.loads(str(row["payload"])), int(row["payload_version"]))
+                job.decode_payload(json.loads(row.payload), row.payload_version)
             except (PayloadTooNew, ActorError, ValueError, RecursionError) as exc:
                 found.add("dead_letter_invalid", actor_type, job.name, example=f"{example}: {exc}")
         seen += len(page)
@@ -354,8 +354,8 @@ async def _scan_events(
     seen = 0
     async for page in gateway.events():
         for row in page:
-            actor_type, tag = str(row["actor_type"]), str(row["tag"])
-            example = f"{_name(row)} event {row['seq']}"
+            actor_type, tag = row.actor_type, row.tag
+            example = f"{_name(row)} event {row.seq}"
             if actor_type not in definitions:
                 found.add("unknown_type", actor_type, example=example, source="events")
             elif tag not in claimed[actor_type]:
@@ -379,9 +379,9 @@ def _claimed_tags(definitions: Mapping[str, ActorDefinition]) -> dict[str, set[s
     return claimed
 
 
-def _name(row: Row) -> str:
-    tenant = "" if row["tenant_id"] == "default" else f"{row['tenant_id']}:"
-    return f"{tenant}{row['actor_type']}/{row['actor_id']!r}"
+def _name(row: ActorRow | CheckedEvent) -> str:
+    tenant = "" if row.tenant_id == "default" else f"{row.tenant_id}:"
+    return f"{tenant}{row.actor_type}/{row.actor_id!r}"
 
 
 __all__ = ["CheckOptions", "Progress", "check_database", "run_check"]
@@ -400,8 +400,8 @@ async def _scan_workflows(
     seen = 0
     async for page in gateway.workflows():
         for row in page:
-            actor_type, name = str(row["actor_type"]), str(row["workflow"])
-            example = f"run {row['run_id']} of {actor_type}/{row['actor_id']!r} ({row['status']})"
+            actor_type, name = row.actor_type, row.workflow
+            example = f"run {row.run_id} of {actor_type}/{row.actor_id!r} ({row.status})"
             definition = definitions.get(actor_type)
             if definition is None:
                 found.add("unknown_type", actor_type, example=example, source="workflows")
@@ -411,7 +411,7 @@ async def _scan_workflows(
                 found.add("unknown_workflow", actor_type, name, example=example)
                 continue
             try:
-                flow.arguments(json.loads(str(row["input"])))
+                flow.arguments(json.loads(row.input))
             except Exception as exc:
                 found.add("workflow_input", actor_type, name, example=f"{example}: {exc}")
         seen += len(page)

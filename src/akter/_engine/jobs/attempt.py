@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from akter import telemetry
 from akter._engine import parking
 from akter._engine.jobs import rules
-from akter._engine.jobs.claims import ClaimedJob
+from akter._engine.jobs.claims import ClaimedJob, job_subject
 from akter._engine.jobs.rules import (
     Abandoned,
     Failed,
@@ -53,7 +53,7 @@ from akter.jobs import AttemptCall
 from akter.telemetry import tracer
 
 if TYPE_CHECKING:
-    from akter._engine.hooks import Hooks
+    from akter._engine.hooks import HookInfo, Hooks
     from akter._engine.jobs.progress import ProgressHub
     from akter._engine.jobs.progress_slot import ProgressSlot
     from akter._store.gateway.jobs import JobsGateway
@@ -246,7 +246,7 @@ class AttemptRunner:
     async def _undeliverable(
         self,
         attempt: Attempt,
-        info: dict[str, Any],
+        info: HookInfo,
         outcome: parking.TooNew | parking.Unusable,
     ) -> None:
         """A claim this code cannot run (evolution E3): hand it back uncounted, or park it."""
@@ -462,4 +462,4 @@ def _warn(row: ClaimedJob, message: str, **fields: Any) -> None:
     # ``extra`` carries the same identities for structured handlers.
     why = fields.get("reason") or fields.get("error")
     tail = f": {why}" if why else ""
-    log.warning("%s: %s%s", message, row.subject, tail, extra={**row.log_fields(), **fields})
+    log.warning("%s: %s%s", message, job_subject(row), tail, extra={**row.log_fields(), **fields})

@@ -12,113 +12,26 @@ by the bucket probe.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from akter._engine.subjects import job_label
-from akter._store.gateway.jobs import Group, GroupClaim, JobKey, JobsGateway, JobType
-from akter.callers import ActorRef
+from akter._store.gateway.jobs import ClaimedJob as ClaimedJob  # the lane's claim row
+from akter._store.gateway.jobs import (
+    Group,
+    GroupClaim,
+    JobKey,
+    JobsGateway,
+    JobType,
+)
 
 if TYPE_CHECKING:
     from akter.jobs import Job
 
 
-@dataclass(frozen=True)
-class ClaimedJob:
-    """A job row as a claim returned it.
-
-    Attributes:
-        attempts: ``N``: the attempt this claim runs (unchanged for a settle-only claim).
-        claimed_until: The lease end the claim wrote.
-        cancelled: Cancelled by a turn: settled with what is known, never attempted again.
-        exhausted: Its attempts ran out, or a failure was final, before this claim.
-        sent_at: Local monotonic time just before the claim was sent.
-        traceparent: The W3C traceparent of the span that staged the job (``None``: none).
-    """
-
-    routing_key: int
-    intent_id: str
-    tenant_id: str
-    actor_type: str
-    actor_id: str
-    command: str
-    payload: str
-    payload_version: int
-    caller: str
-    attempts: int
-    last_error: str | None
-    ambiguous: bool
-    maybe_applied: bool
-    claimed_until: int
-    cancelled: bool
-    exhausted: bool
-    sent_at: float
-    traceparent: str | None = None
-    #: What the claim replaced (undone when the code cannot run the row, evolution E3).
-    prior_attempts: int = 0
-    prior_ambiguous: bool = False
-    prior_maybe_applied: bool = False
-    #: The row's error before this claim wrote its own (restored when it waits for a token).
-    prior_error: str | None = None
-    #: ``"rate"``: the row was handed back to wait for a rate token (it holds none, job_rates).
-    prior_waiting_for: str | None = None
-
-    @property
-    def ref(self) -> ActorRef:
-        """The actor that owns the job."""
-        return ActorRef(self.tenant_id, self.actor_type, self.actor_id)
-
-    @property
-    def group(self) -> Group:
-        """The (actor, job) group of the row."""
-        return Group(self.routing_key, self.tenant_id, self.actor_type, self.actor_id, self.command)
-
-    @property
-    def subject(self) -> str:
-        """How a log line names this attempt: ``job charge of Order/'o-1' (…), attempt 2``."""
-        label = job_label(
-            self.tenant_id, self.actor_type, self.actor_id, self.command, self.intent_id
-        )
-        return f"{label}, attempt {self.attempts}"
-
-    def log_fields(self) -> dict[str, Any]:
-        """The structured fields of every job log line (semantics §10.3)."""
-        return {
-            "actor": self.actor_type,
-            "id": self.actor_id,
-            "tenant": self.tenant_id,
-            "job": self.command,
-            "job_id": self.intent_id,
-            "attempt": self.attempts,
-        }
-
-
-def _claimed(row: dict[str, Any], sent_at: float) -> ClaimedJob:
-    return ClaimedJob(
-        routing_key=int(row["routing_key"]),
-        intent_id=str(row["intent_id"]),
-        tenant_id=str(row["tenant_id"]),
-        actor_type=str(row["actor_type"]),
-        actor_id=str(row["actor_id"]),
-        command=str(row["command"]),
-        payload=str(row["payload"]),
-        payload_version=int(row["payload_version"]),
-        caller=str(row["caller"]),
-        attempts=int(row["attempts"]),
-        last_error=row["last_error"],
-        ambiguous=bool(row["ambiguous"]),
-        maybe_applied=bool(row["maybe_applied"]),
-        claimed_until=int(row["claimed_until"]),
-        cancelled=bool(row["cancelled"]),
-        exhausted=bool(row["exhausted"]),
-        sent_at=sent_at,
-        traceparent=row.get("traceparent"),
-        prior_attempts=int(row.get("prior_attempts", row["attempts"])),
-        prior_ambiguous=bool(row.get("prior_ambiguous", row["ambiguous"])),
-        prior_maybe_applied=bool(row.get("prior_maybe_applied", row["maybe_applied"])),
-        prior_error=row.get("prior_error"),
-        prior_waiting_for=row.get("prior_waiting_for"),
-    )
+def job_subject(job: ClaimedJob) -> str:
+    """How a log line names a claimed attempt: ``job charge of Order/'o-1' (…), attempt 2``."""
+    label = job_label(job.tenant_id, job.actor_type, job.actor_id, job.command, job.intent_id)
+    return f"{label}, attempt {job.attempts}"
 
 
 def job_types(jobs: Sequence[Job[Any, Any]]) -> list[JobType]:
@@ -159,15 +72,15 @@ async def claim_uncapped(
     limited = [j for j in jobs if j.options.concurrency is not None]
     # A type with a deployment-wide cap is claimed alone, under its job_limits lock.
     assert not limited or len(jobs) == 1
-    rows, sent_at = await gateway.claim_uncapped(
+    rows = await gateway.claim_uncapped(
         job_types(jobs),
         free=free,
         probe=probe,
         lease_ms=lease_ms,
         limit=limit_of(limited[0]) if limited else None,
     )
-    candidates = int(rows[0]["candidates"]) if rows else 0
-    return [_claimed(r, sent_at) for r in rows], candidates
+    candidates = rows[0].candidates if rows else 0
+    return rows, candidates
 
 
 async def claim_keyed(
@@ -175,8 +88,7 @@ async def claim_keyed(
 ) -> list[ClaimedJob]:
     """Claim the rows a local commit just made due (``keys``) among uncapped ``jobs``."""
     assert all(j.options.concurrency is None and j.options.per_actor is None for j in jobs)
-    rows, sent_at = await gateway.claim_keyed(job_types(jobs), keys, lease_ms=lease_ms)
-    return [_claimed(r, sent_at) for r in rows]
+    return await gateway.claim_keyed(job_types(jobs), keys, lease_ms=lease_ms)
 
 
 async def discover_groups(
@@ -191,7 +103,7 @@ async def claim_group(
 ) -> list[ClaimedJob]:
     """Claim one capped group in its own transaction (semantics §5.6 steps 1-7)."""
     assert job.options.per_actor is not None
-    rows, sent_at = await gateway.claim_group(
+    return await gateway.claim_group(
         group,
         free=free,
         cap=job.options.per_actor,
@@ -200,7 +112,6 @@ async def claim_group(
         limit=None if job.options.concurrency is None else limit_of(job),
         names=(job.name, *job.aliases),
     )
-    return [_claimed(r, sent_at) for r in rows]
 
 
 async def claim_groups(
@@ -219,8 +130,7 @@ async def claim_groups(
     for group, job, free in groups:
         assert job.options.per_actor is not None and job.options.concurrency is None
         claims.append(GroupClaim(group, free, job.options.per_actor, job.options.attempts))
-    rows, sent_at = await gateway.claim_groups(claims, lease_ms=lease_ms)
-    return {i: [_claimed(r, sent_at) for r in found] for i, found in rows.items()}
+    return await gateway.claim_groups(claims, lease_ms=lease_ms)
 
 
 async def wake_waiting(gateway: JobsGateway, group: Group) -> bool:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from akter._engine.jobs.claims import ClaimedJob
+from akter._engine.jobs.claims import ClaimedJob, job_subject
 from akter._store.gateway.job_flow import Bucket, Take, TokenWant
 from akter.callers import System, caller_from_json
 from akter.jobs import AttemptCall, JobCall
@@ -209,7 +209,7 @@ async def _key_defect(gateway: JobsGateway, row: ClaimedJob, job: str, what: str
     cause = f"Rate key of {job} {what}"
     log.error(
         "A rate key function failed; the job is dead-lettered: %s: %s",
-        row.subject,
+        job_subject(row),
         cause,
         extra=row.log_fields(),
     )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from akter._engine.jobs import routes, rules
-from akter._engine.jobs.claims import ClaimedJob
+from akter._engine.jobs.claims import ClaimedJob, job_subject
 from akter._engine.jobs.routes import Route, RouteRejected
 from akter._engine.jobs.rules import (
     Deliver,
@@ -44,7 +44,7 @@ from akter._kinds import RowKind
 from akter._store.gateway.jobs import RouteWrite
 
 if TYPE_CHECKING:
-    from akter._engine.hooks import Hooks
+    from akter._engine.hooks import HookInfo, Hooks
     from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.telemetry import Metrics
@@ -304,7 +304,7 @@ class Settler:
                 break
             if ended.held is None:
                 return False
-            if ended.held["live"]:
+            if ended.held:
                 await asyncio.sleep(self.retry_every)
         if ended.changed:
             self.outcome = "cancelled" if cancelled else "succeeded"
@@ -315,7 +315,7 @@ class Settler:
                 self.wake()
         return ended.changed
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> HookInfo:
         """What fault-injection matchers see."""
         return {
             "ref": self.row.ref,
@@ -335,7 +335,7 @@ class Settler:
             level,
             "%s: %s%s",
             message,
-            self.row.subject,
+            job_subject(self.row),
             _detail(fields),
             extra={**self.row.log_fields(), **fields},
         )

@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from akter._engine.parking import OncePer
-from akter._store.gateway.parked import ParkedGateway
+from akter._store.gateway.parked import DueJobs, ParkedGateway
 
 if TYPE_CHECKING:
     from akter._engine.services import Registry
+    from akter._store.gateway.runners import LiveRunner
 
 log = logging.getLogger("akter.jobs")
 
@@ -48,15 +49,15 @@ class Unserved:
     due: int
 
 
-def served_names(runners: Iterable[dict[str, Any]]) -> set[str]:
+def served_names(runners: Iterable[LiveRunner]) -> set[str]:
     """The ``Type.job`` names the live runners execute (their registrations)."""
-    return {str(name) for runner in runners for name in (runner.get("job_types") or ())}
+    return {name for runner in runners for name in runner.job_types}
 
 
 async def watch(
     gateway: ParkedGateway,
     registry: Registry,
-    due: Iterable[dict[str, Any]],
+    due: Iterable[DueJobs],
     served: set[str],
     logged: OncePer,
     *,
@@ -69,7 +70,7 @@ async def watch(
     """
     unserved: list[Unserved] = []
     for row in due:
-        actor_type, stored = str(row["actor_type"]), str(row["job"])
+        actor_type, stored = row.actor_type, row.job
         definition = registry.definitions.get(actor_type)
         if definition is None:
             continue  # not a type of this deployment's code
@@ -82,15 +83,15 @@ async def watch(
         if job is not None or (
             declared_elsewhere is not None and await declared_elsewhere(actor_type, stored)
         ):
-            unserved.append(Unserved(actor_type, stored, int(row["due"])))
+            unserved.append(Unserved(actor_type, stored, row.due))
             if logged.allow(actor_type):
                 log.warning(
                     "Due job rows that no live runner executes: job %s of %s (%d due); start a "
                     "runner whose code declares it",
                     stored,
                     actor_type,
-                    int(row["due"]),
-                    extra={"actor": actor_type, "job": stored, "due": int(row["due"])},
+                    row.due,
+                    extra={"actor": actor_type, "job": stored, "due": row.due},
                 )
             continue
         cause = (

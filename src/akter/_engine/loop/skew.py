@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from akter._store.gateway.skew import SkewGateway, SkewSession
+from akter._store.gateway.skew import Released, SkewGateway, SkewProbe, SkewSession
 from akter._store.pool import SKEW_MARGIN_MS
 
 if TYPE_CHECKING:
@@ -97,13 +97,13 @@ class SkewWatch:
         except (psycopg.Error, OSError) as exc:
             log.warning("Clock skew check failed", extra={"error": str(exc)})
 
-    async def _release_jobs(self, session: SkewSession, probe: dict[str, Any]) -> None:
+    async def _release_jobs(self, session: SkewSession, probe: SkewProbe) -> None:
         jobs = self._executed_jobs()
         if not jobs:
             return
         config = self._services.config
         skew_ms = self._services.clock.skew_ms(config.job_lease_ms)
-        ahead = probe["job_lease_ahead_ms"]
+        ahead = probe.job_lease_ahead_ms
         if ahead is None or ahead <= skew_ms:
             return  # no running attempt's lease lies ahead further than a lease can
         rows = await session.release_jobs(
@@ -117,7 +117,7 @@ class SkewWatch:
             _warn(
                 "Released job leases ahead of the database clock (it moved back)",
                 rows,
-                [f"{r['actor_type']}.{r['command']} {r['intent_id']}" for r in rows],
+                [r.name for r in rows],
             )
 
     async def _release_intents(self, session: SkewSession) -> None:
@@ -133,13 +133,13 @@ class SkewWatch:
             _warn(
                 "Released intent claims ahead of the database clock (it moved back)",
                 rows,
-                [str(r["intent_id"]) for r in rows],
+                [r.name for r in rows],
             )
         if len(rows) < SKEW_BATCH:
             self.suspected = False
 
-    def _judge(self, probe: dict[str, Any], at: float) -> None:
-        now = int(probe["now"])
+    def _judge(self, probe: SkewProbe, at: float) -> None:
+        now = probe.now
         clock = self._services.clock
         # The framework clock, offset included: a drill's offset moved back is a clock moved
         # back; ActorTest.advance only moves it forward.
@@ -153,20 +153,20 @@ class SkewWatch:
                     "The database clock moved back",
                     extra={"runner_id": self._runner_id, "skew_ms": behind},
                 )
-        heartbeat = probe["heartbeat_ahead_ms"]
-        lease = probe["lease_ahead_ms"]
+        heartbeat = probe.heartbeat_ahead_ms
+        lease = probe.lease_ahead_ms
         if heartbeat is not None and heartbeat > clock.skew_ms(0):
             self.suspected = True
         if lease is not None and lease > clock.skew_ms(self._services.config.singleton_lease_ms):
             self.suspected = True
 
 
-def _warn(message: str, rows: list[dict[str, Any]], names: list[str]) -> None:
+def _warn(message: str, rows: list[Released], names: list[str]) -> None:
     log.warning(
         message,
         extra={
             "released": len(rows),
-            "skew_ms": max(int(r["ahead_ms"]) for r in rows),
+            "skew_ms": max(r.ahead_ms for r in rows),
             "rows": names[:_LISTED],
         },
     )

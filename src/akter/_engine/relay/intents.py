@@ -35,11 +35,12 @@ from akter._engine import parking, ticks
 from akter._engine.lanes import Claimed, Pass, Waker
 from akter._kinds import CronTick, WorkflowIntent, decode_intent
 from akter._store.gateway.jobs import JobKey
-from akter._store.gateway.outbox import IntentClaim, OutboxGateway
+from akter._store.gateway.outbox import ClaimedIntent, IntentClaim, OutboxGateway
 from akter.callers import ActorRef, Caller, caller_from_json
 from akter.errors import ActorError, InjectedCrash
 
 if TYPE_CHECKING:
+    from akter._engine.hooks import HookInfo
     from akter._engine.services import Services
 
 log = logging.getLogger("akter.relay")
@@ -47,7 +48,7 @@ log = logging.getLogger("akter.relay")
 
 @dataclass
 class _Claim:
-    row: dict[str, Any]
+    row: ClaimedIntent
     token: int
     dispatched: bool = False
     settling: bool = False  # the receiver committed; only the delete is left (slot freed)
@@ -249,18 +250,18 @@ class Relay:
             lease_ms=config.claim_lease_ms,
             max_backoff_ms=config.max_backoff_ms,
         )
-        candidates = int(rows[0]["candidates"]) if rows else 0
+        candidates = rows[0].candidates if rows else 0
         if len(rows) < free and candidates > len(rows):
             self._widen = min(64, self._widen * 2)
         else:
             self._widen = 1
         self._left_candidates = len(rows) == free
         for row in rows:
-            claim = _Claim(row, int(row["claimed_until"]))
-            key = (int(row["routing_key"]), str(row["intent_id"]))
+            claim = _Claim(row, row.claimed_until)
+            key = (row.routing_key, row.intent_id)
             self._claims[key] = claim
             claim.task = asyncio.create_task(
-                self._deliver(key, claim), name=f"akter.relay.deliver {row['intent_id']}"
+                self._deliver(key, claim), name=f"akter.relay.deliver {row.intent_id}"
             )
         return len(rows)
 
@@ -292,20 +293,20 @@ class Relay:
     async def _deliver_claimed(self, params: IntentClaim, claim: _Claim) -> None:
         """Deliver one claimed row, then delete it, rewrite its tick, back it off or park it."""
         row = claim.row
-        ref = ActorRef(str(row["tenant_id"]), str(row["target_type"]), str(row["target_id"]))
-        info = {"ref": ref, "intent_id": params.intent_id, "command": row["command"]}
+        ref = ActorRef(row.tenant_id, row.target_type, row.target_id)
+        info = {"ref": ref, "intent_id": params.intent_id, "command": row.command}
         await self._services.hooks.at("after_claim", info)
         entry = None
         try:
-            caller = caller_from_json(str(row["caller"]))
+            caller = caller_from_json(row.caller)
             definition = self._services.registry.definition(ref.type)
-            command = str(row["command"])
-            target = decode_intent(command, row["timer_key"])
+            command = row.command
+            target = decode_intent(command, row.timer_key)
             if self._workflows is not None and isinstance(target, WorkflowIntent):
                 # Staged by a turn or a job settle for the workflow engine, not an actor.
                 claim.dispatched = True
                 await self._workflows.deliver(
-                    ref, command, str(row["payload"]), params.intent_id, str(row["caller"])
+                    ref, command, row.payload, params.intent_id, row.caller
                 )
                 await self._settle(params)
                 self.delivered += 1
@@ -316,9 +317,7 @@ class Relay:
                     return
                 assert entry is not None
                 command = entry.command
-            decoded = parking.decode_intent(
-                definition, command, str(row["payload"]), int(row["payload_version"])
-            )
+            decoded = parking.decode_intent(definition, command, row.payload, row.payload_version)
             if not isinstance(decoded, parking.Decoded):
                 await self._undeliverable(params, row, info, decoded)
                 return
@@ -348,7 +347,7 @@ class Relay:
             # After the turn: its admission refreshed the clock estimate (a lower bound of
             # the database clock, no round trip); the claim's clock keeps it ≥ the tick's
             # scheduled time, so the next fire is strictly later than this one.
-            now = max(int(row["now"]), self._services.clock.estimate())
+            now = max(row.now, self._services.clock.estimate())
             await self._next_tick(params, entry, now, decoded.version)
         else:
             await self._settle(params)
@@ -365,14 +364,14 @@ class Relay:
             self._waker.wake()
 
     async def _tick_due(
-        self, params: IntentClaim, row: dict[str, Any], definition: Any, entry: Any
+        self, params: IntentClaim, row: ClaimedIntent, definition: Any, entry: Any
     ) -> bool:
         """Decide a claimed schedule tick (semantics §4.5): deliver it, or not.
 
         Its age is measured at the claim statement's clock (no extra round trip).
         """
-        now = int(row["now"])
-        age = now - int(row["scheduled_at_ms"])
+        now = row.now
+        age = now - row.scheduled_at_ms
         match ticks.decide(age, definition.policy.max_schedule_lag, entry is not None):
             case "fire":
                 return True
@@ -384,7 +383,7 @@ class Relay:
             case "skip":
                 log.info(
                     "Schedule tick skipped: older than max_schedule_lag",
-                    extra={"actor": row["target_type"], "entry": entry.key, "age_ms": age},
+                    extra={"actor": row.target_type, "entry": entry.key, "age_ms": age},
                 )
                 await self._next_tick(params, entry, now, _tick_version(definition, entry))
         return False
@@ -405,8 +404,8 @@ class Relay:
     async def _refused(
         self,
         params: IntentClaim,
-        row: dict[str, Any],
-        info: dict[str, Any],
+        row: ClaimedIntent,
+        info: HookInfo,
         error: BaseException | None,
     ) -> None:
         """The receiver refused the delivery: back off, or leave it for a newer runner."""
@@ -421,17 +420,17 @@ class Relay:
     async def _undeliverable(
         self,
         params: IntentClaim,
-        row: dict[str, Any],
-        info: dict[str, Any],
+        row: ClaimedIntent,
+        info: HookInfo,
         outcome: parking.TooNew | parking.Unusable,
     ) -> None:
         """A row this code cannot deliver: leave it to a newer runner, or park it (E3)."""
-        target = f"{row['target_type']}.{row['command']}"
+        target = f"{row.target_type}.{row.command}"
         if (
             isinstance(outcome, parking.Unusable)
             and outcome.unknown_command
             and self._declared_elsewhere is not None
-            and await self._declared_elsewhere(str(row["target_type"]), str(row["command"]))
+            and await self._declared_elsewhere(row.target_type, row.command)
         ):
             # A deploy added the command and its runner is live (evolution E4): leave it due
             # for that runner, no attempt counted, as a payload version above this code's.
@@ -446,17 +445,17 @@ class Relay:
                     else f"PayloadTooNew: {outcome.message}"
                 ),
             )
-            if self._too_new_log.allow(target, row["payload_version"]):
+            if self._too_new_log.allow(target, row.payload_version):
                 log.warning(
                     "Outbox row newer than this code (payload or receiver state); left for a "
                     "newer runner: intent %r to %s, payload version %s",
                     params.intent_id,
                     target,
-                    row["payload_version"],
+                    row.payload_version,
                     extra={
                         "intent_id": params.intent_id,
                         "target": target,
-                        "payload_version": row["payload_version"],
+                        "payload_version": row.payload_version,
                     },
                 )
             return
@@ -465,14 +464,14 @@ class Relay:
             log.warning(
                 "Outbox row parked: this code cannot deliver it: intent %r to %s/%r.%s: %s",
                 params.intent_id,
-                row["target_type"],
-                row["target_id"],
-                row["command"],
+                row.target_type,
+                row.target_id,
+                row.command,
                 outcome.cause,
                 extra={"intent_id": params.intent_id, "target": target, "reason": outcome.cause},
             )
 
-    async def _backoff(self, params: IntentClaim, row: dict[str, Any], error: str) -> None:
+    async def _backoff(self, params: IntentClaim, row: ClaimedIntent, error: str) -> None:
         if self._stopping:
             await self._release(params)
             return
@@ -485,16 +484,16 @@ class Relay:
         log.warning(
             "Outbox delivery failed; retrying with backoff: intent %r to %s/%r.%s, attempt %s: %s",
             params.intent_id,
-            row["target_type"],
-            row["target_id"],
-            row["command"],
-            row["attempts"],
+            row.target_type,
+            row.target_id,
+            row.command,
+            row.attempts,
             error,
             extra={
                 "intent_id": params.intent_id,
-                "target": f"{row['target_type']}/{row['target_id']}",
-                "command": row["command"],
-                "attempts": row["attempts"],
+                "target": f"{row.target_type}/{row.target_id}",
+                "command": row.command,
+                "attempts": row.attempts,
                 "reason": error,
             },
         )

@@ -26,7 +26,7 @@ from akter._engine.turn.types import (
 from akter._evolution import StateDecodeError
 from akter._json import storable_json
 from akter._store.gateway import actors
-from akter._store.gateway.workflows import live_keyed_runs
+from akter._store.gateway.workflows import live_keyed_runs, live_keys_answer
 from akter._store.pool import TRANSACTION_TIMEOUT_SINCE
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
@@ -91,7 +91,7 @@ async def admit(
     act: Activation,
     batch: Sequence[Request],
     *,
-    key: dict[str, Any],
+    key: actors.Key,
     off: int,
     settings: dict[str, str | None],
     observe: Callable[[int], None],
@@ -155,11 +155,10 @@ async def admit(
         # Last in the flight: the answer's arrival then bounds the reading closely (the commit
         # clock counts from it), however long the shard's statements before it took.
         clock_cur = await actors.read_clock(pipe, q, off) if coordinator_clock else None
-    locked = await lock_cur.fetchone()
-    admission = None if read_cur is None else await read_cur.fetchone()
-    clock = None if clock_cur is None else await clock_cur.fetchone()
-    leases = [(i, await cur.fetchone()) for i, cur in fence_curs]
-    live = None if live_cur is None else await live_cur.fetchall()
+    locked, admission = await actors.admission_answers(lock_cur, read_cur)
+    clock = None if clock_cur is None else await actors.clock_answer(clock_cur)
+    leases = [(i, await actors.fence_answer(cur)) for i, cur in fence_curs]
+    live = None if live_cur is None else await live_keys_answer(live_cur)
     admitted = _admitted(act, sent_at, locked, admission, clock, leases, live, observe)
     if flights.recording:
         telemetry.child_span("akter.admission", act.ref, started_ns)
@@ -169,19 +168,19 @@ async def admit(
 def _admitted(
     act: Activation,
     sent_at: float,
-    locked: Any,
-    admission: Any,
-    clock: Any,
-    leases: list[tuple[int, Any]],
-    live: list[Any] | None,
+    locked: actors.LockedActor | None,
+    admission: actors.AdmissionRead | None,
+    clock: int | None,
+    leases: list[tuple[int, int | None]],
+    live: dict[tuple[str, str], str] | None,
     observe: Callable[[int], None],
 ) -> Admitted:
     """Read the flight's answers, all in: the clock, the receipts, the leases; refresh the cache.
 
-    ``sent_at`` is when the flight left (``Admitted.sent_at``); ``locked`` the lock statement's
-    row; ``admission`` the clock and receipts row of ``admission_read`` (Citus), ``None`` when
-    ``lock_admit`` read them; ``clock`` the coordinator's clock row (Citus); ``leases`` each
-    loop command's lease row by its index; ``live`` the live keyed runs' rows, when read.
+    ``sent_at`` is when the flight left (``Admitted.sent_at``); ``locked`` the locked row;
+    ``admission`` the clock and receipts (``admission_read`` on Citus, else ``lock_admit``'s
+    own columns); ``clock`` the coordinator's clock (Citus); ``leases`` each loop command's
+    lease end by its index; ``live`` the live keyed runs' ids, when read.
 
     Raises:
         Retryable: The cache believed the actor row existed, and it does not.
@@ -191,27 +190,24 @@ def _admitted(
         # The cache believed the row existed; insert it in the next attempt.
         act.drop_cache()
         raise Retryable("actor row missing")
-    if admission is None:  # lock_admit's row: the lock's five columns, then the clock and receipts
-        admission = locked[5:]
-    version, created, event_seq, shipped_state, shipped_sv = locked[:5]
-    now_ms = int((admission if clock is None else clock)[0])
+    assert admission is not None
+    now_ms = admission.now_ms if clock is None else clock
     observe(now_ms)
     # A lease is current while it has not ended at the turn's clock.
-    stale = {i for i, lease in leases if lease is None or int(lease[0]) <= now_ms}
-    ends = {i: int(lease[0]) for i, lease in leases if lease is not None and i not in stale}
-    stored: list[dict[str, Any]] = admission[1] or []  # NULL: none stored
-    locked_version = int(version)
-    state_error = refresh(act, locked_version, created, event_seq, shipped_state, shipped_sv)
+    stale = {i for i, lease in leases if lease is None or lease <= now_ms}
+    ends = {i: lease for i, lease in leases if lease is not None and i not in stale}
+    stored = admission.receipts
+    locked_version = locked.version
+    state_error = refresh(
+        act, locked_version, locked.created, locked.event_seq, locked.state, locked.state_version
+    )
     receipts = {r["command_id"]: r for r in stored}
-    live_runs = None
-    if live is not None:
-        live_runs = {(str(w), str(k)): str(run) for w, k, run in live}
     return Admitted(
-        now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at, ends, live_runs
+        now_ms, receipts, locked_version, stale, state_error, sent_at, arrived_at, ends, live
     )
 
 
-def fence_of(lease: LoopLease) -> dict[str, Any]:
+def fence_of(lease: LoopLease) -> actors.Params:
     """The parameters of a loop lease's fence statements."""
     return actors.fence_params(lease.actor_type, lease.owner, lease.epoch, lease.routing_key)
 

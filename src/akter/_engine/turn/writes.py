@@ -15,7 +15,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from akter import telemetry
 from akter._contexts import LoopLease
@@ -52,7 +51,7 @@ class Plan:
     #: the commit flight's own clock reading must be before it (``hold_fence_clock``).
     fences_until: int | None
     #: ``insert_ticks`` parameters when a cold scheduled actor makes sure of its ticks.
-    ticks: dict[str, Any] | None
+    ticks: actors.Params | None
     #: The batch writes nothing: the flight rolls back.
     nothing: bool
 
@@ -111,7 +110,7 @@ async def send(
     todo: Plan,
     ran: BatchRun,
     *,
-    key: dict[str, Any],
+    key: actors.Key,
     now_ms: int,
     off: int,
     locked_version: int,
@@ -167,7 +166,7 @@ async def send(
     return Sent(end, cancels)
 
 
-def _receipt_params(todo: Plan) -> dict[str, Any] | None:
+def _receipt_params(todo: Plan) -> actors.Params | None:
     """The receipts' parameters: one receipt as scalars when it rides in the state's update."""
     if len(todo.receipts) == 1 and todo.state_changed:
         # One receipt rides in the update as scalars (update_actor_receipt), not as six
@@ -182,7 +181,7 @@ async def _send_staged(
     pipe: TurnPipeline,
     q: Queries,
     act: Activation,
-    key: dict[str, Any],
+    key: actors.Key,
     writes: BatchWrites,
     now_ms: int,
     commit_ms: int,
@@ -237,7 +236,7 @@ async def _hold_fences(
         await actors.hold_fence_clock(pipe, q, todo.fences_until, fence_off)
 
 
-def _one_receipt(outcome: Outcome, request: Request) -> dict[str, Any]:
+def _one_receipt(outcome: Outcome, request: Request) -> actors.Params:
     assert outcome.receipt is not None  # Plan.receipts holds only outcomes with one
     return actors.one_receipt_params(
         command_id=request.command_id.raw,
@@ -249,7 +248,7 @@ def _one_receipt(outcome: Outcome, request: Request) -> dict[str, Any]:
     )
 
 
-def _receipts(rows: list[tuple[Outcome, Request]]) -> dict[str, Any]:
+def _receipts(rows: list[tuple[Outcome, Request]]) -> actors.Params:
     return actors.receipt_params(
         command_ids=[r.command_id.raw for _, r in rows],
         commands=[r.member.name for _, r in rows],
@@ -272,7 +271,7 @@ async def answers(sent: Sent, todo: Plan) -> list[tuple[str, bool]]:
         raise Retryable(f"COMMIT answered {sent.end.statusmessage}")
     if sent.cancels is None:
         return []
-    return [(str(r[0]), bool(r[1])) for r in await sent.cancels.fetchall()]
+    return await actors.cancelled_jobs(sent.cancels)
 
 
 def release_clock(now_ms: int, sent_at: float, offset_delta_ms: int) -> int:

@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -32,7 +32,7 @@ import psycopg
 from akter import telemetry
 from akter._engine import lanes
 from akter._engine.calls import check_access
-from akter._engine.subjects import run_label
+from akter._engine.workflows import endings
 from akter._engine.workflows.control import (
     Claimed,
     Diverged,
@@ -51,7 +51,7 @@ from akter._members import refuse_internal
 from akter._staging import framework_id
 from akter._store.gateway.workflows import OutboxRow, RunKey, WorkflowsGateway
 from akter.callers import ActorRef, Caller, System, caller_from_json, caller_to_json, current_caller
-from akter.errors import ActorError, DeclaredError, InjectedCrash, WorkflowCancelled
+from akter.errors import ActorError, InjectedCrash, WorkflowCancelled
 from akter.workflows import (
     WorkflowContext,
     WorkflowFailure,
@@ -152,19 +152,19 @@ class WorkflowEngine:
         )
         self._full = len(rows) == free
         for row in rows:
-            self._services.clock.observe(int(row["now"]))
+            self._services.clock.observe(row.now)
             claimed = Claimed(
-                run=RunKey(int(row["routing_key"]), str(row["run_id"])),
-                ref=ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"])),
-                workflow=str(row["workflow"]),
-                input=str(row["input"]),
-                caller=str(row["caller"]),
-                token=int(row["token"]),
-                attempts=int(row["attempts"]),
-                cancel_requested=bool(row["cancel_requested"]),
-                deadline_ms=None if row["deadline_ms"] is None else int(row["deadline_ms"]),
-                now=int(row["now"]),
-                traceparent=row["traceparent"],
+                run=RunKey(row.routing_key, row.run_id),
+                ref=ActorRef(row.tenant_id, row.actor_type, row.actor_id),
+                workflow=row.workflow,
+                input=row.input,
+                caller=row.caller,
+                token=row.token,
+                attempts=row.attempts,
+                cancel_requested=row.cancel_requested,
+                deadline_ms=row.deadline_ms,
+                now=row.now,
+                traceparent=row.traceparent,
             )
             key = (claimed.run.routing_key, claimed.run.run_id)
             self._attempts[key] = asyncio.create_task(
@@ -195,8 +195,8 @@ class WorkflowEngine:
             log.exception(
                 "Workflow attempt raised unexpectedly; the run is claimed again after its "
                 "lease: %s",
-                _subject(claimed),
-                extra=_fields(claimed),
+                endings.subject(claimed),
+                extra=endings.log_fields(claimed),
             )
         finally:
             telemetry.end_workflow_attempt(span, token, outcome)
@@ -258,7 +258,7 @@ class WorkflowEngine:
             )
             return "diverged"
         try:
-            value = await _halting(attempt, member.fn(WorkflowContext(attempt), **kwargs))
+            value = await endings.halting(attempt, member.fn(WorkflowContext(attempt), **kwargs))
         except Suspend as suspend:
             return await self._suspend(attempt, suspend)
         except Diverged as exc:
@@ -272,7 +272,7 @@ class WorkflowEngine:
         except Exception as exc:  # the workflow's code raised: the run ends
             cancelled = attempt.cancel_delivered or attempt.replayed_cancel
             status = "cancelled" if cancelled and isinstance(exc, WorkflowCancelled) else "failed"
-            await self._end(attempt, member, status, error=_error_of(exc))
+            await self._end(attempt, member, status, error=endings.error_of(exc))
             return status
         return await self._complete(attempt, member, value)
 
@@ -327,7 +327,7 @@ class WorkflowEngine:
         delay = min(_RETRY_MAX_MS, _RETRY_FIRST_MS * 2 ** min(claimed.attempts - 1, 10))
         log.warning(
             "Workflow attempt handed back after an outage: %s, retried in %d ms: %s",
-            _subject(claimed),
+            endings.subject(claimed),
             delay,
             why,
             extra={"run_id": claimed.run.run_id, "error": why, "delay_ms": delay},
@@ -342,9 +342,9 @@ class WorkflowEngine:
                 log.warning(
                     "Workflow run diverged and is parked until an operator retries or cancels "
                     "it: %s: %s",
-                    _subject(claimed),
+                    endings.subject(claimed),
                     message,
-                    extra={**_fields(claimed), "error": message},
+                    extra={**endings.log_fields(claimed), "error": message},
                 )
 
     async def _end(
@@ -386,7 +386,7 @@ class WorkflowEngine:
             return
         if not ended:
             return
-        _log_end(claimed, status, error)
+        endings.log_end(claimed, status, error)
         self.ops.ended(claimed.run.run_id)
         self._services.metrics.count(f"akter.workflows.{status}", actor_type=claimed.ref.type)
         if outbox:
@@ -405,9 +405,9 @@ class WorkflowEngine:
         except Exception as exc:
             log.error(
                 "on_complete cannot accept the run's outcome; it is not delivered: %s: %s",
-                _subject(claimed),
+                endings.subject(claimed),
                 exc,
-                extra={**_fields(claimed), "error": str(exc)},
+                extra={**endings.log_fields(claimed), "error": str(exc)},
             )
             return ()
         config = self._services.config
@@ -463,16 +463,16 @@ class WorkflowEngine:
             traceparent=telemetry.traceparent(),
             actor={"state": canonical_json(state), "state_version": definition.state_version},
         )
-        found = str(row["run_id"])
-        if row["created"]:
+        found = row.run_id
+        if row.created:
             self._services.metrics.count("akter.workflows.started", actor_type=ref.type)
             self._wake()
         elif found == run_id and (
-            row["input_hash"] != payload_hash(input) or row["workflow"] != member.name
+            row.input_hash != payload_hash(input) or row.workflow != member.name
         ):
             raise ActorError(
                 "CommandConflict",
-                f"Run id {run_id!r} was used to start {row['workflow']} with other input; "
+                f"Run id {run_id!r} was used to start {row.workflow} with other input; "
                 "use a new command id.",
                 code="workflow_input",
             )
@@ -556,7 +556,7 @@ class WorkflowEngine:
                     extra={"run_id": data["run_id"]},
                 )
                 return
-            run = RunKey(int(located["routing_key"]), str(located["run_id"]))
+            run = RunKey(located.routing_key, located.run_id)
             live, _ = await self.gateway.signal(
                 run, intent_id, str(data["name"]), str(data["payload"])
             )
@@ -587,58 +587,4 @@ def run_id_of(ref: ActorRef, command_id: str) -> str:
     return f"{command_id}~{digest}"
 
 
-async def _halting(attempt: RunAttempt, body: Coroutine[Any, Any, Any]) -> Any:
-    """Await the workflow's code; a control exception it swallowed still ends the attempt."""
-    try:
-        value = await body
-    except Exception:
-        if attempt.halted is not None:
-            raise attempt.halted from None
-        raise
-    if attempt.halted is not None:
-        raise attempt.halted
-    return value
-
-
-def _error_of(exc: BaseException) -> WorkflowFailure:
-    if isinstance(exc, DeclaredError):
-        return WorkflowFailure(
-            type=type(exc).__name__, message=str(exc), tag=type(exc).tag, fields=exc.fields
-        )
-    return WorkflowFailure(type=type(exc).__name__, message=str(exc)[:4000])
-
-
 __all__ = ["WorkflowEngine", "run_id_of"]
-
-
-def _subject(claimed: Claimed) -> str:
-    ref = claimed.ref
-    return run_label(ref.tenant, ref.type, ref.id, claimed.workflow, claimed.run.run_id)
-
-
-def _fields(claimed: Claimed) -> dict[str, Any]:
-    ref = claimed.ref
-    return {
-        "actor": ref.type,
-        "id": ref.id,
-        "tenant": ref.tenant,
-        "workflow": claimed.workflow,
-        "run_id": claimed.run.run_id,
-    }
-
-
-def _log_end(claimed: Claimed, status: str, error: WorkflowFailure | None) -> None:
-    """A failed run warns with its error; a cancelled one is told at INFO, a completed at DEBUG."""
-    fields = _fields(claimed) | {"status": status}
-    if status == "failed" and error is not None:
-        log.warning(
-            "Workflow run failed: %s: %s: %s",
-            _subject(claimed),
-            error.type,
-            error.message,
-            extra=fields | {"error_type": error.type, "error": error.message},
-        )
-    elif status == "cancelled":
-        log.info("Workflow run cancelled: %s", _subject(claimed), extra=fields)
-    else:
-        log.debug("Workflow run %s: %s", status, _subject(claimed), extra=fields)

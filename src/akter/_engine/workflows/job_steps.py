@@ -134,9 +134,9 @@ class JobSteps(Journal):
             raise LeaseLost(self.run_id)
         if done.status == "arrived":
             now = done.record
-            if now is None or now["kind"] != StepKind.JOB or now["outcome"] is None:
+            if now is None or now.kind != StepKind.JOB or now.outcome is None:
                 raise Outage(f"Job step {seq} changed under this attempt: {now}")
-            arrived = Record(seq, StepKind.JOB, job.name, "done", rec.detail, now["outcome"])
+            arrived = Record(seq, StepKind.JOB, job.name, "done", rec.detail, now.outcome)
             return _replay_job(job, arrived)
         self.buffered.clear()
         self.cancel_delivered = True

@@ -37,7 +37,7 @@ from akter._engine.workflows.control import (
 from akter._ids import payload_hash
 from akter._json import Unstorable, storable_json
 from akter._kinds import StepKind
-from akter._store.gateway.workflows import OutboxRow, StepRecord
+from akter._store.gateway.workflows import JournalRow, OutboxRow, StepRecord
 from akter.callers import ActorRef, System
 from akter.errors import WorkflowCancelled
 
@@ -93,25 +93,17 @@ class Journal:
         """The workflow's name."""
         return self.claimed.workflow
 
-    def load(self, rows: list[dict[str, Any]]) -> None:
+    def load(self, rows: list[JournalRow]) -> None:
         """Take the journal and pending signals from ``wf_journal``'s rows."""
         for row in rows:
-            if row["what"] == "step":
-                rec = Record(
-                    int(row["seq"]),
-                    str(row["kind"]),
-                    str(row["name"]),
-                    str(row["status"]),
-                    row["detail"],
-                    row["outcome"],
-                )
+            if row.what == "step":
+                assert row.seq is not None  # a journal record always has its seq
+                rec = Record(row.seq, row.kind, row.name, row.status, row.detail, row.outcome)
                 self.journal[rec.seq] = rec
                 if rec.kind == StepKind.CANCEL:
                     self.cancel_delivered = True
             else:
-                self.signals.append(
-                    PendingSignal(str(row["detail"]), str(row["name"]), str(row["outcome"]))
-                )
+                self.signals.append(PendingSignal(str(row.detail), row.name, str(row.outcome)))
 
     # --- sequencing -------------------------------------------------------------------------
 

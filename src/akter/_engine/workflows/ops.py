@@ -20,7 +20,13 @@ from pydantic import BaseModel
 from akter._ids import uuid7
 from akter._json import Unstorable, storable_json
 from akter._members import storable_payload
-from akter._store.gateway.workflows import RunKey, WorkflowsGateway
+from akter._store.gateway.workflows import (
+    RunKey,
+    RunListing,
+    RunRow,
+    StepRow,
+    WorkflowsGateway,
+)
 from akter.callers import ActorRef
 from akter.errors import ActorError, invalid_input
 from akter.workflows import (
@@ -182,21 +188,21 @@ class WorkflowOps:
         """A handle to a run by id (``runtime.workflow_run``)."""
         return WorkflowRun(run_id, self)
 
-    async def _locate(self, run_id: str) -> tuple[RunKey, dict[str, Any]]:
+    async def _locate(self, run_id: str) -> tuple[RunKey, RunRow]:
         row = await self.gateway.locate(run_id)
         if row is None:
             raise ActorError(
                 "InvalidInput", f"No workflow run {run_id!r}.", code="unknown_workflow_run"
             )
-        return RunKey(int(row["routing_key"]), str(row["run_id"])), row
+        return RunKey(row.routing_key, row.run_id), row
 
     async def locate(self, run_id: str) -> RunLocation | None:
         """Where the run ``run_id`` names lives; ``None`` when there is no such run."""
         row = await self.gateway.locate(run_id)
         if row is None:
             return None
-        actor = ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"]))
-        return RunLocation(str(row["run_id"]), actor, str(row["workflow"]), int(row["routing_key"]))
+        actor = ActorRef(row.tenant_id, row.actor_type, row.actor_id)
+        return RunLocation(row.run_id, actor, row.workflow, row.routing_key)
 
     async def journal(self, run: RunLocation, after: int = -1) -> WorkflowStatus | None:
         """The run's status with the journal records after ``after``; ``None`` once pruned.
@@ -255,15 +261,15 @@ class WorkflowOps:
         signals = await self.gateway.signals(run)
         return RunDetail(
             status=status_of(row, steps),
-            wake_at_ms=row["wake_at_ms"],
-            deadline_ms=row["deadline_ms"],
+            wake_at_ms=row.wake_at_ms,
+            deadline_ms=row.deadline_ms,
             signals=[
                 SignalView(
-                    signal_id=str(g["signal_id"]),
-                    name=str(g["name"]),
-                    payload=json.loads(g["payload"]),
-                    sent_at_ms=int(g["sent_at_ms"]),
-                    consumed_seq=g["consumed_seq"],
+                    signal_id=g.signal_id,
+                    name=g.name,
+                    payload=json.loads(g.payload),
+                    sent_at_ms=g.sent_at_ms,
+                    consumed_seq=g.consumed_seq,
                 )
                 for g in signals
             ],
@@ -330,7 +336,7 @@ class WorkflowOps:
     async def cancel(self, run_id: str) -> None:
         """Ask the run to cancel (``run.cancel``); a diverged run ends cancelled at once."""
         run, row = await self._locate(run_id)
-        if row["status"] == "diverged":
+        if row.status == "diverged":
             await self.gateway.abandon_diverged(run, _ABANDONED)
             return
         if await self.gateway.cancel(run):
@@ -348,14 +354,14 @@ class WorkflowOps:
                 ended (``workflow_finished``).
         """
         run, row = await self._locate(run_id)
-        if row["status"] == "diverged":
+        if row.status == "diverged":
             if await self.gateway.abandon_diverged(run, _ABANDONED):
                 return "cancelled"
         elif await self.gateway.cancel(run):
             self._wake()
             return "requested"
         current = await self.gateway.get(run)
-        status = current["status"] if current else "gone"
+        status = current.status if current else "gone"
         raise ActorError(
             "InvalidInput",
             f"Workflow run {run_id!r} has ended ({status}); there is nothing to cancel.",
@@ -373,53 +379,53 @@ class WorkflowOps:
     # --- deliveries from the relay ----------------------------------------------------------
 
 
-def summary_of(row: dict[str, Any]) -> RunSummary:
+def summary_of(row: RunListing) -> RunSummary:
     """A listed run's row as a :class:`RunSummary`."""
     return RunSummary(
-        run_id=str(row["run_id"]),
-        actor=ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"])),
-        workflow=str(row["workflow"]),
-        key=row["run_key"],
-        status=str(row["status"]),
-        waiting=row["waiting"],
-        wake_at_ms=row["wake_at_ms"],
-        deadline_ms=row["deadline_ms"],
-        cancel_requested=bool(row["cancel_requested"]),
-        attempts=int(row["attempts"]),
-        started_at_ms=int(row["started_at_ms"]),
-        updated_at_ms=int(row["updated_at_ms"]),
-        finished_at_ms=row["finished_at_ms"],
-        error=WorkflowFailure.model_validate_json(row["error"]) if row["error"] else None,
+        run_id=row.run_id,
+        actor=ActorRef(row.tenant_id, row.actor_type, row.actor_id),
+        workflow=row.workflow,
+        key=row.run_key,
+        status=row.status,
+        waiting=row.waiting,
+        wake_at_ms=row.wake_at_ms,
+        deadline_ms=row.deadline_ms,
+        cancel_requested=row.cancel_requested,
+        attempts=row.attempts,
+        started_at_ms=row.started_at_ms,
+        updated_at_ms=row.updated_at_ms,
+        finished_at_ms=row.finished_at_ms,
+        error=WorkflowFailure.model_validate_json(row.error) if row.error else None,
     )
 
 
-def status_of(row: dict[str, Any], steps: list[dict[str, Any]]) -> WorkflowStatus:
+def status_of(row: RunRow, steps: list[StepRow]) -> WorkflowStatus:
     """A run's row and journal as a :class:`WorkflowStatus`."""
-    error = WorkflowFailure.model_validate_json(row["error"]) if row["error"] else None
+    error = WorkflowFailure.model_validate_json(row.error) if row.error else None
     return WorkflowStatus(
-        run_id=str(row["run_id"]),
-        workflow=str(row["workflow"]),
-        actor=ActorRef(str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"])),
-        key=row["run_key"],
-        status=row["status"],
-        waiting=row["waiting"],
-        cancel_requested=bool(row["cancel_requested"]),
-        attempts=int(row["attempts"]),
-        result=None if row["result"] is None else json.loads(row["result"]),
+        run_id=row.run_id,
+        workflow=row.workflow,
+        actor=ActorRef(row.tenant_id, row.actor_type, row.actor_id),
+        key=row.run_key,
+        status=row.status,
+        waiting=row.waiting,
+        cancel_requested=row.cancel_requested,
+        attempts=row.attempts,
+        result=None if row.result is None else json.loads(row.result),
         error=error,
-        started_at_ms=int(row["started_at_ms"]),
-        updated_at_ms=int(row["updated_at_ms"]),
-        finished_at_ms=row["finished_at_ms"],
+        started_at_ms=row.started_at_ms,
+        updated_at_ms=row.updated_at_ms,
+        finished_at_ms=row.finished_at_ms,
         steps=[
             StepRecordView(
-                seq=int(s["seq"]),
-                kind=str(s["kind"]),
-                name=str(s["name"]),
-                status=s["status"],
-                detail=s["detail"],
-                outcome=None if s["outcome"] is None else json.loads(s["outcome"]),
-                started_at_ms=int(s["started_at_ms"]),
-                recorded_at_ms=s["recorded_at_ms"],
+                seq=s.seq,
+                kind=s.kind,
+                name=s.name,
+                status=s.status,
+                detail=s.detail,
+                outcome=None if s.outcome is None else json.loads(s.outcome),
+                started_at_ms=s.started_at_ms,
+                recorded_at_ms=s.recorded_at_ms,
             )
             for s in steps
         ],

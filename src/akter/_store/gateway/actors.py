@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg import adapt, pq
 from psycopg._encodings import conn_encoding
 from psycopg.abc import AdaptContext
+from psycopg.rows import dict_row
 
 from akter._staging import StagedEvent, StagedRow
 from akter._store import citus
@@ -25,6 +27,8 @@ from akter._store.pool import Clock, Connection, Store, TurnConnection
 from akter._store.queries import Queries
 
 Key = Mapping[str, Any]
+#: A statement's named parameters (a fence, ticks, receipts): values to send, never a row.
+Params = Mapping[str, Any]
 #: Where a turn's statements are queued, and what each returns once its flight was synced.
 Executor = TurnPipeline
 Cursor = Answer
@@ -106,7 +110,7 @@ def turn_pipeline(conn: Connection) -> TurnPipeline:
     return TurnPipeline(conn, _ARRAY_DUMPERS)
 
 
-def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> dict[str, Any]:
+def actor_key(routing_key: int, tenant: str, actor_type: str, actor_id: str) -> Key:
     """The parameters that address one actor row."""
     return {"rk": routing_key, "tenant": tenant, "type": actor_type, "id": actor_id}
 
@@ -234,12 +238,85 @@ def read_admission(
     )
 
 
-def fence_params(actor_type: str, owner: str, epoch: int, routing_key: int) -> dict[str, Any]:
+#: Receipts as the admission read returns them: JSON objects (``command_id``, ``command``,
+#: ``payload_hash``, ``caller_key``, ``outcome``, ``expires_at_ms``).
+StoredReceipts = list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class LockedActor:
+    """The actor row a turn's lock returned (``lock_actor``; ``lock_admit``'s first columns).
+
+    ``state`` (the stored document) and ``state_version`` are shipped only when the turn's
+    cached version is stale; ``None`` otherwise.
+    """
+
+    version: int
+    created: bool
+    event_seq: int
+    state: Any
+    state_version: int | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> LockedActor:
+        """The locked row from ``lock_actor``'s (or ``lock_admit``'s) row."""
+        version, created, event_seq, state, state_version = row[:5]
+        return cls(int(version), bool(created), int(event_seq), state, state_version)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRead:
+    """A turn's pinned clock and the stored receipts of its batch's ids (``admission_read``)."""
+
+    now_ms: int
+    receipts: StoredReceipts
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> AdmissionRead:
+        """The read from ``admission_read``'s row (``lock_admit``'s after the lock's five)."""
+        return cls(int(row[0]), row[1] or [])  # NULL: none stored
+
+
+async def admission_answers(
+    lock: Cursor, read: Cursor | None
+) -> tuple[LockedActor | None, AdmissionRead | None]:
+    """The locked row and the admission read, from their own answers or ``lock_admit``'s one.
+
+    ``None``, ``None`` when the row is missing (``lock_admit``); with ``read`` its answer is
+    read whether or not the row was found.
+    """
+    row = await lock.fetchone()
+    locked = None if row is None else LockedActor.from_row(row)
+    if read is not None:
+        answer = await read.fetchone()
+        return locked, None if answer is None else AdmissionRead.from_row(answer)
+    return locked, None if row is None else AdmissionRead.from_row(row[5:])
+
+
+async def clock_answer(cur: Cursor) -> int:
+    """The clock reading of :func:`read_clock`'s answer (``now_ms``)."""
+    row = await cur.fetchone()
+    assert row is not None  # a table-less statement: always one row
+    return int(row[0])
+
+
+async def fence_answer(cur: Cursor) -> int | None:
+    """A :func:`check_fence` answer: the lease's end while it is still the loop's, else None."""
+    row = await cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+async def cancelled_jobs(cur: Cursor) -> list[tuple[str, bool]]:
+    """A :func:`cancel_jobs` answer: ``(job id, an attempt was running)`` per cancelled job."""
+    return [(str(r[0]), bool(r[1])) for r in await cur.fetchall()]
+
+
+def fence_params(actor_type: str, owner: str, epoch: int, routing_key: int) -> Params:
     """A singleton loop's lease: its type, owner, epoch and row's routing key."""
     return {"actor_type": actor_type, "owner": owner, "epoch": epoch, "rk": routing_key}
 
 
-def check_fence(conn: Executor, q: Queries, fence: dict[str, Any]) -> Awaitable[Cursor]:
+def check_fence(conn: Executor, q: Queries, fence: Params) -> Awaitable[Cursor]:
     """A loop's lease row (:func:`fence_params`) if still its (its ``lease_until_ms``), or none."""
     return conn.execute(q["check_singleton_fence"], fence)
 
@@ -248,7 +325,7 @@ def check_fence(conn: Executor, q: Queries, fence: dict[str, Any]) -> Awaitable[
 
 
 def hold_fence(
-    conn: Executor, q: Queries, fence: dict[str, Any], now_ms: int, off: int
+    conn: Executor, q: Queries, fence: Params, now_ms: int, off: int
 ) -> Awaitable[Cursor]:
     """Hold a loop's lease row through ``COMMIT`` if current, else fail the flight.
 
@@ -391,7 +468,7 @@ def tick_params(
     dues: list[int],
     keys: list[str],
     versions: list[int] | None = None,
-) -> dict[str, Any]:
+) -> Params:
     """Parameters of ``insert_ticks``: one pending tick per schedule entry of the actor."""
     return {
         **key,
@@ -418,7 +495,7 @@ def receipt_params(
     caller_keys: list[str],
     outcomes: list[str | None],
     expires: list[int],
-) -> dict[str, Any]:
+) -> Params:
     """The receipts of the batch's commands (outcomes as stored JSON text), as parameters."""
     return {
         "command_ids": TextArray(command_ids),
@@ -438,7 +515,7 @@ def one_receipt_params(
     caller_key: str,
     outcome: str,
     expires: int,
-) -> dict[str, Any]:
+) -> Params:
     """One receipt as scalar parameters (``update_actor_receipt``; see :func:`receipt_params`)."""
     return {
         "command_id": command_id,
@@ -462,16 +539,42 @@ def end_turn(conn: Executor, commit: bool) -> Awaitable[Cursor]:
     return conn.execute("COMMIT" if commit else "ROLLBACK")
 
 
+@dataclass(frozen=True, slots=True)
+class CommittedActor:
+    """An actor's committed row as a query reads it (``query_actor``).
+
+    ``state``: the stored state document (decoded JSON), at ``state_version``.
+    """
+
+    version: int
+    created: bool
+    event_seq: int
+    state: Any
+    state_version: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CommittedActor:
+        """The actor from ``query_actor``'s row."""
+        return cls(
+            version=int(row["version"]),
+            created=bool(row["created"]),
+            event_seq=int(row["event_seq"]),
+            state=row["state"],
+            state_version=int(row["state_version"] or 0),
+        )
+
+
 async def committed(
     store: Store, clock: Clock, key: Key, *, wait_s: float, what: str
-) -> tuple[tuple[Any, ...] | None, int]:
+) -> tuple[CommittedActor | None, int]:
     """A query's read: the actor's committed row (or ``None``) and the framework clock.
 
     Unlocked, on one pooled connection waited for at most ``wait_s`` (then ``pool_exhausted``).
     """
     with wrap_errors(store, wait_s=wait_s, what=what):
         async with store.pool.connection(timeout=wait_s) as conn:
-            cur = await conn.execute(store.queries["query_actor"], key)
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(store.queries["query_actor"], key)
             row = await cur.fetchone()
             now_ms = await clock.read_on(conn)
-    return row, now_ms
+    return (None if row is None else CommittedActor.from_row(row)), now_ms

@@ -13,19 +13,178 @@ past the statement timeout, a schema that disappeared under the scan.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg.errors import QueryCanceled
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from akter._store.queries import Queries
 from akter.check import CheckUnavailable
 
-Row = dict[str, Any]
+#: A result row as the driver returns it; each scan turns it into its typed row below.
+Row = DictRow
+#: A keyset cursor: the parameters naming the last row of a page.
+Cursor = Mapping[str, Any]
+T = TypeVar("T")
 #: Below every real routing key: the first page's cursor.
 _FIRST_RK = -(1 << 63)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorRow:
+    """An actor's row as the check reads it; ``state`` (decoded JSON) only when read."""
+
+    routing_key: int
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    state_version: int
+    state: Any
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ActorRow:
+        """The actor from ``check_actors_page``'s or ``check_sample_states``'s row."""
+        return cls(
+            routing_key=int(row["routing_key"]),
+            tenant_id=str(row["tenant_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            state_version=int(row["state_version"]),
+            state=row["state"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """An outbox row (pending or parked) as the check reads it (``check_outbox_page``).
+
+    ``payload``: the stored JSON text, undecoded (the check decodes it and reports failures).
+    """
+
+    routing_key: int
+    intent_id: str
+    kind: str
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    target_type: str
+    target_id: str
+    command: str
+    payload: str
+    payload_version: int
+    timer_key: str | None
+    running: bool
+    due_at_ms: int
+    parked_at_ms: int | None
+    last_error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> OutboxEntry:
+        """The row from ``check_outbox_page``'s row."""
+        parked = row["parked_at_ms"]
+        return cls(
+            routing_key=int(row["routing_key"]),
+            intent_id=str(row["intent_id"]),
+            kind=str(row["kind"]),
+            tenant_id=str(row["tenant_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            target_type=str(row["target_type"]),
+            target_id=str(row["target_id"]),
+            command=str(row["command"]),
+            payload=str(row["payload"]),
+            payload_version=int(row["payload_version"]),
+            timer_key=row["timer_key"],
+            running=bool(row["running"]),
+            due_at_ms=int(row["due_at_ms"]),
+            parked_at_ms=None if parked is None else int(parked),
+            last_error=row["last_error"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedLetter:
+    """A dead letter as the check reads it (``check_dead_letters_page``); ``payload``: text."""
+
+    routing_key: int
+    job_id: str
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    job: str
+    payload: str
+    payload_version: int
+    cause: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CheckedLetter:
+        """The letter from ``check_dead_letters_page``'s row."""
+        return cls(
+            routing_key=int(row["routing_key"]),
+            job_id=str(row["job_id"]),
+            tenant_id=str(row["tenant_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            job=str(row["job"]),
+            payload=str(row["payload"]),
+            payload_version=int(row["payload_version"]),
+            cause=str(row["cause"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRun:
+    """An unfinished workflow run as the check reads it (``check_workflows_page``)."""
+
+    routing_key: int
+    run_id: str
+    actor_type: str
+    actor_id: str
+    workflow: str
+    input: str
+    status: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CheckedRun:
+        """The run from ``check_workflows_page``'s row."""
+        return cls(
+            routing_key=int(row["routing_key"]),
+            run_id=str(row["run_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            workflow=str(row["workflow"]),
+            input=str(row["input"]),
+            status=str(row["status"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedEvent:
+    """An event's key, tag and payload version (``check_events_page``)."""
+
+    routing_key: int
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    seq: int
+    tag: str
+    payload_version: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CheckedEvent:
+        """The event from ``check_events_page``'s row."""
+        return cls(
+            routing_key=int(row["routing_key"]),
+            tenant_id=str(row["tenant_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            seq=int(row["seq"]),
+            tag=str(row["tag"]),
+            payload_version=int(row["payload_version"]),
+        )
 
 
 def application_name(schema: str) -> str:
@@ -162,60 +321,72 @@ class CheckGateway:
 
     # --- paged scans ---------------------------------------------------------------------------
 
-    async def actors(self, *, with_state: bool) -> AsyncIterator[list[Row]]:
+    async def actors(self, *, with_state: bool) -> AsyncIterator[list[ActorRow]]:
         """Pages of actor rows in key order (with their states when ``with_state``)."""
         statement = self.queries["check_actors_page"]
-        cursor: Row = {"rk": _FIRST_RK, "tenant": "", "type": "", "id": ""}
-        async for page in self._pages("the actors", statement, cursor, _actor_cursor, with_state):
+        cursor: Cursor = {"rk": _FIRST_RK, "tenant": "", "type": "", "id": ""}
+        async for page in self._pages(
+            "the actors", statement, ActorRow.from_row, cursor, _actor_cursor, with_state
+        ):
             yield page
 
-    async def sample_states(self, actor_type: str, limit: int) -> list[Row]:
+    async def sample_states(self, actor_type: str, limit: int) -> list[ActorRow]:
         """The first ``limit`` actor rows of a type in key order, with their states."""
         params = {"type": actor_type, "limit": limit}
-        return await self._read(
+        rows = await self._read(
             f"the states of {actor_type!r}", self.queries["check_sample_states"], params
         )
+        return [ActorRow.from_row(r) for r in rows]
 
-    async def outbox(self) -> AsyncIterator[list[Row]]:
+    async def outbox(self) -> AsyncIterator[list[OutboxEntry]]:
         """Pages of outbox rows (pending and parked) in key order."""
-        cursor: Row = {"rk": _FIRST_RK, "id": ""}
+        cursor: Cursor = {"rk": _FIRST_RK, "id": ""}
         statement = self.queries["check_outbox_page"]
-        async for page in self._pages("the outbox", statement, cursor, _outbox_cursor):
+        async for page in self._pages(
+            "the outbox", statement, OutboxEntry.from_row, cursor, _outbox_cursor
+        ):
             yield page
 
-    async def dead_letters(self) -> AsyncIterator[list[Row]]:
+    async def dead_letters(self) -> AsyncIterator[list[CheckedLetter]]:
         """Pages of dead letters in key order."""
-        cursor: Row = {"rk": _FIRST_RK, "id": ""}
+        cursor: Cursor = {"rk": _FIRST_RK, "id": ""}
         statement = self.queries["check_dead_letters_page"]
-        async for page in self._pages("the dead letters", statement, cursor, _letter_cursor):
+        async for page in self._pages(
+            "the dead letters", statement, CheckedLetter.from_row, cursor, _letter_cursor
+        ):
             yield page
 
-    async def workflows(self) -> AsyncIterator[list[Row]]:
+    async def workflows(self) -> AsyncIterator[list[CheckedRun]]:
         """Pages of unfinished workflow runs in key order."""
-        cursor: Row = {"rk": _FIRST_RK, "id": ""}
+        cursor: Cursor = {"rk": _FIRST_RK, "id": ""}
         statement = self.queries["check_workflows_page"]
-        async for page in self._pages("the workflows", statement, cursor, _run_cursor):
+        async for page in self._pages(
+            "the workflows", statement, CheckedRun.from_row, cursor, _run_cursor
+        ):
             yield page
 
-    async def events(self) -> AsyncIterator[list[Row]]:
+    async def events(self) -> AsyncIterator[list[CheckedEvent]]:
         """Pages of event keys, tags and payload versions in key order."""
-        cursor: Row = {"rk": _FIRST_RK, "tenant": "", "type": "", "id": "", "seq": 0}
+        cursor: Cursor = {"rk": _FIRST_RK, "tenant": "", "type": "", "id": "", "seq": 0}
         statement = self.queries["check_events_page"]
-        async for page in self._pages("the events", statement, cursor, _event_cursor):
+        async for page in self._pages(
+            "the events", statement, CheckedEvent.from_row, cursor, _event_cursor
+        ):
             yield page
 
     async def _pages(
         self,
         what: str,
         statement: LiteralString,
-        cursor: Row,
-        next_cursor: Callable[[Row], Row],
+        from_row: Callable[[Row], T],
+        cursor: Cursor,
+        next_cursor: Callable[[T], Cursor],
         with_state: bool | None = None,
-    ) -> AsyncIterator[list[Row]]:
-        extra: Row = {} if with_state is None else {"with_state": with_state}
+    ) -> AsyncIterator[list[T]]:
+        extra: Cursor = {} if with_state is None else {"with_state": with_state}
         while True:
             params = {**cursor, **extra, "limit": self.batch_size}
-            page = await self._read(what, statement, params)
+            page = [from_row(r) for r in await self._read(what, statement, params)]
             if not page:
                 return
             yield page
@@ -224,29 +395,35 @@ class CheckGateway:
             cursor = next_cursor(page[-1])
 
 
-def _actor_cursor(row: Row) -> Row:
+def _actor_cursor(row: ActorRow) -> Cursor:
     return {
-        "rk": row["routing_key"],
-        "tenant": row["tenant_id"],
-        "type": row["actor_type"],
-        "id": row["actor_id"],
+        "rk": row.routing_key,
+        "tenant": row.tenant_id,
+        "type": row.actor_type,
+        "id": row.actor_id,
     }
 
 
-def _outbox_cursor(row: Row) -> Row:
-    return {"rk": row["routing_key"], "id": row["intent_id"]}
+def _outbox_cursor(row: OutboxEntry) -> Cursor:
+    return {"rk": row.routing_key, "id": row.intent_id}
 
 
-def _letter_cursor(row: Row) -> Row:
-    return {"rk": row["routing_key"], "id": row["job_id"]}
+def _letter_cursor(row: CheckedLetter) -> Cursor:
+    return {"rk": row.routing_key, "id": row.job_id}
 
 
-def _run_cursor(row: Row) -> Row:
-    return {"rk": row["routing_key"], "id": row["run_id"]}
+def _run_cursor(row: CheckedRun) -> Cursor:
+    return {"rk": row.routing_key, "id": row.run_id}
 
 
-def _event_cursor(row: Row) -> Row:
-    return {**_actor_cursor(row), "seq": row["seq"]}
+def _event_cursor(row: CheckedEvent) -> Cursor:
+    return {
+        "rk": row.routing_key,
+        "tenant": row.tenant_id,
+        "type": row.actor_type,
+        "id": row.actor_id,
+        "seq": row.seq,
+    }
 
 
 def _first_line(exc: BaseException) -> str:
@@ -254,4 +431,12 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-__all__ = ["CheckGateway", "Row", "application_name"]
+__all__ = [
+    "ActorRow",
+    "CheckGateway",
+    "CheckedEvent",
+    "CheckedLetter",
+    "CheckedRun",
+    "OutboxEntry",
+    "application_name",
+]

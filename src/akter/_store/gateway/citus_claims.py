@@ -15,18 +15,21 @@ the rows returned have the columns of the plain statements.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from akter._kinds import RowKind
 
 if TYPE_CHECKING:
     from akter._store.queries import Queries
 
-Row = dict[str, Any]
+#: A result row as the driver returns it; the gateways turn it into their typed rows.
+Row = DictRow
+#: A statement's named parameters.
+Params = Mapping[str, Any]
 Cursor = psycopg.AsyncCursor[Row]
 
 
@@ -43,7 +46,7 @@ async def claim_each(
     statement: LiteralString,
     candidates: Sequence[Row],
     free: int,
-    params: Callable[[Row], dict[str, Any]],
+    params: Callable[[Row], Params],
 ) -> list[Row]:
     """Claim candidates in order, a pipelined batch at a time, until ``free`` are claimed.
 
@@ -60,7 +63,7 @@ async def claim_each(
 
 
 async def each_alone(
-    conn: psycopg.AsyncConnection[Any], statement: LiteralString, params: Sequence[dict[str, Any]]
+    conn: psycopg.AsyncConnection[Any], statement: LiteralString, params: Sequence[Params]
 ) -> list[Row]:
     """Run ``statement`` once per parameter set, pipelined, each in its own transaction."""
     cursors: list[Cursor] = []
@@ -78,7 +81,7 @@ async def each_alone(
 
 
 async def claim_intents(
-    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any], queries: Queries, params: Params
 ) -> list[Row]:
     """``claim_intents`` on Citus: the same parameters, the same returned columns."""
     cur = conn.cursor(row_factory=dict_row)
@@ -97,7 +100,7 @@ async def claim_intents(
 
 
 async def claim_jobs(
-    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any], queries: Queries, params: Params
 ) -> list[Row]:
     """``claim_jobs`` on Citus: the same parameters, the same returned columns."""
     candidates = await job_candidates(conn, queries, params)
@@ -105,7 +108,7 @@ async def claim_jobs(
 
 
 async def job_candidates(
-    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any], queries: Queries, params: Params
 ) -> list[Row]:
     """Step 1 of ``claim_jobs`` on Citus: the due rows of the declared pairs, without locks.
 
@@ -125,7 +128,7 @@ async def job_candidates(
 async def claim_job_candidates(
     conn: psycopg.AsyncConnection[Any],
     queries: Queries,
-    params: dict[str, Any],
+    params: Params,
     candidates: Sequence[Row],
     *,
     now: int | None = None,
@@ -162,7 +165,7 @@ async def claim_job_candidates(
 
 
 async def discover_groups(
-    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any], queries: Queries, params: Params
 ) -> list[Row]:
     """``discover_capped_groups`` on Citus (read only): the declared pairs' groups, oldest first."""
     pairs = set(zip(params["types"], params["jobs"], strict=True))
@@ -174,9 +177,7 @@ async def discover_groups(
     return [r for r in await cur.fetchall() if (r["actor_type"], r["command"]) in pairs]
 
 
-async def release_skewed(
-    cur: Cursor, queries: Queries, kind: RowKind, params: dict[str, Any]
-) -> list[Row]:
+async def release_skewed(cur: Cursor, queries: Queries, kind: RowKind, params: Params) -> list[Row]:
     """``release_skewed_intents`` / ``release_skewed_jobs`` (``kind``) on Citus."""
     now = await read_clock(cur, queries, int(params["off"]))
     base = {**params, "now": now}

@@ -5,6 +5,8 @@ A retry takes the letter and re-enqueues its payload as a new job in one transac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
@@ -14,7 +16,44 @@ from akter._ids import bucket
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
-Row = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class LetterRow:
+    """One dead letter as stored (``dead_letters_list``, ``dead_letter_find``).
+
+    ``payload``: the job's payload as stored JSON text; ``dead_at_ms``: framework clock.
+    """
+
+    routing_key: int
+    job_id: str
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    job: str
+    payload: str
+    payload_version: int
+    attempts: int
+    cause: str
+    ambiguous: bool
+    dead_at_ms: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LetterRow:
+        """The letter from a dead-letter statement's row."""
+        return cls(
+            routing_key=int(row["routing_key"]),
+            job_id=str(row["job_id"]),
+            tenant_id=str(row["tenant_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            job=str(row["job"]),
+            payload=str(row["payload"]),
+            payload_version=int(row["payload_version"]),
+            attempts=int(row["attempts"]),
+            cause=str(row["cause"]),
+            ambiguous=bool(row["ambiguous"]),
+            dead_at_ms=int(row["dead_at_ms"]),
+        )
 
 
 class DeadLettersGateway:
@@ -24,19 +63,20 @@ class DeadLettersGateway:
         self._store = store
         self._clock = clock
 
-    async def list(self, limit: int) -> list[Row]:
+    async def list(self, limit: int) -> list[LetterRow]:
         """The newest ``limit`` letters, newest first."""
         async with self._store.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["dead_letters_list"], {"limit": limit})
-            return await cur.fetchall()
+            return [LetterRow.from_row(r) for r in await cur.fetchall()]
 
-    async def find(self, job_id: str) -> Row | None:
+    async def find(self, job_id: str) -> LetterRow | None:
         """One letter by its job id (unique across actors)."""
         async with self._store.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["dead_letter_find"], {"job_id": job_id})
-            return await cur.fetchone()
+            row = await cur.fetchone()
+            return None if row is None else LetterRow.from_row(row)
 
     async def take(self, routing_key: int, job_id: str) -> bool:
         """Delete a letter; False when it was already gone."""

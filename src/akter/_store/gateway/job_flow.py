@@ -13,20 +13,45 @@ upsert reads its own CTE) or spreads over every shard.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from akter._store.gateway.citus_claims import each_alone, read_clock
+from akter._store.gateway.jobs import ClaimedJob
 
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
-Row = dict[str, Any]
+#: A result row as the driver returns it (only ``rate_take``'s, read by ``_levels``).
+Row = DictRow
 #: A rate bucket: (actor type, job, limit no, key).
 Bucket = tuple[str, str, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSample:
+    """Rows of one flow-controlled (actor type, job) held back (``sample_flow_jobs``).
+
+    ``waiting_slot``: due rows its caps hold back; ``waiting_rate``: rows waiting for a token.
+    """
+
+    actor_type: str
+    job: str
+    waiting_slot: int
+    waiting_rate: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> FlowSample:
+        """The counts from ``sample_flow_jobs``'s row."""
+        return cls(
+            actor_type=str(row["actor_type"]),
+            job=str(row["job"]),
+            waiting_slot=int(row["waiting_slot"]),
+            waiting_rate=int(row["waiting_rate"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -123,12 +148,12 @@ class FlowGateway:
                 ],
             )
 
-    async def defer_for_tokens(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
+    async def defer_for_tokens(self, rows: Sequence[tuple[ClaimedJob, int]]) -> set[str]:
         """Hand claimed attempts ``(claim, wait ms)`` back uncounted, due after their wait.
 
         They hold no token: ``waiting_for = 'rate'`` only shows why they wait (``v_jobs``).
 
-        Each claim (a ``ClaimedJob``) guards its write by its attempt and lease end; returns the
+        Each claim guards its write by its attempt and lease end; returns the
         job ids written (a lost claim is left alone).
         """
         if self._store.strategy == "citus":
@@ -149,7 +174,7 @@ class FlowGateway:
             cur = await conn.execute(self._store.queries["defer_jobs_for_token"], params)
             return {str(r[0]) for r in await cur.fetchall()}
 
-    async def _defer_for_tokens_citus(self, rows: Sequence[tuple[Any, int]]) -> set[str]:
+    async def _defer_for_tokens_citus(self, rows: Sequence[tuple[ClaimedJob, int]]) -> set[str]:
         """``defer_jobs_for_token`` on Citus: one keyed update per claim, pipelined."""
         params = [
             {
@@ -170,12 +195,12 @@ class FlowGateway:
             found = await each_alone(conn, self._store.queries["citus_defer_job_for_token"], params)
         return {str(r["intent_id"]) for r in found}
 
-    async def sample_flow(self) -> list[Row]:
+    async def sample_flow(self) -> list[FlowSample]:
         """Per job type with flow control: rows waiting for a slot and for a rate token."""
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["sample_flow_jobs"], {"off": self._off})
-            return await cur.fetchall()
+            return [FlowSample.from_row(r) for r in await cur.fetchall()]
 
 
 @dataclass(frozen=True)

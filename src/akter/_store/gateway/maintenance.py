@@ -6,6 +6,8 @@ Both run on the framework pool, cross-actor by design (each is listed in the cat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
@@ -13,7 +15,47 @@ from psycopg.rows import dict_row
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
-Row = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class OutboxSample:
+    """The outbox gauges of one row kind (``sample_outbox``).
+
+    ``lag_ms``: the age of the oldest due row (0: none); ``stuck_rows``: rows with at least the
+    sample's ``stuck`` attempts.
+    """
+
+    kind: str
+    outbox_rows: int
+    lag_ms: int
+    stuck_rows: int
+    parked: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> OutboxSample:
+        """The gauges from ``sample_outbox``'s row."""
+        return cls(
+            kind=str(row["kind"]),
+            outbox_rows=int(row["outbox_rows"]),
+            lag_ms=int(row["lag_ms"]),
+            stuck_rows=int(row["stuck_rows"]),
+            parked=int(row["parked"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJobs:
+    """Attempts running under a live lease, of one (actor type, job) (``sample_running_jobs``)."""
+
+    actor_type: str
+    job: str
+    running: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunningJobs:
+        """The count from ``sample_running_jobs``'s row."""
+        return cls(
+            actor_type=str(row["actor_type"]), job=str(row["job"]), running=int(row["running"])
+        )
 
 
 class MaintenanceGateway:
@@ -49,19 +91,19 @@ class MaintenanceGateway:
             )
             return len(await cur.fetchall())
 
-    async def sample(self, *, stuck: int) -> list[Row]:
+    async def sample(self, *, stuck: int) -> list[OutboxSample]:
         """The outbox gauges by kind: rows, relay lag, stuck rows and parked rows."""
         params = {"off": self._clock.offset_ms, "stuck": stuck}
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["sample_outbox"], params)
-            return await cur.fetchall()
+            return [OutboxSample.from_row(r) for r in await cur.fetchall()]
 
-    async def running_jobs(self) -> list[Row]:
+    async def running_jobs(self) -> list[RunningJobs]:
         """The job attempts running under a live lease, by actor type and job."""
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 self._store.queries["sample_running_jobs"], {"off": self._clock.offset_ms}
             )
-            return await cur.fetchall()
+            return [RunningJobs.from_row(r) for r in await cur.fetchall()]

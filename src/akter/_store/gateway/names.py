@@ -8,7 +8,7 @@ are cross-actor by design (listed in the catalogue test's ``CROSS_ACTOR``), each
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg.rows import dict_row
@@ -107,7 +107,7 @@ class NamesGateway:
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(statement, {**params, "cap": cap})
                 rows = await cur.fetchall()
-        return {(str(r.pop("actor_type")), str(r.pop("name"))): _counts(r) for r in rows}
+        return {(str(r["actor_type"]), str(r["name"])): _counts(r) for r in rows}
 
     async def forget(self, names: Sequence[Name]) -> None:
         """Remove recorded member names (never actor types: their placements are kept)."""
@@ -124,5 +124,6 @@ class NamesGateway:
             )
 
 
-def _counts(row: dict[str, Any]) -> Counts:
-    return {k: int(v) for k, v in row.items()}
+def _counts(row: Mapping[str, Any]) -> Counts:
+    """A count row's counts by column (its ``actor_type`` and ``name`` are the key)."""
+    return {k: int(v) for k, v in row.items() if k not in ("actor_type", "name")}

@@ -27,12 +27,14 @@ from akter._store.pool import Store
 from akter._store.queries import Queries
 from akter.errors import ActorError
 
+#: An inspection row for display (``akter inspect``, ``akter outbox``, the console, the test
+#: kit's ``inspect``): every column by name, shown to people as JSON, not read by the engine.
 Row = dict[str, Any]
 #: The parameters that address one actor's rows: ``rk``, ``tenant``, ``type`` and ``id``.
 Key = Mapping[str, Any]
 
 
-def actor_key(rk: int, tenant: str, actor_type: str, actor_id: str) -> dict[str, Any]:
+def actor_key(rk: int, tenant: str, actor_type: str, actor_id: str) -> Key:
     """The statement parameters that address one actor's rows."""
     return {"rk": rk, "tenant": tenant, "type": actor_type, "id": actor_id}
 

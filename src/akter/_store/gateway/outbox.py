@@ -24,10 +24,66 @@ from akter._store.gateway import citus_claims
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
-Row = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class ClaimedIntent:
+    """One outbox row as ``claim_intents`` returned it (leased for one delivery).
+
+    Attributes:
+        payload: The command's payload, as stored JSON text.
+        caller: The stored caller, as JSON text (``akter.callers.caller_from_json``).
+        attempts: The delivery attempt this claim runs.
+        timer_key: The timer or schedule entry key (``$cron:...``); ``None`` for an intent.
+        claimed_until: The lease end the claim wrote: the claim token of its settle.
+        now: The framework clock the claim statement read.
+        candidates: How many due rows the claim's probe found (the same on every row).
+    """
+
+    routing_key: int
+    intent_id: str
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    target_type: str
+    target_id: str
+    command: str
+    payload: str
+    payload_version: int
+    caller: str
+    attempts: int
+    scheduled_at_ms: int
+    timer_key: str | None
+    traceparent: str | None
+    claimed_until: int
+    now: int
+    candidates: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ClaimedIntent:
+        """The claimed row from a ``claim_intents`` (or ``citus_claim_intent``) result row."""
+        return cls(
+            routing_key=int(row["routing_key"]),
+            intent_id=str(row["intent_id"]),
+            tenant_id=str(row["tenant_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            target_type=str(row["target_type"]),
+            target_id=str(row["target_id"]),
+            command=str(row["command"]),
+            payload=str(row["payload"]),
+            payload_version=int(row["payload_version"]),
+            caller=str(row["caller"]),
+            attempts=int(row["attempts"]),
+            scheduled_at_ms=int(row["scheduled_at_ms"]),
+            timer_key=row["timer_key"],
+            traceparent=row["traceparent"],
+            claimed_until=int(row["claimed_until"]),
+            now=int(row["now"]),
+            candidates=int(row["candidates"]),
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IntentClaim:
     """One claimed outbox row: its key and the claim token that guards its settle."""
 
@@ -35,7 +91,7 @@ class IntentClaim:
     intent_id: str
     token: int
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, object]:
         """The statement parameters naming the claim."""
         return {"rk": self.routing_key, "intent_id": self.intent_id, "token": self.token}
 
@@ -111,9 +167,9 @@ class OutboxGateway:
         free: int,
         lease_ms: int,
         max_backoff_ms: int,
-    ) -> list[Row]:
+    ) -> list[ClaimedIntent]:
         """Claim up to ``free`` due intents of ``types`` (the relay's claim connection)."""
-        params = {
+        params: dict[str, object] = {
             "off": self._clock.offset_ms,
             "types": list(types),
             "probe": probe,
@@ -132,12 +188,13 @@ class OutboxGateway:
                 # million sleeping timers per pass later (one claim took 101 s in the bench).
                 prepare=False,
             )
-            return await cur.fetchall()
+            return [ClaimedIntent.from_row(row) for row in await cur.fetchall()]
 
-    async def _claim_citus(self, params: dict[str, Any]) -> list[Row]:
+    async def _claim_citus(self, params: dict[str, object]) -> list[ClaimedIntent]:
         """The claim on Citus: a scan, then single-shard claims (``gateway.citus_claims``)."""
         async with self._claim_conn.use() as conn:
-            return await citus_claims.claim_intents(conn, self._store.queries, params)
+            rows = await citus_claims.claim_intents(conn, self._store.queries, params)
+            return [ClaimedIntent.from_row(row) for row in rows]
 
     async def settle(self, claims: Sequence[IntentClaim]) -> None:
         """Delete delivered intents under their claim tokens, in one statement."""
@@ -162,12 +219,12 @@ class OutboxGateway:
     async def count_backlog(self, types: Sequence[str], limit: int) -> int:
         """Due intents of ``types``, counted up to ``limit`` (a framework connection)."""
         queries = self._store.queries
-        params: dict[str, Any] = {"off": self._clock.offset_ms, "types": list(types)}
+        params: dict[str, object] = {"off": self._clock.offset_ms, "types": list(types)}
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             statement = queries["count_intent_backlog"]
             if self._store.strategy == "citus":  # no lateral probe: one clock read, a flat scan
-                params["now"] = await citus_claims.read_clock(cur, queries, params["off"])
+                params["now"] = await citus_claims.read_clock(cur, queries, self._clock.offset_ms)
                 statement = queries["count_intent_backlog_flat"]
             # Unprepared, like the claim: a generic plan made on a small outbox may seq-scan.
             await cur.execute(statement, {**params, "limit": limit}, prepare=False)

@@ -9,18 +9,76 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from akter._store.gateway.citus_claims import each_alone, read_clock
 
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
-Row = dict[str, Any]
+Row = DictRow
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedEntry:
+    """One parked outbox row as ``parked_list`` returns it (``akter.outbox.ParkedRow``'s source).
+
+    ``actor_type`` and ``actor_id``: the receiving actor (an intent's target, a job's owner);
+    ``payload``: the stored JSON text, as stored.
+    """
+
+    routing_key: int
+    intent_id: str
+    kind: str
+    tenant_id: str
+    actor_type: str
+    actor_id: str
+    command: str
+    payload: str
+    payload_version: int
+    attempts: int
+    parked_at_ms: int
+    last_error: str | None
+    timer_key: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ParkedEntry:
+        """The parked row from ``parked_list``'s row."""
+        return cls(
+            routing_key=int(row["routing_key"]),
+            intent_id=str(row["intent_id"]),
+            kind=str(row["kind"]),
+            tenant_id=str(row["tenant_id"]),
+            actor_type=str(row["actor_type"]),
+            actor_id=str(row["actor_id"]),
+            command=str(row["command"]),
+            payload=str(row["payload"]),
+            payload_version=int(row["payload_version"]),
+            attempts=int(row["attempts"]),
+            parked_at_ms=int(row["parked_at_ms"]),
+            last_error=row["last_error"],
+            timer_key=row["timer_key"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DueJobs:
+    """How many due, unparked rows of one (actor type, job) wait (``sample_due_jobs``)."""
+
+    actor_type: str
+    job: str
+    due: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> DueJobs:
+        """The count from ``sample_due_jobs``'s row."""
+        return cls(actor_type=str(row["actor_type"]), job=str(row["job"]), due=int(row["due"]))
+
+
 #: Runs inside a retry's or discard's transaction after its write (the ids; a fault point).
 BeforeCommit = Callable[[list[str]], Awaitable[None]]
 
@@ -33,7 +91,7 @@ class Selection:
     actor_type: str | None = None
     command: str | None = None
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, object]:
         """The ``parked_lock`` parameters."""
         return {
             "ids": None if self.ids is None else list(self.ids),
@@ -59,7 +117,7 @@ class ParkedGateway:
 
     async def list(
         self, *, kind: str | None, actor_type: str | None, command: str | None, limit: int
-    ) -> list[Row]:
+    ) -> list[ParkedEntry]:
         """Parked rows, oldest parking first."""
         async with self._store.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
@@ -67,7 +125,7 @@ class ParkedGateway:
                 self._store.queries["parked_list"],
                 {"kind": kind, "type": actor_type, "command": command, "limit": limit},
             )
-            return await cur.fetchall()
+            return [ParkedEntry.from_row(r) for r in await cur.fetchall()]
 
     async def retry(
         self,
@@ -83,7 +141,7 @@ class ParkedGateway:
             UnknownParked: Some ids name no parked row (nothing written).
         """
 
-        async def write(cur: Any, keys: dict[str, Any]) -> int:
+        async def write(cur: Any, keys: Mapping[str, Any]) -> int:
             await cur.execute(self._store.queries["retry_parked"], {**keys, "off": self._off})
             done = len(await cur.fetchall())
             await before_commit(list(keys["ids"]))
@@ -107,7 +165,7 @@ class ParkedGateway:
             UnknownParked: Some ids name no parked row (nothing written).
         """
 
-        async def write(cur: Any, keys: dict[str, Any]) -> int:
+        async def write(cur: Any, keys: Mapping[str, Any]) -> int:
             audit_ids = [uuid.uuid4().hex for _ in keys["ids"]]
             await cur.execute(
                 self._store.queries["discard_parked"],
@@ -127,7 +185,7 @@ class ParkedGateway:
 
     # --- the maintenance owner's reads and sweep ---------------------------------------------
 
-    async def due_jobs(self) -> builtins.list[Row]:
+    async def due_jobs(self) -> builtins.list[DueJobs]:
         """Due unparked job rows by (actor type, job), across actors.
 
         (The parked rows by kind are read with the other outbox gauges, in ``sample_outbox``.)
@@ -135,7 +193,7 @@ class ParkedGateway:
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["sample_due_jobs"], {"off": self._off})
-            return await cur.fetchall()
+            return [DueJobs.from_row(r) for r in await cur.fetchall()]
 
     async def park_undeclared(self, actor_type: str, job: str, *, error: str, batch: int) -> int:
         """Park one batch of an undeclared, unserved job's rows; how many were parked."""
@@ -163,7 +221,7 @@ class ParkedGateway:
         return self._clock.offset_ms
 
     async def _locked(
-        self, selection: Selection, write: Callable[[Any, dict[str, Any]], Awaitable[int]]
+        self, selection: Selection, write: Callable[[Any, Mapping[str, Any]], Awaitable[int]]
     ) -> int:
         async with self._store.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
@@ -179,7 +237,7 @@ class ParkedGateway:
                     raise UnknownParked(missing)
             if not rows:
                 return 0
-            keys = {
+            keys: Mapping[str, Any] = {
                 "rks": [int(r["routing_key"]) for r in rows],
                 "ids": [str(r["intent_id"]) for r in rows],
             }

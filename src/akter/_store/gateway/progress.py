@@ -8,8 +8,11 @@ is written with the settle).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row
 
 from akter._kinds import RowKind
 
@@ -33,6 +36,17 @@ class JobTrace:
     #: The job has a dead letter.
     lettered: bool
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobTrace:
+        """The trace from ``job_trace``'s one row."""
+        return cls(
+            row_kind=_text(row["row_kind"]),
+            row_command=_text(row["row_command"]),
+            row_cancelled=bool(row["row_cancelled"]),
+            receipt_command=_text(row["receipt_command"]),
+            lettered=bool(row["lettered"]),
+        )
+
     @property
     def route_command(self) -> str | None:
         """The route the job's end wrote (pending or delivered), if any."""
@@ -47,16 +61,14 @@ class JobTraces:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def read(self, actor: dict[str, Any], job_id: str) -> JobTrace:
+    async def read(self, actor: Mapping[str, Any], job_id: str) -> JobTrace:
         """The trace of ``job_id`` of ``actor`` (rk, tenant, type, id)."""
         async with self._store.pool.connection() as conn:
-            cur = await conn.execute(self._store.queries["job_trace"], {**actor, "job_id": job_id})
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["job_trace"], {**actor, "job_id": job_id})
             row = await cur.fetchone()
         assert row is not None  # the statement always returns one row
-        kind, command, cancelled, receipt, lettered = row
-        return JobTrace(
-            _text(kind), _text(command), bool(cancelled), _text(receipt), bool(lettered)
-        )
+        return JobTrace.from_row(row)
 
 
 def _text(value: object) -> str | None:

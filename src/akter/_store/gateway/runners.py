@@ -8,17 +8,86 @@ the driver's errors; the registry logs them and tries again at its next round.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, LiteralString
 
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from akter._store import citus
 
 if TYPE_CHECKING:
     from akter._store.pool import Clock, Store
 
-Row = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class LiveRunner:
+    """A runner whose heartbeat is recent (``live_runners``)."""
+
+    runner_id: str
+    started_at_ms: int
+    heartbeat_at_ms: int
+    http_address: str | None
+    actor_types: list[str]
+    job_types: list[str]
+    version: str
+    draining: bool
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LiveRunner:
+        """The runner from ``live_runners``'s row."""
+        return cls(
+            runner_id=str(row["runner_id"]),
+            started_at_ms=int(row["started_at_ms"]),
+            heartbeat_at_ms=int(row["heartbeat_at_ms"]),
+            http_address=row["http_address"],
+            actor_types=[str(t) for t in row["actor_types"]],
+            job_types=[str(t) for t in row["job_types"]],
+            version=str(row["version"]),
+            draining=bool(row["draining"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedRunner:
+    """A runner's row ``prune_runners`` deleted; ``ahead_ms``: its heartbeat's lead (≥ 0)."""
+
+    runner_id: str
+    ahead_ms: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> PrunedRunner:
+        """The runner from ``prune_runners``'s row."""
+        return cls(runner_id=str(row["runner_id"]), ahead_ms=int(row["ahead_ms"]))
+
+
+@dataclass(frozen=True, slots=True)
+class SingletonLease:
+    """A singleton lease this runner holds (``acquire_singleton``, ``renew_singletons``).
+
+    ``acquired_at_ms`` is the lease's epoch (it changes only when the lease changes hands);
+    ``skew_ms``: how far ahead of the clock a skewed lease this one replaced was (``None``: none
+    was, or a renewal).
+    """
+
+    actor_type: str
+    owner: str
+    lease_until_ms: int
+    acquired_at_ms: int
+    skew_ms: int | None = None
+
+    @classmethod
+    def from_row(
+        cls, row: Mapping[str, Any], *, actor_type: str | None = None, skew_ms: int | None = None
+    ) -> SingletonLease:
+        """The lease from a lease statement's row (``actor_type``: when the row has none)."""
+        return cls(
+            actor_type=str(row["actor_type"]) if actor_type is None else actor_type,
+            owner=str(row["owner"]),
+            lease_until_ms=int(row["lease_until_ms"]),
+            acquired_at_ms=int(row["acquired_at_ms"]),
+            skew_ms=skew_ms,
+        )
 
 
 class RunnersGateway:
@@ -28,7 +97,7 @@ class RunnersGateway:
         self._store = store
         self._clock = clock
 
-    async def _run(self, statement: LiteralString, params: dict[str, Any]) -> list[Row]:
+    async def _run(self, statement: LiteralString, params: Mapping[str, Any]) -> list[DictRow]:
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(statement, {"off": self._clock.offset_ms, **params})
@@ -80,11 +149,12 @@ class RunnersGateway:
         """Remove this runner's row."""
         await self._run(self._store.queries["unregister_runner"], {"runner_id": runner_id})
 
-    async def live(self, *, live_ms: int, skew_ms: int) -> list[Row]:
+    async def live(self, *, live_ms: int, skew_ms: int) -> list[LiveRunner]:
         """Runners whose heartbeat is younger than ``live_ms`` and not skewed ahead."""
-        return await self._run(
+        rows = await self._run(
             self._store.queries["live_runners"], {"live_ms": live_ms, "skew_ms": skew_ms}
         )
+        return [LiveRunner.from_row(r) for r in rows]
 
     async def state_paths(
         self, actor_type: str, version: int, model: str, *, live_ms: int, skew_ms: int
@@ -123,11 +193,12 @@ class RunnersGateway:
         )
         return bool(rows and rows[0]["declared"])
 
-    async def prune(self, *, prune_ms: int, live_ms: int) -> list[Row]:
+    async def prune(self, *, prune_ms: int, live_ms: int) -> list[PrunedRunner]:
         """Forget silent runners and runners ahead of the clock; the rows pruned."""
-        return await self._run(
+        rows = await self._run(
             self._store.queries["prune_runners"], {"prune_ms": prune_ms, "live_ms": live_ms}
         )
+        return [PrunedRunner.from_row(r) for r in rows]
 
     async def acquire_singleton(
         self,
@@ -138,7 +209,7 @@ class RunnersGateway:
         lease_ms: int,
         skew_ms: int,
         lock_wait_ms: int,
-    ) -> list[Row]:
+    ) -> list[SingletonLease]:
         """Take or refresh a singleton lease in one transaction; one row iff this runner owns it.
 
         One clock reading for the round (``clock_now``, a table-less statement: on Citus it runs
@@ -171,20 +242,21 @@ class RunnersGateway:
             await cur.execute(q["acquire_singleton"], params)
             rows = await cur.fetchall()
         skewed = [lead for lead in leads if lead > skew_ms]
-        return [{**row, "skew_ms": max(skewed) if skewed else None} for row in rows]
+        lead = max(skewed) if skewed else None
+        return [SingletonLease.from_row(r, actor_type=actor_type, skew_ms=lead) for r in rows]
 
     async def renew_singletons(
         self, actor_types: Sequence[str], runner_id: str, *, lease_ms: int
-    ) -> list[Row]:
+    ) -> list[SingletonLease]:
         """Extend every lease of ``actor_types`` this runner still owns, in one statement.
 
-        One row per lease renewed (``actor_type``, ``owner``, ``lease_until_ms``,
-        ``acquired_at_ms``); a lease missing from them is no longer this runner's.
+        One lease per lease renewed; a lease missing from them is no longer this runner's.
         """
-        return await self._run(
+        rows = await self._run(
             self._store.queries["renew_singletons"],
             {"types": list(actor_types), "runner_id": runner_id, "lease_ms": lease_ms},
         )
+        return [SingletonLease.from_row(r) for r in rows]
 
     async def release_singleton(self, actor_type: str, routing_key: int, runner_id: str) -> None:
         """End this runner's lease of ``actor_type`` at once (a stopping owner).
@@ -193,7 +265,7 @@ class RunnersGateway:
         shard ``now_ms()`` would be the worker's clock.
         """
         q = self._store.queries
-        params: dict[str, Any] = {
+        params: dict[str, object] = {
             "actor_type": actor_type,
             "rk": routing_key,
             "runner_id": runner_id,

@@ -1,173 +1,37 @@
-"""The workflow engine's statements: runs, their journal and their signals.
+"""A run's life: its start, claims, journal writes, suspends, releases and its end.
 
-Every statement runs on the framework pool, like job claims and settles: a runner whose turns
-hold every pooled connection still records its workflow steps. A write of a running attempt is
-guarded by the run's ``token`` (bumped by every claim): when it returns nothing, the attempt
-lost its lease and wrote nothing. Statements raise the driver's errors; the engine hands the run
-back and tries again later.
+A write of a running attempt is guarded by the run's ``token`` (bumped by every claim): when it
+returns nothing, the attempt lost its lease and wrote nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, LiteralString
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from akter._ids import bucket
-from akter._kinds import RowKind, StepKind
+from akter._kinds import StepKind
+from akter._store.gateway.workflows.base import GatewayBase
+from akter._store.gateway.workflows.rows import (
+    ClaimedRun,
+    JobStepCancel,
+    JournalRow,
+    LockedStep,
+    OutboxRow,
+    RunKey,
+    StartedRun,
+    StepRecord,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Mapping
-
-    from akter._staging import StagedRun
-    from akter._store.pipeline import Answer, TurnPipeline
-    from akter._store.pool import Clock, Connection, Store
-    from akter._store.queries import Queries
-
-Row = dict[str, Any]
+    from akter._store.pool import Connection
 
 
-@dataclass(frozen=True)
-class RunKey:
-    """Where a run lives: its actor's routing key and its id."""
-
-    routing_key: int
-    run_id: str
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One journal record to write: new, or a pending step that is now done."""
-
-    seq: int
-    kind: StepKind
-    name: str
-    status: str  # "pending" | "done"
-    detail: str | None = None
-    outcome: str | None = None
-
-
-@dataclass(frozen=True)
-class OutboxRow:
-    """An outbox row a workflow write stages with it (a job step's job, an on_complete intent).
-
-    The row belongs to the run's actor.
-    """
-
-    intent_id: str
-    kind: RowKind
-    tenant: str
-    actor_type: str
-    actor_id: str
-    command: str
-    payload: str
-    caller: str
-    payload_version: int = 0
-    priority: int = 0
-    max_wait_ms: int | None = None
-    #: A job with a per-actor cap: its ready time keeps the group's enqueue order (§5.3.4).
-    capped: bool = False
-
-
-def start_in_turn(
-    pipe: TurnPipeline,
-    q: Queries,
-    key: Mapping[str, Any],
-    *,
-    commit_ms: int,
-    runs: Sequence[StagedRun],
-    traceparent: str | None,
-) -> Awaitable[Answer]:
-    """Queue a turn's workflow starts in its commit flight (``wf_start_in_turn``).
-
-    The runs live in the turn's actor's shard (its routing key): one single-shard statement.
-    A keyed start whose key a live run holds fails the flight (:func:`live_key_taken`).
-    """
-    return pipe.execute(
-        q["wf_start_in_turn"],
-        {
-            **key,
-            "commit": commit_ms,
-            "run_ids": [r.run_id for r in runs],
-            "workflows": [r.workflow for r in runs],
-            "keys": [r.key for r in runs],
-            "inputs": [r.input for r in runs],
-            "input_hashes": [r.input_hash for r in runs],
-            "callers": [r.caller for r in runs],
-            "timeouts": [r.timeout_ms for r in runs],
-            "traceparent": traceparent,
-        },
-    )
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    """What a job step's delivered outcome did.
-
-    ``status``: ``recorded`` (on the pending step, or on the cancel record that took its
-    place), ``repeat`` (the step holds it already) or ``unmatched`` (no step takes it);
-    ``woke``: the run was woken.
-    """
-
-    status: str
-    woke: bool = False
-
-
-@dataclass(frozen=True)
-class JobStepCancel:
-    """What a cancel at a pending job step did (``WorkflowsGateway.cancel_job_step``).
-
-    ``status``: ``cancelled`` (the job was cancelled and the cancel record written),
-    ``arrived`` (the step is no longer a pending job step: ``record`` holds what it is now) or
-    ``lost`` (the lease was lost; nothing written). ``deleted``: the job never ran and is gone;
-    ``running``: an attempt was running when it was marked cancelled.
-    """
-
-    status: str
-    record: Row | None = None
-    deleted: bool = False
-    running: bool = False
-
-
-def live_key_taken(exc: BaseException) -> bool:
-    """Whether a unique violation of a turn that starts keyed runs may be a live key's.
-
-    ``wf_start_in_turn``'s unique violation on ``workflows_live_key`` (on Citus the shard's
-    copy of the index, named with the shard's id appended). Citus re-raises a worker's error
-    without the constraint's name: a violation that names none counts too (the engine's answer
-    to it, one more run of the batch, is safe whatever the cause).
-    """
-    if not isinstance(exc, psycopg.errors.UniqueViolation):
-        return False
-    name = exc.diag.constraint_name
-    return name is None or name.startswith("workflows_live_key")
-
-
-def live_keyed_runs(pipe: TurnPipeline, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
-    """Queue the read of the actor's live keyed runs (``wf_live_keys``) in a turn's flight."""
-    return pipe.execute(q["wf_live_keys"], key)
-
-
-class WorkflowsGateway:
-    """The workflow statements (module docstring), on the framework clock's offset."""
-
-    def __init__(self, store: Store, clock: Clock) -> None:
-        self._store = store
-        self._clock = clock
-
-    async def _run(self, statement: LiteralString, params: dict[str, Any]) -> list[Row]:
-        async with self._store.framework.connection() as conn:
-            return await self._on(conn, statement, params)
-
-    async def _on(
-        self, conn: Connection, statement: LiteralString, params: dict[str, Any]
-    ) -> list[Row]:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(statement, {"off": self._clock.offset_ms, **params})
-        return await cur.fetchall() if cur.description else []
+class WorkflowAttempts(GatewayBase):
+    """The statements of a run's start and of its attempts."""
 
     # --- starting ---------------------------------------------------------------------------
 
@@ -182,12 +46,12 @@ class WorkflowsGateway:
         input_hash: str,
         caller: str,
         timeout_ms: int,
-        actor: dict[str, Any],
+        actor: Mapping[str, Any],
         traceparent: str | None = None,
-    ) -> Row:
+    ) -> StartedRun:
         """Create a run (and its actor's fence row) unless it, or a live run of ``key``, exists.
 
-        Returns ``run_id``, ``input_hash``, ``workflow`` and ``created`` of the run that holds.
+        Returns the run that holds.
         """
         tenant, actor_type, actor_id = ref
         params = {
@@ -227,7 +91,7 @@ class WorkflowsGateway:
                         {"rk": run.routing_key, "run_id": run.run_id, "target": rows[0]["run_id"]},
                     )
             if rows:
-                return rows[0]
+                return StartedRun.from_row(rows[0])
             # A concurrent start of the same run or key committed after this statement's
             # snapshot: the next one sees it.
         raise RuntimeError(f"Workflow run {run.run_id!r} could not be started or found.")
@@ -236,31 +100,33 @@ class WorkflowsGateway:
 
     async def claim(
         self, runner_id: str, types: Sequence[str], limit: int, lease_ms: int
-    ) -> list[Row]:
+    ) -> list[ClaimedRun]:
         """Lease up to ``limit`` runs whose wake time has come (SKIP LOCKED)."""
         params = {"runner": runner_id, "types": list(types), "limit": limit, "lease_ms": lease_ms}
         queries = self._store.queries
         if self._store.strategy != "citus":
-            return await self._run(queries["wf_claim"], params)
+            return [ClaimedRun.from_row(r) for r in await self._run(queries["wf_claim"], params)]
         # Citus: an unlocked scan, then one single-shard claim per candidate (each skips a run
         # another claimer holds), all on one clock reading.
         async with self._store.framework.connection() as conn:
             now = await self._clock.read_on(conn)
             scan = await self._on(conn, queries["citus_wf_claim_scan"], {**params, "now": now})
-            claimed: list[Row] = []
+            claimed: list[ClaimedRun] = []
             for c in scan:
-                claimed += await self._on(
+                found = await self._on(
                     conn,
                     queries["citus_wf_claim"],
                     {**params, "now": now, "rk": c["routing_key"], "run_id": c["run_id"]},
                 )
+                claimed += [ClaimedRun.from_row(r) for r in found]
             return claimed
 
-    async def journal(self, run: RunKey) -> list[Row]:
+    async def journal(self, run: RunKey) -> list[JournalRow]:
         """The run's journal, then its unconsumed signals (one query)."""
-        return await self._run(
+        rows = await self._run(
             self._store.queries["wf_journal"], {"rk": run.routing_key, "run_id": run.run_id}
         )
+        return [JournalRow.from_row(r) for r in rows]
 
     async def record(
         self,
@@ -452,89 +318,6 @@ class WorkflowsGateway:
             },
         )
 
-    # --- from outside an attempt ------------------------------------------------------------
-
-    async def locate(self, run_id: str) -> Row | None:
-        """A run's routing key and actor, by id alone."""
-        rows = await self._run(self._store.queries["wf_locate"], {"run_id": run_id})
-        return rows[0] if rows else None
-
-    async def get(self, run: RunKey) -> Row | None:
-        """The run's row."""
-        rows = await self._run(
-            self._store.queries["wf_get"], {"rk": run.routing_key, "run_id": run.run_id}
-        )
-        return rows[0] if rows else None
-
-    async def steps(self, run: RunKey, after: int = -1) -> list[Row]:
-        """The run's journal after ``after`` (a seq), in order."""
-        return await self._run(
-            self._store.queries["wf_steps"],
-            {"rk": run.routing_key, "run_id": run.run_id, "after": after},
-        )
-
-    async def signals(self, run: RunKey) -> list[Row]:
-        """The run's signals in arrival order."""
-        return await self._run(
-            self._store.queries["wf_signals"], {"rk": run.routing_key, "run_id": run.run_id}
-        )
-
-    async def signal(
-        self, run: RunKey, signal_id: str, name: str, payload: str
-    ) -> tuple[bool, bool]:
-        """Keep a signal for a live run: (the run took it or had it already, it is new).
-
-        A signal id the run kept before answers as taken even once the run has ended, so a
-        retried send gets the answer of the first one.
-        """
-        rows = await self._run(
-            self._store.queries["wf_signal"],
-            {
-                "rk": run.routing_key,
-                "run_id": run.run_id,
-                "signal_id": signal_id,
-                "name": name,
-                "payload": payload,
-            },
-        )
-        return bool(rows[0]["live"] or rows[0]["known"]), bool(rows[0]["kept"])
-
-    async def cancel(self, run: RunKey) -> bool:
-        """Ask a live run to cancel; False when it is not live."""
-        rows = await self._run(
-            self._store.queries["wf_cancel"], {"rk": run.routing_key, "run_id": run.run_id}
-        )
-        return bool(rows)
-
-    async def abandon_diverged(self, run: RunKey, error: str) -> bool:
-        """End a diverged run as cancelled; False when it is not diverged."""
-        rows = await self._run(
-            self._store.queries["wf_abandon_diverged"],
-            {"rk": run.routing_key, "run_id": run.run_id, "error": error},
-        )
-        return bool(rows)
-
-    async def retry(self, run: RunKey) -> bool:
-        """Make a diverged run runnable again; False when it is not diverged."""
-        rows = await self._run(
-            self._store.queries["wf_retry"], {"rk": run.routing_key, "run_id": run.run_id}
-        )
-        return bool(rows)
-
-    async def job_outcome(self, run: RunKey, seq: int, outcome: str) -> JobOutcome:
-        """Record a job step's outcome once.
-
-        On the pending step (waking the run), or on the cancel record that took its place.
-        """
-        rows = await self._run(
-            self._store.queries["wf_job_outcome"],
-            {"rk": run.routing_key, "run_id": run.run_id, "seq": seq, "outcome": outcome},
-        )
-        row = rows[0]
-        if row["recorded"]:
-            return JobOutcome("recorded", woke=bool(row["woke"]))
-        return JobOutcome("repeat" if row["known"] else "unmatched", woke=False)
-
     async def cancel_job_step(
         self,
         run: RunKey,
@@ -556,9 +339,10 @@ class WorkflowsGateway:
         queries = self._store.queries
         key = {"rk": run.routing_key, "run_id": run.run_id}
         async with self._store.framework.connection() as conn, conn.transaction():
-            step = await self._on(conn, queries["wf_lock_job_step"], {**key, "seq": cancel.seq})
-            if not step or (step[0]["kind"], step[0]["status"]) != (StepKind.JOB, "pending"):
-                return JobStepCancel("arrived", record=step[0] if step else None)
+            locked = await self._on(conn, queries["wf_lock_job_step"], {**key, "seq": cancel.seq})
+            step = LockedStep.from_row(locked[0]) if locked else None
+            if step is None or (step.kind, step.status) != (StepKind.JOB, "pending"):
+                return JobStepCancel("arrived", record=step)
             job = {"rk": run.routing_key, "job_id": job_id}
             deleted = await self._on(conn, queries["wf_cancel_job_unstarted"], job)
             running = False
@@ -572,52 +356,3 @@ class WorkflowsGateway:
                 raise psycopg.Rollback()  # nothing of it stays: the job is left as it was
             return JobStepCancel("cancelled", deleted=bool(deleted), running=running)
         return JobStepCancel("lost")
-
-    async def actor_runs(
-        self, routing_key: int, ref: tuple[str, str, str], limit: int
-    ) -> list[Row]:
-        """One actor's runs for operators, newest first."""
-        tenant, actor_type, actor_id = ref
-        return await self._run(
-            self._store.queries["wf_actor_runs"],
-            {
-                "rk": routing_key,
-                "tenant": tenant,
-                "type": actor_type,
-                "id": actor_id,
-                "limit": limit,
-            },
-        )
-
-    async def sample(self) -> list[Row]:
-        """Per actor type with live runs: ``running`` (under a live lease) and ``suspended``."""
-        return await self._run(self._store.queries["sample_workflows"], {})
-
-    async def list(
-        self,
-        *,
-        status: str | None = None,
-        actor_type: str | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[Row]:
-        """Runs for operators, newest first (each filter is skipped when ``None``)."""
-        return await self._run(
-            self._store.queries["wf_list"],
-            {
-                "status": status,
-                "type": actor_type,
-                "workflow": workflow,
-                "tenant": tenant,
-                "limit": limit,
-            },
-        )
-
-    async def prune(self, actor_type: str, keep_ms: int, limit: int) -> int:
-        """Delete up to ``limit`` finished runs of a type older than ``keep_ms``."""
-        rows = await self._run(
-            self._store.queries["wf_prune"],
-            {"type": actor_type, "keep_ms": keep_ms, "limit": limit},
-        )
-        return int(rows[0]["pruned"]) if rows else 0

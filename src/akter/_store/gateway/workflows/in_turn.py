@@ -1,0 +1,70 @@
+"""The workflow statements a turn queues in its own commit flight (starts, live keys)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Mapping
+
+    from akter._staging import StagedRun
+    from akter._store.pipeline import Answer, TurnPipeline
+    from akter._store.queries import Queries
+
+
+def start_in_turn(
+    pipe: TurnPipeline,
+    q: Queries,
+    key: Mapping[str, Any],
+    *,
+    commit_ms: int,
+    runs: Sequence[StagedRun],
+    traceparent: str | None,
+) -> Awaitable[Answer]:
+    """Queue a turn's workflow starts in its commit flight (``wf_start_in_turn``).
+
+    The runs live in the turn's actor's shard (its routing key): one single-shard statement.
+    A keyed start whose key a live run holds fails the flight (:func:`live_key_taken`).
+    """
+    return pipe.execute(
+        q["wf_start_in_turn"],
+        {
+            **key,
+            "commit": commit_ms,
+            "run_ids": [r.run_id for r in runs],
+            "workflows": [r.workflow for r in runs],
+            "keys": [r.key for r in runs],
+            "inputs": [r.input for r in runs],
+            "input_hashes": [r.input_hash for r in runs],
+            "callers": [r.caller for r in runs],
+            "timeouts": [r.timeout_ms for r in runs],
+            "traceparent": traceparent,
+        },
+    )
+
+
+def live_key_taken(exc: BaseException) -> bool:
+    """Whether a unique violation of a turn that starts keyed runs may be a live key's.
+
+    ``wf_start_in_turn``'s unique violation on ``workflows_live_key`` (on Citus the shard's
+    copy of the index, named with the shard's id appended). Citus re-raises a worker's error
+    without the constraint's name: a violation that names none counts too (the engine's answer
+    to it, one more run of the batch, is safe whatever the cause).
+    """
+    if not isinstance(exc, psycopg.errors.UniqueViolation):
+        return False
+    name = exc.diag.constraint_name
+    return name is None or name.startswith("workflows_live_key")
+
+
+async def live_keys_answer(cur: Answer) -> dict[tuple[str, str], str]:
+    """A :func:`live_keyed_runs` answer: the live run's id by (workflow, key)."""
+    return {(str(w), str(k)): str(run) for w, k, run in await cur.fetchall()}
+
+
+def live_keyed_runs(pipe: TurnPipeline, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
+    """Queue the read of the actor's live keyed runs (``wf_live_keys``) in a turn's flight."""
+    return pipe.execute(q["wf_live_keys"], key)
