@@ -53,7 +53,17 @@ _INVALID_INPUT_STATUS: dict[str, int] = {
 }
 
 #: ``Unauthorized`` codes that mean "no valid credentials" (401) rather than "not allowed" (403).
-_UNAUTHENTICATED = frozenset({"missing_credentials", "invalid_credentials", "expired"})
+#: ``Unauthorized`` codes of a request that lacks a credential (401; the others are 403): a
+#: caller's, or the local console's own token (the page cannot sign in for it).
+_UNAUTHENTICATED = frozenset(
+    {
+        "missing_credentials",
+        "invalid_credentials",
+        "expired",
+        "console_token_missing",
+        "console_token_invalid",
+    }
+)
 
 
 def status_of(error: ActorError) -> int:

@@ -106,15 +106,10 @@ async def operator(request: Request, auth: AuthProvider, console: Console) -> Sy
 
 
 class _TokenRefused(ActorError):
-    """A console request without this console's token: 401 (the page cannot sign in for it)."""
+    """A console request without this console's token: 401 (``akter.http.problems``)."""
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__("Unauthorized", message, code=code)
-
-    @property
-    def status(self) -> int:
-        """Always 401: the request lacks the console's own credential."""
-        return 401
 
 
 def _same_origin(request: Request, origin: str | None, trusted: Iterable[str]) -> bool:
