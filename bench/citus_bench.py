@@ -105,10 +105,10 @@ async def _runtime(url: str, schema: str, citus: bool, **options: Any) -> akter.
         [Counter, TenantCounter, Sender, Receiver], database_url=url, schema=schema, **options
     )
     if citus:
-        services = runtime.services
+        services = runtime._services
         await migrate_and_distribute(
             url,
-            runtime.store.queries,
+            runtime._store.queries,
             retry_window_ms=services.config.window_ms,
             placements={d.name: d.placement for d in services.definitions.values()},
         )
@@ -190,17 +190,17 @@ async def drain(url: str, citus: bool, args: argparse.Namespace) -> dict[str, An
                     await runtime.get(Sender, f"stager-{i}").stage(picks, past)
 
             await asyncio.gather(*(stager(i) for i in range(8)))
-            before = runtime.relay.delivered
+            before = runtime._relay.delivered
             staged = (args.drain // 100) * 100
             started = time.perf_counter()
-            await runtime.relay.start()
-            runtime.relay.wake()
-            while runtime.relay.delivered - before < staged:
+            await runtime._relay.start()
+            runtime._relay.wake()
+            while runtime._relay.delivered - before < staged:
                 if time.perf_counter() - started > 600:
                     break
                 await asyncio.sleep(0.005)
             elapsed = time.perf_counter() - started
-            delivered = runtime.relay.delivered - before
+            delivered = runtime._relay.delivered - before
     finally:
         await _drop(url, schema)
     return {"drained": delivered, "drain_s": elapsed, "claimed_per_s": delivered / elapsed}

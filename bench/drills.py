@@ -313,10 +313,10 @@ async def cron_runner(
         delivery_concurrency=concurrency,
         max_resident_actors=actors + 1_000,
     )
-    runtime.clock.offset_ms = offset_ms
+    runtime._clock.offset_ms = offset_ms
     # Instrument (this process only): how many claim statements, and how many rows each got.
     claims: list[int] = []
-    claim_intents = runtime.relay._claim_intents
+    claim_intents = runtime._relay._claim_intents
 
     async def counted_claims(*args: Any, **kwargs: Any) -> int:
         n = await claim_intents(*args, **kwargs)
@@ -324,7 +324,7 @@ async def cron_runner(
             claims.append(n)
         return n
 
-    runtime.relay._claim_intents = counted_claims  # type: ignore[method-assign]
+    runtime._relay._claim_intents = counted_claims  # type: ignore[method-assign]
     async with runtime:
         print("READY", flush=True)
         while await asyncio.to_thread(sys.stdin.readline):
@@ -332,7 +332,7 @@ async def cron_runner(
     summary = json.dumps(
         {
             "runs": dict(RUNS),
-            "delivered": runtime.relay.delivered,
+            "delivered": runtime._relay.delivered,
             "cpu_s": time.process_time(),
             "claims": len(claims),
             "claimed": sum(claims),
@@ -360,7 +360,7 @@ async def _create(
         max_resident_actors=actors + 1_000,
         max_pending_commands=max(10_000, 4 * callers),
     )
-    runtime.clock.offset_ms = boundary - (period * MINUTE_MS - 1_000) - await _db_ms(url)
+    runtime._clock.offset_ms = boundary - (period * MINUTE_MS - 1_000) - await _db_ms(url)
     started = time.monotonic()
     async with runtime:
         queue = iter(range(actors))
@@ -370,7 +370,7 @@ async def _create(
                 await runtime.get(cron, f"m{i:06d}").start()
 
         await asyncio.gather(*(creator() for _ in range(callers)))
-        if await runtime.clock.read() >= boundary:
+        if await runtime._clock.read() >= boundary:
             raise SystemExit(
                 f"creating {actors:,} actors outlasted the {period}-minute period, so their "
                 "ticks are not all due at one boundary (try --period 10 or fewer actors)"

@@ -157,7 +157,7 @@ async def _turns(
     handle: Any = runtime.get(cls, "bench")
     await handle.add(1)  # the row exists (and a versioned one is migrated and written)
     d = runtime.definition(cls)
-    act = runtime.dispatcher.activation(d, handle.ref)
+    act = runtime._dispatcher.activation(d, handle.ref)
     assert act is not None
     decodes = 0
     original = ActorDefinition.decode_state

@@ -100,14 +100,14 @@ async def drain(url: str, variant: str, jobs: int) -> float:
     runtime = akter.Runtime([Flow], relay=False, jobs=[job], executor_concurrency=64, **options)
     async with runtime:
         t = time.perf_counter()
-        await runtime.relay.start()
-        runtime.relay.wake()
+        await runtime._relay.start()
+        runtime._relay.wake()
         while True:  # polled: the figure includes at most 5 ms of this wait
-            if runtime.jobs.finished >= jobs:
+            if runtime._jobs.finished >= jobs:
                 break
             await asyncio.sleep(0.005)
         seconds = time.perf_counter() - t
-        await runtime.jobs.wait_idle()
+        await runtime._jobs.wait_idle()
     return jobs / seconds
 
 

@@ -120,7 +120,7 @@ async def start_sleepers(
     async with await turns._connect(url) as conn:
         checked = 0.0
         while True:
-            runtime.relay.wake()
+            runtime._relay.wake()
             await asyncio.sleep(0.02)
             if time.monotonic() - checked < 0.5:
                 continue
@@ -148,7 +148,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             notify=args.notify,
         )
         async with runtime:
-            proxy.learn(runtime.store.queries)
+            proxy.learn(runtime._store.queries)
             await runtime.get(Shop, "s-1").touch()
             if sleepers and args.sleeping_runs:
                 setup_s = await start_sleepers(

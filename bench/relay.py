@@ -130,7 +130,7 @@ def _rids(n: int) -> list[str]:
 
 def record_commits(runtime: akter.Runtime) -> None:
     """Note the commit time of every row a turn on ``runtime`` staged."""
-    original = runtime.engine.on_commit
+    original = runtime._engine.on_commit
 
     def hook(act: Any, writes: Any, cancelled: Any) -> None:
         now = time.monotonic()
@@ -138,7 +138,7 @@ def record_commits(runtime: akter.Runtime) -> None:
             COMMITTED.setdefault(row.intent_id, now)
         original(act, writes, cancelled)
 
-    runtime.engine.on_commit = hook
+    runtime._engine.on_commit = hook
 
 
 class ClaimTimer:
@@ -146,7 +146,7 @@ class ClaimTimer:
 
     def __init__(self, runtime: akter.Runtime) -> None:
         self.samples: list[tuple[float, int]] = []
-        relay = runtime.relay
+        relay = runtime._relay
         original = relay._claim_intents
 
         async def timed(*args: Any, **kwargs: Any) -> int:
@@ -456,7 +456,7 @@ def _slots_busy(runtime: akter.Runtime) -> int:
     A claim whose receiver committed and whose delete is under way (``settling``, a relay that
     settles in groups) no longer holds a slot; before that change every claim held one.
     """
-    claims = runtime.relay._claims.values()
+    claims = runtime._relay._claims.values()
     return sum(1 for c in claims if not getattr(c, "settling", False))
 
 
@@ -862,14 +862,14 @@ async def latency_phase(
         template = await _template_row(runtime, url, schema)
         await _vacuum(url, schema, ["outbox", "actors", "receipts"])
         params = {
-            "off": runtime.clock.offset_ms,
+            "off": runtime._clock.offset_ms,
             "types": sorted(runtime.definitions),
             "probe": 2 * min(runtime.config.delivery_concurrency, runtime.config.pass_limit),
             "free": min(runtime.config.delivery_concurrency, runtime.config.pass_limit),
             "lease": runtime.config.claim_lease_ms,
             "max_backoff": runtime.config.max_backoff_ms,
         }
-        claim_text = runtime.store.queries["claim_intents"]
+        claim_text = runtime._store.queries["claim_intents"]
         for load in args.sleeping_loads if sleeping else args.loads:
             ours = await latency_run(url, schema, runtime, runtime, load, args.duration, rids)
             await _delete_due(url, q_schema, "outbox_q")
@@ -957,22 +957,22 @@ async def drain_akter(
         await _vacuum(url, schema, ["outbox", "actors", "receipts"])
         RECEIVED.clear()
         claims = _claim_timer_of(runtime)
-        before = runtime.relay.delivered
+        before = runtime._relay.delivered
         waited = await quiet_gate(QUIET["limit_s"])
         snap = _cpu_snapshot()
         started = time.perf_counter()
-        await runtime.relay.start()
-        runtime.relay.wake()
+        await runtime._relay.start()
+        runtime._relay.wake()
         deadline = started + 600
         first: float | None = None
-        while runtime.relay.delivered - before < staged and time.perf_counter() < deadline:
+        while runtime._relay.delivered - before < staged and time.perf_counter() < deadline:
             if first is None and RECEIVED:
                 first = time.perf_counter()
             await asyncio.sleep(0.005)
         elapsed = time.perf_counter() - started
         cpu = _cpu_between(snap, _cpu_snapshot())
         left = await _pending(url, schema)
-        delivered = runtime.relay.delivered - before
+        delivered = runtime._relay.delivered - before
     return {
         "delivery_concurrency": concurrency,
         "quiet_wait_s": round(waited, 1),
@@ -984,7 +984,7 @@ async def drain_akter(
         "intents_per_s": delivered / elapsed if elapsed else 0.0,
         "first_delivery_ms": (first - started) * 1000 if first else None,
         "left_in_outbox": left,
-        "retried": runtime.relay.retried,
+        "retried": runtime._relay.retried,
         **claims.summary(),
         **cpu,
     }

@@ -180,7 +180,7 @@ async def child(config: dict[str, Any]) -> int:
                     continue
                 latencies.append(time.perf_counter() - start)
 
-        cpu0, delivered0 = time.process_time(), runtime.relay.delivered
+        cpu0, delivered0 = time.process_time(), runtime._relay.delivered
         b0, c0 = batches.batches, batches.commands
         start = time.perf_counter()
         until = start + config["seconds"]
@@ -190,14 +190,14 @@ async def child(config: dict[str, Any]) -> int:
         async def record_series() -> None:
             # (seconds in, commands done, intents delivered) every second: the steady state.
             while (at := time.perf_counter()) < until:
-                series.append((round(at - start, 2), len(latencies), runtime.relay.delivered))
+                series.append((round(at - start, 2), len(latencies), runtime._relay.delivered))
                 await asyncio.sleep(1.0)
 
         recorder = asyncio.create_task(record_series())
         await asyncio.gather(*(caller(seed + i, until) for i in range(config["callers"])))
         await recorder
         series.append(
-            (round(time.perf_counter() - start, 2), len(latencies), runtime.relay.delivered)
+            (round(time.perf_counter() - start, 2), len(latencies), runtime._relay.delivered)
         )
         seconds = time.perf_counter() - start
         report = {
@@ -207,11 +207,11 @@ async def child(config: dict[str, Any]) -> int:
             "seconds": seconds,
             "commands": len(latencies),
             "errors": len(errors),
-            "refused": refused[0] + runtime.relay.backlog.refused,
+            "refused": refused[0] + runtime._relay.backlog.refused,
             "series": series,
             "error_reasons": sorted(set(errors)),
             "cpu_s": time.process_time() - cpu0,
-            "delivered": runtime.relay.delivered - delivered0,
+            "delivered": runtime._relay.delivered - delivered0,
             "transactions": batches.batches - b0,
             "batched_commands": batches.commands - c0,
             "latencies_us": [round(x * 1e6) for x in latencies],

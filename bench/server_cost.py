@@ -176,7 +176,7 @@ async def prepare(url: str, count: int) -> dict[str, str | None]:
 
         await asyncio.gather(*(warm(i) for i in range(count)))
         definition = runtime.definition(Counter)
-        version = runtime.store.server_version
+        version = runtime._store.server_version
     policy = definition.policy
     settings = actors.turn_settings(
         lock_wait_ms=policy.lock_wait,

@@ -550,14 +550,14 @@ class BatchCounter:
     def __init__(self, runtime: akter.Runtime) -> None:
         self.batches = 0
         self.commands = 0
-        original = runtime.engine.run
+        original = runtime._engine.run
 
         async def counted(act: Any, batch: Sequence[Any]) -> Any:
             self.batches += 1
             self.commands += len(batch)
             return await original(act, batch)
 
-        setattr(runtime.engine, "run", counted)  # noqa: B010 (an instance attribute, on purpose)
+        setattr(runtime._engine, "run", counted)  # noqa: B010 (an instance attribute, on purpose)
 
 
 async def _timed_akter(
@@ -606,7 +606,7 @@ async def _count_through_proxy(
     work: Callable[[], Awaitable[int]],
 ) -> dict[str, Any]:
     """Route the runtime's pool through the proxy, run ``work`` and count its traffic."""
-    pool = runtime.store.pool
+    pool = runtime._store.pool
     pool.conninfo = proxy.url
     await pool.drain()
     try:
@@ -634,7 +634,7 @@ async def akter_sequential(
     url: str, schema: str, proxy: WireProxy, args: argparse.Namespace
 ) -> dict[str, Any]:
     async with _runtime(url, schema, args) as runtime:
-        proxy.learn(runtime.store.queries)
+        proxy.learn(runtime._store.queries)
         handle = runtime.get(Counter, "seq-0")
         for _ in range(args.warmup):
             await handle.add(1)
@@ -674,7 +674,7 @@ async def akter_many(
     url: str, schema: str, proxy: WireProxy, args: argparse.Namespace
 ) -> dict[str, Any]:
     async with _runtime(url, schema, args) as runtime:
-        proxy.learn(runtime.store.queries)
+        proxy.learn(runtime._store.queries)
         handles = [runtime.get(Counter, f"actor-{i:05d}") for i in range(args.actors)]
         # Pre-warm: one turn per actor, spread over the callers (rows exist, caches are warm).
         todo: Iterator[Any] = iter(handles)

@@ -388,7 +388,7 @@ class AkterSide:
         await asyncio.to_thread(recreate_database, self.url, "bench_wf_akter")
         dsn = make_conninfo(proxy.url, dbname="bench_wf_akter")
         async with self._runtime(dsn) as runtime:
-            proxy.learn(runtime.store.queries)
+            proxy.learn(runtime._store.queries)
             if a.warmup:
                 await self._drive(runtime, 10_000_000, a.warmup)
             before = proxy.snapshot()

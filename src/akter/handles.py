@@ -174,12 +174,7 @@ class Calls(Protocol):
 
 
 class Host(Protocol):
-    """What an in-process handle needs of its runtime."""
-
-    @property
-    def calls(self) -> Calls:
-        """The runtime's call paths."""
-        ...
+    """What an in-process handle needs of its runtime (beside its call paths)."""
 
     def definition(self, actor: type[Any] | str) -> ActorDefinition:
         """A hosted type's definition."""
@@ -213,11 +208,12 @@ class Host(Protocol):
 class LocalTransport:
     """Calls into this process's runtime."""
 
-    __slots__ = ("_host",)
+    __slots__ = ("_calls", "_host")
     calls_internal = False
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, calls: Calls) -> None:
         self._host = host
+        self._calls = calls
 
     async def command(
         self,
@@ -229,11 +225,11 @@ class LocalTransport:
     ) -> Any:
         """A command, refused from inside a running turn (request/reply)."""
         refuse_inside_turn()
-        return await self._host.calls.command(member, ref, body, pinned, fence=fence)
+        return await self._calls.command(member, ref, body, pinned, fence=fence)
 
     async def query(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> Any:
         """A query against committed state."""
-        return await self._host.calls.query(member, ref, body)
+        return await self._calls.query(member, ref, body)
 
     def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
         """The actor's event feed."""
@@ -275,11 +271,11 @@ class Handle(BaseHandle):
 
 
 def local_handle(
-    host: Host, actor: type[Any] | str, ref: ActorRef, fence: LoopLease | None = None
+    host: Host, calls: Calls, actor: type[Any] | str, ref: ActorRef, fence: LoopLease | None = None
 ) -> Any:
-    """An in-process handle to ``ref`` on ``host`` (``runtime.get``)."""
+    """An in-process handle to ``ref`` on ``host``, through its call paths (``runtime.get``)."""
     definition = host.definition(actor)
-    return Handle(LocalTransport(host), definition, ref, fence=fence)
+    return Handle(LocalTransport(host, calls), definition, ref, fence=fence)
 
 
 class FencedRuntime:
@@ -289,11 +285,12 @@ class FencedRuntime:
     is the runtime's own.
     """
 
-    __slots__ = ("_lease", "_runtime")
+    __slots__ = ("_calls", "_lease", "_runtime")
 
-    def __init__(self, runtime: Any, lease: LoopLease) -> None:
+    def __init__(self, runtime: Any, lease: LoopLease, calls: Calls) -> None:
         self._runtime = runtime
         self._lease = lease
+        self._calls = calls
 
     @property
     def lease(self) -> LoopLease:
@@ -303,7 +300,7 @@ class FencedRuntime:
     def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
         """A typed handle to one actor whose commands are fenced on the loop's lease."""
         ref = self._runtime.ref(actor, id, tenant=tenant)
-        return cast(A, local_handle(self._runtime, actor, ref, fence=self._lease))
+        return cast(A, local_handle(self._runtime, self._calls, actor, ref, fence=self._lease))
 
     async def create(self, actor: type[A], *, tenant: str = "default") -> A:
         """A fenced handle to a new actor with a minted UUIDv7 id; nothing is written yet."""

@@ -13,7 +13,6 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, cast
 
@@ -42,7 +41,7 @@ from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
 from akter.actor import AccessKind, Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
-from akter.check import CheckReport, CheckUnavailable
+from akter.check import CheckReport
 from akter.context import LoopLease
 from akter.errors import ConfigurationError
 from akter.events import EventRecord
@@ -96,66 +95,66 @@ class Runtime:
         resources: Resources | None = None,
         **options: Unpack[RuntimeOptions],
     ) -> None:
-        self.registry = Registry(actors)
-        self.definitions = self.registry.definitions
+        self._registry = Registry(actors)
+        self.definitions = self._registry.definitions
         #: The validated options.
         self.config = config = RuntimeConfig(tuple(self.definitions.values()), **options)
         self.hooks = hooks or Hooks()
         # Built once; bound to the server's URL at start().
-        self.store = Store(
+        self._store = Store(
             "", config.schema, max_size=config.pool_size, framework_size=config.framework_pool_size
         )
-        self.clock = Clock(self.store)
-        self.clock.offset_ms = config.clock_offset_ms
+        self._clock = Clock(self._store)
+        self._clock.offset_ms = config.clock_offset_ms
         self.metrics = Metrics(
             self.definitions,
             [(name, job.name) for name, d in self.definitions.items() for job in d.jobs.values()],
         )
-        self.supervisor = Supervisor(on_fatal=self._refuse_work)
-        self.services = services = Services(
+        self._supervisor = Supervisor(on_fatal=self._refuse_work)
+        self._services = services = Services(
             config,
-            self.store,
-            self.clock,
+            self._store,
+            self._clock,
             self.hooks,
             self.metrics,
-            self.registry,
-            self.supervisor,
+            self._registry,
+            self._supervisor,
             local=local_clock or LocalClock(),
         )
         # Built in dependency order, each whole: the pass loop first (every lane's waker), then
         # the lanes and what turns and callers go through; last, the loop is told its lanes.
-        self.events = EventBus()
-        outbox = OutboxGateway(self.store, self.clock)  # the relay's own claim/settle connections
-        self.runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
+        self._events = EventBus()
+        outbox = OutboxGateway(self._store, self._clock)  # the relay's own claim/settle connections
+        self._runners = Runners(services, run_singleton_loop=self.run_singleton_loop)
         #: The pass loop: wakes, idle polls, the skew watch, the backlog gate; one pass per lane.
-        self.loop = loop = PassLoop(
-            services, outbox=outbox, heard=self.events.wake_all, runner_id=self.runners.runner_id
+        self._loop = loop = PassLoop(
+            services, outbox=outbox, heard=self._events.wake_all, runner_id=self._runners.runner_id
         )
-        self.jobs = JobExecutor(services, wake=loop.wake)
+        self._jobs = JobExecutor(services, wake=loop.wake)
         #: Job progress frames published on this runner (semantics §5.11).
-        self.progress = self.jobs.progress
-        self.progress_streams = ProgressStreams(services, self.progress, check_access)
-        self.engine = TurnEngine(
-            self.store,
-            self.clock,
+        self._progress = self._jobs.progress
+        self._progress_streams = ProgressStreams(services, self._progress, check_access)
+        self._engine = TurnEngine(
+            self._store,
+            self._clock,
             self.hooks,
             window_ms=config.window_ms,
-            on_commit=CommitWakes(self.clock, loop, self.jobs, self.events),
+            on_commit=CommitWakes(self._clock, loop, self._jobs, self._events),
             pool_wait=config.pool_wait_ms / 1000,
             metrics=self.metrics,
-            state_paths=self.runners.state_paths,
+            state_paths=self._runners.state_paths,
         )
         self._use_resources(resources)
         #: The last hour of this runner's metrics, for the console's overview charts.
         self.history = History(self.metrics)
-        self.dispatcher = Dispatcher(
-            self.engine,
+        self._dispatcher = Dispatcher(
+            self._engine,
             max_resident_actors=config.max_resident_actors,
             max_pending_commands=config.max_pending_commands,
             admission=loop.backlog,
         )
         #: The call paths: commands, deliveries, queries, singleton loops.
-        self.calls = Calls(services, self.dispatcher, self.read_events)
+        self._calls = Calls(services, self._dispatcher, self.read_events)
         self._build_lanes(services, loop, outbox)
         self._database_url = config.database_url
         self.last_drain: DrainReport | None = None
@@ -163,39 +162,39 @@ class Runtime:
     def _build_lanes(self, services: Services, loop: PassLoop, outbox: OutboxGateway) -> None:
         """The workflows and intent lanes, the operator objects and the lifecycle (``__init__``)."""
         #: The workflow engine: runs, their steps and wakes (the workflows spec).
-        self.workflow_engine = WorkflowEngine(
+        self._workflow_engine = WorkflowEngine(
             services,
-            calls=self.calls,
+            calls=self._calls,
             make_handle=Handle,
             wake=loop.wake_everywhere,
-            runner_id=self.runners.runner_id,
-            cancel_jobs=self.jobs.cancel_signal,
+            runner_id=self._runners.runner_id,
+            cancel_jobs=self._jobs.cancel_signal,
         )
         #: Workflow runs by id: status, journals, signals, cancels, retries (operators, HTTP).
-        self.workflows = self.workflow_engine.ops
+        self.workflows = self._workflow_engine.ops
         #: The intent lane: claims and delivers intents and timers.
-        self.relay = Relay(
+        self._relay = Relay(
             services,
             outbox=outbox,
-            deliver=self.calls.deliver_decoded,  # the relay's decode validated the payload
+            deliver=self._calls.deliver_decoded,  # the relay's decode validated the payload
             waker=loop,
             passes=loop,
-            workflows=self.workflow_engine,
-            declared_elsewhere=self.runners.declares_command,
+            workflows=self._workflow_engine,
+            declared_elsewhere=self._runners.declares_command,
         )
-        loop.drive(self.relay, self.jobs, self.workflow_engine)
+        loop.drive(self._relay, self._jobs, self._workflow_engine)
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(services, wake=loop.announce)
         #: Parked outbox rows: list, retry, discard (evolution E3).
         self.outbox = Outbox(services, wake=loop.announce)
         self._lifecycle = Lifecycle(
             services,
-            self.dispatcher,
+            self._dispatcher,
             loop,
-            self.jobs,
-            self.relay,
-            self.runners,
-            self.workflow_engine,
+            self._jobs,
+            self._relay,
+            self._runners,
+            self._workflow_engine,
         )
 
     def reconfigure(self, **changes: Unpack[RuntimeOptions]) -> None:
@@ -204,11 +203,11 @@ class Runtime:
         Raises:
             ConfigurationError: If the runtime has started, or a changed option is invalid.
         """
-        if self.supervisor.started:
+        if self._supervisor.started:
             raise ConfigurationError("reconfigure() is only possible before the runtime starts.")
         definitions = tuple(self.definitions.values())
         self.config = replace(self.config, definitions=definitions, **changes)
-        self.services.config = self.config
+        self._services.config = self.config
         self._database_url = self.config.database_url
 
     def _use_resources(self, resources: Resources | None) -> None:
@@ -217,10 +216,10 @@ class Runtime:
 
     async def _open_resources(self) -> None:
         """Set up the job resources (before any attempt can start; closed if start fails)."""
-        await self.resources.open(self.services.resources)
+        await self.resources.open(self._services.resources)
 
     def _refuse_work(self) -> None:
-        self.dispatcher.accepting = False
+        self._dispatcher.accepting = False
 
     @property
     def readiness(self) -> Readiness:
@@ -229,23 +228,23 @@ class Runtime:
         ``storage`` while the database cannot be reached: a heartbeat failed, or callers are
         being refused ``database_unreachable`` (until a connection opens again).
         """
-        status = self.supervisor.readiness
-        if status == "ready" and self.store.unreachable:
+        status = self._supervisor.readiness
+        if status == "ready" and self._store.unreachable:
             return "storage"
         return status
 
     @readiness.setter
     def readiness(self, value: Readiness) -> None:
-        self.supervisor.readiness = value
+        self._supervisor.readiness = value
 
     @property
     def fatal(self) -> BaseException | None:
         """The error of a supervised background task that died, if one did."""
-        return self.supervisor.fatal
+        return self._supervisor.fatal
 
     def supervise(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
         """Watch a named background task: if it dies while the runtime runs, fail loudly."""
-        return self.supervisor.supervise(task)
+        return self._supervisor.supervise(task)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -257,7 +256,7 @@ class Runtime:
     @property
     def database_url(self) -> str:
         """The URL in use (known once started)."""
-        return self.store.url
+        return self._store.url
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -277,31 +276,31 @@ class Runtime:
 
     async def start(self) -> None:
         """Connect (or start the embedded server), migrate, and start background work."""
-        if self.supervisor.started:
+        if self._supervisor.started:
             return
         await self._open_resources()
         try:
             await self._lifecycle.start(self._database_url)
         except BaseException:
-            await self.services.resources.close()
+            await self._services.resources.close()
             raise
         self.history.start()
-        self.supervisor.started = True
+        self._supervisor.started = True
         self.readiness = "ready"
 
     async def stop(self) -> DrainReport:
         """Drain: refuse new commands, let in-flight turns finish (bounded), release, close."""
-        if not self.supervisor.started:
+        if not self._supervisor.started:
             await self._lifecycle.close()
             return DrainReport("clean")
-        self.supervisor.stopping = True
+        self._supervisor.stopping = True
         self.readiness = "draining"
         await self.history.stop()
         self.last_drain = await self._lifecycle.drain()
-        self.supervisor.started = False
-        self.supervisor.stopping = False
+        self._supervisor.started = False
+        self._supervisor.stopping = False
         self.readiness = "drained"
-        await self.services.resources.close()  # after the drain: no attempt uses them any more
+        await self._services.resources.close()  # after the drain: no attempt uses them any more
         return self.last_drain
 
     @property
@@ -320,10 +319,10 @@ class Runtime:
         lease = (
             None
             if epoch is None
-            else LoopLease(actor_type, runner_id, epoch, self.runners.lease_key(actor_type))
+            else LoopLease(actor_type, runner_id, epoch, self._runners.lease_key(actor_type))
         )
-        facade = self if lease is None else FencedRuntime(self, lease)
-        await self.calls.run_loop(actor_type, runner_id, lease, facade)
+        facade = self if lease is None else FencedRuntime(self, lease, self._calls)
+        await self._calls.run_loop(actor_type, runner_id, lease, facade)
 
     async def cancel_job(self, job_id: str) -> str:
         """Cancel a job by id in its own transaction (``akter jobs cancel``).
@@ -357,56 +356,41 @@ class Runtime:
             akter.check.CheckUnavailable: The database is unreachable, the schema is missing
                 or older than this code, or a read took longer than ``statement_timeout``.
         """
-        from akter._engine.check import check_database
+        from akter._engine.check import check_database, check_url
 
         return await check_database(
-            self._check_url(),
-            self.store.queries,
+            check_url(self._store.url or self._database_url, self.config.data_dir),
+            self._store.queries,
             self.definitions,
-            offset_ms=self.clock.offset_ms,
+            offset_ms=self._clock.offset_ms,
             sample=sample,
             statement_timeout=statement_timeout,
             batch_size=batch_size,
             progress=progress,
         )
 
-    def _check_url(self) -> str:
-        """The database a check reads: the configured URL, else the running embedded server's."""
-        url = self.store.url or self._database_url
-        if url:
-            return url
-        from akter._store.embedded import default_data_dir, running_url
-
-        found = running_url(Path(self.config.data_dir or default_data_dir()))
-        if found is None:
-            raise CheckUnavailable(
-                "No database URL and no running embedded server to check; set "
-                "AKTER_DATABASE_URL (or database_url=) or run 'akter db start'."
-            )
-        return found
-
     async def cleanup(self) -> Any:
         """Run one retention sweep now (what the ``$maintenance`` owner does every 60 s)."""
         from akter._engine.retention import sweep
 
-        self.supervisor.require_started()
-        return await sweep(self.services)
+        self._supervisor.require_started()
+        return await sweep(self._services)
 
     # --- addressing ---------------------------------------------------------------------------
 
     def definition(self, actor: type[Actor[Any]] | str) -> ActorDefinition:
         """The definition of a hosted actor type (by class or name)."""
-        return self.registry.definition(actor)
+        return self._registry.definition(actor)
 
     def ref(
         self, actor: type[Actor[Any]] | str, id: str = "", *, tenant: str = "default"
     ) -> ActorRef:
         """Validate and build an actor address."""
-        return self.registry.ref(actor, id, tenant=tenant)
+        return self._registry.ref(actor, id, tenant=tenant)
 
     def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
         """A typed handle to one actor (``runtime.get(Billing)`` for a singleton)."""
-        return cast(A, local_handle(self, actor, self.ref(actor, id, tenant=tenant)))
+        return cast(A, local_handle(self, self._calls, actor, self.ref(actor, id, tenant=tenant)))
 
     async def create(self, actor: type[A], *, tenant: str = "default") -> A:
         """A handle to a new actor with a minted UUIDv7 id; nothing is written yet."""
@@ -414,7 +398,7 @@ class Runtime:
 
     def routing_key(self, ref: ActorRef) -> int:
         """The routing key of an address."""
-        return self.registry.routing_key(ref)
+        return self._registry.routing_key(ref)
 
     # --- events and progress -------------------------------------------------------------------
 
@@ -423,21 +407,21 @@ class Runtime:
     ) -> list[EventRecord]:
         """Committed events of an actor after a cursor (access kind ``events``)."""
         await self._check_read(ref, "events")
-        return await read_events(self.services, ref, after, limit)
+        return await read_events(self._services, ref, after, limit)
 
     async def follow_events(
         self, ref: ActorRef, after: str | None = None
     ) -> AsyncIterator[EventRecord]:
         """Replay after a cursor, then follow new commits live (access kind ``events``)."""
         await self._check_read(ref, "events")
-        async for record in follow(self.services, self.events, ref, after):
+        async for record in follow(self._services, self._events, ref, after):
             yield record
 
     def job_progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
         """Progress frames of a job, then a closing message (access kind ``progress``)."""
         from akter._engine.jobs.progress import job_progress
 
-        return job_progress(self, ref, job_id)
+        return job_progress(self._progress_streams, ref, job_id)
 
     async def _check_read(
         self,
@@ -445,7 +429,7 @@ class Runtime:
         kind: Literal["events", "progress"],
         caller: Caller | None = None,
     ) -> None:
-        self.supervisor.require_started()
+        self._supervisor.require_started()
         definition = self.definition(ref.type)
         await check_access(definition, ref, caller or current_caller(), kind)
 
@@ -464,18 +448,18 @@ class Runtime:
         caller: Caller | None = None,
     ) -> WorkflowRun[Any]:
         """Start a run of ``flow`` on ``ref`` (``handle.<workflow>.start``; HTTP's entry)."""
-        return await self.workflow_engine.start_from_handle(flow, ref, body, pinned, caller)
+        return await self._workflow_engine.start_from_handle(flow, ref, body, pinned, caller)
 
     async def retry_workflow(self, run_id: str) -> bool:
         """Make a run parked as diverged runnable again (``akter workflows retry``)."""
-        self.supervisor.require_started()
+        self._supervisor.require_started()
         return await self.workflows.retry(run_id)
 
     # --- call paths ---------------------------------------------------------------------------
 
     async def mint_command_id(self) -> str:
         """A fresh command id from the framework clock."""
-        return self.calls.mint_command_id()
+        return self._calls.mint_command_id()
 
     async def deliver(
         self,
@@ -488,7 +472,7 @@ class Runtime:
         within: float | None = None,
     ) -> Result:
         """An internal delivery, as the relay makes it: no access policy, the id as given."""
-        return await self.calls.deliver(ref, command, payload, command_id, caller, within=within)
+        return await self._calls.deliver(ref, command, payload, command_id, caller, within=within)
 
     async def call(
         self,
@@ -509,10 +493,15 @@ class Runtime:
             raise refuse_internal(ref.type, found.name, "command", "Runtime.call")
         body = found.validate_payload(payload)
         if found.kind == "query":
-            return await self.calls.query(found, ref, body, caller)
-        return await self.calls.command(found, ref, body, command_id, caller, retry=retry)
+            return await self._calls.query(found, ref, body, caller)
+        return await self._calls.command(found, ref, body, command_id, caller, retry=retry)
 
     # --- the operator door --------------------------------------------------------------------
+
+    @property
+    def jobs(self) -> Jobs:
+        """Job rows across actors: overview, recent, cancel, progress (``operators.jobs``)."""
+        return self.operators.jobs
 
     @functools.cached_property
     def operators(self) -> Operators:
@@ -527,28 +516,31 @@ class Runtime:
             outbox=self.outbox,
             workflows=self.workflows,
             jobs=Jobs(
-                self.services, self.progress_streams, self.jobs.cancel_signal, self.loop.announce
+                self._services,
+                self._progress_streams,
+                self._jobs.cancel_signal,
+                self._loop.announce,
             ),
-            actors=Actors(self.services),
-            database=Database(self.services),
+            actors=Actors(self._services),
+            database=Database(self._services),
             runner=RunnerControl(
-                self.services,
-                dispatcher=self.dispatcher,
-                relay=self.relay,
-                jobs=self.jobs,
-                workflows=self.workflow_engine,
-                runners=self.runners,
+                self._services,
+                dispatcher=self._dispatcher,
+                relay=self._relay,
+                jobs=self._jobs,
+                workflows=self._workflow_engine,
+                runners=self._runners,
                 owner=self,
                 components=(
-                    self.dispatcher,
-                    self.engine,
-                    self.loop,
-                    self.relay,
-                    self.jobs,
-                    self.jobs.runner,
-                    self.progress,
-                    self.runners,
-                    self.events,
+                    self._dispatcher,
+                    self._engine,
+                    self._loop,
+                    self._relay,
+                    self._jobs,
+                    self._jobs.runner,
+                    self._progress,
+                    self._runners,
+                    self._events,
                     self.history,
                     self._lifecycle,
                 ),
@@ -559,11 +551,11 @@ class Runtime:
     @property
     def runner_id(self) -> str:
         """This runner's id (a new one per process start)."""
-        return self.runners.runner_id
+        return self._runners.runner_id
 
     def advertise_http(self, address: str) -> None:
         """The ``host:port`` this runner serves HTTP on, as its runner row shows (before start)."""
-        self.runners.http_address = address
+        self._runners.http_address = address
 
     def require_started(self) -> None:
         """Refuse work unless the runtime is started and its background work alive.
@@ -571,12 +563,12 @@ class Runtime:
         Raises:
             ConfigurationError: If it is not started, or a background task died.
         """
-        self.supervisor.require_started()
+        self._supervisor.require_started()
 
     @property
     def running(self) -> bool:
         """Whether the runtime is started, not stopping, and its background work alive."""
-        supervisor = self.supervisor
+        supervisor = self._supervisor
         return supervisor.started and not supervisor.stopping and supervisor.fatal is None
 
     async def check_access(
@@ -597,4 +589,4 @@ class Runtime:
         Raises:
             RuntimeError: Before the runtime has started (the clock was never sampled).
         """
-        return self.clock.estimate()
+        return self._clock.estimate()

@@ -13,7 +13,7 @@ async def until_pending(runtime: akter.Runtime, count: int, *, within: float = 1
     mailbox, rather than hoping one loop step was enough.
     """
     await until(
-        lambda: runtime.dispatcher.pending,
+        lambda: runtime._dispatcher.pending,
         within=within,
         what=f"{count} commands in the mailboxes",
         holds=lambda pending: pending == count,

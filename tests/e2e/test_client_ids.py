@@ -204,7 +204,7 @@ async def test_a_future_refusal_falls_back_to_a_server_minted_id(counted_server:
         assert await account.deposit(1) == 1  # learns the clock
         # The database clock steps back ten minutes (a failover to a host behind): the learned
         # reading is now ahead, so the next locally minted id reads as "future".
-        s.t.runtime.clock.offset_ms -= 600_000
+        s.t.runtime._clock.offset_ms -= 600_000
         refused_before = s.counted.commands()
         assert await account.deposit(1) == 2
         # One refused attempt, then a server-minted id and its accepted attempt.

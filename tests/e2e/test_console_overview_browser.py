@@ -79,7 +79,7 @@ async def traffic(t: ActorTest, steps: int) -> History:
             if n % 3 == 1:
                 await t.get(Account, f"a-{n}", tenant="acme").send_letter("north")  # a job row
         # The $maintenance owner's gauges, sampled while the step's work waits in the outbox.
-        await t.runtime.runners.sampler.sample()
+        await t.runtime._runners.sampler.sample()
         await t.drain()
         wall[0] += 15_000
         history.record()

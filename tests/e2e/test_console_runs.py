@@ -148,7 +148,7 @@ async def test_the_overview_series_come_from_the_runtimes_own_metrics(served: Se
         await t.get(Order, "o-2").failing.start()
         await t.get(Order, "o-3").compensating.start()
         await t.drain()
-        await t.runtime.runners.sampler.sample()  # the $maintenance owner's gauges, now
+        await t.runtime._runners.sampler.sample()  # the $maintenance owner's gauges, now
         history.record()
         body = (await ops.get("/console/api/series", params={"minutes": "5"})).json()
         assert body["sampled"] is True

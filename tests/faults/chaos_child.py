@@ -80,7 +80,7 @@ async def run(args: argparse.Namespace) -> int:
         lease=args.lease,
         drain_deadline=5.0,
     )
-    RUNNER["id"] = runtime.runners.runner_id
+    RUNNER["id"] = runtime._runners.runner_id
     server = uvicorn.Server(
         uvicorn.Config(
             http_app(runtime),
@@ -98,7 +98,7 @@ async def run(args: argparse.Namespace) -> int:
                     await serving  # raises what stopped it
                     raise RuntimeError("the HTTP server ended before it started")
                 await asyncio.sleep(0.01)  # polling uvicorn's started flag
-            say(f"READY {runtime.runners.runner_id} {os.getpid()}")
+            say(f"READY {runtime._runners.runner_id} {os.getpid()}")
             while await asyncio.to_thread(sys.stdin.readline):
                 pass
             server.should_exit = True

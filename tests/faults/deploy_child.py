@@ -64,7 +64,7 @@ async def run(args: argparse.Namespace) -> int:
             say(f"DONE {tag} {cid} ok")
 
     async with runtime:
-        say(f"READY {runtime.runners.runner_id}")
+        say(f"READY {runtime._runners.runner_id}")
         while line := await asyncio.to_thread(sys.stdin.readline):
             words = line.split()
             if words[:1] == ["CALL"] and len(words) == 7:

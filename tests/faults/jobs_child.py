@@ -92,7 +92,7 @@ async def run(args: argparse.Namespace) -> int:
 
             watcher = asyncio.create_task(report_pause()) if pause else None
             say(f"READY {os.getpid()}")
-            runtime.relay.wake()  # a first pass at once, not after one poll
+            runtime._relay.wake()  # a first pass at once, not after one poll
             while await asyncio.to_thread(sys.stdin.readline):
                 pass
             if watcher is not None:

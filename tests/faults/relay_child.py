@@ -73,24 +73,27 @@ async def run(args: argparse.Namespace) -> int:
 
         watcher = asyncio.create_task(report_pause()) if pause else None
         say("READY")
-        runtime.relay.wake()  # a first pass at once, not after one poll
+        runtime._relay.wake()  # a first pass at once, not after one poll
         while True:
             line = await asyncio.to_thread(sys.stdin.readline)
             if not line:
                 break
             match line.split():
                 case ["ADVANCE", by]:
-                    runtime.clock.offset_ms += int(by)
-                    runtime.relay.wake()
-                    say(f"ADVANCED {runtime.clock.offset_ms}")
+                    runtime._clock.offset_ms += int(by)
+                    runtime._relay.wake()
+                    say(f"ADVANCED {runtime._clock.offset_ms}")
                 case ["STATS"]:
-                    stats = {"delivered": runtime.relay.delivered, "retried": runtime.relay.retried}
+                    stats = {
+                        "delivered": runtime._relay.delivered,
+                        "retried": runtime._relay.retried,
+                    }
                     say(f"STATS {json.dumps(stats)}")
                 case _:
                     say(f"UNKNOWN {line.strip()}")
         if watcher is not None:
             watcher.cancel()
-    stats = {"delivered": runtime.relay.delivered, "retried": runtime.relay.retried}
+    stats = {"delivered": runtime._relay.delivered, "retried": runtime._relay.retried}
     say(f"STOPPED {json.dumps(stats)}")
     return 0
 

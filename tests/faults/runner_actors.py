@@ -86,11 +86,11 @@ class Beacon(akter.Actor[akter.EmptyState], singleton=True):
             "INSERT INTO {}.loop_beats (run_id, runner_id, seq, at_ms) VALUES (%s, %s, %s, {})"
         ).format(sql.Identifier(runtime.schema), db_ms_sql())
         async with await psycopg.AsyncConnection.connect(
-            runtime.store.url, autocommit=True
+            runtime._store.url, autocommit=True
         ) as conn:
             seq = 0
             while True:
-                await conn.execute(insert, (run_id, runtime.runners.runner_id, seq))
+                await conn.execute(insert, (run_id, runtime._runners.runner_id, seq))
                 seq += 1
                 await asyncio.sleep(BEAT["s"])
 

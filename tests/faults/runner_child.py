@@ -6,7 +6,7 @@ Usage (from the repository root)::
         [--heartbeat-ms N] [--margin-ms N] [--beat-ms N] [--fenced]
 
 It runs ``akter.Runtime([Beacon], maintenance=False, relay=False)`` on the given database and
-schema, with the singleton tunables of ``runtime.runners`` set *before* the runtime starts (so
+schema, with the singleton tunables of ``runtime._runners`` set *before* the runtime starts (so
 even its first acquisition uses them). ``--margin-ms`` scales the loop guard's stop margin
 (``akter._engine.runners.STOP_MARGIN_MS``, 5 s and not a tunable): production runs a 35 s lease,
 10 s refreshes and a 5 s margin; the drills default to a tenth of each.
@@ -54,9 +54,9 @@ async def run(args: argparse.Namespace) -> int:
     runtime = akter.Runtime(
         [actor], database_url=args.url, schema=args.schema, maintenance=False, relay=False
     )
-    runtime.runners.lease_ms = args.lease_ms
-    runtime.runners.refresh_ms = args.refresh_ms
-    runtime.runners.heartbeat_ms = args.heartbeat_ms
+    runtime._runners.lease_ms = args.lease_ms
+    runtime._runners.refresh_ms = args.refresh_ms
+    runtime._runners.heartbeat_ms = args.heartbeat_ms
     go = asyncio.Event()
     calls: set[asyncio.Task[None]] = set()
 
@@ -75,7 +75,7 @@ async def run(args: argparse.Namespace) -> int:
         await go.wait()
 
     async with runtime:
-        say(f"READY {runtime.runners.runner_id}")
+        say(f"READY {runtime._runners.runner_id}")
         while line := await asyncio.to_thread(sys.stdin.readline):
             words = line.split()
             if words[:1] == ["GO"]:

@@ -93,7 +93,7 @@ async def proxied(akter_db: str) -> AsyncIterator[tuple[ActorTest, PgProxy]]:
 
 def turns(t: ActorTest, outcome: str) -> float:
     """How many turns of ``Register`` ended with ``outcome`` (``retry``, ``replay`` ...)."""
-    return t.runtime.engine.metrics.value("akter.turns", actor_type="Register", outcome=outcome)
+    return t.runtime._engine.metrics.value("akter.turns", actor_type="Register", outcome=outcome)
 
 
 def assert_applied_once(rows: Inspection, results: dict[str, int]) -> None:
@@ -142,7 +142,7 @@ def assert_retryable(error: akter.ActorError, cid: str) -> None:
 
 async def assert_healthy(t: ActorTest, proxy: PgProxy, actor: str) -> None:
     """The pool dropped the cut connection and the runtime serves commands again."""
-    pool = t.runtime.store.pool
+    pool = t.runtime._store.pool
     await pool.check()  # would discard (and count) a connection left unusable in the pool
     stats = pool.get_stats()
     assert stats.get("returns_bad", 0) + stats.get("connections_lost", 0) == 1, stats

@@ -134,7 +134,7 @@ async def test_a_genuinely_full_pool_still_says_pool_exhausted(akter_db: str) ->
     async with proxied(akter_db) as (t, _):
         till = t.get(Till, "t-2")
         assert await till.add(1) == 1
-        pool = t.runtime.store.pool
+        pool = t.runtime._store.pool
         held = [await pool.getconn() for _ in range(pool.max_size)]
         try:
             error = await refusal(till.add(1))

@@ -126,7 +126,7 @@ async def test_RL04_sigkill_after_claim_nobody_delivers_before_the_lease_ends(
         hooks = Hooks()
         reclaim = hooks.pause_next("after_claim")
         other = await t.add_runtime([Receiver], relay=True, poll=0.2, hooks=hooks)
-        claimed = await other.relay.run_pass()
+        claimed = await other._relay.run_pass()
         checked_at = await t.now_ms()
         assert checked_at < token, "the test machine took longer than the child's lease"
         assert claimed == 0  # the dead runner's lease still holds the row
@@ -139,7 +139,7 @@ async def test_RL04_sigkill_after_claim_nobody_delivers_before_the_lease_ends(
         assert second["due_at_ms"] - LEASE_MS >= token  # claimed only once the lease ended
         assert second["scheduled_at_ms"] == staged["scheduled_at_ms"]
         reclaim.release()
-        await other.relay.wait_idle()
+        await other._relay.wait_idle()
 
         assert await outbox(t) == []
         assert await receipts(t) == [
@@ -184,7 +184,7 @@ async def test_RL05_sigkill_before_outbox_delete_redelivery_replays_the_receipt(
         assert before["r1"]["version"] == 1 and len(before["r1"]["received"]) == 1
 
         other = await t.add_runtime([Receiver], relay=True, poll=0.2)
-        claimed = await other.relay.run_pass()
+        claimed = await other._relay.run_pass()
         assert await t.now_ms() < claim["due_at_ms"], "the test machine outran the child's lease"
         assert claimed == 0  # the dead runner's lease still holds the row
 
@@ -192,8 +192,8 @@ async def test_RL05_sigkill_before_outbox_delete_redelivery_replays_the_receipt(
             return not await outbox(t)
 
         await until(settled, within=CHILD_LEASE_S + 10)
-        await other.relay.wait_idle()
-        assert other.relay.delivered == 1
+        await other._relay.wait_idle()
+        assert other._relay.delivered == 1
         assert await receipts(t) == committed  # replayed, not re-run
         assert await receivers(t) == before  # no second transition
         assert RUNS == {}  # the handler never ran in this process
@@ -224,18 +224,18 @@ async def test_RL06_two_processes_deliver_5000_intents_each_exactly_once(
             # Citus drains several times slower than plain PostgreSQL on one machine (each claim
             # pass scans every shard; docs/benchmarks.md, "Citus"): the bound is a wedge check.
             await until(settled, within=240 if ON_CITUS else 60)
-            await other.relay.wait_idle()
+            await other._relay.wait_idle()
             elapsed = time.monotonic() - started
             stats = await child.stop()
 
         print(
-            f"5000 intents in {elapsed:.1f} s: parent delivered {other.relay.delivered}, "
+            f"5000 intents in {elapsed:.1f} s: parent delivered {other._relay.delivered}, "
             f"child delivered {stats['delivered']}"
         )
         # A row claimed by both would have been delivered by both: the counts add up exactly.
-        assert other.relay.delivered + stats["delivered"] == 5000
-        assert other.relay.delivered > 0 and stats["delivered"] > 0
-        assert other.relay.retried == 0 and stats["retried"] == 0
+        assert other._relay.delivered + stats["delivered"] == 5000
+        assert other._relay.delivered > 0 and stats["delivered"] > 0
+        assert other._relay.retried == 0 and stats["retried"] == 0
         rows = await receipts(t)
         assert {r["command_id"]: r["actor_id"] for r in rows} == staged
         state = await receivers(t)

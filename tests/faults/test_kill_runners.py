@@ -154,9 +154,9 @@ async def beacon_runtime(t: ActorTest, timing: Timing) -> akter.Runtime:
     runtime = akter.Runtime(
         [Beacon], database_url=t.database_url, schema=t.schema, maintenance=False, relay=False
     )
-    runtime.runners.lease_ms = timing.lease_ms
-    runtime.runners.refresh_ms = timing.refresh_ms
-    runtime.runners.heartbeat_ms = timing.heartbeat_ms
+    runtime._runners.lease_ms = timing.lease_ms
+    runtime._runners.refresh_ms = timing.refresh_ms
+    runtime._runners.heartbeat_ms = timing.heartbeat_ms
     await runtime.start()
     t.runtimes.append(runtime)
     return runtime
@@ -179,21 +179,21 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
         for _ in range(3):
             await beacon_runtime(t, timing)
         first = await wait_for_run(conn, t.schema, 0, within)
-        owner = next(rt for rt in t.runtimes if rt.runners.runner_id == first.runner_id)
-        lease = owner.runners._leases["Beacon"]
-        assert owner.runners.owns("Beacon")
-        assert [rt.runners.owns("Beacon") for rt in t.runtimes].count(True) == 1
+        owner = next(rt for rt in t.runtimes if rt._runners.runner_id == first.runner_id)
+        lease = owner._runners._leases["Beacon"]
+        assert owner._runners.owns("Beacon")
+        assert [rt._runners.owns("Beacon") for rt in t.runtimes].count(True) == 1
 
         stall_ms = await db_now(conn)
         for name in LEASE_ROUNDS:  # an owner renews in one statement, else runs a full round
-            monkeypatch.setitem(owner.store.queries._statements, name, STALLS[stall])
+            monkeypatch.setitem(owner._store.queries._statements, name, STALLS[stall])
         running = lease.task
         assert running is not None
         # Not owns(): that turns False already when the guard fires, before the loop ends.
         await until(
             running.done, within=within, what="the stalled owner's loop stopping", interval=0.005
         )
-        assert not owner.runners.owns("Beacon")
+        assert not owner._runners.owns("Beacon")
         stopped_mono = next(at for what, at in reversed(lease.events) if what == "stopped")
         # The guard measures from the last refresh that succeeded, by its send time; "stopped"
         # is when the cancelled loop body had ended.
@@ -203,16 +203,16 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
         ), (guard_s, lease.events)
 
         successor = await wait_for_run(conn, t.schema, stall_ms, within)
-        assert successor.runner_id != owner.runners.runner_id
+        assert successor.runner_id != owner._runners.runner_id
         await asyncio.sleep(2 * timing.refresh_ms / 1000)  # nobody else starts meanwhile
         if stall == "error":
             # The owner's database comes back: its refreshes now find another owner.
             for name in LEASE_ROUNDS:
                 monkeypatch.setitem(
-                    owner.store.queries._statements, name, t.runtime.store.queries[name]
+                    owner._store.queries._statements, name, t.runtime._store.queries[name]
                 )
             await asyncio.sleep(2 * timing.refresh_ms / 1000)
-            assert not owner.runners.owns("Beacon")
+            assert not owner._runners.owns("Beacon")
         end_ms = await db_now(conn)
         beats, leases = await fetch(t.database_url, t.schema)
 
@@ -220,11 +220,11 @@ async def test_RN01_owner_whose_refreshes_stall_stops_its_loop_before_its_lease_
     assert analysis.problems() == [], [
         (r.runner_id[:8], r.first_ms, r.last_ms) for r in analysis.runs
     ]
-    owned = [w for w in leases if w.owner == owner.runners.runner_id]
+    owned = [w for w in leases if w.owner == owner._runners.runner_id]
     lease_end = owned[-1].lease_until_ms
     # The stalled owner beat no more once its lease had ended (the guard check above is the
     # stop itself: the lease ends no earlier than the send time of its last refresh + lease).
-    mine = [b for b in beats if b.runner_id == owner.runners.runner_id]
+    mine = [b for b in beats if b.runner_id == owner._runners.runner_id]
     assert {b.run_id for b in mine} == {first.run_id}
     assert mine[-1].at_ms < lease_end, (mine[-1].at_ms, lease_end)
     # One survivor took over, after the stalled owner's lease ended.

@@ -244,7 +244,7 @@ async def test_fifty_callers_with_one_command_id_make_one_transition(
             if runtimes == 1:
                 # One runner: the first caller's turn runs, the other 49 wait in its mailbox
                 # (a batch never holds one id twice).
-                assert t.runtime.dispatcher.pending == 50
+                assert t.runtime._dispatcher.pending == 50
             else:
                 await until_lock_waiter(t)  # runner 1 races for the same row
         finally:

@@ -87,8 +87,8 @@ async def run(args: argparse.Namespace) -> int:
                 say(f"PAUSED {pause.point} {info['run_id']} {seqs}")
 
             watcher = asyncio.create_task(report_pause()) if pause else None
-            say(f"READY {os.getpid()} {runtime.runners.runner_id}")
-            runtime.relay.wake()  # a first pass at once, not after one poll
+            say(f"READY {os.getpid()} {runtime._runners.runner_id}")
+            runtime._relay.wake()  # a first pass at once, not after one poll
             while await asyncio.to_thread(sys.stdin.readline):
                 pass
             if watcher is not None:

@@ -55,8 +55,8 @@ async def test_backlog_bound_refuses_external_commands_and_resumes_after_drain(
     async with akter_test(
         ALL, relay=False, delivery_concurrency=1, pass_limit=1, max_outbox_backlog=3
     ) as t:
-        relay = t.runtime.relay
-        gate = t.runtime.loop.backlog
+        relay = t.runtime._relay
+        gate = t.runtime._loop.backlog
         await t.get(Sender, "bl-s1").send_many(TARGETS, 1)  # 6 due intents
 
         held = t.pause_next("after_claim")
@@ -104,9 +104,9 @@ async def test_no_bound_never_counts(akter_test: Make) -> None:
     ) as t:
         await t.get(Sender, "bl-s3").send_many(TARGETS, 1)
         held = t.pause_next("after_claim")
-        assert await t.runtime.relay.run_pass() == 1
+        assert await t.runtime._relay.run_pass() == 1
         await held.wait()
-        assert t.runtime.loop.backlog.samples == 0
+        assert t.runtime._loop.backlog.samples == 0
         await t.get(Sender, "bl-s4").send_to("bl-r9", 1)  # admitted
         held.release()
         await t.drain()

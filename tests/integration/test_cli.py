@@ -210,8 +210,8 @@ async def test_dead_letters_list_show_retry_discard(project: dict[str, str]) -> 
             first = await runtime.get(cliapp.Counter, "c").pay(-1)
             second = await runtime.get(cliapp.Counter, "d").pay(-2)
             for _ in range(50):
-                await runtime.relay.run_pass()
-                await runtime.jobs.wait_idle()
+                await runtime._relay.run_pass()
+                await runtime._jobs.wait_idle()
                 if len(await runtime.dead_letters.list()) == 2:
                     break
     finally:
@@ -312,8 +312,8 @@ async def dead_letters(cliapp: ModuleType, *ks: int) -> list[str]:
     runtime = cliapp.runtime
     ids = [await runtime.get(cliapp.Counter, f"k{k}").pay(k) for k in ks]
     for _ in range(50):
-        await runtime.relay.run_pass()
-        await runtime.jobs.wait_idle()
+        await runtime._relay.run_pass()
+        await runtime._jobs.wait_idle()
         if len(await runtime.dead_letters.list()) == len(ks):
             break
     return ids

@@ -94,8 +94,8 @@ class App:
 async def drain(runtime: Any, rounds: int = 20) -> None:
     """Relay passes until no run is runnable or running (each pass claims the due ones)."""
     for _ in range(rounds):
-        await runtime.relay.run_pass()
-        await runtime.workflow_engine.wait_idle()
+        await runtime._relay.run_pass()
+        await runtime._workflow_engine.wait_idle()
         busy = await runtime.workflows.runs(status="runnable")
         busy += await runtime.workflows.runs(status="running")
         if not busy:

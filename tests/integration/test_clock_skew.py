@@ -46,7 +46,7 @@ class Beacon(akter.Actor[Nothing], singleton=True):
     """A singleton whose loop records which runner started it."""
 
     async def run(self) -> None:
-        STARTS.append(str(self.runtime.runners.runner_id))
+        STARTS.append(str(self.runtime._runners.runner_id))
         STARTED.set()
         await asyncio.Event().wait()
 
@@ -82,13 +82,13 @@ async def test_h8_singleton_lease_and_heartbeat_written_ahead_are_taken_over(
     options: dict[str, Any] = {"singleton_lease": 2, "maintenance": False}
     ahead = akter_test([Beacon], clock_offset=AHEAD, keep_schema=True, **options)
     async with ahead:
-        old = ahead.runtime.runners.runner_id
+        old = ahead.runtime._runners.runner_id
         while old not in STARTS:
             await wait_started(10)
         await ahead.kill(0)
     caplog.set_level(logging.WARNING, logger="akter.runners")
     async with akter_test([Beacon], schema=ahead.schema, **options) as t:
-        new = t.runtime.runners.runner_id
+        new = t.runtime._runners.runner_id
         started = time.monotonic()
         while new not in STARTS:
             assert time.monotonic() - started < 10, "the lease written ahead was not taken over"
@@ -109,8 +109,8 @@ async def test_h8_singleton_lease_and_heartbeat_written_ahead_are_taken_over(
         assert AHEAD_MS <= warning.skew_ms <= AHEAD_MS + 2_000 + 5_000
         # The dead runner's heartbeat, 10 minutes ahead, does not make it live; pruning
         # forgets it at once (a live runner would register again at its next heartbeat).
-        assert [r.runner_id for r in await t.runtime.runners.live()] == [new]
-        await t.runtime.runners.prune()
+        assert [r.runner_id for r in await t.runtime._runners.live()] == [new]
+        await t.runtime._runners.prune()
         runners = await t.rows("SELECT runner_id::text AS runner_id FROM {schema}.runners")
         assert [r["runner_id"] for r in runners] == [new]
         [pruned] = skew_warnings(
@@ -176,14 +176,14 @@ async def test_h8_a_live_runner_sees_the_clock_move_back(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="akter.clock")
     async with akter_test(ALL, relay=False, clock_offset=AHEAD) as t:
-        skew = t.runtime.loop.skew
+        skew = t.runtime._loop.skew
         await skew.check(force=True)
         assert not skew.suspected
-        t.runtime.clock.offset_ms = 0  # the database clock steps back 10 minutes
+        t.runtime._clock.offset_ms = 0  # the database clock steps back 10 minutes
         await skew.check(force=True)
         [warning] = skew_warnings(caplog, "The database clock moved back")
         assert AHEAD_MS - 5_000 <= warning.skew_ms <= AHEAD_MS + 1_000  # round-trip blur
-        assert warning.runner_id == t.runtime.runners.runner_id
+        assert warning.runner_id == t.runtime._runners.runner_id
 
 
 async def test_h8_the_job_release_is_sent_only_when_the_probe_sees_a_lease_ahead(
@@ -200,7 +200,7 @@ async def test_h8_the_job_release_is_sent_only_when_the_probe_sees_a_lease_ahead
 
     monkeypatch.setattr(SkewSession, "release_jobs", counted)
     async with akter_test(ALL, relay=False) as t:
-        skew = t.runtime.loop.skew
+        skew = t.runtime._loop.skew
         await skew.check(force=True)
         assert sent == []  # no running attempt at all
 

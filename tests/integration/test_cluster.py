@@ -108,7 +108,7 @@ class Keeper(akter.Actor[Book], singleton=True):
         return self.state.n
 
     async def run(self) -> None:
-        LOOPS.append(self.runtime.runners.runner_id)
+        LOOPS.append(self.runtime._runners.runner_id)
         CONTROL[0].loop_started.set()
         await asyncio.Event().wait()
 
@@ -158,15 +158,15 @@ async def test_cluster_runners_share_the_schema_and_the_clock(akter_test: Make) 
     async with akter_test([Counter], relay=False) as t:
         runtimes = await t.cluster(runners=3)
         assert runtimes is t.runtimes and len(runtimes) == 3
-        assert len({rt.runners.runner_id for rt in runtimes}) == 3
+        assert len({rt._runners.runner_id for rt in runtimes}) == 3
         assert {rt.schema for rt in runtimes} == {t.schema}
         await t.advance(timedelta(hours=1))
-        assert {rt.clock.offset_ms for rt in runtimes} == {3_600_000}
+        assert {rt._clock.offset_ms for rt in runtimes} == {3_600_000}
         assert await t.get(Counter, "c", runner=2).add(2) == 2
         assert await t.get(Counter, "c", runner=1).add(3) == 5
         assert (await t.inspect(t.get(Counter, "c"))).version == 2
-        live = await t.runtimes[0].runners.live()
-        assert {r.runner_id for r in live} == {rt.runners.runner_id for rt in runtimes}
+        live = await t.runtimes[0]._runners.live()
+        assert {r.runner_id for r in live} == {rt._runners.runner_id for rt in runtimes}
 
 
 def test_runners_is_validated() -> None:
@@ -268,7 +268,7 @@ async def test_kill_fails_queued_callers_with_a_retryable_error(akter_test: Make
         await held.wait()
         queued = [asyncio.create_task(handle.add(k)) for k in (2, 3)]
         await asyncio.sleep(0)  # one step each: they queue behind the held turn
-        assert t.runtimes[1].dispatcher.pending == 3
+        assert t.runtimes[1]._dispatcher.pending == 3
         await t.kill(1)
         results = await asyncio.gather(first, *queued, return_exceptions=True)
         for result in results:
@@ -312,7 +312,7 @@ async def test_kill_with_a_claimed_intent_a_survivor_delivers_once(
         [staged] = await outbox(t)
         intent_id = staged["intent_id"]
         held = t.pause_next(point, runtime=1)
-        assert await t.runtimes[1].relay.run_pass() == 1
+        assert await t.runtimes[1]._relay.run_pass() == 1
         await held.wait()
         [claimed] = await outbox(t)
         assert claimed["attempts"] == 1 and claimed["due_at_ms"] > staged["due_at_ms"]
@@ -334,7 +334,7 @@ async def test_kill_with_a_claimed_intent_a_survivor_delivers_once(
         assert receiver.state == {"n": 3, "done": []} and receiver.version == 1
         assert [r["command_id"] for r in receiver.receipts] == [intent_id]
         assert RUNS[intent_id] == 1  # delivered exactly once (a redelivery replays)
-        survivors = t.runtimes[0].relay.delivered + t.runtimes[2].relay.delivered
+        survivors = t.runtimes[0]._relay.delivered + t.runtimes[2]._relay.delivered
         assert survivors == 1
 
 
@@ -346,7 +346,7 @@ async def test_kill_with_a_running_attempt_a_survivor_takes_it_over_after_the_le
 ) -> None:
     async with akter_test([Counter], runners=3, relay=False, lease=3) as t:
         job_id = await t.get(Counter, "j", runner=1).order(7)
-        assert await t.runtimes[1].relay.run_pass() == 1
+        assert await t.runtimes[1]._relay.run_pass() == 1
         await asyncio.wait_for(CONTROL[0].executing.wait(), 10)
         [running] = await outbox(t)
         assert running["running"] and running["attempts"] == 1
@@ -388,24 +388,24 @@ async def test_kill_of_the_singleton_owner_hands_the_loop_over_after_the_lease(
             " WHERE actor_type = 'Keeper'"
         )
         [held] = await t.rows(query)
-        ids = [rt.runners.runner_id for rt in t.runtimes]
+        ids = [rt._runners.runner_id for rt in t.runtimes]
         owner = ids.index(held["owner"])
-        assert LOOPS == [held["owner"]] and t.runtimes[owner].runners.owns("Keeper")
+        assert LOOPS == [held["owner"]] and t.runtimes[owner]._runners.owns("Keeper")
 
         await t.kill(owner)
         # The lease is not released: it stays until it ends; nobody else runs the loop.
         assert await t.rows(query) == [held]
         assert held["lease_until_ms"] > await t.now_ms()
         await t.advance(0)
-        assert not any(rt.runners.owns("Keeper") for rt in t.live_runtimes)
+        assert not any(rt._runners.owns("Keeper") for rt in t.live_runtimes)
         assert await t.rows(query) == [held]
 
         CONTROL[0].loop_started.clear()
         await t.advance(past(held["lease_until_ms"] - await t.now_ms()))
-        owners = [rt for rt in t.live_runtimes if rt.runners.owns("Keeper")]
+        owners = [rt for rt in t.live_runtimes if rt._runners.owns("Keeper")]
         assert len(owners) == 1
         await asyncio.wait_for(CONTROL[0].loop_started.wait(), 10)
-        successor = owners[0].runners.runner_id
+        successor = owners[0]._runners.runner_id
         assert LOOPS == [held["owner"], successor] and successor != held["owner"]
         [taken] = await t.rows(query)
         assert taken["owner"] == successor
@@ -421,28 +421,28 @@ async def test_a_killed_runner_row_stays_until_liveness_then_restart_registers_a
     akter_test: Make,
 ) -> None:
     async with akter_test([Counter], runners=3, relay=False) as t:
-        ids = [rt.runners.runner_id for rt in t.runtimes]
+        ids = [rt._runners.runner_id for rt in t.runtimes]
         dead = ids[2]
         await t.kill(2)
         assert set(await runner_rows(t)) == set(ids)  # not unregistered
         assert (await runner_rows(t))[dead]["draining"] is False
-        live = await t.runtimes[0].runners.live()
+        live = await t.runtimes[0]._runners.live()
         assert {r.runner_id for r in live} == set(ids)  # its heartbeat is still young
 
         await t.advance(timedelta(seconds=20))
-        assert dead in {r.runner_id for r in await t.runtimes[1].runners.live()}
+        assert dead in {r.runner_id for r in await t.runtimes[1]._runners.live()}
         await t.advance(timedelta(seconds=16))  # 36 s since its last heartbeat
         for survivor in t.live_runtimes:
-            assert [r.runner_id for r in await survivor.runners.live()] == ids[:2]
+            assert [r.runner_id for r in await survivor._runners.live()] == ids[:2]
         assert dead in await runner_rows(t)  # expired, kept until pruned (1 h)
 
         new = await t.restart(2)
         assert t.runtimes[2] is new and not t.killed(2)
-        assert new.runners.runner_id not in ids
-        assert new.clock.offset_ms == t.runtimes[0].clock.offset_ms
-        assert set(await runner_rows(t)) == {*ids, new.runners.runner_id}
-        live = await t.runtimes[0].runners.live()
-        assert {r.runner_id for r in live} == {ids[0], ids[1], new.runners.runner_id}
+        assert new._runners.runner_id not in ids
+        assert new._clock.offset_ms == t.runtimes[0]._clock.offset_ms
+        assert set(await runner_rows(t)) == {*ids, new._runners.runner_id}
+        live = await t.runtimes[0]._runners.live()
+        assert {r.runner_id for r in live} == {ids[0], ids[1], new._runners.runner_id}
         assert await t.get(Counter, "x", runner=2).add(4) == 4
 
 
@@ -452,7 +452,7 @@ async def test_restart_of_a_live_runner_stops_it_gracefully(akter_test: Make) ->
         new = await t.restart(1)
         assert old.readiness == "drained" and new.readiness == "ready"
         rows = await runner_rows(t)
-        assert set(rows) == {t.runtimes[0].runners.runner_id, new.runners.runner_id}
+        assert set(rows) == {t.runtimes[0]._runners.runner_id, new._runners.runner_id}
 
 
 async def test_kill_and_restart_every_runner(akter_test: Make) -> None:

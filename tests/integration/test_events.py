@@ -421,7 +421,7 @@ async def test_live_feed_replays_then_follows_local_commits_at_once(akter_test: 
             assert [r.event.n for r in follower.records] == [1, 2, 3, 4, 5, 6]
         async with following(feed, after="4") as resumed:
             assert [r.cursor for r in await resumed.until(2)] == ["5", "6"]
-        assert not t.runtime.events._subscribers  # closed feeds unsubscribe
+        assert not t.runtime._events._subscribers  # closed feeds unsubscribe
 
 
 async def test_live_feed_sees_another_runtimes_commits_within_one_poll(akter_test: Make) -> None:

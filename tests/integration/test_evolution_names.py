@@ -153,7 +153,7 @@ async def test_EVO06_an_intent_and_a_timer_to_an_old_name_are_delivered_once(
         assert {r["command"] for r in receipts} == {"credit"}
         await v2.advance(120)
         assert await balance(v2) == 12
-        assert v2.runtime.relay.retried == 0
+        assert v2.runtime._relay.retried == 0
 
 
 async def test_EVO06_an_old_receipt_replays_by_the_new_name(akter_db: str) -> None:
@@ -211,8 +211,8 @@ async def test_EVO06_a_redelivery_across_a_payload_migration_replays(akter_db: s
     async with version(akter_db, schema, [AccountV1, SenderV1], keep=True) as v1:
         await v1.get(SenderV1, "s").give(3)
         v1.crash_next("before_outbox_delete")
-        assert await v1.runtime.relay.run_pass() == 1
-        await v1.runtime.relay.wait_idle()
+        assert await v1.runtime._relay.run_pass() == 1
+        await v1.runtime._relay.wait_idle()
         [claimed] = await v1.rows("SELECT intent_id, due_at_ms FROM {schema}.outbox")
         [receipt] = await account_receipts(v1)
         assert receipt["command_id"] == claimed["intent_id"] and receipt["command"] == "gift"
@@ -223,7 +223,7 @@ async def test_EVO06_a_redelivery_across_a_payload_migration_replays(akter_db: s
         assert await v2.rows("SELECT * FROM {schema}.outbox") == []
         assert await balance(v2) == 3
         assert await account_receipts(v2) == [receipt]
-        assert v2.runtime.relay.retried == 0 and v2.runtime.relay.delivered == 1
+        assert v2.runtime._relay.retried == 0 and v2.runtime._relay.delivered == 1
 
 
 # --- EVO-07: a class renamed with name= keeps its data ----------------------------------------

@@ -176,7 +176,7 @@ async def test_EVO10_orphans_are_logged_with_their_counts_and_fix_at_start(
         # A second check within the hour logs nothing again, and the rows are all kept.
         before = await snapshot(v2)
         caplog.clear()
-        again = await v2.runtime.runners.orphans.check([], owner=False)
+        again = await v2.runtime._runners.orphans.check([], owner=False)
         assert len(again) == 4 and orphan_warnings(caplog) == {}
         assert await snapshot(v2) == before
 
@@ -185,7 +185,7 @@ async def test_EVO10_the_maintenance_owner_sets_the_gauge_by_kind(akter_db: str)
     schema = f"akter_t_{uuid.uuid4().hex[:12]}"
     await seed_v1(akter_db, schema)
     async with version(akter_db, schema, [Purse, AccountV2, SenderV2], keep=False) as v2:
-        orphans = v2.runtime.runners.orphans
+        orphans = v2.runtime._runners.orphans
         await asyncio.wait_for(orphans.wait_for(2), EXPECT_WITHIN)  # start, first cycle
         metrics = v2.runtime.metrics
         for kind in ("actor_type", "command", "job", "event"):
@@ -247,13 +247,13 @@ async def test_names_from_a_newer_deployment_are_judged_by_their_rows(
             " ('Account', 'command', 'future_cmd', 0), ('Account', 'job', 'future_job', 0),"
             " ('Account', 'event', 'orph.Future', 0)"
         )
-        orphans = t.runtime.runners.orphans
+        orphans = t.runtime._runners.orphans
         assert await orphans.check([], owner=False) == []
         assert orphan_warnings(caplog) == {}
         # A newer runner's type with rows, hosted by that live runner: not an orphan here.
         newer = await t.add_runtime([AccountV2, Newer])
         await newer.get(Newer, "n").put(1)
-        live = {str(x) for r in await t.runtime.runners.live() for x in r.actor_types}
+        live = {str(x) for r in await t.runtime._runners.live() for x in r.actor_types}
         assert "Newer" in live
         assert await orphans.check(live, owner=False) == []
         # Without that runner, the type is an orphan of this code.
@@ -266,7 +266,7 @@ async def test_a_type_nobody_hosts_or_declares_stays_ready_with_rows_kept(akter_
     schema = f"akter_t_{uuid.uuid4().hex[:12]}"
     await seed_v1(akter_db, schema)
     async with version(akter_db, schema, [AccountV2, SenderV2], keep=False) as v2:
-        await asyncio.wait_for(v2.runtime.runners.orphans.wait_for(2), EXPECT_WITHIN)
+        await asyncio.wait_for(v2.runtime._runners.orphans.wait_for(2), EXPECT_WITHIN)
         # Retention, pruning and the orphan check ran: no Wallet row was touched.
         wallets = await v2.rows(
             "SELECT actor_id, state FROM {schema}.actors WHERE actor_type = 'Wallet'"

@@ -338,8 +338,8 @@ async def test_EVO09_a_crash_before_parking_leaves_the_claim_to_expire_then_park
         await t.get(Payer, "p").pay("a1", 3)
         receiver = await t.add_runtime([AccountStrict], relay=False)
         t.crash_next("before_park", runtime=1)
-        await receiver.relay.run_pass()
-        await receiver.relay.wait_idle()
+        await receiver._relay.run_pass()
+        await receiver._relay.wait_idle()
         [claimed] = await outbox(t)
         assert claimed["parked_at_ms"] is None and claimed["attempts"] == 1  # a process death
         await t.advance(120)  # past the claim lease: redelivered, parked this time
@@ -358,7 +358,7 @@ async def test_EVO09_parked_rows_survive_retention_sweeps(
         before = await outbox(t)
         await t.advance(60 * 60 * 24 * 30)  # far past every retention window
         for runtime in t.live_runtimes:
-            await sweep(runtime.services)
+            await sweep(runtime._services)
         assert await outbox(t) == before
 
 
@@ -444,14 +444,14 @@ async def test_EVO09_an_undeclared_job_no_runner_executes_is_parked_by_the_maint
         await t.kill(0)
         new = await t.add_runtime([ShopWithoutCharge], jobs=None)
         await t.advance(LIVE_S)  # the killed runner, whose code declared the job, is not live
-        await new.runners.sampler.sample()
+        await new._runners.sampler.sample()
         [after] = await outbox(t)
         assert after["parked_at_ms"] is not None
         assert "UnknownJob" in after["last_error"] and "'charge'" in after["last_error"]
         changed = {k for k in before if before[k] != after[k]}
         assert changed == {"parked_at_ms", "last_error"}, changed
         assert await t.rows("SELECT * FROM {schema}.dead_letters") == []
-        await new.runners.sampler.sample()
+        await new._runners.sampler.sample()
         assert new.metrics.gauge("akter.outbox.parked", kind="job") == 1
         assert new.metrics.gauge("akter.outbox.parked", kind="intent") == 0
 
@@ -468,13 +468,13 @@ async def test_EVO09_a_job_only_a_live_runners_code_declares_is_left_due_not_par
         await t.get(ShopOld, "s").buy(5)
         [before] = await outbox(t)
         older = await t.add_runtime([ShopWithoutCharge], jobs=None)
-        await older.runners.sampler.sample()
+        await older._runners.sampler.sample()
         assert await outbox(t) == [before]
         assert older.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") == 1
         # Once no live runner declares it, the same sweep parks the rows.
         await t.kill(0)
         await t.advance(LIVE_S)
-        await older.runners.sampler.sample()
+        await older._runners.sampler.sample()
         [after] = await outbox(t)
         assert after["parked_at_ms"] is not None
 
@@ -485,7 +485,7 @@ async def test_EVO09_a_declared_job_no_live_runner_executes_is_reported_not_park
     async with akter_test([ShopOld], jobs=[]) as t:  # declares charge, executes nothing
         await t.get(ShopOld, "s").buy(5)
         [before] = await outbox(t)
-        await t.runtime.runners.sampler.sample()
+        await t.runtime._runners.sampler.sample()
         assert await outbox(t) == [before]
         assert t.runtime.metrics.gauge("akter.jobs.unserved", actor_type="Shop", job="charge") == 1
         assert any(
@@ -498,7 +498,7 @@ async def test_EVO09_the_live_runners_are_read_only_while_a_job_row_is_due(
     akter_test: Make,
 ) -> None:
     async with akter_test([ShopOld], jobs=[]) as t:  # declares charge, executes nothing
-        sampler = t.runtime.runners.sampler
+        sampler = t.runtime._runners.sampler
         reads = count_calls(sampler, ["_live"])
 
         def unserved() -> float | None:
@@ -553,8 +553,8 @@ async def test_EVO09_a_crash_before_a_job_parks_leaves_the_claim_to_expire_then_
         await t.get(ShopOld, "s").buy(5)
         strict = await t.add_runtime([ShopStrict], jobs=None, relay=False)
         t.crash_next("before_park", runtime=1)
-        await strict.jobs.run_pass()
-        await strict.jobs.wait_idle()
+        await strict._jobs.run_pass()
+        await strict._jobs.wait_idle()
         [claimed] = await outbox(t)
         assert claimed["parked_at_ms"] is None and claimed["attempts"] == 1  # a process death
         await t.advance(120)  # past the job lease: claimed again, parked this time

@@ -118,18 +118,18 @@ async def test_concurrency_holds_across_three_runners(akter_test: Make) -> None:
         for i in range(4):
             await t.get(Slots, f"s{i}").fill(3)
         for rt in t.runtimes:  # every runner tries to claim: two attempts start in all
-            await rt.jobs.run_pass()
+            await rt._jobs.run_pass()
         await until(lambda: LIVE.now == 2, what="two capped calls running")
         for rt in t.runtimes:
-            assert await rt.jobs.run_pass() == 0
+            assert await rt._jobs.run_pass() == 0
         assert await running(t, "capped") == 2
         states = Counter(r["status"] for r in await job_rows(t))
         assert sorted(states.items()) == [("running", 2), ("waiting_slot", 10)]
-        await t.runtime.runners.sampler.sample()
+        await t.runtime._runners.sampler.sample()
         gauge = t.runtime.metrics.gauge
         assert gauge("akter.jobs.waiting_slot", actor_type="Slots", job="capped") == 10
         assert gauge("akter.jobs.running", actor_type="Slots", job="capped") == 2
-        q = t.runtime.store.queries
+        q = t.runtime._store.queries
         for listing in (q["jobs_overview"], q["console_jobs"]):  # akter jobs list, console
             shown = await t.rows(listing, {"limit": 100})
             assert sorted(r["status"] for r in shown) == ["running"] * 2 + ["waiting_slot"] * 10
@@ -143,8 +143,8 @@ async def test_concurrency_holds_across_three_runners(akter_test: Make) -> None:
         LIVE.gate.set()
         for _ in range(20):  # each settle frees a slot; passes on every runner take them
             for rt in t.runtimes:
-                await rt.jobs.run_pass()
-                await rt.jobs.wait_idle()
+                await rt._jobs.run_pass()
+                await rt._jobs.wait_idle()
             if not await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'"):
                 break
         await t.drain()
@@ -160,11 +160,11 @@ async def test_a_crashed_attempt_holds_its_slot_until_its_lease_ends(akter_test:
         slots = t.get(Slots, "s1")
         t.crash_next("before_execute")
         await slots.fill(1)
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         await t.wait_idle()  # the attempt "died": its row keeps running, leased
         await slots.fill(2)
         # One slot is the crashed attempt's, one is free: a pass takes one row, then none.
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         await t.wait_idle()
         assert await running(t, "capped") == 1
         await t.drain()
@@ -181,10 +181,10 @@ async def test_concurrency_combines_with_per_actor(akter_test: Make) -> None:
         for i in range(3):
             await t.get(Slots, f"p{i}").fill_paired(2)
         for rt in t.runtimes:
-            await rt.jobs.run_pass()
+            await rt._jobs.run_pass()
         await until(lambda: LIVE.now == 2, what="two paired calls running")
         for rt in t.runtimes:
-            assert await rt.jobs.run_pass() == 0
+            assert await rt._jobs.run_pass() == 0
         actors = await t.rows(
             "SELECT actor_id FROM {schema}.outbox WHERE kind = 'job' AND running ORDER BY 1"
         )
@@ -192,8 +192,8 @@ async def test_concurrency_combines_with_per_actor(akter_test: Make) -> None:
         LIVE.gate.set()
         for _ in range(30):
             for rt in t.runtimes:
-                await rt.jobs.run_pass()
-                await rt.jobs.wait_idle()
+                await rt._jobs.run_pass()
+                await rt._jobs.wait_idle()
             await t.advance(0.5)  # deferred group rows wait at most a lease for their wake
             if not await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'"):
                 break
@@ -215,7 +215,7 @@ async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) 
     """Burst 2 per tenant: two start at once, the rest wait uncounted, one per 10 s."""
     async with akter_test(FLOW, relay=False) as t:
         ids = await t.get(Metered, "m1").fill(5)
-        await t.runtime.jobs.run_pass()
+        await t.runtime._jobs.run_pass()
         await t.wait_idle()
         assert len(STARTS) == 2
         rows = [r for r in await job_rows(t) if r["job"] == "metered"]
@@ -226,12 +226,12 @@ async def test_a_rate_defers_rows_without_counting_an_attempt(akter_test: Make) 
             "SELECT limit_no, key, tokens FROM {schema}.rate_buckets ORDER BY limit_no"
         )
         assert [(b["limit_no"], b["key"]) for b in buckets] == [(0, "default"), (1, "")]
-        await t.runtime.runners.sampler.sample()
+        await t.runtime._runners.sampler.sample()
         gauge = t.runtime.metrics.gauge
         assert gauge("akter.jobs.waiting_rate", actor_type="Metered", job="metered") == 3
         assert buckets[0]["tokens"] < 1
         for _ in range(3):
-            assert await t.runtime.jobs.run_pass() == 0  # nothing due before a token is
+            assert await t.runtime._jobs.run_pass() == 0  # nothing due before a token is
             await t.advance(10)  # one token of the tenant's bucket refills per 10 s
         assert len(STARTS) == 5 and len(set(STARTS)) == 5
         assert sorted(await t.get(Metered, "m1").seen()) == sorted(f"m1-{i}" for i in range(5))
@@ -243,7 +243,7 @@ async def test_rate_keys_keep_tenants_apart(akter_test: Make) -> None:
     async with akter_test(FLOW, relay=False) as t:
         await t.get(Metered, "m1", tenant="a").fill(3)
         await t.get(Metered, "m1", tenant="b").fill(3)
-        await t.runtime.jobs.run_pass()
+        await t.runtime._jobs.run_pass()
         await t.wait_idle()
         started = sorted(tag for _, tag in STARTS)
         assert len(started) == 4  # two of each tenant's burst

@@ -46,9 +46,9 @@ async def test_two_runners_claiming_a_capped_type_at_once_stay_within_its_cap(
         first, second = t.runtimes
         for i in range(3):
             await t.get(Slots, f"s{i}").fill(2)
-        gateway: Any = first.jobs.gateway
+        gateway: Any = first._jobs.gateway
         # The step of A's claim that locks the type and counts its live attempts.
-        step = "_slots_citus" if first.store.strategy == "citus" else "_slots"
+        step = "_slots_citus" if first._store.strategy == "citus" else "_slots"
         counted = getattr(gateway, step)
         holding, release = asyncio.Event(), asyncio.Event()
 
@@ -60,10 +60,10 @@ async def test_two_runners_claiming_a_capped_type_at_once_stay_within_its_cap(
             return slots
 
         monkeypatch.setattr(gateway, step, held)
-        a_pass = asyncio.create_task(first.jobs.run_pass())
+        a_pass = asyncio.create_task(first._jobs.run_pass())
         async with asyncio.timeout(10):
             await holding.wait()
-        b_pass = asyncio.create_task(second.jobs.run_pass())
+        b_pass = asyncio.create_task(second._jobs.run_pass())
 
         async def blocked_or_done() -> bool:
             # Without the type lock B's pass would end here, with A's two slots taken too.
@@ -78,12 +78,12 @@ async def test_two_runners_claiming_a_capped_type_at_once_stay_within_its_cap(
             "SELECT count(*) AS n FROM {schema}.outbox WHERE kind = 'job' AND running"
         )
         assert rows == [{"n": 2}]
-        assert [await rt.jobs.run_pass() for rt in t.runtimes] == [0, 0]  # the cap is full
+        assert [await rt._jobs.run_pass() for rt in t.runtimes] == [0, 0]  # the cap is full
         LIVE.gate.set()
         for _ in range(20):  # each settle frees a slot: the other rows run, two at a time
             for rt in t.runtimes:
-                await rt.jobs.run_pass()
-                await rt.jobs.wait_idle()
+                await rt._jobs.run_pass()
+                await rt._jobs.wait_idle()
             if not await t.rows("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'"):
                 break
         assert LIVE.most == 2

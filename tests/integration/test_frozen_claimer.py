@@ -46,7 +46,7 @@ async def test_a_claimer_leaves_a_locked_type_for_later_and_claims_the_others(
     async with akter_test([Slots, Lanes], relay=False) as t:
         await t.get(Slots, "s").fill(2)
         await t.get(Lanes, "l").fill(2, "free")
-        await t.runtime.jobs.run_pass()  # the first pass records the type's job_limits row
+        await t.runtime._jobs.run_pass()  # the first pass records the type's job_limits row
         await t.wait_idle()
         STARTS.clear()
         await t.get(Slots, "s").fill(2)
@@ -57,7 +57,7 @@ async def test_a_claimer_leaves_a_locked_type_for_later_and_claims_the_others(
                 " WHERE actor_type = 'Slots' AND job = 'capped' FOR UPDATE"
             )
             async with asyncio.timeout(15):  # unbounded before: the pass never returned
-                await t.runtime.jobs.run_pass()
+                await t.runtime._jobs.run_pass()
             await t.wait_idle()
             assert sorted(tag for _, tag in STARTS) == ["more-0", "more-1"]
             left = await t.rows(
@@ -66,7 +66,7 @@ async def test_a_claimer_leaves_a_locked_type_for_later_and_claims_the_others(
             )
             assert left == [{"n": 2}]  # untouched, still due
             await frozen.rollback()
-        await t.runtime.jobs.run_pass()
+        await t.runtime._jobs.run_pass()
         await t.wait_idle()
         assert sorted(tag for _, tag in STARTS) == ["more-0", "more-1", "s-0", "s-1"]
 
@@ -76,9 +76,9 @@ async def test_the_claim_settings_end_a_holder_that_goes_silent_inside_its_trans
 ) -> None:
     """The settings statement every type and group claim begins with, with a short bound."""
     async with akter_test([Slots], relay=False) as t:
-        q = t.runtime.store.queries
+        q = t.runtime._store.queries
         await t.get(Slots, "s").fill(1)
-        await t.runtime.jobs.run_pass()
+        await t.runtime._jobs.run_pass()
         await t.wait_idle()
         assert jobs_gateway.CLAIM_IDLE_BOUND == "10000ms"
         lock = f"SELECT 1 FROM {q.schema}.job_limits WHERE job = 'capped' FOR UPDATE"
@@ -107,7 +107,7 @@ async def test_the_group_lock_statement_carries_its_own_lock_wait_and_idle_bound
     async with akter_test([Slots], relay=False) as t:
         if t.on_citus:
             pytest.skip("on Citus the settings are a SET LOCAL of their own before the lock")
-        q = t.runtime.store.queries
+        q = t.runtime._store.queries
         await t.get(Slots, "s").fill(1)  # the actor row exists
         ref = t.get(Slots, "s").ref
         group = {"rk": t.runtime.routing_key(ref), "tenant": ref.tenant, "type": ref.type}
@@ -152,7 +152,7 @@ async def test_a_batched_group_claim_skips_held_groups_and_a_frozen_one_is_ended
     async with akter_test([Slots], relay=False) as t:
         if t.on_citus:
             pytest.skip("batched group claims run on plain PostgreSQL only")
-        q = t.runtime.store.queries
+        q = t.runtime._store.queries
         refs = []
         for name in ("a", "b"):
             await t.get(Slots, name).fill(1)  # the actor rows exist

@@ -129,7 +129,7 @@ async def on_event_insert(t: ActorTest, setup: str, body: str) -> str:
 
 async def assert_pool_healthy(t: ActorTest, size: int) -> None:
     """Hold every pooled connection at once and have each run a trivial query."""
-    pool = t.runtime.store.pool
+    pool = t.runtime._store.pool
     barrier = asyncio.Barrier(size)
 
     async def probe() -> object:

@@ -125,11 +125,11 @@ async def test_h9_a_delivery_timeout_after_refusals_says_it_was_not_committed(
     async with akter_test([Tally]) as t:
         # Every attempt is refused before admission (the runner drains): nothing is ever in
         # flight, so the handle's Timeout must not say the command may still commit.
-        t.runtime.dispatcher.accepting = False
+        t.runtime._dispatcher.accepting = False
         cid = await t.runtime.mint_command_id()
         with pytest.raises(akter.ActorError) as retried:
             await t.get(Tally, "a").with_command_id(cid).add(5)
-        t.runtime.dispatcher.accepting = True
+        t.runtime._dispatcher.accepting = True
         assert retried.value.reason == "Timeout" and retried.value.code is None
         assert "last error: ActorUnavailable" in retried.value.message
         assert "it was not committed" in retried.value.message

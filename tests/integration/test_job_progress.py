@@ -26,7 +26,7 @@ from starlette.types import ASGIApp
 
 import akter
 import akter.http
-from akter._engine.jobs.progress import MAX_FRAME_BYTES, ProgressHub, job_progress
+from akter._engine.jobs.progress import MAX_FRAME_BYTES, ProgressHub
 from akter.callers import ActorRef
 from akter.testing import ActorTest
 from tests._support import until
@@ -234,17 +234,17 @@ async def test_JB28_frames_are_validated_coalesced_paced_and_served_on_sse(
             httpx.AsyncClient(base_url=url, timeout=15) as http,
         ):
             sse = asyncio.create_task(read_sse(http, f"/actors/Reporter/r1/jobs/{job_id}/progress"))
-            local = asyncio.create_task(reader.run(job_progress(runtime, reporter.ref, job_id)))
-            await until(lambda: runtime.jobs.progress.subscribers(job_id) == 2)
-            publications = timed_publications(runtime.jobs.progress, monkeypatch)
+            local = asyncio.create_task(reader.run(runtime.job_progress(reporter.ref, job_id)))
+            await until(lambda: runtime._jobs.progress.subscribers(job_id) == 2)
+            publications = timed_publications(runtime._jobs.progress, monkeypatch)
             before = await t.now_ms()
             with caplog.at_level(logging.WARNING, logger="akter.progress"):
-                assert await runtime.jobs.run_pass() == 1
+                assert await runtime._jobs.run_pass() == 1
                 await asyncio.wait_for(reader.saw(11).wait(), 10)
                 control.gate.set()
                 await asyncio.wait_for(local, 10)
                 streamed = await asyncio.wait_for(sse, 10)
-            await runtime.jobs.wait_idle()
+            await runtime._jobs.wait_idle()
         messages = [m for _, m in reader.messages]
         ref = {"tenant": "default", "type": "Reporter", "id": "r1"}
 
@@ -307,8 +307,8 @@ async def test_JB28_a_job_without_a_progress_model_drops_frames_and_still_closes
         reporter = t.get(Reporter, "r2")
         job_id = await reporter.start_plain()
         reader = Reader()
-        local = asyncio.create_task(reader.run(job_progress(t.runtime, reporter.ref, job_id)))
-        await until(lambda: t.runtime.jobs.progress.subscribers(job_id) == 1)
+        local = asyncio.create_task(reader.run(t.runtime.job_progress(reporter.ref, job_id)))
+        await until(lambda: t.runtime._jobs.progress.subscribers(job_id) == 1)
         with caplog.at_level(logging.WARNING, logger="akter.progress"):
             await t.advance(0)
             await asyncio.wait_for(local, 10)
@@ -371,8 +371,8 @@ async def test_JB28_progress_route_refusals_and_ended_jobs(akter_test: Make) -> 
                     "InvalidInput",
                     "unknown_job",
                 )
-        assert runtime.jobs.progress.subscribers(ended) == 0
-        assert runtime.jobs.progress.subscribers(bare) == 0
+        assert runtime._jobs.progress.subscribers(ended) == 0
+        assert runtime._jobs.progress.subscribers(bare) == 0
 
 
 async def test_JB28_frames_reach_another_runner_with_notify(
@@ -384,11 +384,11 @@ async def test_JB28_frames_reach_another_runner_with_notify(
         job_id = await reporter.start(3)
         reader = Reader()
         local = asyncio.create_task(
-            reader.run(job_progress(viewer, ActorRef("default", "Reporter", "r4"), job_id))
+            reader.run(viewer.job_progress(ActorRef("default", "Reporter", "r4"), job_id))
         )
-        await until(lambda: viewer.jobs.progress.subscribers(job_id) == 1)
-        await asyncio.wait_for(viewer.jobs.progress.hearing.wait(), 10)
-        assert await t.runtime.jobs.run_pass() == 1
+        await until(lambda: viewer._jobs.progress.subscribers(job_id) == 1)
+        await asyncio.wait_for(viewer._jobs.progress.hearing.wait(), 10)
+        assert await t.runtime._jobs.run_pass() == 1
         await asyncio.wait_for(reader.saw(4).wait(), 10)
         control.gate.set()
         await asyncio.wait_for(local, 10)

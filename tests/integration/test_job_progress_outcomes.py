@@ -124,7 +124,7 @@ async def test_a_job_that_never_existed_is_refused_in_process_and_over_http(
         assert answer.status_code == 404
         assert answer.headers["content-type"].startswith("application/problem+json")
         assert answer.json()["code"] == "unknown_job"
-        assert t.runtime.jobs.progress.subscribers(never) == 0
+        assert t.runtime._jobs.progress.subscribers(never) == 0
 
 
 async def test_ended_jobs_close_at_once_with_the_outcome_their_trace_tells(
@@ -134,9 +134,9 @@ async def test_ended_jobs_close_at_once_with_the_outcome_their_trace_tells(
         GATE.set()
         ok = await t.get(Ender, "s").start()
         doomed = await t.get(Ender, "d").start(fail=True)
-        assert await t.runtime.jobs.run_pass() == 2  # run and settle; the relay delivers nothing
+        assert await t.runtime._jobs.run_pass() == 2  # run and settle; the relay delivers nothing
         await t.wait_idle()
-        streams: ProgressStreams = t.runtime.progress_streams
+        streams: ProgressStreams = t.runtime._progress_streams
         pending = await streams.trace(t.get(Ender, "s").ref, ok)
         assert pending is not None and pending.row_kind == "intent"  # the route waits
         assert (await closing(t, "s", ok))["outcome"] == "succeeded"
@@ -166,7 +166,7 @@ async def test_a_job_cancelled_while_running_closes_cancelled_live_and_late(
     async with akter_test([Ender], relay=False) as t:
         handle = t.get(Ender, "c")
         job_id = await handle.start(key="k-1")
-        assert await t.runtime.jobs.run_pass() == 1  # the attempt waits at the gate
+        assert await t.runtime._jobs.run_pass() == 1  # the attempt waits at the gate
         live = asyncio.create_task(read_all(handle.progress(job_id)))
         await asyncio.wait_for(_subscribed(t, job_id), 10)
         await handle.cancel("k-1")
@@ -186,7 +186,7 @@ async def test_a_live_reader_hears_the_settle_outcome_even_without_a_route(
         handle = t.get(Ender, "b")
         bare = await handle.start_bare()
         doomed = await handle.start(fail=True)
-        assert await t.runtime.jobs.run_pass() == 2
+        assert await t.runtime._jobs.run_pass() == 2
         readers = [asyncio.create_task(read_all(handle.progress(j))) for j in (bare, doomed)]
         await asyncio.wait_for(_subscribed(t, bare, doomed), 10)
         GATE.set()
@@ -207,7 +207,7 @@ async def test_a_job_that_ends_while_the_reader_connects_still_closes_with_its_o
     async with akter_test([Ender], relay=False) as t:
         handle = t.get(Ender, "r")
         job_id = await (handle.start() if routed else handle.start_bare())
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         read = ProgressStreams.trace
         looks = 0
 
@@ -228,4 +228,4 @@ async def test_a_job_that_ends_while_the_reader_connects_still_closes_with_its_o
 
 
 async def _subscribed(t: ActorTest, *job_ids: str) -> None:
-    await until(lambda: all(t.runtime.jobs.progress.subscribers(j) == 1 for j in job_ids))
+    await until(lambda: all(t.runtime._jobs.progress.subscribers(j) == 1 for j in job_ids))

@@ -178,7 +178,7 @@ async def test_teardown_comes_after_the_attempts_a_stop_interrupts(akter_test: M
 
     async with akter_test([Till], relay=False, resources=resources) as t:
         await t.get(Till, "t1").charge(1)
-        assert await t.runtime.jobs.run_pass() == 1  # the attempt starts as a task
+        assert await t.runtime._jobs.run_pass() == 1  # the attempt starts as a task
         await step.entered.wait()
         assert at_teardown == []
     # The stop interrupted the attempt (its row stays running), then tore the gateway down.

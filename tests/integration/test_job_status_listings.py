@@ -53,7 +53,7 @@ async def test_every_status_reads_the_same_in_the_view_and_both_listings(
         # 0009: v_jobs as Citus can plan it (0006's correlated live count could not be).
         view = await t.rows("SELECT job_id, status FROM {schema}.v_jobs")
         assert {r["job_id"]: r["status"] for r in view} == expected
-        q = t.runtime.store.queries
+        q = t.runtime._store.queries
         for name in ("jobs_overview", "console_jobs"):
             shown = await t.rows(q[name], {"limit": 100})
             assert {r["job_id"]: r["status"] for r in shown} == expected, name

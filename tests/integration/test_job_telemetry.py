@@ -162,7 +162,7 @@ async def test_TE02_backoff_and_dead_letter_log_texts(
 
 async def _lose_lease(t: ActorTest) -> None:
     """Give runtime 1 a clock past runtime 0's lease (a takeover without waiting)."""
-    t.runtimes[1].clock.offset_ms += t.runtime.config.job_lease_ms + 1000
+    t.runtimes[1]._clock.offset_ms += t.runtime.config.job_lease_ms + 1000
 
 
 async def test_TE02_lease_loss_log_text(
@@ -173,10 +173,10 @@ async def test_TE02_lease_loss_log_text(
         first, second = gate(1), gate(2)
         provider.script(first, second)
         job_id = await t.get(Shop, "s1").buy(1)
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         await asyncio.wait_for(first.entered.wait(), 10)
         await _lose_lease(t)
-        assert await t.runtimes[1].jobs.run_pass() == 1  # attempt 2 takes the row
+        assert await t.runtimes[1]._jobs.run_pass() == 1  # attempt 2 takes the row
         await asyncio.wait_for(second.entered.wait(), 10)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             await asyncio.wait_for(t.wait_idle(), 10)  # the next renewal finds none
@@ -199,10 +199,10 @@ async def test_TE02_late_success_log_texts(
         first = gate(5)
         provider.script(first, fail("declined", final=True))
         dead_id = await t.get(Shop, "s1").buy(1)
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         await asyncio.wait_for(first.entered.wait(), 10)
         await _lose_lease(t)
-        assert await t.runtimes[1].jobs.run_pass() == 1
+        assert await t.runtimes[1]._jobs.run_pass() == 1
         await t.wait_idle(runner=1)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             first.release()
@@ -216,12 +216,12 @@ async def test_TE02_late_success_log_texts(
         step = gate(7)
         provider.script(step)
         cancelled_id = await t.get(Shop, "s2").buy(1, key="k")
-        t.runtimes[1].clock.offset_ms = t.runtime.clock.offset_ms  # undo the first takeover
-        assert await t.runtime.jobs.run_pass() == 1
+        t.runtimes[1]._clock.offset_ms = t.runtime._clock.offset_ms  # undo the first takeover
+        assert await t.runtime._jobs.run_pass() == 1
         await asyncio.wait_for(step.entered.wait(), 10)
         await t.runtimes[1].get(Shop, "s2").cancel("k")  # no signal reaches runtime 0
         await _lose_lease(t)
-        assert await t.runtimes[1].jobs.run_pass() == 1  # settle-only: reported Unknown
+        assert await t.runtimes[1]._jobs.run_pass() == 1  # settle-only: reported Unknown
         await t.wait_idle(runner=1)
         with caplog.at_level(logging.WARNING, logger="akter.jobs"):
             step.release()

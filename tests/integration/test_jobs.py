@@ -314,7 +314,7 @@ async def _attempts_are(t: ActorTest, attempts: int, *, running: bool) -> bool:
 
 async def _pass(t: ActorTest, runtime: int = 0) -> int:
     """One executor pass on one runtime (no drain, no clock move)."""
-    return await t.runtimes[runtime].jobs.run_pass()
+    return await t.runtimes[runtime]._jobs.run_pass()
 
 
 # --- crashes and takeovers --------------------------------------------------------------------
@@ -476,7 +476,7 @@ async def test_JB12_an_attempt_held_past_its_lease_never_calls_the_executor(
 
 async def _lose_lease(t: ActorTest) -> None:
     """Give runtime 1 a clock past runtime 0's lease (a takeover without waiting)."""
-    t.runtimes[1].clock.offset_ms += t.runtime.config.job_lease_ms + 1000
+    t.runtimes[1]._clock.offset_ms += t.runtime.config.job_lease_ms + 1000
 
 
 async def test_JB13_a_stale_failure_never_touches_the_newer_attempt(
@@ -818,7 +818,7 @@ async def _enqueue_apart(t: ActorTest, calls: list[Callable[[], Awaitable[Any]]]
     for call in calls:
         results.append(await call())
         for runtime in t.runtimes:
-            runtime.clock.offset_ms += 5
+            runtime._clock.offset_ms += 5
     return results
 
 
@@ -916,7 +916,7 @@ async def test_JB26_a_capped_dead_letter_while_a_claim_holds_the_group_lock(
             # Another claim's group lock: FOR NO KEY UPDATE does not wait for the letter's
             # foreign-key share lock.
             await conn.execute(
-                t.runtime.store.queries["job_group_lock"],
+                t.runtime._store.queries["job_group_lock"],
                 {"rk": rk, "tenant": "default", "type": "Hot", "id": "h1"},
             )
             letter_pause.release()
@@ -942,7 +942,7 @@ async def test_JB29_retry_and_discard_dead_letters(
         retried = await shop.buy(1, tag="r")
         discarded = await shop.buy(2, tag="d")
         await advance_until(t, lambda: settled(t))
-        letters_ = DeadLetters(t.runtime.services, wake=t.runtime.relay.announce)
+        letters_ = DeadLetters(t.runtime._services, wake=t.runtime._relay.announce)
         assert {x.job_id: x.ambiguous for x in await letters_.list()} == {
             retried: True,
             discarded: False,

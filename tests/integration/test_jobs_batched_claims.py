@@ -77,7 +77,7 @@ def counted(gateway: Any) -> Counter[str]:
 
 async def claim_alone(t: ActorTest, handle: Any, job: Any, free: int) -> list[str]:
     claimed = await job_claims.claim_group(
-        t.runtime.jobs.gateway,
+        t.runtime._jobs.gateway,
         group(t, handle, job.name),
         job=job,
         free=free,
@@ -96,7 +96,7 @@ async def test_a_batch_claims_each_groups_oldest_rows_within_its_cap_in_one_tran
         ready = {i: (r["ready_at_ms"], i) for i, r in (await job_rows(t)).items()}
         ids = [sorted(each, key=ready.__getitem__) for each in ids]  # the claims' order
         found = await job_claims.claim_groups(
-            t.runtime.jobs.gateway,
+            t.runtime._jobs.gateway,
             [(group(t, h, "two"), Hot.two, 2) for h in handles],
             lease_ms=t.runtime.config.job_lease_ms,
         )
@@ -127,14 +127,14 @@ async def test_a_group_whose_lock_is_held_is_left_as_it_was_then_claimed_alone_a
         handles = [t.get(Hot, f"b{i}") for i in range(3)]
         for h in handles:
             await h.start_two(["x", "y"])
-        rows = counted(t.runtime.jobs.gateway)
+        rows = counted(t.runtime._jobs.gateway)
         before = await job_rows(t)
         async with await psycopg.AsyncConnection.connect(t.database_url) as side:
             await side.execute(
-                t.runtime.store.queries["job_group_lock"],
+                t.runtime._store.queries["job_group_lock"],
                 {**group(t, handles[1], "two").params()},
             )
-            claiming = asyncio.create_task(t.runtime.jobs.run_pass())
+            claiming = asyncio.create_task(t.runtime._jobs.run_pass())
             await until_lock_waiter(t, "FOR NO KEY UPDATE")
             assert rows == Counter(batched=4)
             now = await job_rows(t)
@@ -168,7 +168,7 @@ async def test_a_batch_waits_for_a_running_rows_settle_and_its_claim_sees_the_sl
             await side.execute(f"SELECT 1 FROM {table} WHERE intent_id = %s FOR UPDATE", [running])
             batch = asyncio.create_task(
                 job_claims.claim_groups(
-                    t.runtime.jobs.gateway,
+                    t.runtime._jobs.gateway,
                     [(group(t, b0, "one"), Hot.one, 1), (group(t, b1, "one"), Hot.one, 1)],
                     lease_ms=t.runtime.config.job_lease_ms,
                 )
@@ -208,15 +208,15 @@ async def test_a_failed_batch_changes_no_row_and_the_pass_claims_its_groups_one_
             before = await job_rows(t)
             with pytest.raises(psycopg.errors.LockNotAvailable):
                 await job_claims.claim_groups(
-                    t.runtime.jobs.gateway,
+                    t.runtime._jobs.gateway,
                     [(group(t, b0, "one"), Hot.one, 1), (group(t, b1, "one"), Hot.one, 1)],
                     lease_ms=t.runtime.config.job_lease_ms,
                 )
             assert await job_rows(t) == before
 
-            rows = counted(t.runtime.jobs.gateway)
+            rows = counted(t.runtime._jobs.gateway)
             with caplog.at_level(logging.INFO, logger="akter"):
-                assert await t.runtime.jobs.run_pass() == 1
+                assert await t.runtime._jobs.run_pass() == 1
             assert rows == Counter(alone=1)
             # The expected failure (the lock wait) is not a warning.
             [failed] = [r for r in caplog.records if "batched group claim failed" in r.message]
@@ -241,9 +241,9 @@ async def test_a_runner_dying_after_a_batch_committed_leaves_its_attempts_to_run
         b0, b1 = t.get(Hot, "b0"), t.get(Hot, "b1")
         [first] = await b0.start_one(["x"])
         [second] = await b1.start_one(["y"])
-        rows = counted(t.runtime.jobs.gateway)
+        rows = counted(t.runtime._jobs.gateway)
         t.crash_next("after_claim")
-        assert await t.runtime.jobs.run_pass() == 2
+        assert await t.runtime._jobs.run_pass() == 2
         assert rows == Counter(batched=2)
         await t.wait_idle()
         [ran] = provider.calls
@@ -276,7 +276,7 @@ async def test_batches_of_three_runners_keep_every_groups_cap_and_run_each_job_o
         await t.add_runtime()
         await t.add_runtime()
         provider.default = succeed(1, after=0.02)
-        rows = [counted(r.jobs.gateway) for r in t.runtimes]
+        rows = [counted(r._jobs.gateway) for r in t.runtimes]
         ids: list[str] = []
         for i in range(8):
             ids += await t.get(Hot, f"c{i}").start_two([f"c{i}"] * 6)

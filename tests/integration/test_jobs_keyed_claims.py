@@ -65,8 +65,8 @@ def plain_only(t: ActorTest) -> None:
 
 async def first_full_pass(t: ActorTest) -> None:
     """Until a full claim has run, a wake runs the full claim (the backlog is not known)."""
-    t.runtime.relay.wake()
-    await until(lambda: t.runtime.jobs._uncapped_backlog is False, what="a first full pass")
+    t.runtime._relay.wake()
+    await until(lambda: t.runtime._jobs._uncapped_backlog is False, what="a first full pass")
 
 
 async def settled(t: ActorTest, shop: Any, n: int) -> None:
@@ -83,7 +83,7 @@ async def test_a_commits_due_job_is_claimed_by_key_and_runs_once(
     async with akter_test(ALL, poll=60) as t:
         plain_only(t)
         await first_full_pass(t)
-        rows = claimed_rows(t.runtime.jobs.gateway)
+        rows = claimed_rows(t.runtime._jobs.gateway)
         provider.script(succeed(7), succeed(8))
         shop = t.get(Shop, "k1")
 
@@ -108,7 +108,7 @@ async def test_a_backlog_left_by_the_last_claim_makes_the_wake_run_the_full_clai
         await first_full_pass(t)
         held = gate(1)
         provider.script(held, succeed(2), succeed(3))
-        calls = count_calls(t.runtime.jobs.gateway, CLAIMS)
+        calls = count_calls(t.runtime._jobs.gateway, CLAIMS)
         shop = t.get(Shop, "k2")
 
         await shop.buy(100, tag="held")
@@ -116,7 +116,7 @@ async def test_a_backlog_left_by_the_last_claim_makes_the_wake_run_the_full_clai
         assert calls == {"claim_keyed": 1}
         await shop.buy(200, tag="waits")
         # The wake's pass: no free slot, so no keyed claim and no full claim either.
-        await until(lambda: t.runtime.relay.in_flight == 0 and provider.count == 1)
+        await until(lambda: t.runtime._relay.in_flight == 0 and provider.count == 1)
         assert calls["claim_keyed"] == 1
         held.release()
         await settled(t, shop, 2)
@@ -137,7 +137,7 @@ async def test_a_row_another_claimer_holds_is_skipped_and_claimed_once_it_is_fre
         plain_only(t)
         await first_full_pass(t)
         provider.script(succeed(5))
-        calls = count_calls(t.runtime.jobs.gateway, CLAIMS)
+        calls = count_calls(t.runtime._jobs.gateway, CLAIMS)
         shop = t.get(Shop, "k3")
         async with await psycopg.AsyncConnection.connect(akter_db) as other:
             held = t.pause_next("after_commit")  # committed; its wake not yet sent
@@ -159,7 +159,7 @@ async def test_a_row_another_claimer_holds_is_skipped_and_claimed_once_it_is_fre
             assert (row["attempts"], row["running"], provider.count) == (0, False, 0)
             await other.rollback()
 
-        t.runtime.relay.wake()
+        t.runtime._relay.wake()
         await settled(t, shop, 1)
         assert [(c.job_id, c.attempt) for c in provider.calls] == [(job_id, 1)]
 
@@ -172,7 +172,7 @@ async def test_rows_of_capped_types_are_never_claimed_by_key(
         plain_only(t)
         await first_full_pass(t)
         provider.script(succeed(1))
-        calls = count_calls(t.runtime.jobs.gateway, CLAIMS)
+        calls = count_calls(t.runtime._jobs.gateway, CLAIMS)
         hot = t.get(Hot, "k4")
         await hot.start_one(["a"])
 
@@ -191,14 +191,14 @@ async def test_a_job_this_runner_does_not_execute_is_left_for_the_runner_that_do
     async with akter_test(ALL, poll=60, jobs=[]) as t:
         plain_only(t)
         provider.script(succeed(9))
-        a_calls = count_calls(t.runtime.jobs.gateway, CLAIMS)
+        a_calls = count_calls(t.runtime._jobs.gateway, CLAIMS)
         b = await t.add_runtime(ALL, poll=0.05, jobs=None)  # all of its types' jobs
         shop = t.get(Shop, "k5")
         job_id = await shop.buy(100, tag="elsewhere")
         await settled(t, shop, 1)
         assert a_calls["claim_keyed"] == 0
         assert [c.job_id for c in provider.calls] == [job_id]
-        assert b.jobs.finished == 1
+        assert b._jobs.finished == 1
 
 
 async def test_a_keyed_claim_cut_short_by_a_crash_is_taken_over_after_its_lease_and_runs_once(
@@ -212,7 +212,7 @@ async def test_a_keyed_claim_cut_short_by_a_crash_is_taken_over_after_its_lease_
         plain_only(t)
         await first_full_pass(t)
         provider.script(succeed(4))
-        rows = claimed_rows(t.runtime.jobs.gateway)
+        rows = claimed_rows(t.runtime._jobs.gateway)
         t.crash_next("after_claim")
         shop = t.get(Shop, "k6")
         job_id = await shop.buy(100, tag="crash")

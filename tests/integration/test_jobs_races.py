@@ -60,7 +60,7 @@ async def receipts_for(t: ActorTest, command_id: str) -> list[str]:
 
 async def db_now(t: ActorTest, runtime: int = 0) -> int:
     """A runtime's framework clock (database time plus its offset)."""
-    return await t.runtimes[runtime].clock.read()
+    return await t.runtimes[runtime]._clock.read()
 
 
 @asynccontextmanager
@@ -187,7 +187,7 @@ async def enqueue_apart(t: ActorTest, hot: Hot, tags: list[str]) -> list[str]:
     for tag in tags:
         ids += await hot.start_one([tag])
         for runtime in t.runtimes:
-            runtime.clock.offset_ms += 5
+            runtime._clock.offset_ms += 5
     assert ids == sorted(ids)
     return ids
 
@@ -204,7 +204,7 @@ async def first_held(
     provider.default = succeed(2)
     hot = t.get(Hot, "h1")
     ids = await enqueue_apart(t, hot, tags)
-    assert await t.runtime.jobs.run_pass() == 1
+    assert await t.runtime._jobs.run_pass() == 1
     await asyncio.wait_for(a.entered.wait(), 10)
     return a, hot, ids
 
@@ -221,7 +221,7 @@ async def test_JB25_a_wake_blocked_by_a_claims_group_lock_then_wakes_the_oldest_
         async with side(t) as conn:
             # Another runner's claim of this group holds the group lock.
             await conn.execute(
-                t.runtime.store.queries["job_group_lock"], group_params(t, hot, "one")
+                t.runtime._store.queries["job_group_lock"], group_params(t, hot, "one")
             )
             a.release()
             await until_lock_waiter(t, "FOR NO KEY UPDATE")  # the wake after attempt 1 blocks
@@ -294,7 +294,7 @@ async def test_JB25_a_capped_settle_behind_a_claim_holding_its_row_waits_past_th
         first, second = ids
         async with side(t) as conn:
             await conn.execute(
-                t.runtime.store.queries["job_group_lock_running"], group_params(t, hot, "one")
+                t.runtime._store.queries["job_group_lock_running"], group_params(t, hot, "one")
             )
             a.release()
             await until_lock_waiter(t, "SET kind = 'intent'")  # the settle waits for the row
@@ -324,15 +324,15 @@ async def test_JB25_a_claim_waits_for_an_older_attempts_renewal_and_starts_nothi
         provider.script(succeed(2), key="b")
         hot = t.get(Hot, "h1")
         first, second = await hot.start_one(["a", "b"])
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         await asyncio.wait_for(a.entered.wait(), 10)
-        t.runtimes[1].clock.offset_ms += lease + 500
+        t.runtimes[1]._clock.offset_ms += lease + 500
         lease_end = (await by_id(t))[first]["due_at_ms"]
 
         async with side(t) as conn:
             # Attempt 1's renewal, sent just before its lease ended, holds its row.
             cur = await conn.execute(
-                t.runtime.store.queries["renew_job"],
+                t.runtime._store.queries["renew_job"],
                 {
                     "rk": t.runtime.routing_key(hot.ref),
                     "job_id": first,
@@ -343,7 +343,7 @@ async def test_JB25_a_claim_waits_for_an_older_attempts_renewal_and_starts_nothi
             )
             renewed = await cur.fetchone()
             assert renewed is not None and renewed["due_at_ms"] > await db_now(t, 1)
-            claim = asyncio.create_task(t.runtimes[1].jobs.run_pass())
+            claim = asyncio.create_task(t.runtimes[1]._jobs.run_pass())
             await until_lock_waiter(t, "SELECT intent_id FROM")  # job_group_lock_running
             assert not claim.done()
             if renewal == "commits":
@@ -381,14 +381,14 @@ async def test_JB25_a_wake_racing_a_claim_of_the_oldest_waiting_row_wakes_the_ne
     akter_test: Make, provider: FakeProvider, claim_holds: str
 ) -> None:
     async with akter_test(ALL, relay=False) as t:
-        q = t.runtime.store.queries
+        q = t.runtime._store.queries
         lease = t.runtime.config.job_lease_ms
         a = gate(1)
         provider.script(a, key="a")
         provider.default = succeed(2)
         hot = t.get(Hot, "h1")
         first, second, third = await hot.start_one(["a", "b", "c"])
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         await asyncio.wait_for(a.entered.wait(), 10)
         params = {
             **group_params(t, hot, "one"),
@@ -467,7 +467,7 @@ class _Partitioned:
 
 
 def _partition_renewals(monkeypatch: pytest.MonkeyPatch, t: ActorTest) -> None:
-    monkeypatch.setattr(t.runtime.store, "queries", _Partitioned(t.runtime.store.queries))
+    monkeypatch.setattr(t.runtime._store, "queries", _Partitioned(t.runtime._store.queries))
 
 
 async def _clock_map(conn: psycopg.AsyncConnection[Any]) -> tuple[float, float]:
@@ -501,12 +501,12 @@ async def test_lease_loss_a_partitioned_executor_stops_before_the_database_lease
         async with await psycopg.AsyncConnection.connect(t.database_url, autocommit=True) as conn:
             offset, uncertainty = await _clock_map(conn)
             with caplog.at_level(logging.WARNING, logger="akter.jobs"):
-                assert await t.runtime.jobs.run_pass() == 1
+                assert await t.runtime._jobs.run_pass() == 1
                 (row,) = await outbox(t)
                 lease_end = int(row["due_at_ms"])
                 # Runner 1 keeps trying (real time) until the database lets it take over.
                 await until(
-                    t.runtimes[1].jobs.run_pass, what="runner 1 taking over", interval=0.005
+                    t.runtimes[1]._jobs.run_pass, what="runner 1 taking over", interval=0.005
                 )
                 await asyncio.wait_for(takeover_step.entered.wait(), 10)
                 (row,) = await outbox(t)
@@ -548,14 +548,14 @@ async def test_lease_loss_a_late_success_after_dead_lettering_marks_it_ambiguous
         settle = t.pause_next("after_execute")  # the partition also holds back its settle
         shop = t.get(Shop, "s1")
         job_id = await shop.buy(1)
-        assert await t.runtime.jobs.run_pass() == 1
+        assert await t.runtime._jobs.run_pass() == 1
         await asyncio.wait_for(first.entered.wait(), 10)
         first.release()
         await settle.wait()  # attempt 1 succeeded at the provider; nobody knows yet
 
         # Runner 1's clock passes the lease: attempt 2 takes over, fails finally, dead-letters.
-        t.runtimes[1].clock.offset_ms += t.runtime.config.job_lease_ms + 1000
-        assert await t.runtimes[1].jobs.run_pass() == 1
+        t.runtimes[1]._clock.offset_ms += t.runtime.config.job_lease_ms + 1000
+        assert await t.runtimes[1]._jobs.run_pass() == 1
         await t.wait_idle(runner=1)
         (letter,) = await letters(t)
         assert (letter["job_id"], letter["attempts"], letter["ambiguous"]) == (job_id, 2, False)
@@ -597,7 +597,7 @@ async def test_JB26_a_group_claim_defers_the_rest_unless_the_deployment_cap_held
     of the type's deployment-wide cap (``slots``): then they stay due for the next pass.
     """
     async with akter_test(ALL, relay=False) as t:
-        q = t.runtime.store.queries
+        q = t.runtime._store.queries
         hot = t.get(Hot, "h1")
         ids = await hot.start_one(["a", "b", "c"])
         params = {

@@ -59,7 +59,7 @@ async def test_RN02_drain_interrupts_attempts_and_finishes_turns(akter_test: Mak
         first = t.runtime
         shop = t.get(Shop, "s")
         job_id = await shop.buy(100)
-        await first.relay.run_pass()  # attempt 1 starts on the first runner
+        await first._relay.run_pass()  # attempt 1 starts on the first runner
         for _ in range(100):
             if STARTED:
                 break
@@ -111,4 +111,4 @@ async def test_a_dead_background_task_fails_the_runtime_loudly(
         assert "Background task stopped unexpectedly; the runtime has failed" in caplog.messages
         with pytest.raises(akter.ConfigurationError, match="relay bug"):
             await t.get(Shop, "s").note()
-        runtime.supervisor.fatal = None  # let the harness stop it
+        runtime._supervisor.fatal = None  # let the harness stop it

@@ -244,10 +244,10 @@ async def test_the_test_kit_waits_for_the_job_attempts_of_a_runner(akter_test: M
     async with akter_test([Shop], relay=False) as t:
         await t.get(Shop, "s").enqueue_later("x")
         await t.rows("UPDATE {schema}.outbox SET due_at_ms = 0 WHERE kind = 'job'")
-        started = await t.runtime.jobs.run_pass()
+        started = await t.runtime._jobs.run_pass()
         assert started == 1
         await t.wait_idle()
-        assert t.runtime.jobs.running == 0
+        assert t.runtime._jobs.running == 0
         assert await t.sql("SELECT 1 FROM {schema}.outbox WHERE kind = 'job'") == []
 
 

@@ -117,10 +117,10 @@ async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_fra
             query_pool_wait=timedelta(seconds=QUERY_POOL_WAIT),
             singleton_lease=LEASE,
         )
-        rt.runners.heartbeat_ms = 100
+        rt._runners.heartbeat_ms = 100
         await rt.start()
         t.runtimes.append(rt)
-        runner = rt.runners.runner_id
+        runner = rt._runners.runner_id
         lease_sql = (
             f"SELECT owner::text, lease_until_ms FROM {t.schema}.singletons"
             " WHERE actor_type = '$maintenance'"
@@ -131,10 +131,10 @@ async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_fra
         )
 
         async def owned() -> bool:
-            return rt.runners.owns("$maintenance")
+            return rt._runners.owns("$maintenance")
 
         await until(owned, within=10, what="this runner owning $maintenance", interval=0.05)
-        lease = rt.runners._leases["$maintenance"]
+        lease = rt._runners._leases["$maintenance"]
         runs = lease.runs
 
         # Six commands, each wanting a turn: two get the pool's two connections and hold them.
@@ -174,7 +174,7 @@ async def test_h6_user_turns_holding_the_pool_starve_neither_callers_nor_the_fra
                 interval=0.05,
             )
             await until(beating, within=5, what="a new heartbeat", interval=0.05)
-            assert rt.runners.owns("$maintenance")
+            assert rt._runners.owns("$maintenance")
             assert lease.runs == runs and [e for e, _ in lease.events].count("stopped") == 0
             assert GATE["inside"] == 2  # the refused commands never ran a handler
         finally:

@@ -75,8 +75,8 @@ async def test_progress_of_another_tenants_job_is_unknown(akter_test: Make) -> N
     async with akter_test([Vault], relay=False) as t:
         owner = t.get(Vault, "v1", tenant="acme")
         job_id = await owner.open_vault()
-        assert await t.runtime.jobs.run_pass() == 1  # running here, held at the gate
-        hub = t.runtime.jobs.progress
+        assert await t.runtime._jobs.run_pass() == 1  # running here, held at the gate
+        hub = t.runtime._jobs.progress
         await until(lambda: hub.live(job_id))
         never = mint_command_id(int(time.time() * 1000), 60_000)
 

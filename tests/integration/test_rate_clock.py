@@ -40,7 +40,7 @@ WANT = TokenWant("Meter", "call", 0, "k", per_ms=1 / 60_000, burst=1.0, n=1)
 
 async def test_a_take_with_an_earlier_clock_does_not_refill_the_bucket(akter_test: Make) -> None:
     async with akter_test([Meter]) as t:
-        store = t.runtime.store
+        store = t.runtime._store
         now, behind = Clock(store), Clock(store)
         behind.offset_ms = -600_000  # a runner whose clock reads ten minutes behind
         first = await FlowGateway(store, now).take_tokens([WANT], horizon_ms=0)

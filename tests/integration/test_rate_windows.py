@@ -114,13 +114,13 @@ async def test_a_stopping_runner_hands_back_an_attempt_waiting_for_its_token(
     """Two tokens a second, a 1 s horizon: the second attempt waits on the runner, which stops."""
     async with akter_test([Slow], relay=False) as t:
         ids = await t.get(Slow, "s1").fill(2)
-        assert await t.runtime.jobs.run_pass() == 2
+        assert await t.runtime._jobs.run_pass() == 2
         await until(lambda: len(STARTED) == 1, what="the first attempt started")
         waiting = await t.rows(
             "SELECT intent_id, running, attempts FROM {schema}.outbox WHERE kind = 'job'"
         )
         assert waiting == [{"intent_id": ids[1], "running": True, "attempts": 1}]
-        await t.runtime.jobs.stop()  # before its token is due (500 ms after the first)
+        await t.runtime._jobs.stop()  # before its token is due (500 ms after the first)
         assert list(STARTED) == ["s1/0"]
         rows = await t.rows(
             "SELECT attempts, ambiguous, running, waiting_for FROM {schema}.outbox"
@@ -138,7 +138,7 @@ async def test_a_runner_killed_while_an_attempt_waits_for_its_token_never_starts
     """The waiting attempt dies with its runner; after its lease another runner runs it once."""
     async with akter_test([Slow], relay=False, runners=2, lease=3, cancel_check=1) as t:
         ids = await t.get(Slow, "k1").fill(2)
-        assert await t.runtimes[0].jobs.run_pass() == 2
+        assert await t.runtimes[0]._jobs.run_pass() == 2
         await until(lambda: len(STARTED) == 1, what="the first attempt started")
         await t.kill(0)  # the second attempt is waiting for its token (500 ms after the first)
         rows = await t.rows(
@@ -147,7 +147,7 @@ async def test_a_runner_killed_while_an_attempt_waits_for_its_token_never_starts
         # As a kill right after a claim leaves it: running, pre-marked ambiguous, leased.
         assert rows == [{"intent_id": ids[1], "attempts": 1, "ambiguous": True, "running": True}]
         assert list(STARTED) == ["k1/0"]
-        assert await t.runtimes[1].jobs.run_pass() == 0  # its lease holds
+        assert await t.runtimes[1]._jobs.run_pass() == 0  # its lease holds
         await t.advance(4)  # the lease ends: runner 1 takes it over as attempt 2
         await t.wait_idle(runner=1)
         await t.drain()

@@ -1,7 +1,7 @@
 """Conformance: intents, timers and the relay (RL-01 … RL-15, semantics §3 and §1.4).
 
 Most tests run with ``relay=False`` so that every pass is the test's own
-(``t.runtime.relay.run_pass()``, ``t.drain()`` or ``t.advance()``); the rest use the background
+(``t.runtime._relay.run_pass()``, ``t.drain()`` or ``t.advance()``); the rest use the background
 loop on purpose (polling, wakeups, backlogs). Ordering comes from fault-point pauses, a lock held
 by another connection and LISTEN barriers — never from sleeps. Assertions read durable rows:
 outbox columns against the framework clock, the receiver's receipts (command id = intent id,
@@ -120,7 +120,7 @@ async def dead_letters(t: ActorTest) -> int:
 
 async def one_pass(t: ActorTest, runtime: int = 0) -> tuple[int, int, int]:
     """One relay pass on a runtime, its deliveries awaited: (claimed, clock before, after)."""
-    relay = t.runtimes[runtime].relay
+    relay = t.runtimes[runtime]._relay
     before = await t.now_ms()
     claimed = await relay.run_pass()
     await relay.wait_idle()
@@ -133,7 +133,7 @@ def move_clock(t: ActorTest, by_ms: int) -> None:
     Used where a delivery is held at a pause: the drain of ``advance`` would wait for it.
     """
     for runtime in t.runtimes:
-        runtime.clock.offset_ms += by_ms
+        runtime._clock.offset_ms += by_ms
 
 
 def parse_id(intent_id: str) -> tuple[int, int]:
@@ -197,7 +197,7 @@ async def test_RL02_intent_invisible_until_commit_then_delivered_as_internal_com
             call = asyncio.create_task(sender.send_internal("r1", 5))
         await held.wait()
         assert await outbox(t) == []  # staged, not committed: invisible to other connections
-        assert await other.relay.run_pass() == 0  # and to other runners' claims
+        assert await other._relay.run_pass() == 0  # and to other runners' claims
         held.release()
         sent_at = await call
 
@@ -238,7 +238,7 @@ async def test_RL02_intent_invisible_until_commit_then_delivered_as_internal_com
         [delivery] = await received(t, "r1")
         assert delivery["cid"] == row["intent_id"] and delivery["caller"] == key
         assert RUNS == {row["intent_id"]: 1}
-        assert other.relay.delivered == 1 and t.runtime.relay.delivered == 0
+        assert other._relay.delivered == 1 and t.runtime._relay.delivered == 0
 
 
 # --- RL-03: injected crashes around the delivery ------------------------------------------------
@@ -295,7 +295,7 @@ async def test_RL03_crash_before_outbox_delete_replays_the_receipt(akter_test: M
         assert [r["command_id"] for r in committed] == [staged["intent_id"]]
         assert RUNS == {staged["intent_id"]: 1}
         before = await t.rows("SELECT version, state FROM {schema}.actors WHERE actor_id = 'r1'")
-        assert t.runtime.relay.delivered == 0
+        assert t.runtime._relay.delivered == 0
 
         await t.advance(ms(claim["due_at_ms"] - await t.now_ms() + 1))
 
@@ -305,7 +305,7 @@ async def test_RL03_crash_before_outbox_delete_replays_the_receipt(akter_test: M
         assert RUNS == {staged["intent_id"]: 1}
         after = await t.rows("SELECT version, state FROM {schema}.actors WHERE actor_id = 'r1'")
         assert after == before and after[0]["version"] == 1
-        assert t.runtime.relay.delivered == 1 and t.runtime.relay.retried == 0
+        assert t.runtime._relay.delivered == 1 and t.runtime._relay.retried == 0
 
 
 # --- RL-06: several runners ---------------------------------------------------------------------
@@ -323,11 +323,11 @@ async def test_RL06_three_runners_deliver_300_intents_each_once(akter_test: Make
         await t.drain()  # each round, the three runners claim in turn
 
         assert await outbox(t) == []
-        delivered = [rt.relay.delivered for rt in t.runtimes]
+        delivered = [rt._relay.delivered for rt in t.runtimes]
         # A row claimed twice would have been delivered (and counted) twice: 300 in all means
         # each row was held by one runner per lease.
         assert sum(delivered) == 300 and min(delivered) > 0, delivered
-        assert [rt.relay.retried for rt in t.runtimes] == [0, 0, 0]
+        assert [rt._relay.retried for rt in t.runtimes] == [0, 0, 0]
         rows = await receipts(t)
         assert {r["command_id"]: r["actor_id"] for r in rows} == staged
         assert {r["caller_key"] for r in rows} == {caller_key("actor")}
@@ -346,14 +346,14 @@ async def test_RL06_settle_under_an_expired_claim_token_changes_nothing(
         staged = await only_row(t)
 
         held_a = t.pause_next("after_claim")
-        assert await t.runtime.relay.run_pass() == 1
+        assert await t.runtime._relay.run_pass() == 1
         await held_a.wait()
         claim_a = await only_row(t)
 
         # A's lease ends while its delivery is held; B claims the row again.
         move_clock(t, LEASE_MS + 1000)
         held_b = t.pause_next("after_claim", runtime=1)
-        assert await b.relay.run_pass() == 1
+        assert await b._relay.run_pass() == 1
         await held_b.wait()
         claim_b = await only_row(t)
         assert claim_b["attempts"] == 2 and claim_b["due_at_ms"] > claim_a["due_at_ms"]
@@ -361,7 +361,7 @@ async def test_RL06_settle_under_an_expired_claim_token_changes_nothing(
 
         # A delivers late: the receiver commits once, A's delete under its old token hits nothing.
         held_a.release()
-        await t.runtime.relay.wait_idle()
+        await t.runtime._relay.wait_idle()
         assert await outbox(t) == [claim_b]
         assert [r["command_id"] for r in await receipts(t)] == [staged["intent_id"]]
         assert RUNS == {staged["intent_id"]: 1}
@@ -369,7 +369,7 @@ async def test_RL06_settle_under_an_expired_claim_token_changes_nothing(
         # The same statement, run directly with A's token, affects 0 rows.
         async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
             cur = await conn.execute(
-                t.runtime.store.queries["settle_intents"],
+                t.runtime._store.queries["settle_intents"],
                 {
                     "rks": [staged["routing_key"]],
                     "intent_ids": [staged["intent_id"]],
@@ -381,11 +381,11 @@ async def test_RL06_settle_under_an_expired_claim_token_changes_nothing(
 
         # B's delivery replays the receipt and deletes the row under its own token.
         held_b.release()
-        await b.relay.wait_idle()
+        await b._relay.wait_idle()
         assert await outbox(t) == []
         assert [r["command_id"] for r in await receipts(t)] == [staged["intent_id"]]
         assert RUNS == {staged["intent_id"]: 1}
-        assert (t.runtime.relay.delivered, b.relay.delivered) == (1, 1)
+        assert (t.runtime._relay.delivered, b._relay.delivered) == (1, 1)
 
 
 # --- RL-07 / RL-08: backoff and leases ----------------------------------------------------------
@@ -425,7 +425,7 @@ async def test_RL07_failing_receiver_backs_off_and_is_never_dead_lettered(
             for r in caplog.records
             if r.getMessage().partition(": ")[0] == "Outbox delivery failed; retrying with backoff"
         ]
-        assert len(failures) == claims == t.runtime.relay.retried
+        assert len(failures) == claims == t.runtime._relay.retried
         assert await receipts(t) == [] and await receipts(t, "Gate") == []
         if receiver == "defect":
             assert RUNS == {staged["intent_id"]: claims}
@@ -526,8 +526,8 @@ async def test_RL09_locked_rows_are_skipped_not_waited_for(akter_test: Make, akt
                     {"rk": row["routing_key"], "id": row["intent_id"]},
                 )
             # The pass neither waits for the locks nor gives up: it takes the fourth row.
-            claimed = await asyncio.wait_for(t.runtime.relay.run_pass(), 5.0)
-            await t.runtime.relay.wait_idle()
+            claimed = await asyncio.wait_for(t.runtime._relay.run_pass(), 5.0)
+            await t.runtime._relay.wait_idle()
             assert claimed == 1
             assert [r["command_id"] for r in await receipts(t)] == [free["intent_id"]]
             assert await outbox(t) == sorted(
@@ -698,7 +698,7 @@ async def test_RL11_timer_cancelled_after_its_claim_is_still_delivered_once(
         assert await outbox(t) == []
         assert [r["command_id"] for r in await receipts(t)] == [staged["intent_id"]]
         assert RUNS == {staged["intent_id"]: 1}
-        assert (t.runtime.relay.delivered, t.runtime.relay.retried) == (1, 0)
+        assert (t.runtime._relay.delivered, t.runtime._relay.retried) == (1, 0)
 
 
 async def test_RL12_reserved_or_long_keys_raise_at_the_call(akter_test: Make) -> None:
@@ -802,10 +802,10 @@ async def test_RL13_polling_alone_delivers_across_runners_within_1_1_s(
 
         # The receipt is visible before B's relay deletes the row and counts the delivery.
         async def settled() -> bool:
-            return b.relay.delivered == 3 and await outbox(t) == []
+            return b._relay.delivered == 3 and await outbox(t) == []
 
         await until(settled, within=5, what="runner B settling its three deliveries")
-        assert t.runtime.relay.delivered == 0
+        assert t.runtime._relay.delivered == 0
         assert {r["caller_key"] for r in await receipts(t)} == {caller_key("actor")}
 
 
@@ -820,7 +820,7 @@ async def test_RL14_graceful_stop_releases_the_claim_for_another_runner(
         await t.get(Sender, "s1").send_to("r1", 1)
         staged = await only_row(t)
         held = t.pause_next("after_claim", runtime=1)
-        assert await stopping.relay.run_pass() == 1
+        assert await stopping._relay.run_pass() == 1
         await held.wait()
         claim = await only_row(t)
         assert claim["attempts"] == 1 and claim["due_at_ms"] > await t.now_ms()
@@ -892,7 +892,7 @@ async def test_RL15_claim_plan_uses_the_due_index_with_10000_job_rows(
         await t.rows(_FILL_JOBS, {"n": 10_000, "bucket": None})
         await t.get(Sender, "s1").send_to("r1", 1)
         await t.rows("ANALYZE {schema}.outbox")
-        statement = t.runtime.store.queries["claim_intents"]
+        statement = t.runtime._store.queries["claim_intents"]
         params: dict[str, Any] = {
             "off": 0,
             "types": sorted(t.runtime.definitions),
@@ -976,15 +976,15 @@ async def test_RL15_endless_work_makes_the_drain_raise_after_100_rounds(akter_te
         with pytest.raises(akter.DrainError, match="Outbox did not settle"):
             await t.drain()
         # Each of the 100 rounds claimed the one row the previous delivery re-staged.
-        assert t.runtime.relay.delivered == 99 and t.runtime.relay.in_flight == 1
+        assert t.runtime._relay.delivered == 99 and t.runtime._relay.in_flight == 1
         LOOPING["on"] = False
         await t.drain()
         assert await outbox(t) == []
         # Every delivery ran the handler once (the last one in flight at the DrainError may
         # already have re-staged one more row before the loop was switched off).
         assert [k for k, v in RUNS.items() if v > 1] == ["loop"]
-        assert RUNS["loop"] == 1 + t.runtime.relay.delivered
-        assert t.runtime.relay.delivered in (100, 101)
+        assert RUNS["loop"] == 1 + t.runtime._relay.delivered
+        assert t.runtime._relay.delivered in (100, 101)
 
 
 # --- the delivery lane keeps up (docs/benchmarks.md, relay finding 2) ---------------------------
@@ -997,7 +997,7 @@ async def test_lane_one_held_delivery_leaves_the_other_slots_turning_over(
     # freed slots refill the lane. One delivery is held for the whole backlog; the other three
     # slots deliver 60 intents around it, each slot refilled as soon as it frees.
     async with akter_test(ALL, delivery_concurrency=4, poll=60) as t:
-        relay = t.runtime.relay
+        relay = t.runtime._relay
         held = t.pause_next("after_claim", lambda info: info["ref"].id == "slow")
         sender = t.get(Sender, "s1")
         await sender.send_to("slow", 1)
@@ -1034,7 +1034,7 @@ async def test_lane_a_delete_held_by_a_lock_does_not_hold_its_slot(
     # meanwhile; its delete queues behind the held one. Then the lane stops: at most a lane's
     # worth of delivered rows (one) may wait for their delete beyond the lane.
     async with akter_test(ALL, delivery_concurrency=1, poll=60) as t:
-        relay = t.runtime.relay
+        relay = t.runtime._relay
         committed = t.pause_next("before_outbox_delete")
         sender = t.get(Sender, "s1")
         await sender.send_to("first", 1)
@@ -1083,7 +1083,7 @@ async def test_lane_slots_freed_while_a_claim_is_in_flight_are_refilled_right_af
     async with akter_test(ALL, delivery_concurrency=4, poll=60) as t:
         if t.on_citus:  # the claim below waits on a worker's shard
             pytest.skip("holds the plain one-statement claim on a table lock (issue 16)")
-        relay = t.runtime.relay
+        relay = t.runtime._relay
         sender = t.get(Sender, "s1")
         deletes = [t.pause_next("before_outbox_delete") for _ in range(4)]
         await sender.send_many(["a", "b", "c", "d"], 1)  # one claim fills all four slots

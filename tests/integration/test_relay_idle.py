@@ -48,7 +48,7 @@ async def test_idle_polls_ask_any_due_and_a_timer_due_without_a_wake_is_delivere
     async with akter_test(ALL, poll=0.02) as t:
         if t.on_citus:
             pytest.skip("counts the plain claim path")
-        relay = t.runtime.relay
+        relay = t.runtime._relay
         calls = count_calls(relay._outbox, ["any_due", "claim"])
         await t.get(Sender, "idle-s1").send_then("idle-r1", 1, "ok")  # now + a 60 s timer
         await until(lambda: received(t, "idle-r1"), what="the immediate intent delivered")
@@ -64,7 +64,7 @@ async def test_idle_polls_ask_any_due_and_a_timer_due_without_a_wake_is_delivere
 
         # The clock moves past the timer; nothing commits, so only a poll can find it.
         for runtime in t.runtimes:
-            runtime.clock.offset_ms += 61_000
+            runtime._clock.offset_ms += 61_000
 
         async def both_delivered() -> bool:
             return len(await received(t, "idle-r1")) == 2
@@ -109,7 +109,7 @@ async def test_next_due_names_the_first_unparked_due_time(akter_test: Make) -> N
     async with akter_test(ALL, relay=False) as t:
         if t.on_citus:
             pytest.skip("the probe answers 0 on Citus (the claims run)")
-        outbox = t.runtime.relay._outbox
+        outbox = t.runtime._relay._outbox
         assert await outbox.next_due() is None  # no row at all
 
         await t.get(Sender, "nd-s1").send_then("nd-r1", 1, "ok")  # now, and a 60 s timer
@@ -133,8 +133,8 @@ async def test_with_notify_an_idle_relay_sleeps_until_the_next_due_row_bounded(
     async with akter_test(ALL, notify=True, poll=0.05) as t:
         if t.on_citus:
             pytest.skip("counts the plain claim path")
-        relay = t.runtime.relay
-        loop = t.runtime.loop
+        relay = t.runtime._relay
+        loop = t.runtime._loop
         calls = count_calls(relay._outbox, ["any_due", "next_due", "claim"])
         await t.get(Sender, "nq-s1").send_then("nq-r1", 1, "ok")  # now + a 60 s timer
         await until(lambda: received(t, "nq-r1"), what="the immediate intent delivered")
@@ -150,7 +150,7 @@ async def test_with_notify_an_idle_relay_sleeps_until_the_next_due_row_bounded(
 
         # The clock passes the timer and nothing commits: the bounded sleep still finds it.
         for runtime in t.runtimes:
-            runtime.clock.offset_ms += 61_000
+            runtime._clock.offset_ms += 61_000
 
         async def both_delivered() -> bool:
             return len(await received(t, "nq-r1")) == 2
@@ -168,8 +168,8 @@ async def test_with_notify_another_runners_commit_wakes_a_sleeping_relay(
     async with akter_test([Receiver], notify=True) as t:
         if t.on_citus:
             pytest.skip("counts the plain claim path")
-        relay = t.runtime.relay
-        loop = t.runtime.loop
+        relay = t.runtime._relay
+        loop = t.runtime._loop
         calls = count_calls(relay._outbox, ["next_due"])
         b = await t.add_runtime([Sender], relay=False)
         # B's start may wake A once more; wait until A's latest idle probe set the long sleep
@@ -197,8 +197,8 @@ async def test_with_notify_an_operator_retry_in_another_process_wakes_a_sleeping
     async with akter_test(ALL, notify=True) as t:
         if t.on_citus:
             pytest.skip("counts the plain claim path")
-        relay = t.runtime.relay
-        loop = t.runtime.loop
+        relay = t.runtime._relay
+        loop = t.runtime._loop
         calls = count_calls(relay._outbox, ["next_due"])
         await t.get(Sender, "op-s1").send_then("op-r1", 1, "ok")  # now + a 60 s timer
         await until(lambda: received(t, "op-r1"), what="the immediate intent delivered")
@@ -237,8 +237,8 @@ async def test_with_notify_a_commit_inside_another_runners_notify_window_is_foun
     async with akter_test([Receiver], notify=True) as t:
         if t.on_citus:
             pytest.skip("counts the plain claim path")
-        relay = t.runtime.relay
-        loop = t.runtime.loop
+        relay = t.runtime._relay
+        loop = t.runtime._loop
         calls = count_calls(relay._outbox, ["next_due", "claim"])
         b = await t.add_runtime([Sender], relay=False)
         await until(
@@ -251,7 +251,7 @@ async def test_with_notify_a_commit_inside_another_runners_notify_window_is_foun
         await b.get(Sender, "fw-s1").send_to("fw-r1", 1)
         await until(lambda: received(t, "fw-r1"), what="A delivering B's first intent", within=5)
         assert following == [True]  # A heard B's wake and follows it
-        monkeypatch.setattr(b.loop, "poke_others", lambda: None)  # B's next commit: no NOTIFY
+        monkeypatch.setattr(b._loop, "poke_others", lambda: None)  # B's next commit: no NOTIFY
         probes, claims = calls["next_due"], calls["claim"]
 
         await b.get(Sender, "fw-s1").send_to("fw-r2", 1)
@@ -274,7 +274,7 @@ async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
     # they must not start 100 probes a second. An operator's wake (another process) does.
     monkeypatch.setattr(idle, "FOLLOW_FOR_S", 5.0)
     async with akter_test(ALL, notify=True) as t:
-        loop = t.runtime.loop
+        loop = t.runtime._loop
         following = heard_wakes(loop)
         sender = t.get(Sender, "ow-s1")
 
@@ -288,7 +288,7 @@ async def test_with_notify_a_runners_own_wakes_start_no_probing_passes(
         assert not loop._idle.following
 
         operator = await t.add_runtime(ALL, relay=False, maintenance=False)
-        await operator.relay.announce()
+        await operator._relay.announce()
         await until(lambda: len(following) > 3, what="the operator's wake heard", within=5)
         # (On Citus no wake is followed: the probe is no cheaper than a claim there.)
         followed = not t.on_citus
@@ -302,7 +302,7 @@ async def test_with_notify_passes_follow_another_runners_wake_only_where_probes_
     # would be a full multi-shard claim every 10 ms: there, a wake from another runner is
     # followed by its one woken pass only. On plain PostgreSQL it is followed.
     async with akter_test([Receiver], notify=True) as t:
-        loop = t.runtime.loop
+        loop = t.runtime._loop
         following = heard_wakes(loop)
         b = await t.add_runtime([Sender], relay=False)
         await b.get(Sender, "cw-s1").send_to("cw-r1", 1)
@@ -324,8 +324,8 @@ async def test_a_stream_of_jobs_only_wakes_skips_intent_claims_but_never_starves
     # it polls. Those passes skip the intent claim, but they never stand in for a poll: a timer
     # that comes due with no wake is still delivered within about a poll.
     async with akter_test(ALL, poll=0.2) as t:
-        relay = t.runtime.relay
-        passes = count_calls(t.runtime.jobs, ["run_pass"])
+        relay = t.runtime._relay
+        passes = count_calls(t.runtime._jobs, ["run_pass"])
         claims = count_calls(relay._outbox, ["claim"])
         await t.get(Sender, "jw-s1").send_then("jw-r1", 1, "ok")  # now + a 60 s timer
         await until(lambda: received(t, "jw-r1"), what="the immediate intent delivered")
@@ -349,7 +349,7 @@ async def test_a_stream_of_jobs_only_wakes_skips_intent_claims_but_never_starves
             # The clock moves past the timer; nothing commits a due intent, so only the full
             # passes the stream still leaves can find it.
             for runtime in t.runtimes:
-                runtime.clock.offset_ms += 61_000
+                runtime._clock.offset_ms += 61_000
 
             async def both_delivered() -> bool:
                 return len(await received(t, "jw-r1")) == 2

@@ -50,7 +50,7 @@ class Nightly(akter.Actor[Ticks], singleton=True):
         return self.state.n
 
     async def run(self) -> None:
-        LOOPS.append(self.runtime.runners.runner_id)
+        LOOPS.append(self.runtime._runners.runner_id)
         await asyncio.Event().wait()
 
 
@@ -143,9 +143,9 @@ async def test_RN_singleton_loop_runs_on_one_runner(akter_test: Make) -> None:
     LOOPS.clear()
     async with akter_test([Nightly]) as t:
         for runtime in t.runtimes:
-            runtime.runners.refresh_ms = 100
+            runtime._runners.refresh_ms = 100
         second = await t.add_runtime()
-        second.runners.refresh_ms = 100
+        second._runners.refresh_ms = 100
         for _ in range(100):
             if LOOPS:
                 break
@@ -156,9 +156,9 @@ async def test_RN_singleton_loop_runs_on_one_runner(akter_test: Make) -> None:
             "SELECT owner::text AS owner FROM {schema}.singletons WHERE actor_type = 'Nightly'"
         )
         assert [o["owner"] for o in owners] == [LOOPS[0]]
-        owner = next(rt for rt in t.runtimes if rt.runners.runner_id == LOOPS[0])
+        owner = next(rt for rt in t.runtimes if rt._runners.runner_id == LOOPS[0])
         other = next(rt for rt in t.runtimes if rt is not owner)
-        assert owner.runners.owns("Nightly") and not other.runners.owns("Nightly")
+        assert owner._runners.owns("Nightly") and not other._runners.owns("Nightly")
         # A graceful stop releases the lease: the survivor takes over without waiting for it.
         await owner.stop()
         t.runtimes.remove(owner)
@@ -166,25 +166,25 @@ async def test_RN_singleton_loop_runs_on_one_runner(akter_test: Make) -> None:
             if len(LOOPS) == 2:
                 break
             await asyncio.sleep(0.05)
-        assert LOOPS[1] == other.runners.runner_id
+        assert LOOPS[1] == other._runners.runner_id
 
 
 async def test_RN03_runner_rows(akter_test: Make) -> None:
     async with akter_test([Meter]) as t:
         second = await t.add_runtime(host_actors=False, jobs=[])
-        live = await t.runtime.runners.live()
+        live = await t.runtime._runners.live()
         assert {r.runner_id for r in live} == {
-            t.runtime.runners.runner_id,
-            second.runners.runner_id,
+            t.runtime._runners.runner_id,
+            second._runners.runner_id,
         }
-        mine = next(r for r in live if r.runner_id == t.runtime.runners.runner_id)
+        mine = next(r for r in live if r.runner_id == t.runtime._runners.runner_id)
         assert mine.actor_types == ["Meter"]
-        theirs = next(r for r in live if r.runner_id == second.runners.runner_id)
+        theirs = next(r for r in live if r.runner_id == second._runners.runner_id)
         assert theirs.actor_types == []
         await second.stop()
         t.runtimes.remove(second)
-        live = await t.runtime.runners.live()
-        assert [r.runner_id for r in live] == [t.runtime.runners.runner_id]
+        live = await t.runtime._runners.live()
+        assert [r.runner_id for r in live] == [t.runtime._runners.runner_id]
 
 
 async def test_RT01_receipts_kept_until_expiry_margin_and_pending_outbox(akter_test: Make) -> None:
@@ -230,7 +230,7 @@ class Watch(akter.Actor[Ticks], singleton=True):
     """A singleton whose loop records when it starts and stops on which runner."""
 
     async def run(self) -> None:
-        runner = str(self.runtime.runners.runner_id)
+        runner = str(self.runtime._runners.runner_id)
         WATCH.append((runner, "start", time.monotonic()))
         for changed in CHANGED:
             changed.set()
@@ -261,13 +261,13 @@ def test_clock_offset_is_validated(value: object) -> None:
 
 def test_singleton_lease_sets_the_refresh_and_the_default_is_35_s() -> None:
     default = akter.Runtime([Watch])
-    assert (default.runners.lease_ms, default.runners.refresh_ms) == (35_000, 10_000)
-    assert default.clock.offset_ms == 0
+    assert (default._runners.lease_ms, default._runners.refresh_ms) == (35_000, 10_000)
+    assert default._clock.offset_ms == 0
     short = akter.Runtime([Watch], singleton_lease=3.5, clock_offset=timedelta(hours=2))
-    assert (short.runners.lease_ms, short.runners.refresh_ms) == (3_500, 1_000)
-    assert short.clock.offset_ms == 7_200_000
-    assert akter.Runtime([Watch], singleton_lease=timedelta(days=1)).runners.lease_ms == 86_400_000
-    assert akter.Runtime([Watch], singleton_lease=1).runners.refresh_ms == 285
+    assert (short._runners.lease_ms, short._runners.refresh_ms) == (3_500, 1_000)
+    assert short._clock.offset_ms == 7_200_000
+    assert akter.Runtime([Watch], singleton_lease=timedelta(days=1))._runners.lease_ms == 86_400_000
+    assert akter.Runtime([Watch], singleton_lease=1)._runners.refresh_ms == 285
 
 
 async def wait_for(check: Callable[[], bool], within: float) -> None:
@@ -289,22 +289,22 @@ async def test_short_singleton_lease_lets_a_survivor_take_over(akter_test: Make)
         first = t.runtime
         await wait_for(lambda: len(WATCH) == 1, 10)
         second = await t.add_runtime()
-        assert WATCH[0][0] == first.runners.runner_id
+        assert WATCH[0][0] == first._runners.runner_id
         [held] = await t.rows(
             "SELECT owner::text AS owner, lease_until_ms FROM {schema}.singletons"
             " WHERE actor_type = 'Watch'"
         )
-        assert held["owner"] == first.runners.runner_id
+        assert held["owner"] == first._runners.runner_id
         # The owner stops refreshing (as if its database calls hung): after one more refresh at
         # most, it stops its own loop before its 2 s lease ends; the survivor acquires after.
-        first.runners.refresh_ms = 3_600_000
+        first._runners.refresh_ms = 3_600_000
         stopped = time.monotonic()
-        await wait_for(lambda: any(w[0] == second.runners.runner_id for w in WATCH), 10)
+        await wait_for(lambda: any(w[0] == second._runners.runner_id for w in WATCH), 10)
         took = time.monotonic() - stopped
         assert [(w[0], w[1]) for w in WATCH] == [
-            (first.runners.runner_id, "start"),
-            (first.runners.runner_id, "stop"),
-            (second.runners.runner_id, "start"),
+            (first._runners.runner_id, "start"),
+            (first._runners.runner_id, "stop"),
+            (second._runners.runner_id, "start"),
         ]
         assert WATCH[1][2] <= WATCH[2][2]  # never two loops at once
         assert took < 2 * 2 + 1  # within a lease, a refresh interval and the last refresh
@@ -312,6 +312,6 @@ async def test_short_singleton_lease_lets_a_survivor_take_over(akter_test: Make)
             "SELECT owner::text AS owner, lease_until_ms, acquired_at_ms FROM {schema}.singletons"
             " WHERE actor_type = 'Watch'"
         )
-        assert taken["owner"] == second.runners.runner_id
+        assert taken["owner"] == second._runners.runner_id
         assert taken["acquired_at_ms"] >= held["lease_until_ms"]
-        assert second.runners.owns("Watch") and not first.runners.owns("Watch")
+        assert second._runners.owns("Watch") and not first._runners.owns("Watch")

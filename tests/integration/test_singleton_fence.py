@@ -100,10 +100,10 @@ async def owned_loop(t: ActorTest) -> tuple[Loop, LoopLease]:
     """Wait for the first runtime's loop, then stop its background lease refreshes."""
     runtime = t.runtime
     for _ in range(1000):
-        if runtime.runners.runner_id in LOOPS:
+        if runtime._runners.runner_id in LOOPS:
             break
         await asyncio.sleep(0.01)  # polling an observable condition, not ordering by time
-    loop = LOOPS[runtime.runners.runner_id]
+    loop = LOOPS[runtime._runners.runner_id]
     lease = await asyncio.wait_for(loop.started.get(), 10)
     await hold_refreshes(runtime)
     return loop, lease
@@ -111,7 +111,7 @@ async def owned_loop(t: ActorTest) -> tuple[Loop, LoopLease]:
 
 async def hold_refreshes(runtime: Runtime) -> None:
     """Cancel the runner's lease task (it sleeps between refreshes): the test drives leases."""
-    for task in runtime.runners._tasks:
+    for task in runtime._runners._tasks:
         if task.get_name() == "akter.runners.leases":
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -146,11 +146,11 @@ async def acquire_as(
             t,
             cur,
             {
-                "off": t.runtime.clock.offset_ms + ahead_ms,
+                "off": t.runtime._clock.offset_ms + ahead_ms,
                 "actor_type": "Fenced",
                 "runner_id": runner_id,
-                "lease_ms": t.runtime.runners.lease_ms,
-                "skew_ms": t.runtime.clock.skew_ms(t.runtime.runners.lease_ms),
+                "lease_ms": t.runtime._runners.lease_ms,
+                "skew_ms": t.runtime._clock.skew_ms(t.runtime._runners.lease_ms),
             },
         )
         return await cur.fetchall()
@@ -158,13 +158,13 @@ async def acquire_as(
 
 async def run_acquire(t: ActorTest, cur: Any, params: dict[str, Any]) -> None:
     """The real lease round's statements (one clock reading, the takeover lock, the upsert)."""
-    q = t.runtime.store.queries
+    q = t.runtime._store.queries
     await cur.execute(q["clock_now"], params)
     now = await cur.fetchone()
     params = {
         **params,
         "now": now["now_ms"] if isinstance(now, dict) else now[0],
-        "rk": t.runtime.runners.lease_key(params["actor_type"]),
+        "rk": t.runtime._runners.lease_key(params["actor_type"]),
     }
     await cur.execute(q["singleton_takeover"], params)
     await cur.execute(q["acquire_singleton"], params)
@@ -186,7 +186,7 @@ async def test_a_fenced_command_from_the_loop_commits_while_the_lease_is_held(
         row = await lease_row(t)
         # self.lease is the acquisition that started the loop.
         assert lease == LoopLease(
-            "Fenced", t.runtime.runners.runner_id, row["acquired_at_ms"], row["routing_key"]
+            "Fenced", t.runtime._runners.runner_id, row["acquired_at_ms"], row["routing_key"]
         )
         # The lease row carries the routing key of the singleton's actor (0008).
         assert row["routing_key"] == t.runtime.routing_key(t.get(Fenced).ref)
@@ -216,7 +216,7 @@ async def test_a_command_from_a_loop_that_lost_its_lease_is_refused_and_writes_n
             assert (await lease_row(t))["owner"] == successor
         else:
             # Nobody took it over, but the lease has ended.
-            t.runtime.clock.offset_ms += PAST_LEASE_MS
+            t.runtime._clock.offset_ms += PAST_LEASE_MS
         # The loop runs on (the guard measures local time since the refresh was sent) ...
         refused = lease_lost(await order(loop, 10))
         assert refused.command_id is not None and str(lease.epoch) in refused.message
@@ -233,7 +233,7 @@ async def test_a_command_from_a_loop_that_lost_its_lease_is_refused_and_writes_n
         if how == "expired":
             # The owner refreshes its own lease again: same acquisition, same epoch, so the same
             # loop's commands commit again (nobody else held the lease in between).
-            runners = t.runtime.runners
+            runners = t.runtime._runners
             await runners._refresh(runners._leases["Fenced"])
             assert (await lease_row(t))["acquired_at_ms"] == lease.epoch
             assert loop.started.empty()  # the loop was not restarted
@@ -247,8 +247,8 @@ async def test_an_owner_that_takes_its_lease_back_restarts_its_loop_on_the_new_e
         loop, first = await owned_loop(t)
         assert await acquire_as(t, str(uuid.uuid4()), PAST_LEASE_MS)
         # Past the successor's lease too: the old owner acquires again, a new acquisition.
-        t.runtime.clock.offset_ms += 2 * PAST_LEASE_MS
-        runners = t.runtime.runners
+        t.runtime._clock.offset_ms += 2 * PAST_LEASE_MS
+        runners = t.runtime._runners
         await runners._refresh(runners._leases["Fenced"])
         second = await asyncio.wait_for(loop.started.get(), 10)
         row = await lease_row(t)
@@ -273,10 +273,10 @@ async def test_a_fenced_command_refused_in_a_batch_leaves_the_others_alone(
         two = asyncio.create_task(t.get(Fenced).bump(10))
         loop.orders.put_nowait(100)
         for _ in range(1000):
-            if t.runtime.dispatcher.pending == 3:
+            if t.runtime._dispatcher.pending == 3:
                 break
             await asyncio.sleep(0.005)  # polling an observable condition, not ordering by time
-        assert t.runtime.dispatcher.pending == 3
+        assert t.runtime._dispatcher.pending == 3
         first.release()
         info = await batch.wait()
         assert [r.fence is not None for r in info["batch"]] == [False, True]
@@ -326,11 +326,11 @@ async def test_a_fenced_turn_meeting_an_uncommitted_acquire_waits_and_is_refused
             t,
             cur,
             {
-                "off": t.runtime.clock.offset_ms + PAST_LEASE_MS,
+                "off": t.runtime._clock.offset_ms + PAST_LEASE_MS,
                 "actor_type": "Fenced",
                 "runner_id": runner,
-                "lease_ms": t.runtime.runners.lease_ms,
-                "skew_ms": t.runtime.clock.skew_ms(t.runtime.runners.lease_ms),
+                "lease_ms": t.runtime._runners.lease_ms,
+                "skew_ms": t.runtime._clock.skew_ms(t.runtime._runners.lease_ms),
             },
         )
         assert [str(r[0]) for r in await cur.fetchall()] == [runner]
@@ -355,21 +355,21 @@ async def test_a_takeover_waiting_for_a_fenced_turn_gives_up_at_its_lock_wait(
     # that holds the lease's shard, where the coordinator's lock_timeout does not reach.
     async with akter_test([Fenced], maintenance=False) as t:
         _, lease = await owned_loop(t)
-        rk = t.runtime.runners.lease_key("Fenced")
+        rk = t.runtime._runners.lease_key("Fenced")
         hold = t.substitute(
             "SELECT 1 FROM {schema}.singletons"
             " WHERE routing_key = %(rk)s AND actor_type = 'Fenced' FOR KEY SHARE"
         )
         async with await psycopg.AsyncConnection.connect(t.database_url) as fenced:
             await fenced.execute(hold, {"rk": rk})  # what a fenced commit flight holds
-            past = t.runtime.clock.offset_ms + PAST_LEASE_MS
-            monkeypatch.setattr(t.runtime.clock, "offset_ms", past)
-            round_ = t.runtime.runners._gateway.acquire_singleton(
+            past = t.runtime._clock.offset_ms + PAST_LEASE_MS
+            monkeypatch.setattr(t.runtime._clock, "offset_ms", past)
+            round_ = t.runtime._runners._gateway.acquire_singleton(
                 "Fenced",
                 rk,
                 str(uuid.uuid4()),  # a successor, on a clock past the lease
-                lease_ms=t.runtime.runners.lease_ms,
-                skew_ms=t.runtime.clock.skew_ms(t.runtime.runners.lease_ms),
+                lease_ms=t.runtime._runners.lease_ms,
+                skew_ms=t.runtime._clock.skew_ms(t.runtime._runners.lease_ms),
                 lock_wait_ms=200,
             )
             with pytest.raises(psycopg.errors.LockNotAvailable):
@@ -473,7 +473,7 @@ async def test_frozen_singleton_owner_cannot_commit_after_its_lease(akter_test: 
         before_commit = t.pause_next("before_commit")
         loop.orders.put_nowait(5)
         await before_commit.wait()  # admitted: its lease was current at the admission's clock
-        t.runtime.clock.offset_ms += PAST_LEASE_MS  # the lease ends while the owner is frozen
+        t.runtime._clock.offset_ms += PAST_LEASE_MS  # the lease ends while the owner is frozen
         ended = await lease_row(t)
         before_commit.release()
         refused = lease_lost(await asyncio.wait_for(loop.results.get(), 30))
@@ -495,7 +495,7 @@ async def test_a_fenced_commit_on_citus_reads_the_coordinators_clock_in_its_flig
     # process frozen after it estimated the commit's clock is refused. Here the Citus variant
     # of the held check is served on plain PostgreSQL, where the coordinator is the server.
     async with akter_test([Fenced], maintenance=False) as t:
-        queries = t.runtime.store.queries
+        queries = t.runtime._store.queries
         monkeypatch.setitem(
             queries._statements, "hold_singleton_fence", queries["citus_hold_singleton_fence"]
         )
@@ -507,7 +507,7 @@ async def test_a_fenced_commit_on_citus_reads_the_coordinators_clock_in_its_flig
         before_commit = t.pause_next("before_commit")
         loop.orders.put_nowait(6)
         await before_commit.wait()
-        t.runtime.clock.offset_ms += PAST_LEASE_MS  # the lease ends while the owner is frozen
+        t.runtime._clock.offset_ms += PAST_LEASE_MS  # the lease ends while the owner is frozen
         ended = await lease_row(t)
         before_commit.release()
         lease_lost(await asyncio.wait_for(loop.results.get(), 30))

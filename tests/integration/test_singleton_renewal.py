@@ -56,12 +56,12 @@ async def holder(t: ActorTest, *, refresh_ms: int) -> tuple[akter.Runtime, Count
         maintenance=False,
         relay=False,
     )
-    runtime.runners.refresh_ms = refresh_ms
-    calls = count_calls(runtime.runners._gateway, ["renew_singletons", "acquire_singleton"])
+    runtime._runners.refresh_ms = refresh_ms
+    calls = count_calls(runtime._runners._gateway, ["renew_singletons", "acquire_singleton"])
     await runtime.start()
     t.runtimes.append(runtime)
     await until(
-        lambda: runtime.runners.owns("Lighthouse") and runtime.runners.owns("Foghorn"),
+        lambda: runtime._runners.owns("Lighthouse") and runtime._runners.owns("Foghorn"),
         what="both leases held",
     )
     return runtime, calls
@@ -83,19 +83,19 @@ async def test_a_holder_renews_all_its_leases_in_one_statement_per_round(
         acquired = calls["acquire_singleton"]  # the first round: one full round per lease
         assert acquired == 2
         before = await leases(t)
-        lighthouse = runtime.runners._leases["Lighthouse"]
+        lighthouse = runtime._runners._leases["Lighthouse"]
         task = lighthouse.task
 
         await until(lambda: calls["renew_singletons"] >= 3, what="three renewal rounds")
         after = await leases(t)
         assert calls["acquire_singleton"] == acquired  # no full round while both are held
         for name in ("Lighthouse", "Foghorn"):
-            assert after[name]["owner"] == runtime.runners.runner_id
+            assert after[name]["owner"] == runtime._runners.runner_id
             assert after[name]["lease_until_ms"] > before[name]["lease_until_ms"]
             # The epoch the loop is fenced on stays: renewing is not acquiring.
             assert after[name]["acquired_at_ms"] == before[name]["acquired_at_ms"]
         assert lighthouse.task is task and lighthouse.runs == 1
-        assert runtime.runners.owns("Lighthouse") and runtime.runners.owns("Foghorn")
+        assert runtime._runners.owns("Lighthouse") and runtime._runners.owns("Foghorn")
 
 
 async def test_a_lease_taken_over_gets_a_full_round_and_its_loop_stops(
@@ -113,19 +113,19 @@ async def test_a_lease_taken_over_gets_a_full_round_and_its_loop_stops(
             {"owner": str(uuid.uuid4()), "key": key},
         )
         acquired = calls["acquire_singleton"]
-        lighthouse = runtime.runners._leases["Lighthouse"]
+        lighthouse = runtime._runners._leases["Lighthouse"]
         # Given up: not owned, then its loop's task awaited and forgotten (the lease stops
         # counting as owned first, while the cancelled loop still unwinds: CI, 2026-12-04).
         await until(
-            lambda: not runtime.runners.owns("Lighthouse") and lighthouse.task is None,
+            lambda: not runtime._runners.owns("Lighthouse") and lighthouse.task is None,
             what="the taken lease given up and its loop stopped",
         )
         # The renewal missed Lighthouse, so it got a full round, which found the new owner.
         assert calls["acquire_singleton"] > acquired
-        assert runtime.runners.owns("Foghorn")
+        assert runtime._runners.owns("Foghorn")
         rows = await leases(t)
-        assert rows["Lighthouse"]["owner"] != runtime.runners.runner_id
-        assert rows["Foghorn"]["owner"] == runtime.runners.runner_id
+        assert rows["Lighthouse"]["owner"] != runtime._runners.runner_id
+        assert rows["Foghorn"]["owner"] == runtime._runners.runner_id
 
 
 async def test_renewal_does_not_wait_for_a_fenced_turn(akter_test: Make) -> None:
@@ -140,7 +140,7 @@ async def test_renewal_does_not_wait_for_a_fenced_turn(akter_test: Make) -> None
                 " WHERE routing_key = %s AND actor_type = 'Lighthouse' FOR KEY SHARE",
                 (key,),
             )
-            renewed = await asyncio.wait_for(runtime.runners._renew_owned(), 5)
+            renewed = await asyncio.wait_for(runtime._runners._renew_owned(), 5)
             assert renewed == {"Lighthouse", "Foghorn"}
             await conn.rollback()
         assert calls["renew_singletons"] == 1
@@ -153,13 +153,13 @@ async def test_a_failed_renewal_leaves_every_lease_as_it_was(
         runtime, calls = await holder(t, refresh_ms=3_600_000)
         before = await leases(t)
         monkeypatch.setitem(
-            runtime.store.queries._statements,
+            runtime._store.queries._statements,
             "renew_singletons",
             "SELECT 1 / 0 WHERE %(runner_id)s::text IS NOT NULL",
         )
         # The failed statement is this round's attempt for both: no full round, nothing
         # written, both loops still run (their guard stops them if no round succeeds in time).
-        assert await runtime.runners._renew_owned() == {"Lighthouse", "Foghorn"}
+        assert await runtime._runners._renew_owned() == {"Lighthouse", "Foghorn"}
         assert calls["acquire_singleton"] == 2
         assert await leases(t) == before
-        assert runtime.runners.owns("Lighthouse") and runtime.runners.owns("Foghorn")
+        assert runtime._runners.owns("Lighthouse") and runtime._runners.owns("Foghorn")

@@ -155,7 +155,7 @@ async def passes(t: ActorTest) -> int:
     """A pass on every runner; how many rows they claimed."""
     claimed = 0
     for rt in t.runtimes:
-        claimed += await rt.jobs.run_pass()
+        claimed += await rt._jobs.run_pass()
     return claimed
 
 

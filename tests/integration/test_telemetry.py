@@ -121,7 +121,7 @@ async def test_TE01_histograms_after_turns_and_in_metrics_text(akter_test: Make)
         await pause.wait()
         queued = [asyncio.create_task(counter.add(1)) for _ in range(4)]
         await asyncio.sleep(0)  # one loop turn: each call reaches the mailbox without waiting
-        assert t.runtime.dispatcher.pending == 5
+        assert t.runtime._dispatcher.pending == 5
         ready = time.monotonic()  # the four are queued: each one's mailbox age is at least ...
         await asyncio.sleep(0)
         held_ms = (time.monotonic() - ready) * 1000  # ... this, and the held turn lasts longer
@@ -178,7 +178,7 @@ async def test_TE01_histograms_after_turns_and_in_metrics_text(akter_test: Make)
         assert 'akter_activations{actor_type="Counter"} 1.0\n' in text
         assert 'akter_activations_started_total{actor_type="Counter"} 1.0\n' in text
         # Hibernation drops the activation from the gauge.
-        assert t.runtime.dispatcher.hibernate(force=True) == 1
+        assert t.runtime._dispatcher.hibernate(force=True) == 1
         assert metrics.value("akter.activations", actor_type="Counter") == 0
 
 
@@ -205,7 +205,7 @@ async def test_TE02_batch_admission_commit_and_turn_spans_nest(
         await pause.wait()
         queued = [asyncio.create_task(counter.add(1)) for _ in range(3)]
         await asyncio.sleep(0)  # one loop turn: each call reaches the mailbox without waiting
-        assert t.runtime.dispatcher.pending == 4
+        assert t.runtime._dispatcher.pending == 4
         pause.release()
         await asyncio.gather(first, *queued)
 

@@ -41,14 +41,14 @@ async def a_running_job(t: ActorTest, provider: FakeProvider) -> Step:
     step = gate(7)
     provider.script(step)
     await t.get(Pinger, "c").start()
-    assert await t.runtime.jobs.run_pass() == 1
+    assert await t.runtime._jobs.run_pass() == 1
     await asyncio.wait_for(step.entered.wait(), 10)
     return step
 
 
 async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: FakeProvider) -> None:
     async with akter_test(ACTORS, relay=False) as t:
-        sampler = t.runtime.runners.sampler
+        sampler = t.runtime._runners.sampler
         await asyncio.wait_for(sampler.wait_for(1), 10)  # taken as the lease is acquired
         assert gauges(t.runtime, "intent") == (0, 0, 0)
         assert gauges(t.runtime, "job") == (0, 0, 0)
@@ -57,7 +57,7 @@ async def test_sampled_gauges_of_a_known_outbox(akter_test: Make, provider: Fake
         assert await t.get(Pinger, "a").ping(3) == 3
         await t.get(Pinger, "b").remind(60)
         for runtime in t.runtimes:
-            runtime.clock.offset_ms += 5_000  # the intents are now 5 s overdue
+            runtime._clock.offset_ms += 5_000  # the intents are now 5 s overdue
         await sampler.sample()
         rows, lag, stuck = gauges(t.runtime, "intent")
         assert rows == 4 and stuck == 0
@@ -105,7 +105,7 @@ async def test_the_job_gauges_are_read_only_while_the_outbox_holds_a_job_row(
     akter_test: Make, provider: FakeProvider
 ) -> None:
     async with akter_test(ACTORS, relay=False) as t:
-        sampler = t.runtime.runners.sampler
+        sampler = t.runtime._runners.sampler
         await asyncio.wait_for(sampler.wait_for(1), 10)
         counted = (
             count_calls(sampler._gateway, ["running_jobs"]),
@@ -142,19 +142,19 @@ async def test_the_job_gauges_are_read_only_while_the_outbox_holds_a_job_row(
 async def test_sampled_gauges_only_on_the_maintenance_owner(akter_test: Make) -> None:
     async with akter_test(ACTORS, relay=False) as t:
         first = t.runtime
-        first.runners.sampler.every_ms = 20  # before its loop first waits
+        first._runners.sampler.every_ms = 20  # before its loop first waits
         second = await t.add_runtime()
-        second.runners.sampler.every_ms = 20
-        second.runners.refresh_ms = 50  # contends for $maintenance every 50 ms
-        await asyncio.wait_for(first.runners.sampler.wait_for(10), 10)
+        second._runners.sampler.every_ms = 20
+        second._runners.refresh_ms = 50  # contends for $maintenance every 50 ms
+        await asyncio.wait_for(first._runners.sampler.wait_for(10), 10)
         # Ten samples (and several lease attempts of the second runner) later: one owner.
-        assert second.runners.sampler.taken == 0
+        assert second._runners.sampler.taken == 0
         assert gauges(second, "intent") == (None, None, None)
         assert "akter_outbox_rows" not in second.metrics.render()
 
         await t.get(Pinger, "a").ping(2)
-        taken = first.runners.sampler.taken
-        await asyncio.wait_for(first.runners.sampler.wait_for(taken + 2), 10)
+        taken = first._runners.sampler.taken
+        await asyncio.wait_for(first._runners.sampler.wait_for(taken + 2), 10)
         assert gauges(first, "intent")[0] == 2
         assert gauges(second, "intent") == (None, None, None)
 
@@ -163,5 +163,5 @@ async def test_sampled_gauges_only_on_the_maintenance_owner(akter_test: Make) ->
         t.runtimes.remove(first)
         assert gauges(first, "intent") == (None, None, None)
         assert "akter_outbox_rows" not in first.metrics.render()
-        await asyncio.wait_for(second.runners.sampler.wait_for(1), 10)
+        await asyncio.wait_for(second._runners.sampler.wait_for(1), 10)
         assert gauges(second, "intent")[0] == 2

@@ -134,14 +134,14 @@ async def test_the_turn_statements_keep_one_plan_per_connection(akter_test: Make
         for k in range(12):
             await counter.stage_everything(k)
             await counter.add(k)
-        async with t.runtime.store.pool.connection() as conn:
+        async with t.runtime._store.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
             )
             rows = cast(list[tuple[str, int, int]], await cur.fetchall())
             plans = {text: (generic, custom) for text, generic, custom in rows}
             mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
-    queries = t.runtime.store.queries
+    queries = t.runtime._store.queries
 
     def plan(name: str) -> tuple[int, int]:
         return plans[_converted(queries[name], True)[0].decode()]
@@ -180,7 +180,7 @@ async def test_the_turns_settings_end_with_its_transaction_however_it_ends(
     # (nothing to write: rolled back) and a declared error (committed): after each, the
     # session's settings are the ones it had before any turn.
     async with akter_test(ALL, relay=False, pool_size=1) as t:
-        pool = t.runtime.store.pool
+        pool = t.runtime._store.pool
         async with pool.connection() as conn:
             before = await _session_settings(conn)
             backend = conn.info.backend_pid
@@ -259,7 +259,7 @@ async def test_the_receipt_probe_reads_the_key_whatever_the_statistics(
         async with await psycopg.AsyncConnection.connect(akter_db, autocommit=True) as conn:
             await conn.execute("SET plan_cache_mode = force_generic_plan")
             if probe == "admission_read":
-                plan = await _statement_plan(conn, t.runtime.store.queries[probe], args)
+                plan = await _statement_plan(conn, t.runtime._store.queries[probe], args)
             else:
                 call = "SELECT {}.admission_receipts({rk}, {tenant}, {type}, {id}, {command_ids})"
                 plan = await _nested_plan(conn, call.format(f'"{t.schema}"', **args), "receipts")
@@ -330,7 +330,7 @@ async def test_the_admission_ships_receipts_only_when_one_is_stored(akter_test: 
             "type": key["actor_type"],
             "id": "shipped",
         }
-        statement = t.runtime.store.queries["admission_read"]
+        statement = t.runtime._store.queries["admission_read"]
         (fresh,) = await t.rows(statement, {**params, "command_ids": [second]})
         assert fresh["receipts"] is None
         (stored,) = await t.rows(statement, {**params, "command_ids": [second, first]})

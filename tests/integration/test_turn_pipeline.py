@@ -89,7 +89,7 @@ async def test_a_state_larger_than_the_socket_buffers_commits_and_ships_back(
         notes = t.get(Notes, "big")
         assert await notes.bulk(60_000, 100) == 6_000_000
         assert await notes.keep("after") == "after"
-        t.runtime.dispatcher.drop_caches()
+        t.runtime._dispatcher.drop_caches()
         assert await notes.keep("cold") == "cold"
         assert await notes.total() == 6_000_000 + len("after") + len("cold")
         row = await t.inspect(notes)
@@ -116,7 +116,7 @@ async def test_parameter_text_that_looks_like_sql_or_placeholders_is_stored_as_s
     async with akter_test([Notes], pool_size=1) as t:
         notes = t.get(Notes, "text")
         assert await notes.keep(text) == text
-        t.runtime.dispatcher.drop_caches()
+        t.runtime._dispatcher.drop_caches()
         assert await notes.keep(text) == text
         row = await t.inspect(notes)
         assert row.state is not None and row.state["notes"] == [text, text]
@@ -160,13 +160,13 @@ async def test_prepared_statements_dropped_under_a_connection_cost_one_retryable
     async with akter_test([Notes], pool_size=1) as t:
         notes = t.get(Notes, "dropped")
         await notes.keep("one")
-        async with t.runtime.store.pool.connection() as conn:
+        async with t.runtime._store.pool.connection() as conn:
             await conn.execute("DEALLOCATE ALL")
         refused, _ = await _refused(t, "dropped", "keep", {"text": "x"})
         assert refused.reason == "ActorUnavailable"
         assert "26000" in refused.message
         assert (await t.inspect(notes)).version == 1
-        async with t.runtime.store.pool.connection() as conn:
+        async with t.runtime._store.pool.connection() as conn:
             await conn.execute("DEALLOCATE ALL")
         assert await notes.keep("two") == "two"  # the handle retries the refusal
         row = await t.inspect(notes)
@@ -215,7 +215,7 @@ async def test_a_turn_connection_goes_back_to_the_pool_unwatched(akter_test: Mak
         for i in range(10):
             async with asyncio.timeout(10):
                 assert await notes.keep(str(i)) == str(i)
-                async with t.runtime.store.pool.connection() as conn:
+                async with t.runtime._store.pool.connection() as conn:
                     await conn.execute("SELECT 1")
         row = await t.inspect(notes)
         assert row.version == 10

@@ -584,7 +584,7 @@ async def test_a_sequential_callers_next_command_joins_the_running_mailbox_worke
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert worker.done() and not _mailbox_workers("Counter/linger")
-        assert t.runtime.dispatcher.hibernate(force=True) == 1
+        assert t.runtime._dispatcher.hibernate(force=True) == 1
         # A command after the worker left starts a new one.
         assert await counter.add(1) == 6
         assert _mailbox_workers("Counter/linger") - {worker}
@@ -592,11 +592,11 @@ async def test_a_sequential_callers_next_command_joins_the_running_mailbox_worke
 
 def _requests(t: ActorTest) -> int:
     """How many connections the callers' pool was asked for so far."""
-    return t.runtime.dispatcher.engine.store.pool.get_stats().get("requests_num", 0)
+    return t.runtime._dispatcher.engine.store.pool.get_stats().get("requests_num", 0)
 
 
 def _activation(t: ActorTest, name: str) -> Any:
-    [box] = [b for k, b in t.runtime.dispatcher._boxes.items() if "/".join(k[1:]) == name]
+    [box] = [b for k, b in t.runtime._dispatcher._boxes.items() if "/".join(k[1:]) == name]
     return box.activation
 
 
@@ -631,7 +631,7 @@ async def test_a_sequential_callers_turns_keep_their_connection_out_of_the_pool(
         await asyncio.wait_for(worker, 5)
         assert act.held is None
         assert not loop.remove_reader(fd)
-        stats = t.runtime.dispatcher.engine.store.pool.get_stats()
+        stats = t.runtime._dispatcher.engine.store.pool.get_stats()
         assert stats["pool_available"] == stats["pool_size"]
 
 
@@ -683,7 +683,7 @@ async def test_a_connection_a_waiting_query_gets_is_no_longer_watched(akter_test
         call = asyncio.create_task(counter.add(1))
         await pause.wait()
         read = asyncio.create_task(counter.value())
-        pool = t.runtime.dispatcher.engine.store.pool
+        pool = t.runtime._dispatcher.engine.store.pool
         await until(lambda: pool.getting, what="the query waiting for a connection", interval=0)
         pause.release()
         assert await call == 2
@@ -735,10 +735,10 @@ async def test_a_looking_mailbox_worker_does_not_hold_its_activation_at_capacity
     async with akter_test(ALL, relay=False, max_resident_actors=1) as t:
         assert await t.get(Counter, "first").add(1) == 1
         [worker] = _mailbox_workers("Counter/first")
-        assert t.runtime.dispatcher.hibernate(force=True) == 1
-        assert t.runtime.dispatcher.resident == 0
+        assert t.runtime._dispatcher.hibernate(force=True) == 1
+        assert t.runtime._dispatcher.resident == 0
         assert await t.get(Counter, "second").add(2) == 2
         await asyncio.sleep(0)
         assert worker.done() and not worker.cancelled()
-        assert t.runtime.dispatcher.resident == 1
+        assert t.runtime._dispatcher.resident == 1
         assert await t.get(Counter, "first").add(1) == 2  # reloaded from its row

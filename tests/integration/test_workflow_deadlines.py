@@ -126,14 +126,14 @@ async def jump(t: ActorTest, seconds: float) -> None:
     """Move the framework clock forward without draining (a job attempt may hang)."""
     ms = int(seconds * 1000)
     runtime = t.runtime
-    await runtime.workflow_engine.wait_idle()
-    runtime.clock.jumping = True
+    await runtime._workflow_engine.wait_idle()
+    runtime._clock.jumping = True
     try:
-        await runtime.jobs.shift(ms)
-        runtime.clock.offset_ms += ms
+        await runtime._jobs.shift(ms)
+        runtime._clock.offset_ms += ms
     finally:
-        runtime.clock.jumping = False
-    runtime.relay.wake()
+        runtime._clock.jumping = False
+    runtime._relay.wake()
 
 
 async def cancelled_and_recorded(t: ActorTest, run_id: str) -> dict[str, Any]:
@@ -349,7 +349,7 @@ async def test_a_job_outcome_that_matches_no_step_is_logged(
     async with akter_test([Bill]) as t:
         run = await t.get(Bill, "b-8").forever.start()
         await t.drain()
-        engine = t.runtime.workflow_engine
+        engine = t.runtime._workflow_engine
         ref = akter.ActorRef("default", "Bill", "b-8")
         with caplog.at_level(logging.WARNING, logger="akter.workflows"):
             await engine.deliver(
@@ -444,10 +444,10 @@ async def test_a_job_outcome_recorded_while_the_cancel_is_written_is_answered_no
         await t.drain()
         pause = t.pause_next("before_step_record", job_step_write)
         await run.cancel()
-        t.runtime.relay.wake()
+        t.runtime._relay.wake()
         await pause.wait()  # the attempt holds its journal: the job step is pending there
         # The job's outcome arrives now, as its settle's $workflow.job delivery would.
-        await t.runtime.workflow_engine.deliver(
+        await t.runtime._workflow_engine.deliver(
             akter.ActorRef("default", "Bill", "b-13"),
             "$workflow.job",
             json.dumps({"run_id": run.id, "seq": 0, "outcome": {"ok": "ch_13"}}),

@@ -43,7 +43,7 @@ async def test_running_and_suspended_runs_are_sampled_by_the_maintenance_owner(
     akter_test: Make,
 ) -> None:
     async with akter_test(ALL, relay=False) as t:
-        sampler = t.runtime.runners.sampler
+        sampler = t.runtime._runners.sampler
         await asyncio.wait_for(sampler.wait_for(1), 10)
         assert run_gauges(t) == (None, None)  # no live run: no series
 
@@ -57,7 +57,7 @@ async def test_running_and_suspended_runs_are_sampled_by_the_maintenance_owner(
         # A run held mid-attempt (before its first record) runs under a live lease.
         held = t.pause_next("before_step_record")
         await t.get(Order, "o-3").three.start("sku-1")
-        await t.runtime.relay.run_pass()
+        await t.runtime._relay.run_pass()
         await held.wait()
         await sampler.sample()
         assert run_gauges(t) == (1, 3)

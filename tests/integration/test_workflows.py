@@ -196,7 +196,7 @@ async def test_wf05_a_sleeping_run_holds_no_lease_and_wakes_under_advance(
         assert row["status"] == "suspended"
         assert row["lease_owner"] is None
         assert 3_590_000 <= row["wake_at_ms"] - now <= 3_600_000
-        assert t.runtime.workflow_engine.running == 0  # no task holds it
+        assert t.runtime._workflow_engine.running == 0  # no task holds it
         await t.advance(1800)
         assert (await run_row(t, run.id))["status"] == "suspended"
         await t.advance(1801)
@@ -210,9 +210,9 @@ async def test_wf05_an_idle_relay_probe_sees_the_next_sleeping_run(akter_test: M
             pytest.skip("the probe answers 0 on Citus (the claims run)")
         await t.get(Order, "o-8").sleeper.start(2)
         await t.drain()
-        wait_ms = await t.runtime.relay._outbox.next_due()
+        wait_ms = await t.runtime._relay._outbox.next_due()
         assert wait_ms is not None and 7_100_000 <= wait_ms <= 7_200_000
-        assert await t.runtime.relay._outbox.any_due() is False
+        assert await t.runtime._relay._outbox.any_due() is False
 
 
 # --- WF-06 -------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from akter._engine.check.report import EXAMPLES, Findings, report
@@ -52,6 +53,25 @@ class CheckOptions:
 
     sample: int | None = None
     offset_ms: int = 0
+
+
+def check_url(url: str | None, data_dir: str | Path | None) -> str:
+    """The database a check reads: ``url``, else the running embedded server's.
+
+    Raises:
+        CheckUnavailable: Neither is there.
+    """
+    if url:
+        return url
+    from akter._store.embedded import default_data_dir, running_url
+
+    found = running_url(Path(data_dir or default_data_dir()))
+    if found is None:
+        raise CheckUnavailable(
+            "No database URL and no running embedded server to check; set "
+            "AKTER_DATABASE_URL (or database_url=) or run 'akter db start'."
+        )
+    return found
 
 
 async def check_database(
@@ -384,7 +404,7 @@ def _name(row: ActorRow | CheckedEvent) -> str:
     return f"{tenant}{row.actor_type}/{row.actor_id!r}"
 
 
-__all__ = ["CheckOptions", "Progress", "check_database", "run_check"]
+__all__ = ["CheckOptions", "Progress", "check_database", "check_url", "run_check"]
 
 
 async def _scan_workflows(

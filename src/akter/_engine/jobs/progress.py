@@ -43,7 +43,7 @@ from collections.abc import (
     Coroutine,
     Mapping,
 )
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from pydantic import BaseModel
@@ -78,7 +78,6 @@ __all__ = [
     "TokenBucket",
     "job_outcome",
     "job_progress",
-    "open_progress",
 ]
 
 log = logging.getLogger("akter.progress")
@@ -315,23 +314,11 @@ class ProgressHub:
 # --- readers ----------------------------------------------------------------------------------
 
 
-class ProgressSource(Protocol):
-    """What holds a runner's progress readers (a ``Runtime``)."""
-
-    @property
-    def progress_streams(self) -> ProgressStreams: ...
-
-
-async def open_progress(source: ProgressSource, ref: ActorRef, job_id: str) -> ProgressStream:
-    """Check access (kind ``progress``) and subscribe at once (see :meth:`ProgressStreams.open`)."""
-    return await source.progress_streams.open(ref, job_id)
-
-
 async def job_progress(
-    source: ProgressSource, ref: ActorRef, job_id: str
+    streams: ProgressStreams, ref: ActorRef, job_id: str
 ) -> AsyncIterator[Message]:
     """The job's progress messages, ending after its closing message (access kind ``progress``)."""
-    stream = await open_progress(source, ref, job_id)
+    stream = await streams.open(ref, job_id)
     try:
         async for message in stream:
             yield message
@@ -447,7 +434,7 @@ class ProgressStreams:
 
 
 class ProgressStream:
-    """The messages of one subscription, ending after the close (see :func:`open_progress`).
+    """The messages of one subscription, ending after the close (see :func:`job_progress`).
 
     The subscription is taken when the stream is opened, so nothing published after that is
     missed; it is dropped when the stream ends, is closed, or is garbage-collected unread.
