@@ -115,8 +115,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import akter
 import akter.jobs
-from akter._store.embedded import EmbeddedPostgres, default_data_dir
 from akter.actor import definition_of
+from akter.operators.database import EmbeddedPostgres, default_data_dir
 from akter.schedules import next_fire
 from akter.testing.provider import (
     FakeProvider,
@@ -1825,7 +1825,7 @@ class Billing(akter.Actor[Ledger], singleton=True):
     async def run(self) -> None:
         # On the runner holding the lease only; cancelled when the lease cannot be refreshed.
         billing = self.runtime.get(Billing)
-        runner = str(self.runtime._runners.runner_id)
+        runner = str(self.runtime.runner_id)
         n = 0
         while True:
             n += 1
@@ -2035,7 +2035,7 @@ class BillingDemo:
 
     async def run(self) -> BillingReport:
         report = self.report
-        report.labels[str(self.front._runners.runner_id)] = "front (this process)"
+        report.labels[str(self.front.runner_id)] = "front (this process)"
         report.started_at = local_time(await self.now_ms(), millis=True)
         self.say(f"framework clock moved ahead by {self.offset_ms / 3_600_000:.2f} h: it reads")
         self.say(f"  {report.started_at}, {LEAD:.0f} s before the nightly {NIGHTLY!r} tick")
@@ -2056,7 +2056,7 @@ class BillingDemo:
                 self.front.database_url, self.front.schema, self.offset_ms
             ) as survivor:
                 self.survivor = survivor
-                report.survivor_runner = str(survivor._runners.runner_id)
+                report.survivor_runner = str(survivor.runner_id)
                 report.labels[report.survivor_runner] = "R2 (this process)"
                 self.say("R2 started in this process: it waits for the lease")
                 await self.scenario(child)
@@ -2185,11 +2185,11 @@ async def runner_process(database_url: str, schema: str, offset_ms: int) -> int:
     """
     async with billing_runtime(database_url, schema, offset_ms) as runtime:
         deadline = time.monotonic() + CHILD_WITHIN
-        while not runtime._runners.owns("Billing"):
+        while not runtime.holds_singleton("Billing"):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"No Billing lease within {CHILD_WITHIN} s.")
             await asyncio.sleep(0.01)
-        sys.stdout.write(f"READY {runtime._runners.runner_id}\n")
+        sys.stdout.write(f"READY {runtime.runner_id}\n")
         sys.stdout.flush()
         while await asyncio.to_thread(sys.stdin.readline):
             pass

@@ -175,7 +175,7 @@ async def evolution_main(
     if database_url is None:
         # One embedded server for the whole part: its checks run between the runtimes, which
         # would otherwise each start and stop the server (and a check finds none running).
-        from akter._store.embedded import EmbeddedPostgres, default_data_dir
+        from akter.operators.database import EmbeddedPostgres, default_data_dir
 
         server = EmbeddedPostgres(default_data_dir())
         url = await asyncio.to_thread(server.start)

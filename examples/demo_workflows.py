@@ -192,7 +192,7 @@ async def workflows_main(
     if database_url is None:
         # One embedded server for the whole part: the child runner and the resuming runner
         # connect to it, and the schema is dropped after the runtimes have stopped.
-        from akter._store.embedded import EmbeddedPostgres, default_data_dir
+        from akter.operators.database import EmbeddedPostgres, default_data_dir
 
         server = EmbeddedPostgres(default_data_dir())
         url = await asyncio.to_thread(server.start)

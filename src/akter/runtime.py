@@ -553,6 +553,10 @@ class Runtime:
         """This runner's id (a new one per process start)."""
         return self._runners.runner_id
 
+    def holds_singleton(self, actor_type: str) -> bool:
+        """Whether this runner holds the lease of ``actor_type``'s singleton (runs its loop)."""
+        return self._runners.owns(actor_type)
+
     def advertise_http(self, address: str) -> None:
         """The ``host:port`` this runner serves HTTP on, as its runner row shows (before start)."""
         self._runners.http_address = address
