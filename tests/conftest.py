@@ -1,5 +1,6 @@
 """Fixtures shared by every suite (each defined in ``tests/_support``)."""
 
+from tests._support.logs import logging_as_found
 from tests._support.tracing import spans
 
-__all__ = ["spans"]
+__all__ = ["logging_as_found", "spans"]
