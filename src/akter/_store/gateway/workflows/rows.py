@@ -7,7 +7,7 @@ it); the statements live in ``queries_workflows.sql``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from akter._kinds import RowKind, StepKind
@@ -316,23 +316,9 @@ class RunRow(RunListing):
     @classmethod
     def from_row(cls, row: Mapping[str, Any], routing_key: int | None = None) -> RunRow:
         """The run from ``wf_locate``'s row, or ``wf_get``'s with the ``routing_key`` it used."""
+        listed = RunListing.from_row(row)
         return cls(
-            run_id=str(row["run_id"]),
-            tenant_id=str(row["tenant_id"]),
-            actor_type=str(row["actor_type"]),
-            actor_id=str(row["actor_id"]),
-            workflow=str(row["workflow"]),
-            run_key=row["run_key"],
-            status=row["status"],
-            waiting=row["waiting"],
-            wake_at_ms=_int_or_none(row["wake_at_ms"]),
-            deadline_ms=_int_or_none(row["deadline_ms"]),
-            cancel_requested=bool(row["cancel_requested"]),
-            attempts=int(row["attempts"]),
-            started_at_ms=int(row["started_at_ms"]),
-            updated_at_ms=int(row["updated_at_ms"]),
-            finished_at_ms=_int_or_none(row["finished_at_ms"]),
-            error=row["error"],
+            **{f.name: getattr(listed, f.name) for f in fields(RunListing)},
             routing_key=int(row["routing_key"]) if routing_key is None else routing_key,
             input=str(row["input"]),
             result=row["result"],
