@@ -90,6 +90,9 @@ SAMPLES: dict[str, Any] = {
     "by_deadline": True, "lease_until": 2**62, "horizon_ms": 1000, "bursts": 2.0, "nos": 0,
     "wants": 1, "idle_bound": "1s", "plan_cache_mode": "force_custom_plan", "slots": 1,
     "tenants": "default", "prior_errors": None, "waits": 1000,
+    # the runners' models (migration 0014): a registration's JSON, a model's name
+    "models": '{"T": {"version": 0, "model": "v0:probe", "paths": [], "commands": [], "jobs": []}}',
+    "model": "v0:probe",
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -117,6 +120,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "rewrite_tick": {"version": 0},  # the payload version here, a runner's version elsewhere
     "names_record": {"kinds": "command"},  # the registry's kinds, not an outbox row's
     "citus_rate_take": {"key": "k"},  # a rate bucket's key (NOT NULL), not a workflow's
+    "live_state_paths": {"version": 0},  # a state version here, a runner's version elsewhere
 }
 
 
