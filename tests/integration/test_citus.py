@@ -456,6 +456,15 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
         # 0012 is an UPDATE (it runs again unchanged); 0013's column goes. A later migration
         # must be undone here too, or the recorded list has a gap that migrate() refuses.
         await conn.execute(f'ALTER TABLE "{schema}".rate_buckets DROP COLUMN granted')
+        # 0014: the runners' models and the registry's 'state' kind (no such row yet).
+        await conn.execute(f'ALTER TABLE "{schema}".runners DROP COLUMN models')
+        await conn.execute(
+            f'ALTER TABLE "{schema}".deployment_names DROP CONSTRAINT deployment_names_kind_check'
+        )
+        await conn.execute(
+            f'ALTER TABLE "{schema}".deployment_names ADD CONSTRAINT deployment_names_kind_check'
+            " CHECK (kind IN ('command', 'job', 'event'))"
+        )
         async with conn.transaction():
             await conn.execute(
                 f"DO $$ BEGIN EXECUTE 'DROP INDEX \"{schema}\".receipts_expiry';"
@@ -465,7 +474,7 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
             await conn.execute(
                 f'DELETE FROM "{schema}".migrations'
                 " WHERE id IN ('0010_receipts_expiry', '0011_admission_receipts',"
-                " '0012_workflow_deadline_wakes', '0013_rate_grants')"
+                " '0012_workflow_deadline_wakes', '0013_rate_grants', '0014_runner_models')"
             )
         await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
         cur = await conn.execute(
