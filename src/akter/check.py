@@ -7,8 +7,9 @@ the evolution rules would refuse, park or lose. It writes nothing and starts no 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from akter.errors import AkterError
 
@@ -56,6 +57,17 @@ class Finding:
         data = asdict(self)
         data["examples"] = list(self.examples)
         return data
+
+
+class CheckOptions(TypedDict, total=False):
+    """``Runtime.check``'s options besides ``sample``."""
+
+    #: The longest one read may take, in seconds (default 30 s).
+    statement_timeout: float
+    #: Rows per page of each scan (1 to 100,000; default 1,000).
+    batch_size: int
+    #: Called as scans advance with (what, rows so far, total or ``None``).
+    progress: Callable[[str, int, int | None], None] | None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, cast
@@ -41,7 +41,7 @@ from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
 from akter.actor import AccessKind, Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
-from akter.check import CheckReport
+from akter.check import CheckOptions, CheckReport
 from akter.context import LoopLease
 from akter.errors import ConfigurationError
 from akter.events import EventRecord
@@ -333,24 +333,12 @@ class Runtime:
         return await self.operators.jobs.cancel(job_id)
 
     async def check(
-        self,
-        sample: int | None = None,
-        *,
-        statement_timeout: float = 30.0,
-        batch_size: int = 1_000,
-        progress: Callable[[str, int, int | None], None] | None = None,
+        self, sample: int | None = None, **options: Unpack[CheckOptions]
     ) -> CheckReport:
         """Compare this code with the live database before a deploy (evolution E5).
 
-        Works on a runtime that was not started and starts nothing: it reads over a connection
-        of its own, in ``READ ONLY`` transactions, and writes nothing (no runner row, no
-        migration, no relay). It reports what the evolution rules would refuse, park or lose.
-
-        Args:
-            sample: Decode the first ``sample`` stored states of each type (default: all).
-            statement_timeout: The longest one read may take, in seconds (default 30 s).
-            batch_size: Rows per page of each scan (1 to 100,000; default 1,000).
-            progress: Called as scans advance with (what, rows so far, total or ``None``).
+        Reads only, over a connection of its own; works on a runtime that was not started.
+        ``options``: ``statement_timeout`` (s), ``batch_size``, ``progress`` (``check_database``).
 
         Raises:
             akter.check.CheckUnavailable: The database is unreachable, the schema is missing
@@ -358,15 +346,14 @@ class Runtime:
         """
         from akter._engine.check import check_database, check_url
 
+        url = check_url(self._store.url or self._database_url, self.config.data_dir)
         return await check_database(
-            check_url(self._store.url or self._database_url, self.config.data_dir),
+            url,
             self._store.queries,
             self.definitions,
             offset_ms=self._clock.offset_ms,
             sample=sample,
-            statement_timeout=statement_timeout,
-            batch_size=batch_size,
-            progress=progress,
+            **options,
         )
 
     async def cleanup(self) -> Any:

@@ -81,9 +81,9 @@ async def check_database(
     *,
     offset_ms: int,
     sample: int | None,
-    statement_timeout: float,
-    batch_size: int,
-    progress: Progress | None,
+    statement_timeout: float = 30.0,
+    batch_size: int = 1_000,
+    progress: Progress | None = None,
 ) -> CheckReport:
     """``Runtime.check``: the options validated, then :func:`run_check` over its own gateway.
 
