@@ -1,0 +1,182 @@
+"""Job output streams (docs/guides/job-streams.md): order, resume, bounds, retries and the close.
+
+Each test reads the stored items through the in-process reader (``handle.job_stream``) and checks
+the rows of ``job_streams`` too. Ordering comes from gates and the harness's passes, never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+import akter
+from akter.job_streams import (
+    MAX_CHUNK_BYTES,
+    AttemptStarted,
+    Chunk,
+    Closed,
+    JobStreamError,
+    StreamItem,
+)
+from akter.testing import ActorTest
+from tests._support import until
+
+Make = Callable[..., ActorTest]
+
+pytestmark = pytest.mark.timeout(60)
+
+GATE = asyncio.Event()
+#: What the executors saw: refusals by code, per test.
+SEEN: list[str] = []
+
+
+class Ask(BaseModel):
+    words: list[str] = Field(default_factory=list)
+    fail_first: bool = False
+    oversize: bool = False
+
+
+class Log(BaseModel):
+    routes: list[str] = Field(default_factory=list)
+
+
+class Writer(akter.Actor[Log], access=akter.public):
+    @akter.command
+    async def ask(self, words: list[str], fail_first: bool = False, oversize: bool = False) -> str:
+        return self.enqueue(
+            Writer.answer, Ask(words=words, fail_first=fail_first, oversize=oversize)
+        )
+
+    @akter.query
+    async def routes(self) -> list[str]:
+        return self.state.routes
+
+    @akter.job(attempts=2, timeout=20, backoff=(0.001, 0.001))
+    async def answer(call: akter.JobCall, ask: Ask) -> int:
+        if ask.oversize:
+            try:
+                call.stream("x" * MAX_CHUNK_BYTES)
+            except JobStreamError as exc:
+                SEEN.append(exc.code)
+            call.stream({"ok": True})
+            return 0
+        for word in ask.words:
+            call.stream(word)
+        if ask.fail_first and call.attempt == 1:
+            raise RuntimeError("the model went away")
+        await GATE.wait()
+        return len(ask.words)
+
+    @answer.on_success
+    async def answered(self, n: int) -> None:
+        self.state.routes.append(f"success {n}")
+
+    @answer.on_dead_letter
+    async def lost(self, letter: akter.DeadLetter[Ask]) -> None:
+        self.state.routes.append("dead_letter")
+
+
+@pytest.fixture(autouse=True)
+def gate() -> None:
+    global GATE
+    GATE = asyncio.Event()
+    SEEN.clear()
+
+
+async def read_all(stream: Any) -> list[StreamItem]:
+    return [item async for item in stream]
+
+
+def shape(items: list[StreamItem]) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        match item:
+            case AttemptStarted(_, attempt):
+                out.append({"attempt": attempt})
+            case Chunk(_, attempt, data):
+                out.append((attempt, data))
+            case Closed(_, outcome):
+                out.append(outcome)
+    return out
+
+
+async def test_chunks_in_order_then_the_outcome(akter_test: Make) -> None:
+    async with akter_test([Writer]) as t:
+        writer = t.get(Writer, "w1")
+        job_id = await writer.ask(["Hello", ", ", "world"])
+        GATE.set()
+        items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
+        assert shape(items) == [{"attempt": 1}, (1, "Hello"), (1, ", "), (1, "world"), "succeeded"]
+        assert [item.seq for item in items] == [1, 2, 3, 4, 5]
+        rows = await t.rows(
+            "SELECT seq, attempt, item, data FROM {schema}.job_streams WHERE job_id = %(j)s "
+            "ORDER BY seq",
+            {"j": job_id},
+        )
+        assert [(r["item"], r["data"]) for r in rows] == [
+            ("attempt", None),
+            ("chunk", '"Hello"'),
+            ("chunk", '", "'),
+            ("chunk", '"world"'),
+            ("closed", "succeeded"),
+        ]
+        await until(writer.routes, holds=lambda routes: routes == ["success 3"])
+
+
+async def test_a_reader_resumes_after_its_cursor_missing_and_repeating_nothing(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Writer]) as t:
+        writer = t.get(Writer, "w1")
+        job_id = await writer.ask(["a", "b", "c", "d"])
+        first = writer.job_stream(job_id)
+        seen: list[StreamItem] = []
+        async for item in first:
+            seen.append(item)
+            if len(seen) == 3:  # the marker, "a", "b": then the connection drops
+                break
+        await first.aclose()
+        GATE.set()
+        rest = await asyncio.wait_for(read_all(writer.job_stream(job_id, after=seen[-1].seq)), 20)
+        assert shape(seen + rest) == [
+            {"attempt": 1}, (1, "a"), (1, "b"), (1, "c"), (1, "d"), "succeeded"
+        ]  # fmt: skip
+        assert [i.seq for i in seen + rest] == list(range(1, 7))
+
+
+async def test_a_retried_attempt_opens_a_new_segment(akter_test: Make) -> None:
+    async with akter_test([Writer]) as t:
+        writer = t.get(Writer, "w1")
+        job_id = await writer.ask(["x", "y"], fail_first=True)
+        GATE.set()
+        items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
+        assert shape(items) == [
+            {"attempt": 1}, (1, "x"), (1, "y"),
+            {"attempt": 2}, (2, "x"), (2, "y"),
+            "succeeded",
+        ]  # fmt: skip
+
+
+async def test_an_oversize_chunk_is_refused_by_name_and_nothing_of_it_stored(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Writer]) as t:
+        writer = t.get(Writer, "w1")
+        job_id = await writer.ask([], oversize=True)
+        items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
+        assert SEEN == ["chunk_too_large"]
+        assert shape(items) == [{"attempt": 1}, (1, {"ok": True}), "succeeded"]
+
+
+async def test_a_late_reader_gets_the_whole_stream_and_the_outcome(akter_test: Make) -> None:
+    async with akter_test([Writer]) as t:
+        writer = t.get(Writer, "w1")
+        job_id = await writer.ask(["late", "reader"])
+        GATE.set()
+        await until(writer.routes, holds=lambda routes: routes == ["success 2"])
+        items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
+        assert shape(items) == [{"attempt": 1}, (1, "late"), (1, "reader"), "succeeded"]
