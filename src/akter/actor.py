@@ -13,7 +13,6 @@ The class keywords are checked and the members collected here; the member and de
 from __future__ import annotations
 
 import typing
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -49,7 +48,7 @@ from akter.context import TurnApi
 from akter.errors import DefinitionError
 
 if TYPE_CHECKING:
-    from akter.job_streams import StreamItem
+    from akter.job_streams import StreamReader
 
 __all__ = [
     "ARGUMENT_INT_RANGE",
@@ -110,7 +109,7 @@ class Actor(TurnApi[S], Generic[S]):
 
     __akter_definition__: ClassVar[ActorDefinition]
 
-    def job_stream(self, job_id: str, after: int = 0) -> AsyncIterator[StreamItem]:
+    def job_stream(self, job_id: str, after: int = 0) -> StreamReader:
         """On a handle: one of this actor's jobs' output stream (docs/guides/job-streams.md)."""
         raise TypeError("job_stream() is a handle method; call it on runtime.get(...).")
 

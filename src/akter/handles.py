@@ -23,7 +23,7 @@ from akter.callers import ActorRef
 from akter.context import LoopLease
 from akter.errors import ActorError
 from akter.events import EventRecord, EventStream
-from akter.job_streams import StreamItem
+from akter.job_streams import StreamReader
 from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStarter
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Transport(Protocol):
         """The actor's event feed after a cursor."""
         ...
 
-    def job_stream(self, ref: ActorRef, job_id: str, after: int) -> AsyncIterator[StreamItem]:
+    def job_stream(self, ref: ActorRef, job_id: str, after: int) -> StreamReader:
         """A job's output stream after a cursor, then its close."""
         ...
 
@@ -112,8 +112,8 @@ class BaseHandle:
         """``async for``: replay events after ``after``, then follow live; ``await``: one page."""
         return self._transport.events(self._ref, after, limit)
 
-    def job_stream(self, job_id: str, after: int = 0) -> AsyncIterator[StreamItem]:
-        """``async for``: one of this actor's jobs' output stream after seq ``after``, then its close.
+    def job_stream(self, job_id: str, after: int = 0) -> StreamReader:
+        """``async for``: a job's output stream after seq ``after``, then its close.
 
         Items are ``AttemptStarted``, ``Chunk`` and ``Closed`` (``akter.job_streams``); each
         one's ``seq`` is the cursor to resume after (docs/guides/job-streams.md).
@@ -207,7 +207,7 @@ class Host(Protocol):
         """A job's progress frames."""
         ...
 
-    def job_stream(self, ref: ActorRef, job_id: str, after: int = 0) -> AsyncIterator[StreamItem]:
+    def job_stream(self, ref: ActorRef, job_id: str, after: int = 0) -> StreamReader:
         """A job's output stream."""
         ...
 
@@ -259,7 +259,7 @@ class LocalTransport:
         """A job's progress frames."""
         return self._host.job_progress(ref, job_id)
 
-    def job_stream(self, ref: ActorRef, job_id: str, after: int) -> AsyncIterator[StreamItem]:
+    def job_stream(self, ref: ActorRef, job_id: str, after: int) -> StreamReader:
         """A job's output stream."""
         return self._host.job_stream(ref, job_id, after)
 

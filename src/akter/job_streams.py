@@ -1,4 +1,4 @@
-"""Job output streams: the items a reader gets and the rules of a chunk (docs/guides/job-streams.md).
+"""Job output streams: the items a reader gets and a chunk's rules (docs/guides/job-streams.md).
 
 An executor appends chunks with ``call.stream(chunk)``; a reader (``handle.job_stream(job_id)``,
 ``GET /actors/{Type}/{id}/jobs/{job_id}/stream``, the typed client) gets the job's items in
@@ -13,8 +13,9 @@ order, each with its per-job sequence number ``seq``, which is also its resume c
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -30,6 +31,7 @@ __all__ = [
     "JobStreamError",
     "StreamItem",
     "StreamOutcome",
+    "StreamReader",
     "encode_chunk",
     "item_from_json",
     "item_to_json",
@@ -88,6 +90,22 @@ class Closed:
 
 
 StreamItem = AttemptStarted | Chunk | Closed
+
+
+class StreamReader(Protocol):
+    """What ``handle.job_stream`` returns: ``async for`` its items; ``aclose()`` to stop early."""
+
+    def __aiter__(self) -> StreamReader:
+        """The reader itself."""
+        ...
+
+    def __anext__(self) -> Awaitable[StreamItem]:
+        """The next item (the stream ends after :class:`Closed`)."""
+        ...
+
+    def aclose(self) -> Awaitable[None]:
+        """Stop reading."""
+        ...
 
 
 def encode_chunk(chunk: object) -> tuple[str, int]:

@@ -7,6 +7,7 @@ the rows of ``job_streams`` too. Ordering comes from gates and the harness's pas
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from akter.job_streams import (
     StreamItem,
 )
 from akter.testing import ActorTest
-from tests._support import until
+from tests._support import policy_override, until
 
 Make = Callable[..., ActorTest]
 
@@ -71,6 +72,20 @@ class Writer(akter.Actor[Log], access=akter.public):
         await GATE.wait()
         return len(ask.words)
 
+    @akter.job(attempts=3, timeout=20)
+    async def haunted(call: akter.JobCall, ask: Ask) -> int:
+        call.stream(f"attempt {call.attempt}")
+        ENTERED[call.attempt].set()
+        await RELEASE[call.attempt].wait()
+        if call.attempt == 1:
+            call.stream("zombie")  # the lease is gone: this chunk must not land
+            raise RuntimeError("the stale attempt fails")
+        return call.attempt
+
+    @akter.command
+    async def haunt(self) -> str:
+        return self.enqueue(Writer.haunted, Ask())
+
     @answer.on_success
     async def answered(self, n: int) -> None:
         self.state.routes.append(f"success {n}")
@@ -80,11 +95,17 @@ class Writer(akter.Actor[Log], access=akter.public):
         self.state.routes.append("dead_letter")
 
 
+ENTERED: dict[int, asyncio.Event] = {}
+RELEASE: dict[int, asyncio.Event] = {}
+
+
 @pytest.fixture(autouse=True)
 def gate() -> None:
     global GATE
     GATE = asyncio.Event()
     SEEN.clear()
+    for n in (1, 2, 3):
+        ENTERED[n], RELEASE[n] = asyncio.Event(), asyncio.Event()
 
 
 async def read_all(stream: Any) -> list[StreamItem]:
@@ -180,3 +201,64 @@ async def test_a_late_reader_gets_the_whole_stream_and_the_outcome(akter_test: M
         await until(writer.routes, holds=lambda routes: routes == ["success 2"])
         items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
         assert shape(items) == [{"attempt": 1}, (1, "late"), (1, "reader"), "succeeded"]
+
+
+async def test_a_superseded_attempts_chunks_never_land(
+    akter_test: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with akter_test([Writer], relay=False) as t:
+        await t.add_runtime()
+        writer = t.get(Writer, "w1")
+        job_id = await writer.haunt()
+        assert await t.runtimes[0]._jobs.run_pass() == 1
+        await asyncio.wait_for(ENTERED[1].wait(), 10)
+        stored = "SELECT attempt, item, data FROM {schema}.job_streams WHERE job_id = %(j)s"
+        await until(lambda: t.rows(stored, {"j": job_id}), holds=lambda rows: len(rows) == 2)
+        # Runner 1's clock is past runner 0's lease: it takes the row over (attempt 2) while
+        # attempt 1 still runs on runner 0, which has not noticed yet.
+        t.runtimes[1]._clock.offset_ms += t.runtime.config.job_lease_ms + 1000
+        assert await t.runtimes[1]._jobs.run_pass() == 1
+        await asyncio.wait_for(ENTERED[2].wait(), 10)
+        with caplog.at_level(logging.WARNING, logger="akter.jobs.streams"):
+            RELEASE[1].set()
+            await t.wait_idle()
+        assert any("Job stream chunks refused" in r.getMessage() for r in caplog.records)
+        RELEASE[2].set()
+        await t.wait_idle(runner=1)
+        rows = await t.rows(stored + " ORDER BY seq", {"j": job_id})
+        assert [(r["attempt"], r["item"], r["data"]) for r in rows] == [
+            (1, "attempt", None),
+            (1, "chunk", '"attempt 1"'),
+            (2, "attempt", None),
+            (2, "chunk", '"attempt 2"'),
+            (2, "closed", "succeeded"),
+        ]
+        items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
+        assert shape(items) == [
+            {"attempt": 1}, (1, "attempt 1"), {"attempt": 2}, (2, "attempt 2"), "succeeded"
+        ]  # fmt: skip
+
+
+async def test_retention_deletes_a_whole_stream_after_keep_streams(akter_test: Make) -> None:
+    with policy_override(Writer, akter.Policy(keep_streams=60)):
+        async with akter_test([Writer]) as t:
+            writer = t.get(Writer, "w1")
+            old = await writer.ask(["old"])
+            GATE.set()
+            await asyncio.wait_for(read_all(writer.job_stream(old)), 20)
+            await t.advance(61)
+            GATE.clear()
+            new = await writer.ask(["new"])
+            await until(
+                lambda: t.rows(
+                    "SELECT 1 FROM {schema}.job_streams WHERE job_id = %(j)s", {"j": new}
+                )
+            )
+            counts = await t.runtime.cleanup()
+            assert counts.streams == 1
+            left = await t.rows("SELECT DISTINCT job_id FROM {schema}.job_streams")
+            assert [r["job_id"] for r in left] == [new]
+            with pytest.raises(akter.ActorError) as gap:
+                await anext(aiter(writer.job_stream(old, after=2)))
+            assert gap.value.reason == "RetentionGap"
+            GATE.set()

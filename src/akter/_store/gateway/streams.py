@@ -136,9 +136,10 @@ class StreamsGateway:
             "off": self._clock.offset_ms,
         }
         async with self._store.pool.connection() as conn:
-            cur = await conn.execute(self._store.queries["stream_close"], params)
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["stream_close"], params)
             row = await cur.fetchone()
-        return None if row is None else int(row[0])  # type: ignore[index]
+        return None if row is None else int(row["seq"])
 
     async def read(self, key: StreamKey, after: int, limit: int) -> list[StoredItem]:
         """The job's items after seq ``after``, at most ``limit``, in order (read only)."""
@@ -155,5 +156,6 @@ class StreamsGateway:
         """
         params = {"type": actor_type, "cutoff": cutoff, "batch": batch}
         async with self._store.framework.connection() as conn:
-            cur = await conn.execute(self._store.queries["stream_prune"], params)
-            return len({(row[0], row[1]) for row in await cur.fetchall()})  # type: ignore[index]
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["stream_prune"], params)
+            return len({(row["routing_key"], row["job_id"]) for row in await cur.fetchall()})
