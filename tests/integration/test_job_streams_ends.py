@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 import akter
 import akter.jobs
-from akter._store.gateway.streams import StreamKey, StreamsGateway
+from akter._store.gateway.streams import ItemKind, StreamKey, StreamsGateway
 from akter.job_streams import AttemptStarted, Chunk, Closed, JobStreamError, StreamItem
 from akter.testing import ActorTest
 from tests._support import until
@@ -173,7 +173,7 @@ async def test_an_append_retried_after_it_committed_writes_nothing_twice(akter_t
         ref = ender.ref
         key = StreamKey(t.runtime.routing_key(ref), ref.tenant, ref.type, ref.id, job_id)
         gateway = StreamsGateway(t.runtime._store, t.runtime._clock)
-        batch = [("chunk", '"a"'), ("chunk", '"b"')]
+        batch: list[tuple[ItemKind, str | None]] = [("chunk", '"a"'), ("chunk", '"b"')]
         first = await gateway.append(key, 1, batch, expect=2)
         assert (first.held, first.last_seq, first.written) == (True, 2, 2)
         again = await gateway.append(key, 1, batch, expect=2)  # its answer was "lost"

@@ -13,6 +13,7 @@ from akter.job_streams import (
     Chunk,
     Closed,
     JobStreamError,
+    StreamItem,
     encode_chunk,
     item_from_json,
     item_to_json,
