@@ -50,7 +50,7 @@ def test_what_json_cannot_hold_is_refused_by_name(value: object) -> None:
 
 
 def test_items_round_trip_through_their_wire_form() -> None:
-    items = [
+    items: list[StreamItem] = [
         AttemptStarted(1, 2),
         Chunk(2, 2, {"t": "x"}),
         Chunk(3, 2, None),
