@@ -60,17 +60,17 @@ class Chat(akter.Actor[ChatState], access=akter.public):
         self.state.answer = answer
 
 
-async def show(chat: Any, job_id: str) -> tuple[str, list[str]]:
+async def show(chat: Chat, job_id: str) -> tuple[str, list[str]]:
     """What a UI does: render tokens, start over on a new attempt, stop at the close."""
-    shown, log = "", []
+    shown, log = "", list[str]()
     async for item in chat.job_stream(job_id):
         match item:
             case AttemptStarted(attempt=attempt):
                 shown = ""  # an earlier attempt's tokens are not part of the answer
                 log.append(f"[attempt {attempt}]")
             case Chunk(data=token):
-                shown += token
-                log.append(token)
+                shown += str(token)
+                log.append(str(token))
             case Closed(outcome=outcome):
                 log.append(f"[{outcome}]")
     return shown, log
