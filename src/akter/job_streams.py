@@ -83,10 +83,17 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class Closed:
-    """The end of the stream: how the job ended (``unknown`` when nothing tells any more)."""
+    """The end of the stream: how the job ended (``unknown`` when nothing tells any more).
+
+    ``attempt`` is the attempt whose settle ended the job (``None`` when the reader built the
+    close from the job's trace). It is not always the last segment's: after a lease takeover,
+    the first success of any attempt wins, so a stale attempt's success can end the job while
+    a newer attempt was streaming.
+    """
 
     seq: int
     outcome: StreamOutcome
+    attempt: int | None = None
 
 
 StreamItem = AttemptStarted | Chunk | Closed
@@ -142,8 +149,8 @@ def item_to_json(item: StreamItem) -> dict[str, Any]:
             return {"seq": seq, "type": "attempt", "attempt": attempt}
         case Chunk(seq, attempt, data):
             return {"seq": seq, "type": "chunk", "attempt": attempt, "data": data}
-        case Closed(seq, outcome):
-            return {"seq": seq, "type": "closed", "outcome": outcome}
+        case Closed(seq, outcome, attempt):
+            return {"seq": seq, "type": "closed", "outcome": outcome, "attempt": attempt}
 
 
 def item_from_json(data: dict[str, Any]) -> StreamItem:
@@ -160,5 +167,6 @@ def item_from_json(data: dict[str, Any]) -> StreamItem:
         return Chunk(seq, int(data["attempt"]), data.get("data"))
     outcome = data.get("outcome")
     if kind == "closed" and isinstance(outcome, str) and outcome in _OUTCOMES:
-        return Closed(seq, outcome)  # type: ignore[arg-type]
+        attempt = data.get("attempt")
+        return Closed(seq, outcome, None if attempt is None else int(attempt))  # type: ignore[arg-type]
     raise ValueError(f"Not a job stream item: {data!r}")

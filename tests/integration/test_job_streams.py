@@ -77,14 +77,17 @@ class Writer(akter.Actor[Log], access=akter.public):
         call.stream(f"attempt {call.attempt}")
         ENTERED[call.attempt].set()
         await RELEASE[call.attempt].wait()
-        if call.attempt == 1:
-            call.stream("zombie")  # the lease is gone: this chunk must not land
+        try:
+            call.stream("late")  # after a takeover or a settle: this chunk must not land
+        except JobStreamError as exc:
+            SEEN.append(exc.code)
+        if call.attempt == 1 and ask.fail_first:
             raise RuntimeError("the stale attempt fails")
         return call.attempt
 
     @akter.command
-    async def haunt(self) -> str:
-        return self.enqueue(Writer.haunted, Ask())
+    async def haunt(self, stale_wins: bool = False) -> str:
+        return self.enqueue(Writer.haunted, Ask(fail_first=not stale_wins))
 
     @answer.on_success
     async def answered(self, n: int) -> None:
@@ -231,12 +234,15 @@ async def test_a_superseded_attempts_chunks_never_land(
             (1, "chunk", '"attempt 1"'),
             (2, "attempt", None),
             (2, "chunk", '"attempt 2"'),
+            (2, "chunk", '"late"'),  # attempt 2 still owns the row: its chunk lands
             (2, "closed", "succeeded"),
         ]
         items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
         assert shape(items) == [
-            {"attempt": 1}, (1, "attempt 1"), {"attempt": 2}, (2, "attempt 2"), "succeeded"
+            {"attempt": 1}, (1, "attempt 1"), {"attempt": 2}, (2, "attempt 2"), (2, "late"),
+            "succeeded",
         ]  # fmt: skip
+        assert SEEN == []  # attempt 1's "late" was buffered; its flush was refused, not the call
 
 
 async def test_retention_deletes_a_whole_stream_after_keep_streams(akter_test: Make) -> None:
@@ -262,3 +268,30 @@ async def test_retention_deletes_a_whole_stream_after_keep_streams(akter_test: M
                 await anext(aiter(writer.job_stream(old, after=2)))
             assert gap.value.reason == "RetentionGap"
             GATE.set()
+
+
+async def test_a_stale_success_closes_the_stream_naming_its_attempt(akter_test: Make) -> None:
+    async with akter_test([Writer], relay=False) as t:
+        await t.add_runtime()
+        writer = t.get(Writer, "w1")
+        job_id = await writer.haunt(stale_wins=True)
+        assert await t.runtimes[0]._jobs.run_pass() == 1
+        await asyncio.wait_for(ENTERED[1].wait(), 10)
+        stored = "SELECT attempt, item, data FROM {schema}.job_streams WHERE job_id = %(j)s"
+        await until(lambda: t.rows(stored, {"j": job_id}), holds=lambda rows: len(rows) == 2)
+        t.runtimes[1]._clock.offset_ms += t.runtime.config.job_lease_ms + 1000
+        assert await t.runtimes[1]._jobs.run_pass() == 1
+        await asyncio.wait_for(ENTERED[2].wait(), 10)
+        await until(lambda: t.rows(stored, {"j": job_id}), holds=lambda rows: len(rows) == 4)
+        RELEASE[1].set()  # attempt 1's success wins (the first success of any attempt)
+        await t.wait_idle()
+        RELEASE[2].set()
+        await t.wait_idle(runner=1)
+        items = await asyncio.wait_for(read_all(writer.job_stream(job_id)), 20)
+        assert shape(items) == [
+            {"attempt": 1}, (1, "attempt 1"), {"attempt": 2}, (2, "attempt 2"), "succeeded"
+        ]  # fmt: skip
+        closed = items[-1]
+        assert isinstance(closed, Closed) and closed.attempt == 1
+        rows = await t.rows(stored, {"j": job_id})
+        assert not [r for r in rows if r["data"] == '"late"']

@@ -106,7 +106,7 @@ async def test_the_sse_route_resumes_after_last_event_id(akter_test: Make) -> No
                 ("1", "attempt"), ("2", "chunk"), ("3", "chunk"), ("4", "chunk"), ("5", "closed")
             ]  # fmt: skip
             assert whole[1][2] == {"seq": 2, "type": "chunk", "attempt": 1, "data": "one"}
-            assert whole[4][2] == {"seq": 5, "type": "closed", "outcome": "succeeded"}
+            assert whole[4][2] == {"seq": 5, "type": "closed", "outcome": "succeeded", "attempt": 1}
             rest = await frames(http, path, **{"Last-Event-ID": "3"})
             assert rest == whole[3:]
             assert await frames(http, path + "?after=4") == whole[4:]

@@ -55,6 +55,7 @@ def test_items_round_trip_through_their_wire_form() -> None:
         Chunk(2, 2, {"t": "x"}),
         Chunk(3, 2, None),
         Closed(4, "cancelled"),
+        Closed(5, "succeeded", 2),
     ]
     for item in items:
         wire = json.loads(json.dumps(item_to_json(item)))

@@ -236,7 +236,7 @@ def job_stream_operation(type_name: str, singleton: bool, security: _SECURITY) -
     operation["responses"]["200"] = _stream_responses(
         "Frames in `seq` order, each with its `seq` as `id`: `attempt` (`{seq, type, "
         "attempt}`, an attempt's segment starts: drop earlier attempts' chunks), `chunk` "
-        "(`{seq, type, attempt, data}`), then one `closed` (`{seq, type, outcome}`, "
+        "(`{seq, type, attempt, data}`), then one `closed` (`{seq, type, outcome, attempt}`, "
         "`succeeded`, `dead_lettered`, `cancelled` or `unknown`)."
     )["200"]
     operation["responses"]["410"] = {

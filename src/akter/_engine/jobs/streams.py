@@ -182,4 +182,4 @@ def _item(row: StoredItem) -> StreamItem:
     if row.kind == "chunk":
         return Chunk(row.seq, row.attempt, None if row.data is None else json.loads(row.data))
     outcome = row.data if row.data in ("succeeded", "dead_lettered", "cancelled") else "unknown"
-    return Closed(row.seq, outcome)  # type: ignore[arg-type]
+    return Closed(row.seq, outcome, row.attempt)  # type: ignore[arg-type]
