@@ -11,10 +11,16 @@ WITH fence AS (
       AND o.attempts = %(attempt)s::int AND o.running
     FOR SHARE
 ), last AS (
-    SELECT coalesce(max(s.seq), 0) AS seq,
-           coalesce(bool_or(s.attempt = %(attempt)s::int AND s.item = 'attempt'), false) AS marked
-    FROM {schema}.job_streams s
-    WHERE s.routing_key = %(rk)s AND s.job_id = %(job_id)s
+    -- the newest item by the primary key (one index entry), and only for a writer's first
+    -- append whether its marker is there (a later one knows its seq)
+    SELECT coalesce((SELECT s.seq FROM {schema}.job_streams s
+                     WHERE s.routing_key = %(rk)s AND s.job_id = %(job_id)s
+                     ORDER BY s.seq DESC LIMIT 1), 0) AS seq,
+           CASE WHEN %(expect)s::bigint IS NULL
+                THEN EXISTS (SELECT 1 FROM {schema}.job_streams m
+                             WHERE m.routing_key = %(rk)s AND m.job_id = %(job_id)s
+                               AND m.attempt = %(attempt)s::int AND m.item = 'attempt')
+                ELSE true END AS marked
 ), ins AS (
     INSERT INTO {schema}.job_streams
         (routing_key, job_id, seq, tenant_id, actor_type, actor_id, attempt, item, data, at_ms)
@@ -34,16 +40,19 @@ FROM last;
 -- stream_close --
 -- after the job's terminal settle, closes its stream with the outcome, only when it has items and no close yet; not fenced (the job row is gone)
 WITH last AS (
-    SELECT coalesce(max(s.seq), 0) AS seq, bool_or(s.item = 'closed') AS closed
+    -- the newest item by the primary key: a close is always the last item
+    SELECT s.seq, s.item = 'closed' AS closed
     FROM {schema}.job_streams s
     WHERE s.routing_key = %(rk)s AND s.job_id = %(job_id)s
+    ORDER BY s.seq DESC
+    LIMIT 1
 )
 INSERT INTO {schema}.job_streams
     (routing_key, job_id, seq, tenant_id, actor_type, actor_id, attempt, item, data, at_ms)
 SELECT %(rk)s, %(job_id)s, last.seq + 1, %(tenant)s, %(type)s, %(id)s, %(attempt)s::int,
        'closed', %(outcome)s, {schema}.stmt_ms(%(off)s::bigint)
 FROM last
-WHERE last.seq > 0 AND NOT coalesce(last.closed, false)
+WHERE NOT last.closed
 ON CONFLICT DO NOTHING
 RETURNING seq;
 
