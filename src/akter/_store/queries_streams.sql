@@ -65,6 +65,15 @@ WHERE s.routing_key = %(rk)s AND s.job_id = %(job_id)s AND s.tenant_id = %(tenan
 ORDER BY s.seq
 LIMIT %(limit)s;
 
+-- stream_last --
+-- one actor's job's newest item (one primary key entry); read only
+SELECT s.seq, s.attempt, s.item, s.data
+FROM {schema}.job_streams s
+WHERE s.routing_key = %(rk)s AND s.job_id = %(job_id)s AND s.tenant_id = %(tenant)s
+  AND s.actor_type = %(type)s AND s.actor_id = %(id)s
+ORDER BY s.seq DESC
+LIMIT 1;
+
 -- stream_prune --
 -- retention deletes the whole streams of a batch of one type's jobs whose newest item is older than the cutoff; returns the deleted rows' jobs
 WITH doomed AS MATERIALIZED (

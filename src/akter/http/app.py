@@ -528,7 +528,7 @@ def _cursor(request: Request) -> str | None:
 def _seq(request: Request) -> int:
     """A job stream's cursor: ``Last-Event-ID``, else ``?after=``, else 0 (a seq)."""
     given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if not given.isdigit() or len(given) > 18:
+    if re.fullmatch(r"0|[1-9][0-9]{0,18}", given) is None or int(given) >= 2**63:
         raise ActorError(
             "UnknownCursor", f"A job stream cursor is a seq ≥ 0, not {given!r}.", code="malformed"
         )

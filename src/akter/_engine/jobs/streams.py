@@ -96,19 +96,34 @@ class JobStream:
         Raises:
             ActorError: ``Unauthorized`` by the access policy, ``InvalidCommandId`` for a
                 malformed job id, ``InvalidInput`` (``unknown_job``) for a job no row names
-                (another actor's or tenant's included), ``UnknownCursor`` for a negative cursor,
-                ``RetentionGap`` for a cursor into a stream that retention deleted.
+                (another actor's or tenant's included), ``UnknownCursor`` for a negative cursor or
+                a cursor past the stream's end (code ``beyond_end``), ``RetentionGap`` for a
+                cursor into a stream that retention deleted.
         """
         if self._opened:
             return
         await self._streams.check(self.ref, self.job_id)
-        if isinstance(self.after, bool) or not isinstance(self.after, int) or self.after < 0:
+        after = self.after
+        if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
             raise ActorError(
                 "UnknownCursor",
                 f"A job stream cursor is a seq ≥ 0, not {self.after!r}.",
                 code="malformed",
             )
-        if not await self._lane.gateway.read(self.key, 0, 1):
+        last = await self._lane.gateway.last(self.key)
+        if last is not None:
+            # A cursor is an item's seq, or one past an unclosed stream (a close built from the
+            # trace); anything further would skip items not written yet.
+            if after > last.seq + (last.kind != "closed"):
+                raise ActorError(
+                    "UnknownCursor",
+                    f"Job {self.job_id!r}'s stream ends at seq {last.seq}, before the cursor "
+                    f"{after}; use a seq the stream gave you.",
+                    code="beyond_end",
+                )
+            if last.kind == "closed" and after == last.seq:
+                self.after = last.seq - 1  # resumed after the end: the close again, nothing else
+        else:
             trace = await self._streams.trace(self.ref, self.job_id)
             if (
                 trace is not None
@@ -122,7 +137,7 @@ class JobStream:
                     code="unknown_job",
                     field="job_id",
                 )
-            if self.after > 0:
+            if after > 0:
                 raise ActorError(
                     "RetentionGap",
                     f"Job {self.job_id!r} has no stream items any more (retention deleted "

@@ -149,6 +149,14 @@ class StreamsGateway:
             await cur.execute(self._store.queries["stream_read"], params)
             return [StoredItem.from_row(row) for row in await cur.fetchall()]
 
+    async def last(self, key: StreamKey) -> StoredItem | None:
+        """The job's newest item, if it has any (read only)."""
+        async with self._store.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(self._store.queries["stream_last"], key.params())
+            row = await cur.fetchone()
+        return None if row is None else StoredItem.from_row(row)
+
     async def prune(self, actor_type: str, *, cutoff: int, batch: int) -> int:
         """Delete the streams of a batch of a type's jobs last written before ``cutoff``.
 
