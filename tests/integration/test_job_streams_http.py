@@ -110,8 +110,10 @@ async def test_the_sse_route_resumes_after_last_event_id(akter_test: Make) -> No
             rest = await frames(http, path, **{"Last-Event-ID": "3"})
             assert rest == whole[3:]
             assert await frames(http, path + "?after=4") == whole[4:]
-            for bad_cursor in ("x", "-1", "01", str(2**63)):
+            for bad_cursor in ("x", "-1", "01", str(2**63), ""):
                 bad = await http.get(path, headers={"Last-Event-ID": bad_cursor})
+                assert (bad.status_code, bad.json()["reason"]) == (400, "UnknownCursor")
+                bad = await http.get(path, params={"after": bad_cursor})
                 assert (bad.status_code, bad.json()["reason"]) == (400, "UnknownCursor")
             for beyond in ("6", str(2**63 - 1)):  # past the close: not a seq of this stream
                 bad = await http.get(path, headers={"Last-Event-ID": beyond})

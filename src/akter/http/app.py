@@ -526,13 +526,20 @@ def _cursor(request: Request) -> str | None:
 
 
 def _seq(request: Request) -> int:
-    """A job stream's cursor: ``Last-Event-ID``, else ``?after=``, else 0 (a seq)."""
-    given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if re.fullmatch(r"0|[1-9][0-9]{0,18}", given) is None or int(given) >= 2**63:
-        raise ActorError(
-            "UnknownCursor", f"A job stream cursor is a seq ≥ 0, not {given!r}.", code="malformed"
-        )
-    return int(given)
+    """A job stream's cursor: ``Last-Event-ID``, else ``?after=``, else 0 (each must be a seq)."""
+    header = request.headers.get("last-event-id")
+    query = request.query_params.get("after")
+    for given in (header, query):
+        if given is not None and (
+            re.fullmatch(r"0|[1-9][0-9]{0,18}", given) is None or int(given) >= 2**63
+        ):
+            raise ActorError(
+                "UnknownCursor",
+                f"A job stream cursor is a seq ≥ 0, not {given!r}.",
+                code="malformed",
+            )
+    chosen = header if header is not None else query
+    return 0 if chosen is None else int(chosen)
 
 
 def _parse_int(digits: str) -> int:
