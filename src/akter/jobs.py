@@ -46,7 +46,7 @@ _MAX_MS = 2**31 - 1
 
 
 class JobCall(Protocol):
-    """What an executor gets besides its payload: ids, attempt, progress and its resources.
+    """What an executor gets besides its payload: ids, attempt, progress, output, resources.
 
     A protocol, like :class:`akter.QueryView`: an executor is declared in its actor's class body
     without ``self``, and pyright accepts a first parameter whose type is not the class only when
