@@ -93,6 +93,8 @@ SAMPLES: dict[str, Any] = {
     # the runners' models (migration 0014): a registration's JSON, a model's name
     "models": '{"T": {"version": 0, "model": "v0:probe", "paths": [], "commands": [], "jobs": []}}',
     "model": "v0:probe",
+    # job output streams (migration 0018): one chunk of a batch, the writer's expected seq
+    "data": '"x"', "expect": None, "if_begun": False,
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -121,6 +123,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "names_record": {"kinds": "command"},  # the registry's kinds, not an outbox row's
     "citus_rate_take": {"key": "k"},  # a rate bucket's key (NOT NULL), not a workflow's
     "live_state_paths": {"version": 0},  # a state version here, a runner's version elsewhere
+    "stream_append": {"kinds": "chunk"},  # a stream item's kind, not an outbox row's
 }
 
 

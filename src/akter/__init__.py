@@ -33,6 +33,7 @@ from akter.errors import (
     WorkflowFailed,
 )
 from akter.events import EventRecord, EventStream
+from akter.job_streams import JobStreamError
 from akter.jobs import DeadLetter, Job, JobCall, Rate, job
 from akter.operators.outbox import ParkedRow
 from akter.resources import MissingResource, Resource, Resources
@@ -60,6 +61,7 @@ for _error in (
     JobCancelled,
     JobDeadLettered,
     JobFailure,
+    JobStreamError,
     ReadOnlyError,
     StepFailed,
     WorkflowCancelled,
@@ -108,6 +110,7 @@ __all__ = [
     "JobCancelled",
     "JobDeadLettered",
     "JobFailure",
+    "JobStreamError",
     "MissingResource",
     "ParkedRow",
     "Policy",

@@ -27,6 +27,8 @@ class Policy:
         keep_workflows: Retention of finished workflow runs, with their journal and signals,
             counted from their end (default 30 days); running, suspended and diverged runs are
             never pruned.
+        keep_streams: Retention of a job's output stream, counted from its newest item
+            (default 1 day; docs/guides/job-streams.md).
         max_schedule_lag: Ticks older than this are skipped (default 1 day).
         hibernate_after: Idle activations are dropped from memory after this (default 60 s).
     """
@@ -38,6 +40,7 @@ class Policy:
     keep_receipts: Duration = timedelta(days=7)
     keep_events: Duration = timedelta(days=30)
     keep_workflows: Duration = timedelta(days=30)
+    keep_streams: Duration = timedelta(days=1)
     max_schedule_lag: Duration = timedelta(days=1)
     hibernate_after: Duration = 60.0
 
@@ -77,6 +80,7 @@ class ResolvedPolicy:
     keep_receipts: int
     keep_events: int
     keep_workflows: int
+    keep_streams: int
     max_schedule_lag: int
     hibernate_after: int
 

@@ -13,7 +13,7 @@ The class keywords are checked and the members collected here; the member and de
 from __future__ import annotations
 
 import typing
-from typing import Any, ClassVar, Generic, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
@@ -47,6 +47,9 @@ from akter.callers import ActorRef, Caller, System
 from akter.context import TurnApi
 from akter.errors import DefinitionError
 
+if TYPE_CHECKING:
+    from akter.job_streams import StreamReader
+
 __all__ = [
     "ARGUMENT_INT_RANGE",
     "MAX_ARGUMENT_DEPTH",
@@ -77,7 +80,7 @@ RESERVED_MEMBER_NAMES = frozenset(
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
-        "signal_workflow", "cancel_workflow",
+        "signal_workflow", "cancel_workflow", "job_stream",
     }
 )  # fmt: skip
 
@@ -105,6 +108,10 @@ class Actor(TurnApi[S], Generic[S]):
     """
 
     __akter_definition__: ClassVar[ActorDefinition]
+
+    def job_stream(self, job_id: str, after: int = 0) -> StreamReader:
+        """On a handle: one of this actor's jobs' output stream (docs/guides/job-streams.md)."""
+        raise TypeError("job_stream() is a handle method; call it on runtime.get(...).")
 
     def __init_subclass__(
         cls,

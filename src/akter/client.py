@@ -19,7 +19,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -35,6 +35,7 @@ except ModuleNotFoundError as exc:  # pip install 'akter[http]'
     require_extra(exc, "akter.client", "http")
     raise
 
+from akter._client_streams import RemoteStream, job_stream, sync_items
 from akter._event_decl import Event, decode_stored
 from akter._ids import CLOCK_HEADER, WINDOW_HEADER, mint_command_id
 from akter._retry import CommandRetry
@@ -44,6 +45,7 @@ from akter.context import LoopLease
 from akter.errors import ActorError, DeclaredError, Reason
 from akter.events import EventRecord, EventStream, parse_cursor
 from akter.handles import BaseHandle
+from akter.job_streams import StreamItem
 from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStatus, signal_name
 
 A = TypeVar("A", bound=Actor[Any])
@@ -414,6 +416,12 @@ class _RemoteTransport:
             lambda: client.follow_events(definition, ref.id, after),
         )
 
+    def job_stream(self, ref: ActorRef, job_id: str, after: int) -> RemoteStream:
+        """Follow a job's output stream over SSE, resuming by seq after a drop."""
+        path = f"/actors/{self._definition.name}/{_path_id(self._definition, ref.id)}"
+        path += f"/jobs/{quote(job_id, safe='')}/stream"
+        return job_stream(self._client._http, path, after, _error_of)
+
     async def start_workflow(
         self,
         flow: WorkflowMember[Any, Any],
@@ -555,6 +563,9 @@ class _SyncHandle:
 
     def with_command_id(self, command_id: str) -> _SyncHandle:
         return _SyncHandle(self._loop, self._handle.with_command_id(command_id))
+
+    def job_stream(self, job_id: str, after: int = 0) -> Iterator[StreamItem]:
+        return sync_items(self._loop, self._handle.job_stream(job_id, after))
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         target = getattr(self._handle, name)

@@ -23,6 +23,7 @@ from akter.callers import ActorRef
 from akter.context import LoopLease
 from akter.errors import ActorError
 from akter.events import EventRecord, EventStream
+from akter.job_streams import StreamReader
 from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStarter
 
 if TYPE_CHECKING:
@@ -56,6 +57,10 @@ class Transport(Protocol):
 
     def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
         """The actor's event feed after a cursor."""
+        ...
+
+    def job_stream(self, ref: ActorRef, job_id: str, after: int) -> StreamReader:
+        """A job's output stream after a cursor, then its close."""
         ...
 
     async def start_workflow(
@@ -106,6 +111,14 @@ class BaseHandle:
     def events(self, after: str | None = None, limit: int = 1000) -> EventStream:
         """``async for``: replay events after ``after``, then follow live; ``await``: one page."""
         return self._transport.events(self._ref, after, limit)
+
+    def job_stream(self, job_id: str, after: int = 0) -> StreamReader:
+        """``async for``: a job's output stream after seq ``after``, then its close.
+
+        Items are ``AttemptStarted``, ``Chunk`` and ``Closed`` (``akter.job_streams``); each
+        one's ``seq`` is the cursor to resume after (docs/guides/job-streams.md).
+        """
+        return self._transport.job_stream(self._ref, job_id, after)
 
     def with_command_id(self, command_id: str) -> Any:
         """A handle whose next command call uses ``command_id`` (idempotent retries)."""
@@ -194,6 +207,10 @@ class Host(Protocol):
         """A job's progress frames."""
         ...
 
+    def job_stream(self, ref: ActorRef, job_id: str, after: int = 0) -> StreamReader:
+        """A job's output stream."""
+        ...
+
     async def start_workflow(
         self,
         flow: WorkflowMember[Any, Any],
@@ -241,6 +258,10 @@ class LocalTransport:
     def progress(self, ref: ActorRef, job_id: str) -> AsyncIterator[dict[str, Any]]:
         """A job's progress frames."""
         return self._host.job_progress(ref, job_id)
+
+    def job_stream(self, ref: ActorRef, job_id: str, after: int) -> StreamReader:
+        """A job's output stream."""
+        return self._host.job_stream(ref, job_id, after)
 
     async def start_workflow(
         self,

@@ -33,6 +33,7 @@ from akter._members import _MEMBER_ATTR, MemberOwner, MemberSpec
 from akter._storable import storable_payload
 from akter.callers import ActorRef
 from akter.errors import DefinitionError, invalid_input_from
+from akter.job_streams import JobStreamError
 from akter.resources import MissingResource, OpenResources, Resource
 
 PL = TypeVar("PL", bound=BaseModel)
@@ -45,7 +46,7 @@ _MAX_MS = 2**31 - 1
 
 
 class JobCall(Protocol):
-    """What an executor gets besides its payload: ids, attempt, progress and its resources.
+    """What an executor gets besides its payload: ids, attempt, progress, output, resources.
 
     A protocol, like :class:`akter.QueryView`: an executor is declared in its actor's class body
     without ``self``, and pyright accepts a first parameter whose type is not the class only when
@@ -66,6 +67,7 @@ class JobCall(Protocol):
     tenant: str
     _report: Callable[[BaseModel], None] | None
     _resources: OpenResources | None
+    _stream: Callable[[object], None] | None
 
     def __init__(
         self,
@@ -76,6 +78,7 @@ class JobCall(Protocol):
         ref: ActorRef,
         report: Callable[[BaseModel], None] | None = None,
         resources: OpenResources | None = None,
+        stream: Callable[[object], None] | None = None,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -84,6 +87,24 @@ class JobCall(Protocol):
         self.tenant = ref.tenant
         self._report = report
         self._resources = resources
+        self._stream = stream
+
+    def stream(self, chunk: object) -> None:
+        """Append a chunk to the job's output stream (docs/guides/job-streams.md); never blocks.
+
+        A chunk is a ``str``, a pydantic model or a JSON value, at most
+        ``akter.job_streams.MAX_CHUNK_BYTES`` of canonical JSON. Chunks are stored in order,
+        batched, only while this attempt owns the job row.
+
+        Raises:
+            JobStreamError: ``chunk_too_large``, ``chunk_not_json``, ``stream_backlog`` or
+                ``superseded`` (this attempt lost its job row: stop streaming).
+        """
+        if self._stream is None:
+            raise JobStreamError(
+                "superseded", f"Job {self.job_id!r}: this call has no output stream."
+            )
+        self._stream(chunk)
 
     def report(self, frame: BaseModel) -> None:
         """Publish a progress frame (best-effort; never blocks or raises)."""

@@ -25,6 +25,7 @@ from akter._engine.history import History
 from akter._engine.hooks import Hooks
 from akter._engine.jobs.executor import JobExecutor
 from akter._engine.jobs.progress import ProgressStreams
+from akter._engine.jobs.streams import JobStream
 from akter._engine.lifecycle import Lifecycle
 from akter._engine.loop.passes import PassLoop
 from akter._engine.loop.wakes import CommitWakes
@@ -409,6 +410,10 @@ class Runtime:
         from akter._engine.jobs.progress import job_progress
 
         return job_progress(self._progress_streams, ref, job_id)
+
+    def job_stream(self, ref: ActorRef, job_id: str, after: int = 0) -> JobStream:
+        """A job's output stream after seq ``after``, then its close (access kind ``progress``)."""
+        return self._jobs.streams.reader(self._progress_streams, ref, job_id, after)
 
     async def _check_read(
         self,

@@ -44,14 +44,17 @@ ACCEPTED = ["2xx", "401", "403", "404", "409"]
 def config(document: dict[str, Any], ended_job: str) -> str:
     """``schemathesis.toml``: the documented outcomes a valid request may still meet.
 
-    The job-progress feed of a job no row names is a 404 (``unknown_job``): its operation is
-    given a real ended job of actor ``st-account`` (what the warning ``missing_test_data``
-    asks for), so valid requests read a feed that closes at once.
+    The job-progress feed (and the job's output stream) of a job no row names is a 404
+    (``unknown_job``): its operation is given a real ended job of actor ``st-account`` (what the
+    warning ``missing_test_data`` asks for), so valid requests read a feed that closes at once.
     """
     sections = []
     for path, item in document["paths"].items():
         for method, op in item.items():
-            if path == "/actors/Account/{id}/jobs/{job_id}/progress":
+            if path in (
+                "/actors/Account/{id}/jobs/{job_id}/progress",
+                "/actors/Account/{id}/jobs/{job_id}/stream",
+            ):
                 sections.append(
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
                     f'parameters = {{ "path.id" = "st-account", "path.job_id" = "{ended_job}" }}\n'
@@ -61,6 +64,8 @@ def config(document: dict[str, Any], ended_job: str) -> str:
                 extra.append("422")  # a declared error of the command
             if path.endswith("/events"):
                 extra.append("400")  # UnknownCursor: beyond the actor's last event
+            if path.endswith("/stream"):
+                extra += ["400", "410"]  # UnknownCursor (beyond_end), RetentionGap
             if extra:
                 sections.append(
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
@@ -123,5 +128,5 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
         text = out.decode()
         (tmp_path / "schemathesis.txt").write_text(text)
         assert proc.returncode == 0, text
-        assert "16 selected / 16 total" in text, text
+        assert "17 selected / 17 total" in text, text  # 16, and the job output stream (issue 42)
         assert "No issues found" in text, text

@@ -166,6 +166,19 @@ COLUMNS: dict[str, set[str]] = {
         "consumed_seq",
     },
     "workflow_aliases": {"routing_key", "run_id", "target_run_id"},
+    # Job output streams (migration 0018, docs/guides/job-streams.md).
+    "job_streams": {
+        "routing_key",
+        "job_id",
+        "seq",
+        "tenant_id",
+        "actor_type",
+        "actor_id",
+        "attempt",
+        "item",
+        "data",
+        "at_ms",
+    },
 }
 
 #: Primary keys, in order (semantics §1.8: per-actor tables lead with routing_key).
@@ -187,6 +200,7 @@ PRIMARY_KEYS: dict[str, list[str]] = {
     "workflow_steps": ["routing_key", "run_id", "seq"],
     "workflow_signals": ["routing_key", "run_id", "signal_id"],
     "workflow_aliases": ["routing_key", "run_id"],
+    "job_streams": ["routing_key", "job_id", "seq"],
 }
 
 #: Secondary indexes by name: (table, unique, columns, partial predicate or None).

@@ -8,6 +8,7 @@ from types import ModuleType
 import pytest
 
 import akter
+import akter.job_streams
 import akter.jobs
 import akter.testing
 import akter.workflows
@@ -38,6 +39,7 @@ AKTER_ALL = [
     "JobCancelled",
     "JobDeadLettered",
     "JobFailure",
+    "JobStreamError",
     "MissingResource",
     "ParkedRow",
     "Policy",
@@ -85,6 +87,21 @@ JOBS_ALL = [
     "job",
 ]
 
+JOB_STREAMS_ALL = [
+    "AttemptStarted",
+    "Chunk",
+    "Closed",
+    "JobStreamError",
+    "MAX_BUFFERED_BYTES",
+    "MAX_CHUNK_BYTES",
+    "StreamItem",
+    "StreamOutcome",
+    "StreamReader",
+    "encode_chunk",
+    "item_from_json",
+    "item_to_json",
+]
+
 WORKFLOWS_ALL = [
     "FinalStatus",
     "RunOps",
@@ -124,6 +141,7 @@ ERRORS = [
     "JobCancelled",
     "JobDeadLettered",
     "JobFailure",
+    "JobStreamError",
     "ReadOnlyError",
     "StepFailed",
     "WorkflowCancelled",
@@ -176,7 +194,12 @@ def test_every_error_derives_from_the_root() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "pinned"), [(akter.jobs, JOBS_ALL), (akter.workflows, WORKFLOWS_ALL)]
+    ("module", "pinned"),
+    [
+        (akter.jobs, JOBS_ALL),
+        (akter.workflows, WORKFLOWS_ALL),
+        (akter.job_streams, JOB_STREAMS_ALL),
+    ],
 )
 def test_submodule_exports_are_pinned(module: ModuleType, pinned: list[str]) -> None:
     assert pinned == sorted(pinned)

@@ -63,6 +63,8 @@ PER_ACTOR = frozenset(
         "workflow_steps",
         "workflow_signals",
         "workflow_aliases",
+        # Job output streams (migration 0018): a job's stream belongs to its actor.
+        "job_streams",
     }
 )
 #: Framework tables that belong to no actor (one row, or one per runner / type / migration).
@@ -113,6 +115,8 @@ CROSS_ACTOR: dict[str, str] = {
     "actors by bucket, kind and due_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
     "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
     "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
+    "stream_prune": "retention deletes a batch of a type's job output streams across actors, by "
+    "actor_type and their newest item's at_ms (migration 0018)",
     "rank_unranked_jobs": "the $maintenance owner ranks a batch of job rows written without a "
     "claim rank (a pre-0006 runner in a rolling deploy) across actors, by kind and rank_ms",
     "outbox_overview": "operators' read-only listing of pending rows (akter outbox)",

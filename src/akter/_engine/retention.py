@@ -1,5 +1,8 @@
 """Retention sweeps (semantics §7): receipts after expiry + margin, events as a prefix.
 
+A job's output stream goes whole ``keep_streams`` after its newest item (migration 0018,
+docs/guides/job-streams.md).
+
 Finished workflow runs (completed, failed, cancelled) go with their journal, signals and aliases
 ``keep_workflows`` after their end (the workflows spec W3); running, suspended and diverged runs
 have no end and are never pruned.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from akter._store.gateway.maintenance import MaintenanceGateway
+from akter._store.gateway.streams import StreamsGateway
 from akter._store.gateway.workflows import WorkflowsGateway
 
 if TYPE_CHECKING:
@@ -40,6 +44,8 @@ class SweepCounts:
     events: int = 0
     ranked: int = 0
     workflows: int = 0
+    #: Jobs whose output stream was deleted.
+    streams: int = 0
 
 
 async def sweep(services: Services) -> SweepCounts:
@@ -47,6 +53,7 @@ async def sweep(services: Services) -> SweepCounts:
     counts = SweepCounts()
     gateway = MaintenanceGateway(services.store, services.clock)
     runs = WorkflowsGateway(services.store, services.clock)
+    streams = StreamsGateway(services.store, services.clock)
     now = await services.clock.read()
     for definition in services.registry.definitions.values():
         policy = definition.policy
@@ -68,6 +75,11 @@ async def sweep(services: Services) -> SweepCounts:
             deleted = await runs.prune(name, keep_ms=policy.keep_workflows, limit=BATCH)
             counts.workflows += deleted
             services.metrics.count("akter.workflows.pruned", deleted, actor_type=name)
+            if deleted < BATCH:
+                break
+        cutoff = now - policy.keep_streams
+        while (deleted := await streams.prune(name, cutoff=cutoff, batch=BATCH)) > 0:
+            counts.streams += deleted
             if deleted < BATCH:
                 break
     while True:

@@ -41,6 +41,8 @@ DISTRIBUTED = (
     "workflow_steps",
     "workflow_signals",
     "workflow_aliases",
+    # A job's output stream lives in its actor's shard (0018): fenced appends stay single-shard.
+    "job_streams",
     # Keyed by the routing key of the singleton's actor (0008); ``distribute`` fills and rekeys it.
     "singletons",
 )

@@ -212,6 +212,41 @@ def progress_operation(type_name: str, singleton: bool, security: _SECURITY) -> 
     }
 
 
+def job_stream_operation(type_name: str, singleton: bool, security: _SECURITY) -> dict[str, Any]:
+    """An actor type's job output stream (docs/guides/job-streams.md)."""
+    operation = progress_operation(type_name, singleton, security)
+    cursor = {"type": "string", "pattern": CURSOR_PATTERN}
+    operation["operationId"] = f"{type_name}.job_stream"
+    operation["summary"] = "Server-sent output stream of one of the actor's jobs, then its close."
+    operation["parameters"] += [
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "schema": cursor,
+            "description": "Resume after this `seq`: the `id` of the last frame seen. Wins "
+            "over `after`.",
+        },
+        {
+            "name": "after",
+            "in": "query",
+            "schema": cursor,
+            "description": "Resume after this `seq`. Without either, the stream starts at 0.",
+        },
+    ]
+    operation["responses"]["200"] = _stream_responses(
+        "Frames in `seq` order, each with its `seq` as `id`: `attempt` (`{seq, type, "
+        "attempt}`, an attempt's segment starts: drop earlier attempts' chunks), `chunk` "
+        "(`{seq, type, attempt, data}`), then one `closed` (`{seq, type, outcome, attempt}`, "
+        "`succeeded`, `dead_lettered`, `cancelled` or `unknown`)."
+    )["200"]
+    operation["responses"]["410"] = {
+        "description": "The cursor points into a stream that retention deleted (reason "
+        "`RetentionGap`): read it again from 0.",
+        "content": _problem_content(),
+    }
+    return operation
+
+
 def run_id_parameter() -> dict[str, Any]:
     """The ``{run_id}`` path parameter of the workflow run routes."""
     return {

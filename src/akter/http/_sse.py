@@ -3,7 +3,9 @@
 One frame is ``id:``/``event:``/``data:`` lines and a blank line. An actor's event feed names
 each frame after the event's tag and carries its cursor as the frame ``id`` (what a client sends
 back as ``Last-Event-ID``); a retention gap ends the feed with one ``retention_gap`` frame. A
-job's progress feed sends ``progress`` frames, then one ``closed`` frame. While a feed is idle it
+job's progress feed sends ``progress`` frames, then one ``closed`` frame. A job's output stream
+sends ``attempt``, ``chunk`` and ``closed`` frames, each with its seq as the frame ``id``
+(docs/guides/job-streams.md). While a feed is idle it
 sends a comment line (``: keep-alive``) every :data:`KEEPALIVE_SECONDS`, so proxies that cut
 silent connections keep it open; clients ignore comments.
 """
@@ -19,6 +21,7 @@ from starlette.responses import StreamingResponse
 
 from akter.callers import ActorRef, Caller, as_caller
 from akter.errors import ActorError
+from akter.job_streams import StreamItem, item_to_json
 
 if TYPE_CHECKING:
     from akter.runtime import Runtime
@@ -111,6 +114,23 @@ async def _progress_frames(messages: AsyncIterator[dict[str, Any]]) -> AsyncIter
             await close()
 
 
+def job_stream_frames(items: AsyncIterator[StreamItem]) -> AsyncIterator[str]:
+    """A job's output stream as server-sent events, ending after the close."""
+    return keep_alive(_job_stream_frames(items))
+
+
+async def _job_stream_frames(items: AsyncIterator[StreamItem]) -> AsyncIterator[str]:
+    try:
+        async for item in items:
+            data = item_to_json(item)
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            yield f"id: {item.seq}\nevent: {data['type']}\ndata: {text}\n\n"
+    finally:
+        close = getattr(items, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def gap(exc: ActorError) -> str:
     """The ``retention_gap`` frame that ends a feed whose cursor was pruned."""
     data = json.dumps({"reason": exc.reason, "detail": exc.message})
@@ -138,6 +158,7 @@ __all__ = [
     "MEDIA_TYPE",
     "event_stream",
     "gap",
+    "job_stream_frames",
     "keep_alive",
     "once",
     "progress_stream",

@@ -6,6 +6,7 @@ Routes (design §2.2)::
     POST /actors/{Type}/{id}/queries/{query}   body = arguments by name
     GET  /actors/{Type}/{id}/events            server-sent events; resumes with Last-Event-ID
     GET  /actors/{Type}/{id}/jobs/{job_id}/progress   server-sent progress frames, then the close
+    GET  /actors/{Type}/{id}/jobs/{job_id}/stream     a job's output, resumable by Last-Event-ID
     POST /actors/{Type}/{id}/workflows/{name}  start a workflow run; Idempotency-Key = command id
     GET  /workflows/{run_id}                   a run's status; also .../signals/{Signal},
                                                .../cancel (POST) and .../steps (SSE)
@@ -52,7 +53,14 @@ from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.events import parse_cursor
 from akter.http._docs import docs_page
-from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
+from akter.http._sse import (
+    MEDIA_TYPE,
+    event_stream,
+    gap,
+    job_stream_frames,
+    once,
+    progress_stream,
+)
 from akter.http._tracing import http_span, http_status
 from akter.http._workflows import WorkflowRoutes
 from akter.http.auth import AuthProvider, Identity, anonymous
@@ -167,6 +175,11 @@ class _Api:
                     methods=["GET"],
                 ),
                 workflows.start_route(),
+                Route(
+                    "/actors/{type}/{id:path}/jobs/{job_id}/stream",
+                    self.job_stream,
+                    methods=["GET"],
+                ),
                 Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
                 *workflows.run_routes(),
                 Route("/command-ids", self.command_ids, methods=["POST"]),
@@ -428,6 +441,22 @@ class _Api:
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
+    async def job_stream(self, request: Request) -> Response:
+        try:
+            identity = await self.identity(request)
+            definition, actor_id = self.resolve(request)
+            ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
+            stream = self.runtime.job_stream(ref, request.path_params["job_id"], _seq(request))
+            with as_caller(identity.caller):
+                await stream.open()  # access, the job and the cursor: refusals stay 4xx
+        except ActorError as exc:
+            return self.refused(request, exc)
+        return StreamingResponse(
+            job_stream_frames(stream),
+            media_type=MEDIA_TYPE,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
     async def command_ids(self, request: Request) -> Response:
         try:
             await self.identity(request)
@@ -496,6 +525,23 @@ def _cursor(request: Request) -> str | None:
     return header if header is not None else query
 
 
+def _seq(request: Request) -> int:
+    """A job stream's cursor: ``Last-Event-ID``, else ``?after=``, else 0 (each must be a seq)."""
+    header = request.headers.get("last-event-id")
+    query = request.query_params.get("after")
+    for given in (header, query):
+        if given is not None and (
+            re.fullmatch(r"0|[1-9][0-9]{0,18}", given) is None or int(given) >= 2**63
+        ):
+            raise ActorError(
+                "UnknownCursor",
+                f"A job stream cursor is a seq ≥ 0, not {given!r}.",
+                code="malformed",
+            )
+    chosen = header if header is not None else query
+    return 0 if chosen is None else int(chosen)
+
+
 def _parse_int(digits: str) -> int:
     # Python refuses to read an int of more than 4,300 digits (a ValueError that would read as
     # "not valid JSON"); arguments hold signed 64-bit integers anyway.
@@ -532,9 +578,9 @@ def _too_large(limit: int) -> ActorError:
 
 
 def _feed_path(request: Request) -> bool:
-    """Whether a command path is also a feed's: ``.../events`` or ``.../jobs/{job_id}/progress``."""
+    """Whether a command path is also a feed's: ``.../events``, ``.../jobs/{job_id}/<feed>``."""
     member = request.path_params["member"]
     raw_id = str(request.path_params["id"])
     return member == "events" or (
-        member == "progress" and re.fullmatch(r".+/jobs/[^/]+", raw_id) is not None
+        member in ("progress", "stream") and re.fullmatch(r".+/jobs/[^/]+", raw_id) is not None
     )

@@ -200,6 +200,9 @@ def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, An
         paths[f"/actors/{definition.name}/{{id}}/jobs/{{job_id}}/progress"] = {
             "get": parts.progress_operation(definition.name, definition.singleton, security)
         }
+        paths[f"/actors/{definition.name}/{{id}}/jobs/{{job_id}}/stream"] = {
+            "get": parts.job_stream_operation(definition.name, definition.singleton, security)
+        }
     return paths
 
 

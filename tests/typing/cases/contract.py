@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 import akter
 import akter.jobs
+from akter.job_streams import AttemptStarted, Chunk, Closed, StreamOutcome, StreamReader
 
 
 class Quote(BaseModel):
@@ -92,6 +93,8 @@ class Order(akter.Actor[OrderState], access=akter.public, lock_wait=timedelta(se
     async def charge(call: akter.JobCall, req: Charge) -> str:
         if req.cents > 1_000_000:
             raise akter.JobFailure("amount refused", final=True)
+        call.stream(f"charging {req.cents}")  # output streams: str, a model or a JSON value
+        call.stream(req)
         return f"ch-{call.job_id}-{call.attempt}"
 
     @charge.on_success
@@ -152,6 +155,15 @@ async def use(url: str) -> None:
         assert_type(await order.status(), str)
         assert_type(await order.summary(verbose=True), str)
         await order.cancel()
+
+        stream = order.job_stream("v1.1.2.x", after=3)
+        assert_type(stream, StreamReader)
+        async for item in stream:
+            assert_type(item, AttemptStarted | Chunk | Closed)
+            assert_type(item.seq, int)
+            if isinstance(item, Closed):
+                assert_type(item.outcome, StreamOutcome)
+        await stream.aclose()
 
         minted = await runtime.create(Order)
         assert_type(minted, Order)

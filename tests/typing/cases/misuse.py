@@ -64,6 +64,9 @@ async def main(rt: akter.Runtime) -> None:
     await order.place(cents="1")  # E: arg-type
     await order.refund(1)  # E: attr-defined
     rt.get(Charge, "c-1")  # E: type-var
+    order.job_stream("v1.1.2.x", after="3")  # E: arg-type
+    async for item in order.job_stream("v1.1.2.x"):
+        print(item.attempt + 1)  # E: operator
 
 
 # --- evolution: migrations with the wrong signature (evolution E1, E3) -----------------------

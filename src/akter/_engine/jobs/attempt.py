@@ -46,6 +46,7 @@ from akter._engine.jobs.rules import (
 )
 from akter._engine.jobs.settle import Settler
 from akter._local_clock import LocalClock
+from akter._store.gateway.streams import StreamKey
 from akter._waits import wait_event
 from akter.callers import System, caller_from_json
 from akter.errors import JobFailure
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from akter._engine.hooks import HookInfo, Hooks
     from akter._engine.jobs.progress import ProgressHub
     from akter._engine.jobs.progress_slot import ProgressSlot
+    from akter._engine.jobs.streams import StreamLane, StreamWriter
     from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.resources import OpenResources
@@ -117,6 +119,7 @@ class AttemptRunner:
         cancel_check_ms: The renewal interval.
         wake: Wakes the relay after a routed settle.
         progress: The runner's progress hub (frames reported by executors).
+        streams: The runner's job output streams (``call.stream``).
         metrics: The runner's metrics (dead letters, job deliveries and retries).
         local: The local clock the lease deadline is measured and slept on.
         resources: The runner's job resources (``call.resource``).
@@ -131,6 +134,7 @@ class AttemptRunner:
         cancel_check_ms: int,
         wake: Callable[[], None],
         progress: ProgressHub | None = None,
+        streams: StreamLane | None = None,
         metrics: Metrics | None = None,
         local: LocalClock | None = None,
         resources: OpenResources | None = None,
@@ -143,6 +147,7 @@ class AttemptRunner:
         self.cancel_check_ms = cancel_check_ms
         self.wake = wake
         self.progress = progress
+        self.streams = streams
         self.metrics = metrics
 
     def settler(self, attempt: Attempt) -> Settler:
@@ -160,22 +165,35 @@ class AttemptRunner:
     async def run(self, attempt: Attempt) -> bool:
         """Run one claimed row and settle it; True iff the row reached a terminal settle.
 
-        A terminal settle closes the job's progress (semantics §5.11); any other end leaves it
-        open for a later attempt.
+        A terminal settle closes the job's progress (semantics §5.11) and its output stream;
+        any other end leaves them open for a later attempt.
         """
         slot = self._open_progress(attempt)
+        writer = self._open_stream(attempt)
         settler = self.settler(attempt)
         terminal = False
         try:
-            terminal = await self._run(attempt, slot, settler)
+            terminal = await self._run(attempt, slot, settler, writer)
             return terminal
         finally:
             attempt.group_woken = settler.group_woken
+            if writer is not None:
+                await writer.finish()
+                if terminal:
+                    await writer.close(settler.outcome)
             if slot is not None:
                 if terminal:
                     await slot.close(settler.outcome)
                 else:
                     slot.release()
+
+    def _open_stream(self, attempt: Attempt) -> StreamWriter | None:
+        if self.streams is None:
+            return None
+        row = attempt.row
+        key = StreamKey(row.routing_key, row.tenant_id, row.actor_type, row.actor_id, row.intent_id)
+        begun = row.attempts > 1 or row.cancelled or row.exhausted
+        return self.streams.writer(key, row.attempts, begun=begun)
 
     def _open_progress(self, attempt: Attempt) -> ProgressSlot | None:
         if self.progress is None:
@@ -191,7 +209,13 @@ class AttemptRunner:
             lease_until=lambda: attempt.lease_until,
         )
 
-    async def _run(self, attempt: Attempt, slot: ProgressSlot | None, settler: Settler) -> bool:
+    async def _run(
+        self,
+        attempt: Attempt,
+        slot: ProgressSlot | None,
+        settler: Settler,
+        writer: StreamWriter | None,
+    ) -> bool:
         row = attempt.row
         if row.cancelled or row.exhausted:
             return await settler.settle(Unattempted())
@@ -207,8 +231,10 @@ class AttemptRunner:
         if self.local.now() - attempt.confirmed >= lease:
             _warn(row, "Job attempt outlived its lease before it started")
             return False
+        if writer is not None:
+            writer.start()
         execution = asyncio.create_task(
-            self._execute(attempt, slot),
+            self._execute(attempt, slot, writer),
             name=f"akter.job {row.actor_type}.{row.command} {row.intent_id}",
         )
         renewals = asyncio.create_task(self._renewals(attempt), name="akter.job renewals")
@@ -228,8 +254,12 @@ class AttemptRunner:
             await asyncio.gather(execution, return_exceptions=True)
             if slot is not None:
                 slot.end()
+            if writer is not None:
+                writer.end()
         # A sync executor's thread that outlived the attempt keeps its slot and its lease.
         await self._hold_thread(attempt)
+        if writer is not None:
+            await writer.finish()  # its chunks land before its settle (and the close)
         settler.traceparent = attempt.traceparent
         executed: Reported | None = None
         if not execution.cancelled() and execution.exception() is None:
@@ -271,7 +301,9 @@ class AttemptRunner:
 
     # --- the executor -------------------------------------------------------------------------
 
-    async def _execute(self, attempt: Attempt, slot: ProgressSlot | None) -> Reported:
+    async def _execute(
+        self, attempt: Attempt, slot: ProgressSlot | None, writer: StreamWriter | None
+    ) -> Reported:
         """Run the executor in its client span (semantics §10.2) and classify its exit."""
         row = attempt.row
         attributes: dict[str, str | int] = {
@@ -291,12 +323,14 @@ class AttemptRunner:
             set_status_on_exception=False,
         ) as span:
             attempt.traceparent = telemetry.traceparent_of(span)
-            reported = await self._classified(attempt, slot)
+            reported = await self._classified(attempt, slot, writer)
             if isinstance(reported, Failed | Rejected):
                 span.set_status(trace.StatusCode.ERROR, reported.failure.cause)
             return reported
 
-    async def _classified(self, attempt: Attempt, slot: ProgressSlot | None) -> Reported:
+    async def _classified(
+        self, attempt: Attempt, slot: ProgressSlot | None, writer: StreamWriter | None
+    ) -> Reported:
         """Run the executor under its timeout and classify its exit (semantics §5.2)."""
         row, job = attempt.row, attempt.job
         assert job.payload_model is not None
@@ -318,6 +352,7 @@ class AttemptRunner:
             ref=row.ref,
             report=slot.report if slot is not None else None,
             resources=self.resources,
+            stream=writer.stream if writer is not None else None,
         )
         timeout_ms = job.options.timeout_ms
         try:

@@ -42,9 +42,11 @@ from akter._engine.jobs.claims import (
     wake_waiting,
 )
 from akter._engine.jobs.progress import ProgressHub
+from akter._engine.jobs.streams import StreamLane
 from akter._engine.lanes import Claimed, Pass
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.jobs import Group, JobKey, JobsGateway
+from akter._store.gateway.streams import StreamsGateway
 from akter.errors import InjectedCrash
 
 if TYPE_CHECKING:
@@ -85,6 +87,8 @@ class JobExecutor:
         self.finished = 0
         #: Progress frames of this runner's attempts and their subscribers (semantics §5.11).
         self.progress = ProgressHub(services)
+        #: Output streams of this runner's attempts (docs/guides/job-streams.md).
+        self.streams = StreamLane(StreamsGateway(services.store, services.clock))
         config = services.config
         self.runner = AttemptRunner(
             gateway=self.gateway,
@@ -93,6 +97,7 @@ class JobExecutor:
             cancel_check_ms=config.cancel_check_ms,
             wake=self._wake,
             progress=self.progress,
+            streams=self.streams,
             metrics=services.metrics,
             local=services.local,
             resources=services.resources,

@@ -400,6 +400,13 @@ class ProgressStreams:
             )
         return ProgressStream(self, subscription, ref, job_id, trace)
 
+    async def check(self, ref: ActorRef, job_id: str) -> None:
+        """Check the current caller's access (kind ``progress``) and the job id's form."""
+        self._services.supervisor.require_started()
+        definition = self._services.registry.definition(ref.type)
+        parse_framework_id(job_id)
+        await self._check_access(definition, ref, current_caller(), "progress")
+
     @property
     def poll_s(self) -> float:
         """How often a reader looks for a job that ended elsewhere."""
@@ -412,10 +419,14 @@ class ProgressStreams:
             fn.__name__: kind for job in definition.jobs.values() for kind, fn in job.routes.items()
         }
 
+    def routing_key(self, ref: ActorRef) -> int:
+        """The routing key of an address."""
+        return self._services.registry.routing_key(ref)
+
     async def trace(self, ref: ActorRef, job_id: str) -> JobTrace | None:
         """What the rows say of the job; ``None`` when they cannot be read now."""
         key = {
-            "rk": self._services.registry.routing_key(ref),
+            "rk": self.routing_key(ref),
             "tenant": ref.tenant,
             "type": ref.type,
             "id": ref.id,
