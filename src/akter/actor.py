@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Generic, Literal
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
+from akter._broadcasts import Broadcasts
 from akter._event_decl import Event
 from akter._evolution import StateMigration, build_chain
 from akter._ids import ACTOR_TYPE_RE, MEMBER_NAME_RE
@@ -77,7 +78,7 @@ RESERVED_MEMBER_NAMES = frozenset(
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
-        "signal_workflow", "cancel_workflow",
+        "signal_workflow", "cancel_workflow", "broadcast", "watch",
     }
 )  # fmt: skip
 
@@ -95,7 +96,7 @@ def default_access(caller: Caller, ref: ActorRef, member: str, kind: AccessKind)
 # --- the Actor base -------------------------------------------------------------------------
 
 
-class Actor(TurnApi[S], Generic[S]):
+class Actor(TurnApi[S], Broadcasts, Generic[S]):
     """Base class of actors: ``class Order(akter.Actor[OrderState], name=..., ...)``.
 
     Class keywords: ``name=`` (default: the class name), ``singleton=True``, ``access=`` (an

@@ -1,0 +1,89 @@
+"""One query watch: the value now, then after each commit that changes it (docs/guides/live.md).
+
+A watch re-reads its query (one unlocked read, the query path's access check before and after)
+when it is woken: at once by a local commit of its actor, by another runner's commit heard on
+the live channel, or, failing those, by its poll — ``poll`` without ``notify``, else
+``watch_recheck`` — and in any case every ``watch_recheck`` (the access bound). It yields a
+value only when the row version it read is newer than the last one yielded and the value
+differs from it, so values never go back in time; and at most one per ``watch_min_interval``:
+commits in between are coalesced into the newest value. A slow consumer is coalesced the same
+way: the watch reads again only when asked for its next value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from akter._waits import wait_event
+from akter.callers import ActorRef
+
+#: Reads the query: its value, the row version it read, and the value's JSON (to compare).
+Evaluate = Callable[[], Awaitable[tuple[Any, int, bytes]]]
+
+
+@dataclass(frozen=True)
+class WatchValue:
+    """One value of a watch: the query's result and the actor row version it was read at."""
+
+    version: int
+    value: Any
+
+
+class Watch:
+    """A registered watch (:class:`akter._engine.live.Live` opens it; ``values`` reads it)."""
+
+    def __init__(
+        self,
+        ref: ActorRef,
+        evaluate: Evaluate,
+        *,
+        min_interval: float,
+        idle_poll: float,
+        release: Callable[[Watch], None],
+    ) -> None:
+        self.ref = ref
+        self._evaluate = evaluate
+        self._min_interval = min_interval
+        self._idle_poll = idle_poll
+        self._release = release
+        self._flag = asyncio.Event()
+        #: The row version of the last value yielded (-1: none yet).
+        self.version = -1
+        self.closed = False
+
+    def changed(self, version: int | None) -> None:
+        """The actor committed (``version`` ``None``: unknown): read again unless known."""
+        if version is None or version > self.version:
+            self._flag.set()
+
+    def close(self) -> None:
+        """End the watch (idempotent): its reader's iteration ends, its slot is freed."""
+        if not self.closed:
+            self.closed = True
+            self._flag.set()
+            self._release(self)
+
+    async def values(self) -> AsyncIterator[WatchValue]:
+        """Yield values until closed; raises what the query raises (a revoked caller's refusal)."""
+        last_text: bytes | None = None
+        last_sent = -float("inf")
+        try:
+            while not self.closed:
+                self._flag.clear()
+                value, version, text = await self._evaluate()
+                if version > self.version or last_text is None:
+                    self.version = max(version, self.version)
+                    if text != last_text:
+                        last_text = text
+                        yield WatchValue(version, value)
+                        last_sent = time.monotonic()
+                await wait_event(self._flag, self._idle_poll)
+                wait = last_sent + self._min_interval - time.monotonic()
+                if wait > 0 and not self.closed:
+                    await asyncio.sleep(wait)  # coalesce: the commits meanwhile read as one
+        finally:
+            self.close()

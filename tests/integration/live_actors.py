@@ -1,0 +1,70 @@
+"""Actors of the live-read tests (watches, broadcasts, WebSockets)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+import akter
+
+
+class Balance(BaseModel):
+    cents: int = 0
+    owner: str = ""
+
+
+class Moved(akter.Event, tag="live.moved"):
+    cents: int
+
+
+class Refused(akter.DeclaredError):
+    """The command refused after staging a broadcast: nothing it staged is sent."""
+
+
+#: Callers the Account's access policy refuses (a test revokes access by adding one).
+REVOKED: set[str] = set()
+def account_access(
+    caller: akter.Caller, ref: akter.ActorRef, member: str, kind: akter.AccessKind
+) -> bool:
+    if isinstance(caller, akter.System):
+        return True
+    return isinstance(caller, akter.User) and caller.subject not in REVOKED
+
+
+class Account(akter.Actor[Balance], access=account_access, events=[Moved], delivery_timeout=5):
+    @akter.command
+    async def deposit(self, cents: int, note: str = "") -> int:
+        self.state.cents += cents
+        self.emit(Moved(cents=cents))
+        self.broadcast("chat", {"deposit": cents, "note": note})
+        return self.state.cents
+
+    @akter.command
+    async def touch(self) -> int:
+        """Commits without changing the balance (a version bump the watch must not repeat)."""
+        self.state.owner = self.state.owner or "someone"
+        return self.state.cents
+
+    @akter.command(errors=(Refused,))
+    async def refuse_after_broadcast(self) -> None:
+        self.state.cents += 1_000_000
+        self.broadcast("chat", {"never": True})
+        raise Refused()
+
+    @akter.command
+    async def shout(self, text: str) -> None:
+        self.broadcast("chat", {"text": text})
+
+    @akter.query(watch=True)
+    async def balance(self) -> int:
+        return self.state.cents
+
+    @akter.query(watch=True)
+    async def above(self, floor: int) -> bool:
+        return self.state.cents > floor
+
+    @akter.query
+    async def plain(self) -> int:
+        return self.state.cents
+
+
+ACTORS = [Account]
