@@ -7,6 +7,8 @@ Routes (design §2.2)::
     GET  /actors/{Type}/{id}/events            server-sent events; resumes with Last-Event-ID
     GET  /actors/{Type}/{id}/jobs/{job_id}/progress   server-sent progress frames, then the close
     POST /actors/{Type}/{id}/workflows/{name}  start a workflow run; Idempotency-Key = command id
+    POST /actors/{Type}/{id}/{query}/watch     a query watch, as server-sent events (live.md)
+    GET  /ws                                   the WebSocket: commands, watches, feeds, broadcasts
     GET  /workflows/{run_id}                   a run's status; also .../signals/{Signal},
                                                .../cancel (POST) and .../steps (SSE)
     POST /command-ids                          mints a command id from the database clock
@@ -52,6 +54,7 @@ from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.events import parse_cursor
 from akter.http._docs import docs_page
+from akter.http._live import LiveRoutes
 from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http._tracing import http_span, http_status
 from akter.http._workflows import WorkflowRoutes
@@ -167,6 +170,7 @@ class _Api:
                     methods=["GET"],
                 ),
                 workflows.start_route(),
+                *LiveRoutes(self).routes(),
                 Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
                 *workflows.run_routes(),
                 Route("/command-ids", self.command_ids, methods=["POST"]),
