@@ -11,6 +11,7 @@ or a lost notification drops it; the durable path is events (docs/guides/live.md
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from akter._contexts import CommandContext, _Context
@@ -73,3 +74,11 @@ class Broadcasts:
                 code="broadcast_too_large",
             )
         ctx.staged.broadcasts.append(StagedBroadcast(topic, text))
+
+    async def broadcasts(self, topic: str) -> AsyncIterator[Any]:
+        """On an in-process handle: follow the actor's broadcasts on ``topic`` from now on.
+
+        ``messages = await runtime.get(Room, "r").broadcasts("chat")``, then
+        ``async for message in messages`` (``aclose()`` stops); access kind ``events``.
+        """
+        raise TypeError("broadcasts() is a handle method; call it on runtime.get(...).")

@@ -252,7 +252,9 @@ class RuntimeConfig:
             raise ConfigurationError(f"watch_recheck must be at least 10 ms, got {recheck_ms} ms.")
         self._set("watch_recheck_ms", recheck_ms)
         _check_count("max_watchers", self.max_watchers, 1, 10_000_000, show=True)
-        _check_count("max_watchers_per_actor", self.max_watchers_per_actor, 1, 10_000_000, show=True)
+        _check_count(
+            "max_watchers_per_actor", self.max_watchers_per_actor, 1, 10_000_000, show=True
+        )
 
     def _check_jobs(self) -> None:
         lease_ms = _at_least(self.lease, "lease", 3_000)

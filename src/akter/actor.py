@@ -78,7 +78,7 @@ RESERVED_MEMBER_NAMES = frozenset(
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
-        "signal_workflow", "cancel_workflow", "broadcast", "watch",
+        "signal_workflow", "cancel_workflow", "broadcast", "broadcasts", "watch",
     }
 )  # fmt: skip
 

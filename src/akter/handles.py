@@ -160,6 +160,7 @@ class QueryCall:
         self._ref = ref
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The query's value now."""
         member = self._member
         return await self._transport.query(member, self._ref, member.bind(args, kwargs))
 

@@ -25,8 +25,8 @@ from akter._engine.history import History
 from akter._engine.hooks import Hooks
 from akter._engine.jobs.executor import JobExecutor
 from akter._engine.jobs.progress import ProgressStreams
-from akter._engine.live import Live
 from akter._engine.lifecycle import Lifecycle
+from akter._engine.live import Live
 from akter._engine.loop.passes import PassLoop
 from akter._engine.loop.wakes import CommitWakes
 from akter._engine.relay.intents import Relay

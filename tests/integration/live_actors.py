@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import akter
+from akter.actor import AccessKind
 
 
 class Balance(BaseModel):
@@ -22,8 +23,10 @@ class Refused(akter.DeclaredError):
 
 #: Callers the Account's access policy refuses (a test revokes access by adding one).
 REVOKED: set[str] = set()
+
+
 def account_access(
-    caller: akter.Caller, ref: akter.ActorRef, member: str, kind: akter.AccessKind
+    caller: akter.Caller, ref: akter.ActorRef, member: str, kind: AccessKind
 ) -> bool:
     if isinstance(caller, akter.System):
         return True

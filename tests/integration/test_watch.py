@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -117,13 +118,13 @@ async def test_watch_intervals_are_at_least_the_minimum(akter_test: Make) -> Non
         values = account.balance.watch()
         try:
             await next_value(values)
-            arrivals = []
+            arrivals: list[tuple[float, int]] = []
             writer = asyncio.create_task(_deposits(account, 15))
             while not arrivals or arrivals[-1][1] < 15:
                 value = await next_value(values)
                 arrivals.append((time.monotonic(), value))
             await writer
-            gaps = [b[0] - a[0] for a, b in zip(arrivals, arrivals[1:], strict=False)]
+            gaps = [b[0] - a[0] for a, b in itertools.pairwise(arrivals)]
             assert all(gap >= 0.19 for gap in gaps), gaps
         finally:
             await values.aclose()  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ import websockets
 import akter
 import akter.http
 from akter.testing import ActorTest
+from tests._support.polling import until
 from tests.integration.live_actors import ACTORS, REVOKED, Account
 from tests.integration.live_serving import answer_to, by_header, receive, send, serving, socket
 
@@ -36,7 +37,11 @@ async def test_a_socket_command_watch_and_broadcast(akter_test: Make) -> None:
                 await send(ws, type="command", id="c", actor="Account", actor_id="a",
                            command="deposit", args={"cents": 5, "note": "hi"},
                            idempotency_key=key)  # fmt: skip
-                assert (await answer_to(ws, "c", {"result", "error"})) == {"type": "result", "id": "c", "value": 5}
+                assert (await answer_to(ws, "c", {"result", "error"})) == {
+                    "type": "result",
+                    "id": "c",
+                    "value": 5,
+                }
                 assert (await answer_to(ws, "b", {"broadcast"}))["message"] == {
                     "deposit": 5,
                     "note": "hi",
@@ -48,13 +53,7 @@ async def test_a_socket_command_watch_and_broadcast(akter_test: Make) -> None:
                 assert (await answer_to(ws, "q", {"result"}))["value"] == 5
                 await send(ws, type="unsubscribe", id="w")
                 assert (await answer_to(ws, "w", {"unsubscribed"}))["type"] == "unsubscribed"
-            await _until(lambda: t.runtime.live.watching == 0)
-
-
-async def _until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    async with asyncio.timeout(within):
-        while not condition():
-            await asyncio.sleep(0.01)
+            await until(lambda: t.runtime.live.watching == 0, within=5)
 
 
 async def test_the_same_idempotency_key_twice_is_one_effect(akter_test: Make) -> None:
@@ -65,7 +64,8 @@ async def test_the_same_idempotency_key_twice_is_one_effect(akter_test: Make) ->
             for _ in range(2):  # the second on another socket, as a reconnecting client would
                 async with socket(address) as ws:
                     await send(ws, type="command", id="c", actor="Account", actor_id="a",
-                               command="deposit", args={"cents": 5}, idempotency_key=key)  # fmt: skip
+                               command="deposit", args={"cents": 5},
+                               idempotency_key=key)  # fmt: skip
                     answers.append(await answer_to(ws, "c", {"result", "error"}))
             assert answers == [{"type": "result", "id": "c", "value": 5}] * 2
             inspected = await t.inspect(t.get(Account, "a"))
@@ -164,7 +164,7 @@ async def test_missing_credentials_and_revoked_access(akter_test: Make) -> None:
                     403,
                     "access_denied",
                 )
-            await _until(lambda: t.runtime.live.watching == 0)
+            await until(lambda: t.runtime.live.watching == 0, within=5)
 
 
 async def test_another_tenant_sees_only_its_own_actor(akter_test: Make) -> None:

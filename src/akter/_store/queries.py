@@ -3,8 +3,9 @@
 Placeholders substituted per schema: ``{schema}`` (the quoted schema name) and the quoted
 notification channels ``{wake_channel}`` (relay and event-feed wakes), ``{progress_channel}``
 (job progress messages) and ``{live_channel}`` (watched actors' commits, broadcasts), named
-by :meth:`Queries.channel`. A statement may hold another whole: ``{statement:lock_actor}`` stands for that statement's text without its
-final semicolon (``lock_admit`` locks the row exactly as ``lock_actor`` does).
+by :meth:`Queries.channel`. A statement may hold another whole: ``{statement:lock_actor}``
+stands for that statement's text without its final semicolon (``lock_admit`` locks the row
+exactly as ``lock_actor`` does).
 """
 
 from __future__ import annotations

@@ -107,7 +107,10 @@ async def _frames(watch: Any, member: Member) -> AsyncIterator[str]:
     try:
         async for item in watch.values():
             data = json.dumps(
-                {"version": item.version, "value": member.result.dump_python(item.value, "json")},
+                {
+                    "version": item.version,
+                    "value": member.result.dump_python(item.value, mode="json"),
+                },
                 separators=(",", ":"),
             )
             yield f"id: {item.version}\nevent: value\ndata: {data}\n\n"
@@ -119,7 +122,7 @@ async def _frames(watch: Any, member: Member) -> AsyncIterator[str]:
 
 def problem_json(exc: ActorError) -> dict[str, Any]:
     """An ``ActorError`` as the problem body its HTTP route answers."""
-    return dict(json.loads(from_actor_error(exc).body))
+    return dict(json.loads(bytes(from_actor_error(exc).body)))
 
 
 def _as_request(websocket: WebSocket) -> Request:

@@ -9,8 +9,10 @@ string of at most 128 characters) that every answer about it carries::
     {"type": "query", "id": "q1", "actor": ..., "actor_id": ..., "query": "balance", "args": {}}
         -> {"type": "result", ...} | {"type": "error", ...}
     {"type": "subscribe", "id": "s1", "kind": "watch", "actor": ..., "actor_id": ...,
-     "query": "balance", "args": {}}      -> "subscribed", then {"type": "value", "version", "value"}
-    {"type": "subscribe", "id": "s2", "kind": "events", ..., "after": "0"}  -> {"type": "event", ...}
+     "query": "balance", "args": {}}
+                                 -> "subscribed", then {"type": "value", "version", "value"}
+    {"type": "subscribe", "id": "s2", "kind": "events", ..., "after": "0"}
+                                 -> "subscribed", then {"type": "event", "cursor", "tag", ...}
     {"type": "subscribe", "id": "s3", "kind": "broadcast", ..., "topic": "chat"}
                                           -> {"type": "broadcast", "topic", "message"}
     {"type": "unsubscribe", "id": "s1"}   -> {"type": "unsubscribed", "id": "s1"}
@@ -30,14 +32,15 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from akter.callers import ActorRef, as_caller
 from akter.errors import ActorError, DeclaredError
+from akter.events import EventRecord
 from akter.http._sse import event_json
 from akter.http.auth import Identity
 from akter.http.problems import from_actor_error, from_declared
@@ -91,7 +94,7 @@ async def _open_events(session: Session, ref: ActorRef, message: dict[str, Any])
         raise _bad("'after' must be a cursor string.")
     runtime = session.runtime
     await runtime.read_events(ref, after, 1)  # access and the cursor, before "subscribed"
-    records = runtime.follow_events(ref, after)
+    records = cast(AsyncGenerator[EventRecord, None], runtime.follow_events(ref, after))
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         async for record in records:
@@ -137,7 +140,7 @@ def _problem(exc: ActorError | DeclaredError, missing: ActorError | None = None)
     if missing is not None and isinstance(exc, ActorError) and exc.code == "access_denied":
         exc = missing
     response = from_actor_error(exc) if isinstance(exc, ActorError) else from_declared(exc)
-    return dict(json.loads(response.body))
+    return dict(json.loads(bytes(response.body)))
 
 
 class Session:
@@ -216,7 +219,9 @@ class Session:
             else:
                 raise _bad(f"Unknown message type {kind!r}.")
         except ActorError as exc:
-            await self._outgoing.put({"type": "error", "id": message_id, "problem": _problem(exc, self._missing)})
+            await self._outgoing.put(
+                {"type": "error", "id": message_id, "problem": _problem(exc, self._missing)}
+            )
 
     def _ref(self, message: dict[str, Any]) -> ActorRef:
         definition = self.runtime.definition(_text(message, "actor"))
@@ -251,7 +256,7 @@ class Session:
                     ref.type, ref.id, member.name, args, tenant=ref.tenant,
                     command_id=key, retry=False,
                 )  # fmt: skip
-            answer = {"type": "result", "id": message_id}
+            answer: dict[str, Any] = {"type": "result", "id": message_id}
             answer["value"] = member.result.dump_python(value, mode="json")
         except (ActorError, DeclaredError) as exc:
             answer = {"type": "error", "id": message_id, "problem": _problem(exc, self._missing)}

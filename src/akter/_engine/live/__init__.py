@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from akter._broadcasts import check_topic
 from akter._engine.calls import Calls, check_access
 from akter._engine.live.channel import Key, LiveChannel
 from akter._engine.live.watch import Watch, WatchValue
@@ -204,8 +205,7 @@ class Live:
     async def follow_topic(
         self, ref: ActorRef, topic: str, caller: Caller | None = None
     ) -> TopicFollower:
-        """Follow ``ref``'s broadcasts on ``topic`` (access kind ``events``); read ``messages()``."""
-        from akter._broadcasts import check_topic
+        """Follow ``ref``'s broadcasts on ``topic`` (access kind ``events``): ``messages()``."""
 
         self._services.supervisor.require_started()
         check_topic(topic)

@@ -85,7 +85,9 @@ class LiveChannel:
         """Send a broadcast to other runners (dropped if it cannot fit one payload)."""
         if not self.enabled:
             return
-        payload = f'{{"o":{json.dumps(self._origin)},"b":{json.dumps([*key, topic])},"m":{message}}}'
+        payload = (
+            f'{{"o":{json.dumps(self._origin)},"b":{json.dumps([*key, topic])},"m":{message}}}'
+        )
         if len(payload.encode()) > MAX_PAYLOAD_BYTES:
             log.warning(
                 "Broadcast on %s/%r topic %r is too large for NOTIFY; sent on this runner only",
