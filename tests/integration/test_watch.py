@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import akter
-from akter.testing import ActorTest
+from akter.testing import ActorTest, watching
 from tests.integration.live_actors import ACTORS, REVOKED, Account
 
 Make = Callable[..., ActorTest]
@@ -187,3 +187,17 @@ async def test_a_stopping_runtime_ends_its_watches(akter_test: Make) -> None:
         await other.stop()
         with pytest.raises(StopAsyncIteration):
             await next_value(values)
+
+
+async def test_the_test_kit_follows_a_watch(akter_test: Make) -> None:
+    async with akter_test(ACTORS, watch_min_interval=0.001) as t:
+        account = t.get(Account, "a")
+        async with watching(account.above, 4) as seen:
+            await account.deposit(5)
+            assert await seen.until(True) is True
+            assert seen.values == [False, True]
+        assert t.runtime.live.watching == 0
+        with pytest.raises(akter.ActorError) as refused:
+            async with watching(account.plain):
+                pass
+        assert refused.value.code == "not_watchable"

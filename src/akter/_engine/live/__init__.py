@@ -206,7 +206,6 @@ class Live:
         self, ref: ActorRef, topic: str, caller: Caller | None = None
     ) -> TopicFollower:
         """Follow ``ref``'s broadcasts on ``topic`` (access kind ``events``): ``messages()``."""
-
         self._services.supervisor.require_started()
         check_topic(topic)
         definition = self._services.registry.definition(ref.type)
