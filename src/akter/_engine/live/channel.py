@@ -72,8 +72,10 @@ class LiveChannel:
 
     @property
     def enabled(self) -> bool:
-        """Whether messages travel between runners (``notify=True``)."""
-        return self._services.config.notify and not self._stopping
+        """Whether messages travel between runners: ``notify=True``, while the runner runs."""
+        services = self._services
+        supervisor = services.supervisor
+        return services.config.notify and supervisor.started and not supervisor.stopping
 
     def send_change(self, key: Key, version: int | None) -> None:
         """Tell other runners a watched actor committed (coalesced per actor until sent)."""
@@ -113,6 +115,9 @@ class LiveChannel:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._sender = self._listener = None
+        self._versions.clear()
+        self._broadcasts.clear()
+        self._stopping = False  # a runtime started again uses the channel again
 
     def _kick(self) -> None:
         self._wake.set()
