@@ -17,7 +17,7 @@ class Moved(akter.Event, tag="live.moved"):
     cents: int
 
 
-class Refused(akter.DeclaredError):
+class Refused(akter.DeclaredError, tag="live.Refused"):
     """The command refused after staging a broadcast: nothing it staged is sent."""
 
 
