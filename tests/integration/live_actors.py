@@ -70,4 +70,24 @@ class Account(akter.Actor[Balance], access=account_access, events=[Moved], deliv
         return self.state.cents
 
 
-ACTORS = [Account]
+
+def owner_only(caller: akter.Caller, ref: akter.ActorRef, member: str, kind: AccessKind) -> bool:
+    """A user reads only the actor named after them (in their own tenant: the credential's)."""
+    return isinstance(caller, akter.System) or (
+        isinstance(caller, akter.User) and caller.subject == ref.id
+    )
+
+
+class Private(akter.Actor[Balance], access=owner_only):
+    @akter.command
+    async def deposit(self, cents: int) -> int:
+        self.state.cents += cents
+        self.broadcast("chat", {"deposit": cents})
+        return self.state.cents
+
+    @akter.query(watch=True)
+    async def balance(self) -> int:
+        return self.state.cents
+
+
+ACTORS = [Account, Private]

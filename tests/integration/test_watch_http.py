@@ -15,7 +15,7 @@ import akter.http
 from akter.client import Client, SyncClient
 from akter.testing import ActorTest
 from tests._support.polling import until
-from tests.integration.live_actors import ACTORS, Account
+from tests.integration.live_actors import ACTORS, Account, Private
 from tests.integration.live_serving import by_header, serving
 
 Make = Callable[..., ActorTest]
@@ -132,3 +132,40 @@ async def test_the_sync_client_watches(akter_test: Make) -> None:
             await t.get(Account, "a").deposit(4)
             async with asyncio.timeout(WITHIN):
                 assert await follower == [0, 4]
+
+
+async def test_another_users_or_tenants_watch_and_socket_are_refused_alike(akter_test: Make) -> None:
+    # alice@acme may read acme's "alice" only. bob's actor (which exists) and an id that never
+    # existed answer her the same 403, over SSE and on the socket: no oracle. globex's "bob"
+    # watching "bob" reads globex's bob, never acme's.
+    async with akter_test(ACTORS) as t:
+        await t.get(Private, "bob", tenant="acme").deposit(9)
+        async with serving(akter.http.app(t.runtime, by_header)) as address:
+            headers = {"X-Test-User": "alice", "X-Test-Tenant": "acme"}
+            answers = {}
+            async with httpx.AsyncClient(base_url=f"http://{address}", headers=headers) as http:
+                for actor_id in ("bob", "nobody"):
+                    answer = await http.post(f"/actors/Private/{actor_id}/balance/watch", json={})
+                    body = answer.json()
+                    answers[actor_id] = (answer.status_code, body["code"], body["detail"])
+            assert answers["bob"] == answers["nobody"] == (
+                403,
+                "access_denied",
+                "User may not call Private.balance.",
+            )
+            async with client(address, "alice", "acme") as remote, remote.connect() as socket:
+                for actor_id in ("bob", "nobody"):
+                    with pytest.raises(akter.ActorError) as refused:
+                        await next_value(socket.get(Private, actor_id).balance.watch())
+                    assert (refused.value.reason, refused.value.code) == (
+                        "Unauthorized",
+                        "access_denied",
+                    )
+                    with pytest.raises(akter.ActorError) as refused:
+                        await socket.broadcasts(Private, actor_id, "chat")
+                    assert refused.value.code == "access_denied"
+            async with client(address, "bob", "globex") as remote:
+                values = remote.get(Private, "bob").balance.watch()
+                assert await next_value(values) == 0  # globex's bob, not acme's 9
+                await values.aclose()  # type: ignore[attr-defined]
+        assert t.runtime.live.watching == 0
