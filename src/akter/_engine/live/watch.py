@@ -7,7 +7,9 @@ the live channel, or, failing those, by its poll — ``poll`` without ``notify``
 value only when the row version it read is newer than the last one yielded and the value
 differs from it, so values never go back in time; and at most one per ``watch_min_interval``:
 commits in between are coalesced into the newest value. A slow consumer is coalesced the same
-way: the watch reads again only when asked for its next value.
+way: the watch reads again only when asked for its next value. A retryable refusal of a read
+(``pool_exhausted`` while many watches read at once, ``database_unreachable``) is waited out
+with backoff and the read made again; a terminal one (access revoked) ends the watch.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from akter._retry import Backoff
 from akter._waits import wait_event
 from akter.callers import ActorRef
+from akter.errors import ActorError
 
+#: Waits before reading again after a retryable refusal (doubling).
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 2.0
 #: Reads the query: its value, the row version it read, and the value's JSON (to compare).
 Evaluate = Callable[[], Awaitable[tuple[Any, int, bytes]]]
 
@@ -70,11 +76,15 @@ class Watch:
     async def values(self) -> AsyncIterator[WatchValue]:
         """Yield values until closed; raises what the query raises (a revoked caller's refusal)."""
         last_text: bytes | None = None
+        backoff = Backoff(_RETRY_FIRST_S, _RETRY_MAX_S)
         last_sent = -float("inf")
         try:
             while not self.closed:
                 self._flag.clear()
-                value, version, text = await self._evaluate()
+                read = await self._read(backoff)
+                if read is None:
+                    continue  # a retryable refusal was waited out
+                value, version, text = read
                 if version > self.version or last_text is None:
                     self.version = max(version, self.version)
                     if text != last_text:
@@ -87,3 +97,17 @@ class Watch:
                     await asyncio.sleep(wait)  # coalesce: the commits meanwhile read as one
         finally:
             self.close()
+
+    async def _read(self, backoff: Backoff) -> tuple[Any, int, bytes] | None:
+        """One read; ``None`` after waiting out a retryable refusal (a full pool, a lost
+        database): the watch reads again then, and ends only on a terminal refusal."""
+        try:
+            read = await self._evaluate()
+        except ActorError as exc:
+            if not exc.retryable:
+                raise
+            self._flag.set()  # read again after the wait, whatever committed meanwhile
+            await asyncio.sleep(max(backoff.next(), exc.retry_after or 0.0))
+            return None
+        backoff.reset()
+        return read
