@@ -115,18 +115,12 @@ async def _round(
     ready = asyncio.Semaphore(0)
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    tasks = [
-        asyncio.create_task(
-            _read(
-                kind,
-                reader.get(Meter, actors[i % len(actors)]),
-                actors[i % len(actors)],
-                lags,
-                ready.release,
-            )  # fmt: skip
-        )
-        for i in range(args.watchers)
-    ]
+    tasks = []
+    for i in range(args.watchers):
+        actor_id = actors[i % len(actors)]
+        reader_handle = reader.get(Meter, actor_id)
+        read = _read(kind, reader_handle, actor_id, lags, ready.release)
+        tasks.append(asyncio.create_task(read))
     for _ in tasks:
         await ready.acquire()
     grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
@@ -190,8 +184,13 @@ async def main() -> None:
         with psycopg.connect(args.url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
     if args.json:
-        with open(args.json, "a") as out:
-            out.write(json.dumps({"runners": args.runners, "results": results}) + "\n")
+        line = json.dumps({"runners": args.runners, "results": results}) + "\n"
+        await asyncio.to_thread(_append, args.json, line)
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as out:
+        out.write(line)
 
 
 if __name__ == "__main__":

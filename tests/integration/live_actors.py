@@ -70,7 +70,6 @@ class Account(akter.Actor[Balance], access=account_access, events=[Moved], deliv
         return self.state.cents
 
 
-
 def owner_only(caller: akter.Caller, ref: akter.ActorRef, member: str, kind: AccessKind) -> bool:
     """A user reads only the actor named after them (in their own tenant: the credential's)."""
     return isinstance(caller, akter.System) or (

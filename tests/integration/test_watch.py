@@ -13,6 +13,7 @@ import pytest
 
 import akter
 from akter.testing import ActorTest, watching
+from tests._support.polling import until
 from tests.integration.live_actors import ACTORS, REVOKED, Account
 
 Make = Callable[..., ActorTest]
@@ -201,3 +202,21 @@ async def test_the_test_kit_follows_a_watch(akter_test: Make) -> None:
             async with watching(account.plain):
                 pass
         assert refused.value.code == "not_watchable"
+
+
+async def test_a_watch_waits_out_a_full_pool_and_reads_again(akter_test: Make) -> None:
+    # One pooled connection, held by a turn paused before its commit: the watch's recheck finds
+    # the pool full (pool_exhausted, retryable), waits, and reads the committed value later.
+    async with akter_test(
+        ACTORS, pool_size=1, query_pool_wait=0.05, watch_recheck=0.05, watch_min_interval=0.001
+    ) as t:
+        account = t.get(Account, "a")
+        async with watching(account.balance) as seen:
+            pause = t.pause_next("before_commit")
+            deposit = asyncio.create_task(account.deposit(5))
+            await pause.wait()
+            await until(lambda: t.runtime.live.retried_reads >= 2, within=5)
+            pause.release()
+            assert await deposit == 5
+            assert await seen.until(5) == 5
+            assert seen.error is None and seen.values == [0, 5]

@@ -134,7 +134,9 @@ async def test_the_sync_client_watches(akter_test: Make) -> None:
                 assert await follower == [0, 4]
 
 
-async def test_another_users_or_tenants_watch_and_socket_are_refused_alike(akter_test: Make) -> None:
+async def test_another_users_or_tenants_watch_and_socket_are_refused_alike(
+    akter_test: Make,
+) -> None:
     # alice@acme may read acme's "alice" only. bob's actor (which exists) and an id that never
     # existed answer her the same 403, over SSE and on the socket: no oracle. globex's "bob"
     # watching "bob" reads globex's bob, never acme's.
@@ -148,10 +150,14 @@ async def test_another_users_or_tenants_watch_and_socket_are_refused_alike(akter
                     answer = await http.post(f"/actors/Private/{actor_id}/balance/watch", json={})
                     body = answer.json()
                     answers[actor_id] = (answer.status_code, body["code"], body["detail"])
-            assert answers["bob"] == answers["nobody"] == (
-                403,
-                "access_denied",
-                "User may not call Private.balance.",
+            assert (
+                answers["bob"]
+                == answers["nobody"]
+                == (
+                    403,
+                    "access_denied",
+                    "User may not call Private.balance.",
+                )
             )
             async with client(address, "alice", "acme") as remote, remote.connect() as socket:
                 for actor_id in ("bob", "nobody"):

@@ -79,6 +79,8 @@ class Live:
         self._calls = calls
         self._watches: dict[Key, set[Watch]] = {}
         self._open = 0
+        #: Watch reads refused with a retryable error (a full pool ...) and made again later.
+        self.retried_reads = 0
         self._followers: dict[tuple[Key, str], set[TopicFollower]] = {}
         self._watched_types = frozenset(
             name
@@ -186,11 +188,16 @@ class Live:
             min_interval=config.watch_min_interval_ms / 1000,
             idle_poll=idle,
             release=self._release,
+            retried=self._retried,
         )
         self._watches.setdefault(key, set()).add(watch)
         self._open += 1
         self._channel.listen()
         return watch
+
+    def _retried(self, exc: ActorError) -> None:
+        self.retried_reads += 1
+        log.debug("A watch read was refused (%s), reading again later", exc.code)
 
     def _release(self, watch: Watch) -> None:
         watches = self._watches.get(_key(watch.ref))

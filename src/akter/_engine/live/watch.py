@@ -50,12 +50,14 @@ class Watch:
         min_interval: float,
         idle_poll: float,
         release: Callable[[Watch], None],
+        retried: Callable[[ActorError], None] = lambda exc: None,
     ) -> None:
         self.ref = ref
         self._evaluate = evaluate
         self._min_interval = min_interval
         self._idle_poll = idle_poll
         self._release = release
+        self._retried = retried
         self._flag = asyncio.Event()
         #: The row version of the last value yielded (-1: none yet).
         self.version = -1
@@ -99,13 +101,17 @@ class Watch:
             self.close()
 
     async def _read(self, backoff: Backoff) -> tuple[Any, int, bytes] | None:
-        """One read; ``None`` after waiting out a retryable refusal (a full pool, a lost
-        database): the watch reads again then, and ends only on a terminal refusal."""
+        """One read, or ``None`` after waiting out a retryable refusal.
+
+        A full pool or a lost database is waited out (the watch then reads again); a terminal
+        refusal (access revoked) is raised and ends the watch.
+        """
         try:
             read = await self._evaluate()
         except ActorError as exc:
             if not exc.retryable:
                 raise
+            self._retried(exc)
             self._flag.set()  # read again after the wait, whatever committed meanwhile
             await asyncio.sleep(max(backoff.next(), exc.retry_after or 0.0))
             return None
