@@ -198,7 +198,7 @@ def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, An
                     definition.singleton,
                     args,
                     builder.security(definition),
-                )  # fmt: skip
+                )
             }
     for flow in definition.workflows.values():
         if flow.internal:
