@@ -99,6 +99,24 @@ async def test_a_rolled_back_turn_broadcasts_nothing(akter_test: Make) -> None:
             await messages.aclose()  # type: ignore[attr-defined]
 
 
+async def test_a_turn_abandoned_before_its_commit_broadcasts_nothing(akter_test: Make) -> None:
+    # The first attempt dies before COMMIT (rolled back); the handle's retry under the same id
+    # commits: exactly one broadcast, the committed one's.
+    async with akter_test(ACTORS) as t:
+        account = t.get(Account, "a")
+        messages = await account.broadcasts("chat")
+        try:
+            t.crash_next("before_commit")
+            assert await account.deposit(3, note="once") == 3
+            await account.shout("after")
+            async with asyncio.timeout(5):
+                assert await anext(messages) == {"deposit": 3, "note": "once"}
+                assert await anext(messages) == {"text": "after"}
+            assert t.runtime.hooks.fired == [("before_commit", "crash")]
+        finally:
+            await messages.aclose()  # type: ignore[attr-defined]
+
+
 async def test_a_broadcast_reaches_followers_on_another_runner(akter_test: Make) -> None:
     async with akter_test(ACTORS, poll=60, notify=True) as t:
         other = await t.add_runtime()
