@@ -57,6 +57,16 @@ class Account(akter.Actor[Balance], access=account_access, events=[Moved], deliv
     async def shout(self, text: str) -> None:
         self.broadcast("chat", {"text": text})
 
+    @akter.command
+    async def shout_model(self) -> str:
+        """A model is sent as its JSON form; a bad topic is refused at the call, catchably."""
+        self.broadcast("chat", Moved(cents=1))
+        try:
+            self.broadcast("bad topic!", 1)
+        except akter.ActorError as exc:
+            return exc.code or ""
+        return "accepted"
+
     @akter.query(watch=True)
     async def balance(self) -> int:
         return self.state.cents

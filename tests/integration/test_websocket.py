@@ -117,6 +117,21 @@ async def test_a_turn_abandoned_before_its_commit_broadcasts_nothing(akter_test:
             await messages.aclose()  # type: ignore[attr-defined]
 
 
+async def test_broadcast_messages_and_topics(akter_test: Make) -> None:
+    async with akter_test(ACTORS) as t:
+        account = t.get(Account, "a")
+        messages = await account.broadcasts("chat")
+        try:
+            assert await account.shout_model() == "invalid_topic"
+            async with asyncio.timeout(5):
+                assert await anext(messages) == {"cents": 1}
+            with pytest.raises(akter.ActorError) as refused:
+                await account.broadcasts("bad topic!")
+            assert refused.value.code == "invalid_topic"
+        finally:
+            await messages.aclose()  # type: ignore[attr-defined]
+
+
 async def test_a_broadcast_reaches_followers_on_another_runner(akter_test: Make) -> None:
     async with akter_test(ACTORS, poll=60, notify=True) as t:
         other = await t.add_runtime()
