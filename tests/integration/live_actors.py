@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 from pydantic import BaseModel
 
 import akter
@@ -21,6 +23,8 @@ class Refused(akter.DeclaredError, tag="live.Refused"):
     """The command refused after staging a broadcast: nothing it staged is sent."""
 
 
+#: Runs of queries that count them.
+RUNS: collections.Counter[str] = collections.Counter()
 #: Callers the Account's access policy refuses (a test revokes access by adding one).
 REVOKED: set[str] = set()
 
@@ -77,6 +81,12 @@ class Account(akter.Actor[Balance], access=account_access, events=[Moved], deliv
 
     @akter.query
     async def plain(self) -> int:
+        return self.state.cents
+
+    @akter.query(watch=True)
+    async def counted(self) -> int:
+        """Counts its runs: how many reads the watches of it made."""
+        RUNS["counted"] += 1
         return self.state.cents
 
 

@@ -14,7 +14,7 @@ import pytest
 import akter
 from akter.testing import ActorTest, watching
 from tests._support.polling import until
-from tests.integration.live_actors import ACTORS, REVOKED, Account
+from tests.integration.live_actors import ACTORS, REVOKED, RUNS, Account
 
 Make = Callable[..., ActorTest]
 WITHIN = 5.0
@@ -220,3 +220,20 @@ async def test_a_watch_waits_out_a_full_pool_and_reads_again(akter_test: Make) -
             assert await deposit == 5
             assert await seen.until(5) == 5
             assert seen.error is None and seen.values == [0, 5]
+
+
+async def test_alike_watches_share_their_reads(akter_test: Make) -> None:
+    # Ten watches of one query, arguments and caller: a commit wakes all ten, one reads.
+    async with akter_test(ACTORS, watch_min_interval=0.001) as t:
+        account = t.get(Account, "a")
+        async with contextlib.AsyncExitStack() as stack:
+            seen = [await stack.enter_async_context(watching(account.counted)) for _ in range(10)]
+            RUNS.clear()
+            await account.deposit(5)
+            for one in seen:
+                assert await one.until(5) == 5
+            assert RUNS["counted"] == 1
+            # Another caller's watch is not alike: it reads for itself (its access is its own).
+            with akter.as_caller(akter.User("carol")):
+                other = await stack.enter_async_context(watching(account.counted))
+            assert other.values == [5] and RUNS["counted"] == 2

@@ -81,6 +81,14 @@ class Live:
         self._open = 0
         #: Watch reads refused with a retryable error (a full pool ...) and made again later.
         self.retried_reads = 0
+        # Watch reads take at most half the pool at once: a burst of watches woken by one
+        # commit never starves the turns (and queries) of connections.
+        self._reads = asyncio.Semaphore(max(1, services.config.pool_size // 2))
+        # The newest read of each group of alike watches (query, arguments, caller), shared.
+        self._shared: dict[tuple[Any, ...], tuple[Any, int, bytes]] = {}
+        self._members: dict[tuple[Any, ...], int] = {}
+        # One read at a time per group: the others woken by the same commit take its result.
+        self._group_locks: dict[tuple[Any, ...], asyncio.Lock] = {}
         self._followers: dict[tuple[Key, str], set[TopicFollower]] = {}
         self._watched_types = frozenset(
             name
@@ -176,13 +184,26 @@ class Live:
                 code="too_many_actor_watchers",
             )
 
-        async def evaluate() -> tuple[Any, int, bytes]:
-            value, version = await self._calls.query_versioned(member, ref, payload, caller)
-            return value, version, member.result.dump_json(value)
+        group = (key, member.name, json.dumps(payload, sort_keys=True, default=str), repr(caller))
+
+        async def evaluate(at_least: int | None) -> tuple[Any, int, bytes]:
+            lock = self._group_locks.setdefault(group, asyncio.Lock())
+            async with lock, self._reads:
+                shared = self._shared.get(group)
+                if at_least is not None and shared is not None and shared[1] >= at_least:
+                    # Read by an alike watch since that commit (its access check included); a
+                    # copy of its own for each reader, who may change the value it holds.
+                    return member.result.validate_json(shared[2]), shared[1], shared[2]
+                value, version = await self._calls.query_versioned(member, ref, payload, caller)
+            read = (value, version, member.result.dump_json(value))
+            if group in self._members and (shared is None or shared[1] <= version):
+                self._shared[group] = read
+            return read
 
         recheck = config.watch_recheck_ms / 1000
         idle = recheck if config.notify else min(config.poll_ms / 1000, recheck)
         watch = Watch(
+            group,
             ref,
             evaluate,
             min_interval=config.watch_min_interval_ms / 1000,
@@ -191,6 +212,7 @@ class Live:
             retried=self._retried,
         )
         self._watches.setdefault(key, set()).add(watch)
+        self._members[group] = self._members.get(group, 0) + 1
         self._open += 1
         self._channel.listen()
         return watch
@@ -204,6 +226,12 @@ class Live:
         if watches is not None and watch in watches:
             watches.discard(watch)
             self._open -= 1
+            left = self._members.pop(watch.group) - 1
+            if left:
+                self._members[watch.group] = left
+            else:
+                self._shared.pop(watch.group, None)
+                self._group_locks.pop(watch.group, None)
             if not watches:
                 del self._watches[_key(watch.ref)]
 
