@@ -65,6 +65,10 @@ class RuntimeOptions(TypedDict, total=False):
     singleton_lease: Duration
     workflow_lease: Duration
     clock_offset: Duration
+    watch_min_interval: Duration
+    watch_recheck: Duration
+    max_watchers: int
+    max_watchers_per_actor: int
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,13 @@ class RuntimeConfig:
             0; at most 366 days). The test offset of semantics §1.7, for demos and drills that
             need a time of day: every runner of the schema must use the same offset. Never set
             it in production.
+        watch_min_interval: The least time between two values of one query watch (default
+            0.1 s, 1 ms to 1 h): faster changes are coalesced into the latest value.
+        watch_recheck: How often an idle watch re-reads its query, re-checking access (default
+            10 s, 10 ms to 1 h): a revoked caller's watch ends within it.
+        max_watchers: Query watches open on this runner at most (default 10,000).
+        max_watchers_per_actor: Query watches of one actor on this runner at most (default
+            1,000).
     """
 
     definitions: InitVar[Sequence[ActorDefinition]] = ()
@@ -155,6 +166,10 @@ class RuntimeConfig:
     singleton_lease: Duration = 35.0
     workflow_lease: Duration = 30.0
     clock_offset: Duration = 0.0
+    watch_min_interval: Duration = 0.1
+    watch_recheck: Duration = 10.0
+    max_watchers: int = 10_000
+    max_watchers_per_actor: int = 1_000
     # --- derived, in whole milliseconds -------------------------------------------------------
     window_ms: int = field(init=False)
     pool_wait_ms: int = field(init=False)
@@ -168,6 +183,8 @@ class RuntimeConfig:
     singleton_lease_ms: int = field(init=False)
     workflow_lease_ms: int = field(init=False)
     clock_offset_ms: int = field(init=False)
+    watch_min_interval_ms: int = field(init=False)
+    watch_recheck_ms: int = field(init=False)
     #: The job types this runner executes, as (actor type, job name).
     executes: frozenset[tuple[str, str]] = field(init=False)
 
@@ -211,6 +228,7 @@ class RuntimeConfig:
         self._set("executes", _executes(definitions, self.jobs))
         for name in ("relay", "maintenance", "host_actors"):
             self._set(name, bool(getattr(self, name)))
+        self._check_watches()
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -226,6 +244,17 @@ class RuntimeConfig:
             raise ConfigurationError(f"clock_offset must be at most 366 days, got {offset_ms} ms.")
         self._set("singleton_lease_ms", lease_ms)
         self._set("clock_offset_ms", offset_ms)
+
+    def _check_watches(self) -> None:
+        self._set("watch_min_interval_ms", _bounded(self.watch_min_interval, "watch_min_interval"))
+        recheck_ms = _bounded(self.watch_recheck, "watch_recheck")
+        if recheck_ms < 10:
+            raise ConfigurationError(f"watch_recheck must be at least 10 ms, got {recheck_ms} ms.")
+        self._set("watch_recheck_ms", recheck_ms)
+        _check_count("max_watchers", self.max_watchers, 1, 10_000_000, show=True)
+        _check_count(
+            "max_watchers_per_actor", self.max_watchers_per_actor, 1, 10_000_000, show=True
+        )
 
     def _check_jobs(self) -> None:
         lease_ms = _at_least(self.lease, "lease", 3_000)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, Literal, Protocol, Self, overload
 
@@ -68,6 +68,8 @@ class MemberSpec:
     version: int = 0
     #: Earlier names of the command that stored rows may carry (evolution E2).
     aliases: tuple[str, ...] = ()
+    #: A query callers may watch (``@query(watch=True)``; docs/guides/live.md).
+    watch: bool = False
 
 
 def refuse_internal(
@@ -199,17 +201,63 @@ def command(
     return mark(fn) if fn is not None else mark
 
 
+class Watchable(Protocol[P, R_co]):
+    """A watchable query on a handle: call it for one value, or ``watch`` it for a live stream."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
+        """The query's value now."""
+        ...
+
+    def watch(self, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R_co]:
+        """The value now, then again after each commit that changes it (docs/guides/live.md)."""
+        ...
+
+
+class WatchQuery(Protocol[A_contra, P, R_co]):
+    """What ``@akter.query(watch=True)`` makes of a query, for the type checker.
+
+    On an instance (a handle) it is a :class:`Watchable`: ``await handle.balance()`` and
+    ``async for value in handle.balance.watch()``. At run time it is the query function.
+    """
+
+    __name__: str
+
+    def __call__(
+        self, actor: A_contra, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, R_co]:
+        """Run the query on ``actor``."""
+        ...
+
+    @overload
+    def __get__(self, obj: None, owner: Any, /) -> Self: ...
+    @overload
+    def __get__(self, obj: A_contra, owner: Any, /) -> Watchable[P, R_co]: ...
+
+
 @overload
 def query(fn: F, /) -> F: ...
 @overload
-def query() -> Callable[[F], F]: ...
-def query(fn: Any = None, /) -> Any:
-    """Declare a query: a read-only method on committed state, without lock, turn or receipt."""
+def query(*, watch: Literal[False] = False) -> Callable[[F], F]: ...
+@overload
+def query(
+    *, watch: Literal[True]
+) -> Callable[[Callable[Concatenate[A, P], Coroutine[Any, Any, R]]], WatchQuery[A, P, R]]: ...
+def query(fn: Any = None, /, *, watch: bool = False) -> Any:
+    """Declare a query: a read-only method on committed state, without lock, turn or receipt.
+
+    Args:
+        fn: The query (when used without parentheses).
+        watch: Callers may watch it: ``handle.<query>.watch(...)`` yields its value now and
+            after each commit that changes it (docs/guides/live.md).
+    """
+    if not isinstance(watch, bool):
+        raise DefinitionError(f"@query(watch=...) takes True or False, not {watch!r}.")
+    spec = MemberSpec("query", watch=watch)
 
     def mark(f: Any) -> Any:
         if not inspect.iscoroutinefunction(f):
             raise DefinitionError(f"@query {getattr(f, '__name__', f)!r} must be 'async def'.")
-        setattr(f, _MEMBER_ATTR, MemberSpec("query"))
+        setattr(f, _MEMBER_ATTR, spec)
         return f
 
     return mark(fn) if fn is not None else mark

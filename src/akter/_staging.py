@@ -80,12 +80,21 @@ class StagedEvent:
     version: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class StagedBroadcast:
+    """A ``self.broadcast(topic, message)``: sent after the commit, best-effort (live.md)."""
+
+    topic: str
+    message: str  # its JSON text
+
+
 @dataclass(slots=True)
 class Staged:
     """Everything one command staged, in order; discarded unless it succeeds."""
 
     events: list[StagedEvent] = field(default_factory=list)
     ops: list[StagedOp] = field(default_factory=list)
+    broadcasts: list[StagedBroadcast] = field(default_factory=list)
 
 
 def parse_due(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
+from akter._broadcasts import Broadcasts
 from akter._event_decl import Event
 from akter._evolution import StateMigration, build_chain
 from akter._ids import ACTOR_TYPE_RE, MEMBER_NAME_RE
@@ -80,7 +81,7 @@ RESERVED_MEMBER_NAMES = frozenset(
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
-        "signal_workflow", "cancel_workflow", "job_stream",
+        "signal_workflow", "cancel_workflow", "job_stream", "broadcast", "broadcasts", "watch",
     }
 )  # fmt: skip
 
@@ -98,7 +99,7 @@ def default_access(caller: Caller, ref: ActorRef, member: str, kind: AccessKind)
 # --- the Actor base -------------------------------------------------------------------------
 
 
-class Actor(TurnApi[S], Generic[S]):
+class Actor(TurnApi[S], Broadcasts, Generic[S]):
     """Base class of actors: ``class Order(akter.Actor[OrderState], name=..., ...)``.
 
     Class keywords: ``name=`` (default: the class name), ``singleton=True``, ``access=`` (an

@@ -19,7 +19,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -35,6 +35,7 @@ except ModuleNotFoundError as exc:  # pip install 'akter[http]'
     require_extra(exc, "akter.client", "http")
     raise
 
+from akter._client_live import Socket, SyncCall, watch_sse
 from akter._client_streams import RemoteStream, job_stream, sync_items
 from akter._event_decl import Event, decode_stored
 from akter._ids import CLOCK_HEADER, WINDOW_HEADER, mint_command_id
@@ -178,6 +179,21 @@ class Client:
         definition = definition_of(actor)
         definition.resolve()
         return cast(A, remote_handle(self, definition, id))
+
+    def connect(self) -> Socket:
+        """A WebSocket session on the app's ``/ws``: ``async with client.connect() as socket``.
+
+        ``socket.get(...)`` handles send commands, queries, watches and feeds over it;
+        ``socket.broadcasts(...)`` follows a topic (docs/guides/live.md).
+        """
+        return Socket(self._http, self.mint_command_id, self.delivery_timeout)
+
+    def watch_query(
+        self, definition: ActorDefinition, actor_id: str, member: Member, body: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """A query watch over SSE (``POST .../{query}/watch``)."""
+        path = f"/actors/{definition.name}/{_path_id(definition, actor_id)}/{member.name}/watch"
+        return watch_sse(self._http, path, body, member, _error_of)
 
     async def mint_command_id(self) -> str:
         """A new command id, minted here from the database clock learned from the server.
@@ -408,6 +424,10 @@ class _RemoteTransport:
         """POST a query."""
         return await self._client.call_query(self._definition, ref.id, member, body)
 
+    def watch(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> AsyncIterator[Any]:
+        """Watch a query over SSE."""
+        return self._client.watch_query(self._definition, ref.id, member, body)
+
     def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
         """Replay and follow over SSE."""
         client, definition = self._client, self._definition
@@ -568,9 +588,4 @@ class _SyncHandle:
         return sync_items(self._loop, self._handle.job_stream(job_id, after))
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        target = getattr(self._handle, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._loop.run_until_complete(target(*args, **kwargs))
-
-        return call
+        return SyncCall(self._loop, getattr(self._handle, name))

@@ -55,6 +55,10 @@ class Transport(Protocol):
         """Run a query."""
         ...
 
+    def watch(self, member: Member, ref: ActorRef, body: dict[str, Any]) -> AsyncIterator[Any]:
+        """Watch a query: its value now, then after each commit that changes it."""
+        ...
+
     def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
         """The actor's event feed after a cursor."""
         ...
@@ -147,11 +151,7 @@ class BaseHandle:
         transport, ref, pinned, fence = self._transport, self._ref, self._command_id, self._fence
 
         if member.kind == "query":
-
-            async def run_query(*args: Any, **kwargs: Any) -> Any:
-                return await transport.query(member, ref, member.bind(args, kwargs))
-
-            return run_query
+            return QueryCall(transport, member, ref)
 
         async def run_command(*args: Any, **kwargs: Any) -> Any:
             return await transport.command(member, ref, member.bind(args, kwargs), pinned, fence)
@@ -160,6 +160,52 @@ class BaseHandle:
 
     def __repr__(self) -> str:
         return f"<akter handle {self._ref.type}/{self._ref.id!r} tenant={self._ref.tenant!r}>"
+
+
+class QueryCall:
+    """A query on a handle: ``await handle.balance()``, or ``handle.balance.watch()``."""
+
+    __slots__ = ("_member", "_ref", "_transport")
+
+    def __init__(self, transport: Transport, member: Member, ref: ActorRef) -> None:
+        self._transport = transport
+        self._member = member
+        self._ref = ref
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The query's value now."""
+        member = self._member
+        return await self._transport.query(member, self._ref, member.bind(args, kwargs))
+
+    def watch(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The value now, then after each commit that changes it (docs/guides/live.md).
+
+        Raises:
+            ActorError: ``InvalidInput`` (``not_watchable``) unless declared ``watch=True``.
+        """
+        member = self._member
+        if not member.spec.watch:
+            raise ActorError(
+                "InvalidInput",
+                f"{member.owner.name}.{member.name} is not a watchable query; declare it with "
+                "@akter.query(watch=True).",
+                code="not_watchable",
+            )
+        return self._transport.watch(member, self._ref, member.bind(args, kwargs))
+
+
+class LiveHost(Protocol):
+    """The runtime's live reads, as an in-process handle uses them (``runtime.live``)."""
+
+    async def open_watch(
+        self, member: Member, ref: ActorRef, payload: dict[str, Any], caller: Any = None
+    ) -> Any:
+        """A registered watch (``values()`` yields ``WatchValue``, ``close()`` ends it)."""
+        ...
+
+    async def follow_topic(self, ref: ActorRef, topic: str, caller: Any = None) -> Any:
+        """A topic follower (``messages()`` yields each broadcast, ``close()`` ends it)."""
+        ...
 
 
 class Calls(Protocol):
@@ -188,6 +234,11 @@ class Calls(Protocol):
 
 class Host(Protocol):
     """What an in-process handle needs of its runtime (beside its call paths)."""
+
+    @property
+    def live(self) -> LiveHost:
+        """The runtime's query watches and broadcasts."""
+        ...
 
     def definition(self, actor: type[Any] | str) -> ActorDefinition:
         """A hosted type's definition."""
@@ -248,6 +299,18 @@ class LocalTransport:
         """A query against committed state."""
         return await self._calls.query(member, ref, body)
 
+    async def watch(
+        self, member: Member, ref: ActorRef, body: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """A query watch on this runner (access and limits checked at the first value)."""
+        refuse_inside_turn()
+        watch = await self._host.live.open_watch(member, ref, body)
+        try:
+            async for item in watch.values():
+                yield item.value
+        finally:
+            watch.close()
+
     def events(self, ref: ActorRef, after: str | None, limit: int) -> EventStream:
         """The actor's event feed."""
         host = self._host
@@ -262,6 +325,10 @@ class LocalTransport:
     def job_stream(self, ref: ActorRef, job_id: str, after: int) -> StreamReader:
         """A job's output stream."""
         return self._host.job_stream(ref, job_id, after)
+
+    async def follow(self, ref: ActorRef, topic: str) -> Any:
+        """Follow the actor's broadcasts on ``topic``."""
+        return await self._host.live.follow_topic(ref, topic)
 
     async def start_workflow(
         self,
@@ -289,6 +356,16 @@ class Handle(BaseHandle):
         once. Iterating raises ``ActorError`` (code ``unknown_job``) for a job no row names.
         """
         return self._transport.progress(self._ref, job_id)
+
+    async def broadcasts(self, topic: str) -> AsyncIterator[Any]:
+        """Follow, from now on, what this actor's turns broadcast on ``topic`` (best-effort).
+
+        ``messages = await handle.broadcasts("chat")`` follows at once (access kind
+        ``events``); ``async for message in messages`` reads them, ``aclose()`` stops.
+        """
+        follower = await self._transport.follow(self._ref, topic)
+        messages: AsyncIterator[Any] = follower.messages()
+        return messages
 
 
 def local_handle(

@@ -27,6 +27,7 @@ from akter._engine.jobs.executor import JobExecutor
 from akter._engine.jobs.progress import ProgressStreams
 from akter._engine.jobs.streams import JobStream
 from akter._engine.lifecycle import Lifecycle
+from akter._engine.live import Live
 from akter._engine.loop.passes import PassLoop
 from akter._engine.loop.wakes import CommitWakes
 from akter._engine.relay.intents import Relay
@@ -156,6 +157,8 @@ class Runtime:
         )
         #: The call paths: commands, deliveries, queries, singleton loops.
         self._calls = Calls(services, self._dispatcher, self.read_events)
+        self.live = Live(services, self._calls)  # query watches, broadcasts (live.md)
+        self._engine.on_commit = self.live.after(self._engine.on_commit)
         self._build_lanes(services, loop, outbox)
         self._database_url = config.database_url
         self.last_drain: DrainReport | None = None
@@ -296,6 +299,7 @@ class Runtime:
             return DrainReport("clean")
         self._supervisor.stopping = True
         self.readiness = "draining"
+        await self.live.stop()
         await self.history.stop()
         self.last_drain = await self._lifecycle.drain()
         self._supervisor.started = False

@@ -90,7 +90,10 @@ def test_runtime_refuses_a_class_that_is_not_an_actor() -> None:
 # --- member names ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("member", ["send", "state", "id", "emit", "later", "with_command_id"])
+@pytest.mark.parametrize(
+    "member",
+    ["send", "state", "id", "emit", "later", "with_command_id", "broadcast", "broadcasts", "watch"],
+)
 def test_reserved_member_names(member: str) -> None:
     async def handler(self: Any) -> None:
         return None

@@ -149,7 +149,16 @@ ERRORS = [
     "WorkflowFailed",
 ]
 
-TESTING_ALL = ["ActorTest", "Hooks", "Inspection", "ManualClock", "POINTS", "Pause"]
+TESTING_ALL = [
+    "ActorTest",
+    "Hooks",
+    "Inspection",
+    "ManualClock",
+    "POINTS",
+    "Pause",
+    "Watching",
+    "watching",
+]
 
 
 def test_akter_exports_are_pinned() -> None:

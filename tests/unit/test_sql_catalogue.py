@@ -216,6 +216,7 @@ _MATERIALIZED_CTE = re.compile(r"\b[a-z_]+\s+AS\s+MATERIALIZED\s*\(", re.IGNOREC
 MAY_NOTIFY: dict[str, str] = {
     "notify_wake": "a relay or event-feed wake, sent on a framework connection after the commit",
     "notify_progress": "a job progress message, sent on a framework connection, never in a turn",
+    "notify_live": "a watched actor's version or a broadcast, sent after the commit",
 }
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")

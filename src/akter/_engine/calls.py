@@ -284,12 +284,22 @@ class Calls:
         caller: Caller | None = None,
     ) -> Any:
         """A query: one unlocked read of committed state, a read-only view, no receipt."""
+        return (await self.query_versioned(member, ref, payload, caller))[0]
+
+    async def query_versioned(
+        self,
+        member: Member,
+        ref: ActorRef,
+        payload: dict[str, Any],
+        caller: Caller | None = None,
+    ) -> tuple[Any, int]:
+        """A query's value and the actor row's version it read (0: no row), for watches."""
         services = self._services
         services.supervisor.require_started()
         caller = caller or current_caller()
         definition = member.owner
         await check_access(definition, ref, caller, "query", member.name)
-        state, cursor, now_ms = await self._read_state(member, ref)
+        state, cursor, now_ms, version = await self._read_state(member, ref)
         ctx = QueryContext(
             definition=definition,
             ref=ref,
@@ -304,14 +314,14 @@ class Calls:
             value = await invoke(ctx, lambda actor: member.fn(actor, **arguments))
         await check_access(definition, ref, caller, "query", member.name)
         try:
-            return member.result.validate_python(unwrap_read_only(value))
+            return member.result.validate_python(unwrap_read_only(value)), version
         except ValidationError as exc:
             raise ActorError(
                 "Defect", f"{ref.type}.{member.name} returned a value that fails its annotation."
             ) from exc
 
-    async def _read_state(self, member: Member, ref: ActorRef) -> tuple[Any, int, int]:
-        """The committed state, event cursor and database time for a query.
+    async def _read_state(self, member: Member, ref: ActorRef) -> tuple[Any, int, int, int]:
+        """The committed state, event cursor, database time and row version for a query.
 
         A row at an older state version is migrated in memory and never written (evolution
         E1). The loss guard does not refuse a query: only a write would drop the keys the
@@ -330,14 +340,14 @@ class Calls:
         if (row is None or not row.created) and definition.gated:
             raise ActorError("NotCreated", f"{definition.name}/{ref.id!r} has not been created.")
         if row is None:
-            return definition.default_state(), 0, now_ms
+            return definition.default_state(), 0, now_ms, 0
         actor, version = f"{ref.type}/{ref.id!r}", row.state_version
         try:
             state, _ = definition.decode_state(row.state, version, actor, guard=False)
         except StateDecodeError as exc:
             reason: Reason = "StateTooNew" if exc.kind == "too_new" else "Defect"
             raise ActorError(reason, exc.message) from None
-        return state, row.event_seq, now_ms
+        return state, row.event_seq, now_ms, row.version
 
     async def run_loop(
         self, actor_type: str, runner_id: str, lease: LoopLease | None, runtime: Any

@@ -1,10 +1,11 @@
 """The named statement catalogue: ``queries*.sql`` parsed once, per schema.
 
 Placeholders substituted per schema: ``{schema}`` (the quoted schema name) and the quoted
-notification channels ``{wake_channel}`` (relay and event-feed wakes) and
-``{progress_channel}`` (job progress messages), named by :meth:`Queries.channel`. A statement
-may hold another whole: ``{statement:lock_actor}`` stands for that statement's text without its
-final semicolon (``lock_admit`` locks the row exactly as ``lock_actor`` does).
+notification channels ``{wake_channel}`` (relay and event-feed wakes), ``{progress_channel}``
+(job progress messages) and ``{live_channel}`` (watched actors' commits, broadcasts), named
+by :meth:`Queries.channel`. A statement may hold another whole: ``{statement:lock_actor}``
+stands for that statement's text without its final semicolon (``lock_admit`` locks the row
+exactly as ``lock_actor`` does).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
 _STATEMENT = re.compile(r"\{statement:([a-z_][a-z0-9_]*)\}")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: The notification channels of a schema, by placeholder name.
-_CHANNELS = {"wake_channel": "{}_wake", "progress_channel": "{}_progress"}
+_CHANNELS = {
+    "wake_channel": "{}_wake",
+    "progress_channel": "{}_progress",
+    "live_channel": "{}_live",
+}
 
 
 @cache

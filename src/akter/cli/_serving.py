@@ -60,6 +60,7 @@ async def run_until_signalled(
             log_level="warning",
             lifespan="off",
             http=headers_timeout_protocol(headers_timeout),
+            ws="websockets-sansio",  # the app's /ws (docs/guides/live.md)
         )
         server = uvicorn.Server(config)
     async with runtime:

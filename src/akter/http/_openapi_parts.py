@@ -145,6 +145,25 @@ def _stream_responses(what: str) -> dict[str, Any]:
     }
 
 
+def watch_operation(
+    type_name: str, query: str, singleton: bool, args: dict[str, Any], security: _SECURITY
+) -> dict[str, Any]:
+    """A watchable query's watch (server-sent ``value`` frames; docs/guides/live.md)."""
+    return {
+        "operationId": f"{type_name}.{query}.watch",
+        "tags": [type_name],
+        "summary": f"Watch {query}: its value now, then after each commit that changes it.",
+        "parameters": [id_parameter(singleton)],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": args}}},
+        "responses": _stream_responses(
+            "`value` frames (`data`: `{version, value}`, the row version also as `id`), at most "
+            "one per `watch_min_interval`, never older than the last; an `error` frame (a "
+            "problem) ends a watch refused while it runs."
+        ),
+        "security": security,
+    }
+
+
 def events_operation(type_name: str, singleton: bool, security: _SECURITY) -> dict[str, Any]:
     """An actor type's event feed (server-sent events, resumable)."""
     cursor = {"type": "string", "pattern": CURSOR_PATTERN}

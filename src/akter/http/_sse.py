@@ -21,6 +21,7 @@ from starlette.responses import StreamingResponse
 
 from akter.callers import ActorRef, Caller, as_caller
 from akter.errors import ActorError
+from akter.events import EventRecord
 from akter.job_streams import StreamItem, item_to_json
 
 if TYPE_CHECKING:
@@ -85,21 +86,23 @@ async def _event_frames(
     with as_caller(caller):
         try:
             async for record in runtime.follow_events(ref, after):
-                data = json.dumps(
-                    {
-                        "cursor": record.cursor,
-                        "tag": record.tag,
-                        "event": _jsonable(record.event),
-                        "version": record.version,
-                        "command_id": record.command_id,
-                        "emitted_at": record.emitted_at.isoformat(),
-                    },
-                    separators=(",", ":"),
-                )
+                data = json.dumps(event_json(record), separators=(",", ":"))
                 yield f"id: {record.cursor}\nevent: {record.tag}\ndata: {data}\n\n"
         except ActorError as exc:
             if exc.reason == "RetentionGap":
                 yield gap(exc)
+
+
+def event_json(record: EventRecord) -> dict[str, Any]:
+    """An event record as a feed sends it (SSE ``data``, a WebSocket ``event`` message)."""
+    return {
+        "cursor": record.cursor,
+        "tag": record.tag,
+        "event": _jsonable(record.event),
+        "version": record.version,
+        "command_id": record.command_id,
+        "emitted_at": record.emitted_at.isoformat(),
+    }
 
 
 async def _progress_frames(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
@@ -156,6 +159,7 @@ __all__ = [
     "KEEPALIVE",
     "KEEPALIVE_SECONDS",
     "MEDIA_TYPE",
+    "event_json",
     "event_stream",
     "gap",
     "job_stream_frames",

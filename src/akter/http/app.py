@@ -8,6 +8,8 @@ Routes (design §2.2)::
     GET  /actors/{Type}/{id}/jobs/{job_id}/progress   server-sent progress frames, then the close
     GET  /actors/{Type}/{id}/jobs/{job_id}/stream     a job's output, resumable by Last-Event-ID
     POST /actors/{Type}/{id}/workflows/{name}  start a workflow run; Idempotency-Key = command id
+    POST /actors/{Type}/{id}/{query}/watch     a query watch, as server-sent events (live.md)
+    GET  /ws                                   the WebSocket: commands, watches, feeds, broadcasts
     GET  /workflows/{run_id}                   a run's status; also .../signals/{Signal},
                                                .../cancel (POST) and .../steps (SSE)
     POST /command-ids                          mints a command id from the database clock
@@ -53,6 +55,7 @@ from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.events import parse_cursor
 from akter.http._docs import docs_page
+from akter.http._live import LiveRoutes
 from akter.http._sse import (
     MEDIA_TYPE,
     event_stream,
@@ -180,6 +183,7 @@ class _Api:
                     self.job_stream,
                     methods=["GET"],
                 ),
+                *LiveRoutes(self).routes(),
                 Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
                 *workflows.run_routes(),
                 Route("/command-ids", self.command_ids, methods=["POST"]),

@@ -187,6 +187,19 @@ def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, An
             else f"/actors/{definition.name}/{{id}}/queries/{member.name}"
         )
         paths[path] = {"post": _operation(builder, member)}
+        if member.spec.watch:
+            args = builder.schema(
+                TypeAdapter(member.args_model), _pascal(definition.name, member.name, "Args")
+            )
+            paths[f"/actors/{definition.name}/{{id}}/{member.name}/watch"] = {
+                "post": parts.watch_operation(
+                    definition.name,
+                    member.name,
+                    definition.singleton,
+                    args,
+                    builder.security(definition),
+                )
+            }
     for flow in definition.workflows.values():
         if flow.internal:
             continue

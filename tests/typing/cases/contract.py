@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 import akter
 import akter.jobs
+from akter.client import Client
 from akter.job_streams import AttemptStarted, Chunk, Closed, StreamOutcome, StreamReader
 
 
@@ -328,3 +329,34 @@ async def pool_size() -> AsyncIterator[int]:
 def mailer_of(call: akter.JobCall) -> None:
     assert_type(call.resource(MAILER), Mailer)
     assert_type(mailers.override(MAILER, Mailer()), akter.Resources)
+
+
+# --- live reads: a watchable query watches as an async iterator of its result ---------------------
+
+
+class Wallet(akter.Actor[OrderState], access=akter.public):
+    @akter.query(watch=True)
+    async def balance(self) -> int:
+        return 0
+
+    @akter.query(watch=True)
+    async def above(self, floor: int) -> bool:
+        return floor < 0
+
+    @akter.command
+    async def pay(self) -> None:
+        self.broadcast("chat", {"paid": True})
+
+
+async def live(runtime: akter.Runtime, client: Client) -> None:
+    wallet = runtime.get(Wallet, "w-1")
+    assert_type(await wallet.balance(), int)
+    assert_type(wallet.balance.watch(), AsyncIterator[int])
+    assert_type(wallet.above.watch(5), AsyncIterator[bool])
+    async for value in wallet.balance.watch():
+        assert_type(value, int)
+    assert_type(await wallet.broadcasts("chat"), AsyncIterator[Any])
+    assert_type(client.get(Wallet, "w-1").above.watch(floor=1), AsyncIterator[bool])
+    async with client.connect() as socket:
+        assert_type(socket.get(Wallet, "w-1").balance.watch(), AsyncIterator[int])
+        assert_type(await socket.broadcasts(Wallet, "w-1", "chat"), AsyncIterator[Any])

@@ -110,3 +110,26 @@ async def workflows(rt: akter.Runtime) -> None:
 
 MAILER = akter.Resource[int]("mailer")
 akter.Resources().provide(MAILER, "many")  # E: misc
+
+
+class MeterState(BaseModel):
+    n: int = 0
+
+
+class Meter(akter.Actor[MeterState], access=akter.public):
+    @akter.query(watch=True)
+    async def level(self, floor: int) -> int:
+        return floor
+
+    @akter.query
+    async def plain(self) -> int:
+        return 0
+
+
+async def live(rt: akter.Runtime) -> None:
+    meter = rt.get(Meter, "m-1")
+    meter.level.watch("high")  # E: arg-type
+    meter.plain.watch()  # E: attr-defined
+    async for value in meter.level.watch(1):
+        text: str = value  # E: assignment
+        del text

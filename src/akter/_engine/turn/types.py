@@ -14,7 +14,15 @@ from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
 from akter._kinds import RowKind
 from akter._retry import Backoff
-from akter._staging import CancelJob, CancelTimer, Staged, StagedEvent, StagedRow, StagedRun
+from akter._staging import (
+    CancelJob,
+    CancelTimer,
+    Staged,
+    StagedBroadcast,
+    StagedEvent,
+    StagedRow,
+    StagedRun,
+)
 from akter._store.pool import Connection
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, caller_key
@@ -162,11 +170,14 @@ class BatchWrites:
     #: admission read (only when the batch is re-run after a start met a live key), then the
     #: keyed runs its earlier commands started. ``None`` while there is none (most batches).
     keyed: dict[tuple[str, str], str] | None = None
+    #: Broadcasts, sent after the commit (never written: best-effort, docs/guides/live.md).
+    broadcasts: list[StagedBroadcast] = field(default_factory=list)
 
     def apply(self, staged: Staged, command_id: str) -> None:
         """Merge one successful command's staged work (the last staging of a key wins)."""
         for event in staged.events:
             self.events.append((event, command_id))
+        self.broadcasts += staged.broadcasts
         for op in staged.ops:
             if isinstance(op, StagedRow):
                 self.rows.append(op)
