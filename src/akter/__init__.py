@@ -10,6 +10,7 @@ from akter import jobs as _jobs
 from akter._drain import DrainReport
 from akter._evolution import migrate_state
 from akter._policy import Policy
+from akter._tables import OwnedTableError, RowScopeError, owned, owner_columns
 from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
@@ -60,7 +61,9 @@ for _error in (
     JobCancelled,
     JobDeadLettered,
     JobFailure,
+    OwnedTableError,
     ReadOnlyError,
+    RowScopeError,
     StepFailed,
     WorkflowCancelled,
     WorkflowDiverged,
@@ -109,6 +112,7 @@ __all__ = [
     "JobDeadLettered",
     "JobFailure",
     "MissingResource",
+    "OwnedTableError",
     "ParkedRow",
     "Policy",
     "QueryView",
@@ -116,6 +120,7 @@ __all__ = [
     "ReadOnlyError",
     "Resource",
     "Resources",
+    "RowScopeError",
     "Runtime",
     "StepFailed",
     "System",
@@ -134,6 +139,8 @@ __all__ = [
     "current_caller",
     "job",
     "migrate_state",
+    "owned",
+    "owner_columns",
     "public",
     "query",
     "schedule",

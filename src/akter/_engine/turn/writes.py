@@ -21,6 +21,7 @@ from akter._contexts import LoopLease
 from akter._engine.ticks import first_ticks
 from akter._engine.turn.admission import fence_of
 from akter._engine.turn.flights import Flights
+from akter._engine.turn.owned import OwnedTurn
 from akter._engine.turn.types import (
     Activation,
     BatchRun,
@@ -117,6 +118,7 @@ async def send(
     arrived_at: float,
     fence_off: int | None = None,
     meanwhile: Callable[[], None] | None = None,
+    owned: OwnedTurn | None = None,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
@@ -124,7 +126,8 @@ async def send(
     delays count from the commit, whose clock is taken as :func:`commit_clock`. ``off`` is the
     clock offset the turn's reading was taken at; ``fence_off`` the offset now (``off`` if
     ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
-    ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``).
+    ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``). ``owned``: the batch's
+    owned-row writes, sent after the staged work.
     """
     started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
@@ -153,6 +156,8 @@ async def send(
                 )
             if not writes.empty:
                 cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)
+            if owned is not None:
+                await owned.send()  # the rows the batch's commands staged (turn/owned.py)
             if todo.ticks is not None:
                 await actors.insert_ticks(pipe, q, todo.ticks)
             if receipts is not None and not todo.state_changed:

@@ -1,0 +1,123 @@
+"""The statements akter builds on owned tables, with SQLAlchemy Core, scoped to one owner.
+
+Imported only when an owned table is used (the ``akter[sqlalchemy]`` extra). Every statement
+built here names its owner's keys: inserts and upserts get the ownership columns filled, and
+updates, deletes and reads get ``routing_key = … AND tenant_id = … AND actor_id = …`` added to
+whatever the handler wrote. A value naming an ownership column with another owner's key is
+refused (:class:`~akter._tables.RowScopeError`) before anything is staged.
+
+Statements are compiled for psycopg (``%(name)s`` placeholders, SQLAlchemy's bind processors
+applied) into :data:`Statement` pairs that the turn's pipeline or a pooled connection runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+from akter._tables import OwnedTable, RowScopeError
+
+__all__ = ["DIALECT", "Scope", "Statement", "compile_statement", "count_of", "scoped_select"]
+
+#: A compiled statement: its SQL text (psycopg's ``%(name)s`` placeholders) and parameters.
+Statement = tuple[str, dict[str, Any]]
+#: One owner's keys: ``(routing_key, tenant, actor id)``.
+Scope = tuple[int, str, str]
+
+DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+
+
+def compile_statement(stmt: sa.sql.ClauseElement) -> Statement:
+    """``stmt`` as psycopg runs it: IN lists expanded, bind processors (JSON ...) applied."""
+    compiled: Any = stmt.compile(dialect=DIALECT, compile_kwargs={"render_postcompile": True})
+    params: dict[str, Any] = dict(compiled.construct_params() or {})
+    # SQLAlchemy's own processors (JSON's, an Enum's): what its psycopg driver would send.
+    for name, process in compiled._bind_processors.items():
+        if name in params and params[name] is not None and callable(process):
+            params[name] = process(params[name])
+    return str(compiled.string), params
+
+
+def _owner_filter(owned: OwnedTable, scope: Scope) -> sa.ColumnElement[bool]:
+    c = owned.table.c
+    return sa.and_(*(c[name] == value for name, value in zip(owned.keys, scope, strict=True)))
+
+
+def _checked(
+    owned: OwnedTable, scope: Scope, values: Mapping[str, Any], fill: bool
+) -> dict[str, Any]:
+    """``values`` with the ownership columns checked against ``scope`` (filled when ``fill``)."""
+    if not isinstance(values, Mapping):
+        raise TypeError(f"row values for {owned.name!r} must be a mapping of column names")
+    row = dict(values)
+    for name, mine in zip(owned.keys, scope, strict=True):
+        if name in row and row[name] != mine:
+            raise RowScopeError(
+                f"A write to {owned.name!r} set its ownership column {name!r} to "
+                f"{row[name]!r}, not this actor's {mine!r}: akter fills the ownership "
+                "columns; leave them out."
+            )
+        if fill:
+            row[name] = mine
+        else:
+            row.pop(name, None)
+    unknown = [name for name in row if name not in owned.table.c]
+    if unknown:
+        raise RowScopeError(f"{owned.name!r} has no column(s) {', '.join(map(repr, unknown))}.")
+    return row
+
+
+def insert_rows(owned: OwnedTable, scope: Scope, rows: Sequence[Mapping[str, Any]]) -> Any:
+    """An ``INSERT`` of ``rows``, each with its ownership columns filled."""
+    return sa.insert(owned.table).values([_checked(owned, scope, r, True) for r in rows])
+
+
+def upsert_rows(owned: OwnedTable, scope: Scope, rows: Sequence[Mapping[str, Any]]) -> Any:
+    """An ``INSERT … ON CONFLICT (primary key) DO UPDATE`` of the given non-key columns."""
+    checked = [_checked(owned, scope, r, True) for r in rows]
+    stmt = pg_insert(owned.table).values(checked)
+    key = [c.name for c in owned.table.primary_key.columns]
+    changed = [name for name in checked[0] if name not in key]
+    if not changed:
+        return stmt.on_conflict_do_nothing(index_elements=key)
+    return stmt.on_conflict_do_update(
+        index_elements=key, set_={name: stmt.excluded[name] for name in changed}
+    )
+
+
+def update_rows(
+    owned: OwnedTable, scope: Scope, values: Mapping[str, Any], where: Sequence[Any]
+) -> Any:
+    """An ``UPDATE`` of this owner's rows matching ``where``; ownership columns never change."""
+    changed = _checked(owned, scope, values, False)
+    return sa.update(owned.table).values(changed).where(_owner_filter(owned, scope), *where)
+
+
+def delete_rows(owned: OwnedTable, scope: Scope, where: Sequence[Any]) -> Any:
+    """A ``DELETE`` of this owner's rows matching ``where``."""
+    return sa.delete(owned.table).where(_owner_filter(owned, scope), *where)
+
+
+def scoped_select(
+    owned: OwnedTable,
+    scope: Scope,
+    where: Sequence[Any] = (),
+    order_by: Sequence[Any] = (),
+    limit: int | None = None,
+) -> sa.Select[Any]:
+    """This owner's rows matching ``where``."""
+    stmt = sa.select(owned.table).where(_owner_filter(owned, scope), *where)
+    if order_by:
+        stmt = stmt.order_by(*order_by)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return stmt
+
+
+def count_of(stmt: sa.Select[Any]) -> sa.Select[Any]:
+    """``SELECT count(*)`` of what ``stmt`` selects."""
+    return sa.select(sa.func.count()).select_from(stmt.order_by(None).subquery())
