@@ -379,6 +379,12 @@ class Runtime:
         """A typed handle to one actor (``runtime.get(Billing)`` for a singleton)."""
         return cast(A, local_handle(self, self._calls, actor, self.ref(actor, id, tenant=tenant)))
 
+    def rows(self, table: Any, *, tenant: str) -> Any:
+        """One tenant's rows of an owned table, read-only (``akter._tenant_rows.TenantRows``)."""
+        from akter._tenant_rows import TenantRows
+
+        return TenantRows(self._store, table, tenant, self.config.query_pool_wait_ms / 1000)
+
     async def create(self, actor: type[A], *, tenant: str = "default") -> A:
         """A handle to a new actor with a minted UUIDv7 id; nothing is written yet."""
         return self.get(actor, uuid7(), tenant=tenant)
