@@ -4,21 +4,21 @@ A :class:`TenantRows` holds a SQLAlchemy ``Select`` already filtered on the tena
 refines it (``where``, ``order_by``, joins with the owners' ``actors`` rows through
 :meth:`TenantRows.join_state`) and runs it with :meth:`all` or :meth:`page` (keyset pagination),
 always in a ``READ ONLY`` transaction. Only a ``Select`` is run: a write is refused before it
-is sent. Imported when ``runtime.rows`` is first called (the ``akter[sqlalchemy]`` extra).
+is sent. SQLAlchemy (the ``akter[sqlalchemy]`` extra) is imported when one is made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
-
-from akter._row_sql import compile_statement
 from akter._store.gateway.tables import read_only
-from akter._store.pool import Store
 from akter._tables import OwnedTable, RowScopeError, owned_of
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from akter._store.pool import Store
 
 __all__ = ["TenantRows"]
 
@@ -27,6 +27,9 @@ class TenantRows:
     """One tenant's rows of an owned table: ``select`` to refine, ``all``/``page`` to run."""
 
     def __init__(self, store: Store, table: Any, tenant: str, wait_s: float) -> None:
+        import sqlalchemy as sa
+        from sqlalchemy.dialects.postgresql import JSONB
+
         self.owned: OwnedTable = owned_of(table)
         self.table = self.owned.table
         self.tenant = tenant
@@ -46,10 +49,13 @@ class TenantRows:
         self.select: sa.Select[Any] = sa.select(self.table).where(self._tenant_filter())
 
     def _tenant_filter(self) -> sa.ColumnElement[bool]:
-        return self.table.c[self.owned.tenant_id] == self.tenant
+        filtered: sa.ColumnElement[bool] = self.table.c[self.owned.tenant_id] == self.tenant
+        return filtered
 
     def join_state(self, select: sa.Select[Any] | None = None) -> sa.Select[Any]:
         """``select`` joined with each row's owner (``self.state.c.state`` is its state)."""
+        import sqlalchemy as sa
+
         c, s = self.table.c, self.state.c
         on = sa.and_(
             s.routing_key == c[self.owned.routing_key],
@@ -61,6 +67,10 @@ class TenantRows:
 
     async def all(self, select: sa.Select[Any] | None = None) -> list[dict[str, Any]]:
         """The rows of ``select`` (default: every row of the tenant), as dicts by column key."""
+        import sqlalchemy as sa
+
+        from akter._row_sql import compile_statement
+
         stmt = self.select if select is None else select
         if not isinstance(stmt, sa.Select):
             raise RowScopeError("runtime.rows(...) runs a SELECT only: owned rows are read-only.")
@@ -87,6 +97,8 @@ class TenantRows:
         Keyset pagination: ``rows, after = await r.page(key=[t.c.actor_id, t.c.line_no])``,
         then ``page(key=..., after=after)`` until ``after`` is ``None``.
         """
+        import sqlalchemy as sa
+
         stmt = self.select if select is None else select
         if after is not None:
             stmt = stmt.where(sa.tuple_(*key) > sa.tuple_(*after))

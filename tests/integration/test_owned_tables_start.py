@@ -32,7 +32,7 @@ def schema(akter_db: str) -> Iterator[str]:
 
 def ddl(url: str, statement: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute(statement)
 
 
 class Notes(BaseModel):
