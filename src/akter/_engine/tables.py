@@ -10,12 +10,9 @@ the expand step of an Alembic migration made before the code that uses them is d
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
-
-from psycopg import sql
 
 from akter._members import ActorDefinition
-from akter._store.gateway.tables import Column, table_columns
+from akter._store.gateway.tables import Column, quoted_name, tables_columns
 from akter._store.pool import Store
 from akter._tables import OWNER_COLUMNS, OwnedTable, OwnedTableError
 
@@ -35,20 +32,14 @@ async def owned_table_problems(store: Store, definitions: Iterable[ActorDefiniti
     tables: list[OwnedTable] = [t for d in definitions for t in d.tables]
     if not tables:
         return []
+    names = [quoted_name(t.table.schema, t.table.name) for t in tables]
+    found = await tables_columns(store, names)
     problems: list[str] = []
-    async with store.pool.connection() as conn:
-        for owned in tables:
-            columns = await table_columns(conn, store.queries, _quoted(owned.table))
-            problem = _disagreement(owned, columns)
-            if problem:
-                problems.append(f"{owned.name!r} (owned by {owned.owner}) {problem}")
-        await conn.rollback()
+    for owned, columns in zip(tables, found, strict=True):
+        problem = _disagreement(owned, columns)
+        if problem:
+            problems.append(f"{owned.name!r} (owned by {owned.owner}) {problem}")
     return problems
-
-
-def _quoted(table: Any) -> str:
-    parts = [p for p in (table.schema, table.name) if p]
-    return sql.SQL(".").join(sql.Identifier(p) for p in parts).as_string(None)
 
 
 def _disagreement(owned: OwnedTable, columns: list[Column] | None) -> str:

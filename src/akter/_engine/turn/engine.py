@@ -303,15 +303,8 @@ class TurnEngine:
                 meanwhile=lambda: decode_replies(ran.outcomes),
                 owned=owned,
             )
-        except psycopg.errors.UniqueViolation as exc:
-            if live_key_taken(exc) and any(r.key is not None for r in ran.writes.runs):
-                raise LiveKeyTaken(
-                    "a workflow start met a live run of its key, started meanwhile"
-                ) from exc
-            raise_refused(owned, exc)
-            raise
         except psycopg.Error as exc:
-            raise_refused(owned, exc)  # a value an owned table refused: the batch's defect
+            _commit_failed(exc, ran, owned)
             raise
         decode_replies(ran.outcomes)  # done while the flight was out, unless there was none
         cancelled = await writes.answers(sent, todo)
@@ -456,6 +449,20 @@ class TurnEngine:
             self.metrics.count("akter.outbox.staged", kind=row.kind)
         if receipts:
             self.metrics.count("akter.receipts.written", receipts, actor_type=actor_type)
+
+
+def _commit_failed(exc: psycopg.Error, ran: BatchRun, owned: OwnedTurn | None) -> None:
+    """Raise what a failed commit flight means, if more than the error itself.
+
+    A keyed workflow start that met a live run of its key (``LiveKeyTaken``), or a value an
+    owned table refused (the batch's defect: ``owned.raise_refused``).
+    """
+    if isinstance(exc, psycopg.errors.UniqueViolation) and live_key_taken(exc):
+        if any(r.key is not None for r in ran.writes.runs):
+            raise LiveKeyTaken(
+                "a workflow start met a live run of its key, started meanwhile"
+            ) from exc
+    raise_refused(owned, exc)
 
 
 def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: int) -> None:

@@ -23,6 +23,7 @@ import psycopg
 from akter._contexts import CommandContext
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.types import Activation, BatchDefect
+from akter._store.gateway.tables import owned_savepoint, owned_statement, owned_undo
 from akter._store.pipeline import Answer, TurnPipeline
 from akter._store.queries import Queries
 from akter._tables import RowScopeError, refusal
@@ -79,11 +80,10 @@ class OwnedTurn:
 
     async def _queue(self, writes: Sequence[Write]) -> None:
         if self.undo:
-            await self.pipe.execute(self.q["owned_rows_undo"])
+            await owned_undo(self.pipe, self.q)
             self.undo = False
         for write in writes:
-            sql, params = write.compile()
-            answer = await self.pipe.execute(sql, params, prepare=False)
+            answer = await owned_statement(self.pipe, write.compile())
             self.sent.append((answer, repr(write.table)))
 
     async def send(self) -> None:
@@ -123,12 +123,11 @@ class CommandRows:
         pending, turn.pending = turn.pending, []
         await turn._queue(pending)
         if self.staged and not self.saved:
-            await pipe.execute(turn.q["owned_rows_savepoint"])
+            await owned_savepoint(pipe, turn.q)
             self.saved = True
         staged, self.staged = self.staged, []
         await turn._queue(staged)
-        sql, params = statement
-        answer = await pipe.execute(sql, params, prepare=False)
+        answer = await owned_statement(pipe, statement)
         turn.sent.append((answer, "the read"))
         try:
             await pipe.sync()

@@ -11,12 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from akter._store.gateway.errors import wrap_errors
 
 if TYPE_CHECKING:
+    from akter._store.pipeline import Answer, TurnPipeline
     from akter._store.pool import Connection, Store
+    from akter._store.queries import Queries
 
 Statement = tuple[str, dict[str, Any]]
 
@@ -35,6 +38,22 @@ async def read_only(
                 await conn.execute("SET TRANSACTION READ ONLY")
                 cur = await conn.execute(sql.encode(), params)
                 return list(await cur.fetchall()) if cur.description else []
+
+
+async def owned_statement(pipe: TurnPipeline, statement: Statement) -> Answer:
+    """Queue a statement on an owned table in the turn's flight (never prepared)."""
+    sql, params = statement
+    return await pipe.execute(sql, params, prepare=False)
+
+
+async def owned_savepoint(pipe: TurnPipeline, q: Queries) -> Answer:
+    """Queue ``owned_rows_savepoint``: before a command's first sent row writes."""
+    return await pipe.execute(q["owned_rows_savepoint"])
+
+
+async def owned_undo(pipe: TurnPipeline, q: Queries) -> Answer:
+    """Queue ``owned_rows_undo``: the failed command's sent rows are rolled back."""
+    return await pipe.execute(q["owned_rows_undo"])
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,14 @@ class Column:
         return cls(row["name"], row["type"], bool(row["not_null"]), row["key_position"])
 
 
+async def tables_columns(store: Store, tables: list[str]) -> list[list[Column] | None]:
+    """The columns of each table (quoted names), ``None`` for one that is missing."""
+    async with store.pool.connection() as conn:
+        found = [await table_columns(conn, store.queries, table) for table in tables]
+        await conn.rollback()
+    return found
+
+
 async def table_columns(conn: Connection, q: Any, table: str) -> list[Column] | None:
     """The columns of ``table`` (a quoted, maybe qualified name), or ``None`` if it is missing."""
     cur = conn.cursor(row_factory=dict_row)
@@ -80,3 +107,9 @@ async def table_columns(conn: Connection, q: Any, table: str) -> list[Column] | 
         return None
     await cur.execute(q["owned_table_columns"], {"table": table})
     return [Column.from_row(row) for row in await cur.fetchall()]
+
+
+def quoted_name(schema: str | None, name: str) -> str:
+    """A table's name as SQL quotes it (``"schema"."name"``), for ``to_regclass``."""
+    parts = [p for p in (schema, name) if p]
+    return sql.SQL(".").join(sql.Identifier(p) for p in parts).as_string(None)
