@@ -5,6 +5,7 @@ docs/guides/owned-tables.md ("Across actors", "Atomicity").
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -83,6 +84,7 @@ async def test_a_crash_at_a_fault_point_leaves_all_or_nothing(
         # the handle's retry runs the command again after the injected crash: one commit, with
         # every row (a crash that had left some would make the retry's inserts collide)
         assert await order.with_command_id(pinned).add_many(10) == 11
+        assert not t.runtime.hooks.armed(point)  # the crash happened
         count = f'SELECT count(*) AS n FROM "{SCHEMA}".order_lines WHERE actor_id = %(id)s'
         assert (await t.rows(count, {"id": order.id}))[0]["n"] == 11
         state = await t.rows(
@@ -96,3 +98,19 @@ async def test_a_crash_at_a_fault_point_leaves_all_or_nothing(
         # a replay of the same id: the stored outcome, no row touched
         assert await order.with_command_id(pinned).add_many(10) == 11
         assert (await t.rows(count, {"id": order.id}))[0]["n"] == 11
+
+
+async def test_rows_a_read_sent_stay_invisible_until_the_commit(
+    tables: str, akter_test: Make
+) -> None:
+    async with akter_test([Order]) as t:
+        order = t.get(Order, f"p-{uuid.uuid4().hex[:8]}")
+        await order.add("a", 1)
+        pause = t.pause_next("before_commit")
+        running = asyncio.create_task(order.reprice("a", 7))  # its read sent the update
+        await pause.wait()
+        cents = f'SELECT cents FROM "{SCHEMA}".order_lines WHERE actor_id = %(id)s'
+        assert (await t.rows(cents, {"id": order.id}))[0]["cents"] == 1  # not committed yet
+        pause.release()
+        assert await running == 7
+        assert (await t.rows(cents, {"id": order.id}))[0]["cents"] == 7

@@ -6,6 +6,7 @@ database, not just the caller's answer.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 import akter
 from akter.testing import ActorTest
+from tests._support import until_pending
 from tests.integration.owned_actors import SCHEMA, Order, owned_schema
 
 Make = Callable[..., ActorTest]
@@ -160,3 +162,48 @@ async def test_many_rows_in_one_turn(tables: str, akter_test: Make) -> None:
         order = t.get(Order, oid())
         assert await order.add_many(100) == 100
         assert len(await lines_of(t, order.id)) == 100
+
+
+async def test_one_batch_keeps_each_commands_rows_apart(tables: str, akter_test: Make) -> None:
+    """Commands of one batch share its transaction, each keeping its own rows.
+
+    A declared error's sent rows are undone (and nothing else of the flight: the state and the
+    receipts commit); a refused value re-runs the batch one command per transaction.
+    """
+    async with akter_test([Order]) as t:
+        order = t.get(Order, oid())
+        await order.add("a", 1)
+        pause = t.pause_next("before_commit")
+        first = asyncio.create_task(order.add("b", 2))  # line 2
+        await pause.wait()
+        # queued behind the paused turn: the next batch holds all three
+        refused = asyncio.create_task(order.add_then_refuse("x", read_first=True))  # line 3, undone
+        third = asyncio.create_task(order.add("c", 3))  # line 3 again: free only if undone
+        await until_pending(t.runtime, 3)
+        pause.release()
+        assert await first == 2
+        with pytest.raises(akter.DeclaredError):
+            await refused
+        assert await third == 3
+        assert [r["sku"] for r in await lines_of(t, order.id)] == ["a", "b", "c"]
+        state = await state_of(t, order.id)
+        assert state is not None and state["state"]["lines"] == 3  # the flight's state kept
+        receipts = await t.rows(
+            "SELECT count(*) AS n FROM {schema}.receipts WHERE actor_id = %(id)s", {"id": order.id}
+        )
+        assert receipts[0]["n"] == 4  # the declared error's receipt too
+        pause = t.pause_next("before_commit")
+        blocker = asyncio.create_task(order.add("d", 4))
+        await pause.wait()
+        bad = asyncio.create_task(order.add("neg", -1))
+        good = asyncio.create_task(order.add("e", 5))
+        await until_pending(t.runtime, 3)
+        pause.release()
+        assert await blocker == 4
+        with pytest.raises(akter.ActorError) as raised:
+            await bad
+        assert raised.value.reason == "Defect" and "cents_positive" in str(raised.value)
+        assert await good == 5
+        assert [r["sku"] for r in await lines_of(t, order.id)] == ["a", "b", "c", "d", "e"]
+        state = await state_of(t, order.id)
+        assert state is not None and state["state"]["lines"] == 5

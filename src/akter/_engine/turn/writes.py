@@ -127,7 +127,7 @@ async def send(
     clock offset the turn's reading was taken at; ``fence_off`` the offset now (``off`` if
     ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
     ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``). ``owned``: the batch's
-    owned-row writes, sent after the staged work.
+    owned-row writes, sent first.
     """
     started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
@@ -139,6 +139,10 @@ async def send(
         else:
             commit_ms = commit_clock(now_ms, arrived_at)
             receipts = _receipt_params(todo)
+            if owned is not None:
+                # First: it may start by rolling back to a failed command's savepoint, which
+                # must not undo anything else of this flight (turn/owned.py).
+                await owned.send()
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
@@ -156,8 +160,6 @@ async def send(
                 )
             if not writes.empty:
                 cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)
-            if owned is not None:
-                await owned.send()  # the rows the batch's commands staged (turn/owned.py)
             if todo.ticks is not None:
                 await actors.insert_ticks(pipe, q, todo.ticks)
             if receipts is not None and not todo.state_changed:
