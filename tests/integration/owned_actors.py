@@ -106,7 +106,7 @@ class Order(akter.Actor[OrderState], tables=[lines], access=akter.public):
 
 def owned_schema(url: str) -> Iterator[str]:
     """Create ``SCHEMA`` and its tables (as the application's migrations would); drop them after."""
-    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url))
     with engine.begin() as conn:
         conn.execute(sa.schema.CreateSchema(SCHEMA))
         metadata.create_all(conn)

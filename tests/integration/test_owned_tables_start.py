@@ -140,7 +140,7 @@ async def test_alembic_order_add_the_column_first_then_the_code(
     akter_db: str, akter_test: Make, schema: str
 ) -> None:
     """Expand: migrate, old runners keep running; new code before the migration is refused."""
-    engine = sa.create_engine(akter_db.replace("postgresql://", "postgresql+psycopg://", 1))
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
     old = notes_table(schema)
     with engine.begin() as conn:
         old.metadata.create_all(conn)
