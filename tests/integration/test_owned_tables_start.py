@@ -170,3 +170,19 @@ async def test_alembic_order_add_the_column_first_then_the_code(
         ("b-1", "during", "calm"),
         ("b-2", "after", "calm"),
     ]
+
+
+async def test_akter_check_reports_a_drifted_owned_table(
+    akter_db: str, akter_test: Make, schema: str
+) -> None:
+    table = notes_table(schema)
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
+    with engine.begin() as conn:
+        table.metadata.create_all(conn)
+    engine.dispose()
+    async with akter_test([notes_actor(table)]) as t:
+        assert [f for f in (await t.check()).findings if f.kind == "owned_table"] == []
+        ddl(akter_db, f'ALTER TABLE "{schema}".notes DROP COLUMN text')  # a careless migration
+        (finding,) = [f for f in (await t.check()).findings if f.kind == "owned_table"]
+        assert finding.severity == "error" and finding.actor_type == "Notebook"
+        assert "lacks the declared column(s) 'text'" in finding.message

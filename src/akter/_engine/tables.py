@@ -3,7 +3,8 @@
 A runner starts only when every owned table of its types exists with the ownership columns
 (their types, ``NOT NULL``), a primary key led by them, and every column the ``sa.Table``
 declares; otherwise ``start()`` raises ``akter.OwnedTableError`` naming the table and what is
-missing (docs/guides/owned-tables.md, "The rules"). Extra database columns are fine: that is
+missing (docs/guides/owned-tables.md, "The rules"); ``akter check`` reports the same as
+``owned_table`` findings (:func:`check_findings`). Extra database columns are fine: that is
 the expand step of an Alembic migration made before the code that uses them is deployed.
 """
 
@@ -12,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from akter._members import ActorDefinition
+from akter._store.gateway.check import CheckGateway
 from akter._store.gateway.tables import Column, quoted_name, tables_columns
 from akter._store.pool import Store
 from akter._tables import OWNER_COLUMNS, OwnedTable, OwnedTableError
+from akter.check import Finding
 
 
 async def check_owned_tables(store: Store, definitions: Iterable[ActorDefinition]) -> None:
@@ -25,6 +28,30 @@ async def check_owned_tables(store: Store, definitions: Iterable[ActorDefinition
             "Owned tables disagree with the database: " + "; ".join(problems) + ". Apply the "
             "application's migrations (Alembic) before starting this code."
         )
+
+
+async def check_findings(
+    gateway: CheckGateway, definitions: Iterable[ActorDefinition]
+) -> list[Finding]:
+    """``akter check``'s findings: one ``owned_table`` error per table that disagrees."""
+    findings: list[Finding] = []
+    for owned in [t for d in definitions for t in d.tables]:
+        columns = await gateway.owned_table(quoted_name(owned.table.schema, owned.table.name))
+        problem = _disagreement(owned, columns)
+        if problem:
+            findings.append(
+                Finding(
+                    "error",
+                    "owned_table",
+                    owned.owner,
+                    None,
+                    0,
+                    f"The owned table {owned.name!r} {problem}: a runner of this code would "
+                    "refuse to start.",
+                    fix="Apply the application's migrations (Alembic) before deploying the code.",
+                )
+            )
+    return findings
 
 
 async def owned_table_problems(store: Store, definitions: Iterable[ActorDefinition]) -> list[str]:
