@@ -10,7 +10,7 @@ from akter import jobs as _jobs
 from akter._drain import DrainReport
 from akter._evolution import migrate_state
 from akter._policy import Policy
-from akter._tables import OwnedTableError, RowScopeError, owned, owner_columns
+from akter._tables import OwnedTableError, RowScopeError, owned, owner_columns, state_index
 from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
@@ -144,5 +144,6 @@ __all__ = [
     "public",
     "query",
     "schedule",
+    "state_index",
     "workflow",
 ]

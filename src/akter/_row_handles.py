@@ -28,7 +28,7 @@ from akter._row_sql import (
 from akter._tables import OwnedTable, RowScopeError
 from akter.errors import ReadOnlyError
 
-__all__ = ["Rows", "RowsRead", "RowsWrite"]
+__all__ = ["Rows", "RowsRead", "RowsWrite", "mirror_write"]
 
 Row = dict[str, Any]
 
@@ -189,3 +189,8 @@ def _many(values: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mappi
     if not rows:
         raise RowScopeError("insert()/upsert() takes at least one row")
     return rows
+
+
+def mirror_write(declared: OwnedTable, scope: Scope, values: Mapping[str, Any]) -> RowsWrite:
+    """The upsert of a state index's row (``akter.state_index``), staged by the turn."""
+    return RowsWrite(declared, lambda _: upsert_rows(declared, scope, [values]))

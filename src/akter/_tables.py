@@ -8,6 +8,7 @@ other names). One actor type owns a table. SQLAlchemy is imported only where a t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "owned_of",
     "owner_columns",
     "refusal",
+    "state_index",
 ]
 
 #: The ownership columns' default names, in primary key order, and their PostgreSQL types.
@@ -61,6 +63,8 @@ class OwnedTable:
     actor_id: str = "actor_id"
     #: The actor type that owns it (set when the class naming it in ``tables=`` is defined).
     owner: str | None = field(default=None)
+    #: For a state index (:func:`state_index`): the state's projection onto the table's columns.
+    mirror: Callable[[Any], Mapping[str, Any]] | None = None
 
     @property
     def name(self) -> str:
@@ -91,6 +95,28 @@ def owned(table: Any, *, routing_key: str, tenant_id: str, actor_id: str) -> Own
     _check_columns(made)
     table.info["akter_owned"] = made
     return made
+
+
+def state_index(table: Any, project: Callable[[Any], Mapping[str, Any]]) -> OwnedTable:
+    """Mirror state fields into an owned table's indexed columns, kept in the same turn.
+
+    ``table`` has one row per actor (its primary key is the ownership columns alone);
+    ``project(state)`` maps the state to that row's other columns. After each command whose
+    projection changed (and on an actor's first turn) akter upserts the row in the command's
+    turn, so ``runtime.rows(table, tenant=...)`` finds actors by state through the table's
+    indexes. A state migration that renames a field changes only ``project``.
+    """
+    declared = owned_of(table)
+    key = [c.name for c in declared.table.primary_key.columns]
+    if sorted(key) != sorted(declared.keys):
+        raise DefinitionError(
+            f"The state index {declared.name!r} must have one row per actor: its primary key "
+            f"is {key!r}, not the ownership columns {list(declared.keys)!r} alone."
+        )
+    if not callable(project):
+        raise DefinitionError(f"state_index({declared.name!r}, project): project is callable.")
+    declared.mirror = project
+    return declared
 
 
 def owned_of(table: Any) -> OwnedTable:

@@ -71,6 +71,7 @@ AKTER_ALL = [
     "public",
     "query",
     "schedule",
+    "state_index",
     "workflow",
 ]
 

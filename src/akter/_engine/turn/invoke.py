@@ -149,11 +149,11 @@ async def run_handler(
         IN_TURN.reset(token)
     if ctx.poisoned:
         raise BatchDefect(index, ctx.poisoned)
-    if rows is not None:
-        rows.end(ok=True)
     receipt = _result_receipt(definition, member, value, index)
     new_state, state_json = _new_state(act, ctx.state, index)
     _check_sizes(act, ctx, state_json, index)
+    if rows is not None:
+        rows.end(ok=True, states=(state, new_state))
     # The reply is decoded from the receipt's stored JSON, exactly as a replay decodes it, but
     # only once the commit flight is out (decode_replies): only the caller needs it.
     expires = request.command_id.expires_ms

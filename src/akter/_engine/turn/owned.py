@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import psycopg
+from pydantic import BaseModel
 
 from akter._contexts import CommandContext
 from akter._engine.turn.flights import Flights
@@ -61,8 +62,10 @@ class Write(Protocol):
 class OwnedTurn:
     """The owned-row writes of one batch on its turn's pipeline."""
 
-    def __init__(self, pipe: TurnPipeline, q: Queries, scope: Scope) -> None:
+    def __init__(self, pipe: TurnPipeline, q: Queries, scope: Scope, fresh: bool = False) -> None:
         self.pipe = pipe
+        #: The actor had no created row when the batch began: its state indexes are written.
+        self.fresh = fresh
         self.q = q
         self.scope = scope
         #: Writes of the batch's commands that ended well, not sent yet.
@@ -139,20 +142,45 @@ class CommandRows:
             raise RowScopeError(refused) from None
         return await answer.fetchall()
 
-    def end(self, ok: bool) -> None:
-        """The command ended: its writes join the batch's, or are dropped (and undone)."""
+    def end(self, ok: bool, states: tuple[BaseModel, BaseModel] | None = None) -> None:
+        """The command ended: its writes join the batch's, or are dropped (and undone).
+
+        ``states``: the state before and after a command that ended well, for the type's
+        state indexes (``akter.state_index``).
+        """
         if ok:
+            if states is not None:
+                self._mirror(*states)
             self.turn.pending.extend(self.staged)
         elif self.saved:
             self.turn.undo = True
         self.staged = []
+
+    def _mirror(self, before: BaseModel, after: BaseModel) -> None:
+        """Stage the upsert of each state index whose projection changed (or a first turn)."""
+        for declared in self.ctx.definition.tables:
+            project = declared.mirror
+            if project is None:
+                continue
+            try:
+                values = dict(project(after))
+                same = not self.turn.fresh and values == dict(project(before))
+            except Exception as exc:
+                raise BatchDefect(
+                    0, f"The state index {declared.name!r} failed on the state: {exc!r}"
+                ) from None
+            if not same:
+                from akter._row_handles import mirror_write  # SQLAlchemy: types with tables
+
+                self.staged.append(mirror_write(declared, self.scope, values))
 
 
 def owned_turn(flights: Flights, q: Queries, act: Activation) -> OwnedTurn | None:
     """The batch's owned rows, for a type that owns tables (``None`` for any other)."""
     if not act.definition.tables:
         return None
-    return OwnedTurn(flights.pipe, q, (act.routing_key, act.ref.tenant, act.ref.id))
+    scope = (act.routing_key, act.ref.tenant, act.ref.id)
+    return OwnedTurn(flights.pipe, q, scope, fresh=not act.created)
 
 
 def raise_refused(owned: OwnedTurn | None, exc: psycopg.Error) -> None:
