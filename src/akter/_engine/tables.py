@@ -14,7 +14,12 @@ from collections.abc import Iterable
 
 from akter._members import ActorDefinition
 from akter._store.gateway.check import CheckGateway
-from akter._store.gateway.tables import Column, quoted_name, tables_columns
+from akter._store.gateway.tables import (
+    Column,
+    citus_colocated,
+    quoted_name,
+    tables_columns,
+)
 from akter._store.pool import Store
 from akter._tables import OWNER_COLUMNS, OwnedTable, OwnedTableError
 from akter.check import Finding
@@ -64,6 +69,13 @@ async def owned_table_problems(store: Store, definitions: Iterable[ActorDefiniti
     problems: list[str] = []
     for owned, columns in zip(tables, found, strict=True):
         problem = _disagreement(owned, columns)
+        if not problem and store.strategy == "citus":
+            name = quoted_name(owned.table.schema, owned.table.name)
+            if not await citus_colocated(store, name, owned.routing_key):
+                problem = (
+                    f"is not distributed by {owned.routing_key!r} co-located with akter's "
+                    "actors (create_distributed_table(..., colocate_with => '<schema>.actors'))"
+                )
         if problem:
             problems.append(f"{owned.name!r} (owned by {owned.owner}) {problem}")
     return problems

@@ -23,3 +23,12 @@ ORDER BY a.attnum;
 -- owned_table_exists --
 -- whether the name resolves to a table on this connection's search path
 SELECT to_regclass(%(table)s) IS NOT NULL AS found;
+
+-- owned_table_citus --
+-- Citus: whether an owned table is hash-distributed by its routing key column, co-located with the actors (no row: not distributed)
+SELECT p.partmethod = 'h'
+       AND column_to_column_name(p.logicalrelid, p.partkey) = %(column)s
+       AND p.colocationid = (SELECT a.colocationid FROM pg_dist_partition a
+                             WHERE a.logicalrelid = '{schema}.actors'::regclass) AS colocated
+FROM pg_dist_partition p
+WHERE p.logicalrelid = to_regclass(%(table)s);

@@ -98,6 +98,16 @@ async def tables_columns(store: Store, tables: list[str]) -> list[list[Column] |
     return found
 
 
+async def citus_colocated(store: Store, table: str, column: str) -> bool:
+    """On Citus: whether ``table`` is distributed by ``column`` beside akter's ``actors``."""
+    async with store.pool.connection() as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(store.queries["owned_table_citus"], {"table": table, "column": column})
+        row = await cur.fetchone()
+        await conn.rollback()
+    return bool(row and row["colocated"])
+
+
 async def table_columns(conn: Connection, q: Any, table: str) -> list[Column] | None:
     """The columns of ``table`` (a quoted, maybe qualified name), or ``None`` if it is missing."""
     cur = conn.cursor(row_factory=dict_row)
