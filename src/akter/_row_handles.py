@@ -23,7 +23,6 @@ from akter._row_sql import (
     insert_rows,
     scoped_select,
     update_rows,
-    upsert_rows,
 )
 from akter._tables import OwnedTable, RowScopeError
 from akter.errors import ReadOnlyError
@@ -49,7 +48,9 @@ class RowsWrite:
 
     __slots__ = ("_build", "_criteria", "_sent", "owned")
 
-    def __init__(self, owned: OwnedTable, build: Callable[[Sequence[Any]], Any]) -> None:
+    def __init__(
+        self, owned: OwnedTable, build: Callable[[Sequence[Any]], Any | list[Statement]]
+    ) -> None:
         self.owned = owned
         self._build = build
         self._criteria: list[Any] = []
@@ -70,10 +71,11 @@ class RowsWrite:
         self._criteria.extend(criteria)
         return self
 
-    def compile(self) -> Statement:
-        """The statement as it is sent (no ``where()`` after this)."""
+    def compile(self) -> list[Statement]:
+        """The statements as they are sent (no ``where()`` after this)."""
         self._sent = True
-        return compile_statement(self._build(self._criteria))
+        built = self._build(self._criteria)
+        return built if isinstance(built, list) else [compile_statement(built)]
 
 
 class RowsRead:
@@ -151,7 +153,7 @@ class Rows(RowsRead):
     def upsert(self, values: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Stage an insert that updates the given columns of a row whose primary key exists."""
         many = _many(values)
-        self._stage(lambda scope: lambda _: upsert_rows(self.declared, scope, many))
+        self._stage(lambda scope: lambda _: insert_rows(self.declared, scope, many, True))
 
     def update(self, values: Mapping[str, Any]) -> RowsWrite:
         """Stage an ``UPDATE`` of this actor's rows; narrow it with ``.where(...)``."""
@@ -193,4 +195,4 @@ def _many(values: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mappi
 
 def mirror_write(declared: OwnedTable, scope: Scope, values: Mapping[str, Any]) -> RowsWrite:
     """The upsert of a state index's row (``akter.state_index``), staged by the turn."""
-    return RowsWrite(declared, lambda _: upsert_rows(declared, scope, [values]))
+    return RowsWrite(declared, lambda _: insert_rows(declared, scope, [values], True))

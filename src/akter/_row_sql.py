@@ -12,7 +12,7 @@ applied) into :data:`Statement` pairs that the turn's pipeline or a pooled conne
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -71,22 +71,56 @@ def _checked(
     return row
 
 
-def insert_rows(owned: OwnedTable, scope: Scope, rows: Sequence[Mapping[str, Any]]) -> Any:
-    """An ``INSERT`` of ``rows``, each with its ownership columns filled."""
-    return sa.insert(owned.table).values([_checked(owned, scope, r, True) for r in rows])
+def insert_rows(
+    owned: OwnedTable, scope: Scope, rows: Sequence[Mapping[str, Any]], upsert: bool = False
+) -> list[Statement]:
+    """One ``INSERT`` per row, each with its ownership columns filled (queued in one flight).
+
+    ``upsert``: ``INSERT … ON CONFLICT (primary key) DO UPDATE`` of the row's other columns.
+    The statement of a column set is compiled once per table (:func:`_template`): compiling
+    a 100-row ``VALUES`` list each turn cost more than the turn itself.
+    """
+    out: list[Statement] = []
+    for row in rows:
+        checked = _checked(owned, scope, row, True)
+        columns = tuple(checked)
+        text, processors = _template(owned, columns, upsert)
+        params: dict[str, Any] = {}
+        for i, (column, process) in enumerate(zip(columns, processors, strict=True)):
+            value = checked[column]
+            params[f"v{i}"] = process(value) if process is not None and value is not None else value
+        out.append((text, params))
+    return out
 
 
-def upsert_rows(owned: OwnedTable, scope: Scope, rows: Sequence[Mapping[str, Any]]) -> Any:
-    """An ``INSERT … ON CONFLICT (primary key) DO UPDATE`` of the given non-key columns."""
-    checked = [_checked(owned, scope, r, True) for r in rows]
-    stmt = pg_insert(owned.table).values(checked)
-    key = [c.name for c in owned.table.primary_key.columns]
-    changed = [name for name in checked[0] if name not in key]
-    if not changed:
-        return stmt.on_conflict_do_nothing(index_elements=key)
-    return stmt.on_conflict_do_update(
-        index_elements=key, set_={name: stmt.excluded[name] for name in changed}
-    )
+def _template(
+    owned: OwnedTable, columns: tuple[str, ...], upsert: bool
+) -> tuple[str, list[Callable[[Any], Any] | None]]:
+    """The compiled insert (or upsert) of one column set, and its columns' bind processors."""
+    key = (columns, upsert)
+    found: tuple[str, list[Callable[[Any], Any] | None]] | None = owned.templates.get(key)
+    if found is not None:
+        return found
+    table = owned.table
+    binds = {c: sa.bindparam(f"v{i}", type_=table.c[c].type) for i, c in enumerate(columns)}
+    stmt: Any
+    if upsert:
+        stmt = pg_insert(table).values(binds)
+        pk = [c.name for c in table.primary_key.columns]
+        changed = [c for c in columns if c not in pk]
+        if changed:
+            stmt = stmt.on_conflict_do_update(
+                index_elements=pk, set_={c: stmt.excluded[c] for c in changed}
+            )
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=pk)
+    else:
+        stmt = sa.insert(table).values(binds)
+    compiled: Any = stmt.compile(dialect=DIALECT)
+    processors = compiled._bind_processors
+    found = (str(compiled.string), [processors.get(f"v{i}") for i in range(len(columns))])
+    owned.templates[key] = found
+    return found
 
 
 def update_rows(

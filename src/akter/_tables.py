@@ -65,6 +65,8 @@ class OwnedTable:
     owner: str | None = field(default=None)
     #: For a state index (:func:`state_index`): the state's projection onto the table's columns.
     mirror: Callable[[Any], Mapping[str, Any]] | None = None
+    #: Compiled inserts by column set (``akter._row_sql._template``).
+    templates: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 import sqlalchemy as sa
+from psycopg.rows import dict_row
 
 from akter.testing import ActorTest
 from tests.faults.child_process import ChildProcess, start_module
@@ -64,10 +65,21 @@ async def test_sigkilled_runners_lose_and_double_no_owned_row(
                         acked.add(tag)
                         got += 1
                 await child.kill()  # loops are mid-post: some turns die holding their rows
-        lines = await t.rows(
-            f'SELECT actor_id, n, j, tag FROM "{table_schema}".ledger_lines ORDER BY 1, 2, 3'
-        )
-        states = await t.rows("SELECT actor_id, state FROM {schema}.actors")
+                assert child.proc.stdout is not None
+                for line in (await child.proc.stdout.read()).decode().splitlines():
+                    word, tag, *_ = line.split()  # printed before the kill, read after it
+                    (sent if word == "SENT" else acked).add(tag)
+        # One snapshot for every read: a killed runner's backend may still finish a COMMIT it
+        # had received, and two reads around it would see its state without its rows.
+        async with await psycopg.AsyncConnection.connect(t.database_url) as conn:
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                f'SELECT actor_id, n, j, tag FROM "{table_schema}".ledger_lines'
+            )
+            lines = await cur.fetchall()
+            await cur.execute(t.substitute("SELECT actor_id, state FROM {schema}.actors"))
+            states = await cur.fetchall()
     per_tag = Counter(r["tag"] for r in lines)
     numbers = {(r["actor_id"], r["n"]) for r in lines}
     tag_numbers = {r["tag"]: (r["actor_id"], r["n"]) for r in lines}
@@ -78,4 +90,5 @@ async def test_sigkilled_runners_lose_and_double_no_owned_row(
     assert len(tag_numbers) == len(numbers), "a post committed twice under two numbers"
     for state in states:
         n = state["state"]["n"]
-        assert sorted(k for a, k in numbers if a == state["actor_id"]) == list(range(1, n + 1))
+        mine = sorted(k for a, k in numbers if a == state["actor_id"])
+        assert mine == list(range(1, n + 1)), f"{state}: posts numbered {mine[-3:]}"

@@ -56,7 +56,7 @@ class Write(Protocol):
     @property
     def table(self) -> str: ...
 
-    def compile(self) -> Statement: ...
+    def compile(self) -> list[Statement]: ...
 
 
 class OwnedTurn:
@@ -86,8 +86,9 @@ class OwnedTurn:
             await owned_undo(self.pipe, self.q)
             self.undo = False
         for write in writes:
-            answer = await owned_statement(self.pipe, write.compile())
-            self.sent.append((answer, repr(write.table)))
+            for statement in write.compile():
+                answer = await owned_statement(self.pipe, statement)
+                self.sent.append((answer, repr(write.table)))
 
     async def send(self) -> None:
         """Queue the pending writes in the commit flight (before ``COMMIT``)."""
