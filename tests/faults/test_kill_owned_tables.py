@@ -74,9 +74,7 @@ async def test_sigkilled_runners_lose_and_double_no_owned_row(
         async with await psycopg.AsyncConnection.connect(t.database_url) as conn:
             await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                f'SELECT actor_id, n, j, tag FROM "{table_schema}".ledger_lines'
-            )
+            await cur.execute(f'SELECT actor_id, n, j, tag FROM "{table_schema}".ledger_lines')
             lines = await cur.fetchall()
             await cur.execute(t.substitute("SELECT actor_id, state FROM {schema}.actors"))
             states = await cur.fetchall()
