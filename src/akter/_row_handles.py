@@ -22,6 +22,7 @@ from akter._row_sql import (
     delete_rows,
     insert_rows,
     scoped_select,
+    suspects,
     update_rows,
 )
 from akter._tables import OwnedTable, RowScopeError
@@ -46,13 +47,17 @@ class Owned(Protocol):
 class RowsWrite:
     """One staged write; ``where()`` narrows an update or a delete until the turn sends it."""
 
-    __slots__ = ("_build", "_criteria", "_sent", "owned")
+    __slots__ = ("_build", "_criteria", "_sent", "_values", "owned")
 
     def __init__(
-        self, owned: OwnedTable, build: Callable[[Sequence[Any]], Any | list[Statement]]
+        self,
+        owned: OwnedTable,
+        build: Callable[[Sequence[Any]], Any | list[Statement]],
+        values: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.owned = owned
         self._build = build
+        self._values = values
         self._criteria: list[Any] = []
         self._sent = False
 
@@ -70,6 +75,10 @@ class RowsWrite:
             )
         self._criteria.extend(criteria)
         return self
+
+    def suspects(self) -> list[str]:
+        """The columns whose values do not fit their types (to name a value the server refused)."""
+        return suspects(self.owned, self._values)
 
     def compile(self) -> list[Statement]:
         """The statements as they are sent (no ``where()`` after this)."""
@@ -148,30 +157,34 @@ class Rows(RowsRead):
     def insert(self, values: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Stage an ``INSERT`` of one row (a mapping) or several (a list of mappings)."""
         many = _many(values)
-        self._stage(lambda scope: lambda _: insert_rows(self.declared, scope, many))
+        self._stage(lambda scope: lambda _: insert_rows(self.declared, scope, many), many)
 
     def upsert(self, values: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Stage an insert that updates the given columns of a row whose primary key exists."""
         many = _many(values)
-        self._stage(lambda scope: lambda _: insert_rows(self.declared, scope, many, True))
+        self._stage(lambda scope: lambda _: insert_rows(self.declared, scope, many, True), many)
 
     def update(self, values: Mapping[str, Any]) -> RowsWrite:
         """Stage an ``UPDATE`` of this actor's rows; narrow it with ``.where(...)``."""
         return self._stage(
-            lambda scope: lambda where: update_rows(self.declared, scope, values, where)
+            lambda scope: lambda where: update_rows(self.declared, scope, values, where), [values]
         )
 
     def delete(self) -> RowsWrite:
         """Stage a ``DELETE`` of this actor's rows; narrow it with ``.where(...)``."""
         return self._stage(lambda scope: lambda where: delete_rows(self.declared, scope, where))
 
-    def _stage(self, make: Callable[[Scope], Callable[[Sequence[Any]], Any]]) -> RowsWrite:
+    def _stage(
+        self,
+        make: Callable[[Scope], Callable[[Sequence[Any]], Any]],
+        values: Sequence[Mapping[str, Any]] = (),
+    ) -> RowsWrite:
         ctx = self.ctx
         if not isinstance(ctx, CommandContext):
             raise ReadOnlyError("Owned rows are read-only in a query: write them in a command.")
         ctx.check()
         build = make(self.owned.scope)
-        write = RowsWrite(self.declared, build)
+        write = RowsWrite(self.declared, build, values)
         try:
             build([])  # the values' scope and columns are checked now, at the call
         except RowScopeError as exc:
@@ -195,4 +208,4 @@ def _many(values: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mappi
 
 def mirror_write(declared: OwnedTable, scope: Scope, values: Mapping[str, Any]) -> RowsWrite:
     """The upsert of a state index's row (``akter.state_index``), staged by the turn."""
-    return RowsWrite(declared, lambda _: insert_rows(declared, scope, [values], True))
+    return RowsWrite(declared, lambda _: insert_rows(declared, scope, [values], True), [values])

@@ -155,3 +155,31 @@ def scoped_select(
 def count_of(stmt: sa.Select[Any]) -> sa.Select[Any]:
     """``SELECT count(*)`` of what ``stmt`` selects."""
     return sa.select(sa.func.count()).select_from(stmt.order_by(None).subquery())
+
+
+def suspects(owned: OwnedTable, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The columns whose values do not fit their declared types (to name a refused value)."""
+    found: list[str] = []
+    for row in rows:
+        for name, value in row.items():
+            column = owned.table.c.get(name)
+            if column is None or value is None or name in found:
+                continue
+            if not _fits(column.type, value):
+                found.append(name)
+    return found
+
+
+def _fits(kind: Any, value: Any) -> bool:
+    length = getattr(kind, "length", None)
+    if isinstance(value, str) and isinstance(length, int) and len(value) > length:
+        return False
+    try:
+        expected = kind.python_type
+    except NotImplementedError:
+        return True
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    if expected is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, expected)

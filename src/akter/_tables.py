@@ -8,7 +8,7 @@ other names). One actor type owns a table. SQLAlchemy is imported only where a t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,15 +158,18 @@ def _check_columns(declared: OwnedTable) -> None:
         )
 
 
-def refusal(table: str, exc: Any) -> str:
+def refusal(table: str, exc: Any, suspects: Sequence[str] = ()) -> str:
     """A refused row statement's defect message: the table, column or constraint, the reason.
 
-    ``exc`` is the server's error (a ``psycopg.Error``: its ``diag`` names what refused).
+    ``exc`` is the server's error (a ``psycopg.Error``: its ``diag`` names what refused). A
+    value the server could not take as its column's type is not named by the server: then
+    ``suspects`` are the columns whose values do not fit their declared types.
     """
     diag = exc.diag
+    column = diag.column_name or (", ".join(map(repr, suspects)) if suspects else None)
     what = ", ".join(
-        f"{label} {name!r}"
-        for label, name in (("column", diag.column_name), ("constraint", diag.constraint_name))
+        f"{label} {name if label == 'column' and not diag.column_name else repr(name)}"
+        for label, name in (("column", column), ("constraint", diag.constraint_name))
         if name
     )
     return (

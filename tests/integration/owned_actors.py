@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
@@ -43,6 +44,12 @@ class Order(akter.Actor[OrderState], tables=[lines], access=akter.public):
         self.state.lines += 1
         self.state.total += cents
         self.rows(lines).insert({"line_no": self.state.lines, "sku": sku, "cents": cents})
+        return self.state.lines
+
+    @akter.command
+    async def put(self, line: dict[str, Any]) -> int:
+        self.state.lines += 1
+        self.rows(lines).insert({"line_no": self.state.lines, **line})
         return self.state.lines
 
     @akter.command

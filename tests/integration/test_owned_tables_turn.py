@@ -138,18 +138,24 @@ async def test_a_replay_returns_the_stored_outcome_without_touching_rows(
 
 
 @pytest.mark.parametrize(
-    ("sku", "cents", "named"),
-    [("x" * 21, 1, "value too long"), ("neg", -1, "cents_positive")],
+    ("line", "named"),
+    [
+        ({"sku": "x" * 21, "cents": 1}, "column 'sku'"),  # too long for varchar(20)
+        ({"sku": "neg", "cents": -1}, "constraint 'cents_positive'"),
+        ({"sku": None, "cents": 1}, "column 'sku'"),  # NOT NULL
+        ({"sku": "s", "cents": "lots"}, "column 'cents'"),  # not a bigint
+        ({"sku": "s", "cents": 1, "bogus": 1}, "no column(s) 'bogus'"),  # refused at staging
+    ],
 )
 async def test_a_value_the_column_refuses_is_a_defect_naming_it(
-    tables: str, akter_test: Make, sku: str, cents: int, named: str
+    tables: str, akter_test: Make, line: dict[str, Any], named: str
 ) -> None:
     async with akter_test([Order]) as t:
         order = t.get(Order, oid())
         await order.add("ok", 1)
         before = await state_of(t, order.id)
         with pytest.raises(akter.ActorError) as raised:
-            await order.add(sku, cents)
+            await order.put(line)
         assert raised.value.reason == "Defect"
         assert named in str(raised.value) and "order_lines" in str(raised.value)
         assert [r["sku"] for r in await lines_of(t, order.id)] == ["ok"]

@@ -58,6 +58,8 @@ class Write(Protocol):
 
     def compile(self) -> list[Statement]: ...
 
+    def suspects(self) -> list[str]: ...
+
 
 class OwnedTurn:
     """The owned-row writes of one batch on its turn's pipeline."""
@@ -72,8 +74,9 @@ class OwnedTurn:
         self.pending: list[Write] = []
         #: A failed command sent writes: the next flight starts by rolling them back.
         self.undo = False
-        #: The sent statements' answers and tables: a refused value is named from them.
-        self.sent: list[tuple[Answer, str]] = []
+        #: The sent statements' answers and writes (``None``: a read): a refused value is
+        #: named from them.
+        self.sent: list[tuple[Answer, Write | None]] = []
 
     def command(self, ctx: CommandContext) -> CommandRows:
         """The rows side of the batch's next command (``ctx.owned``)."""
@@ -88,7 +91,7 @@ class OwnedTurn:
         for write in writes:
             for statement in write.compile():
                 answer = await owned_statement(self.pipe, statement)
-                self.sent.append((answer, repr(write.table)))
+                self.sent.append((answer, write))
 
     async def send(self) -> None:
         """Queue the pending writes in the commit flight (before ``COMMIT``)."""
@@ -97,9 +100,11 @@ class OwnedTurn:
 
     def refused(self, exc: psycopg.Error) -> str | None:
         """The defect message when ``exc`` answered one of the sent row statements."""
-        for answer, table in self.sent:
+        for answer, write in self.sent:
             if answer.failed:
-                return refusal(table, exc)
+                if write is None:
+                    return refusal("an owned table (a read)", exc)
+                return refusal(repr(write.table), exc, write.suspects())
         return None
 
 
@@ -132,7 +137,7 @@ class CommandRows:
         staged, self.staged = self.staged, []
         await turn._queue(staged)
         answer = await owned_statement(pipe, statement)
-        turn.sent.append((answer, "the read"))
+        turn.sent.append((answer, None))
         try:
             await pipe.sync()
         except psycopg.Error as exc:
