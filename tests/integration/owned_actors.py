@@ -97,6 +97,18 @@ class Order(akter.Actor[OrderState], tables=[lines], access=akter.public):
         return "caught"
 
     @akter.command
+    async def reach(self, other: str) -> list[int]:
+        """Every way a handler can name another actor's rows: each finds none of them."""
+        t = lines.c
+        self.rows(lines).update({"sku": "mine"}).where(t.actor_id == other)
+        self.rows(lines).delete().where(t.tenant_id != self.tenant)
+        return [
+            await self.rows(lines).where(t.actor_id == other).count(),
+            len(await self.rows(lines).where(t.tenant_id == "other").all()),
+            await self.rows(lines).count(),
+        ]
+
+    @akter.command
     async def retag(self, tenant: str) -> int:
         self.rows(lines).update({"tenant_id": tenant})
         return 0

@@ -51,6 +51,9 @@ async def test_a_tenant_query_across_actors_never_crosses_tenants(
         # a select that did not start from rows.select is still the tenant's only
         everything = await rows.all(sa.select(lines).where(lines.c.actor_id.like(f"{tag}-%")))
         assert {r["tenant_id"] for r in everything} == {"acme"}
+        # a select naming the other tenant finds nothing: the tenant filter is ANDed to it
+        theirs = sa.select(lines).where(lines.c.tenant_id == "other")
+        assert await rows.all(theirs) == []
         # keyset pages
         seen: list[str] = []
         after: tuple[Any, ...] | None = None

@@ -77,6 +77,14 @@ async def test_rows_are_scoped_to_the_actor_and_its_tenant(tables: str, akter_te
         assert await theirs.skus() == ["t"]
         assert await mine.remove("t") == 1  # the other tenant's row is out of reach
         assert [r["tenant_id"] for r in await lines_of(t, same)] == ["default", "other"]
+        neighbour = t.get(Order, oid())
+        await neighbour.add("n", 3)
+        assert await mine.reach(neighbour.id) == [0, 0, 1]  # its where() cannot widen the scope
+        assert [r["sku"] for r in await lines_of(t, neighbour.id)] == ["n"]
+        assert [(r["tenant_id"], r["sku"]) for r in await lines_of(t, same)] == [
+            ("default", "m"),
+            ("other", "t"),
+        ]
 
 
 @pytest.mark.parametrize("catch", [False, True])
