@@ -109,6 +109,14 @@ class Order(akter.Actor[OrderState], tables=[lines], access=akter.public):
         ]
 
     @akter.command
+    async def bad_where(self, read: bool = False) -> int:
+        self.state.lines += 1
+        self.rows(lines).update({"cents": 0}).where("cents > 0")  # not a clause: unbuildable
+        if read:
+            return await self.rows(lines).count()
+        return 0
+
+    @akter.command
     async def retag(self, tenant: str) -> int:
         self.rows(lines).update({"tenant_id": tenant})
         return 0

@@ -221,3 +221,18 @@ async def test_one_batch_keeps_each_commands_rows_apart(tables: str, akter_test:
         assert [r["sku"] for r in await lines_of(t, order.id)] == ["a", "b", "c", "d", "e"]
         state = await state_of(t, order.id)
         assert state is not None and state["state"]["lines"] == 5
+
+
+@pytest.mark.parametrize("read", [False, True])
+async def test_a_write_that_cannot_be_built_is_a_defect_and_writes_nothing(
+    tables: str, akter_test: Make, read: bool
+) -> None:
+    async with akter_test([Order]) as t:
+        order = t.get(Order, oid())
+        await order.add("a", 5)
+        before = await state_of(t, order.id)
+        with pytest.raises(akter.ActorError) as raised:
+            await order.bad_where(read=read)
+        assert raised.value.reason == "Defect" and "could not be built" in str(raised.value)
+        assert [r["cents"] for r in await lines_of(t, order.id)] == [5]
+        assert await state_of(t, order.id) == before

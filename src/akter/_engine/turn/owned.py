@@ -1,8 +1,10 @@
 """Owned rows in a turn: the batch's staged row writes, reads in its transaction, undo.
 
 A command's ``self.rows(t)`` writes are staged on its :class:`CommandRows` and, when it ends
-well, join the batch's pending writes, which the commit flight sends after the state's update
-(:meth:`OwnedTurn.send`): a command that only writes rows adds no round trip. A read sends the
+well, are compiled (a write that cannot be built is the command's defect, raised before any
+flight carries it) and join the batch's pending writes, which the commit flight sends first,
+before the state's update (:meth:`OwnedTurn.send`): a command that only writes rows adds no
+round trip. A read sends the
 batch's pending writes first, then the reading command's own (after a savepoint, taken once per
 command), then the read, in one flight on the turn's pipeline: it sees the committed rows plus
 this turn's writes, under the actor's row lock. A command that fails after it sent writes owes
@@ -48,6 +50,8 @@ class RowsReadFailed(BaseException):
 
 Statement = tuple[str, dict[str, Any]]
 Scope = tuple[int, str, str]
+#: A write and the statements it compiled to.
+Compiled = tuple["Write", list[Statement]]
 
 
 class Write(Protocol):
@@ -70,8 +74,8 @@ class OwnedTurn:
         self.fresh = fresh
         self.q = q
         self.scope = scope
-        #: Writes of the batch's commands that ended well, not sent yet.
-        self.pending: list[Write] = []
+        #: Writes of the batch's commands that ended well, compiled, not sent yet.
+        self.pending: list[Compiled] = []
         #: A failed command sent writes: the next flight starts by rolling them back.
         self.undo = False
         #: The sent statements' answers and writes (``None``: a read): a refused value is
@@ -84,12 +88,12 @@ class OwnedTurn:
         ctx.owned = rows
         return rows
 
-    async def _queue(self, writes: Sequence[Write]) -> None:
+    async def _queue(self, writes: Sequence[Compiled]) -> None:
         if self.undo:
             await owned_undo(self.pipe, self.q)
             self.undo = False
-        for write in writes:
-            for statement in write.compile():
+        for write, statements in writes:
+            for statement in statements:
                 answer = await owned_statement(self.pipe, statement)
                 self.sent.append((answer, write))
 
@@ -131,10 +135,15 @@ class CommandRows:
         turn, pipe = self.turn, self.turn.pipe
         pending, turn.pending = turn.pending, []
         await turn._queue(pending)
-        if self.staged and not self.saved:
+        try:
+            staged = compiled(self.staged)
+        except BatchDefect as bad:
+            self.ctx.poisoned = self.ctx.poisoned or bad.message
+            raise RowScopeError(bad.message) from None
+        self.staged = []
+        if staged and not self.saved:
             await owned_savepoint(pipe, turn.q)
             self.saved = True
-        staged, self.staged = self.staged, []
         await turn._queue(staged)
         answer = await owned_statement(pipe, statement)
         turn.sent.append((answer, None))
@@ -157,7 +166,7 @@ class CommandRows:
         if ok:
             if states is not None:
                 self._mirror(*states)
-            self.turn.pending.extend(self.staged)
+            self.turn.pending.extend(compiled(self.staged))
         elif self.saved:
             self.turn.undo = True
         self.staged = []
@@ -179,6 +188,19 @@ class CommandRows:
                 from akter._row_handles import mirror_write  # SQLAlchemy: types with tables
 
                 self.staged.append(mirror_write(declared, self.scope, values))
+
+
+def compiled(writes: Sequence[Write]) -> list[Compiled]:
+    """Each write with its statements; one that cannot be built is a ``BatchDefect``."""
+    out: list[Compiled] = []
+    for write in writes:
+        try:
+            out.append((write, write.compile()))
+        except Exception as exc:  # SQLAlchemy's, a scope refusal of a state index's values
+            raise BatchDefect(
+                0, f"A write to {write.table!r} could not be built: {type(exc).__name__}: {exc}"
+            ) from None
+    return out
 
 
 def owned_turn(flights: Flights, q: Queries, act: Activation) -> OwnedTurn | None:
