@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from akter._store.gateway.tables import read_only
 from akter._tables import OwnedTable, RowScopeError, owned_of
+from akter.errors import DefinitionError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -31,6 +32,11 @@ class TenantRows:
         from sqlalchemy.dialects.postgresql import JSONB
 
         self.owned: OwnedTable = owned_of(table)
+        if self.owned.owner is None:
+            raise DefinitionError(
+                f"runtime.rows: no actor class owns {self.owned.name!r}; name it in tables=[...] "
+                "of the class whose rows it holds."
+            )
         self.table = self.owned.table
         self.tenant = tenant
         self._store = store

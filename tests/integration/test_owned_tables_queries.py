@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -73,6 +74,13 @@ async def test_a_tenant_query_never_writes(tables: str, akter_test: Make) -> Non
         rows = t.runtime.rows(lines, tenant="acme")
         with pytest.raises(akter.RowScopeError):
             await rows.all(sa.delete(lines))  # type: ignore[arg-type]
+        # a SELECT that writes (a data-modifying CTE) is refused by the READ ONLY transaction
+        wrote = sa.delete(lines).where(lines.c.tenant_id == "acme").returning(lines.c.sku).cte()
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            await rows.all(sa.select(wrote.c.sku).select_from(lines))
+        unowned = sa.Table("stray", sa.MetaData(), *akter.owner_columns())
+        with pytest.raises(akter.DefinitionError, match="no actor class owns"):
+            t.runtime.rows(unowned, tenant="acme")
 
 
 @pytest.mark.parametrize("point", ["before_handler", "before_commit", "after_commit"])
