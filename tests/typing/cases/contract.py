@@ -316,3 +316,44 @@ async def pool_size() -> AsyncIterator[int]:
 def mailer_of(call: akter.JobCall) -> None:
     assert_type(call.resource(MAILER), Mailer)
     assert_type(mailers.override(MAILER, Mailer()), akter.Resources)
+
+
+# --- owned tables: rows in a command and a query, a tenant's rows across actors ------------------
+
+import sqlalchemy as sa  # noqa: E402
+
+order_lines = sa.Table(
+    "order_lines",
+    sa.MetaData(),
+    *akter.owner_columns(),
+    sa.Column("line_no", sa.Integer, primary_key=True),
+    sa.Column("cents", sa.BigInteger),
+)
+
+
+class Basket(BaseModel):
+    lines: int = 0
+
+
+class Till(akter.Actor[Basket], tables=[order_lines]):
+    @akter.command
+    async def add(self, cents: int) -> int:
+        self.state.lines += 1
+        self.rows(order_lines).insert({"line_no": self.state.lines, "cents": cents})
+        self.rows(order_lines).update({"cents": 0}).where(order_lines.c.cents < 0)
+        assert_type(await self.rows(order_lines).count(), int)
+        return self.state.lines
+
+    @akter.query
+    async def cents(self) -> list[int]:
+        found = await self.rows(order_lines).order_by(order_lines.c.line_no).all()
+        assert_type(found, list[dict[str, Any]])
+        return [int(r["cents"]) for r in found]
+
+
+async def tenant_rows(runtime: akter.Runtime) -> None:
+    rows = runtime.rows(order_lines, tenant="acme")
+    found = await rows.all(rows.select.where(order_lines.c.cents > 100))
+    assert_type(found, list[dict[str, Any]])
+    page, after = await rows.page(key=[order_lines.c.line_no], limit=10)
+    assert_type(after, tuple[Any, ...] | None)
