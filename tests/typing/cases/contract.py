@@ -356,4 +356,5 @@ async def tenant_rows(runtime: akter.Runtime) -> None:
     found = await rows.all(rows.select.where(order_lines.c.cents > 100))
     assert_type(found, list[dict[str, Any]])
     page, after = await rows.page(key=[order_lines.c.line_no], limit=10)
+    assert_type(page, list[dict[str, Any]])
     assert_type(after, tuple[Any, ...] | None)
