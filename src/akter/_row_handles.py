@@ -96,20 +96,28 @@ class RowsRead:
         self._order: list[Any] = []
         self._limit: int | None = None
 
+    def _copy(self) -> RowsRead:
+        made = RowsRead(self._rows)
+        made._where, made._order, made._limit = [*self._where], [*self._order], self._limit
+        return made
+
     def where(self, *criteria: Any) -> RowsRead:
-        """Narrow the read (ANDed with the owner's keys)."""
-        self._where.extend(criteria)
-        return self
+        """A read narrowed by ``criteria`` (ANDed with the owner's keys); this one is unchanged."""
+        made = self._copy()
+        made._where.extend(criteria)
+        return made
 
     def order_by(self, *clauses: Any) -> RowsRead:
-        """Order the rows."""
-        self._order.extend(clauses)
-        return self
+        """A read in this order."""
+        made = self._copy()
+        made._order.extend(clauses)
+        return made
 
     def limit(self, count: int) -> RowsRead:
-        """Read at most ``count`` rows."""
-        self._limit = count
-        return self
+        """A read of at most ``count`` rows."""
+        made = self._copy()
+        made._limit = count
+        return made
 
     def select(self) -> sa.Select[Any]:
         """The scoped ``SELECT`` this read sends."""
