@@ -10,6 +10,7 @@ from akter import jobs as _jobs
 from akter._drain import DrainReport
 from akter._evolution import migrate_state
 from akter._policy import Policy
+from akter._tables import OwnedTableError, RowScopeError, owned, owner_columns, state_index
 from akter._version import __version__
 from akter.actor import Actor, ActorDefinition, EmptyState, Event, command, public, query
 from akter.callers import ActorRef, Anonymous, Caller, System, User, as_caller, current_caller
@@ -62,7 +63,9 @@ for _error in (
     JobDeadLettered,
     JobFailure,
     JobStreamError,
+    OwnedTableError,
     ReadOnlyError,
+    RowScopeError,
     StepFailed,
     WorkflowCancelled,
     WorkflowDiverged,
@@ -112,6 +115,7 @@ __all__ = [
     "JobFailure",
     "JobStreamError",
     "MissingResource",
+    "OwnedTableError",
     "ParkedRow",
     "Policy",
     "QueryView",
@@ -119,6 +123,7 @@ __all__ = [
     "ReadOnlyError",
     "Resource",
     "Resources",
+    "RowScopeError",
     "Runtime",
     "StepFailed",
     "System",
@@ -137,8 +142,11 @@ __all__ = [
     "current_caller",
     "job",
     "migrate_state",
+    "owned",
+    "owner_columns",
     "public",
     "query",
     "schedule",
+    "state_index",
     "workflow",
 ]

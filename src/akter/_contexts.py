@@ -68,6 +68,8 @@ class _Context:
     cursor: int = 0
     #: In a query: reads one page of committed events (``after``, ``limit``).
     events_reader: Callable[[str | None, int], Awaitable[Any]] | None = None
+    #: Behind ``self.rows(t)`` of a type with owned tables: the turn's or the query's side.
+    owned: Any = None
 
     def __init__(
         self, *, definition: ActorDefinition, ref: ActorRef, caller: Caller, now_ms: int

@@ -405,6 +405,8 @@ class ActorDefinition:
     state_chain: Chain = field(default_factory=Chain)
     #: Earlier names of commands and jobs, to the current name (evolution E2).
     aliases: dict[str, str] = field(default_factory=dict)
+    #: The owned tables (``akter._tables.OwnedTable``; ``tables=`` of the class).
+    tables: tuple[Any, ...] = ()
 
     @property
     def state_version(self) -> int:

@@ -37,6 +37,7 @@ from akter._members import (
     query,
 )
 from akter._policy import POLICY_FIELDS, Policy
+from akter._rows import RowsApi
 from akter._storable import (
     ARGUMENT_INT_RANGE,
     MAX_ARGUMENT_DEPTH,
@@ -82,6 +83,7 @@ RESERVED_MEMBER_NAMES = frozenset(
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
         "signal_workflow", "cancel_workflow", "job_stream", "broadcast", "broadcasts", "watch",
+        "rows",
     }
 )  # fmt: skip
 
@@ -99,13 +101,14 @@ def default_access(caller: Caller, ref: ActorRef, member: str, kind: AccessKind)
 # --- the Actor base -------------------------------------------------------------------------
 
 
-class Actor(TurnApi[S], Broadcasts, Generic[S]):
+class Actor(TurnApi[S], Broadcasts, RowsApi, Generic[S]):
     """Base class of actors: ``class Order(akter.Actor[OrderState], name=..., ...)``.
 
     Class keywords: ``name=`` (default: the class name), ``singleton=True``, ``access=`` (an
     access policy; default System-only), ``placement="tenant" | "actor"``, ``events=`` (the
     event classes it emits; when given, emitting another class is refused), ``policy=``
-    (:class:`akter.Policy`) or individual policy fields (``execution_timeout=5`` ...).
+    (:class:`akter.Policy`) or individual policy fields (``execution_timeout=5`` ...),
+    ``tables=`` (its owned tables: ``sa.Table`` objects or ``akter.owned(...)``).
     """
 
     __akter_definition__: ClassVar[ActorDefinition]
@@ -123,6 +126,7 @@ class Actor(TurnApi[S], Broadcasts, Generic[S]):
         placement: Literal["tenant", "actor"] = "tenant",
         policy: Policy | None = None,
         events: tuple[type[Event], ...] | list[type[Event]] = (),
+        tables: tuple[Any, ...] | list[Any] = (),
         **options: Any,
     ) -> None:
         unknown = set(options) - POLICY_FIELDS
@@ -156,6 +160,8 @@ class Actor(TurnApi[S], Broadcasts, Generic[S]):
             if not (isinstance(event, type) and issubclass(event, Event)):
                 raise DefinitionError(f"{type_name}: events= takes akter.Event subclasses.")
         _collect_members(cls, definition)
+        if tables:
+            definition.tables = _owned_tables(type_name, tables)
         cls.__akter_definition__ = definition
         try:
             definition.resolve()
@@ -163,6 +169,16 @@ class Actor(TurnApi[S], Broadcasts, Generic[S]):
             if "cannot resolve an annotation" not in str(exc):
                 raise
             # Forward references: resolved when the Runtime is built.
+
+
+def _owned_tables(type_name: str, tables: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
+    """The declarations of ``tables=``, each claimed by ``type_name`` (one owner type each)."""
+    from akter._tables import owned_of
+
+    declared = tuple(owned_of(t) for t in tables)
+    for table in declared:
+        table.claim(type_name)
+    return declared
 
 
 def _state_model_of(cls: type) -> type[BaseModel]:

@@ -41,6 +41,7 @@ from akter._members import refuse_internal
 from akter._store.gateway.outbox import OutboxGateway
 from akter._store.migrate import Deployment
 from akter._store.pool import Clock, Store
+from akter._tenant_rows import TenantRows
 from akter.actor import AccessKind, Actor, ActorDefinition
 from akter.callers import ActorRef, Caller, current_caller
 from akter.check import CheckOptions, CheckReport
@@ -383,6 +384,10 @@ class Runtime:
     def get(self, actor: type[A], id: str = "", *, tenant: str = "default") -> A:
         """A typed handle to one actor (``runtime.get(Billing)`` for a singleton)."""
         return cast(A, local_handle(self, self._calls, actor, self.ref(actor, id, tenant=tenant)))
+
+    def rows(self, table: Any, *, tenant: str) -> TenantRows:
+        """One tenant's rows of an owned table, read-only (``akter._tenant_rows.TenantRows``)."""
+        return TenantRows(self._store, table, tenant, self.config.query_pool_wait_ms / 1000)
 
     async def create(self, actor: type[A], *, tenant: str = "default") -> A:
         """A handle to a new actor with a minted UUIDv7 id; nothing is written yet."""

@@ -41,7 +41,7 @@ _MARK = re.compile(r"^\s*<!--\s*(?P<kind>file|run-by|not-run):\s*(?P<value>.*?)\
 
 #: Blocks that are not programs (fragments, the specification's sketches). Raise it only for a
 #: block that cannot be a complete file; make the others run.
-NOT_RUN = 9
+NOT_RUN = 11
 
 
 @dataclass(frozen=True)

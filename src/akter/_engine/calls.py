@@ -34,6 +34,7 @@ from akter._ids import (
 from akter._members import refuse_internal
 from akter._retry import CommandRetry
 from akter._store.gateway.actors import actor_key, committed
+from akter._store.gateway.tables import QueryRows
 from akter.actor import AccessKind, ActorDefinition, Member
 from akter.callers import ActorRef, Caller, System, current_caller
 from akter.context import LoopContext, LoopLease, QueryContext, bind, unwrap_read_only
@@ -309,6 +310,8 @@ class Calls:
             cursor=cursor,
             events_reader=lambda after, limit: self._read_events(ref, after, limit),
         )
+        if definition.tables:
+            ctx.owned = self._query_rows(ref, member.name)
         arguments = member.arguments(payload)
         async with asyncio.timeout(definition.policy.execution_timeout / 1000):
             value = await invoke(ctx, lambda actor: member.fn(actor, **arguments))
@@ -319,6 +322,16 @@ class Calls:
             raise ActorError(
                 "Defect", f"{ref.type}.{member.name} returned a value that fails its annotation."
             ) from exc
+
+    def _query_rows(self, ref: ActorRef, name: str) -> QueryRows:
+        """A query's ``self.rows`` reader: its actor's owned rows, read-only."""
+        services = self._services
+        return QueryRows(
+            services.store,
+            (services.registry.routing_key(ref), ref.tenant, ref.id),
+            services.config.query_pool_wait_ms / 1000,
+            f"the query {ref.type}.{name}",
+        )
 
     async def _read_state(self, member: Member, ref: ActorRef) -> tuple[Any, int, int, int]:
         """The committed state, event cursor, database time and row version for a query.

@@ -21,6 +21,7 @@ from akter._engine.dispatcher import Dispatcher
 from akter._engine.operations import seed_singleton_ticks
 from akter._engine.orphans import declared_names
 from akter._engine.services import Services
+from akter._engine.tables import check_owned_tables
 from akter._store.migrate import Deployment, migrate_store
 
 log = logging.getLogger("akter.runtime")
@@ -95,6 +96,7 @@ class Lifecycle:
         try:
             await self._migrate()
             await services.store.open()
+            await check_owned_tables(services.store, services.definitions.values())
             await services.clock.read()
             await seed_singleton_ticks(services)
             await self._jobs.start()

@@ -61,6 +61,11 @@ class Answer:
         status = self._answered().command_status
         return status.decode() if status else None
 
+    @property
+    def failed(self) -> bool:
+        """Whether the server answered the statement with an error (after its flight synced)."""
+        return self._result is not None and self._result.status == _FATAL
+
     async def fetchone(self) -> Row | None:
         rows = self._rows()
         return rows[0] if rows else None
@@ -156,10 +161,13 @@ class TurnPipeline:
         self._open = False
         return True
 
-    async def execute(self, query: str | bytes, params: Mapping[str, Any] | None = None) -> Answer:
+    async def execute(
+        self, query: str | bytes, params: Mapping[str, Any] | None = None, *, prepare: bool = True
+    ) -> Answer:
         """Queue ``query`` (psycopg's ``%(name)s`` placeholders) with ``params``.
 
-        Its :class:`Answer` can be read after the next :meth:`sync`.
+        Its :class:`Answer` can be read after the next :meth:`sync`. ``prepare=False``: never
+        prepared (statements of a user's owned tables, not to fill :data:`MAX_PREPARED`).
         """
         sql, names = _converted(query, params is not None)
         if params is None:
@@ -176,7 +184,7 @@ class TurnPipeline:
         answer = Answer(tx)
         pg = self._pg
         self._unusable = True  # until the sends below are done
-        if name is None and len(self._prepared) < MAX_PREPARED:
+        if name is None and prepare and len(self._prepared) < MAX_PREPARED:
             name = b"akter_turn_%d" % len(self._prepared)
             pg.send_prepare(name, sql, param_types=types or None)
             self._queued.append((None, key))

@@ -360,3 +360,45 @@ async def live(runtime: akter.Runtime, client: Client) -> None:
     async with client.connect() as socket:
         assert_type(socket.get(Wallet, "w-1").balance.watch(), AsyncIterator[int])
         assert_type(await socket.broadcasts(Wallet, "w-1", "chat"), AsyncIterator[Any])
+
+
+# --- owned tables: rows in a command and a query, a tenant's rows across actors ------------------
+
+import sqlalchemy as sa  # noqa: E402
+
+order_lines = sa.Table(
+    "order_lines",
+    sa.MetaData(),
+    *akter.owner_columns(),
+    sa.Column("line_no", sa.Integer, primary_key=True),
+    sa.Column("cents", sa.BigInteger),
+)
+
+
+class Basket(BaseModel):
+    lines: int = 0
+
+
+class Till(akter.Actor[Basket], tables=[order_lines]):
+    @akter.command
+    async def add(self, cents: int) -> int:
+        self.state.lines += 1
+        self.rows(order_lines).insert({"line_no": self.state.lines, "cents": cents})
+        self.rows(order_lines).update({"cents": 0}).where(order_lines.c.cents < 0)
+        assert_type(await self.rows(order_lines).count(), int)
+        return self.state.lines
+
+    @akter.query
+    async def cents(self) -> list[int]:
+        found = await self.rows(order_lines).order_by(order_lines.c.line_no).all()
+        assert_type(found, list[dict[str, Any]])
+        return [int(r["cents"]) for r in found]
+
+
+async def tenant_rows(runtime: akter.Runtime) -> None:
+    rows = runtime.rows(order_lines, tenant="acme")
+    found = await rows.all(rows.select.where(order_lines.c.cents > 100))
+    assert_type(found, list[dict[str, Any]])
+    page, after = await rows.page(key=[order_lines.c.line_no], limit=10)
+    assert_type(page, list[dict[str, Any]])
+    assert_type(after, tuple[Any, ...] | None)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from akter._engine import tables
 from akter._engine.check.report import EXAMPLES, Findings, report
 from akter._engine.runners import LIVE_MS
 from akter._evolution import PayloadTooNew, StateDecodeError
@@ -124,6 +125,7 @@ async def run_check(
     found = Findings()
     async with gateway:
         await _check_schema(gateway, found)
+        found.extra += await tables.check_findings(gateway, definitions.values())
         placements = await gateway.placements()
         found.recorded = {t for t in placements if t not in definitions}
         now = await gateway.now_ms(options.offset_ms)

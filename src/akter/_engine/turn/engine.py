@@ -55,6 +55,7 @@ from akter._engine.turn.flights import (
     rollback_quietly,
 )
 from akter._engine.turn.invoke import Prepared, Ran, decode_replies, run_handler
+from akter._engine.turn.owned import OwnedTurn, owned_turn, raise_refused
 from akter._engine.turn.types import (
     Activation,
     BatchDefect,
@@ -277,7 +278,8 @@ class TurnEngine:
             live_keys=live_keys,
         )
         now_ms = admitted.now_ms
-        ran = await self._run_commands(act, batch, admitted, prepared)
+        owned = owned_turn(flights, self.q, act)
+        ran = await self._run_commands(act, batch, admitted, prepared, owned)
         if self.hooks.armed("before_commit"):
             await self.hooks.at("before_commit", {"ref": ref, "batch": batch})
         todo = writes.plan(
@@ -299,12 +301,10 @@ class TurnEngine:
                 arrived_at=admitted.arrived_at,
                 fence_off=self.clock.offset_ms,
                 meanwhile=lambda: decode_replies(ran.outcomes),
+                owned=owned,
             )
-        except psycopg.errors.UniqueViolation as exc:
-            if live_key_taken(exc) and any(r.key is not None for r in ran.writes.runs):
-                raise LiveKeyTaken(
-                    "a workflow start met a live run of its key, started meanwhile"
-                ) from exc
+        except psycopg.Error as exc:
+            _commit_failed(exc, ran, owned)
             raise
         decode_replies(ran.outcomes)  # done while the flight was out, unless there was none
         cancelled = await writes.answers(sent, todo)
@@ -364,6 +364,7 @@ class TurnEngine:
         batch: Sequence[Request],
         admitted: admission.Admitted,
         prepared: Prepared,
+        owned: OwnedTurn | None = None,
     ) -> BatchRun:
         """Decide each command and run the handlers of those that run, in order."""
         definition = act.definition
@@ -393,7 +394,7 @@ class TurnEngine:
                 ran.outcomes.append(Outcome(Result("error", error=rules.lease_lost(request))))
                 continue
             outcome, new_state, ctx = await self._decide_and_run(
-                act, request, index, admitted, ran, prepared
+                act, request, index, admitted, ran, prepared, owned
             )
             ran.outcomes.append(outcome)
             if ctx is not None and outcome.result.kind == "ok":
@@ -412,6 +413,7 @@ class TurnEngine:
         admitted: admission.Admitted,
         ran: BatchRun,
         prepared: Prepared,
+        owned: OwnedTurn | None,
     ) -> Ran:
         now_ms = admitted.now_ms
         state = ran.state
@@ -434,6 +436,7 @@ class TurnEngine:
             hooks=self.hooks,
             prepared=prepared,
             keyed_runs=ran.writes.keyed,
+            owned=owned,
         )
 
     def _count_writes(self, act: Activation, batch_writes: BatchWrites, receipts: int) -> None:
@@ -446,6 +449,20 @@ class TurnEngine:
             self.metrics.count("akter.outbox.staged", kind=row.kind)
         if receipts:
             self.metrics.count("akter.receipts.written", receipts, actor_type=actor_type)
+
+
+def _commit_failed(exc: psycopg.Error, ran: BatchRun, owned: OwnedTurn | None) -> None:
+    """Raise what a failed commit flight means, if more than the error itself.
+
+    A keyed workflow start that met a live run of its key (``LiveKeyTaken``), or a value an
+    owned table refused (the batch's defect: ``owned.raise_refused``).
+    """
+    if isinstance(exc, psycopg.errors.UniqueViolation) and live_key_taken(exc):
+        if any(r.key is not None for r in ran.writes.runs):
+            raise LiveKeyTaken(
+                "a workflow start met a live run of its key, started meanwhile"
+            ) from exc
+    raise_refused(owned, exc)
 
 
 def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: int) -> None:

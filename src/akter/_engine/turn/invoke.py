@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from akter._contexts import IN_TURN, CommandContext, bind
 from akter._engine.hooks import Hooks
+from akter._engine.turn.owned import OwnedTurn, RowsReadFailed
 from akter._engine.turn.rules import receipt_result
 from akter._engine.turn.types import (
     EVENT_BYTES_LIMIT,
@@ -92,12 +93,13 @@ async def run_handler(
     hooks: Hooks,
     prepared: Prepared,
     keyed_runs: dict[tuple[str, str], str] | None = None,
+    owned: OwnedTurn | None = None,
 ) -> Ran:
     """Run the command's handler: its outcome, the state after it and its context.
 
     A declared error keeps ``state`` and returns no context (nothing it staged is written).
     ``prepared`` holds inputs made while the admission flight was out; ``keyed_runs`` the runs
-    the batch's keyed starts name (``BatchWrites.keyed``).
+    the batch's keyed starts name (``BatchWrites.keyed``); ``owned`` the batch's owned rows.
 
     Raises:
         BatchDefect: The handler failed, returned or left something akter cannot store.
@@ -114,6 +116,7 @@ async def run_handler(
         window_ms=window_ms,
         keyed_runs=keyed_runs,
     )
+    rows = owned.command(ctx) if owned is not None else None
     instance = bind(ctx)
     if hooks.armed("before_handler"):
         await hooks.at("before_handler", {"ref": act.ref, "command": member.name})
@@ -124,7 +127,11 @@ async def run_handler(
         value = await member.fn(instance, **arguments)
     except DeclaredError as exc:
         ctx.active = False
+        if rows is not None:
+            rows.end(ok=False)  # its rows are dropped, and undone if a read sent them
         return _declared(ctx, exc, request, index), state, None
+    except RowsReadFailed as failed:
+        raise failed.error from None  # the turn fails as a failed flight does
     except (TimeoutError, asyncio.CancelledError, InjectedCrash):
         if ctx.poisoned:
             raise BatchDefect(index, ctx.poisoned) from None
@@ -145,6 +152,8 @@ async def run_handler(
     receipt = _result_receipt(definition, member, value, index)
     new_state, state_json = _new_state(act, ctx.state, index)
     _check_sizes(act, ctx, state_json, index)
+    if rows is not None:
+        rows.end(ok=True, states=(state, new_state))
     # The reply is decoded from the receipt's stored JSON, exactly as a replay decodes it, but
     # only once the commit flight is out (decode_replies): only the caller needs it.
     expires = request.command_id.expires_ms

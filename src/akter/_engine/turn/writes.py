@@ -21,6 +21,7 @@ from akter._contexts import LoopLease
 from akter._engine.ticks import first_ticks
 from akter._engine.turn.admission import fence_of
 from akter._engine.turn.flights import Flights
+from akter._engine.turn.owned import OwnedTurn
 from akter._engine.turn.types import (
     Activation,
     BatchRun,
@@ -117,6 +118,7 @@ async def send(
     arrived_at: float,
     fence_off: int | None = None,
     meanwhile: Callable[[], None] | None = None,
+    owned: OwnedTurn | None = None,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
@@ -124,7 +126,8 @@ async def send(
     delays count from the commit, whose clock is taken as :func:`commit_clock`. ``off`` is the
     clock offset the turn's reading was taken at; ``fence_off`` the offset now (``off`` if
     ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
-    ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``).
+    ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``). ``owned``: the batch's
+    owned-row writes, sent first.
     """
     started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
@@ -136,6 +139,10 @@ async def send(
         else:
             commit_ms = commit_clock(now_ms, arrived_at)
             receipts = _receipt_params(todo)
+            if owned is not None:
+                # First: it may start by rolling back to a failed command's savepoint, which
+                # must not undo anything else of this flight (turn/owned.py).
+                await owned.send()
             if todo.state_changed:
                 # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(

@@ -21,6 +21,7 @@ import psycopg
 from psycopg.errors import QueryCanceled
 from psycopg.rows import DictRow, dict_row
 
+from akter._store.gateway.tables import Column
 from akter._store.queries import Queries
 from akter.check import CheckUnavailable
 
@@ -301,6 +302,15 @@ class CheckGateway:
         """The deployment's recorded actor types and their placements (none before a start)."""
         rows = await self._read("the deployment", self.queries["deployment_get"], {})
         return dict(rows[0]["placements"]) if rows else {}
+
+    async def owned_table(self, table: str) -> list[Column] | None:
+        """An owned table's columns, ``None`` when it does not exist (``owned_table_*``)."""
+        q, what = self.queries, f"the owned table {table}"
+        found = await self._read(what, q["owned_table_exists"], {"table": table})
+        if not found or not found[0]["found"]:
+            return None
+        rows = await self._read(what, q["owned_table_columns"], {"table": table})
+        return [Column.from_row(row) for row in rows]
 
     async def now_ms(self, offset_ms: int) -> int:
         """The framework clock (database time plus the runtime's offset)."""
