@@ -38,6 +38,7 @@ from akter.operators.outbox import ParkedRow
 from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
+from akter.staging import StagedCommand, astage, stage, stage_many, staged
 from akter.workflows import (
     Workflow,
     WorkflowFailure,
@@ -117,6 +118,7 @@ __all__ = [
     "Resource",
     "Resources",
     "Runtime",
+    "StagedCommand",
     "StepFailed",
     "System",
     "User",
@@ -130,6 +132,7 @@ __all__ = [
     "WorkflowStatus",
     "__version__",
     "as_caller",
+    "astage",
     "command",
     "current_caller",
     "job",
@@ -137,5 +140,8 @@ __all__ = [
     "public",
     "query",
     "schedule",
+    "stage",
+    "stage_many",
+    "staged",
     "workflow",
 ]

@@ -47,6 +47,7 @@ AKTER_ALL = [
     "Resource",
     "Resources",
     "Runtime",
+    "StagedCommand",
     "StepFailed",
     "System",
     "User",
@@ -60,6 +61,7 @@ AKTER_ALL = [
     "WorkflowStatus",
     "__version__",
     "as_caller",
+    "astage",
     "command",
     "current_caller",
     "job",
@@ -67,6 +69,9 @@ AKTER_ALL = [
     "public",
     "query",
     "schedule",
+    "stage",
+    "stage_many",
+    "staged",
     "workflow",
 ]
 
