@@ -2,7 +2,7 @@
 -- Same block format as queries.sql; loaded into the same catalogue. They run on the
 -- application's connection, not the runtime's pool, inside whatever transaction it holds.
 -- A staged row is an ordinary intent on the TARGET actor's routing key (its shard on Citus);
--- its source columns name no actor: actor_type '$transaction', actor_id ''.
+-- its source columns name no actor: actor_type akter._kinds.TRANSACTION_SOURCE, actor_id ''.
 
 -- stage_intents --
 -- inserts the staged intents in one statement (unnest of parallel arrays); each id is the pinned one or minted here from the statement clock and the deployment's retry window (v1.<now>.<max(due,now)+slack+window>.<uuid4>, plus a suffix: a workflow start's '~<actor digest>'); nothing is inserted unless the deployment row exists at schema version %(min_version)s or later; a row whose id is already on the outbox is left alone (ON CONFLICT DO NOTHING) and reported as not inserted
@@ -34,7 +34,7 @@ ins AS (
     INSERT INTO {schema}.outbox
         (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
          target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms)
-    SELECT m.rk, m.intent_id, (m.rk >> 56)::smallint, 'intent', m.tenant, '$transaction', '',
+    SELECT m.rk, m.intent_id, (m.rk >> 56)::smallint, 'intent', m.tenant, %(source_type)s, '',
            m.type, m.id, m.command, m.payload, m.version, m.caller, m.due, m.due
     FROM m
     ORDER BY m.ord
@@ -75,22 +75,25 @@ FROM {schema}.deployment d;
 
 -- staged_outcome --
 -- the outcome of one command id on a known actor: its receipt, whether its intent is still pending (by the id index, on the actor's routing key), and the clock
-SELECT {schema}.stmt_ms(0) AS now,
-       (SELECT r.outcome FROM {schema}.receipts r
-        WHERE r.routing_key = %(rk)s AND r.tenant_id = %(tenant)s AND r.actor_type = %(type)s
-          AND r.actor_id = %(id)s AND r.command_id = %(command_id)s) AS outcome,
+SELECT {schema}.stmt_ms(%(off)s::bigint) AS now, r.command, r.outcome,
        EXISTS (SELECT 1 FROM {schema}.outbox o
-               WHERE o.routing_key = %(rk)s AND o.intent_id = %(command_id)s) AS pending;
+               WHERE o.routing_key = %(rk)s AND o.intent_id = %(command_id)s) AS pending
+FROM (SELECT 1) one
+LEFT JOIN {schema}.receipts r
+    ON r.routing_key = %(rk)s AND r.tenant_id = %(tenant)s AND r.actor_type = %(type)s
+   AND r.actor_id = %(id)s AND r.command_id = %(command_id)s;
 
 -- staged_locate --
--- where a staged command id went, without its actor: a pending intent by the outbox's id index, else a receipt written for a '$transaction' caller by the receipts' staged-id index (migration 0015); both probe every shard on Citus (an operator-class read, one id)
+-- where a staged command id went, without its actor: a pending intent by the outbox's id index, else a receipt written for a transaction caller (a receipt wins over a row still settling) by the receipts' staged-id index (migration 0015); both probe every shard on Citus (an operator-class read, one id)
 SELECT o.routing_key, o.tenant_id, o.target_type AS actor_type, o.target_id AS actor_id,
-       o.command, NULL::jsonb AS outcome, true AS pending, {schema}.stmt_ms(0) AS now
+       o.command, NULL::jsonb AS outcome, true AS pending,
+       {schema}.stmt_ms(%(off)s::bigint) AS now
 FROM {schema}.outbox o
 WHERE o.intent_id = %(command_id)s AND o.kind = 'intent'
 UNION ALL
 SELECT r.routing_key, r.tenant_id, r.actor_type, r.actor_id, r.command, r.outcome, false,
-       {schema}.stmt_ms(0)
+       {schema}.stmt_ms(%(off)s::bigint)
 FROM {schema}.receipts r
 WHERE r.command_id = %(command_id)s AND r.caller_key LIKE '["System","transaction",%%'
+ORDER BY pending
 LIMIT 1;

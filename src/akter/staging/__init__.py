@@ -32,7 +32,8 @@ from akter._store.gateway.staging import StageRow, plan
 from akter._store.queries import Queries
 from akter.callers import Caller
 from akter.errors import ActorError
-from akter.staging import _connections, _rows
+from akter._store import app_connections as _connections
+from akter.staging import _rows
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession

@@ -32,12 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from akter._ids import parse_command_id
+from akter._kinds import TRANSACTION_SOURCE
 from akter._store.migrate import SCHEMA_VERSION
 from akter._store.queries import Queries
 from akter.errors import ActorError, ConfigurationError
-
-#: The source columns (``actor_type``, ``actor_id``) of a staged outbox row: no actor sent it.
-SOURCE_TYPE = "$transaction"
 
 #: One statement to run: its text and parameters.
 Statement = tuple[str, dict[str, Any]]
@@ -215,6 +213,7 @@ def _insert(queries: Queries, rows: Sequence[StageRow], which: list[int]) -> Sta
         "ats": [r.at for r in picked],
         "slacks": [r.slack for r in picked],
         "min_version": SCHEMA_VERSION,
+        "source_type": TRANSACTION_SOURCE,
     }
 
 
@@ -222,4 +221,4 @@ def _uuid4() -> str:
     return str(uuid.uuid4())
 
 
-__all__ = ["SOURCE_TYPE", "Rows", "StageRow", "Statement", "plan"]
+__all__ = ["Rows", "StageRow", "Statement", "plan"]
