@@ -9,13 +9,13 @@ the child's backend has ended.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 import pytest
 
 from akter.testing import ActorTest
+from tests._support.polling import until
 from tests.faults.child_process import ChildProcess, start_module
 from tests.integration.stage_actors import ALL
 
@@ -27,11 +27,18 @@ BACKEND_GONE_WITHIN = 20.0
 
 async def backend_gone(t: ActorTest, tag: str) -> None:
     """Until no backend of the child's connection is left (its transaction has ended)."""
-    async with asyncio.timeout(BACKEND_GONE_WITHIN):
-        while await t.rows(
-            "SELECT 1 FROM pg_stat_activity WHERE application_name = %(tag)s", {"tag": tag}
-        ):
-            await asyncio.sleep(0.05)
+
+    async def backends() -> list[dict[str, Any]]:
+        sql = "SELECT 1 FROM pg_stat_activity WHERE application_name = %(tag)s"
+        return await t.rows(sql, {"tag": tag})
+
+    await until(
+        backends, within=BACKEND_GONE_WITHIN, what="the child's backend to end", holds=_empty
+    )
+
+
+def _empty(rows: list[dict[str, Any]]) -> bool:
+    return not rows
 
 
 async def deliveries(t: ActorTest, actor_id: str) -> list[str]:

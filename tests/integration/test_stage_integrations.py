@@ -91,8 +91,8 @@ def test_sqlalchemy_driver_without_pyformat_is_refused() -> None:
 
 def _django(url: str) -> Any:
     """Django's connection to the test database (settings configured once per process)."""
-    import django
-    from django.conf import settings
+    import django  # type: ignore[import-untyped]
+    from django.conf import settings  # type: ignore[import-untyped]
     from psycopg.conninfo import conninfo_to_dict
 
     if not settings.configured:
@@ -112,7 +112,7 @@ def _django(url: str) -> Any:
             USE_TZ=True,
         )
         django.setup()
-    from django.db import connection
+    from django.db import connection  # type: ignore[import-untyped]
 
     return connection
 
