@@ -245,7 +245,7 @@ INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
         "receipts",
         False,
         ["command_id"],
-        "(caller_key ~~ '[\"System\",\"transaction\",%'::text)",
+        '(caller_key ~~ \'["System","transaction",%\'::text)',
     ),
     "events_emitted": ("events", False, ["actor_type", "emitted_at_ms"], None),
     "workflows_live": (
