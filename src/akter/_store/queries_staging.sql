@@ -48,6 +48,42 @@ SELECT d.w AS window_ms, d.schema_version, d.now,
                 '{}') AS inserted
 FROM d;
 
+-- stage_intent --
+-- stage_intents for one command, with scalar parameters (a single akter.stage call: the arrays' dumping and unnesting cost a one-row statement several times its insert); the same id rule, deployment check and ON CONFLICT DO NOTHING
+WITH d AS MATERIALIZED (
+    SELECT dp.retry_window_ms AS w, dp.schema_version, {schema}.stmt_ms(0) AS now
+    FROM {schema}.deployment dp
+),
+k AS MATERIALIZED (
+    SELECT t.due,
+           coalesce(%(pinned)s::text,
+                    'v1.' || d.now || '.'
+                    || (greatest(t.due, d.now)
+                        + CASE WHEN %(at)s::bigint IS NULL THEN %(slack)s::bigint ELSE 0 END
+                        + d.w)
+                    || '.' || %(uuid)s::text) || %(suffix)s::text AS intent_id
+    FROM d
+    CROSS JOIN LATERAL (
+        SELECT coalesce(%(at)s::bigint, d.now + coalesce(%(delay)s::bigint, 0)) AS due
+    ) t
+    WHERE d.schema_version >= %(min_version)s::int
+),
+ins AS (
+    INSERT INTO {schema}.outbox
+        (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
+         target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms)
+    SELECT %(rk)s::bigint, k.intent_id, (%(rk)s::bigint >> 56)::smallint, 'intent',
+           %(tenant)s::text, %(source_type)s::text, '', %(type)s::text, %(id)s::text,
+           %(command)s::text, %(payload)s::text, %(version)s::int, %(caller)s::text, k.due, k.due
+    FROM k
+    ON CONFLICT (routing_key, intent_id) DO NOTHING
+    RETURNING intent_id
+)
+SELECT d.w AS window_ms, d.schema_version, d.now,
+       (SELECT array_agg(k.intent_id) FROM k) AS intent_ids,
+       (SELECT array_agg(EXISTS (SELECT 1 FROM ins)) FROM k) AS inserted
+FROM d;
+
 -- stage_probe --
 -- what already holds the pinned ids of a staging, read in a fresh snapshot: the deployment's window and clock, and the pending outbox rows and the receipts under those ids on those routing keys (filters on routing_key = ANY and the id = ANY: a superset the caller matches row by row, routed to the keys' shards on Citus)
 SELECT d.retry_window_ms AS window_ms, d.schema_version, {schema}.stmt_ms(0) AS now,

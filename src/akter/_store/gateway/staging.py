@@ -15,7 +15,9 @@ The flow (docs/guides/own-transaction.md):
    the deployment's window, or that has expired, is refused (``InvalidCommandId`` /
    ``CommandExpired``).
 2. ``stage_intents`` inserts the rest in one statement (ids minted in SQL from the statement
-   clock and the deployment's retry window). A pinned row that another transaction committed
+   clock and the deployment's retry window); ``stage_intent`` when there is one, with scalar
+   parameters (a single ``akter.stage`` call: the arrays cost a one-row statement several times
+   its insert, bench/stage_bench.py). A pinned row that another transaction committed
    between 1 and 2 is not inserted (``ON CONFLICT DO NOTHING``, after waiting for that
    transaction); it is probed once more and compared, as in 1.
 
@@ -210,6 +212,26 @@ def _probe(queries: Queries, rows: Sequence[StageRow], which: list[int]) -> Stat
 def _insert(
     queries: Queries, rows: Sequence[StageRow], which: list[int], min_version: int
 ) -> Statement:
+    if len(which) == 1:
+        row = rows[which[0]]
+        return queries["stage_intent"], {
+            "rk": row.rk,
+            "tenant": row.tenant,
+            "type": row.type,
+            "id": row.id,
+            "command": row.command,
+            "payload": row.payload,
+            "version": row.version,
+            "caller": row.caller,
+            "pinned": row.pinned,
+            "uuid": _uuid4(),
+            "suffix": row.suffix,
+            "delay": row.delay,
+            "at": row.at,
+            "slack": row.slack,
+            "min_version": min_version,
+            "source_type": TRANSACTION_SOURCE,
+        }
     picked = [rows[i] for i in which]
     return queries["stage_intents"], {
         "rks": [r.rk for r in picked],
