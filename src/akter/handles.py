@@ -194,6 +194,10 @@ class Host(Protocol):
         """A job's progress frames."""
         ...
 
+    async def outcome(self, cid: str, *, timeout: float = 30, ref: ActorRef | None = None) -> Any:  # noqa: ASYNC109
+        """A command's outcome by id (``Runtime.outcome``)."""
+        ...
+
     async def start_workflow(
         self,
         flow: WorkflowMember[Any, Any],
@@ -242,6 +246,10 @@ class LocalTransport:
         """A job's progress frames."""
         return self._host.job_progress(ref, job_id)
 
+    async def outcome(self, ref: ActorRef, command_id: str, timeout: float) -> Any:  # noqa: ASYNC109
+        """A command's outcome on ``ref`` by id."""
+        return await self._host.outcome(command_id, timeout=timeout, ref=ref)
+
     async def start_workflow(
         self,
         flow: WorkflowMember[Any, Any],
@@ -268,6 +276,13 @@ class Handle(BaseHandle):
         once. Iterating raises ``ActorError`` (code ``unknown_job``) for a job no row names.
         """
         return self._transport.progress(self._ref, job_id)
+
+    async def outcome(self, command_id: str, *, timeout: float = 30) -> Any:  # noqa: ASYNC109
+        """The outcome of one of this actor's commands by id: ``Runtime.outcome(ref=)``.
+
+        Its value, or its declared error raised; its rules and errors are ``Runtime.outcome``'s.
+        """
+        return await self._transport.outcome(self._ref, command_id, timeout)
 
 
 def local_handle(

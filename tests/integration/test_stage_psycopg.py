@@ -8,6 +8,7 @@ written. The outcome is read by id through ``runtime.outcome``.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 import akter
 from akter.testing import ActorTest
+from tests._support.polling import until
 from tests.integration.stage_actors import ALL, Account, Order, Overdrawn
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,6 +60,7 @@ async def test_commit_delivers_once(akter_test: Any, akter_db: str) -> None:
         assert (await seen(t, "a-1"))[0]["caller"] == '["System","transaction",null,null]'
         assert await outbox(t) == []
         assert await t.runtime.outcome(cid, timeout=5) == 500
+        assert await t.runtime.get(Account, "a-1").outcome(cid) == 500
 
 
 async def test_id_is_minted_from_the_statement_clock_and_the_deployment_window(
@@ -250,6 +253,8 @@ async def test_outcome_of_a_declared_error_and_after_retention(
         ref = t.runtime.ref(Account, "a-1")
         with pytest.raises(Overdrawn):
             await t.runtime.outcome(cid, timeout=5, ref=ref)
+        with pytest.raises(Overdrawn):
+            await t.runtime.get(Account, "a-1").outcome(cid, timeout=5)
         # Past the id's expiry and the receipt's retention the sweep deletes it: the answer is
         # a named "unknown", not a wait until the timeout.
         await t.advance(timedelta(days=8))
@@ -258,3 +263,45 @@ async def test_outcome_of_a_declared_error_and_after_retention(
             with pytest.raises(akter.ActorError) as gone:
                 await t.runtime.outcome(cid, timeout=5, ref=where)
             assert (gone.value.reason, gone.value.code) == ("CommandExpired", "receipt_gone")
+
+
+@pytest.mark.parametrize("cents", [5, 6])
+async def test_same_pinned_id_in_two_concurrent_transactions(
+    akter_test: Any, akter_db: str, cents: int
+) -> None:
+    """The second waits for the first's row (the outbox key), then compares it: one command."""
+    async with akter_test(ALL, relay=False) as t:
+        pinned = await t.runtime.mint_command_id()
+        tag = f"akter-stage-race-{cents}"
+        first = psycopg.connect(akter_db)
+        try:
+            first.execute("SELECT 1")  # the first transaction is open
+            akter.stage(first, Account, "a-1", command_id=pinned, schema=t.schema).deposit(5)
+
+            def second() -> str:
+                with psycopg.connect(akter_db, application_name=tag) as conn, conn.transaction():
+                    stager = akter.stage(conn, Account, "a-1", command_id=pinned, schema=t.schema)
+                    return str(stager.deposit(cents=cents))
+
+            racing = asyncio.create_task(asyncio.to_thread(second))
+
+            async def waiting() -> list[dict[str, Any]]:
+                rows: list[dict[str, Any]] = await t.rows(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = %(tag)s"
+                    " AND wait_event_type = 'Lock'",
+                    {"tag": tag},
+                )
+                return rows
+
+            await until(waiting, what="the second staging to wait for the first's row")
+            first.commit()
+            if cents == 5:
+                assert await racing == pinned
+            else:
+                with pytest.raises(akter.ActorError) as caught:
+                    await racing
+                assert caught.value.reason == "CommandConflict"
+        finally:
+            first.close()
+        await t.drain()
+        assert [(s["cid"], s["cents"]) for s in await seen(t, "a-1")] == [(pinned, 5)]
