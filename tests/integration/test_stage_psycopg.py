@@ -305,3 +305,16 @@ async def test_same_pinned_id_in_two_concurrent_transactions(
             first.close()
         await t.drain()
         assert [(s["cid"], s["cents"]) for s in await seen(t, "a-1")] == [(pinned, 5)]
+
+
+async def test_operators_see_a_staged_row(akter_test: Any, akter_db: str) -> None:
+    async with akter_test(ALL, relay=False) as t:
+        with psycopg.connect(akter_db) as conn, conn.transaction():
+            cid = akter.stage(conn, Account, "a-1", schema=t.schema).deposit(cents=1)
+        outbox = t.runtime.operators.outbox
+        pending = await outbox.pending(10, 5000)
+        assert [(r["intent_id"], r["target_type"], r["command"]) for r in pending] == [
+            (cid, "Account", "deposit")
+        ]
+        overview = await asyncio.to_thread(outbox.overview, akter_db, 10)
+        assert [r["intent_id"] for r in overview] == [cid]
