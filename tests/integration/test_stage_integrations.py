@@ -83,6 +83,16 @@ async def test_sqlalchemy_async(akter_test: Any, akter_db: str) -> None:
         assert sorted(await seen(t, "a-2")) == sorted([(a, 1), (b, 2)])
 
 
+async def test_sqlalchemy_unmigrated_schema_is_a_named_error(akter_db: str) -> None:
+    engine = create_async_engine(sqlalchemy_url(akter_db))
+    try:
+        with pytest.raises(akter.ConfigurationError, match="akter_nowhere"):
+            async with engine.begin() as conn:
+                await akter.stage(conn, Account, "a-1", schema="akter_nowhere").deposit(cents=1)
+    finally:
+        await engine.dispose()
+
+
 def test_sqlalchemy_driver_without_pyformat_is_refused() -> None:
     engine = create_engine("sqlite://")
     with engine.connect() as conn, pytest.raises(akter.ConfigurationError, match="pyformat"):

@@ -198,12 +198,26 @@ async def test_invalid_arguments_write_nothing(
         assert await outbox(t) == []
 
 
-async def test_unmigrated_schema_is_a_named_error(akter_test: Any, akter_db: str) -> None:
+async def test_unmigrated_schema_or_another_database_is_a_named_error(
+    akter_test: Any, akter_db: str
+) -> None:
     async with akter_test(ALL, relay=False) as t:
         with psycopg.connect(akter_db) as conn:
             with pytest.raises(akter.ConfigurationError, match="akter_nowhere"):
                 with conn.transaction():
                     akter.stage(conn, Account, "a-1", schema="akter_nowhere").deposit(cents=1)
+            # With a pinned id: the probe is the statement that finds no schema.
+            pinned = akter.staged(Account, "a-1", command_id=await t.runtime.mint_command_id())
+            with pytest.raises(akter.ConfigurationError, match="akter_nowhere"):
+                with conn.transaction():
+                    akter.stage_many(conn, [pinned.deposit(1)], schema="akter_nowhere")
+        # A connection to another database of the server: the schema is not there.
+        other = akter_db.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(other) as conn:
+            with pytest.raises(akter.ConfigurationError, match=t.schema):
+                with conn.transaction():
+                    akter.stage(conn, Account, "a-1", schema=t.schema).deposit(cents=1)
+        with psycopg.connect(akter_db) as conn:
             with pytest.raises(akter.ConfigurationError, match="no deployment row"):
                 with conn.transaction():
                     conn.execute(f'DELETE FROM "{t.schema}".deployment')
