@@ -17,6 +17,7 @@ import pytest
 
 import akter
 from akter.testing import ActorTest
+from tests._support.citus import ON_CITUS
 from tests._support.polling import until
 from tests.integration.stage_actors import ALL, Account, Order, Overdrawn
 
@@ -300,10 +301,15 @@ async def test_same_pinned_id_in_two_concurrent_transactions(
             racing = asyncio.create_task(asyncio.to_thread(second))
 
             async def waiting() -> list[dict[str, Any]]:
+                # On Citus the wait is a worker's, on the row's shard: its lock-wait view.
+                sql = (
+                    "SELECT 1 FROM citus_lock_waits WHERE blocked_statement LIKE %(like)s"
+                    if ON_CITUS
+                    else "SELECT 1 FROM pg_stat_activity WHERE application_name = %(tag)s"
+                    " AND wait_event_type = 'Lock'"
+                )
                 rows: list[dict[str, Any]] = await t.rows(
-                    "SELECT 1 FROM pg_stat_activity WHERE application_name = %(tag)s"
-                    " AND wait_event_type = 'Lock'",
-                    {"tag": tag},
+                    sql, {"tag": tag, "like": f"%{t.schema}%"}
                 )
                 return rows
 
