@@ -97,6 +97,10 @@ SAMPLES: dict[str, Any] = {
     "data": '"x"', "expect": None, "if_begun": False,
     # issue 44 (owned tables): the start check's Citus read names the routing key column
     "column": "routing_key",
+    # issue 41: commands staged in an application's transaction (migration 0015)
+    "pinned": None, "uuids": str(uuid.uuid4()), "suffixes": "", "slacks": 0, "min_version": 0,
+    "source_type": "$transaction", "uuid": str(uuid.uuid4()), "suffix": "", "slack": 0,
+    "delay": None,
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -128,6 +132,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "citus_rate_take": {"key": "k"},  # a rate bucket's key (NOT NULL), not a workflow's
     "live_state_paths": {"version": 0},  # a state version here, a runner's version elsewhere
     "stream_append": {"kinds": "chunk"},  # a stream item's kind, not an outbox row's
+    "stage_intents": {"ids": "a1"},  # the target actors' ids, not a parked-row selection
+    "stage_intent": {"version": 0},  # a payload version here, a runner's version elsewhere
+    "stage_probe": {"ids": "a1"},
 }
 
 

@@ -40,6 +40,7 @@ from akter.operators.outbox import ParkedRow
 from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
+from akter.staging import StagedCommand, astage, stage, stage_many, staged
 from akter.workflows import (
     Workflow,
     WorkflowFailure,
@@ -125,6 +126,7 @@ __all__ = [
     "Resources",
     "RowScopeError",
     "Runtime",
+    "StagedCommand",
     "StepFailed",
     "System",
     "User",
@@ -138,6 +140,7 @@ __all__ = [
     "WorkflowStatus",
     "__version__",
     "as_caller",
+    "astage",
     "command",
     "current_caller",
     "job",
@@ -147,6 +150,9 @@ __all__ = [
     "public",
     "query",
     "schedule",
+    "stage",
+    "stage_many",
+    "staged",
     "state_index",
     "workflow",
 ]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from datetime import datetime
@@ -35,10 +34,10 @@ except ModuleNotFoundError as exc:  # pip install 'akter[http]'
     require_extra(exc, "akter.client", "http")
     raise
 
+from akter._client_clock import LearnedClock, clock_reading
 from akter._client_live import Socket, SyncCall, watch_sse
 from akter._client_streams import RemoteStream, job_stream, sync_items
 from akter._event_decl import Event, decode_stored
-from akter._ids import CLOCK_HEADER, WINDOW_HEADER, mint_command_id
 from akter._retry import CommandRetry
 from akter.actor import Actor, ActorDefinition, Member, definition_of
 from akter.callers import ActorRef
@@ -52,61 +51,6 @@ from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStatus, signal_
 A = TypeVar("A", bound=Actor[Any])
 
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
-_MS = re.compile(r"[0-9]{1,15}")
-
-#: How far behind the learned database clock the client issues its command ids (ms). The
-#: reading is already a lower bound; the margin absorbs the drift between the server's and this
-#: machine's monotonic clocks and small steps back of the database clock, so an id is never
-#: refused as ``future``. It shortens each id's validity by as much (the window is ≥ 60 s).
-CLOCK_MARGIN_MS = 1_000
-#: A reading older than this (s) is not minted from: the next id comes from the server.
-READING_TTL_S = 300.0
-
-
-class LearnedClock:
-    """The server's database clock as a client last heard it, and the ids minted from it.
-
-    A reading ``now_ms`` that the server took before it answered, anchored at the monotonic
-    time its answer arrived here, gives ``now_ms + elapsed``: a lower bound of the database
-    clock (the newest reading replaces the last, so a clock that stepped back is followed).
-    Ids are issued :data:`CLOCK_MARGIN_MS` behind it and span the server's retry window.
-    """
-
-    __slots__ = ("_reading",)
-
-    def __init__(self) -> None:
-        self._reading: tuple[int, int, float] | None = None
-
-    def learn(self, now_ms: int, window_ms: int, at: float) -> None:
-        """Keep a reading of the database clock, heard at monotonic time ``at`` (s)."""
-        self._reading = (now_ms, window_ms, at)
-
-    def forget(self) -> None:
-        """Drop the reading (its ids were refused): the next id comes from the server."""
-        self._reading = None
-
-    def mint(self, at: float) -> str | None:
-        """A command id at monotonic time ``at``, or ``None`` with no reading fresh enough."""
-        if self._reading is None:
-            return None
-        now_ms, window_ms, heard = self._reading
-        if not 0 <= at - heard <= READING_TTL_S:
-            return None
-        issued = now_ms + int((at - heard) * 1000) - CLOCK_MARGIN_MS
-        try:
-            return mint_command_id(max(issued, 0), window_ms)
-        except ValueError:
-            return None  # a reading out of any id's range: let the server mint
-
-
-def clock_reading(headers: httpx.Headers) -> tuple[int, int] | None:
-    """The ``(now_ms, window_ms)`` an answer's headers carry, if both are there and sane."""
-    now, window = headers.get(CLOCK_HEADER, ""), headers.get(WINDOW_HEADER, "")
-    if _MS.fullmatch(now) is None or _MS.fullmatch(window) is None:
-        return None
-    return int(now), int(window)
-
-
 #: The default connection pool: wide enough that many concurrent callers on one client (a web
 #: handler fanning out, a load test) never queue behind httpx's default of 20 kept-alive
 #: connections, or hit its pool timeout.
@@ -294,6 +238,31 @@ class Client:
                 if not error.retryable:
                     raise error
             await asyncio.sleep(retries.wait_after(error))
+
+    async def outcome(
+        self,
+        actor: type[Any],
+        id: str,
+        command_id: str,
+        *,
+        timeout: float = 30,  # noqa: ASYNC109 (a durable wait's bound, as WorkflowRun.result's)
+    ) -> Any:
+        """A command's outcome by id (a staged one's): its JSON value, or its declared error.
+
+        Polls ``GET .../commands/{id}?wait=`` until the receipt is there or ``timeout`` passes
+        (then ``ActorError`` ``Timeout``/``no_outcome``); ``CommandExpired`` once it was pruned.
+        """
+        definition = definition_of(actor)
+        path = f"/actors/{definition.name}/{_path_id(definition, id)}/commands/{command_id}"
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(30.0, deadline - time.monotonic()))
+            response = await self._http.get(path, params={"wait": f"{wait:.3f}"}, timeout=wait + 30)
+            if response.status_code == 200:
+                return response.json()
+            error = _error_of(response)
+            if not (isinstance(error, ActorError) and error.code == "no_outcome" and wait > 0):
+                raise error
 
     # --- workflows ----------------------------------------------------------------------------
 
@@ -574,6 +543,12 @@ class SyncClient:
     def server_command_id(self) -> str:
         """A command id minted by the server (see :meth:`Client.server_command_id`)."""
         return self._loop.run_until_complete(self._client.server_command_id())
+
+    def outcome(self, actor: type[Any], id: str, command_id: str, *, timeout: float = 30) -> Any:
+        """A command's outcome by id (see :meth:`Client.outcome`)."""
+        return self._loop.run_until_complete(
+            self._client.outcome(actor, id, command_id, timeout=timeout)
+        )
 
 
 class _SyncHandle:

@@ -262,6 +262,10 @@ class Host(Protocol):
         """A job's output stream."""
         ...
 
+    async def outcome(self, cid: str, *, timeout: float = 30, ref: ActorRef | None = None) -> Any:  # noqa: ASYNC109
+        """A command's outcome by id (``Runtime.outcome``)."""
+        ...
+
     async def start_workflow(
         self,
         flow: WorkflowMember[Any, Any],
@@ -330,6 +334,10 @@ class LocalTransport:
         """Follow the actor's broadcasts on ``topic``."""
         return await self._host.live.follow_topic(ref, topic)
 
+    async def outcome(self, ref: ActorRef, command_id: str, timeout: float) -> Any:  # noqa: ASYNC109
+        """A command's outcome on ``ref`` by id."""
+        return await self._host.outcome(command_id, timeout=timeout, ref=ref)
+
     async def start_workflow(
         self,
         flow: WorkflowMember[Any, Any],
@@ -366,6 +374,13 @@ class Handle(BaseHandle):
         follower = await self._transport.follow(self._ref, topic)
         messages: AsyncIterator[Any] = follower.messages()
         return messages
+
+    async def outcome(self, command_id: str, *, timeout: float = 30) -> Any:  # noqa: ASYNC109
+        """The outcome of one of this actor's commands by id: ``Runtime.outcome(ref=)``.
+
+        Its value, or its declared error raised; its rules and errors are ``Runtime.outcome``'s.
+        """
+        return await self._transport.outcome(self._ref, command_id, timeout)
 
 
 def local_handle(

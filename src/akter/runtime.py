@@ -30,6 +30,7 @@ from akter._engine.lifecycle import Lifecycle
 from akter._engine.live import Live
 from akter._engine.loop.passes import PassLoop
 from akter._engine.loop.wakes import CommitWakes
+from akter._engine.outcomes import wait as wait_outcome
 from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
@@ -397,6 +398,10 @@ class Runtime:
         """The routing key of an address."""
         return self._registry.routing_key(ref)
 
+    async def outcome(self, cid: str, *, timeout: float = 30, ref: ActorRef | None = None) -> Any:  # noqa: ASYNC109
+        """A command's outcome by id, its receipt awaited (``akter._engine.outcomes``)."""
+        return await wait_outcome(self._services, cid, ref=ref, timeout=timeout)
+
     # --- events and progress -------------------------------------------------------------------
 
     async def read_events(
@@ -563,11 +568,7 @@ class Runtime:
         self._runners.http_address = address
 
     def require_started(self) -> None:
-        """Refuse work unless the runtime is started and its background work alive.
-
-        Raises:
-            ConfigurationError: If it is not started, or a background task died.
-        """
+        """Raise ``ConfigurationError`` unless started and its background work is alive."""
         self._supervisor.require_started()
 
     @property
@@ -579,12 +580,9 @@ class Runtime:
     async def check_access(
         self, ref: ActorRef, caller: Caller, kind: AccessKind, member: str | None = None
     ) -> None:
-        """Ask the type's access policy whether ``caller`` may do ``kind`` on ``ref``'s ``member``.
+        """Raise ``Unauthorized`` unless the policy lets ``caller`` do ``kind`` on ``member``.
 
         ``member``: the command, query or workflow called (``None`` for event and progress reads).
-
-        Raises:
-            ActorError: ``Unauthorized`` (``access_denied``) when the policy refuses.
         """
         await check_access(self.definition(ref.type), ref, caller, kind, member)
 

@@ -51,6 +51,7 @@ AKTER_ALL = [
     "Resources",
     "RowScopeError",
     "Runtime",
+    "StagedCommand",
     "StepFailed",
     "System",
     "User",
@@ -64,6 +65,7 @@ AKTER_ALL = [
     "WorkflowStatus",
     "__version__",
     "as_caller",
+    "astage",
     "command",
     "current_caller",
     "job",
@@ -74,6 +76,9 @@ AKTER_ALL = [
     "query",
     "schedule",
     "state_index",
+    "stage",
+    "stage_many",
+    "staged",
     "workflow",
 ]
 

@@ -56,6 +56,7 @@ from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.events import parse_cursor
 from akter.http._docs import docs_page
 from akter.http._live import LiveRoutes
+from akter.http._outcomes import outcome_route
 from akter.http._sse import (
     MEDIA_TYPE,
     event_stream,
@@ -184,6 +185,7 @@ class _Api:
                     methods=["GET"],
                 ),
                 *LiveRoutes(self).routes(),
+                outcome_route(self),
                 Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
                 *workflows.run_routes(),
                 Route("/command-ids", self.command_ids, methods=["POST"]),
@@ -582,9 +584,15 @@ def _too_large(limit: int) -> ActorError:
 
 
 def _feed_path(request: Request) -> bool:
-    """Whether a command path is also a feed's: ``.../events``, ``.../jobs/{job_id}/<feed>``."""
+    """Whether a command path is also a GET route's (a feed's, or an outcome read's).
+
+    ``.../events``, ``.../jobs/{job_id}/progress``, ``.../jobs/{job_id}/stream`` and
+    ``.../commands/{command_id}``.
+    """
     member = request.path_params["member"]
     raw_id = str(request.path_params["id"])
-    return member == "events" or (
-        member in ("progress", "stream") and re.fullmatch(r".+/jobs/[^/]+", raw_id) is not None
+    return (
+        member == "events"
+        or (member in ("progress", "stream") and re.fullmatch(r".+/jobs/[^/]+", raw_id) is not None)
+        or re.fullmatch(r".+/commands", raw_id) is not None
     )

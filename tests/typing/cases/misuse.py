@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from pydantic import BaseModel
 
 import akter
@@ -133,3 +134,15 @@ async def live(rt: akter.Runtime) -> None:
     async for value in meter.level.watch(1):
         text: str = value  # E: assignment
         del text
+
+
+# --- staging: the checked spelling checks the command's parameters -------------------------------
+
+
+def staging() -> None:
+    stager = akter.stage(psycopg.connect(""), Inventory, "i-1")
+    stager.send(Inventory.reserve, "sku", "two")  # E: arg-type
+    stager.send(Inventory.reserve, "sku")  # E: call-arg
+    stager.send(Order.place, 5)  # E: arg-type
+    count: int = stager.reserve(sku="a", qty=1)  # E: assignment
+    assert count
