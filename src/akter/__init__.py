@@ -38,6 +38,7 @@ from akter.operators.outbox import ParkedRow
 from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
+from akter.sync import SyncRuntime, SyncRuntimeError
 from akter.workflows import (
     Workflow,
     WorkflowFailure,
@@ -62,6 +63,7 @@ for _error in (
     JobFailure,
     ReadOnlyError,
     StepFailed,
+    SyncRuntimeError,
     WorkflowCancelled,
     WorkflowDiverged,
     WorkflowFailed,
@@ -118,6 +120,8 @@ __all__ = [
     "Resources",
     "Runtime",
     "StepFailed",
+    "SyncRuntime",
+    "SyncRuntimeError",
     "System",
     "User",
     "Workflow",
