@@ -38,6 +38,7 @@ from akter.operators.outbox import ParkedRow
 from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
+from akter.staging import StagedCommand, astage, stage, stage_many, staged
 from akter.sync import SyncRuntime, SyncRuntimeError
 from akter.workflows import (
     Workflow,
@@ -119,6 +120,7 @@ __all__ = [
     "Resource",
     "Resources",
     "Runtime",
+    "StagedCommand",
     "StepFailed",
     "SyncRuntime",
     "SyncRuntimeError",
@@ -134,6 +136,7 @@ __all__ = [
     "WorkflowStatus",
     "__version__",
     "as_caller",
+    "astage",
     "command",
     "current_caller",
     "job",
@@ -141,5 +144,8 @@ __all__ = [
     "public",
     "query",
     "schedule",
+    "stage",
+    "stage_many",
+    "staged",
     "workflow",
 ]

@@ -50,6 +50,9 @@ WORKFLOW_PREFIX = "$workflow."
 CRON_PREFIX = "$cron:"
 #: The prefix of a keyed job's timer key.
 JOB_PREFIX = "$job:"
+#: The source type (``outbox.actor_type``) of an intent staged in the application's own
+#: transaction (``akter.stage``): no actor sent it, so its ``actor_id`` is ``""``.
+TRANSACTION_SOURCE = "$transaction"
 
 
 class WorkflowCommand(enum.StrEnum):
@@ -121,6 +124,7 @@ __all__ = [
     "IntentTarget",
     "RowKind",
     "StepKind",
+    "TRANSACTION_SOURCE",
     "WorkflowCommand",
     "WorkflowIntent",
     "cron_timer_key",

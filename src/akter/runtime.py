@@ -28,6 +28,7 @@ from akter._engine.jobs.progress import ProgressStreams
 from akter._engine.lifecycle import Lifecycle
 from akter._engine.loop.passes import PassLoop
 from akter._engine.loop.wakes import CommitWakes
+from akter._engine.outcomes import wait as wait_outcome
 from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
@@ -386,6 +387,10 @@ class Runtime:
     def routing_key(self, ref: ActorRef) -> int:
         """The routing key of an address."""
         return self._registry.routing_key(ref)
+
+    async def outcome(self, cid: str, *, timeout: float = 30, ref: ActorRef | None = None) -> Any:
+        """A command's outcome by id, its receipt awaited (``akter._engine.outcomes``)."""
+        return await wait_outcome(self._services, cid, ref=ref, timeout=timeout)
 
     # --- events and progress -------------------------------------------------------------------
 

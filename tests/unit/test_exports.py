@@ -47,6 +47,7 @@ AKTER_ALL = [
     "Resource",
     "Resources",
     "Runtime",
+    "StagedCommand",
     "StepFailed",
     "SyncRuntime",
     "SyncRuntimeError",
@@ -62,6 +63,7 @@ AKTER_ALL = [
     "WorkflowStatus",
     "__version__",
     "as_caller",
+    "astage",
     "command",
     "current_caller",
     "job",
@@ -69,6 +71,9 @@ AKTER_ALL = [
     "public",
     "query",
     "schedule",
+    "stage",
+    "stage_many",
+    "staged",
     "workflow",
 ]
 

@@ -82,6 +82,9 @@ GLOBAL = frozenset(
 #: None exists yet: the relay claim and the retention sweeps (semantics §3.2, §7) will belong
 #: here, each with its explicit predicate (bucket, kind, due_at_ms, expiry) named in the reason.
 CROSS_ACTOR: dict[str, str] = {
+    "staged_locate": "runtime.outcome(cid) finds a staged command by its id alone: the outbox's "
+    "id index, then the receipts' partial index of '$transaction' callers (read-only, one id, "
+    "LIMIT 1; migration 0015)",
     "sample_flow_jobs": "sampled gauges (maintenance owner) count job rows held back by flow "
     "control per type across actors (read-only; kind, running, waiting_for and due_at_ms named)",
     "job_type_live": "a job type's deployment-wide cap counts its live attempts across actors "
