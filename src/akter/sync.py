@@ -321,6 +321,19 @@ class SyncRuntime:
             raise invalid_input(f"{member!r} is not a command or query of an akter actor.")
         return self.get(cast(type[A], definition.cls), id).call(member, *args, **kwargs)
 
+    def outcome(self, cid: str, *, timeout: float = 30, ref: ActorRef | None = None) -> Any:
+        """Wait for a command's receipt by id (``akter.stage``'s): its value, or its error raised.
+
+        As ``await runtime.outcome(cid)``; ``ref`` names the actor when the id is not a staged
+        System command's (a handle's, or one staged for a ``User``).
+
+        Raises:
+            akter.DeclaredError: The command's declared error.
+            akter.ActorError: ``Timeout`` (no receipt within ``timeout`` s: pending, not yet
+                committed, or rolled back), ``CommandExpired`` (``receipt_gone``).
+        """
+        return self.run(self.runtime.outcome(cid, timeout=timeout, ref=ref))
+
     def workflow_run(self, run_id: str) -> SyncWorkflowRun[Any]:
         """A blocking handle to a workflow run by id."""
         return SyncWorkflowRun(self, self.runtime.workflow_run(run_id))
@@ -451,6 +464,10 @@ class SyncHandle(Generic[A]):
             )
         starter = getattr(self._async_handle(), flow.name)
         return cast(WorkflowRun[R], await starter.start(*args, **kwargs))
+
+    def outcome(self, cid: str, *, timeout: float = 30) -> Any:
+        """Wait for the receipt of this actor's command ``cid`` (``SyncRuntime.outcome``)."""
+        return self._rt.outcome(cid, timeout=timeout, ref=self._ref)
 
     def events(self, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
         """One page of the actor's committed events after the cursor ``after``."""

@@ -408,3 +408,22 @@ def test_ctrl_c_abandons_the_waiting_call_and_the_with_block_drains(
         ).fetchone()
     assert runners == (0,)  # the drain deregistered the runner
     assert actors == (0,)  # and nothing of the interrupted turn committed
+
+
+def test_a_staged_commands_outcome_is_read_by_its_id(
+    rt: akter.SyncRuntime, akter_db: str, schema: str
+) -> None:
+    with psycopg.connect(akter_db) as conn, conn.transaction():
+        cid = akter.stage(conn, Account, "staged", schema=schema).deposit(cents=7)
+        refused = akter.stage(conn, Account, "staged", schema=schema).withdraw(cents=100)
+    assert rt.outcome(cid, timeout=30) == 7
+    with pytest.raises(Overdrawn) as declared:
+        rt.get(Account, "staged").outcome(refused, timeout=30)
+    assert declared.value.short == 93
+    with psycopg.connect(akter_db) as conn, conn.transaction() as tx:
+        never = akter.stage(conn, Account, "staged", schema=schema).deposit(cents=1)
+        raise psycopg.Rollback(tx)
+    with pytest.raises(akter.ActorError) as timeout:
+        rt.outcome(never, timeout=0.3)
+    assert timeout.value.reason == "Timeout"
+    assert committed_cents(akter_db, schema, "staged") == 7

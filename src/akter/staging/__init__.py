@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 import psycopg
 
 from akter._members import ActorDefinition, Command
+from akter._store import app_connections as _connections
 from akter._store.gateway.staging import StageRow, plan
 from akter._store.queries import Queries
 from akter.callers import Caller
 from akter.errors import ActorError
-from akter._store import app_connections as _connections
 from akter.staging import _rows
 
 if TYPE_CHECKING:
