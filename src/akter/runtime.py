@@ -388,7 +388,7 @@ class Runtime:
         """The routing key of an address."""
         return self._registry.routing_key(ref)
 
-    async def outcome(self, cid: str, *, timeout: float = 30, ref: ActorRef | None = None) -> Any:
+    async def outcome(self, cid: str, *, timeout: float = 30, ref: ActorRef | None = None) -> Any:  # noqa: ASYNC109
         """A command's outcome by id, its receipt awaited (``akter._engine.outcomes``)."""
         return await wait_outcome(self._services, cid, ref=ref, timeout=timeout)
 

@@ -120,10 +120,10 @@ async def test_same_pinned_id_twice_is_one_command(akter_test: Any, akter_db: st
             # Another payload or another command: a conflict, nothing written, and the
             # application's transaction goes on.
             stager = akter.stage(conn, Account, "a-1", command_id=pinned, schema=t.schema)
-            for call in (lambda: stager.deposit(cents=6), lambda: stager.withdraw(cents=5)):
+            for command, cents in (("deposit", 6), ("withdraw", 5)):
                 with conn.transaction():
                     with pytest.raises(akter.ActorError) as caught:
-                        call()
+                        getattr(stager, command)(cents=cents)
                     assert caught.value.reason == "CommandConflict"
                     conn.execute("SELECT 1")
             assert await outbox(t) == []

@@ -36,7 +36,13 @@ FIRST_WAIT = 0.05
 LONGEST_WAIT = 1.0
 
 
-async def wait(services: Services, command_id: str, *, ref: ActorRef | None, timeout: float) -> Any:
+async def wait(
+    services: Services,
+    command_id: str,
+    *,
+    ref: ActorRef | None,
+    timeout: float,  # noqa: ASYNC109 (a durable wait's bound, as WorkflowRun.result's)
+) -> Any:
     """The outcome of ``command_id`` (module docstring): its value, or its error raised."""
     parsed = parse_framework_id(command_id)
     gateway = OutcomesGateway(services.store, services.clock)

@@ -62,18 +62,18 @@ class OutcomesGateway:
         assert row is not None
         return Found(where, row["command"], _decoded(row["outcome"]), row["pending"], row["now"])
 
-    async def locate(self, command_id: str) -> Found | None:
-        """Where ``command_id`` went, without its actor; ``None`` if nothing holds it."""
+    async def locate(self, command_id: str) -> Found:
+        """Where ``command_id`` went, without its actor (``where=None``: nothing holds it)."""
         params = {"command_id": command_id, "off": self._clock.offset_ms}
         async with self._store.framework.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(self._store.queries["staged_locate"], params)
             row = await cur.fetchone()
             if row is None:
-                cur = await conn.execute(self._store.queries["clock_now"], {"off": params["off"]})
-                clock = await cur.fetchone()
+                plain = await conn.execute(self._store.queries["clock_now"], {"off": params["off"]})
+                clock = await plain.fetchone()
                 assert clock is not None
-                return Found(None, None, None, False, int(clock[0]))
+                return Found(None, None, None, False, int(clock[0]))  # type: ignore[call-overload]
         where = (str(row["tenant_id"]), str(row["actor_type"]), str(row["actor_id"]))
         return Found(where, row["command"], _decoded(row["outcome"]), row["pending"], row["now"])
 
