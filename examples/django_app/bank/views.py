@@ -24,6 +24,11 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _cents(request: HttpRequest) -> Any:
+    """The body's ``cents``, as sent: the command validates it (``InvalidInput``)."""
+    return _body(request).get("cents")
+
+
 def _refused(error: akter.ActorError) -> JsonResponse:
     status = 400 if error.reason == "InvalidInput" else 503 if error.retryable else 500
     return JsonResponse({"reason": error.reason, "field": error.field}, status=status)
@@ -33,7 +38,7 @@ def _refused(error: akter.ActorError) -> JsonResponse:
 def deposit(request: HttpRequest, id: str) -> JsonResponse:
     """Deposit and wait for the turn: the SyncRuntime's blocking handle."""
     try:
-        cents = runtime().get(Account, id).call(Account.deposit, cents=_body(request).get("cents"))
+        cents = runtime().get(Account, id).call(Account.deposit, cents=_cents(request))
     except akter.ActorError as error:
         return _refused(error)
     return JsonResponse({"cents": cents})
@@ -64,8 +69,8 @@ def place_order(request: HttpRequest) -> JsonResponse:
         with transaction.atomic():
             order = Order.objects.create(account=str(body.get("account")), cents=0, command_id="")
             stager = akter.stage(connection, Account, order.account, schema=settings.AKTER_SCHEMA)
-            order.command_id = stager.deposit(cents=body.get("cents"))
-            order.cents = body.get("cents") or 0
+            order.command_id = stager.deposit(cents=_cents(request))
+            order.cents = body["cents"]
             order.save()
             if body.get("fail"):
                 raise _Refused

@@ -7,8 +7,9 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     initial = True
-    dependencies: list[tuple[str, str]] = []
-    operations = [
+    # Django's own declaration form (it copies both lists per instance).
+    dependencies: list[tuple[str, str]] = []  # noqa: RUF012
+    operations = [  # noqa: RUF012
         migrations.CreateModel(
             name="Order",
             fields=[
