@@ -1,4 +1,4 @@
-"""The Django example (examples/django_app) tested with Django's own test client.
+"""The Django example (examples/django_app, docs/guides/sync.md) tested with Django's test client.
 
 Django's settings are configured once per process, so its cases (``django_example_cases.py``:
 a view that calls an actor through a SyncRuntime, a view that stages a command in
@@ -9,6 +9,7 @@ pytest process of their own, on this session's database and a schema of their ow
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,11 @@ def test_the_django_example_under_djangos_test_client(akter_db: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     passed = [line for line in done.stdout.splitlines() if line.startswith("PASSED")]
     assert len(passed) == 2, done.stdout
+
+
+def test_the_guides_django_block_is_an_excerpt_of_the_example() -> None:
+    page = (ROOT / "docs" / "guides" / "sync.md").read_text("utf-8")
+    source = (ROOT / "examples" / "django_app" / "bank" / "views.py").read_text("utf-8")
+    section = page[page.index("## Django") : page.index("## Flask")]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert block in source, block

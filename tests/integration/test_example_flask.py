@@ -1,13 +1,15 @@
-"""The Flask example (examples/flask_app.py) under Flask's own test client, on a real PostgreSQL.
+"""The Flask example (examples/flask_app.py, docs/guides/sync.md) under Flask's test client.
 
 The views block on one shared ``akter.SyncRuntime``; the test reads the committed rows.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -93,3 +95,14 @@ def test_concurrent_requests_share_the_runtime(
         thread.join()
     assert statuses == [200] * threads * calls
     assert committed(akter_db, schema, "a-3") == {"cents": threads * calls}
+
+
+def test_the_guides_flask_blocks_are_excerpts_of_the_example() -> None:
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "guides" / "sync.md").read_text("utf-8")
+    source = (root / "examples" / "flask_app.py").read_text("utf-8")
+    section = page[page.index("## Flask") : page.index("## From async code")]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        assert block in source, block
