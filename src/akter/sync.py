@@ -111,6 +111,10 @@ class SyncRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
+        self._stop_requested = False
+        #: Futures of calls handed to the loop and not yet settled (cancelled if it ends).
+        self._waiting: set[concurrent.futures.Future[Any]] = set()
+        self._waiting_lock = threading.Lock()  # not _lock: start() holds that while it waits
         self._drained: concurrent.futures.Future[DrainReport] = concurrent.futures.Future()
         #: How the drain of :meth:`stop` ended (``None`` before it).
         self.last_drain: DrainReport | None = None
@@ -167,25 +171,30 @@ class SyncRuntime:
         """Drain and stop: as ``await runtime.stop()``, then end the loop thread.
 
         Calls still waiting when the drain ends raise ``SyncRuntimeError("stopped")``.
-        Idempotent: a second call returns the first drain's report.
+        Idempotent: a later (or concurrent) call waits for the same drain and returns its report.
 
         Raises:
             SyncRuntimeError: ``forked`` in a forked child (the parent's runtime is not its
                 own to stop); ``event_loop`` from the loop thread itself.
         """
         with self._lock:
-            if self._state != "running":
+            state = self._state
+            if state == "new":
                 self._state = "stopped"
-                return self.last_drain or DrainReport("clean")
+                return DrainReport("clean")
             self._check_process()
             self._refuse_event_loop("stop")
             self._state = "stopped"
-        atexit.unregister(self._stop_at_exit)
-        self._request_stop()
-        assert self._thread is not None
-        self._thread.join()
-        self.last_drain = self._drained.result()
-        return self.last_drain
+        if state == "running":
+            atexit.unregister(self._stop_at_exit)
+            self._request_stop()
+        if self._thread is not None:
+            self._thread.join()
+        if state == "running":
+            self.last_drain = self._drained.result()
+        elif self._drained.done() and self._drained.exception() is None:
+            return self._drained.result()
+        return self.last_drain or DrainReport("clean")  # a start that failed ran nothing
 
     def _stop_at_exit(self) -> None:
         if os.getpid() == self._pid:  # a forked child's exit never stops its parent's runtime
@@ -204,16 +213,24 @@ class SyncRuntime:
             if not started.done():
                 started.set_exception(exc)
             self._drained.set_exception(exc)
+        finally:
+            # The loop is closed: a call whose task it never ran (or destroyed) is told so.
+            with self._waiting_lock:
+                left, self._waiting = self._waiting, set()
+            for future in left:
+                future.cancel()
 
     async def _main(self, started: concurrent.futures.Future[None]) -> DrainReport:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         await self.runtime.start()
         started.set_result(None)
-        await self._stopping.wait()
+        if not self._stop_requested:  # else asked before the event existed (Ctrl-C in start)
+            await self._stopping.wait()
         return await self.runtime.stop()
 
     def _request_stop(self) -> None:
+        self._stop_requested = True  # set first: _main reads it if the event is not there yet
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
             try:
@@ -242,8 +259,14 @@ class SyncRuntime:
             awaitable.close()
             raise
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        context = contextvars.copy_context()
-        loop.call_soon_threadsafe(_spawn, loop, awaitable, context, future)
+        with self._waiting_lock:
+            self._waiting.add(future)
+        future.add_done_callback(self._settled)
+        try:
+            loop.call_soon_threadsafe(_spawn, loop, awaitable, contextvars.copy_context(), future)
+        except RuntimeError:  # the loop closed since _usable(): stopped under this call
+            awaitable.close()
+            future.cancel()
         try:
             done, _ = concurrent.futures.wait([future], timeout)
         except BaseException:  # KeyboardInterrupt: the call is abandoned, then drained by stop()
@@ -260,6 +283,10 @@ class SyncRuntime:
                 "The SyncRuntime stopped while the call waited; a command may have committed: "
                 "retry it with the same command id on a running runtime to learn its outcome.",
             ) from None
+
+    def _settled(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._waiting_lock:
+            self._waiting.discard(future)
 
     def _usable(self) -> asyncio.AbstractEventLoop:
         self._check_process()

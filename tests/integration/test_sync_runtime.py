@@ -427,3 +427,46 @@ def test_a_staged_commands_outcome_is_read_by_its_id(
         rt.outcome(never, timeout=0.3)
     assert timeout.value.reason == "Timeout"
     assert committed_cents(akter_db, schema, "staged") == 7
+
+
+def test_stopping_under_many_calling_threads_leaves_none_hanging(
+    akter_db: str, schema: str
+) -> None:
+    rt = akter.SyncRuntime(actors=[Account], database_url=akter_db, schema=schema)
+    rt.start()
+    threads = 8
+    each_called = threading.Barrier(threads + 1)
+    succeeded = [0] * threads
+    ended: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            rt.call(Account.deposit, "many", 1)
+            succeeded[n] += 1
+            each_called.wait()
+            while True:
+                rt.call(Account.deposit, "many", 1)
+                succeeded[n] += 1
+        except BaseException as exc:
+            ended.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    each_called.wait()
+    reports: list[akter.DrainReport] = []
+    stoppers = [threading.Thread(target=lambda: reports.append(rt.stop())) for _ in range(2)]
+    for stopper in stoppers:
+        stopper.start()
+    for thread in [*pool, *stoppers]:
+        thread.join()
+    assert len(reports) == 2 and reports[0] == reports[1]  # one drain, reported to both
+    assert len(ended) == threads
+    for error in ended:  # refused by name, or by the draining runtime (retryable)
+        assert isinstance(error, SyncRuntimeError | akter.ActorError), repr(error)
+        if isinstance(error, SyncRuntimeError):
+            assert error.reason == "stopped"
+    # Every success committed; a call that ended in a refusal may have committed too.
+    committed = committed_cents(akter_db, schema, "many")
+    assert committed is not None
+    assert sum(succeeded) <= committed <= sum(succeeded) + threads
