@@ -82,6 +82,10 @@ class Account(akter.Actor[Funds], access=akter.public, events=[Deposited], deliv
         self.state.cents += 1
         return self.state.cents
 
+    @akter.command(internal=True)
+    async def audit(self) -> None:
+        self.state.cents = -1
+
     @akter.query
     async def balance(self) -> int:
         return self.state.cents
@@ -102,6 +106,10 @@ class Slow(akter.Actor[Funds], access=akter.public, execution_timeout=0.3, deliv
     @akter.command
     async def crawl(self) -> None:
         await asyncio.sleep(5)
+
+
+async def stray(account: Account) -> int:
+    return 0
 
 
 @pytest.fixture
@@ -173,6 +181,12 @@ def test_errors_are_the_async_apis_own(rt: akter.SyncRuntime, akter_db: str, sch
     with pytest.raises(akter.ActorError) as other:  # a member of another type
         account.call(Slow.crawl)  # type: ignore[arg-type]
     assert (other.value.reason, other.value.code) == ("InvalidInput", "unknown_member")
+    with pytest.raises(akter.ActorError) as internal:  # as refused to an async handle
+        account.call(Account.audit)
+    assert (internal.value.reason, internal.value.code) == ("InvalidInput", "unknown_member")
+    with pytest.raises(akter.ActorError) as not_a_member:
+        rt.call(stray, "a-3")  # well typed, but no member of an actor
+    assert not_a_member.value.reason == "InvalidInput"
     with pytest.raises(akter.ActorError) as bad_id:
         rt.get(Account, "")
     assert bad_id.value.reason == "InvalidInput"
@@ -256,6 +270,16 @@ def test_a_call_from_a_thread_running_an_event_loop_is_refused(rt: akter.SyncRun
         rt.run(on_its_own_loop())
     assert own.value.reason == "event_loop"
     assert rt.get(Account, "a-10").call(Account.balance) == 0
+
+
+def test_a_wrapped_runtime_is_driven_and_stopped_by_its_sync_runtime(
+    akter_db: str, schema: str
+) -> None:
+    runtime = akter.Runtime(actors=[Account], database_url=akter_db, schema=schema)
+    with akter.SyncRuntime.wrap(runtime) as rt:
+        assert rt.runtime is runtime and runtime.running
+        assert rt.get(Account, "w").call(Account.deposit, cents=3) == 3
+    assert not runtime.running and runtime.readiness == "drained"
 
 
 def test_not_started_and_stopped_runtimes_refuse_by_name(akter_db: str, schema: str) -> None:
