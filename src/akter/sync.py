@@ -24,7 +24,7 @@ import concurrent.futures
 import contextvars
 import os
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, Unpack, cast
@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from akter._config import RuntimeOptions
 from akter._drain import DrainReport
+from akter._ids import uuid7
 from akter.actor import Actor, ActorDefinition
 from akter.callers import ActorRef
 from akter.errors import ConfigurationError, invalid_input
@@ -330,6 +331,10 @@ class SyncRuntime:
         """
         return SyncHandle(self, actor, self.runtime.ref(actor, id, tenant=tenant))
 
+    def create(self, actor: type[A], *, tenant: str = "default") -> SyncHandle[A]:
+        """A blocking handle to a new actor with a minted UUIDv7 id; nothing is written yet."""
+        return self.get(actor, uuid7(), tenant=tenant)
+
     def call(
         self,
         member: Callable[Concatenate[A, P], Coroutine[Any, Any, R]],
@@ -504,12 +509,40 @@ class SyncHandle(Generic[A]):
         records: list[EventRecord] = await self._async_handle().events(after, limit)
         return records
 
+    def follow(
+        self, after: str | None = None, *, idle_timeout: float | None = None
+    ) -> Generator[EventRecord, None, None]:
+        """Replay the events after ``after``, then follow new commits live (a generator).
+
+        Each ``next()`` blocks until the next event; ``idle_timeout`` (seconds without an
+        event) ends the feed with ``TimeoutError``. Close the generator (``break`` out of the
+        ``for``) to stop following: its subscription on the loop is closed too.
+        """
+        feed = self._rt.run(self._subscribe(after))
+        try:
+            while True:
+                record = self._rt.run(_next_of(feed), timeout=idle_timeout)
+                if record is None:
+                    return
+                yield record
+        finally:
+            if self._rt.running:
+                self._rt.run(feed.aclose())
+
+    async def _subscribe(self, after: str | None) -> AsyncGenerator[EventRecord, None]:
+        feed: AsyncGenerator[EventRecord, None] = self._async_handle().events(after).__aiter__()
+        return feed
+
     def _async_handle(self) -> Any:
         handle = self._rt.runtime.get(self._actor, self._ref.id, tenant=self._ref.tenant)
         return handle if self._command_id is None else handle.with_command_id(self._command_id)
 
     def __repr__(self) -> str:
         return f"<akter sync handle {self._ref.type}/{self._ref.id!r} tenant={self._ref.tenant!r}>"
+
+
+async def _next_of(feed: AsyncGenerator[EventRecord, None]) -> EventRecord | None:
+    return await anext(feed, None)
 
 
 class SyncWorkflowRun(Generic[T]):

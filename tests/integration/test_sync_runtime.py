@@ -494,3 +494,21 @@ def test_stopping_under_many_calling_threads_leaves_none_hanging(
     committed = committed_cents(akter_db, schema, "many")
     assert committed is not None
     assert sum(succeeded) <= committed <= sum(succeeded) + threads
+
+
+def test_following_events_replays_then_blocks_for_live_commits(rt: akter.SyncRuntime) -> None:
+    account = rt.create(Account)
+    account.call(Account.deposit, cents=1)
+    account.call(Account.deposit, cents=2)
+    feed = account.follow()
+    assert [next(feed).event, next(feed).event] == [Deposited(cents=1), Deposited(cents=2)]
+    later = threading.Thread(target=account.call, args=(Account.deposit,), kwargs={"cents": 3})
+    later.start()  # committed while the feed waits: delivered live
+    third = next(feed)
+    later.join()
+    assert third.event == Deposited(cents=3)
+    feed.close()  # closes the subscription on the loop too
+    with pytest.raises(TimeoutError):
+        for _ in account.follow(after=third.cursor, idle_timeout=0.2):
+            pass
+    assert [r.event for r in account.events(after=third.cursor)] == []

@@ -341,6 +341,9 @@ def sync_code(url: str) -> None:
         assert_type(rt.workflow_run(run.id).result(), Any)
         assert_type(rt.run(runtime_of(rt).get(Order, "o-1").place(5)), str)
         assert_type(rt.mint_command_id(), str)
+        assert_type(rt.create(Order), akter.sync.SyncHandle[Order])
+        for record in order.follow(after="0", idle_timeout=5):
+            assert_type(record, akter.EventRecord)
         assert_type(rt.stop(), akter.DrainReport)
 
 
