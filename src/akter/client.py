@@ -277,6 +277,31 @@ class Client:
                     raise error
             await asyncio.sleep(retries.wait_after(error))
 
+    async def outcome(
+        self,
+        actor: type[Any],
+        id: str,
+        command_id: str,
+        *,
+        timeout: float = 30,  # noqa: ASYNC109 (a durable wait's bound, as WorkflowRun.result's)
+    ) -> Any:
+        """A command's outcome by id (a staged one's): its JSON value, or its declared error.
+
+        Polls ``GET .../commands/{id}?wait=`` until the receipt is there or ``timeout`` passes
+        (then ``ActorError`` ``Timeout``/``no_outcome``); ``CommandExpired`` once it was pruned.
+        """
+        definition = definition_of(actor)
+        path = f"/actors/{definition.name}/{_path_id(definition, id)}/commands/{command_id}"
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, min(30.0, deadline - time.monotonic()))
+            response = await self._http.get(path, params={"wait": f"{wait:.3f}"}, timeout=wait + 30)
+            if response.status_code == 200:
+                return response.json()
+            error = _error_of(response)
+            if not (isinstance(error, ActorError) and error.code == "no_outcome" and wait > 0):
+                raise error
+
     # --- workflows ----------------------------------------------------------------------------
 
     async def start_workflow(
@@ -546,6 +571,12 @@ class SyncClient:
     def server_command_id(self) -> str:
         """A command id minted by the server (see :meth:`Client.server_command_id`)."""
         return self._loop.run_until_complete(self._client.server_command_id())
+
+    def outcome(self, actor: type[Any], id: str, command_id: str, *, timeout: float = 30) -> Any:
+        """A command's outcome by id (see :meth:`Client.outcome`)."""
+        return self._loop.run_until_complete(
+            self._client.outcome(actor, id, command_id, timeout=timeout)
+        )
 
 
 class _SyncHandle:

@@ -67,4 +67,19 @@ class Order(akter.Actor[Ledger]):
         return int(await wf.get(Order, wf.ref.id).add(cents))
 
 
-ALL = [Account, Order]
+class Total(BaseModel):
+    """A tally's sum alone (bulk tests: no per-delivery record to outgrow the state bound)."""
+
+    cents: int = 0
+
+
+class Tally(akter.Actor[Total]):
+    """The target of bulk staging."""
+
+    @akter.command
+    async def add(self, cents: int) -> int:
+        self.state.cents += cents
+        return self.state.cents
+
+
+ALL = [Account, Order, Tally]

@@ -6,15 +6,16 @@ outcome is its receipt, written when the relay delivers it. :func:`wait` polls f
 
 - found: the success value (decoded as the command's return annotation reads it), or its
   declared error raised, as the handle call would have returned or raised it;
-- not yet: ``ActorError("Timeout")`` (retryable): the intent is pending, the application's
-  transaction has not committed, or it rolled back (nothing here can tell those apart);
+- not yet: ``ActorError("Timeout", code="no_outcome")`` (retryable): the intent is pending, the
+  application's transaction has not committed, or it rolled back (nothing here tells them apart);
 - gone: once the id has expired (its ``expires`` part is behind the database clock) and neither
   a receipt nor a pending intent holds it, ``ActorError("CommandExpired", code="receipt_gone")``:
   receipts are kept until their id expires and pruned after, so whether it ran is unknown here.
 
 Without the actor (``ref=None``) the id is located through the outbox (pending) or the receipts
 of transaction callers (migration 0015); a command staged for a ``User`` caller, or sent by a
-handle, is read with its actor (``ref=``).
+handle, is read with its actor (``ref=``). With ``ref`` the actor type's access policy is asked
+first (kind ``events``, the current caller): the HTTP route's read.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import asyncio
 import time
 from typing import Any
 
+from akter._engine.calls import check_access
 from akter._engine.dispatcher import routing_key_of
 from akter._engine.services import Services
 from akter._engine.turn.rules import receipt_result
 from akter._ids import parse_framework_id
 from akter._store.gateway.outcomes import Found, OutcomesGateway
-from akter.callers import ActorRef
+from akter.callers import ActorRef, current_caller
 from akter.errors import ActorError
 
 #: The first and the longest wait between two probes, in seconds.
@@ -45,6 +47,9 @@ async def wait(
 ) -> Any:
     """The outcome of ``command_id`` (module docstring): its value, or its error raised."""
     parsed = parse_framework_id(command_id)
+    if ref is not None:
+        # A read of what the actor committed: its type's policy, as for its event feed.
+        await check_access(services.registry.definition(ref.type), ref, current_caller(), "events")
     gateway = OutcomesGateway(services.store, services.clock)
     deadline = time.monotonic() + timeout
     pause = FIRST_WAIT
@@ -75,6 +80,8 @@ async def wait(
                 "Timeout",
                 f"No outcome for command id {command_id!r} within {timeout} s ({state}; an "
                 "uncommitted or rolled-back staging leaves none).",
+                code="no_outcome",
+                retry_after=1.0,
                 command_id=command_id,
             )
         await asyncio.sleep(min(pause, left))

@@ -178,6 +178,40 @@ def events_operation(type_name: str, singleton: bool, security: _SECURITY) -> di
     }
 
 
+def outcome_operation(type_name: str, singleton: bool, security: _SECURITY) -> dict[str, Any]:
+    """A command's outcome by its id (a command staged in the application's transaction)."""
+    return {
+        "operationId": f"{type_name}.command_outcome",
+        "tags": [type_name],
+        "summary": "A command's outcome by id: as its POST answered (200 value, 422 declared "
+        "error); 404 `no_outcome` while nothing holds the id (or it is another tenant's); 410 "
+        "`receipt_gone` once its receipt was pruned.",
+        "parameters": [
+            id_parameter(singleton),
+            {
+                "name": "command_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": COMMAND_ID_PATTERN},
+            },
+            {
+                "name": "wait",
+                "in": "query",
+                "schema": {"type": "number", "minimum": 0, "maximum": 30},
+                "description": "Seconds to wait for the receipt before answering 404 (default 0).",
+            },
+        ],
+        "responses": {
+            "200": {"description": "The command's value.", "content": {"application/json": {}}},
+            "404": {"description": "No outcome yet.", "content": _problem_content()},
+            "410": {"description": "The receipt was pruned.", "content": _problem_content()},
+            "422": {"description": "The command's declared error.", "content": _problem_content()},
+            **refusals(),
+        },
+        "security": security,
+    }
+
+
 def progress_operation(type_name: str, singleton: bool, security: _SECURITY) -> dict[str, Any]:
     """An actor type's job-progress feed."""
     return {

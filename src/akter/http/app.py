@@ -52,6 +52,7 @@ from akter.callers import ActorRef, Anonymous, as_caller
 from akter.errors import ActorError, ConfigurationError, DeclaredError
 from akter.events import parse_cursor
 from akter.http._docs import docs_page
+from akter.http._outcomes import outcome_route
 from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http._tracing import http_span, http_status
 from akter.http._workflows import WorkflowRoutes
@@ -167,6 +168,7 @@ class _Api:
                     methods=["GET"],
                 ),
                 workflows.start_route(),
+                outcome_route(self),
                 Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
                 *workflows.run_routes(),
                 Route("/command-ids", self.command_ids, methods=["POST"]),

@@ -196,6 +196,9 @@ def _actor_paths(builder: _Builder, definition: ActorDefinition) -> dict[str, An
     paths[f"/actors/{definition.name}/{{id}}/events"] = {
         "get": parts.events_operation(definition.name, definition.singleton, security)
     }
+    paths[f"/actors/{definition.name}/{{id}}/commands/{{command_id}}"] = {
+        "get": parts.outcome_operation(definition.name, definition.singleton, security)
+    }
     if definition.jobs:
         paths[f"/actors/{definition.name}/{{id}}/jobs/{{job_id}}/progress"] = {
             "get": parts.progress_operation(definition.name, definition.singleton, security)

@@ -70,6 +70,8 @@ def status_of(error: ActorError) -> int:
     """The HTTP status a framework refusal is answered with."""
     if error.reason == "Unauthorized":
         return 401 if error.code in _UNAUTHENTICATED else 403
+    if error.reason == "Timeout" and error.code == "no_outcome":
+        return 404  # an outcome read: nothing holds the id yet (or it is another tenant's)
     if error.reason == "InvalidInput" and error.code in _INVALID_INPUT_STATUS:
         return _INVALID_INPUT_STATUS[error.code]
     return HTTP_STATUS[error.reason]

@@ -30,6 +30,7 @@ import psycopg
 from akter._members import ActorDefinition, Command
 from akter._store import app_connections as _connections
 from akter._store.gateway.staging import StageRow, plan
+from akter._store.migrate import SCHEMA_VERSION
 from akter._store.queries import Queries
 from akter.callers import Caller
 from akter.errors import ActorError
@@ -208,7 +209,7 @@ class Stager(_Base[A]):
 
     def _finish(self, row: StageRow) -> str:
         return _connections.drive_sync(
-            plan(_queries(self._schema), [row]), self._run, self._schema
+            plan(_queries(self._schema), [row], SCHEMA_VERSION), self._run, self._schema
         )[0]
 
     def send(self, command: Command[A, P, Any], /, *args: P.args, **kwargs: P.kwargs) -> str:
@@ -227,7 +228,7 @@ class AsyncStager(_Base[A]):
 
     async def _finish(self, row: StageRow) -> str:
         ids = await _connections.drive_async(
-            plan(_queries(self._schema), [row]), self._run, self._schema
+            plan(_queries(self._schema), [row], SCHEMA_VERSION), self._run, self._schema
         )
         return ids[0]
 
@@ -390,7 +391,7 @@ def stage_many(
     thousand round trips. Each command was validated when :func:`staged` built it.
     """
     rows = [_checked(c) for c in commands]
-    generator = plan(_queries(schema), rows)
+    generator = plan(_queries(schema), rows, SCHEMA_VERSION)
     if _connections.is_async(conn):
         return _connections.drive_async(generator, _connections.async_runner(conn), schema)
     return _connections.drive_sync(generator, _connections.sync_runner(conn), schema)

@@ -19,7 +19,7 @@ The flow (docs/guides/own-transaction.md):
    between 1 and 2 is not inserted (``ON CONFLICT DO NOTHING``, after waiting for that
    transaction); it is probed once more and compared, as in 1.
 
-Nothing is written unless the deployment row exists at ``SCHEMA_VERSION`` or later; a schema
+Nothing is written unless the deployment row exists at the code's schema version or later; a schema
 that does not exist raises from the database (the caller's driver names it).
 """
 
@@ -33,7 +33,6 @@ from typing import Any
 
 from akter._ids import parse_command_id
 from akter._kinds import TRANSACTION_SOURCE
-from akter._store.migrate import SCHEMA_VERSION
 from akter._store.queries import Queries
 from akter.errors import ActorError, ConfigurationError
 
@@ -74,17 +73,22 @@ class StageRow:
     slack: int
 
 
-def plan(queries: Queries, rows: Sequence[StageRow]) -> Generator[Statement, Rows, list[str]]:
-    """Stage ``rows`` (module docstring): yields statements, returns the ids in order."""
+def plan(
+    queries: Queries, rows: Sequence[StageRow], min_version: int
+) -> Generator[Statement, Rows, list[str]]:
+    """Stage ``rows`` (module docstring): yields statements, returns the ids in order.
+
+    ``min_version`` is the schema version the code needs (``akter._store.migrate``'s).
+    """
     ids: list[str | None] = [None] * len(rows)
     pinned = [i for i, r in enumerate(rows) if r.pinned is not None]
     if pinned:
         found = yield _probe(queries, rows, pinned)
-        for i in _compare(rows, pinned, _deployment(found), check_ids=True):
+        for i in _compare(rows, pinned, _deployment(found, min_version), check_ids=True):
             ids[i] = _intent_id(rows[i])
     todo = [i for i, r in enumerate(rows) if ids[i] is None]
     if todo:
-        result = _deployment((yield _insert(queries, rows, todo)))
+        result = _deployment((yield _insert(queries, rows, todo, min_version)), min_version)
         raced: list[int] = []
         for i, intent_id, inserted in zip(
             todo, result["intent_ids"], result["inserted"], strict=True
@@ -94,7 +98,9 @@ def plan(queries: Queries, rows: Sequence[StageRow]) -> Generator[Statement, Row
                 raced.append(i)
         if raced:
             found = yield _probe(queries, rows, raced)
-            missing = set(raced) - set(_compare(rows, raced, _deployment(found), check_ids=False))
+            missing = set(raced) - set(
+                _compare(rows, raced, _deployment(found, min_version), check_ids=False)
+            )
             if missing:
                 # Not inserted, yet neither a row nor a receipt holds it: deleted meanwhile.
                 raise ActorError(
@@ -111,7 +117,7 @@ def _intent_id(row: StageRow) -> str:
     return row.pinned + row.suffix
 
 
-def _deployment(rows: Rows) -> dict[str, Any]:
+def _deployment(rows: Rows, min_version: int) -> dict[str, Any]:
     """The statement's one row, or the refusal of a schema without a (current) deployment."""
     if not rows:
         raise ConfigurationError(
@@ -119,10 +125,10 @@ def _deployment(rows: Rows) -> dict[str, Any]:
             "against this database and schema before staging commands."
         )
     row = rows[0]
-    if int(row["schema_version"]) < SCHEMA_VERSION:
+    if int(row["schema_version"]) < min_version:
         raise ConfigurationError(
             f"The akter schema is at version {row['schema_version']}, older than this code's "
-            f"{SCHEMA_VERSION}: migrate it (start a runtime of this version) before staging."
+            f"{min_version}: migrate it (start a runtime of this version) before staging."
         )
     return row
 
@@ -195,7 +201,9 @@ def _probe(queries: Queries, rows: Sequence[StageRow], which: list[int]) -> Stat
     }
 
 
-def _insert(queries: Queries, rows: Sequence[StageRow], which: list[int]) -> Statement:
+def _insert(
+    queries: Queries, rows: Sequence[StageRow], which: list[int], min_version: int
+) -> Statement:
     picked = [rows[i] for i in which]
     return queries["stage_intents"], {
         "rks": [r.rk for r in picked],
@@ -212,7 +220,7 @@ def _insert(queries: Queries, rows: Sequence[StageRow], which: list[int]) -> Sta
         "delays": [r.delay for r in picked],
         "ats": [r.at for r in picked],
         "slacks": [r.slack for r in picked],
-        "min_version": SCHEMA_VERSION,
+        "min_version": min_version,
         "source_type": TRANSACTION_SOURCE,
     }
 
