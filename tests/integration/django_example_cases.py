@@ -36,9 +36,9 @@ def schema(akter_db: str) -> Iterator[str]:
         DJANGO_APP_SCHEMA=name,
         DJANGO_SETTINGS_MODULE="examples.django_app.settings",
     )
-    import django
-    from django.core.management import call_command
-    from django.db import connections
+    import django  # type: ignore[import-untyped]
+    from django.core.management import call_command  # type: ignore[import-untyped]
+    from django.db import connections  # type: ignore[import-untyped]
 
     with psycopg.connect(akter_db, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
@@ -57,7 +57,7 @@ def schema(akter_db: str) -> Iterator[str]:
 
 @pytest.fixture
 def client(schema: str) -> Any:
-    from django.test import Client
+    from django.test import Client  # type: ignore[import-untyped]
 
     return Client()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
-from django.conf import settings
+from django.conf import settings  # type: ignore[import-untyped]
 
 import akter
 from examples.django_app.bank.actors import Account
