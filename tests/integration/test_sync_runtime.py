@@ -341,7 +341,6 @@ def test_a_failed_start_raises_the_runtimes_error_and_ends_the_thread(akter_db: 
     assert after.value.reason == "stopped"
 
 
-@pytest.mark.kill
 def test_a_forked_child_is_refused_and_the_parent_keeps_serving(
     rt: akter.SyncRuntime, akter_db: str, schema: str
 ) -> None:
@@ -399,7 +398,6 @@ CTRL_C_CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.kill
 def test_ctrl_c_abandons_the_waiting_call_and_the_with_block_drains(
     akter_db: str, schema: str
 ) -> None:
