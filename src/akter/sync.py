@@ -99,7 +99,16 @@ class SyncRuntime:
 
     @classmethod
     def wrap(cls, runtime: Runtime) -> SyncRuntime:
-        """Drive ``runtime`` (built, not started) from synchronous code."""
+        """Drive ``runtime`` (built, not started) from synchronous code.
+
+        Raises:
+            ConfigurationError: ``runtime`` is already started (its tasks run on another loop).
+        """
+        if runtime.running:
+            raise ConfigurationError(
+                "SyncRuntime.wrap() takes a runtime that is not started: its SyncRuntime starts "
+                "it on the loop thread it owns."
+            )
         self = cls.__new__(cls)
         self.runtime = runtime
         self._init()
@@ -394,14 +403,16 @@ def _spawn(
     task = loop.create_task(awaitable, context=context)
 
     def settle(done: asyncio.Task[T]) -> None:
-        if future.cancelled():
-            return
         if done.cancelled():
             future.cancel()
-        elif (error := done.exception()) is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(done.result())
+            return
+        try:
+            if (error := done.exception()) is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(done.result())
+        except concurrent.futures.InvalidStateError:  # the caller cancelled it meanwhile
+            pass
 
     def cancel(f: concurrent.futures.Future[T]) -> None:
         if f.cancelled():

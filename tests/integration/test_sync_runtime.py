@@ -282,6 +282,12 @@ def test_a_wrapped_runtime_is_driven_and_stopped_by_its_sync_runtime(
     assert not runtime.running and runtime.readiness == "drained"
 
 
+async def test_wrapping_a_started_runtime_is_refused(akter_db: str, schema: str) -> None:
+    async with akter.Runtime(actors=[Account], database_url=akter_db, schema=schema) as runtime:
+        with pytest.raises(akter.ConfigurationError, match="not started"):
+            akter.SyncRuntime.wrap(runtime)
+
+
 def test_not_started_and_stopped_runtimes_refuse_by_name(akter_db: str, schema: str) -> None:
     rt = akter.SyncRuntime(actors=[Account], database_url=akter_db, schema=schema)
     with pytest.raises(SyncRuntimeError) as early:
