@@ -120,4 +120,5 @@ def sync_code(rt: akter.SyncRuntime) -> None:
     wrong: int = order.call(Order.place, 1)  # E: assignment
     rt.call(Inventory.reserve, "i-1", sku="a", qty="1")  # E: arg-type
     rt.get(Flow, "f-1").start(Flow.fulfil, 5)  # E: arg-type
+    rt.runtime.get(Order, "o-1").place(1)  # E: unused-coroutine
     assert wrong
