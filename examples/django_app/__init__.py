@@ -8,7 +8,7 @@ tables and the app's; it must exist before Django's ``migrate``, so start the ru
 create it)::
 
     export AKTER_DATABASE_URL=postgresql://postgres@127.0.0.1/test
-    python -m examples.django_app.manage akter_runner &     # creates akter's tables in "bank"
+    python -m examples.django_app.manage akter_runner &  # "runner … ready": the schema exists
     python -m examples.django_app.manage migrate bank
     python -m examples.django_app.manage runserver
 
