@@ -93,6 +93,9 @@ SAMPLES: dict[str, Any] = {
     # the runners' models (migration 0014): a registration's JSON, a model's name
     "models": '{"T": {"version": 0, "model": "v0:probe", "paths": [], "commands": [], "jobs": []}}',
     "model": "v0:probe",
+    # issue 41: commands staged in an application's transaction (migration 0015)
+    "pinned": None, "uuids": str(uuid.uuid4()), "suffixes": "", "slacks": 0, "min_version": 0,
+    "source_type": "$transaction",
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -121,6 +124,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "names_record": {"kinds": "command"},  # the registry's kinds, not an outbox row's
     "citus_rate_take": {"key": "k"},  # a rate bucket's key (NOT NULL), not a workflow's
     "live_state_paths": {"version": 0},  # a state version here, a runner's version elsewhere
+    "stage_intents": {"ids": "a1"},  # the target actors' ids, not a parked-row selection
+    "stage_probe": {"ids": "a1"},
 }
 
 

@@ -10,7 +10,8 @@ of one ended job for the job-progress feed (any other job id is a documented 404
 
 Two outcomes that no schema can rule out are declared to ``positive_data_acceptance`` per
 operation, from the document itself: a command's declared errors (its documented 422), and on a
-feed a cursor beyond the actor's last event (``UnknownCursor``, 400 by semantics §2.9). The
+feed a cursor beyond the actor's last event (``UnknownCursor``, 400 by semantics §2.9), and on
+an outcome read a well-formed id that expired long ago (410 ``receipt_gone``). The
 example count is modest so the run stays well under a minute; one worker, because Hypothesis
 parsing lambdas in several threads trips a CPython 3.11 ``ast`` bug.
 """
@@ -41,12 +42,13 @@ SEED = os.environ.get("AKTER_E2E_ST_SEED", "1")
 ACCEPTED = ["2xx", "401", "403", "404", "409"]
 
 
-def config(document: dict[str, Any], ended_job: str) -> str:
+def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
     """``schemathesis.toml``: the documented outcomes a valid request may still meet.
 
     The job-progress feed of a job no row names is a 404 (``unknown_job``): its operation is
     given a real ended job of actor ``st-account`` (what the warning ``missing_test_data``
-    asks for), so valid requests read a feed that closes at once.
+    asks for), so valid requests read a feed that closes at once; likewise the outcome read is
+    given a command of that actor with a receipt (and ``wait=0``), so it answers at once.
     """
     sections = []
     for path, item in document["paths"].items():
@@ -56,11 +58,19 @@ def config(document: dict[str, Any], ended_job: str) -> str:
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
                     f'parameters = {{ "path.id" = "st-account", "path.job_id" = "{ended_job}" }}\n'
                 )
+            if path == "/actors/Account/{id}/commands/{command_id}":
+                sections.append(
+                    f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
+                    f'parameters = {{ "path.id" = "st-account", "path.command_id" = '
+                    f'"{done_command}", "query.wait" = 0 }}\n'
+                )
             extra = []
             if "422" in op["responses"]:
                 extra.append("422")  # a declared error of the command
             if path.endswith("/events"):
                 extra.append("400")  # UnknownCursor: beyond the actor's last event
+            if path.endswith("/commands/{command_id}"):
+                extra.append("410")  # receipt_gone: a well-formed id that expired long ago
             if extra:
                 sections.append(
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
@@ -80,7 +90,9 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
             if message.get("closed"):
                 break
         settings = tmp_path / "schemathesis.toml"
-        settings.write_text(config(document, job))
+        done = await s.t.runtime.mint_command_id()
+        await account.with_command_id(done).deposit(1)
+        settings.write_text(config(document, job, done))
         header = f"X-API-Key: {KEY}"
         env = {
             **os.environ,
@@ -123,5 +135,5 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
         text = out.decode()
         (tmp_path / "schemathesis.txt").write_text(text)
         assert proc.returncode == 0, text
-        assert "16 selected / 16 total" in text, text
+        assert "18 selected / 18 total" in text, text
         assert "No issues found" in text, text

@@ -456,6 +456,8 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
         # 0012 is an UPDATE (it runs again unchanged); 0013's column goes. A later migration
         # must be undone here too, or the recorded list has a gap that migrate() refuses.
         await conn.execute(f'ALTER TABLE "{schema}".rate_buckets DROP COLUMN granted')
+        # 0015: the staged receipts' index.
+        await conn.execute(f'DROP INDEX "{schema}".receipts_staged')
         # 0014: the runners' models and the registry's 'state' kind (no such row yet).
         await conn.execute(f'ALTER TABLE "{schema}".runners DROP COLUMN models')
         await conn.execute(
@@ -474,7 +476,8 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
             await conn.execute(
                 f'DELETE FROM "{schema}".migrations'
                 " WHERE id IN ('0010_receipts_expiry', '0011_admission_receipts',"
-                " '0012_workflow_deadline_wakes', '0013_rate_grants', '0014_runner_models')"
+                " '0012_workflow_deadline_wakes', '0013_rate_grants', '0014_runner_models',"
+                " '0015_staged_receipts')"
             )
         await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
         cur = await conn.execute(

@@ -240,6 +240,13 @@ INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
         "((kind = 'job'::text) AND running)",
     ),
     "receipts_expiry": ("receipts", False, ["expires_at_ms"], None),
+    # 0015: the receipts of commands staged in an application's transaction, by id alone.
+    "receipts_staged": (
+        "receipts",
+        False,
+        ["command_id"],
+        '(caller_key ~~ \'["System","transaction",%\'::text)',
+    ),
     "events_emitted": ("events", False, ["actor_type", "emitted_at_ms"], None),
     "workflows_live": (
         "workflows",

@@ -49,27 +49,24 @@ SELECT d.w AS window_ms, d.schema_version, d.now,
 FROM d;
 
 -- stage_probe --
--- what already holds the pinned ids of a staging, read in a fresh snapshot: the deployment's window and clock, and per id its pending outbox row and its receipt on the target actor (each probe filters on routing_key)
+-- what already holds the pinned ids of a staging, read in a fresh snapshot: the deployment's window and clock, and the pending outbox rows and the receipts under those ids on those routing keys (filters on routing_key = ANY and the id = ANY: a superset the caller matches row by row, routed to the keys' shards on Citus)
 SELECT d.retry_window_ms AS window_ms, d.schema_version, {schema}.stmt_ms(0) AS now,
        coalesce((
-           SELECT jsonb_agg(jsonb_build_object(
-                      'ord', p.ord,
-                      'row', (SELECT jsonb_build_object('type', o.target_type, 'id', o.target_id,
-                                                        'command', o.command,
-                                                        'payload', o.payload)
-                              FROM {schema}.outbox o
-                              WHERE o.routing_key = p.rk AND o.intent_id = p.intent_id),
-                      'receipt', (SELECT jsonb_build_object('command', r.command,
-                                                            'payload_hash', r.payload_hash,
-                                                            'caller_key', r.caller_key)
-                                  FROM {schema}.receipts r
-                                  WHERE r.routing_key = p.rk AND r.tenant_id = p.tenant
-                                    AND r.actor_type = p.type AND r.actor_id = p.id
-                                    AND r.command_id = p.command_id))
-                  ORDER BY p.ord)
-           FROM unnest(%(rks)s::bigint[], %(tenants)s::text[], %(types)s::text[],
-                       %(ids)s::text[], %(intent_ids)s::text[], %(command_ids)s::text[])
-               WITH ORDINALITY AS p(rk, tenant, type, id, intent_id, command_id, ord)
+           SELECT jsonb_agg(h)
+           FROM (
+               SELECT 'row' AS what, o.routing_key AS rk, o.intent_id AS id, o.tenant_id AS tenant,
+                      o.target_type AS type, o.target_id AS actor_id, o.command, o.payload,
+                      NULL::text AS payload_hash, NULL::text AS caller_key
+               FROM {schema}.outbox o
+               WHERE o.routing_key = ANY(%(rks)s::bigint[])
+                 AND o.intent_id = ANY(%(intent_ids)s::text[])
+               UNION ALL
+               SELECT 'receipt', r.routing_key, r.command_id, r.tenant_id, r.actor_type,
+                      r.actor_id, r.command, NULL, r.payload_hash, r.caller_key
+               FROM {schema}.receipts r
+               WHERE r.routing_key = ANY(%(rks)s::bigint[])
+                 AND r.command_id = ANY(%(command_ids)s::text[])
+           ) h
        ), '[]'::jsonb) AS found
 FROM {schema}.deployment d;
 

@@ -534,9 +534,14 @@ def _too_large(limit: int) -> ActorError:
 
 
 def _feed_path(request: Request) -> bool:
-    """Whether a command path is also a feed's: ``.../events`` or ``.../jobs/{job_id}/progress``."""
+    """Whether a command path is also a GET route's (a feed's, or an outcome read's).
+
+    ``.../events``, ``.../jobs/{job_id}/progress`` and ``.../commands/{command_id}``.
+    """
     member = request.path_params["member"]
     raw_id = str(request.path_params["id"])
-    return member == "events" or (
-        member == "progress" and re.fullmatch(r".+/jobs/[^/]+", raw_id) is not None
+    return (
+        member == "events"
+        or (member == "progress" and re.fullmatch(r".+/jobs/[^/]+", raw_id) is not None)
+        or re.fullmatch(r".+/commands", raw_id) is not None
     )

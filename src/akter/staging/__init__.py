@@ -37,7 +37,9 @@ from akter.errors import ActorError
 from akter.staging import _rows
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection as SAConnection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
 
     from akter.actor import Actor
 
@@ -112,6 +114,16 @@ def _target(
         _rows.check_pinned(command_id),
         _rows.due(after, at),
     )
+
+
+class DjangoConnection(Protocol):
+    """Django's database connection as staging uses it (``django.db.connection``)."""
+
+    vendor: str
+
+    def cursor(self) -> Any:
+        """A cursor of the connection."""
+        ...
 
 
 class StagedCommand:
@@ -261,7 +273,7 @@ class Builder(_Base[A]):
 
 
 @overload
-def stage(  # type: ignore[overload-overlap]  # an async connection is also an object
+def stage(
     conn: psycopg.AsyncConnection[Any] | AsyncConnection | AsyncSession,
     actor: type[A],
     id: str = "",
@@ -275,7 +287,7 @@ def stage(  # type: ignore[overload-overlap]  # an async connection is also an o
 ) -> AsyncStager[A]: ...
 @overload
 def stage(
-    conn: object,
+    conn: psycopg.Connection[Any] | SAConnection | Session | DjangoConnection,
     actor: type[A],
     id: str = "",
     *,
@@ -321,7 +333,7 @@ def stage(
         ConfigurationError: No migrated akter schema on the connection's database.
     """
     target = _target(actor, id, tenant, caller, command_id, after, at)
-    Queries(schema)  # the schema's name is checked before anything is sent
+    _queries(schema)  # the schema's name is checked before anything is sent (cached)
     if _connections.is_async(conn):
         return AsyncStager(target, _connections.async_runner(conn), schema)
     return Stager(target, _connections.sync_runner(conn), schema)
@@ -372,7 +384,7 @@ def staged(
 
 
 @overload
-def stage_many(  # type: ignore[overload-overlap]  # an async connection is also an object
+def stage_many(
     conn: psycopg.AsyncConnection[Any] | AsyncConnection | AsyncSession,
     commands: Sequence[StagedCommand],
     *,
@@ -380,7 +392,10 @@ def stage_many(  # type: ignore[overload-overlap]  # an async connection is also
 ) -> Awaitable[list[str]]: ...
 @overload
 def stage_many(
-    conn: object, commands: Sequence[StagedCommand], *, schema: str = "akter"
+    conn: psycopg.Connection[Any] | SAConnection | Session | DjangoConnection,
+    commands: Sequence[StagedCommand],
+    *,
+    schema: str = "akter",
 ) -> list[str]: ...
 def stage_many(
     conn: Any, commands: Sequence[StagedCommand], *, schema: str = "akter"

@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, assert_type
 
+import psycopg
 from pydantic import BaseModel
 
 import akter
 import akter.jobs
+import akter.staging
 import akter.sync
 
 
@@ -349,3 +351,25 @@ def sync_code(url: str) -> None:
 
 def runtime_of(rt: akter.SyncRuntime) -> akter.Runtime:
     return rt.runtime
+
+
+# --- staging in the application's transaction (issue 41) -----------------------------------------
+
+
+async def staging(aconn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+    conn = psycopg.connect("")
+    stager = akter.stage(conn, Order, "o-1", after=5)
+    assert_type(stager, akter.staging.Stager[Order])
+    assert_type(stager.place(cents=5), str)
+    assert_type(stager.send(Order.place, 5), str)
+    assert_type(akter.stage(conn, Fulfilment, "f-1").fulfil.start("sku"), str)
+    assert_type(akter.stage(aconn, Order, "o-1"), akter.staging.AsyncStager[Order])
+    assert_type(await akter.stage(aconn, Order, "o-1").place(cents=5), str)
+    assert_type(await akter.astage(aconn, Order, "o-1").send(Order.place, cents=5), str)
+    batch = [akter.staged(Order, f"o-{i}").place(cents=i) for i in range(3)]
+    assert_type(akter.stage_many(conn, batch), list[str])
+    assert_type(await akter.stage_many(aconn, batch), list[str])
+
+
+async def outcomes(runtime: akter.Runtime) -> None:
+    assert_type(await runtime.outcome("v1.1.2.x", timeout=5), Any)

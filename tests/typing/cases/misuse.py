@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from pydantic import BaseModel
 
 import akter
@@ -122,3 +123,15 @@ def sync_code(rt: akter.SyncRuntime) -> None:
     rt.get(Flow, "f-1").start(Flow.fulfil, 5)  # E: arg-type
     rt.runtime.get(Order, "o-1").place(1)  # E: unused-coroutine
     assert wrong
+
+
+# --- staging: the checked spelling checks the command's parameters -------------------------------
+
+
+def staging() -> None:
+    stager = akter.stage(psycopg.connect(""), Inventory, "i-1")
+    stager.send(Inventory.reserve, "sku", "two")  # E: arg-type
+    stager.send(Inventory.reserve, "sku")  # E: call-arg
+    stager.send(Order.place, 5)  # E: arg-type
+    count: int = stager.reserve(sku="a", qty=1)  # E: assignment
+    assert count

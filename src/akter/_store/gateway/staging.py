@@ -140,20 +140,29 @@ def _compare(
     found = probe["found"]
     if isinstance(found, str):  # a driver that leaves jsonb as text (Django's)
         found = json.loads(found)
+    pending = {(h["rk"], h["id"]): h for h in found if h["what"] == "row"}
+    receipts = {
+        (h["rk"], h["tenant"], h["type"], h["actor_id"], h["id"]): h
+        for h in found
+        if h["what"] == "receipt"
+    }
     same: list[int] = []
-    for i, hit in zip(which, found, strict=True):
+    for i in which:
         row = rows[i]
         assert row.pinned is not None
         if check_ids:
             _check_pinned(row.pinned, int(probe["window_ms"]), int(probe["now"]))
-        pending, receipt = hit.get("row"), hit.get("receipt")
-        if pending is not None:
-            if (pending["type"], pending["id"], pending["command"], pending["payload"]) != (
-                row.type,
-                row.id,
-                row.command,
-                row.payload,
-            ):
+        held = pending.get((row.rk, _intent_id(row)))
+        receipt = receipts.get((row.rk, row.tenant, row.type, row.id, row.pinned))
+        if held is not None:
+            mine = (row.tenant, row.type, row.id, row.command, row.payload)
+            if (
+                held["tenant"],
+                held["type"],
+                held["actor_id"],
+                held["command"],
+                held["payload"],
+            ) != mine:
                 raise _conflict(row.pinned)
             same.append(i)
         elif receipt is not None:
@@ -192,12 +201,9 @@ def _conflict(pinned: str) -> ActorError:
 def _probe(queries: Queries, rows: Sequence[StageRow], which: list[int]) -> Statement:
     picked = [rows[i] for i in which]
     return queries["stage_probe"], {
-        "rks": [r.rk for r in picked],
-        "tenants": [r.tenant for r in picked],
-        "types": [r.type for r in picked],
-        "ids": [r.id for r in picked],
-        "intent_ids": [_intent_id(r) for r in picked],
-        "command_ids": [r.pinned for r in picked],
+        "rks": sorted({r.rk for r in picked}),
+        "intent_ids": sorted({_intent_id(r) for r in picked}),
+        "command_ids": sorted({r.pinned for r in picked if r.pinned is not None}),
     }
 
 
