@@ -516,3 +516,32 @@ def test_following_events_replays_then_blocks_for_live_commits(rt: akter.SyncRun
         for _ in account.follow(after=third.cursor, idle_timeout=0.2):
             pass
     assert [r.event for r in account.events(after=third.cursor)] == []
+
+
+def test_sixteen_threads_through_a_pool_of_two_connections_all_commit(
+    akter_db: str, schema: str
+) -> None:
+    # More calling threads than connections: the calls queue on the loop (the dispatcher and
+    # the pool wait), none fails and none is lost.
+    threads, calls = 16, 10
+    with akter.SyncRuntime(
+        actors=[Account], database_url=akter_db, schema=schema, pool_size=2, pool_wait=30
+    ) as rt:
+        start = threading.Barrier(threads)
+        failures: list[BaseException] = []
+
+        def worker(n: int) -> None:
+            try:
+                start.wait()
+                for _ in range(calls):
+                    rt.get(Account, f"p-{n}").call(Account.deposit, cents=1)
+            except BaseException as exc:
+                failures.append(exc)
+
+        pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    assert failures == []
+    assert [committed_cents(akter_db, schema, f"p-{n}") for n in range(threads)] == [calls] * 16
