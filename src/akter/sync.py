@@ -31,6 +31,7 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, Unpac
 
 from pydantic import BaseModel
 
+from akter._bridge import spawn
 from akter._config import RuntimeOptions
 from akter._drain import DrainReport
 from akter._ids import uuid7
@@ -273,7 +274,7 @@ class SyncRuntime:
             self._waiting.add(future)
         future.add_done_callback(self._settled)
         try:
-            loop.call_soon_threadsafe(_spawn, loop, awaitable, contextvars.copy_context(), future)
+            loop.call_soon_threadsafe(spawn, loop, awaitable, contextvars.copy_context(), future)
         except RuntimeError:  # the loop closed since _usable(): stopped under this call
             awaitable.close()
             future.cancel()
@@ -385,44 +386,6 @@ class SyncRuntime:
 
     def __repr__(self) -> str:
         return f"<akter SyncRuntime {self._state} pid={self._pid}>"
-
-
-def _spawn(
-    loop: asyncio.AbstractEventLoop,
-    awaitable: Coroutine[Any, Any, T],
-    context: contextvars.Context,
-    future: concurrent.futures.Future[T],
-) -> None:
-    """On the loop: run ``awaitable`` as a task in ``context``; chain it to ``future`` both ways.
-
-    The caller's cancel (a timeout, Ctrl-C) cancels the task; the task's end settles the future.
-    """
-    if future.cancelled():
-        awaitable.close()
-        return
-    task = loop.create_task(awaitable, context=context)
-
-    def settle(done: asyncio.Task[T]) -> None:
-        if done.cancelled():
-            future.cancel()
-            return
-        try:
-            if (error := done.exception()) is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(done.result())
-        except concurrent.futures.InvalidStateError:  # the caller cancelled it meanwhile
-            pass
-
-    def cancel(f: concurrent.futures.Future[T]) -> None:
-        if f.cancelled():
-            try:
-                loop.call_soon_threadsafe(task.cancel)
-            except RuntimeError:  # the loop has ended: so has the task
-                pass
-
-    task.add_done_callback(settle)
-    future.add_done_callback(cancel)
 
 
 class SyncHandle(Generic[A]):

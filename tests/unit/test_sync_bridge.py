@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 import akter
-from akter.sync import SyncRuntimeError, _spawn
+from akter._bridge import spawn
+from akter.sync import SyncRuntimeError
 
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
 
@@ -58,7 +59,7 @@ def test_the_task_runs_in_the_callers_context_and_settles_the_future(
     token = MARK.set("caller's")
     try:
         future: concurrent.futures.Future[str] = concurrent.futures.Future()
-        loop.call_soon_threadsafe(_spawn, loop, read(), contextvars.copy_context(), future)
+        loop.call_soon_threadsafe(spawn, loop, read(), contextvars.copy_context(), future)
         assert future.result(timeout=5) == "caller's"
     finally:
         MARK.reset(token)
@@ -67,7 +68,7 @@ def test_the_task_runs_in_the_callers_context_and_settles_the_future(
         raise LookupError("the coroutine's own")
 
     failing: concurrent.futures.Future[None] = concurrent.futures.Future()
-    loop.call_soon_threadsafe(_spawn, loop, fail(), contextvars.copy_context(), failing)
+    loop.call_soon_threadsafe(spawn, loop, fail(), contextvars.copy_context(), failing)
     with pytest.raises(LookupError, match="the coroutine's own"):
         failing.result(timeout=5)
 
@@ -84,7 +85,7 @@ def test_cancelling_the_future_cancels_the_task(loop: asyncio.AbstractEventLoop)
             raise
 
     future: concurrent.futures.Future[None] = concurrent.futures.Future()
-    loop.call_soon_threadsafe(_spawn, loop, wait_forever(), contextvars.copy_context(), future)
+    loop.call_soon_threadsafe(spawn, loop, wait_forever(), contextvars.copy_context(), future)
     assert started.wait(5)
     assert future.cancel()
     assert cancelled.wait(5)
@@ -101,7 +102,7 @@ def test_a_future_cancelled_before_the_loop_took_it_never_runs(
     future: concurrent.futures.Future[None] = concurrent.futures.Future()
     future.cancel()
     done = concurrent.futures.Future[None]()
-    loop.call_soon_threadsafe(_spawn, loop, mark(), contextvars.copy_context(), future)
+    loop.call_soon_threadsafe(spawn, loop, mark(), contextvars.copy_context(), future)
     loop.call_soon_threadsafe(done.set_result, None)
     done.result(timeout=5)
     assert not ran.is_set()  # closed, not run, and no "never awaited" warning
