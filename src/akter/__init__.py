@@ -41,6 +41,7 @@ from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
 from akter.staging import StagedCommand, astage, stage, stage_many, staged
+from akter.sync import SyncRuntime, SyncRuntimeError
 from akter.workflows import (
     Workflow,
     WorkflowFailure,
@@ -68,6 +69,7 @@ for _error in (
     ReadOnlyError,
     RowScopeError,
     StepFailed,
+    SyncRuntimeError,
     WorkflowCancelled,
     WorkflowDiverged,
     WorkflowFailed,
@@ -128,6 +130,8 @@ __all__ = [
     "Runtime",
     "StagedCommand",
     "StepFailed",
+    "SyncRuntime",
+    "SyncRuntimeError",
     "System",
     "User",
     "Workflow",

@@ -24,8 +24,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import akter
 import akter.http
+from akter._client_clock import CLOCK_MARGIN_MS
 from akter._ids import CLOCK_HEADER, WINDOW_HEADER, mint_command_id, parse_command_id
-from akter.client import CLOCK_MARGIN_MS, Client, SyncClient
+from akter.client import Client, SyncClient
 from akter.testing import ActorTest
 from tests.e2e.conftest import (
     ACTORS,

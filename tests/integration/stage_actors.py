@@ -21,7 +21,7 @@ class Ledger(BaseModel):
     seen: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class Overdrawn(akter.DeclaredError):
+class Overdrawn(akter.DeclaredError, tag="stage.Overdrawn"):
     """A declared failure: the withdrawal is larger than the balance."""
 
     short: int

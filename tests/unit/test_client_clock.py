@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from akter._client_clock import CLOCK_MARGIN_MS, READING_TTL_S, LearnedClock, clock_reading
 from akter._ids import CLOCK_HEADER, WINDOW_HEADER, parse_command_id
-from akter.client import CLOCK_MARGIN_MS, READING_TTL_S, LearnedClock, clock_reading
 
 WINDOW = 86_400_000
 NOW = 1_767_225_600_000

@@ -53,6 +53,8 @@ AKTER_ALL = [
     "Runtime",
     "StagedCommand",
     "StepFailed",
+    "SyncRuntime",
+    "SyncRuntimeError",
     "System",
     "User",
     "Workflow",
@@ -75,10 +77,10 @@ AKTER_ALL = [
     "public",
     "query",
     "schedule",
-    "state_index",
     "stage",
     "stage_many",
     "staged",
+    "state_index",
     "workflow",
 ]
 
@@ -156,6 +158,7 @@ ERRORS = [
     "ReadOnlyError",
     "RowScopeError",
     "StepFailed",
+    "SyncRuntimeError",
     "WorkflowCancelled",
     "WorkflowDiverged",
     "WorkflowFailed",

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 import akter
 import akter.jobs
 import akter.staging
+import akter.sync
 from akter.client import Client
 from akter.job_streams import AttemptStarted, Chunk, Closed, StreamOutcome, StreamReader
 
@@ -404,6 +405,38 @@ async def tenant_rows(runtime: akter.Runtime) -> None:
     page, after = await rows.page(key=[order_lines.c.line_no], limit=10)
     assert_type(page, list[dict[str, Any]])
     assert_type(after, tuple[Any, ...] | None)
+
+
+# --- synchronous code: a SyncRuntime's blocking handles (docs/guides/sync.md) ---------------------
+
+
+def sync_code(url: str) -> None:
+    with akter.SyncRuntime(actors=[Order, Ledger, Billing, Fulfilment], database_url=url) as rt:
+        assert_type(rt, akter.SyncRuntime)
+        order = rt.get(Order, "o-1", tenant="acme")
+        assert_type(order, akter.sync.SyncHandle[Order])
+        assert_type(order.call(Order.place, 1200), str)
+        assert_type(order.with_command_id("v1.1.2.x").call(Order.place, cents=1200), str)
+        assert_type(order.call(Order.quote, currency="USD"), Quote)
+        assert_type(order.call(Order.summary, verbose=True), str)  # a QueryView self
+        assert_type(rt.call(Order.status, "o-1"), str)
+        assert_type(rt.get(Billing).call(Billing.tick), int)
+        assert_type(order.events(after="0"), list[akter.EventRecord])
+        run = rt.get(Fulfilment, "f-1").start(Fulfilment.fulfil, "sku", cents=5)
+        assert_type(run, akter.sync.SyncWorkflowRun[str])
+        assert_type(run.result(timeout=10), str)
+        assert_type(run.status(), akter.WorkflowStatus)
+        assert_type(rt.workflow_run(run.id).result(), Any)
+        assert_type(rt.run(runtime_of(rt).get(Order, "o-1").place(5)), str)
+        assert_type(rt.mint_command_id(), str)
+        assert_type(rt.create(Order), akter.sync.SyncHandle[Order])
+        for record in order.follow(after="0", idle_timeout=5):
+            assert_type(record, akter.EventRecord)
+        assert_type(rt.stop(), akter.DrainReport)
+
+
+def runtime_of(rt: akter.SyncRuntime) -> akter.Runtime:
+    return rt.runtime
 
 
 # --- staging in the application's transaction (issue 41) -----------------------------------------

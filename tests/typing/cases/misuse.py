@@ -136,6 +136,21 @@ async def live(rt: akter.Runtime) -> None:
         del text
 
 
+# --- synchronous code: a blocking handle checks the member, its arguments and its result ------
+
+
+def sync_code(rt: akter.SyncRuntime) -> None:
+    order = rt.get(Order, "o-1")
+    order.call(Order.place, cents="1")  # E: arg-type
+    order.call(Order.place, 1, 2)  # E: call-arg
+    order.call(Inventory.reserve, "sku", 1)  # E: arg-type
+    wrong: int = order.call(Order.place, 1)  # E: assignment
+    rt.call(Inventory.reserve, "i-1", sku="a", qty="1")  # E: arg-type
+    rt.get(Flow, "f-1").start(Flow.fulfil, 5)  # E: arg-type
+    rt.runtime.get(Order, "o-1").place(1)  # E: unused-coroutine
+    assert wrong
+
+
 # --- staging: the checked spelling checks the command's parameters -------------------------------
 
 
