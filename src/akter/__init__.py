@@ -38,6 +38,7 @@ from akter.operators.outbox import ParkedRow
 from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
+from akter.subscriptions import Delivery, RetentionGap, subscription
 from akter.workflows import (
     Workflow,
     WorkflowFailure,
@@ -96,6 +97,7 @@ __all__ = [
     "DeadLetter",
     "DeclaredError",
     "DefinitionError",
+    "Delivery",
     "DrainError",
     "DrainReport",
     "EmptyState",
@@ -116,6 +118,7 @@ __all__ = [
     "ReadOnlyError",
     "Resource",
     "Resources",
+    "RetentionGap",
     "Runtime",
     "StepFailed",
     "System",
@@ -137,5 +140,6 @@ __all__ = [
     "public",
     "query",
     "schedule",
+    "subscription",
     "workflow",
 ]

@@ -46,6 +46,7 @@ from akter._storable import (
 from akter.callers import ActorRef, Caller, System
 from akter.context import TurnApi
 from akter.errors import DefinitionError
+from akter.subscriptions import Subscribing
 
 __all__ = [
     "ARGUMENT_INT_RANGE",
@@ -77,7 +78,7 @@ RESERVED_MEMBER_NAMES = frozenset(
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
         "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
-        "signal_workflow", "cancel_workflow",
+        "signal_workflow", "cancel_workflow", "subscribe", "unsubscribe",
     }
 )  # fmt: skip
 
@@ -95,7 +96,7 @@ def default_access(caller: Caller, ref: ActorRef, member: str, kind: AccessKind)
 # --- the Actor base -------------------------------------------------------------------------
 
 
-class Actor(TurnApi[S], Generic[S]):
+class Actor(TurnApi[S], Subscribing, Generic[S]):
     """Base class of actors: ``class Order(akter.Actor[OrderState], name=..., ...)``.
 
     Class keywords: ``name=`` (default: the class name), ``singleton=True``, ``access=`` (an

@@ -26,6 +26,7 @@ AKTER_ALL = [
     "DeadLetter",
     "DeclaredError",
     "DefinitionError",
+    "Delivery",
     "DrainError",
     "DrainReport",
     "EmptyState",
@@ -46,6 +47,7 @@ AKTER_ALL = [
     "ReadOnlyError",
     "Resource",
     "Resources",
+    "RetentionGap",
     "Runtime",
     "StepFailed",
     "System",
@@ -67,6 +69,7 @@ AKTER_ALL = [
     "public",
     "query",
     "schedule",
+    "subscription",
     "workflow",
 ]
 
