@@ -78,6 +78,8 @@ class StagedFollow:
     subscription: str
     source_type: str
     source_id: str
+    #: The source's routing key (its follow and feed rows live in its shard).
+    source_rk: int
     start_after: int | None
     active: bool
 

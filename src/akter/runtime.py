@@ -31,7 +31,7 @@ from akter._engine.loop.wakes import CommitWakes
 from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
-from akter._engine.turn import Result, TurnEngine
+from akter._engine.turn import Followed, Result, TurnEngine
 from akter._engine.workflows.engine import WorkflowEngine
 from akter._ids import uuid7
 from akter._local_clock import LocalClock
@@ -143,6 +143,7 @@ class Runtime:
             pool_wait=config.pool_wait_ms / 1000,
             metrics=self.metrics,
             state_paths=self._runners.state_paths,
+            followed=Followed.of(self.definitions.values()),
         )
         self._use_resources(resources)
         #: The last hour of this runner's metrics, for the console's overview charts.

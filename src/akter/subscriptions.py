@@ -17,6 +17,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from akter._contexts import CommandContext
 from akter._event_decl import Event, decode_stored
+from akter._ids import placement_key, routing_key
 from akter._members import command, definition_of
 from akter._staging import StagedFollow
 from akter.callers import ActorRef
@@ -177,6 +178,13 @@ def delivery_of(spec: SubscriptionSpec, tenant: str, body: dict[str, Any]) -> De
     return Delivery(source, cursor, event, emitted_at)
 
 
+def _source(spec: SubscriptionSpec, ctx: CommandContext, source_id: str) -> tuple[str, str, int]:
+    """The source's type, id and routing key (in the subscriber's tenant, S4)."""
+    source = definition_of(spec.source)
+    key = placement_key(source.placement, ctx.ref.tenant, source.name, source_id)
+    return source.name, source_id, routing_key(key)
+
+
 class Subscribing:
     """``self.subscribe`` / ``self.unsubscribe``: a base of ``akter.Actor``."""
 
@@ -203,14 +211,14 @@ class Subscribing:
             raise invalid_input(
                 f"subscribe(start=...) is 'now', 'start' or a cursor ≥ 0, not {start!r}."
             )
-        ctx.staged.ops.append(StagedFollow(name, spec.source_type, source_id, after, True))
+        ctx.staged.ops.append(StagedFollow(name, *_source(spec, ctx, source_id), after, True))
 
     def unsubscribe(
         self, handler: Callable[..., Coroutine[Any, Any, None]], *, source_id: str
     ) -> None:
         """Stop following ``source_id`` with ``handler`` if the turn commits."""
         name, spec, ctx = self._follow(handler, source_id, "unsubscribe")
-        ctx.staged.ops.append(StagedFollow(name, spec.source_type, source_id, None, False))
+        ctx.staged.ops.append(StagedFollow(name, *_source(spec, ctx, source_id), None, False))
 
     def _follow(
         self, handler: Any, source_id: Any, what: str

@@ -55,6 +55,7 @@ from akter._engine.turn.flights import (
     rollback_quietly,
 )
 from akter._engine.turn.invoke import Prepared, Ran, decode_replies, run_handler
+from akter._engine.turn.subscribed import Followed
 from akter._engine.turn.types import (
     Activation,
     BatchDefect,
@@ -107,6 +108,7 @@ class TurnEngine:
         pool_wait: float = 2.0,
         metrics: telemetry.Metrics | None = None,
         state_paths: too_new.StatePaths | None = None,
+        followed: Followed | None = None,
     ) -> None:
         self._metrics = metrics or telemetry.Metrics()
         self.store = store
@@ -123,6 +125,8 @@ class TurnEngine:
         #: drop is a newer deploy's while one declares them all.
         self.state_paths = state_paths
         self._turn_settings: dict[str, _TypeSettings] = {}
+        #: The declared subscriptions by source type: a source's commit bumps their feeds.
+        self.followed = followed
 
     @property
     def metrics(self) -> telemetry.Metrics:
@@ -299,6 +303,7 @@ class TurnEngine:
                 arrived_at=admitted.arrived_at,
                 fence_off=self.clock.offset_ms,
                 meanwhile=lambda: decode_replies(ran.outcomes),
+                followed=self.followed,
             )
         except psycopg.errors.UniqueViolation as exc:
             if live_key_taken(exc) and any(r.key is not None for r in ran.writes.runs):

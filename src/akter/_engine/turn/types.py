@@ -14,7 +14,15 @@ from akter._contexts import LoopLease
 from akter._ids import CommandId, bucket
 from akter._kinds import RowKind
 from akter._retry import Backoff
-from akter._staging import CancelJob, CancelTimer, Staged, StagedEvent, StagedRow, StagedRun
+from akter._staging import (
+    CancelJob,
+    CancelTimer,
+    Staged,
+    StagedEvent,
+    StagedFollow,
+    StagedRow,
+    StagedRun,
+)
 from akter._store.pool import Connection
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, Caller, caller_key
@@ -162,6 +170,8 @@ class BatchWrites:
     #: admission read (only when the batch is re-run after a start met a live key), then the
     #: keyed runs its earlier commands started. ``None`` while there is none (most batches).
     keyed: dict[tuple[str, str], str] | None = None
+    #: Dynamic subscriptions the batch starts or stops (the subscriptions spec).
+    follows: list[StagedFollow] = field(default_factory=list)
 
     def apply(self, staged: Staged, command_id: str) -> None:
         """Merge one successful command's staged work (the last staging of a key wins)."""
@@ -177,6 +187,8 @@ class BatchWrites:
                     if self.keyed is None:
                         self.keyed = {}
                     self.keyed[(op.workflow, op.key)] = op.run_id
+            elif isinstance(op, StagedFollow):
+                self.follows.append(op)
             elif isinstance(op, CancelTimer):
                 # A cancellation drops earlier stagings of the key.
                 key = op.key
@@ -196,7 +208,14 @@ class BatchWrites:
     @property
     def empty(self) -> bool:
         """Whether nothing was staged."""
-        return not (self.events or self.rows or self.timer_deletes or self.job_cancels or self.runs)
+        return not (
+            self.events
+            or self.rows
+            or self.timer_deletes
+            or self.job_cancels
+            or self.runs
+            or self.follows
+        )
 
 
 @dataclass
