@@ -31,6 +31,7 @@ from akter._engine.loop.wakes import CommitWakes
 from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
+from akter._engine.subscriptions import SubscriptionLane
 from akter._engine.turn import Followed, Result, TurnEngine
 from akter._engine.workflows.engine import WorkflowEngine
 from akter._ids import uuid7
@@ -143,7 +144,7 @@ class Runtime:
             pool_wait=config.pool_wait_ms / 1000,
             metrics=self.metrics,
             state_paths=self._runners.state_paths,
-            followed=Followed.of(self.definitions.values()),
+            followed=(followed := Followed.of(self.definitions.values())),
         )
         self._use_resources(resources)
         #: The last hour of this runner's metrics, for the console's overview charts.
@@ -157,6 +158,9 @@ class Runtime:
         #: The call paths: commands, deliveries, queries, singleton loops.
         self._calls = Calls(services, self._dispatcher, self.read_events)
         self._build_lanes(services, loop, outbox)
+        subs = SubscriptionLane.of(services, self._calls, loop, followed)  # the subscriptions spec
+        loop.drive(self._relay, self._jobs, self._workflow_engine, subs)
+        self._lifecycle.lanes.append(subs)  # stopped after the loop, before the job lane
         self._database_url = config.database_url
         self.last_drain: DrainReport | None = None
 
@@ -183,7 +187,6 @@ class Runtime:
             workflows=self._workflow_engine,
             declared_elsewhere=self._runners.declares_command,
         )
-        loop.drive(self._relay, self._jobs, self._workflow_engine)
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(services, wake=loop.announce)
         #: Parked outbox rows: list, retry, discard (evolution E3).

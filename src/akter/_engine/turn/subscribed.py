@@ -104,10 +104,11 @@ async def queue(
     follows: Sequence[StagedFollow],
     delivered: Iterable[tuple[str, Mapping[str, object]]],
     now_ms: int,
-) -> None:
+) -> bool:
     """Queue the batch's subscription writes, each only when the batch has it (module doc).
 
     ``delivered``: the ``(command, payload)`` of the batch's commands that get a receipt.
+    Returns whether it wrote feeds or follows (the subscription lane has work).
     """
     watches = followed.by_source.get(definition.name, ()) if followed is not None else ()
     bumped = bumps(watches, events, first_seq) if watches and events else []
@@ -128,3 +129,4 @@ async def queue(
     applied = advances(definition, delivered)
     if applied:
         await gateway.advance(pipe, q, key, now_ms, applied)
+    return bool(bumped or follows)

@@ -172,6 +172,8 @@ class BatchWrites:
     keyed: dict[tuple[str, str], str] | None = None
     #: Dynamic subscriptions the batch starts or stops (the subscriptions spec).
     follows: list[StagedFollow] = field(default_factory=list)
+    #: The commit flight wrote subscription feeds or follows: the subscription lane has work.
+    fed: bool = False
 
     def apply(self, staged: Staged, command_id: str) -> None:
         """Merge one successful command's staged work (the last staging of a key wins)."""

@@ -155,7 +155,7 @@ async def send(
                 )
             if not writes.empty:
                 cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)
-            await subscribed.queue(
+            writes.fed = await subscribed.queue(
                 pipe,
                 q,
                 key,
