@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import akter
 from pydantic import BaseModel
+
+import akter
 
 
 class OrderPaid(akter.Event, tag="sub.order_paid"):
@@ -113,4 +114,60 @@ class Inbox(akter.Actor[Seen], access=akter.public):
         return self.state
 
 
-ACTORS: list[type[akter.Actor[Count]] | type[akter.Actor[Seen]]] = [Order, Warehouse, User, Inbox]
+class Reading(akter.Event, tag="sub.reading"):
+    board: str
+    n: int
+
+
+class Sensor(
+    akter.Actor[Count],
+    access=akter.public,
+    events=[Reading],
+    keep_events=10,
+    hold_events_for_subscribers=20,
+):
+    """A source with a short retention: 10 s, held 20 s more for subscriptions (S5)."""
+
+    @akter.command
+    async def read(self, board: str, k: int = 1) -> int:
+        for _ in range(k):
+            self.state.n += 1
+            self.emit(Reading(board=board, n=self.state.n))
+        return self.state.n
+
+
+class Board(akter.Actor[Seen], access=akter.public):
+    @akter.subscription(Sensor, events=[Reading], route=lambda event, source: event.board)
+    async def on_reading(self, delivery: akter.Delivery[Reading]) -> None:
+        if self.id in FAILING:
+            raise RuntimeError(f"board {self.id} is failing")
+        if isinstance(delivery, akter.RetentionGap):
+            self.state.gaps.append((delivery.source.id, delivery.after, delivery.resume_after))
+            return
+        self.state.applied.append((delivery.source.id, delivery.cursor, delivery.event.n))
+
+    @akter.query
+    async def seen(self) -> Seen:
+        return self.state
+
+
+class Totals(akter.Actor[Seen], access=akter.public, singleton=True):
+    """A projection of every order, from the start of the retained history (S8)."""
+
+    @akter.subscription(Order, events=[OrderPaid], route=lambda event, source: "", start="start")
+    async def on_order(self, delivery: akter.Delivery[OrderPaid]) -> None:
+        self.state.applied.append((delivery.source.id, delivery.cursor, delivery.event.n))
+
+    @akter.query
+    async def seen(self) -> Seen:
+        return self.state
+
+
+ACTORS: list[type[akter.Actor[Count]] | type[akter.Actor[Seen]]] = [
+    Order,
+    Warehouse,
+    User,
+    Inbox,
+    Sensor,
+    Board,
+]
