@@ -78,8 +78,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "akter.subscription.lag",
         "gauge",
-        "Age of the newest unapplied source commit per subscription (ms).",
-        ("subscription",),
+        "Age of the oldest feed with undelivered events, per subscriber type (ms).",
+        _A,
     ),
     Family(
         "akter.turn.duration_ms",
@@ -198,6 +198,7 @@ SAMPLED_GAUGES = frozenset(
         "akter.orphans",
         "akter.workflows.running",
         "akter.workflows.suspended",
+        "akter.subscription.lag",
     }
 )
 #: Every gauge.

@@ -209,7 +209,7 @@ CROSS_ACTOR: dict[str, str] = {
     "claimed by a keyed statement",
     "sub_cursor_holders": "a routed retention gap finds the subscribers that applied events of "
     "one source, by subscription and source (read-only, rare)",
-    "sub_backfill": "a routed subscription declared start=\"start\" and recorded now gets a "
+    "sub_backfill": 'a routed subscription declared start="start" and recorded now gets a '
     "feed for every source of its type with events, once (co-located INSERT ... SELECT)",
     "sub_overview": "the console, akter check and the lag gauge count feeds per subscription "
     "(read-only)",
