@@ -143,6 +143,10 @@ async def test_S6_a_feed_of_a_subscription_the_code_no_longer_declares_is_parked
         ]
         assert rows[0]["parked"] is None
         assert "Warehouse.on_refund is not a subscription to Order" in rows[1]["parked"]
+        report = await t.check()
+        found = [(f.kind, f.actor_type, f.member, f.count) for f in report.findings]
+        assert ("unknown_subscription", "Warehouse", "on_refund", 1) in found
+        assert not any(f[2] == "on_order" for f in found)
 
 
 async def test_S7_events_no_subscription_follows_write_no_feed(akter_test: Make) -> None:
