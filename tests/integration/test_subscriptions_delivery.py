@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -160,3 +161,24 @@ async def test_the_subscription_handler_is_internal(akter_test: Make) -> None:
         with pytest.raises(akter.ActorError) as refused:
             await t.runtime.call(Warehouse, "w1", "on_order", {"delivery": {}})
         assert refused.value.code == "unknown_member"
+
+
+async def test_S2_order_holds_while_the_source_commits_during_a_delivery(
+    akter_test: Make,
+) -> None:
+    async with akter_test(ACTORS) as t:
+        order = t.get(Order, "o1")
+        await order.pay("w1")
+        # The round's first delivery waits at a barrier while the sources commit more events.
+        pause = t.pause_next("before_subscription_delivery")
+        drained = asyncio.create_task(t.drain())
+        info = await pause.wait()
+        assert info["cursor"] == 1
+        await asyncio.gather(order.pay("w1", 2), t.get(Order, "o2").pay("w1"), order.pay("w1"))
+        pause.release()
+        await drained
+        await t.drain()
+        applied = (await t.get(Warehouse, "w1").seen()).applied
+        assert [c for s, c, _ in applied if s == "o1"] == [1, 2, 3, 4]
+        assert [c for s, c, _ in applied if s == "o2"] == [1]
+        assert len(applied) == 5

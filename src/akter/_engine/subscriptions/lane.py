@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 import psycopg
 
 from akter._engine.lanes import Claimed, Pass, Waker
-from akter._engine.subscriptions.rounds import Deliver, Outcome, Round
+from akter._engine.subscriptions.rounds import Deliver, Outcome, Round, RouteFailed
 from akter._engine.turn.subscribed import Followed
 from akter._store.gateway.subscriptions import ClaimedFeed, FeedKey, SubscriptionsGateway
 from akter.errors import InjectedCrash
@@ -190,7 +190,7 @@ class SubscriptionLane:
             )
             try:
                 outcome = await work.run(BATCH)
-            except (psycopg.Error, OSError, TypeError, ValueError) as exc:
+            except (psycopg.Error, OSError, RouteFailed) as exc:
                 outcome = Outcome(feed.done, f"{type(exc).__name__}: {exc}")
             await self._settle(feed, outcome)
         except InjectedCrash:

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("akter.subscriptions")
 
 
+class RouteFailed(Exception):
+    """A routed subscription's ``route(event, source)`` raised or returned no id: back off."""
+
+
 class Delivered(Protocol):
     """A delivery's outcome (``akter._engine.turn.Result``)."""
 
@@ -149,9 +153,16 @@ class Round:
                     by_id.setdefault(sid, Target(sid))
         for e in mine:
             event, _ = decode_stored(spec.classes.get(e.tag), e.tag, e.payload, e.payload_version)
-            sid = spec.route(event, self.source)
+            try:
+                sid = spec.route(event, self.source)
+            except Exception as exc:
+                raise RouteFailed(
+                    f"the route raised {type(exc).__name__}: {exc} (event {e.seq})"
+                ) from exc
             if not isinstance(sid, str):
-                raise TypeError(f"route returned {sid!r}, not a subscriber id (str)")
+                raise RouteFailed(
+                    f"the route returned {sid!r}, not a subscriber id (event {e.seq})"
+                )
             by_id.setdefault(sid, Target(sid)).events.append(e)
         return list(by_id.values())
 
