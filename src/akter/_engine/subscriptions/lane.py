@@ -36,8 +36,6 @@ log = logging.getLogger("akter.subscriptions")
 
 #: Feeds one runner delivers at once, and events one round reads.
 SLOTS, BATCH = 16, 256
-#: How long a claim holds a feed (a round that outlives it may be redone elsewhere: S1 holds).
-LEASE_MS = 60_000
 #: A failing feed's first wait, and the longest.
 BACKOFF_FIRST_MS, BACKOFF_MAX_MS = 200, 60_000
 
@@ -126,7 +124,10 @@ class SubscriptionLane:
                 break
             if key in self._running:
                 continue
-            feed = await self._gateway.claim(key, secrets.token_hex(8), LEASE_MS)
+            # The relay's claim lease (claim_lease): a round that outlives it may be redone by
+            # another runner; S1's applied cursor keeps that from applying an event twice.
+            lease = self._services.config.claim_lease_ms
+            feed = await self._gateway.claim(key, secrets.token_hex(8), lease)
             if feed is None:
                 continue
             task = asyncio.create_task(self._round(feed), name=f"akter.subscription:{key}")
