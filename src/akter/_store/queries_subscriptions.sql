@@ -23,32 +23,34 @@ WHERE f.routing_key = %(rk)s AND f.tenant_id = %(tenant)s AND f.actor_type = %(t
   AND f.actor_id = %(id)s AND f.subscription = s.name;
 
 -- sub_follow --
--- a subscriber's turn: follows a source from a cursor, or from the source's newest event ("now", read in the source's shard); subscribing again restarts
+-- a subscriber's turn: follows a source from a cursor, or from the source's newest event ("now", read in the source's shard, in a CTE: Citus takes no subquery in an INSERT's VALUES); subscribing again restarts
+WITH source AS MATERIALIZED (
+    SELECT coalesce(max(a.event_seq), 0) AS seq FROM {schema}.actors a
+    WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
+      AND a.actor_id = %(id)s
+)
 INSERT INTO {schema}.subscription_follows
     (routing_key, tenant_id, actor_type, actor_id, subscription, subscriber_id, start_after)
-VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(subscription)s, %(subscriber)s,
-        coalesce(%(after)s::bigint,
-                 (SELECT a.event_seq FROM {schema}.actors a
-                  WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s
-                    AND a.actor_type = %(type)s AND a.actor_id = %(id)s), 0))
+SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, %(subscription)s, %(subscriber)s,
+       coalesce(%(after)s::bigint, source.seq)
+FROM source
 ON CONFLICT (routing_key, tenant_id, actor_type, actor_id, subscription, subscriber_id)
 DO UPDATE SET start_after = excluded.start_after
 RETURNING start_after;
 
 -- sub_feed_open --
--- a subscriber's turn: makes sure the source's dynamic feed exists and reaches back to the new follower's start
+-- a subscriber's turn: makes sure the source's dynamic feed exists and reaches back to the new follower's start (the source's newest event read as sub_follow reads it)
+WITH source AS MATERIALIZED (
+    SELECT coalesce(max(a.event_seq), 0) AS seq FROM {schema}.actors a
+    WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
+      AND a.actor_id = %(id)s
+)
 INSERT INTO {schema}.subscription_feeds
     (routing_key, tenant_id, actor_type, actor_id, subscription, head, done, due_at_ms,
      updated_at_ms)
-VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(subscription)s,
-        coalesce((SELECT a.event_seq FROM {schema}.actors a
-                  WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s
-                    AND a.actor_type = %(type)s AND a.actor_id = %(id)s), 0),
-        coalesce(%(after)s::bigint,
-                 (SELECT a.event_seq FROM {schema}.actors a
-                  WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s
-                    AND a.actor_type = %(type)s AND a.actor_id = %(id)s), 0),
-        %(now)s, %(now)s)
+SELECT %(rk)s, %(tenant)s, %(type)s, %(id)s, %(subscription)s, source.seq,
+       coalesce(%(after)s::bigint, source.seq), %(now)s, %(now)s
+FROM source
 ON CONFLICT (routing_key, tenant_id, actor_type, actor_id, subscription)
 DO UPDATE SET done = least(subscription_feeds.done, excluded.done),
               head = greatest(subscription_feeds.head, excluded.head),

@@ -147,11 +147,17 @@ class SubscriptionLane:
         self._running.clear()
 
     async def _record(self) -> None:
+        """Record the declared subscriptions; backfill a new start="start" one first (S8).
+
+        The backfill runs before the record, so a runner that dies between the two backfills
+        again at its next start (the backfill leaves existing feeds as they are).
+        """
         now = await self._services.clock.read()
+        known = {name for name, *_ in await self._gateway.recorded()}
         for name, (_, spec) in sorted(self._followed.specs.items()):
-            shape = "dynamic" if spec.route is None else "routed"
-            first = await self._gateway.record(name, spec.source_type, shape, spec.start)
-            if first and spec.route is not None and spec.start == "start":
+            if name in known:
+                continue
+            if spec.route is not None and spec.start == "start":
                 made = await self._gateway.backfill(name, spec.source_type, now)
                 log.info(
                     "Subscription %s starts from the retained history of %d %s actors",
@@ -160,6 +166,8 @@ class SubscriptionLane:
                     spec.source_type,
                     extra={"subscription": name, "feeds": made},
                 )
+            shape = "dynamic" if spec.route is None else "routed"
+            await self._gateway.record(name, spec.source_type, shape, spec.start)
         self._recorded = True
 
     async def _round(self, feed: ClaimedFeed) -> None:
