@@ -93,6 +93,10 @@ SAMPLES: dict[str, Any] = {
     # the runners' models (migration 0014): a registration's JSON, a model's name
     "models": '{"T": {"version": 0, "model": "v0:probe", "paths": [], "commands": [], "jobs": []}}',
     "model": "v0:probe",
+    # issue 40: subscriptions (feeds, follows, applied cursors, the recorded subscriptions)
+    "heads": 1, "floors": 0, "subscription": "S.on", "subscriptions": "S.on", "subscriber": "s1",
+    "source_type": "T", "source_types": "T", "source_id": "a1", "source_ids": "a1",
+    "cursors": 1, "done": 0, "held": 0, "shape": "routed", "start": "now",
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -121,6 +125,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "names_record": {"kinds": "command"},  # the registry's kinds, not an outbox row's
     "citus_rate_take": {"key": "k"},  # a rate bucket's key (NOT NULL), not a workflow's
     "live_state_paths": {"version": 0},  # a state version here, a runner's version elsewhere
+    # a feed's claim token is text (the relay's is its lease end)
+    "sub_feed_claim": {"token": "t1"},
+    "sub_feed_settle": {"token": "t1"},
+    "sub_feed_park": {"token": "t1"},
 }
 
 
