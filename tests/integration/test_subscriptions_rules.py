@@ -150,6 +150,30 @@ async def test_S6_a_feed_of_a_subscription_the_code_no_longer_declares_is_parked
         assert not any(f[2] == "on_order" for f in found)
 
 
+async def test_S6_a_feed_of_a_subscriber_type_no_runner_hosts_waits_and_check_reports_it(
+    akter_test: Make,
+) -> None:
+    async with akter_test(ACTORS) as t:
+        await t.get(Order, "o1").pay("w1")
+        await t.drain()
+        # A feed of a subscriber type this deploy removed: no runner hosts Ledger any more.
+        await t.rows(
+            "INSERT INTO {schema}.subscription_feeds (routing_key, tenant_id, actor_type,"
+            " actor_id, subscription, head, done, due_at_ms, updated_at_ms)"
+            " SELECT routing_key, tenant_id, actor_type, actor_id, 'Ledger.on_order', 1, 0,"
+            " 0, 0 FROM {schema}.actors WHERE actor_type = 'Order'"
+        )
+        await t.drain()
+        rows = await t.rows(
+            "SELECT done, parked FROM {schema}.subscription_feeds"
+            " WHERE subscription = 'Ledger.on_order'"
+        )
+        assert [(r["done"], r["parked"]) for r in rows] == [(0, None)]  # not claimed here
+        report = await t.check()
+        found = [(f.kind, f.actor_type, f.member, f.count) for f in report.findings]
+        assert ("unknown_subscription", "Ledger", "on_order", 1) in found
+
+
 async def test_S7_events_no_subscription_follows_write_no_feed(akter_test: Make) -> None:
     async with akter_test(ACTORS) as t:
         await t.get(Order, "o1").note()  # no subscription follows OrderNoted
