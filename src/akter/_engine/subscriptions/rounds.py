@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("akter.subscriptions")
 
+#: Subscribers one round serves at once (a fan-out to thousands stays within the mailboxes'
+#: admission limits; each subscriber's events stay in order within its own task).
+SUBSCRIBERS_AT_ONCE = 64
+
 
 class RouteFailed(Exception):
     """A routed subscription's ``route(event, source)`` raised or returned no id: back off."""
@@ -130,7 +134,13 @@ class Round:
         targets = await self._targets(page.events, gap)
         if not targets:
             return Outcome(last)
-        failures = await asyncio.gather(*(self._serve(t, gap) for t in targets))
+        bound = asyncio.Semaphore(SUBSCRIBERS_AT_ONCE)
+
+        async def serve(target: Target) -> tuple[int | None, str | None]:
+            async with bound:
+                return await self._serve(target, gap)
+
+        failures = await asyncio.gather(*(serve(t) for t in targets))
         failed = [(seq, err) for seq, err in failures if seq is not None]
         if not failed:
             return Outcome(last, None, self.delivered)
