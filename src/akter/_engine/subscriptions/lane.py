@@ -7,6 +7,11 @@ feed in a task of its own. The round's outcome settles the feed under its claim 
 ``done``, and a backoff (doubling from ``BACKOFF_FIRST_MS``, capped, with jitter) when a
 subscriber failed (S6). A feed whose subscription this code does not declare is parked.
 
+The lane scans on every pass but jobs-only ones, idle polls included: the loop's idle probe
+knows the outbox and the runs, not the feeds. That is one probe of the feeds' claim index per
+poll, and only on a runner that hosts a subscriber type. A source's commit that wrote a feed
+wakes the loop here and pokes the other runners (``BatchWrites.fed``).
+
 Before its first claim the lane records the subscriptions this code declares (the
 ``subscriptions`` table); a routed one declared ``start="start"`` and recorded for the first
 time gets a feed for every source with events (S8).
