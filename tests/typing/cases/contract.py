@@ -316,3 +316,26 @@ async def pool_size() -> AsyncIterator[int]:
 def mailer_of(call: akter.JobCall) -> None:
     assert_type(call.resource(MAILER), Mailer)
     assert_type(mailers.override(MAILER, Mailer()), akter.Resources)
+
+
+# --- subscriptions (the subscriptions spec) ---------------------------------------------------
+
+
+class Follower(akter.Actor[OrderState]):
+    @akter.subscription(Order, events=[Paid], route=lambda event, source: source.id)
+    async def on_paid(self, delivery: akter.Delivery[Paid]) -> None:
+        assert_type(delivery.source, akter.ActorRef)
+        assert_type(delivery.cursor, int)
+        assert_type(delivery.event, Paid)
+        assert_type(delivery.emitted_at, datetime)
+        if isinstance(delivery, akter.RetentionGap):
+            assert_type(delivery.resume_after, int)
+
+    @akter.subscription(Order, events=[Paid])
+    async def on_followed(self, delivery: akter.Delivery[Paid]) -> None:
+        assert_type(delivery.event.charge_id, str)
+
+    @akter.command
+    async def follow(self, order_id: str) -> None:
+        self.subscribe(Follower.on_followed, source_id=order_id, start="start")
+        self.unsubscribe(Follower.on_followed, source_id=order_id)

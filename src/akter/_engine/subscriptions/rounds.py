@@ -178,9 +178,8 @@ class Round:
 
     async def _serve(self, target: Target, gap: int | None) -> tuple[int | None, str | None]:
         """Deliver a subscriber's events in order: ``(first failed cursor, why)`` or ``None``s."""
+        # S4: the subscriber is addressed in the feed's (the source's) tenant, at each delivery.
         ref = ActorRef(self.source.tenant, self._definition.name, target.subscriber_id)
-        if ref.tenant != self.source.tenant:  # S4: never across tenants (held by construction)
-            return (target.events[0].seq if target.events else 0), "tenant mismatch"
         subscriber = {
             "rk": self._services.registry.routing_key(ref),
             "tenant": ref.tenant,
