@@ -182,3 +182,18 @@ async def test_S2_order_holds_while_the_source_commits_during_a_delivery(
         assert [c for s, c, _ in applied if s == "o1"] == [1, 2, 3, 4]
         assert [c for s, c, _ in applied if s == "o2"] == [1]
         assert len(applied) == 5
+
+
+async def test_S3_a_subscriber_that_crashes_after_its_commit_applies_the_event_once(
+    akter_test: Make,
+) -> None:
+    async with akter_test(ACTORS) as t:
+        t.crash_next("after_commit", lambda info: info["ref"].type == "Warehouse")
+        await t.get(Order, "o1").pay("w1", 2)
+        await t.drain()  # event 1's turn commits, then crashes: the feed backs off
+        feeds = await t.rows("SELECT done, attempts FROM {schema}.subscription_feeds")
+        assert [(r["done"], r["attempts"]) for r in feeds] == [(0, 1)]
+        await t.advance(61)  # the backoff ends: event 1 is acknowledged, event 2 delivered
+        assert (await t.get(Warehouse, "w1").seen()).applied == [("o1", 1, 1), ("o1", 2, 2)]
+        feeds = await t.rows("SELECT done, head FROM {schema}.subscription_feeds")
+        assert [(r["done"], r["head"]) for r in feeds] == [(2, 2)]
