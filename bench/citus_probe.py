@@ -99,8 +99,12 @@ SAMPLES: dict[str, Any] = {
     "column": "routing_key",
     # issue 41: commands staged in an application's transaction (migration 0015)
     "pinned": None, "uuids": str(uuid.uuid4()), "suffixes": "", "slacks": 0, "min_version": 0,
-    "source_type": "$transaction", "uuid": str(uuid.uuid4()), "suffix": "", "slack": 0,
+    "uuid": str(uuid.uuid4()), "suffix": "", "slack": 0,
     "delay": None,
+    # issue 40: subscriptions (feeds, follows, applied cursors, the recorded subscriptions)
+    "heads": 1, "floors": 0, "subscription": "S.on", "subscriptions": "S.on", "subscriber": "s1",
+    "source_type": "T", "source_types": "T", "source_id": "a1", "source_ids": "a1",
+    "cursors": 1, "done": 0, "held": 0, "shape": "routed", "start": "now",
 }  # fmt: skip
 #: Not probed: DDL of distribution itself, LISTEN/NOTIFY (no table), multi-statement blocks.
 SKIP = frozenset(
@@ -135,6 +139,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "stage_intents": {"ids": "a1"},  # the target actors' ids, not a parked-row selection
     "stage_intent": {"version": 0},  # a payload version here, a runner's version elsewhere
     "stage_probe": {"ids": "a1"},
+    # a feed's claim token is text (the relay's is its lease end)
+    "sub_feed_claim": {"token": "t1"},
+    "sub_feed_settle": {"token": "t1"},
+    "sub_feed_park": {"token": "t1"},
 }
 
 

@@ -41,6 +41,7 @@ from akter.resources import MissingResource, Resource, Resources
 from akter.runtime import Runtime
 from akter.schedules import schedule
 from akter.staging import StagedCommand, astage, stage, stage_many, staged
+from akter.subscriptions import Delivery, RetentionGap, subscription
 from akter.sync import SyncRuntime, SyncRuntimeError
 from akter.workflows import (
     Workflow,
@@ -104,6 +105,7 @@ __all__ = [
     "DeadLetter",
     "DeclaredError",
     "DefinitionError",
+    "Delivery",
     "DrainError",
     "DrainReport",
     "EmptyState",
@@ -126,6 +128,7 @@ __all__ = [
     "ReadOnlyError",
     "Resource",
     "Resources",
+    "RetentionGap",
     "RowScopeError",
     "Runtime",
     "StagedCommand",
@@ -158,5 +161,6 @@ __all__ = [
     "stage_many",
     "staged",
     "state_index",
+    "subscription",
     "workflow",
 ]

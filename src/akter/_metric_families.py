@@ -64,6 +64,24 @@ FAMILIES: tuple[Family, ...] = (
     Family("akter.relay.retried", "counter", "Deliveries and job attempts that back off.", _K),
     Family("akter.job.dead_letters", "counter", "Jobs dead-lettered.", ("actor_type", "job")),
     Family(
+        "akter.subscription.delivered",
+        "counter",
+        "Subscription deliveries whose turn committed, by subscriber type.",
+        _A,
+    ),
+    Family(
+        "akter.subscription.retried",
+        "counter",
+        "Subscription rounds that failed and back off, by subscriber type.",
+        _A,
+    ),
+    Family(
+        "akter.subscription.lag",
+        "gauge",
+        "Age of the oldest feed with undelivered events, per subscriber type (ms).",
+        _A,
+    ),
+    Family(
         "akter.turn.duration_ms",
         "histogram",
         "Duration of the batch transaction a command ran in, per command (ms).",
@@ -180,6 +198,7 @@ SAMPLED_GAUGES = frozenset(
         "akter.orphans",
         "akter.workflows.running",
         "akter.workflows.suspended",
+        "akter.subscription.lag",
     }
 )
 #: Every gauge.

@@ -24,6 +24,8 @@ class Policy:
         max_state_bytes: Largest canonical state, in UTF-8 bytes (default 65,536).
         keep_receipts: Receipt retention (default 7 days).
         keep_events: Event retention (default 30 days).
+        hold_events_for_subscribers: How much longer than ``keep_events`` events are kept while
+            a subscription has not applied them (default 7 days; the subscriptions spec S5).
         keep_workflows: Retention of finished workflow runs, with their journal and signals,
             counted from their end (default 30 days); running, suspended and diverged runs are
             never pruned.
@@ -39,6 +41,7 @@ class Policy:
     max_state_bytes: int = 65_536
     keep_receipts: Duration = timedelta(days=7)
     keep_events: Duration = timedelta(days=30)
+    hold_events_for_subscribers: Duration = timedelta(days=7)
     keep_workflows: Duration = timedelta(days=30)
     keep_streams: Duration = timedelta(days=1)
     max_schedule_lag: Duration = timedelta(days=1)
@@ -79,6 +82,7 @@ class ResolvedPolicy:
     max_state_bytes: int
     keep_receipts: int
     keep_events: int
+    hold_events_for_subscribers: int
     keep_workflows: int
     keep_streams: int
     max_schedule_lag: int

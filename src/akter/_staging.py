@@ -67,8 +67,25 @@ class StagedRun:
     timeout_ms: int
 
 
-#: One staged operation: a row to write, a run to start, or a cancellation.
-StagedOp = StagedRow | StagedRun | CancelTimer | CancelJob
+@dataclass(frozen=True, slots=True)
+class StagedFollow:
+    """A dynamic subscription started (``active``) or stopped by the turn (subscriptions spec).
+
+    ``start_after``: the cursor it applies events after; ``None``: the source's newest at the
+    commit ("now").
+    """
+
+    subscription: str
+    source_type: str
+    source_id: str
+    #: The source's routing key (its follow and feed rows live in its shard).
+    source_rk: int
+    start_after: int | None
+    active: bool
+
+
+#: One staged operation: a row to write, a run to start, a follow, or a cancellation.
+StagedOp = StagedRow | StagedRun | StagedFollow | CancelTimer | CancelJob
 
 
 @dataclass(frozen=True, slots=True)

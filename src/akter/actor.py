@@ -48,6 +48,7 @@ from akter._storable import (
 from akter.callers import ActorRef, Caller, System
 from akter.context import TurnApi
 from akter.errors import DefinitionError
+from akter.subscriptions import Subscribing
 
 if TYPE_CHECKING:
     from akter.job_streams import StreamReader
@@ -84,6 +85,7 @@ RESERVED_MEMBER_NAMES = frozenset(
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
         "signal_workflow", "cancel_workflow", "job_stream", "broadcast", "broadcasts", "watch",
         "rows",
+        "subscribe", "unsubscribe",
     }
 )  # fmt: skip
 
@@ -101,7 +103,7 @@ def default_access(caller: Caller, ref: ActorRef, member: str, kind: AccessKind)
 # --- the Actor base -------------------------------------------------------------------------
 
 
-class Actor(TurnApi[S], Broadcasts, RowsApi, Generic[S]):
+class Actor(TurnApi[S], Broadcasts, RowsApi, Subscribing, Generic[S]):
     """Base class of actors: ``class Order(akter.Actor[OrderState], name=..., ...)``.
 
     Class keywords: ``name=`` (default: the class name), ``singleton=True``, ``access=`` (an

@@ -13,7 +13,9 @@ from typing import Any, Literal
 from akter._ids import validate_subject
 from akter.errors import invalid_input
 
-SystemSource = Literal["process", "actor", "timer", "cron", "job", "workflow", "transaction"]
+SystemSource = Literal[
+    "process", "actor", "timer", "cron", "job", "workflow", "transaction", "subscription"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +51,9 @@ class System:
     """Trusted code: in-process calls, or the framework delivering durable work.
 
     Attributes:
-        source: ``process`` (in-process code), ``actor`` (intent), ``timer``, ``cron``, ``job``
-            or ``transaction`` (a command staged in the application's transaction).
+        source: ``process`` (in-process code), ``actor`` (intent), ``timer``, ``cron``, ``job``,
+            ``workflow``, ``transaction`` (a command staged in the application's transaction) or
+            ``subscription`` (a subscription delivery).
         ref: The actor that caused the delivery, if any.
         on_behalf_of: The principal the work is attributed to.
         mint: ``(parent_command_id, ordinal)`` proof for a minted child's creating intent.

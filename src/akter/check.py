@@ -32,7 +32,8 @@ class Finding:
             ``state_invalid``, ``state_lost``, ``invalid_payload``, ``payload_too_new``,
             ``parked``, ``dead_letters``, ``dead_letter_invalid``, ``unserved_job``,
             ``unknown_schedule``, ``schema_newer``, ``state_version``, ``payload_version``,
-            ``unknown_workflow``, ``workflow_input``, ``owned_table``).
+            ``unknown_workflow``, ``workflow_input``, ``owned_table``, ``unknown_subscription``,
+            ``parked_feeds``).
         actor_type: The stored actor type it concerns, if any.
         member: The stored command, job or event tag it concerns, if any.
         count: How many rows it concerns.

@@ -34,7 +34,8 @@ from akter._engine.outcomes import wait as wait_outcome
 from akter._engine.relay.intents import Relay
 from akter._engine.runners import Runners
 from akter._engine.services import Readiness, Registry, Services, Supervisor
-from akter._engine.turn import Result, TurnEngine
+from akter._engine.subscriptions import SubscriptionLane
+from akter._engine.turn import Followed, Result, TurnEngine
 from akter._engine.workflows.engine import WorkflowEngine
 from akter._ids import uuid7
 from akter._local_clock import LocalClock
@@ -147,6 +148,7 @@ class Runtime:
             pool_wait=config.pool_wait_ms / 1000,
             metrics=self.metrics,
             state_paths=self._runners.state_paths,
+            followed=(followed := Followed.of(self.definitions.values())),
         )
         self._use_resources(resources)
         #: The last hour of this runner's metrics, for the console's overview charts.
@@ -162,6 +164,9 @@ class Runtime:
         self.live = Live(services, self._calls)  # query watches, broadcasts (live.md)
         self._engine.on_commit = self.live.after(self._engine.on_commit)
         self._build_lanes(services, loop, outbox)
+        subs = SubscriptionLane.of(services, self._calls, loop, followed)  # the subscriptions spec
+        loop.drive(self._relay, self._jobs, self._workflow_engine, subs)
+        self._lifecycle.lanes.append(subs)  # stopped after the loop, before the job lane
         self._database_url = config.database_url
         self.last_drain: DrainReport | None = None
 
@@ -188,7 +193,6 @@ class Runtime:
             workflows=self._workflow_engine,
             declared_elsewhere=self._runners.declares_command,
         )
-        loop.drive(self._relay, self._jobs, self._workflow_engine)
         #: Dead-letter operations: list, show, retry, discard (semantics §5.10).
         self.dead_letters = DeadLetters(services, wake=loop.announce)
         #: Parked outbox rows: list, retry, discard (evolution E3).

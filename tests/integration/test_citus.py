@@ -467,6 +467,12 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
             f'ALTER TABLE "{schema}".deployment_names ADD CONSTRAINT deployment_names_kind_check'
             " CHECK (kind IN ('command', 'job', 'event'))"
         )
+        # 0016: the subscriptions' tables (the upgrade creates them again, to be distributed).
+        for table in ("subscription_feeds", "subscription_follows", "subscription_cursors"):
+            await conn.execute(f'DROP TABLE "{schema}".{table}')
+        await conn.execute(f'DROP TABLE "{schema}".subscriptions')
+        # 0018: the job output streams' table (created again, to be distributed).
+        await conn.execute(f'DROP TABLE "{schema}".job_streams')
         async with conn.transaction():
             await conn.execute(
                 f"DO $$ BEGIN EXECUTE 'DROP INDEX \"{schema}\".receipts_expiry';"
@@ -477,7 +483,7 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
                 f'DELETE FROM "{schema}".migrations'
                 " WHERE id IN ('0010_receipts_expiry', '0011_admission_receipts',"
                 " '0012_workflow_deadline_wakes', '0013_rate_grants', '0014_runner_models',"
-                " '0015_staged_receipts')"
+                " '0015_staged_receipts', '0016_subscriptions', '0018_job_streams')"
             )
         await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
         cur = await conn.execute(

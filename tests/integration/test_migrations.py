@@ -179,6 +179,21 @@ COLUMNS: dict[str, set[str]] = {
         "data",
         "at_ms",
     },
+    # 0016: subscriptions (the subscriptions spec's data model)
+    "subscription_feeds": {
+        *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription", "head", "done"),
+        *("due_at_ms", "claim_token", "claimed_until_ms", "attempts", "last_error", "parked"),
+        "updated_at_ms",
+    },
+    "subscription_follows": {
+        *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription", "subscriber_id"),
+        "start_after",
+    },
+    "subscription_cursors": {
+        *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription", "source_type"),
+        *("source_id", "applied", "updated_at_ms"),
+    },
+    "subscriptions": {"name", "source_type", "shape", "start", "recorded_at_ms"},
 }
 
 #: Primary keys, in order (semantics §1.8: per-actor tables lead with routing_key).
@@ -201,6 +216,17 @@ PRIMARY_KEYS: dict[str, list[str]] = {
     "workflow_signals": ["routing_key", "run_id", "signal_id"],
     "workflow_aliases": ["routing_key", "run_id"],
     "job_streams": ["routing_key", "job_id", "seq"],
+    "subscription_feeds": [
+        *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription"),
+    ],
+    "subscription_follows": [
+        *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription", "subscriber_id"),
+    ],
+    "subscription_cursors": [
+        *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription", "source_type"),
+        "source_id",
+    ],
+    "subscriptions": ["name"],
 }
 
 #: Secondary indexes by name: (table, unique, columns, partial predicate or None).
@@ -267,6 +293,12 @@ INDEXES: dict[str, tuple[str, bool, list[str], str | None]] = {
         False,
         ["actor_type", "status"],
         "(status = ANY (ARRAY['running'::text, 'suspended'::text]))",
+    ),
+    "subscription_feeds_due": (
+        "subscription_feeds",
+        False,
+        ["due_at_ms"],
+        "((head > done) AND (parked IS NULL))",
     ),
 }
 

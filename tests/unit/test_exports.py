@@ -27,6 +27,7 @@ AKTER_ALL = [
     "DeadLetter",
     "DeclaredError",
     "DefinitionError",
+    "Delivery",
     "DrainError",
     "DrainReport",
     "EmptyState",
@@ -49,6 +50,7 @@ AKTER_ALL = [
     "ReadOnlyError",
     "Resource",
     "Resources",
+    "RetentionGap",
     "RowScopeError",
     "Runtime",
     "StagedCommand",
@@ -81,6 +83,7 @@ AKTER_ALL = [
     "stage_many",
     "staged",
     "state_index",
+    "subscription",
     "workflow",
 ]
 

@@ -18,7 +18,7 @@ SOURCES = [p for p in sorted((ROOT / "src").rglob("*")) if p.suffix in {".py", "
 _SECTION = re.compile(r"^#{1,4} .*\{ #(?P<anchor>[\w.]+) \}$", re.M)
 _CITE = re.compile(
     r"(?P<design>design )?(?<![\w.])(?<!\d )§ ?(?P<number>\d+(?:\.\d+)*)"
-    r"|(?<![\w-])(?P<letter>[EWF])(?P<n>\d(?:\.\d+)*)\b"
+    r"|(?<![\w-])(?P<letter>[EWFS])(?P<n>\d(?:\.\d+)*)\b"
 )
 
 
@@ -47,6 +47,7 @@ PAGES = {
     "E": sections(SPEC / "evolution.md"),
     "W": sections(SPEC / "workflows.md"),
     "F": flow_control(),
+    "S": sections(SPEC / "subscriptions.md"),
 }
 
 
@@ -95,4 +96,5 @@ def test_the_pages_have_their_sections() -> None:
     assert {"s2.9", "s5.10", "s10.1"} <= PAGES["semantics"].keys()
     assert {f"E{i}" for i in range(1, 7)} <= PAGES["E"].keys()
     assert {f"W{i}" for i in range(1, 7)} <= PAGES["W"].keys()
+    assert {f"S{i}" for i in range(1, 9)} <= PAGES["S"].keys()
     assert not resolves(PAGES["semantics"], "s", ["99"])

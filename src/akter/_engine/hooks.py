@@ -30,6 +30,9 @@ POINTS = frozenset(
         "before_workflow_complete",
         # A turn run again after its workflow start met a live key.
         "before_keyed_start_retry",
+        # Subscriptions: before each delivery, and after a round's deliveries, before its settle.
+        "before_subscription_delivery",
+        "before_subscription_settle",
     }
 )
 

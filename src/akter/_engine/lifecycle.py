@@ -77,6 +77,8 @@ class Lifecycle:
         self._relay = relay
         self._runners = runners
         self._workflows = workflows
+        #: Further lanes (subscriptions): stopped after the loop, with the workflow lane.
+        self.lanes: list[_Workflows] = []
         #: The runner's own background tasks (hibernation).
         self.tasks: list[asyncio.Task[None]] = []
         #: The deployment row read at start.
@@ -128,6 +130,8 @@ class Lifecycle:
         released = await self._relay.stop(deadline)
         if self._workflows is not None:
             await self._workflows.stop()  # running attempts hand their runs back
+        for lane in self.lanes:
+            await lane.stop()
         attempts = self._jobs.running
         await self._jobs.stop()
         interrupted = await self._dispatcher.quiesce(deadline)

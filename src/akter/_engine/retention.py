@@ -66,7 +66,12 @@ async def sweep(services: Services) -> SweepCounts:
             if deleted < BATCH:
                 break
         while True:
-            deleted = await gateway.prune_events(name, cutoff=now - policy.keep_events, batch=BATCH)
+            deleted = await gateway.prune_events(
+                name,
+                cutoff=now - policy.keep_events,
+                batch=BATCH,
+                held=now - policy.keep_events - policy.hold_events_for_subscribers,
+            )
             counts.events += deleted
             services.metrics.count("akter.events.pruned", deleted, actor_type=name)
             if deleted < BATCH:

@@ -7,8 +7,9 @@ and, extending §10.1, the job attempts running under a live lease (``akter.jobs
 ``akter.jobs.waiting_rate``; docs/flow-control.md) and the due jobs no live runner executes
 (``akter.jobs.unserved``), and the workflow runs running under a live lease and suspended
 (``akter.workflows.running``, ``akter.workflows.suspended`` by ``actor_type``; the workflows spec
-W4). The job gauges are read only when that first read found a job row. A runner that loses (or
-releases) the lease stops reporting them, so a scrape of many runners sees each value once.
+W4), and the subscriptions' lag (``akter.subscription.lag`` by subscriber type). The job gauges
+are read only when that first read found a job row. A runner that loses (or releases) the lease
+stops reporting them, so a scrape of many runners sees each value once.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from akter._kinds import RowKind
 from akter._store.gateway.job_flow import FlowGateway
 from akter._store.gateway.maintenance import MaintenanceGateway
 from akter._store.gateway.parked import ParkedGateway
+from akter._store.gateway.subscriptions import SubscriptionsGateway
 from akter._store.gateway.workflows import WorkflowsGateway
 from akter.telemetry import SAMPLED_GAUGES
 
@@ -61,6 +63,7 @@ class Sampler:
         self._parked = ParkedGateway(services.store, services.clock)
         self._flow = FlowGateway(services.store, services.clock)
         self._workflows = WorkflowsGateway(services.store, services.clock)
+        self._subscriptions = SubscriptionsGateway(services.store, services.clock)
         self._unserved_log = OncePer(job_watch.LOG_EVERY_S)
         #: The interval between samples (``sample_every``); read before each wait.
         self.every_ms = SAMPLE_EVERY_MS
@@ -106,9 +109,20 @@ class Sampler:
                 f"akter.workflows.{name}",
                 (({"actor_type": r.actor_type}, float(getattr(r, name))) for r in runs),
             )
+        await self._sample_subscriptions()
         self.taken += 1
         self._sampled.set()
         self._sampled = asyncio.Event()
+
+    async def _sample_subscriptions(self) -> None:
+        """``akter.subscription.lag``: per subscriber type, its oldest feed with work's age."""
+        lag: dict[str, float] = {}
+        for row in await self._subscriptions.overview():
+            subscriber = row.subscription.split(".", 1)[0]
+            lag[subscriber] = max(lag.get(subscriber, 0.0), float(row.lag_ms))
+        self._metrics.replace(
+            "akter.subscription.lag", (({"actor_type": t}, ms) for t, ms in lag.items())
+        )
 
     async def _sample_unserved(self, jobs: bool) -> None:
         """``akter.jobs.unserved``: due job rows no live runner executes (the undeclared parked).

@@ -45,6 +45,10 @@ DISTRIBUTED = (
     "job_streams",
     # Keyed by the routing key of the singleton's actor (0008); ``distribute`` fills and rekeys it.
     "singletons",
+    # Subscriptions (0016): feeds and follows in the source's shard, cursors in the subscriber's.
+    "subscription_feeds",
+    "subscription_follows",
+    "subscription_cursors",
 )
 #: Tables that belong to no actor: reference tables (a copy on every node).
 REFERENCE = (
@@ -54,6 +58,7 @@ REFERENCE = (
     "runners",
     "job_limits",
     "rate_buckets",
+    "subscriptions",
 )
 #: Statements that lock or write rows across shards, run on plain PostgreSQL only; on Citus the
 #: gateways run these variants instead (an unlocked scan, then keyed single-shard statements).

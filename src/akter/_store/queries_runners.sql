@@ -185,16 +185,21 @@ WHERE r.routing_key = d.routing_key AND r.tenant_id = d.tenant_id
 RETURNING 1;
 
 -- prune_events --
--- deletes a batch of a type's events: per actor only the prefix up to the newest expired seq; no row locks (events are never updated; the delete re-checks each row)
+-- deletes a batch of a type's events: per actor only the prefix up to the newest expired seq, less what an unparked subscription feed has not delivered unless emitted before the hold's cutoff (the subscriptions spec S5); no row locks (events are never updated; the delete re-checks each row)
 WITH doomed AS (
     SELECT e.routing_key, e.tenant_id, e.actor_type, e.actor_id, e.seq
     FROM {schema}.events e
-    WHERE e.actor_type = %(type)s AND e.emitted_at_ms <= %(cutoff)s::bigint
-       OR (e.actor_type = %(type)s AND e.seq < (
-              SELECT max(x.seq) FROM {schema}.events x
-              WHERE x.routing_key = e.routing_key AND x.tenant_id = e.tenant_id
-                AND x.actor_type = e.actor_type AND x.actor_id = e.actor_id
-                AND x.emitted_at_ms <= %(cutoff)s::bigint))
+    WHERE (e.actor_type = %(type)s AND e.emitted_at_ms <= %(cutoff)s::bigint
+           OR (e.actor_type = %(type)s AND e.seq < (
+                  SELECT max(x.seq) FROM {schema}.events x
+                  WHERE x.routing_key = e.routing_key AND x.tenant_id = e.tenant_id
+                    AND x.actor_type = e.actor_type AND x.actor_id = e.actor_id
+                    AND x.emitted_at_ms <= %(cutoff)s::bigint)))
+      AND (e.emitted_at_ms <= %(held)s::bigint OR NOT EXISTS (
+              SELECT 1 FROM {schema}.subscription_feeds f
+              WHERE f.routing_key = e.routing_key AND f.tenant_id = e.tenant_id
+                AND f.actor_type = e.actor_type AND f.actor_id = e.actor_id
+                AND f.done < e.seq AND f.parked IS NULL))
     LIMIT %(batch)s
 )
 DELETE FROM {schema}.events e

@@ -14,6 +14,7 @@ from typing import Any
 from akter._engine.services import Services
 from akter._store.gateway import ops
 from akter._store.gateway.ops import ActorHistory, ActorRows
+from akter._store.gateway.subscriptions import SubscriptionsGateway
 from akter.callers import ActorRef
 
 
@@ -40,6 +41,20 @@ class Actors:
     async def states(self, refs: Iterable[ActorRef]) -> list[Any]:
         """Each actor's committed state (``None`` for one that never committed), in order."""
         return await ops.committed_states(self._services.store, [self._key(r) for r in refs])
+
+    async def subscriptions(self) -> list[dict[str, Any]]:
+        """Per subscription: its subscriber type, feeds with work, parked feeds and lag (ms)."""
+        gateway = SubscriptionsGateway(self._services.store, self._services.clock)
+        return [
+            {
+                "subscription": row.subscription,
+                "subscriber_type": row.subscription.split(".", 1)[0],
+                "pending": row.pending,
+                "parked": row.parked,
+                "lag_ms": row.lag_ms,
+            }
+            for row in await gateway.overview()
+        ]
 
     async def types(self, cap: int, timeout_ms: int) -> list[dict[str, Any]]:
         """Actors and tenants per type, counted in a sample of at most ``cap`` actor rows."""

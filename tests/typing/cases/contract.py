@@ -459,3 +459,26 @@ async def staging(aconn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
 
 async def outcomes(runtime: akter.Runtime) -> None:
     assert_type(await runtime.outcome("v1.1.2.x", timeout=5), Any)
+
+
+# --- subscriptions (the subscriptions spec) ---------------------------------------------------
+
+
+class Follower(akter.Actor[OrderState]):
+    @akter.subscription(Order, events=[Paid], route=lambda event, source: source.id)
+    async def on_paid(self, delivery: akter.Delivery[Paid]) -> None:
+        assert_type(delivery.source, akter.ActorRef)
+        assert_type(delivery.cursor, int)
+        assert_type(delivery.event, Paid)
+        assert_type(delivery.emitted_at, datetime)
+        if isinstance(delivery, akter.RetentionGap):
+            assert_type(delivery.resume_after, int)
+
+    @akter.subscription(Order, events=[Paid])
+    async def on_followed(self, delivery: akter.Delivery[Paid]) -> None:
+        assert_type(delivery.event.charge_id, str)
+
+    @akter.command
+    async def follow(self, order_id: str) -> None:
+        self.subscribe(Follower.on_followed, source_id=order_id, start="start")
+        self.unsubscribe(Follower.on_followed, source_id=order_id)

@@ -8,7 +8,9 @@ functions a turn, a delivery and a dead-letter retry use, so the check cannot di
   of each type);
 - ``Member.decode_payload`` / ``Job.decode_payload`` for pending outbox rows;
 - the definitions' names and aliases (``ActorDefinition.member`` / ``.job``, the events'
-  tags and aliases) for stored actor types, commands, jobs and event tags.
+  tags and aliases) for stored actor types, commands, jobs and event tags;
+- the declared subscriptions (``@akter.subscription``) for the recorded ones and their feeds
+  (the subscriptions spec S6).
 
 It writes nothing and starts nothing: no runner row, no relay, no migration.
 """
@@ -35,6 +37,7 @@ from akter._store.queries import Queries
 from akter.actor import ActorDefinition, Event
 from akter.check import CheckReport, CheckUnavailable, Finding
 from akter.errors import ActorError, ConfigurationError
+from akter.subscriptions import spec_of
 
 #: Called as a scan advances: (what is scanned, rows so far, expected total or None).
 Progress = Callable[[str, int, int | None], None]
@@ -136,6 +139,7 @@ async def run_check(
         await _scan_dead_letters(gateway, definitions, found, tell)
         await _scan_events(gateway, definitions, found, tell)
         await _scan_workflows(gateway, definitions, found, tell)
+        await _check_subscriptions(gateway, definitions, options, found)
     return CheckReport(report(found, definitions))
 
 
@@ -384,6 +388,23 @@ async def _scan_events(
                 found.add("unknown_event", actor_type, tag, example=example)
         seen += len(page)
         progress("events", seen, None)
+
+
+async def _check_subscriptions(
+    gateway: CheckGateway,
+    definitions: Mapping[str, ActorDefinition],
+    options: CheckOptions,
+    found: Findings,
+) -> None:
+    """Subscriptions recorded or fed that this code does not declare; parked feeds (S6)."""
+    for name, pending, parked in await gateway.subscriptions(options.offset_ms):
+        subscriber, _, member = name.partition(".")
+        definition = definitions.get(subscriber)
+        handler = definition.members.get(member) if definition is not None else None
+        if handler is None or spec_of(handler.fn) is None:
+            found.add_many("unknown_subscription", subscriber, member, None, pending + parked)
+        elif parked:
+            found.add_many("parked_feeds", subscriber, member, None, parked)
 
 
 def _claimed_tags(definitions: Mapping[str, ActorDefinition]) -> dict[str, set[str]]:

@@ -173,6 +173,17 @@ _MESSAGES: dict[str, tuple[Severity, str, str]] = {
         "they would be parked as diverged when they next run.",
         "Give the new parameters defaults, or keep the old signature until the runs finish.",
     ),
+    "unknown_subscription": (
+        "error",
+        "The subscription {t}.{m} is recorded in the database ({n} feeds with work or parked) "
+        "and this code does not declare it: its feeds would be parked.",
+        "Keep the @akter.subscription handler {t}.{m} until its feeds are delivered.",
+    ),
+    "parked_feeds": (
+        "warning",
+        "{n} feeds of the subscription {t}.{m} are parked (the code could not deliver them).",
+        "Fix the cause named in subscription_feeds.parked; the feeds stay parked until then.",
+    ),
     "state_version": ("info", "{n} {t} states at state version {v} (this code: {code}).", ""),
     "payload_version": (
         "info",

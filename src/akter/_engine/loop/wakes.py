@@ -39,7 +39,8 @@ class CommitWakes:
 
     def __call__(self, act: Any, writes: Any, cancelled: list[tuple[str, bool]]) -> None:
         runs = getattr(writes, "runs", None)
-        if not (writes.rows or writes.events or cancelled or runs):
+        fed = getattr(writes, "fed", False)  # it wrote subscription feeds or follows
+        if not (writes.rows or writes.events or cancelled or runs or fed):
             return  # a turn that staged nothing wakes nobody (most turns)
         now = self._clock.estimate()
         due = [
@@ -50,7 +51,7 @@ class CommitWakes:
         running = [job_id for job_id, is_running in cancelled if is_running]
         if running:
             self._jobs.cancel_signal(running)
-        if runs or any(r.kind != "job" for r in due):
+        if runs or fed or any(r.kind != "job" for r in due):
             self._waker.wake()  # a started run is claimed in the next pass
         elif len(running) < len(cancelled):
             self._waker.wake_jobs()  # unstarted jobs cancelled: a job claim settles them
@@ -58,7 +59,7 @@ class CommitWakes:
             self._waker.wake_jobs(
                 [JobKey(act.routing_key, r.intent_id, act.ref.type, r.command) for r in due]
             )
-        if writes.rows or cancelled or runs:
+        if writes.rows or cancelled or runs or fed:
             self._waker.poke_others()
         if writes.events:
             self._events.publish(act.ref)

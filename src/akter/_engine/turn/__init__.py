@@ -6,6 +6,7 @@ commit flight and ``flights`` the pipeline both share.
 """
 
 from akter._engine.turn.engine import TurnEngine
+from akter._engine.turn.subscribed import Followed
 from akter._engine.turn.types import (
     BATCH_LIMIT,
     EVENT_BYTES_LIMIT,
@@ -24,6 +25,7 @@ __all__ = [
     "Activation",
     "BatchDefect",
     "BatchWrites",
+    "Followed",
     "Request",
     "Result",
     "TurnEngine",

@@ -56,6 +56,7 @@ from akter._engine.turn.flights import (
 )
 from akter._engine.turn.invoke import Prepared, Ran, decode_replies, run_handler
 from akter._engine.turn.owned import OwnedTurn, owned_turn, raise_refused
+from akter._engine.turn.subscribed import Followed
 from akter._engine.turn.types import (
     Activation,
     BatchDefect,
@@ -108,6 +109,7 @@ class TurnEngine:
         pool_wait: float = 2.0,
         metrics: telemetry.Metrics | None = None,
         state_paths: too_new.StatePaths | None = None,
+        followed: Followed | None = None,
     ) -> None:
         self._metrics = metrics or telemetry.Metrics()
         self.store = store
@@ -124,6 +126,8 @@ class TurnEngine:
         #: drop is a newer deploy's while one declares them all.
         self.state_paths = state_paths
         self._turn_settings: dict[str, _TypeSettings] = {}
+        #: The declared subscriptions by source type: a source's commit bumps their feeds.
+        self.followed = followed
 
     @property
     def metrics(self) -> telemetry.Metrics:
@@ -302,6 +306,7 @@ class TurnEngine:
                 fence_off=self.clock.offset_ms,
                 meanwhile=lambda: decode_replies(ran.outcomes),
                 owned=owned,
+                followed=self.followed,
             )
         except psycopg.Error as exc:
             _commit_failed(exc, ran, owned)

@@ -20,6 +20,7 @@ from akter._staging import (
     Staged,
     StagedBroadcast,
     StagedEvent,
+    StagedFollow,
     StagedRow,
     StagedRun,
 )
@@ -172,6 +173,10 @@ class BatchWrites:
     keyed: dict[tuple[str, str], str] | None = None
     #: Broadcasts, sent after the commit (never written: best-effort, docs/guides/live.md).
     broadcasts: list[StagedBroadcast] = field(default_factory=list)
+    #: Dynamic subscriptions the batch starts or stops (the subscriptions spec).
+    follows: list[StagedFollow] = field(default_factory=list)
+    #: The commit flight wrote subscription feeds or follows: the subscription lane has work.
+    fed: bool = False
 
     def apply(self, staged: Staged, command_id: str) -> None:
         """Merge one successful command's staged work (the last staging of a key wins)."""
@@ -188,6 +193,8 @@ class BatchWrites:
                     if self.keyed is None:
                         self.keyed = {}
                     self.keyed[(op.workflow, op.key)] = op.run_id
+            elif isinstance(op, StagedFollow):
+                self.follows.append(op)
             elif isinstance(op, CancelTimer):
                 # A cancellation drops earlier stagings of the key.
                 key = op.key
@@ -207,7 +214,14 @@ class BatchWrites:
     @property
     def empty(self) -> bool:
         """Whether nothing was staged."""
-        return not (self.events or self.rows or self.timer_deletes or self.job_cancels or self.runs)
+        return not (
+            self.events
+            or self.rows
+            or self.timer_deletes
+            or self.job_cancels
+            or self.runs
+            or self.follows
+        )
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from akter import telemetry
 from akter._contexts import LoopLease
 from akter._engine.ticks import first_ticks
+from akter._engine.turn import subscribed
 from akter._engine.turn.admission import fence_of
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.owned import OwnedTurn
@@ -119,6 +120,7 @@ async def send(
     fence_off: int | None = None,
     meanwhile: Callable[[], None] | None = None,
     owned: OwnedTurn | None = None,
+    followed: subscribed.Followed | None = None,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
@@ -160,6 +162,18 @@ async def send(
                 )
             if not writes.empty:
                 cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)
+            writes.fed = await subscribed.queue(
+                pipe,
+                q,
+                key,
+                definition=act.definition,
+                followed=followed,
+                events=writes.events,
+                first_seq=act.event_seq + 1,
+                follows=writes.follows,
+                delivered=((r.member.name, r.payload) for _, r in todo.receipts),
+                now_ms=now_ms,
+            )
             if todo.ticks is not None:
                 await actors.insert_ticks(pipe, q, todo.ticks)
             if receipts is not None and not todo.state_changed:

@@ -323,6 +323,17 @@ class CheckGateway:
         rows = await self._read("the runners", self.queries["check_live_job_types"], params)
         return {str(row["job_type"]) for row in rows}
 
+    async def subscriptions(self, offset_ms: int) -> list[tuple[str, int, int]]:
+        """Every subscription recorded or with feeds: ``(name, feeds with work, parked feeds)``."""
+        recorded = await self._read("the subscriptions", self.queries["sub_recorded"], {})
+        feeds = await self._read(
+            "the subscription feeds", self.queries["sub_overview"], {"off": offset_ms}
+        )
+        found = {str(r["name"]): (0, 0) for r in recorded}
+        for r in feeds:
+            found[str(r["subscription"])] = (int(r["pending"]), int(r["parked"]))
+        return [(name, *counts) for name, counts in sorted(found.items())]
+
     async def estimates(self) -> dict[str, int]:
         """The planner's row estimate per scanned table (known after an ANALYZE)."""
         params = {"schema": self.queries.schema}

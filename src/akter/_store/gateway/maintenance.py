@@ -82,12 +82,23 @@ class MaintenanceGateway:
             cur = await conn.execute(self._store.queries["rank_unranked_jobs"], {"batch": batch})
             return len(await cur.fetchall())
 
-    async def prune_events(self, actor_type: str, *, cutoff: int, batch: int) -> int:
-        """Delete one batch of a type's events older than ``cutoff``; how many were deleted."""
+    async def prune_events(
+        self, actor_type: str, *, cutoff: int, batch: int, held: int | None = None
+    ) -> int:
+        """Delete one batch of a type's events older than ``cutoff``; how many were deleted.
+
+        Events a subscription feed has not delivered are kept unless older than ``held``
+        (the subscriptions spec S5; ``None``: ``cutoff``, no hold).
+        """
         async with self._store.framework.connection() as conn:
             cur = await conn.execute(
                 self._store.queries["prune_events"],
-                {"type": actor_type, "cutoff": cutoff, "batch": batch},
+                {
+                    "type": actor_type,
+                    "cutoff": cutoff,
+                    "batch": batch,
+                    "held": cutoff if held is None else held,
+                },
             )
             return len(await cur.fetchall())
 

@@ -115,6 +115,7 @@ class ConsoleApi:
             Route("/console/api/dead-letters/{job_id}/retry", self.retry, methods=["POST"]),
             Route("/console/api/dead-letters/{job_id}/discard", self.discard, methods=["POST"]),
             *ParkedApi(self.runtime, self._operator).routes(),
+            Route("/console/api/subscriptions", self.subscriptions, methods=["GET"]),
             *WorkflowsApi(self.runtime, self._operator, self._ref).routes(),
             *RunsApi(self.runtime, self._operator).routes(),
         ]
@@ -186,6 +187,14 @@ class ConsoleApi:
                     "count_cap": COUNT_CAP,
                 }
             )
+        except ActorError as exc:
+            return from_actor_error(exc)
+
+    async def subscriptions(self, request: Request) -> Response:
+        """``GET /console/api/subscriptions``: per subscription, its feeds with work and lag."""
+        try:
+            await self._operator(request)
+            return _json({"subscriptions": await self.runtime.operators.actors.subscriptions()})
         except ActorError as exc:
             return from_actor_error(exc)
 

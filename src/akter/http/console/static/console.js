@@ -842,6 +842,26 @@ async function operateParked(row, action) {
   await refresh();
 }
 
+// --- subscriptions (the subscriptions spec) -----------------------------------------------------
+
+async function loadSubscriptions() {
+  const { subscriptions } = await api("subscriptions");
+  fill(
+    document.querySelector("#subscriptions tbody"),
+    subscriptions.map((s) =>
+      el(
+        "tr",
+        { dataset: { subscription: s.subscription } },
+        el("td", { class: "mono" }, s.subscription),
+        el("td", {}, s.subscriber_type),
+        el("td", {}, String(s.pending)),
+        el("td", { class: s.parked ? "error" : "" }, String(s.parked)),
+        el("td", {}, `${s.lag_ms} ms`),
+      ),
+    ),
+  );
+}
+
 // --- tabs and the refresh loop ---------------------------------------------------------------
 
 // An open actor's workflow runs (and the run shown) follow the poll: a run moves without events.
@@ -858,6 +878,7 @@ const loaders = {
   jobs: loadJobs,
   letters: loadLetters,
   parked: loadParked,
+  subscriptions: loadSubscriptions,
 };
 
 async function refreshOnce() {
