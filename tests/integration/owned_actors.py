@@ -34,7 +34,7 @@ class OrderState(BaseModel):
     total: int = 0
 
 
-class Refused(akter.DeclaredError):
+class Refused(akter.DeclaredError, tag="owned.Refused"):
     why: str
 
 
