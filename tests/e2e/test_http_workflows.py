@@ -654,6 +654,7 @@ async def test_schemathesis_checks_all_pass_on_workflow_routes(
         text = out.decode()
         (tmp_path / "schemathesis.txt").write_text(text)
         assert proc.returncode == 0, text
-        # Three starts and four run routes.
-        assert "7 selected / 13 total" in text, text
+        # Three starts and four run routes, of 14 (the actor routes include a job's output
+        # stream and a command's outcome read).
+        assert "7 selected / 14 total" in text, text
         assert "No issues found" in text, text
