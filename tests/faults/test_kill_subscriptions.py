@@ -29,7 +29,7 @@ import pytest
 
 from akter.testing import ActorTest
 from tests.faults.child_process import ChildProcess, start_module
-from tests.faults.subscription_child import USERS, WAREHOUSES
+from tests.faults.subscription_child import ROLLED_BACK, USERS, WAREHOUSES
 from tests.faults.subscription_drill_actors import ACTORS, TallyInbox, Track, chain
 
 pytestmark = [pytest.mark.kill, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -92,6 +92,7 @@ async def test_kill_drill_every_committed_event_applied_once_in_order(
                 await t.get(TallyInbox, inbox).follow(user)
         children = [await spawn(t, rng.randrange(2**31)) for _ in range(RUNNERS)]
         starting: list[asyncio.Task[ChildProcess]] = []
+        ended: list[ChildProcess] = []  # their stderr counts the source turns rolled back
         kills, made = 0, 0
         try:
             next_kill = last_moved = time.monotonic()
@@ -110,6 +111,7 @@ async def test_kill_drill_every_committed_event_applied_once_in_order(
                     victim = children.pop(rng.randrange(len(children)))
                     await victim.kill()  # mid source turn, mid delivery: wherever it is
                     await victim.close()
+                    ended.append(victim)
                     # The replacement starts while the others go on (it takes a second or two).
                     starting.append(asyncio.create_task(spawn(t, rng.randrange(2**31))))
                     kills += 1
@@ -120,6 +122,7 @@ async def test_kill_drill_every_committed_event_applied_once_in_order(
             for child in children:  # the producers stop; their stop drains their turns
                 child.end_input()
                 await child.close(grace=30)
+            ended += children
             children = [await spawn(t, None), await spawn(t, None)]
             await settled(t)
         finally:
@@ -129,11 +132,14 @@ async def test_kill_drill_every_committed_event_applied_once_in_order(
             for child in children:
                 child.end_input()
                 await child.close(grace=10)
+        rolled_back = sum(c.stderr.decode().count(ROLLED_BACK) for c in ended)
         print(
-            f"\n{await committed(t)} events, {kills} SIGKILLs; produced in "
-            f"{produced - started:.0f} s, all delivered after {time.monotonic() - started:.0f} s"
+            f"\n{await committed(t)} events, {kills} SIGKILLs, {rolled_back} turns rolled back;"
+            f" produced in {produced - started:.0f} s,"
+            f" all delivered after {time.monotonic() - started:.0f} s"
         )
         assert kills >= MIN_KILLS
+        assert rolled_back > 0  # the checker's "none from a rolled-back turn" was put to test
         await check(t, follows)
 
 
