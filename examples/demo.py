@@ -78,6 +78,11 @@ charges through a flaky provider, waits for a shipment signal with a timeout, is
 child runner while it prints a label, and is resumed by another runner; it prints the step
 journal before and after.
 
+Then a seventh part, subscriptions: it lives in ``examples/demo_subscriptions.py``. A read model
+(a singleton subscribed to every till's sales, ``start="start"``) is added by a runner that
+starts beside a running one; it is rebuilt from the tills' history, keeps up with the new sales,
+and a rewind of its feeds is redelivered without applying a sale twice.
+
 Every part runs in a schema of its own, dropped at the end once its runtimes have stopped: a
 runtime that shares a schema with actor types no live runner hosts warns about them as orphans
 (evolution E2), and the demo leaves nothing behind in the schema ``akter`` that the docs'
@@ -1625,6 +1630,7 @@ NEXT_STEPS: tuple[tuple[str, str], ...] = (
     ("a cron singleton and a takeover", "docs/guides/singletons.md"),
     ("evolving code over durable data", "docs/guides/evolution.md"),
     ("workflows that survive a SIGKILL", "docs/guides/workflows.md"),
+    ("a read model kept by a subscription", "docs/spec/subscriptions.md"),
 )
 #: Where to go once the demo is done.
 GO_NEXT: tuple[tuple[str, str], ...] = (
@@ -1720,6 +1726,15 @@ def _parts(console: Console, url: str, started: float) -> int:
 
     flows = asyncio.run(workflows_main(url, echo=echo))
     console.print(render_workflows(flows))
+    console.rule("subscriptions: a read model added to a running system, rebuilt from the start")
+    console.print(
+        "R1 sells on three tills; R2, with the new read model, starts beside it and feeds it "
+        "every till's history; R1 stops, R2 sells on; the feeds are rewound and redelivered."
+    )
+    from examples.demo_subscriptions import render_subscriptions, subscriptions_main
+
+    subs = asyncio.run(subscriptions_main(url, echo=echo))
+    console.print(render_subscriptions(subs))
     console.rule("what you saw, where to go next")
     console.print(
         "Each part ran in a schema of its own, dropped at its end: the database is as it was."

@@ -614,7 +614,8 @@ def test_the_whole_demo_warns_only_of_what_it_explains_and_says_where_to_go_next
     with psycopg.connect(akter_db) as conn:
         left = conn.execute(
             "SELECT table_schema FROM information_schema.tables WHERE table_name = 'receipts'"
-            " AND table_schema ~ '^(accounts|orders|payments|billing|evolve|flows)_[0-9a-f]{8}$'"
+            " AND table_schema ~"
+            " '^(accounts|orders|payments|billing|evolve|flows|subs)_[0-9a-f]{8}$'"
         ).fetchall()
     assert left == []
 
