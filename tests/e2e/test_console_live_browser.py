@@ -42,6 +42,8 @@ async def test_state_and_job_output_update_live(
             await expect(state).to_contain_text('"balance": 25', timeout=WAIT_MS)
             await expect(version).to_have_text("2")
             await expect(page.locator("#events li")).to_have_count(1)
+            line = page.locator("#actors tbody tr[data-id=a-1] td")
+            await expect(line.nth(2)).to_have_text("2")  # the open actor's line in the list
             assert await page.evaluate("window.notReloaded") is True
 
             # A job's output appears chunk by chunk, then its outcome.

@@ -70,7 +70,7 @@ async def test_a_local_commit_of_any_type_wakes_its_follower_at_once(akter_test:
             assert await take(values, 3.0) == (2, {"n": 3})
             assert t.runtime.live.watching == 1
         finally:
-            await values.aclose()  # type: ignore[attr-defined]
+            await values.aclose()
         assert t.runtime.live.watching == 0
 
 
@@ -86,7 +86,7 @@ async def test_another_runners_commit_of_an_unwatched_type_is_read_on_the_poll(
             await other.get(Tally, "x").add(5)
             assert await take(values, 3.0) == (1, {"n": 5})
         finally:
-            await values.aclose()  # type: ignore[attr-defined]
+            await values.aclose()
 
 
 async def test_another_runners_commit_of_a_watched_type_arrives_on_the_channel(
@@ -105,7 +105,7 @@ async def test_another_runners_commit_of_a_watched_type_arrives_on_the_channel(
             version, state = await take(values, 3.0)
             assert version == 1 and state["cents"] == 3
         finally:
-            await values.aclose()  # type: ignore[attr-defined]
+            await values.aclose()
 
 
 async def test_followers_take_watch_slots_and_a_failed_read_ends_one(akter_test: Make) -> None:

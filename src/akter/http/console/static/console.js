@@ -283,6 +283,16 @@ function showRow(row) {
     .getElementById("actor-facts")
     .replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { fact: k } }, String(v))]));
   document.getElementById("actor-state").textContent = JSON.stringify(row.state, null, 2);
+  // The open actor's line in the list (read when its type was chosen) follows too.
+  const { type, id, tenant } = state.actor;
+  if (type !== state.type) return;
+  for (const tr of document.querySelectorAll("#actors tbody tr")) {
+    if (tr.dataset.id !== id || tr.dataset.tenant !== tenant) continue;
+    const cells = tr.children;
+    cells[2].textContent = String(row.version);
+    cells[3].textContent = String(row.event_seq);
+    cells[4].textContent = when(row.updated_at);
+  }
 }
 
 async function loadActor() {
