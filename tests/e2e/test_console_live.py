@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     CourierControl,
     Serve,
     SseReader,
+    Vault,
     assert_problem,
     operators_only,
     token,
@@ -142,3 +143,21 @@ async def test_the_job_output_stream_is_live_and_resumable(
         assert resumed.status_code == 200
         assert "leg 2 of 2" in resumed.text and "leg 1 of 2" not in resumed.text
         assert "event: closed" in resumed.text
+
+
+async def test_operators_follow_an_actor_its_policy_hides_from_users(served: Serve) -> None:
+    # Vault admits System callers only: its users' reads are refused, the console shows its row.
+    async with served([*ACTORS, Courier], app_options=CONSOLE, max_watchers_per_actor=1) as s:
+        vault = s.t.get(Vault, "v-1", tenant="acme")
+        await vault.put(9)
+        user = s.http(token("bob", tenant="acme"))
+        denied = await user.get("/actors/Vault/v-1/events")
+        assert_problem(denied, 403, "Unauthorized", "access_denied")
+        ops = s.http(token(OPERATOR), headers=HEADER)
+        params = {"type": "Vault", "id": "v-1", "tenant": "acme"}
+        async with ops.stream("GET", "/console/api/actor/state", params=params) as response:
+            (first,) = await SseReader(response).take(1)
+            assert first.json()["state"]["balance"] == 9
+            # The feed holds the actor's one watch slot on this runner: a second is refused.
+            again = await ops.get("/console/api/actor/state", params=params)
+            assert_problem(again, 503, "RunnerAtCapacity", "too_many_actor_watchers")
