@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+import akter
 from akter.http.console import Console
 from tests._support.polling import until
 from tests.e2e.conftest import (
@@ -161,3 +162,33 @@ async def test_operators_follow_an_actor_its_policy_hides_from_users(served: Ser
             # The feed holds the actor's one watch slot on this runner: a second is refused.
             again = await ops.get("/console/api/actor/state", params=params)
             assert_problem(again, 503, "RunnerAtCapacity", "too_many_actor_watchers")
+
+
+async def test_a_tenant_safe_rule_refuses_a_namesake_of_another_tenant(
+    served: Serve, courier: CourierControl
+) -> None:
+    def ops_tenant_only(caller: akter.User | akter.Anonymous, tenant: str) -> bool:
+        return isinstance(caller, akter.User) and (tenant, caller.subject) == ("ops", "admin")
+
+    options = {"console": Console(allow=ops_tenant_only)}
+    async with served([*ACTORS, Courier], app_options=options) as s:
+        await s.t.get(Account, "a-1", tenant="acme").deposit(1)
+        job_id = await s.t.get(Courier, "c-1", tenant="acme").haul(1)
+        feeds = (
+            ("/console/api/actor/state", {"type": "Account", "id": "a-1", "tenant": "acme"}),
+            (
+                "/console/api/jobs/stream",
+                {"type": "Courier", "id": "c-1", "tenant": "acme", "job_id": job_id},
+            ),
+        )
+        # "admin" of acme is not the operator "admin" of ops, even for acme's own actors.
+        namesake = s.http(token("admin", tenant="acme"), headers=HEADER)
+        operator = s.http(token("admin", tenant="ops"), headers=HEADER)
+        for path, params in feeds:
+            refused = await namesake.get(path, params=params)
+            assert_problem(refused, 403, "Unauthorized", "console_denied")
+            async with operator.stream("GET", path, params=params) as response:
+                assert response.status_code == 200
+                (first,) = await SseReader(response).take(1)
+                assert first.event in ("state", "attempt")
+                courier.permits.put_nowait(None)
