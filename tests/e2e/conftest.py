@@ -542,6 +542,7 @@ class Courier(akter.Actor[Purse], access=akter.public):
         for i in range(1, payload.steps + 1):
             await COURIER.permits.get()
             call.report(Leg(done=i, total=payload.steps, message=f"leg {i}"))
+            call.stream(f"leg {i} of {payload.steps}")  # the console's job output shows these
         return payload.steps
 
     @trek.on_success

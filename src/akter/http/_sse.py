@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from akter.callers import ActorRef, Caller, as_caller
@@ -134,6 +136,23 @@ async def _job_stream_frames(items: AsyncIterator[StreamItem]) -> AsyncIterator[
             await close()
 
 
+def stream_cursor(request: Request) -> int:
+    """A job stream's cursor: ``Last-Event-ID``, else ``?after=``, else 0 (each must be a seq)."""
+    header = request.headers.get("last-event-id")
+    query = request.query_params.get("after")
+    for given in (header, query):
+        if given is not None and (
+            re.fullmatch(r"0|[1-9][0-9]{0,18}", given) is None or int(given) >= 2**63
+        ):
+            raise ActorError(
+                "UnknownCursor",
+                f"A job stream cursor is a seq ≥ 0, not {given!r}.",
+                code="malformed",
+            )
+    chosen = header if header is not None else query
+    return 0 if chosen is None else int(chosen)
+
+
 def gap(exc: ActorError) -> str:
     """The ``retention_gap`` frame that ends a feed whose cursor was pruned."""
     data = json.dumps({"reason": exc.reason, "detail": exc.message})
@@ -166,4 +185,5 @@ __all__ = [
     "keep_alive",
     "once",
     "progress_stream",
+    "stream_cursor",
 ]

@@ -64,6 +64,7 @@ from akter.http._sse import (
     job_stream_frames,
     once,
     progress_stream,
+    stream_cursor,
 )
 from akter.http._tracing import http_span, http_status
 from akter.http._workflows import WorkflowRoutes
@@ -452,7 +453,9 @@ class _Api:
             identity = await self.identity(request)
             definition, actor_id = self.resolve(request)
             ref = self.runtime.ref(definition.name, actor_id, tenant=identity.tenant)
-            stream = self.runtime.job_stream(ref, request.path_params["job_id"], _seq(request))
+            stream = self.runtime.job_stream(
+                ref, request.path_params["job_id"], stream_cursor(request)
+            )
             with as_caller(identity.caller):
                 await stream.open()  # access, the job and the cursor: refusals stay 4xx
         except ActorError as exc:
@@ -529,23 +532,6 @@ def _cursor(request: Request) -> str | None:
         if given is not None:
             parse_cursor(given)  # UnknownCursor/malformed, even for the one that loses
     return header if header is not None else query
-
-
-def _seq(request: Request) -> int:
-    """A job stream's cursor: ``Last-Event-ID``, else ``?after=``, else 0 (each must be a seq)."""
-    header = request.headers.get("last-event-id")
-    query = request.query_params.get("after")
-    for given in (header, query):
-        if given is not None and (
-            re.fullmatch(r"0|[1-9][0-9]{0,18}", given) is None or int(given) >= 2**63
-        ):
-            raise ActorError(
-                "UnknownCursor",
-                f"A job stream cursor is a seq ≥ 0, not {given!r}.",
-                code="malformed",
-            )
-    chosen = header if header is not None else query
-    return 0 if chosen is None else int(chosen)
 
 
 def _parse_int(digits: str) -> int:

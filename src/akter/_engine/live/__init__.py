@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from akter._broadcasts import check_topic
 from akter._engine.calls import Calls, check_access
 from akter._engine.live.channel import Key, LiveChannel
-from akter._engine.live.watch import Watch, WatchValue
+from akter._engine.live.watch import Evaluate, Watch, WatchValue
 from akter.actor import Member
 from akter.callers import ActorRef, Caller, current_caller
 from akter.errors import ActorError
@@ -119,8 +119,9 @@ class Live:
     def committed(self, ref: ActorRef, version: int | None, broadcasts: Any = ()) -> None:
         """``ref`` committed at row ``version``, with the turn's staged broadcasts."""
         key = _key(ref)
+        # Every type's: row followers (the console's) follow types without a watchable query.
+        self._changed(key, version)
         if ref.type in self._watched_types:
-            self._changed(key, version)
             self._channel.send_change(key, version)
         for staged in broadcasts:
             self._deliver(key, staged.topic, staged.message)
@@ -168,21 +169,8 @@ class Live:
                 code="not_watchable",
             )
         await check_access(member.owner, ref, caller, "query", member.name)
-        config, key = services.config, _key(ref)
-        if self._open >= config.max_watchers:
-            raise ActorError(
-                "RunnerAtCapacity",
-                f"This runner has {self._open} open watches (max_watchers); watch again later "
-                "or on another runner.",
-                code="too_many_watchers",
-            )
-        if len(self._watches.get(key, ())) >= config.max_watchers_per_actor:
-            raise ActorError(
-                "RunnerAtCapacity",
-                f"{ref.type}/{ref.id!r} has {config.max_watchers_per_actor} open watches on this "
-                "runner (max_watchers_per_actor); watch again later or on another runner.",
-                code="too_many_actor_watchers",
-            )
+        key = _key(ref)
+        self._check_capacity(ref)
 
         group = (key, member.name, json.dumps(payload, sort_keys=True, default=str), repr(caller))
 
@@ -200,8 +188,56 @@ class Live:
                 self._shared[group] = read
             return read
 
+        return self._register(group, ref, evaluate, heard=True)
+
+    def follow_row(self, ref: ActorRef, read: Callable[[], Awaitable[tuple[Any, int]]]) -> Watch:
+        """A watch of ``ref``'s row as ``read`` returns it: (a JSON value, the row version).
+
+        For operator surfaces (the console): no access policy is asked (the surface checked its
+        operator), and ``read`` is the surface's own statement. Woken at once by this runner's
+        commits of ``ref``, whatever its type; another runner's commits are heard only for types
+        with a watchable query (the live channel carries those only), so a row of any other type
+        is read again every ``poll``. It counts against ``max_watchers`` and
+        ``max_watchers_per_actor`` as a query watch does.
+
+        Raises:
+            ActorError: ``RunnerAtCapacity`` as :meth:`open_watch`.
+        """
+        self._services.supervisor.require_started()
+        self._check_capacity(ref)
+        group = (_key(ref), "$row", object())  # never shared: each follower reads for itself
+
+        async def evaluate(at_least: int | None) -> tuple[Any, int, bytes]:
+            async with self._reads:
+                value, version = await read()
+            return value, version, json.dumps(value, sort_keys=True, default=str).encode()
+
+        return self._register(group, ref, evaluate, heard=ref.type in self._watched_types)
+
+    def _check_capacity(self, ref: ActorRef) -> None:
+        config = self._services.config
+        if self._open >= config.max_watchers:
+            raise ActorError(
+                "RunnerAtCapacity",
+                f"This runner has {self._open} open watches (max_watchers); watch again later "
+                "or on another runner.",
+                code="too_many_watchers",
+            )
+        if len(self._watches.get(_key(ref), ())) >= config.max_watchers_per_actor:
+            raise ActorError(
+                "RunnerAtCapacity",
+                f"{ref.type}/{ref.id!r} has {config.max_watchers_per_actor} open watches on this "
+                "runner (max_watchers_per_actor); watch again later or on another runner.",
+                code="too_many_actor_watchers",
+            )
+
+    def _register(
+        self, group: tuple[Any, ...], ref: ActorRef, evaluate: Evaluate, *, heard: bool
+    ) -> Watch:
+        """Open a watch of ``group`` on ``ref``; ``heard``: other runners announce its commits."""
+        config = self._services.config
         recheck = config.watch_recheck_ms / 1000
-        idle = recheck if config.notify else min(config.poll_ms / 1000, recheck)
+        idle = recheck if config.notify and heard else min(config.poll_ms / 1000, recheck)
         watch = Watch(
             group,
             ref,
@@ -211,7 +247,7 @@ class Live:
             release=self._release,
             retried=self._retried,
         )
-        self._watches.setdefault(key, set()).add(watch)
+        self._watches.setdefault(_key(ref), set()).add(watch)
         self._members[group] = self._members.get(group, 0) + 1
         self._open += 1
         self._channel.listen()

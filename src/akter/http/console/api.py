@@ -8,9 +8,11 @@ Routes (present only when the app was built with ``console=``)::
     GET  /console/api/actors?type=&tenant=&after=&limit=     one page of a type's actors
     GET  /console/api/actor?type=&id=&tenant=                state, version, events, outbox
     GET  /console/api/actor/events?type=&id=&tenant=&after=  server-sent events, live
+    GET  /console/api/actor/state?type=&id=&tenant=  the actor's row after each commit, live
     GET  /console/api/outbox?limit=        pending intents, timers and ticks, oldest due first
     GET  /console/api/jobs?limit=          job rows and their status
     GET  /console/api/jobs/progress?type=&id=&tenant=&job_id=  server-sent progress frames
+    GET  /console/api/jobs/stream?type=&id=&tenant=&job_id=&after=  a job's output, live
     GET  /console/api/dead-letters?limit=  dead letters, newest first
     POST /console/api/dead-letters/{job_id}/retry    as ``akter dead-letters retry``
     POST /console/api/dead-letters/{job_id}/discard  as ``akter dead-letters discard``
@@ -48,6 +50,7 @@ from akter.http._sse import MEDIA_TYPE, event_stream, gap, once, progress_stream
 from akter.http.auth import AuthProvider
 from akter.http.console import Console
 from akter.http.console.guard import operator
+from akter.http.console.live import LiveApi, row_json
 from akter.http.console.parked import ParkedApi
 from akter.http.console.runs import RunsApi
 from akter.http.console.workflows import WorkflowsApi
@@ -118,6 +121,7 @@ class ConsoleApi:
             Route("/console/api/subscriptions", self.subscriptions, methods=["GET"]),
             *WorkflowsApi(self.runtime, self._operator, self._ref).routes(),
             *RunsApi(self.runtime, self._operator).routes(),
+            *LiveApi(self.runtime, self._operator, self._ref).routes(),
         ]
 
     # --- the guard ----------------------------------------------------------------------------
@@ -243,17 +247,8 @@ class ConsoleApi:
             outbox = await actors.outbox(ref, timeout)
             body: dict[str, Any] = {
                 "ref": ref.to_json(),
-                "exists": row is not None,
-                "version": row["version"] if row else 0,
-                "created": row["created"] if row else False,
-                "event_seq": row["event_seq"] if row else 0,
-                "state": row["state"] if row else None,
-                # The row's version as stored, beside the code's: a row is migrated only when
-                # a turn writes it, so an older one here is expected, a newer one refused.
-                "state_version": row["state_version"] if row else None,
+                **row_json(row),
                 "code_state_version": self.runtime.definition(ref.type).state_version,
-                "updated_at": _iso(row["updated_at_ms"]) if row else None,
-                "receipts": row["receipts"] if row else 0,
                 "events": [
                     {
                         "cursor": str(e["seq"]),

@@ -12,12 +12,14 @@ const SVG = "http://www.w3.org/2000/svg";
 // The overview's charts span the last hour (the runtime keeps that much).
 const CHART_SPAN_MS = 60 * 60 * 1000;
 // The next poll is scheduled only once the previous one finished, and none runs while the tab is
-// hidden.
+// hidden. What has a live feed is not polled: an open actor's state and events, a job's progress
+// and output (docs/console.md lists what polls and why).
 const POLL_MS = 2000;
-// Before an event feed that ended is opened again.
+// Before a feed that ended is opened again.
 const RECONNECT_MS = 1000;
-// Progress feeds open at once. Each holds one of the six HTTP/1.1 connections a browser keeps
-// per server; the event feed and the polls need theirs.
+// Progress feeds open at once. Each feed holds one of the six HTTP/1.1 connections a browser
+// keeps per server: with the polls (1), the open actor's state and event feeds (2, closed while
+// another tab is shown) or the open job's output (1, likewise), at most 6 are in use.
 const MAX_PROGRESS_FEEDS = 3;
 const state = {
   tab: "overview",
@@ -26,7 +28,9 @@ const state = {
   actor: null, // {type, id, tenant}
   run: null, // the workflow run shown under the actor
   after: null,
-  feed: null, // AbortController of the actor's event feed
+  feed: null, // AbortController of the actor's feeds (its events and its state)
+  shown: -1, // the row version of the actor's state shown: never replaced by an older read
+  job: null, // the job whose output is shown: {job, after, abort, closed}
   progress: new Map(), // job id -> {abort, bar, label, closed, ended}
   seen: new Map(), // job id -> job: rows stay, marked finished, after their progress closed
   timer: null, // the next poll
@@ -242,8 +246,9 @@ async function loadActors() {
 }
 
 async function openActor(type, id, tenant) {
-  if (state.feed) state.feed.abort();
+  closeActorFeeds();
   state.actor = { type, id, tenant };
+  state.shown = -1;
   state.run = null;
   document.getElementById("run").hidden = true;
   for (const tr of document.querySelectorAll("#actors tbody tr")) {
@@ -251,7 +256,43 @@ async function openActor(type, id, tenant) {
   }
   const detail = await loadActor();
   document.getElementById("events").replaceChildren(...detail.events.map((e) => eventItem(e, false)));
-  follow(String(detail.event_seq));
+  const controller = new AbortController();
+  state.feed = controller;
+  follow(String(detail.event_seq), controller);
+  followState(controller);
+}
+
+function closeActorFeeds() {
+  if (state.feed) state.feed.abort();
+  state.feed = null;
+}
+
+// The actor's row facts and state, unless a newer version is shown already (a read and the
+// state feed may arrive in either order).
+function showRow(row) {
+  if (row.version < state.shown) return;
+  state.shown = row.version;
+  const facts = [
+    ["exists", row.exists ? "yes" : "no"],
+    ["version", row.version],
+    ["events", row.event_seq],
+    ["receipts", row.receipts],
+    ["updated", when(row.updated_at)],
+  ];
+  document
+    .getElementById("actor-facts")
+    .replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { fact: k } }, String(v))]));
+  document.getElementById("actor-state").textContent = JSON.stringify(row.state, null, 2);
+  // The open actor's line in the list (read when its type was chosen) follows too.
+  const { type, id, tenant } = state.actor;
+  if (type !== state.type) return;
+  for (const tr of document.querySelectorAll("#actors tbody tr")) {
+    if (tr.dataset.id !== id || tr.dataset.tenant !== tenant) continue;
+    const cells = tr.children;
+    cells[2].textContent = String(row.version);
+    cells[3].textContent = String(row.event_seq);
+    cells[4].textContent = when(row.updated_at);
+  }
 }
 
 async function loadActor() {
@@ -259,17 +300,7 @@ async function loadActor() {
   const detail = await api("actor?" + query({ type, id, tenant }));
   document.getElementById("actor").hidden = false;
   document.getElementById("actor-title").textContent = refText(detail.ref);
-  const facts = [
-    ["exists", detail.exists ? "yes" : "no"],
-    ["version", detail.version],
-    ["events", detail.event_seq],
-    ["receipts", detail.receipts],
-    ["updated", when(detail.updated_at)],
-  ];
-  document
-    .getElementById("actor-facts")
-    .replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { fact: k } }, String(v))]));
-  document.getElementById("actor-state").textContent = JSON.stringify(detail.state, null, 2);
+  showRow(detail);
   fill(
     document.querySelector("#actor-outbox tbody"),
     detail.outbox.map((o) =>
@@ -600,10 +631,8 @@ function eventItem(e, fresh) {
   );
 }
 
-function follow(after) {
+function follow(after, controller) {
   const { type, id, tenant } = state.actor;
-  const controller = new AbortController();
-  state.feed = controller;
   let cursor = after;
   const live = document.getElementById("events-live");
   const run = async () => {
@@ -617,7 +646,37 @@ function follow(after) {
             cursor = frameId || cursor;
             const list = document.getElementById("events");
             list.prepend(eventItem(data, true));
-            loadActor().catch(failed);
+          },
+          controller.signal,
+        );
+      } catch (error) {
+        if (controller.signal.aborted) return;
+        failed(error);
+      }
+      live.hidden = true;
+      await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+    }
+  };
+  run();
+}
+
+// The actor's row as it commits (a commit need not emit an event): its facts and state at once,
+// then the rest of the detail (outbox rows, runs) read again.
+function followState(controller) {
+  const { type, id, tenant } = state.actor;
+  const live = document.getElementById("state-live");
+  const run = async () => {
+    while (!controller.signal.aborted) {
+      try {
+        live.hidden = false;
+        await sse(
+          "actor/state?" + query({ type, id, tenant }),
+          (event, data) => {
+            if (event === "error") throw new Refused(data.status, data);
+            if (event !== "state") return;
+            const moved = data.version > state.shown;
+            showRow(data);
+            if (moved) loadActor().catch(failed); // the first frame is the version just read
           },
           controller.signal,
         );
@@ -727,7 +786,11 @@ async function loadJobs() {
     rows.push(
       el(
         "tr",
-        { class: shown === "finished" ? "finished" : "", dataset: { job: jobId } },
+        {
+          class: [shown === "finished" ? "finished" : "", state.job && state.job.job.job_id === jobId ? "active" : ""].join(" ").trim(),
+          dataset: { job: jobId },
+          onclick: () => openJob(job),
+        },
         el("td", { class: "mono" }, jobId),
         el("td", {}, refText(job.ref)),
         el("td", {}, job.job),
@@ -739,6 +802,67 @@ async function loadJobs() {
     );
   }
   fill(document.querySelector("#jobs tbody"), rows);
+}
+
+// --- a job's output stream --------------------------------------------------------------------
+
+function openJob(job) {
+  closeJobFeed();
+  const entry = { job, after: 0, abort: null, closed: false };
+  state.job = entry;
+  document.getElementById("job").hidden = false;
+  document.getElementById("job-title").textContent = `${job.job} · ${job.job_id} · ${refText(job.ref)}`;
+  document.getElementById("job-output").replaceChildren();
+  document.getElementById("job-outcome").textContent = "";
+  for (const tr of document.querySelectorAll("#jobs tbody tr")) tr.classList.toggle("active", tr.dataset.job === job.job_id);
+  followJob(entry);
+}
+
+function closeJobFeed() {
+  if (state.job && state.job.abort) state.job.abort.abort();
+}
+
+// One item of the stream: an attempt's start strikes through what earlier attempts streamed.
+function showItem(entry, event, item) {
+  const output = document.getElementById("job-output");
+  entry.after = item.seq;
+  if (event === "attempt") {
+    for (const chunk of output.querySelectorAll(".chunk")) chunk.classList.add("superseded");
+    output.append(el("span", { class: "attempt" }, `attempt ${item.attempt}`));
+  } else if (event === "chunk") {
+    const text = typeof item.data === "string" ? item.data : JSON.stringify(item.data);
+    const kind = typeof item.data === "string" ? "chunk" : "chunk value";
+    output.append(el("span", { class: kind, dataset: { seq: String(item.seq), attempt: String(item.attempt) } }, text));
+  } else if (event === "closed") {
+    entry.closed = true;
+    document.getElementById("job-outcome").textContent = `finished · ${item.outcome.replace("_", "-")}`;
+  }
+}
+
+// Follows the job's output from the last item shown: a feed that ended without the close (or
+// was closed when another tab was shown) resumes where it stopped.
+async function followJob(entry) {
+  const { job } = entry;
+  const controller = new AbortController();
+  entry.abort = controller;
+  const live = document.getElementById("job-live");
+  while (!controller.signal.aborted && !entry.closed) {
+    const params = { type: job.ref.type, id: job.ref.id, tenant: job.ref.tenant, job_id: job.job_id, after: entry.after };
+    try {
+      live.hidden = false;
+      await sse("jobs/stream?" + query(params), (event, item) => showItem(entry, event, item), controller.signal);
+    } catch (error) {
+      if (controller.signal.aborted) break;
+      if (error instanceof Refused && error.status !== 401 && error.status !== 403 && error.status < 500) {
+        // Nothing (more) to read: no row names the job any more, or retention took its stream.
+        entry.closed = true;
+        document.getElementById("job-outcome").textContent = error.message;
+      } else failed(error);
+    }
+    live.hidden = true;
+    if (!entry.closed && !controller.signal.aborted) await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+  }
+  live.hidden = true;
 }
 
 async function loadLetters() {
@@ -931,8 +1055,16 @@ function visibilityChanged() {
 }
 
 function showTab(tab) {
+  const left = state.tab;
   state.tab = loaders[tab] ? tab : "overview";
   tab = state.tab;
+  // Live feeds belong to their tab: each holds a connection (see MAX_PROGRESS_FEEDS).
+  if (left === "actors" && tab !== "actors") closeActorFeeds();
+  if (left === "jobs" && tab !== "jobs") closeJobFeed();
+  if (tab === "actors" && left !== "actors" && state.actor && !state.feed) {
+    openActor(state.actor.type, state.actor.id, state.actor.tenant).catch(failed);
+  }
+  if (tab === "jobs" && left !== "jobs" && state.job && !state.job.closed) followJob(state.job);
   sessionStorage.setItem(TAB_KEY, tab);
   for (const button of document.querySelectorAll(".tab")) button.classList.toggle("active", button.dataset.tab === tab);
   for (const panel of document.querySelectorAll(".panel")) panel.hidden = panel.id !== `tab-${tab}`;
