@@ -495,7 +495,11 @@ def _connections_tagged(tag: str) -> list[psycopg.AsyncConnection[Any]]:
     """
     found: list[psycopg.AsyncConnection[Any]] = []
     for obj in gc.get_objects():
-        if isinstance(obj, psycopg.AsyncConnection) and not obj.closed:
+        try:
+            is_connection = isinstance(obj, psycopg.AsyncConnection)
+        except ReferenceError:
+            continue  # a weakref.proxy whose referent is gone (SQLAlchemy and others keep them)
+        if is_connection and not obj.closed:
             with contextlib.suppress(psycopg.Error):
                 if obj.info.parameter_status("application_name") == tag:
                     found.append(obj)
