@@ -213,7 +213,9 @@ async def test_unmigrated_schema_or_another_database_is_a_named_error(
                 with conn.transaction():
                     akter.stage_many(conn, [pinned.deposit(1)], schema="akter_nowhere")
         # A connection to another database of the server: the schema is not there.
-        other = akter_db.rsplit("/", 1)[0] + "/postgres"
+        # template1: a database of every server that is not the tests' (the embedded one tests in
+        # "postgres"); the URL may be a socket form, so the name is replaced, not the path
+        other = psycopg.conninfo.make_conninfo(akter_db, dbname="template1")
         with psycopg.connect(other) as conn:
             with pytest.raises(akter.ConfigurationError, match=t.schema):
                 with conn.transaction():
