@@ -1,10 +1,12 @@
 """schemathesis (``st run --checks all``) against a live uvicorn server: zero failures.
 
 The server serves the e2e actors (a public one with a declared error and a job, and one only
-System callers may use) behind ``ApiKeys``. schemathesis reads ``/openapi.json`` and runs every
-operation through its example, coverage and fuzzing phases with all of its checks: no 5xx,
-responses, statuses, content types and headers as documented, valid data accepted and invalid
-data refused, auth enforced where the document says so. Its only help: the API key (``-H``) and
+System callers may use) and ``Shelf``, a public one owning a table (``GET /tables/...``, whose
+well-formed ``after`` that is no cursor is a documented 400), behind ``ApiKeys``.
+schemathesis reads ``/openapi.json`` and runs every operation through its example, coverage
+and fuzzing phases with all of its checks: no 5xx, responses, statuses, content types and
+headers as documented, valid data accepted and invalid data refused, auth enforced where the
+document says so. Its only help: the API key (``-H``) and
 a hook that replaces a generated well-formed ``Idempotency-Key`` with a minted one, and the id
 of one ended job for the job-progress feed (any other job id is a documented 404).
 
@@ -22,11 +24,17 @@ import asyncio
 import json
 import os
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+import sqlalchemy as sa
+from pydantic import BaseModel
 
+import akter
 import akter.http
 from tests.e2e.conftest import Account, Serve, Vault
 
@@ -41,15 +49,54 @@ EXAMPLES = os.environ.get("AKTER_E2E_ST_EXAMPLES", "10")
 SEED = os.environ.get("AKTER_E2E_ST_SEED", "1")
 ACCEPTED = ["2xx", "401", "403", "404", "409"]
 
+SHELF_SCHEMA = f"e2e_shelf_{uuid.uuid4().hex[:10]}"
+shelf_metadata = sa.MetaData(schema=SHELF_SCHEMA)
+shelf_items = sa.Table(
+    "shelf_items",
+    shelf_metadata,
+    *akter.owner_columns(),
+    sa.Column("slot", sa.Integer, primary_key=True),
+    sa.Column("sku", sa.String(40), nullable=False),
+    sa.Column("ok", sa.Boolean),
+)
 
-def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
+
+class Stock(BaseModel):
+    slots: int = 0
+
+
+class Shelf(akter.Actor[Stock], tables=[shelf_items], access=akter.public):
+    """A public actor with an owned table: ``GET /tables/{SHELF_SCHEMA}.shelf_items``."""
+
+    @akter.command
+    async def stock(self, sku: str) -> int:
+        self.state.slots += 1
+        self.rows(shelf_items).insert({"slot": self.state.slots, "sku": sku, "ok": True})
+        return self.state.slots
+
+
+@pytest.fixture
+def shelf(akter_db: str) -> Iterator[None]:
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
+    with engine.begin() as conn:
+        conn.execute(sa.schema.CreateSchema(SHELF_SCHEMA))
+        shelf_metadata.create_all(conn)
+    engine.dispose()
+    try:
+        yield
+    finally:
+        with psycopg.connect(akter_db, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{SHELF_SCHEMA}" CASCADE')
+
+
+def config(document: dict[str, Any], ended_job: str, done: dict[str, tuple[str, str]]) -> str:
     """``schemathesis.toml``: the documented outcomes a valid request may still meet.
 
     The job-progress feed (and the job's output stream) of a job no row names is a 404
     (``unknown_job``): its operation is given a real ended job of actor ``st-account`` (what the
     warning ``missing_test_data`` asks for), so valid requests read a feed that closes at once;
-    likewise the outcome read is given a command of that actor with a receipt (and ``wait=0``),
-    so it answers at once.
+    likewise each outcome read is given a command with a receipt (and ``wait=0``), so it answers
+    at once.
     """
     sections = []
     for path, item in document["paths"].items():
@@ -62,11 +109,13 @@ def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
                     f'parameters = {{ "path.id" = "st-account", "path.job_id" = "{ended_job}" }}\n'
                 )
-            if path == "/actors/Account/{id}/commands/{command_id}":
+            owner = path.split("/")[2] if path.startswith("/actors/") else ""
+            if owner in done and path == f"/actors/{owner}/{{id}}/commands/{{command_id}}":
+                actor_id, command_id = done[owner]
                 sections.append(
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
-                    f'parameters = {{ "path.id" = "st-account", "path.command_id" = '
-                    f'"{done_command}", "query.wait" = 0 }}\n'
+                    f'parameters = {{ "path.id" = "{actor_id}", "path.command_id" = '
+                    f'"{command_id}", "query.wait" = 0 }}\n'
                 )
             extra = []
             if "422" in op["responses"]:
@@ -77,6 +126,8 @@ def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
                 extra += ["400", "410"]  # UnknownCursor (beyond_end), RetentionGap
             if path.endswith("/commands/{command_id}"):
                 extra.append("410")  # receipt_gone: a well-formed id that expired long ago
+            if path.startswith("/tables/"):
+                extra.append("400")  # UnknownCursor: a well-formed `after` that is no cursor
             settings = []
             if extra:
                 settings.append(
@@ -98,9 +149,11 @@ def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
     return "\n".join(sections)
 
 
-async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> None:
+async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path, shelf: None) -> None:
     auth = akter.http.ApiKeys({KEY: ("alice", "acme")})
-    async with served([Account, Vault], auth=auth) as s:
+    async with served([Account, Vault, Shelf], auth=auth) as s:
+        for sku in ("apple", "pear", "plum"):
+            await s.t.get(Shelf, "st-shelf", tenant="acme").stock(sku)
         document = (await s.http().get("/openapi.json")).json()
         account = s.t.get(Account, "st-account", tenant="acme")
         job = await account.send_letter("st")
@@ -110,7 +163,10 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
         settings = tmp_path / "schemathesis.toml"
         done = await s.t.runtime.mint_command_id()
         await account.with_command_id(done).deposit(1)
-        settings.write_text(config(document, job, done))
+        stocked = await s.t.runtime.mint_command_id()
+        await s.t.get(Shelf, "st-shelf", tenant="acme").with_command_id(stocked).stock("fig")
+        outcomes = {"Account": ("st-account", done), "Shelf": ("st-shelf", stocked)}
+        settings.write_text(config(document, job, outcomes))
         header = f"X-API-Key: {KEY}"
         env = {
             **os.environ,
@@ -153,5 +209,5 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
         text = out.decode()
         (tmp_path / "schemathesis.txt").write_text(text)
         assert proc.returncode == 0, text
-        assert "19 selected / 19 total" in text, text  # with the job stream and the outcome read
+        assert "23 selected / 23 total" in text, text  # with Shelf and its table's rows
         assert "No issues found" in text, text

@@ -163,6 +163,7 @@ async def test_the_owner_types_policy_decides_with_the_kind_rows(
         ({"colour": "red"}, 400, "unknown_column"),
         ({"line_no": "abc"}, 400, "invalid_filter"),
         ({"line_no": "99999999999999999999"}, 400, "invalid_filter"),
+        ({"line_no": "2147483648"}, 400, "invalid_filter"),  # an integer column: 32 bits
         ({"sku": "a\x00b"}, 400, "invalid_filter"),
         ({"routing_key": "1.5"}, 400, "invalid_filter"),
         ({"limit": "0"}, 400, "invalid_limit"),

@@ -142,12 +142,25 @@ def _typed(owned: OwnedTable, name: str, column: Any, text: str) -> Any:
     try:
         if "\x00" in text:
             raise ValueError("NUL")
-        return parse(text)
+        value = parse(text)
+        if kind is int and not _int_range(column)[0] <= value <= _int_range(column)[1]:
+            raise ValueError(text)
+        return value
     except (ValueError, InvalidOperation, OverflowError):
         raise _invalid(
             f"{text[:100]!r} is not a value of the column {name!r} ({column.type}).",
             "invalid_filter",
         ) from None
+
+
+def _int_range(column: Any) -> tuple[int, int]:
+    """The values an integer column holds: 16, 32 or 64 bits (``numeric``: 64 here)."""
+    import sqlalchemy as sa
+
+    bits = 16 if isinstance(column.type, sa.SmallInteger) else 64
+    if type(column.type) in (sa.Integer, sa.INTEGER):
+        bits = 32
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
 
 def _int(text: str) -> int:
@@ -258,3 +271,99 @@ class TableRoutes:
         except ActorError as exc:
             return host.refused(request, exc)
         return JSONResponse(page, headers={"Cache-Control": "no-store"})
+
+
+# --- the OpenAPI document -----------------------------------------------------------------------
+
+_SCHEMAS: dict[type, dict[str, Any]] = {
+    str: {"type": "string", "pattern": "^[^\\u0000]*$"},
+    int: {"type": "integer"},  # bounded by the column's size (_filter_schema)
+    bool: {"type": "boolean"},
+    float: {"type": "number"},
+    Decimal: {"type": "string", "pattern": r"^-?[0-9]{1,30}(\.[0-9]{1,30})?$"},
+    datetime: {"type": "string", "format": "date-time"},
+    date: {"type": "string", "format": "date"},
+    uuid.UUID: {"type": "string", "format": "uuid"},
+}
+_ROW_SCHEMAS: dict[type, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    bool: {"type": "boolean"},
+    float: {"type": "number"},
+}
+
+
+def _kind(column: Any) -> type | None:
+    try:
+        kind = column.type.python_type
+    except NotImplementedError:
+        return None
+    return kind if isinstance(kind, type) else None
+
+
+def _filter_schema(column: Any) -> dict[str, Any]:
+    kind = _kind(column)
+    if kind is int:
+        low, high = _int_range(column)
+        return {"type": "integer", "minimum": low, "maximum": high}
+    return _SCHEMAS[kind] if kind is not None else {}
+
+
+def table_operation(
+    owned: OwnedTable, security: list[dict[str, list[str]]], refusals: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``GET /tables/{name}`` operation of one owned table."""
+    owner = str(owned.owner)
+    filters = [
+        {
+            "name": column.name,
+            "in": "query",
+            "schema": _filter_schema(column),
+            "description": f"Rows whose `{column.name}` equals this value.",
+        }
+        for column in owned.table.columns
+        if column.name != owned.tenant_id and _kind(column) in _SCHEMAS
+    ]
+    properties: dict[str, Any] = {}
+    for column in owned.table.columns:
+        schema = dict(_ROW_SCHEMAS.get(_kind(column) or object, {}))
+        if schema and column.nullable:
+            schema["type"] = [schema["type"], "null"]
+        properties[column.name] = schema
+    page = {
+        "type": "object",
+        "required": ["rows", "next"],
+        "properties": {
+            "rows": {"type": "array", "items": {"type": "object", "properties": properties}},
+            "next": {
+                "type": ["string", "null"],
+                "description": "The cursor of the next page (`after`); null on the last page.",
+            },
+        },
+    }
+    return {
+        "operationId": f"{owner}.rows.{owned.table.name}",
+        "tags": [owner],
+        "summary": f"The caller's tenant's rows of {owned.name}, in primary key order (access "
+        "kind `rows` of the owner's policy).",
+        "parameters": [
+            *filters,
+            {
+                "name": "after",
+                "in": "query",
+                "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,2000}$"},
+                "description": "The `next` cursor of the previous page.",
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                "description": f"Rows per page (default {DEFAULT_LIMIT}).",
+            },
+        ],
+        "responses": {
+            "200": {"description": "One page.", "content": {"application/json": {"schema": page}}},
+            **refusals,
+        },
+        "security": security,
+    }
