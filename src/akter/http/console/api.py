@@ -19,6 +19,7 @@ Routes (present only when the app was built with ``console=``)::
     GET  /console/api/series?minutes=      the overview's charts (:mod:`.runs`)
     GET  /console/api/runs?status=&workflow=&type=&tenant=   runs across actors
     POST /console/api/workflows/{run_id}/signal|cancel|retry  operate a run
+    GET  /console/api/tables, /console/api/table?table=&tenant=...  owned rows (:mod:`.tables`)
 
 Every API request first passes :func:`akter.http.console.guard.operator` (the console header,
 its own page as the sender, loopback and token for ``Console.local()``, then the auth provider and
@@ -50,6 +51,7 @@ from akter.http.console import Console
 from akter.http.console.guard import operator
 from akter.http.console.parked import ParkedApi
 from akter.http.console.runs import RunsApi
+from akter.http.console.tables import TablesApi
 from akter.http.console.workflows import WorkflowsApi
 from akter.http.problems import from_actor_error
 from akter.operators.dead_letters import Letter
@@ -118,6 +120,7 @@ class ConsoleApi:
             Route("/console/api/subscriptions", self.subscriptions, methods=["GET"]),
             *WorkflowsApi(self.runtime, self._operator, self._ref).routes(),
             *RunsApi(self.runtime, self._operator).routes(),
+            *TablesApi(self.runtime, self._operator).routes(),
         ]
 
     # --- the guard ----------------------------------------------------------------------------
