@@ -37,6 +37,7 @@ from pydantic import BaseModel
 import akter
 import akter.http
 from tests.e2e.conftest import Account, Serve, Vault
+from tests.integration.owned_actors import create_owned
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -77,11 +78,9 @@ class Shelf(akter.Actor[Stock], tables=[shelf_items], access=akter.public):
 
 @pytest.fixture
 def shelf(akter_db: str) -> Iterator[None]:
-    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
-    with engine.begin() as conn:
-        conn.execute(sa.schema.CreateSchema(SHELF_SCHEMA))
-        shelf_metadata.create_all(conn)
-    engine.dispose()
+    with psycopg.connect(akter_db, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{SHELF_SCHEMA}"')
+    create_owned(akter_db, shelf_metadata)  # distributed on Citus
     try:
         yield
     finally:

@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 import sqlalchemy as sa
 from pydantic import BaseModel
@@ -30,7 +29,7 @@ from akter.actor import AccessKind
 from akter.http.auth import Identity
 from akter.http.console import Console
 from akter.testing import ActorTest
-from tests.integration.owned_actors import SCHEMA, Order, owned_schema
+from tests.integration.owned_actors import SCHEMA, Order, create_owned, owned_schema
 
 Make = Callable[..., ActorTest]
 
@@ -82,12 +81,7 @@ async def by_header(request: Request) -> Identity:
 @pytest.fixture(scope="module")
 def tables(akter_db: str) -> Iterator[str]:
     for schema in owned_schema(akter_db):
-        engine = sa.create_engine(
-            "postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db)
-        )
-        with engine.begin() as conn:
-            ledger_metadata.create_all(conn)
-        engine.dispose()
+        create_owned(akter_db, ledger_metadata)
         yield schema
 
 
