@@ -51,7 +51,7 @@ P = ParamSpec("P")
 R_co = TypeVar("R_co", covariant=True)
 R = TypeVar("R")
 
-AccessKind = Literal["command", "query", "events", "progress"]
+AccessKind = Literal["command", "query", "events", "progress", "rows"]
 AccessPolicy = Callable[[Caller, ActorRef, str, AccessKind], "bool | Awaitable[bool]"]
 
 

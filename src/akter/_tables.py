@@ -8,6 +8,7 @@ other names). One actor type owns a table. SQLAlchemy is imported only where a t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,13 +167,22 @@ def refusal(table: str, exc: Any, suspects: Sequence[str] = ()) -> str:
     ``suspects`` are the columns whose values do not fit their declared types.
     """
     diag = exc.diag
-    column = diag.column_name or (", ".join(map(repr, suspects)) if suspects else None)
+    # A Citus worker's error reaches the coordinator without these fields: read its words.
+    said = str(diag.message_primary or "")
+    named_column = diag.column_name or _quoted(said, r'in column "([^"]+)"')
+    constraint = diag.constraint_name or _quoted(said, r'violates [\w ]*constraint "([^"]+)"')
+    column = named_column or (", ".join(map(repr, suspects)) if suspects else None)
     what = ", ".join(
-        f"{label} {name if label == 'column' and not diag.column_name else repr(name)}"
-        for label, name in (("column", column), ("constraint", diag.constraint_name))
+        f"{label} {name if label == 'column' and not named_column else repr(name)}"
+        for label, name in (("column", column), ("constraint", constraint))
         if name
     )
     return (
         f"A row statement on {table} was refused ({exc.sqlstate}"
         f"{'; ' + what if what else ''}): {diag.message_primary or exc}"
     )
+
+
+def _quoted(message: str, pattern: str) -> str | None:
+    found = re.search(pattern, message)
+    return found.group(1) if found else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self
+from typing import Any, Concatenate, Generic, ParamSpec, Self
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar
@@ -30,6 +30,7 @@ from akter._ids import canonical_json, child_id, payload_hash, validate_actor_id
 from akter._json import Unstorable, check_finite, storable_json, unserializable_path
 from akter._kinds import RowKind, WorkflowCommand, job_timer_key
 from akter._members import definition_of, member_of
+from akter._query_view import QueryView
 from akter._readonly import read_only as _read_only
 from akter._readonly import unwrap_read_only
 from akter._staging import (
@@ -63,7 +64,6 @@ S = TypeVar("S", bound=BaseModel, default=BaseModel)
 P = ParamSpec("P")
 A = TypeVar("A", bound="TurnApi[Any]")
 PL = TypeVar("PL", bound=BaseModel)
-S_co = TypeVar("S_co", bound=BaseModel, covariant=True, default=BaseModel)
 
 
 def _ctx(obj: Any) -> _Context:
@@ -172,65 +172,6 @@ def _stage_intent(
     if key is not None:
         ctx.staged.ops.append(CancelTimer(key))
     ctx.staged.ops.append(row)
-
-
-class QueryView(Protocol[S_co]):
-    """The type of a query's ``self``: ``async def status(self: akter.QueryView[State]) -> ...``.
-
-    What a query may use: the actor's address, its caller, the pinned clock, the read-only
-    state, the event cursor and ``events()``; none of the staging calls, so ``self.send(...)``
-    in a query annotated this way is a type error. (Whatever the annotation, a query's ``self``
-    refuses staging at run time with :class:`~akter.errors.ReadOnlyError`.)
-    """
-
-    @property
-    def id(self) -> str:
-        """The actor's id (``""`` for a singleton)."""
-        ...
-
-    @property
-    def tenant(self) -> str:
-        """The actor's tenant."""
-        ...
-
-    @property
-    def ref(self) -> ActorRef:
-        """The actor's address."""
-        ...
-
-    @property
-    def caller(self) -> Caller:
-        """Who sent the query."""
-        ...
-
-    @property
-    def principal(self) -> str | None:
-        """The principal the query is attributed to."""
-        ...
-
-    @property
-    def now(self) -> datetime:
-        """Database time read with the state (an aware UTC datetime)."""
-        ...
-
-    @property
-    def now_ms(self) -> int:
-        """Database time read with the state, in epoch milliseconds."""
-        ...
-
-    @property
-    def cursor(self) -> str:
-        """The event cursor read with the state (``events(after=cursor)``)."""
-        ...
-
-    @property
-    def state(self) -> S_co:
-        """The committed state, read-only (writes raise ``ReadOnlyError``)."""
-        ...
-
-    def events(self, after: str | None = None, limit: int = 1000) -> EventStream:
-        """One page of committed events after a cursor (``await self.events(...)``)."""
-        ...
 
 
 class TurnApi(Generic[S]):

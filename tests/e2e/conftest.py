@@ -31,6 +31,7 @@ import akter.http
 from akter.client import Client
 from akter.testing import ActorTest
 from tests.e2e.browser import browser, chromium  # noqa: F401 (fixtures of the browser tests)
+from tests.e2e.shelf import shelf  # noqa: F401 (the fixture of an owned table's tests)
 
 # --- actors served over HTTP ------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 """schemathesis (``st run --checks all``) against a live uvicorn server: zero failures.
 
 The server serves the e2e actors (a public one with a declared error and a job, and one only
-System callers may use) behind ``ApiKeys``. schemathesis reads ``/openapi.json`` and runs every
-operation through its example, coverage and fuzzing phases with all of its checks: no 5xx,
-responses, statuses, content types and headers as documented, valid data accepted and invalid
-data refused, auth enforced where the document says so. Its only help: the API key (``-H``) and
+System callers may use) and ``Shelf``, a public one owning a table (``GET /tables/...``, whose
+well-formed ``after`` that is no cursor is a documented 400), behind ``ApiKeys``.
+schemathesis reads ``/openapi.json`` and runs every operation through its example, coverage
+and fuzzing phases with all of its checks: no 5xx, responses, statuses, content types and
+headers as documented, valid data accepted and invalid data refused, auth enforced where the
+document says so. Its only help: the API key (``-H``) and
 a hook that replaces a generated well-formed ``Idempotency-Key`` with a minted one, and the id
 of one ended job for the job-progress feed (any other job id is a documented 404).
 
@@ -27,8 +29,10 @@ from typing import Any
 
 import pytest
 
+import akter
 import akter.http
 from tests.e2e.conftest import Account, Serve, Vault
+from tests.e2e.shelf import Shelf
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -42,14 +46,14 @@ SEED = os.environ.get("AKTER_E2E_ST_SEED", "1")
 ACCEPTED = ["2xx", "401", "403", "404", "409"]
 
 
-def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
+def config(document: dict[str, Any], ended_job: str, done: dict[str, tuple[str, str]]) -> str:
     """``schemathesis.toml``: the documented outcomes a valid request may still meet.
 
     The job-progress feed (and the job's output stream) of a job no row names is a 404
     (``unknown_job``): its operation is given a real ended job of actor ``st-account`` (what the
     warning ``missing_test_data`` asks for), so valid requests read a feed that closes at once;
-    likewise the outcome read is given a command of that actor with a receipt (and ``wait=0``),
-    so it answers at once.
+    likewise each outcome read is given a command with a receipt (and ``wait=0``), so it answers
+    at once.
     """
     sections = []
     for path, item in document["paths"].items():
@@ -62,11 +66,13 @@ def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
                     f'parameters = {{ "path.id" = "st-account", "path.job_id" = "{ended_job}" }}\n'
                 )
-            if path == "/actors/Account/{id}/commands/{command_id}":
+            owner = path.split("/")[2] if path.startswith("/actors/") else ""
+            if owner in done and path == f"/actors/{owner}/{{id}}/commands/{{command_id}}":
+                actor_id, command_id = done[owner]
                 sections.append(
                     f"[[operations]]\ninclude-name = {json.dumps(f'{method.upper()} {path}')}\n"
-                    f'parameters = {{ "path.id" = "st-account", "path.command_id" = '
-                    f'"{done_command}", "query.wait" = 0 }}\n'
+                    f'parameters = {{ "path.id" = "{actor_id}", "path.command_id" = '
+                    f'"{command_id}", "query.wait" = 0 }}\n'
                 )
             extra = []
             if "422" in op["responses"]:
@@ -77,6 +83,8 @@ def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
                 extra += ["400", "410"]  # UnknownCursor (beyond_end), RetentionGap
             if path.endswith("/commands/{command_id}"):
                 extra.append("410")  # receipt_gone: a well-formed id that expired long ago
+            if path.startswith("/tables/"):
+                extra.append("400")  # UnknownCursor: a well-formed `after` that is no cursor
             settings = []
             if extra:
                 settings.append(
@@ -98,9 +106,11 @@ def config(document: dict[str, Any], ended_job: str, done_command: str) -> str:
     return "\n".join(sections)
 
 
-async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> None:
+async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path, shelf: None) -> None:
     auth = akter.http.ApiKeys({KEY: ("alice", "acme")})
-    async with served([Account, Vault], auth=auth) as s:
+    async with served([Account, Vault, Shelf], auth=auth) as s:
+        for sku in ("apple", "pear", "plum"):
+            await s.t.get(Shelf, "st-shelf", tenant="acme").stock(sku)
         document = (await s.http().get("/openapi.json")).json()
         account = s.t.get(Account, "st-account", tenant="acme")
         job = await account.send_letter("st")
@@ -110,7 +120,10 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
         settings = tmp_path / "schemathesis.toml"
         done = await s.t.runtime.mint_command_id()
         await account.with_command_id(done).deposit(1)
-        settings.write_text(config(document, job, done))
+        stocked = await s.t.runtime.mint_command_id()
+        await s.t.get(Shelf, "st-shelf", tenant="acme").with_command_id(stocked).stock("fig")
+        outcomes = {"Account": ("st-account", done), "Shelf": ("st-shelf", stocked)}
+        settings.write_text(config(document, job, outcomes))
         header = f"X-API-Key: {KEY}"
         env = {
             **os.environ,
@@ -153,5 +166,5 @@ async def test_schemathesis_checks_all_pass(served: Serve, tmp_path: Path) -> No
         text = out.decode()
         (tmp_path / "schemathesis.txt").write_text(text)
         assert proc.returncode == 0, text
-        assert "19 selected / 19 total" in text, text  # with the job stream and the outcome read
+        assert "23 selected / 23 total" in text, text  # with Shelf and its table's rows
         assert "No issues found" in text, text

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from psycopg.rows import dict_row
 
 from akter.testing import ActorTest
 from tests.faults.child_process import ChildProcess, start_module
 from tests.faults.owned_child import ROWS, ledger_table
+from tests.integration.owned_actors import create_owned
 
 pytestmark = [pytest.mark.kill, pytest.mark.timeout(300)]
 
@@ -35,10 +35,7 @@ def table_schema(akter_db: str) -> Iterator[str]:
     name = f"owned_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(akter_db, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{name}"')
-    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
-    with engine.begin() as conn:
-        ledger_table(name).metadata.create_all(conn)
-    engine.dispose()
+    create_owned(akter_db, ledger_table(name).metadata)
     yield name
     with psycopg.connect(akter_db, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA "{name}" CASCADE')

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 import akter
 from akter.testing import ActorTest
+from tests.integration.owned_actors import create_owned
 
 Make = Callable[..., ActorTest]
 
@@ -87,10 +88,7 @@ async def test_state_index_is_kept_in_the_turn_and_follows_a_rename(
     akter_db: str, akter_test: Make, schema: str
 ) -> None:
     table = index_table(schema)
-    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
-    with engine.begin() as conn:
-        table.metadata.create_all(conn)
-    engine.dispose()
+    create_owned(akter_db, table.metadata)
     idx = f'SELECT actor_id, total_cents FROM "{schema}".cart_index ORDER BY actor_id'
     async with akter_test([cart_v1(table)], keep_schema=True) as t:
         cart = t.runtime.definitions["Cart"].cls

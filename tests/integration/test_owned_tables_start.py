@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 import akter
 from akter.testing import ActorTest
+from tests.integration.owned_actors import create_owned, distribute_owned
 
 Make = Callable[..., ActorTest]
 
@@ -129,6 +130,7 @@ async def test_an_adopted_table_is_written_under_its_own_column_names(
         sa.Column("text", sa.Text),
     )
     adopted = akter.owned(legacy, routing_key="shard", tenant_id="org", actor_id="account")
+    distribute_owned(akter_db, legacy)
     async with akter_test([notes_actor(adopted.table)]) as t:
         book = t.get(t.runtime.definitions["Notebook"].cls, "acc-1", tenant="t1")
         assert await book.note("hello") == 1
@@ -144,6 +146,7 @@ async def test_alembic_order_add_the_column_first_then_the_code(
     old = notes_table(schema)
     with engine.begin() as conn:
         old.metadata.create_all(conn)
+    distribute_owned(akter_db, old)
     new = notes_table(schema, sa.Column("mood", sa.Text, server_default="calm"))
     async with akter_test([notes_actor(old)]) as t:
         book = t.get(t.runtime.definitions["Notebook"].cls, "b-1")
@@ -176,13 +179,40 @@ async def test_akter_check_reports_a_drifted_owned_table(
     akter_db: str, akter_test: Make, schema: str
 ) -> None:
     table = notes_table(schema)
-    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
-    with engine.begin() as conn:
-        table.metadata.create_all(conn)
-    engine.dispose()
+    create_owned(akter_db, table.metadata)
     async with akter_test([notes_actor(table)]) as t:
         assert [f for f in (await t.check()).findings if f.kind == "owned_table"] == []
         ddl(akter_db, f'ALTER TABLE "{schema}".notes DROP COLUMN text')  # a careless migration
         (finding,) = [f for f in (await t.check()).findings if f.kind == "owned_table"]
         assert finding.severity == "error" and finding.actor_type == "Notebook"
         assert "lacks the declared column(s) 'text'" in finding.message
+
+
+@pytest.mark.parametrize(
+    "distribute",
+    [
+        None,  # left a local table on the coordinator
+        "SELECT create_distributed_table('{t}', 'tenant_id')",  # by another column
+        "SELECT create_distributed_table('{t}', 'routing_key', colocate_with => 'none')",
+    ],
+)
+async def test_on_citus_start_refuses_an_owned_table_not_colocated_with_the_actors(
+    akter_db: str, akter_test: Make, schema: str, distribute: str | None
+) -> None:
+    """docs/guides/owned-tables.md, "On Citus": the start check names the table."""
+    with psycopg.connect(akter_db, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is None:
+            pytest.skip("not a Citus coordinator (AKTER_TEST_DATABASE_URL; docs/citus.md)")
+    table = notes_table(schema)
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(akter_db))
+    with engine.begin() as conn:
+        table.metadata.create_all(conn)
+    engine.dispose()
+    if distribute is not None:
+        ddl(akter_db, distribute.format(t=f'"{schema}".notes'))
+    with pytest.raises(akter.OwnedTableError) as raised:
+        async with akter_test([notes_actor(table)]):
+            pass
+    assert f"'{schema}.notes' (owned by Notebook) is not distributed by 'routing_key'" in str(
+        raised.value
+    )

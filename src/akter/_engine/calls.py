@@ -56,7 +56,9 @@ async def check_access(
         allowed = await allowed
     if allowed:
         return
-    if member is None:
+    if kind == "rows":
+        detail = f"{type(caller).__name__} may not read the rows of {member!r} ({ref.type})."
+    elif member is None:
         detail = f"{type(caller).__name__} may not read the {kind} of {ref.type}/{ref.id!r}."
     else:
         detail = f"{type(caller).__name__} may not call {ref.type}.{member}."

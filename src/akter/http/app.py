@@ -12,10 +12,10 @@ Routes (design §2.2)::
     GET  /ws                                   the WebSocket: commands, watches, feeds, broadcasts
     GET  /workflows/{run_id}                   a run's status; also .../signals/{Signal},
                                                .../cancel (POST) and .../steps (SSE)
+    GET  /tables/{table}                       a tenant's rows of an owned table (access kind rows)
     POST /command-ids                          mints a command id from the database clock
                                                (command answers carry the clock: Akter-Clock)
-    GET  /ready                                readiness for probes
-    GET  /metrics                              Prometheus text exposition
+    GET  /ready, /metrics                      readiness for probes; Prometheus text exposition
     GET  /openapi.json, /docs                  the OpenAPI 3.1 document and a docs page
     /console/...                               the web console, only with ``console=``
 
@@ -66,6 +66,7 @@ from akter.http._sse import (
     progress_stream,
     stream_cursor,
 )
+from akter.http._tables import TableRoutes
 from akter.http._tracing import http_span, http_status
 from akter.http._workflows import WorkflowRoutes
 from akter.http.auth import AuthProvider, Identity, anonymous
@@ -186,6 +187,7 @@ class _Api:
                     methods=["GET"],
                 ),
                 *LiveRoutes(self).routes(),
+                *TableRoutes(self).routes(),
                 outcome_route(self),
                 Route("/actors/{type}/{id:path}/{member}", self.command, methods=["POST"]),
                 *workflows.run_routes(),

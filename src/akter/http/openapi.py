@@ -8,6 +8,7 @@ A command that declares errors lists a 422 response with one schema per error (i
 ``error`` and its fields as ``fields``); the others do not. The limits the server enforces are
 stated on each parameter (actor ids, ``Idempotency-Key``, ``Last-Event-ID`` and ``?after=``),
 and the auth provider's ``securitySchemes`` are declared, optional only on public actors.
+Each owned table's ``GET /tables/{name}`` is an operation with its columns as filters.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import TypeAdapter
 from akter.actor import ARGUMENT_INT_RANGE, ActorDefinition, Member, public
 from akter.errors import DeclaredError
 from akter.http import _openapi_parts as parts
+from akter.http._tables import table_operation
 from akter.http.auth import AuthProvider, security_schemes
 from akter.workflows import WorkflowMember, WorkflowStatus
 
@@ -238,6 +240,9 @@ def document(
     definitions = sorted(runtime.definitions.values(), key=lambda d: d.name)
     for definition in definitions:
         paths.update(_actor_paths(builder, definition))
+        for owned in definition.tables:
+            operation = table_operation(owned, builder.security(definition), parts.refusals())
+            paths[f"/tables/{owned.name}"] = {"get": operation}
     anyone: list[dict[str, list[str]]] = [{}]
     anyone.extend({name: []} for name in schemes)
     flows = [d for d in definitions if d.workflows]

@@ -48,6 +48,7 @@ _INVALID_INPUT_STATUS: dict[str, int] = {
     "unknown_type": 404,
     "unknown_member": 404,
     "unknown_job": 404,
+    "unknown_table": 404,
     "unknown_workflow_run": 404,
     "workflow_finished": 409,
 }

@@ -397,6 +397,14 @@ class Till(akter.Actor[Basket], tables=[order_lines]):
         assert_type(found, list[dict[str, Any]])
         return [int(r["cents"]) for r in found]
 
+    @akter.query
+    async def biggest(self: akter.QueryView[Basket]) -> int:
+        # a QueryView self reads its rows too (writes are not on the protocol: misuse.py)
+        found = await self.rows(order_lines).order_by(order_lines.c.cents.desc()).limit(1).all()
+        assert_type(found, list[dict[str, Any]])
+        assert_type(await self.rows(order_lines).count(), int)
+        return int(found[0]["cents"]) if found else 0
+
 
 async def tenant_rows(runtime: akter.Runtime) -> None:
     rows = runtime.rows(order_lines, tenant="acme")

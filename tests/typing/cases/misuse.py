@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 from pydantic import BaseModel
 
 import akter
@@ -32,7 +33,10 @@ class Inventory(akter.Actor[Stock]):
         return self.state.n
 
 
-class Order(akter.Actor[Stock]):
+shelf = sa.Table("shelf", sa.MetaData(), *akter.owner_columns(), sa.Column("n", sa.Integer))
+
+
+class Order(akter.Actor[Stock], tables=[shelf]):
     @akter.command
     async def place(self, cents: int) -> str:
         self.send(Inventory.reserve, "i-1", "sku", "two")  # E: arg-type
@@ -49,6 +53,7 @@ class Order(akter.Actor[Stock]):
         self.later(after=5)  # E: attr-defined
         self.enqueue(Order.charge, Charge(cents=1))  # E: attr-defined
         self.state = Stock(n=1)  # E: misc
+        self.rows(shelf).insert({"n": 1})  # E: attr-defined
         return self.state.n
 
     @akter.job(attempts=2)

@@ -34,9 +34,11 @@ async def read_only(
     sql, params = statement
     with wrap_errors(store, wait_s=wait_s, what=what):
         async with store.pool.connection(timeout=wait_s) as conn:
-            async with conn.transaction():
+            # Pipelined: BEGIN, SET and the statement in one round trip, COMMIT in another.
+            async with conn.pipeline() as pipe, conn.transaction():
                 await conn.execute("SET TRANSACTION READ ONLY")
                 cur = await conn.execute(sql.encode(), params)
+                await pipe.sync()  # the results are in: ``description`` tells whether rows came
                 return list(await cur.fetchall()) if cur.description else []
 
 

@@ -21,6 +21,7 @@ Routes (present only when the app was built with ``console=``)::
     GET  /console/api/series?minutes=      the overview's charts (:mod:`.runs`)
     GET  /console/api/runs?status=&workflow=&type=&tenant=   runs across actors
     POST /console/api/workflows/{run_id}/signal|cancel|retry  operate a run
+    GET  /console/api/tables, /console/api/table?table=&tenant=...  owned rows (:mod:`.tables`)
 
 Every API request first passes :func:`akter.http.console.guard.operator` (the console header,
 its own page as the sender, loopback and token for ``Console.local()``, then the auth provider and
@@ -53,6 +54,7 @@ from akter.http.console.guard import operator
 from akter.http.console.live import LiveApi, row_json
 from akter.http.console.parked import ParkedApi
 from akter.http.console.runs import RunsApi
+from akter.http.console.tables import TablesApi
 from akter.http.console.workflows import WorkflowsApi
 from akter.http.problems import from_actor_error
 from akter.operators.dead_letters import Letter
@@ -122,6 +124,7 @@ class ConsoleApi:
             *WorkflowsApi(self.runtime, self._operator, self._ref).routes(),
             *RunsApi(self.runtime, self._operator).routes(),
             *LiveApi(self.runtime, self._operator, self._ref).routes(),
+            *TablesApi(self.runtime, self._operator).routes(),
         ]
 
     # --- the guard ----------------------------------------------------------------------------

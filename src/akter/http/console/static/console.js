@@ -986,6 +986,61 @@ async function loadSubscriptions() {
   );
 }
 
+// --- owned tables (docs/guides/owned-tables.md): one tenant's rows, read-only -------------------
+
+// The tables, as the server last listed them, by name; the page shown and its cursor.
+const tables = { known: new Map(), shown: null, next: null };
+
+// The poll refreshes the list of tables only: a page of rows is read when the operator asks,
+// so paging is never reset under them.
+async function loadTables() {
+  const { tables: found } = await api("tables");
+  const select = document.getElementById("tables-table");
+  const names = found.map((t) => t.table);
+  if (names.join("\n") === [...tables.known.keys()].join("\n")) return;
+  tables.known = new Map(found.map((t) => [t.table, t]));
+  const chosen = select.value;
+  select.replaceChildren(...found.map((t) => el("option", { value: t.table }, `${t.table} (${t.owner})`)));
+  if (names.includes(chosen)) select.value = chosen;
+  showFilters();
+}
+
+function showFilters() {
+  const table = tables.known.get(document.getElementById("tables-table").value);
+  const columns = table ? table.columns.filter((c) => c !== table.tenant_column) : [];
+  fill(
+    document.getElementById("tables-filters"),
+    columns.map((c) => el("label", {}, c, " ", el("input", { dataset: { column: c }, autocomplete: "off" }))),
+  );
+  fill(document.querySelector("#tables-rows thead"), []);
+  fill(document.querySelector("#tables-rows tbody"), []);
+  document.getElementById("tables-more").hidden = true;
+}
+
+async function readTable(more) {
+  const table = tables.known.get(document.getElementById("tables-table").value);
+  if (!table) return;
+  const params = { table: table.table, tenant: document.getElementById("tables-tenant").value.trim() || "default", limit: 50 };
+  for (const input of document.querySelectorAll("#tables-filters input")) {
+    if (input.value !== "") params[input.dataset.column] = input.value;
+  }
+  if (more) params.after = tables.next;
+  const page = await api("table?" + query(params));
+  const head = document.querySelector("#tables-rows thead");
+  const body = document.querySelector("#tables-rows tbody");
+  if (!more) {
+    fill(head, [el("tr", {}, ...table.columns.map((c) => el("th", {}, c)))]);
+    fill(body, []);
+  }
+  body.append(
+    ...page.rows.map((row) =>
+      el("tr", {}, ...table.columns.map((c) => el("td", { class: "mono" }, row[c] === null ? "null" : typeof row[c] === "object" ? JSON.stringify(row[c]) : String(row[c])))),
+    ),
+  );
+  tables.next = page.next;
+  document.getElementById("tables-more").hidden = !page.next;
+}
+
 // --- tabs and the refresh loop ---------------------------------------------------------------
 
 // An open actor's workflow runs (and the run shown) follow the poll: a run moves without events.
@@ -1003,6 +1058,7 @@ const loaders = {
   letters: loadLetters,
   parked: loadParked,
   subscriptions: loadSubscriptions,
+  tables: loadTables,
 };
 
 async function refreshOnce() {
@@ -1085,6 +1141,9 @@ function start() {
   for (const id of ["runs-status", "runs-workflow", "runs-type", "runs-tenant"]) {
     document.getElementById(id).addEventListener("change", () => refresh());
   }
+  document.getElementById("tables-table").addEventListener("change", showFilters);
+  document.getElementById("tables-read").addEventListener("click", () => readTable(false).catch(failed));
+  document.getElementById("tables-more").addEventListener("click", () => readTable(true).catch(failed));
   document.getElementById("wf-cancel").addEventListener("click", () => operateRun("cancel"));
   document.getElementById("wf-retry").addEventListener("click", () => operateRun("retry"));
   document.getElementById("wf-signal").addEventListener("click", () => operateRun("signal"));
