@@ -68,9 +68,15 @@ class Flights:
         """The admission flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``)."""
         return _Admission(self.pipe, meanwhile)
 
-    def commit(self, meanwhile: Callable[[], None] | None = None) -> _Commit:
-        """The commit flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``)."""
-        return _Commit(self.pipe, meanwhile)
+    def commit(
+        self, meanwhile: Callable[[], None] | None = None, *, enter: bool = False
+    ) -> _Commit:
+        """The commit flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``).
+
+        ``enter``: the flight is the turn's only one (a warm turn, ``turn.warm``): it enters
+        pipeline mode first.
+        """
+        return _Commit(self.pipe, meanwhile, enter)
 
     async def leave(self) -> bool:
         """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
@@ -97,14 +103,18 @@ class _Admission:
 class _Commit:
     """Ends the commit flight with its Sync and leaves pipeline mode."""
 
-    __slots__ = ("_meanwhile", "_pipe")
+    __slots__ = ("_enter", "_meanwhile", "_pipe")
 
-    def __init__(self, pipe: TurnPipeline, meanwhile: Callable[[], None] | None) -> None:
+    def __init__(
+        self, pipe: TurnPipeline, meanwhile: Callable[[], None] | None, enter: bool
+    ) -> None:
         self._pipe = pipe
         self._meanwhile = meanwhile
+        self._enter = enter
 
     async def __aenter__(self) -> None:
-        pass
+        if self._enter:
+            self._pipe.enter()
 
     async def __aexit__(
         self,
