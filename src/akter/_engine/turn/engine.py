@@ -21,6 +21,10 @@ the clock a third, the coordinator's (``admission.admit``).
 
 Handlers run between the two, on private copies of the state, with nothing else held open.
 
+A warm activation's turn is one flight on plain PostgreSQL (``turn.warm``, issue 45): handlers
+first, on the cached state and the clock estimate, then ``BEGIN``, ``turn_guard``, the writes
+and ``COMMIT``; a failed guard rolls back and the batch runs as the two flights above.
+
 Both flights are one libpq pipeline (``flights.Flights`` on ``akter._store.pipeline``: the
 statements prepared once per connection and sent through ``psycopg.pq``, not psycopg's cursors): the
 admission flight ends with a Sync whose answers are all read, so while the handlers run the server

@@ -10,20 +10,26 @@ class ``AK``: migration 0019), the batch's writes exactly as the commit flight s
 :func:`turn` answers ``None``, and the engine runs the batch as the two-flight turn, handlers
 again, on the locked state.
 
-Not warm, so two flights: a cold activation (first command, an evicted or dropped cache, a state
-that could not be decoded), Citus (the lock and the receipts are two statements there), a batch
-with a singleton loop's command (its fence reads the lease in the admission), a type that owns
-tables (its handlers read and write rows inside the transaction), the re-run of a batch after a
-start met a live key, a command id near its expiry or issued after the estimate (the
-two-flight turn decides those on the database clock), and a turn with a fault armed at
+Only a batch of commands whose ids were minted for their call (``Request.unseen``) is warm: an
+id that may have a receipt (a retry, a pinned id, every relay delivery) takes two flights, so a
+replay never runs its handler, not even speculatively. The guard still probes any id it is given
+(``AK002``), as a defence.
+
+Not warm, so two flights, also: a cold activation (first command, an evicted or dropped
+cache, a state that could not be decoded), Citus (the lock and the receipts are two statements
+there), a batch with a singleton loop's command (its fence reads the lease in the admission), a
+type that owns tables (its handlers read and write rows inside the transaction), the re-run of a
+batch after a start met a live key, a command id near its expiry or issued after the estimate
+(the two-flight turn decides those on the database clock), and a turn with a fault armed at
 ``before_commit`` (a pause there holds the row lock, inside the transaction, as it always did).
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psycopg
 
@@ -31,15 +37,45 @@ from akter._engine.turn import admission, writes
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.invoke import Prepared, decode_replies
 from akter._engine.turn.owned import OwnedTurn, raise_refused
+from akter._engine.turn.subscribed import Followed
 from akter._engine.turn.types import Activation, BatchRun, LiveKeyTaken, Request, Result
 from akter._store.gateway import actors
 from akter._store.gateway.turn_guard import guard_answer, guard_failed, turn_guard
 from akter._store.gateway.workflows import live_key_taken
 from akter._store.pipeline import TurnPipeline
-from akter._store.pool import SKEW_MARGIN_MS
+from akter._store.pool import SKEW_MARGIN_MS, Clock
+from akter._store.queries import Queries
 
-if TYPE_CHECKING:
-    from akter._engine.turn.engine import TurnEngine
+
+class Engine(Protocol):
+    """What a warm turn uses of ``engine.TurnEngine`` (which imports this module)."""
+
+    clock: Clock
+    q: Queries
+    window_ms: int
+    followed: Followed | None
+    fallbacks: collections.Counter[str]
+
+    async def run_commands(
+        self,
+        act: Activation,
+        batch: Sequence[Request],
+        admitted: admission.Admitted,
+        prepared: Prepared,
+        owned: OwnedTurn | None = None,
+    ) -> BatchRun: ...
+
+    async def landed(
+        self,
+        act: Activation,
+        batch: Sequence[Request],
+        ran: BatchRun,
+        todo: writes.Plan,
+        cancelled: list[tuple[str, bool]],
+        released_at: int,
+        locked_version: int,
+    ) -> list[Result]: ...
+
 
 #: How far above the handlers' ``now`` the database clock may be at the guard (``AK004``).
 BOUND_MS = SKEW_MARGIN_MS
@@ -55,7 +91,7 @@ def eligible(act: Activation, batch: Sequence[Request], strategy: str, live_keys
         and act.state is not None
         and act.state_json is not None
         and not act.definition.tables
-        and all(r.fence is None for r in batch)
+        and all(r.fence is None and r.unseen for r in batch)
     )
 
 
@@ -69,7 +105,7 @@ def _clock_fits(batch: Sequence[Request], now_ms: int) -> bool:
 
 
 async def turn(
-    engine: TurnEngine,
+    engine: Engine,
     flights: Flights,
     act: Activation,
     batch: Sequence[Request],
