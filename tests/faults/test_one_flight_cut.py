@@ -61,24 +61,24 @@ async def test_a_cut_one_flight_is_all_or_nothing_and_its_retry_resolves_once(
         assert proxy.fired.is_set(), "the armed cut never met its COMMIT"
         await settled(proxy)
         monkeypatch.undo()
-        cid = raised.value.command_id
-        assert cid is not None
-        assert_retryable(raised.value, cid)
+        cut_id = raised.value.command_id
+        assert cut_id is not None
+        assert_retryable(raised.value, cut_id)
         assert syncs == 1  # the cut flight was the warm turn's only one
         assert not t.runtime._engine.fallbacks
 
         landed = await t.inspect(handle)
-        committed = cid in {r["command_id"] for r in landed.receipts}
+        committed = cut_id in {r["command_id"] for r in landed.receipts}
         if cut == "before":
             assert not committed
         if cut == "after_reply":
             assert committed
         if committed:
-            assert_applied_once(landed, {**results, cid: 3 + 5})
+            assert_applied_once(landed, {**results, cut_id: 3 + 5})
         else:
             assert landed == before
-        assert await handle.with_command_id(cid).move(5) == 8
-        results[cid] = 8
+        assert await handle.with_command_id(cut_id).move(5) == 8
+        results[cut_id] = 8
         assert RUNS[actor] == 3 + (0 if committed else 1)
         assert_applied_once(await t.inspect(handle), results)
         await assert_healthy(t, proxy, actor)

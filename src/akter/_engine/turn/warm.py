@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import psycopg
@@ -132,30 +132,11 @@ async def turn(
     prepared.fill(act, batch)
     ran = await engine.run_commands(act, batch, checked, prepared)
     todo = writes.plan(act, batch, ran, set(), now_ms, engine.window_ms)
-    ids = [r.command_id.raw for r in batch if not r.unseen]
-    expiries = [r.command_id.expires_ms for r in batch if r.external]
-    guards: list[actors.Cursor] = []
-
-    async def lead(pipe: TurnPipeline) -> None:
-        await actors.begin_turn(pipe, engine.q, None)
-        guards.append(
-            await turn_guard(
-                pipe,
-                engine.q,
-                key,
-                cached_version=locked_version,
-                settings=settings,
-                command_ids=ids,
-                expires=expiries,
-                handler_now=now_ms,
-                bound_ms=BOUND_MS,
-                off=off,
-            )
-        )
-
+    lead, guards = _guard(engine.q, batch, key, settings, locked_version, now_ms, off)
     for request in batch:
         request.commit_sent = not todo.nothing  # the flight carries its COMMIT from the start
     sent_at = time.monotonic()
+    flights.lead = lead
     try:
         sent = await writes.send(
             flights,
@@ -168,11 +149,8 @@ async def turn(
             off=off,
             locked_version=locked_version,
             arrived_at=estimated_at,
-            # A probed id may have a receipt: its replies are decoded only once the flight
-            # answered, so a retry's speculative run (a replay, after the fallback) decodes none.
-            meanwhile=None if ids else lambda: decode_replies(ran.outcomes),
+            meanwhile=lambda: decode_replies(ran.outcomes),
             followed=engine.followed,
-            lead=lead,
         )
     except psycopg.Error as exc:
         if guard_failed(exc.sqlstate) and await _rolled_back(flights.pipe):
@@ -188,6 +166,38 @@ async def turn(
     clock.observe(db_now)
     released_at = writes.release_clock(db_now, sent_at, clock.offset_ms - off)
     return await engine.landed(act, batch, ran, todo, cancelled, released_at, locked_version)
+
+
+def _guard(
+    q: Queries,
+    batch: Sequence[Request],
+    key: actors.Key,
+    settings: actors.Params,
+    locked_version: int,
+    now_ms: int,
+    off: int,
+) -> tuple[Callable[[TurnPipeline], Awaitable[None]], list[actors.Cursor]]:
+    """The flight's lead (``BEGIN`` and ``turn_guard``), and the list its answer joins."""
+    guards: list[actors.Cursor] = []
+
+    async def lead(pipe: TurnPipeline) -> None:
+        await actors.begin_turn(pipe, q, None)
+        guards.append(
+            await turn_guard(
+                pipe,
+                q,
+                key,
+                cached_version=locked_version,
+                settings=settings,
+                command_ids=[r.command_id.raw for r in batch if not r.unseen],
+                expires=[r.command_id.expires_ms for r in batch if r.external],
+                handler_now=now_ms,
+                bound_ms=BOUND_MS,
+                off=off,
+            )
+        )
+
+    return lead, guards
 
 
 async def _rolled_back(pipe: TurnPipeline) -> bool:

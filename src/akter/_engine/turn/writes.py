@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from akter import telemetry
@@ -121,7 +121,6 @@ async def send(
     meanwhile: Callable[[], None] | None = None,
     owned: OwnedTurn | None = None,
     followed: subscribed.Followed | None = None,
-    lead: Callable[[TurnPipeline], Awaitable[object]] | None = None,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
@@ -130,16 +129,13 @@ async def send(
     clock offset the turn's reading was taken at; ``fence_off`` the offset now (``off`` if
     ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
     ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``). ``owned``: the batch's
-    owned-row writes, sent first. ``lead``: a warm turn's ``BEGIN`` and guard, queued before
-    everything else in the turn's one flight (``turn.warm``).
+    owned-row writes, sent first. A warm turn's lead goes first (``Flights.lead``).
     """
     started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
     pipe = flights.pipe
     cancels = None
-    async with flights.commit(meanwhile, enter=lead is not None):
-        if lead is not None:
-            await lead(pipe)
+    async with flights.commit(meanwhile):
         if todo.nothing:
             end = await actors.end_turn(pipe, commit=False)
         else:
