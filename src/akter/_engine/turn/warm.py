@@ -33,6 +33,7 @@ from typing import Protocol
 
 import psycopg
 
+from akter import telemetry
 from akter._engine.turn import admission, writes
 from akter._engine.turn.flights import Flights
 from akter._engine.turn.invoke import Prepared, decode_replies
@@ -116,6 +117,7 @@ async def turn(
 
     Raises what the two-flight turn's commit flight raises (``engine._run_batch`` answers it).
     """
+    started_ns = time.time_ns() if flights.recording else 0
     clock = engine.clock
     off = clock.offset_ms
     now_ms = clock.estimate()
@@ -130,6 +132,8 @@ async def turn(
     )
     prepared = Prepared()
     prepared.fill(act, batch)
+    if flights.recording:  # the local admission: its checks ride in the commit flight
+        telemetry.child_span("akter.admission", act.ref, started_ns)
     ran = await engine.run_commands(act, batch, checked, prepared)
     todo = writes.plan(act, batch, ran, set(), now_ms, engine.window_ms)
     lead, guards = _guard(engine.q, batch, key, settings, locked_version, now_ms, off)
