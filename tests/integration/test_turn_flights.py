@@ -22,6 +22,9 @@ from akter.testing import ActorTest
 from tests._support.barriers import until_pending
 from tests.integration.actors import ALL, Counter
 
+#: Every test runs with warm turns in one flight and in two (rule 7 of one-flight-turn.md).
+pytestmark = pytest.mark.usefixtures("turn_mode")
+
 Make = Callable[..., ActorTest]
 
 VALIDATED: list[int] = []

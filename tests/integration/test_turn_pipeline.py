@@ -22,6 +22,9 @@ from tests._support.citus import ON_CITUS, trigger_refused
 from tests._support.policy import policy_override
 from tests._support.polling import until
 
+#: Every test runs with warm turns in one flight and in two (rule 7 of one-flight-turn.md).
+pytestmark = pytest.mark.usefixtures("turn_mode")
+
 Make = Callable[..., ActorTest]
 
 #: The refused write and the slow write are a trigger's on the actors table.
@@ -221,6 +224,9 @@ async def test_a_turn_connection_goes_back_to_the_pool_unwatched(akter_test: Mak
         assert row.version == 10
 
 
+# Between flights: only a two-flight turn has that window (a warm one-flight turn holds nothing
+# while its handler runs; its cut flights are tests/faults/test_one_flight_cut.py's).
+@pytest.mark.parametrize("turn_mode", ["two_flights"], indirect=True)
 async def test_the_server_ending_a_session_between_flights_costs_one_retry_and_no_spin(
     akter_test: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,9 @@ import akter
 from akter._ids import payload_hash
 from akter.testing import ActorTest
 
+#: Every test runs with warm turns in one flight and in two (rule 7 of one-flight-turn.md).
+pytestmark = pytest.mark.usefixtures("turn_mode")
+
 Make = Callable[..., ActorTest]
 
 #: What the reply model's validator saw, in order: "value" (the handler's returned model, if

@@ -28,6 +28,9 @@ from tests.integration.actors import (
     TooBig,
 )
 
+#: Every test runs with warm turns in one flight and in two (rule 7 of one-flight-turn.md).
+pytestmark = pytest.mark.usefixtures("turn_mode")
+
 Make = Callable[..., ActorTest]
 
 

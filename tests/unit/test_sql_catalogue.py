@@ -418,7 +418,7 @@ def test_the_check_sees_the_turn_statements() -> None:
 
 def test_every_referenced_table_exists() -> None:
     tables = PER_ACTOR | GLOBAL
-    functions = {"now_ms", "stmt_ms", "fence_check", "admission_receipts"}
+    functions = {"now_ms", "stmt_ms", "fence_check", "admission_receipts", "turn_guard"}
     for name, sql in raw_catalogue().items():
         for ref in _TABLE_REF.finditer(sql):
             assert ref.group(1) in tables | functions, f"{name}: unknown {ref.group(0)}"

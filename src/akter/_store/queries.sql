@@ -116,6 +116,15 @@ SELECT l.version, l.created, l.event_seq, l.state, l.state_version,
        END AS receipts
 FROM locked l;
 
+-- turn_guard --
+-- a warm turn's one flight, after BEGIN: the turn's settings, the row lock, and its checks (version, receipts, id expiry, clock bound), each failure a SQLSTATE of class AK that aborts the flight (migration 0019); the clock it checked; not on Citus
+SELECT {schema}.turn_guard(%(rk)s::bigint, %(tenant)s::text, %(type)s::text, %(id)s::text,
+                           %(cached_version)s::bigint, %(command_ids)s::text[],
+                           %(expires)s::bigint[], %(handler_now)s::bigint, %(bound_ms)s::bigint,
+                           %(off)s::bigint, %(lock_timeout)s::text, %(statement_timeout)s::text,
+                           %(bound_setting)s::text, %(bound)s::text, %(plan_cache_mode)s::text)
+    AS now_ms;
+
 -- update_actor_row --
 -- the batch's state written under the locked version: one row, or none once the version moved (held whole by update_actor, update_actor_receipts and update_actor_receipt, which raise 40001 then)
 UPDATE {schema}.actors

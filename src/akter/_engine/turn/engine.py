@@ -21,6 +21,10 @@ the clock a third, the coordinator's (``admission.admit``).
 
 Handlers run between the two, on private copies of the state, with nothing else held open.
 
+A warm activation's turn is one flight on plain PostgreSQL (``turn.warm``, issue 45): handlers
+first, on the cached state and the clock estimate, then ``BEGIN``, ``turn_guard``, the writes
+and ``COMMIT``; a failed guard rolls back and the batch runs as the two flights above.
+
 Both flights are one libpq pipeline (``flights.Flights`` on ``akter._store.pipeline``: the
 statements prepared once per connection and sent through ``psycopg.pq``, not psycopg's cursors): the
 admission flight ends with a Sync whose answers are all read, so while the handlers run the server
@@ -35,6 +39,7 @@ turn's commit fails and it is retried into a fresh turn (README, "Connections").
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Sequence
@@ -45,7 +50,7 @@ from psycopg_pool import PoolTimeout
 
 from akter import telemetry
 from akter._engine.hooks import Hooks
-from akter._engine.turn import admission, rules, too_new, writes
+from akter._engine.turn import admission, rules, too_new, warm, writes
 from akter._engine.turn.flights import (
     Flights,
     commit_unanswered,
@@ -55,7 +60,7 @@ from akter._engine.turn.flights import (
     rollback_quietly,
 )
 from akter._engine.turn.invoke import Prepared, Ran, decode_replies, run_handler
-from akter._engine.turn.owned import OwnedTurn, owned_turn, raise_refused
+from akter._engine.turn.owned import OwnedTurn, owned_turn
 from akter._engine.turn.subscribed import Followed
 from akter._engine.turn.types import (
     Activation,
@@ -70,7 +75,6 @@ from akter._engine.turn.types import (
 )
 from akter._policy import ResolvedPolicy
 from akter._store.gateway import actors
-from akter._store.gateway.workflows import live_key_taken
 from akter._store.pool import Clock, Connection, Store
 from akter.errors import ActorError, InjectedCrash
 
@@ -97,6 +101,10 @@ class _TypeSettings(NamedTuple):
 
 class TurnEngine:
     """Runs batches; owned by the dispatcher."""
+
+    #: Whether a warm activation's turn is one flight (``turn.warm``); the tests run the turn
+    #: suites both ways by setting it off (tests/integration/conftest.py, ``turn_mode``).
+    one_flight: bool = True
 
     def __init__(
         self,
@@ -128,6 +136,9 @@ class TurnEngine:
         self._turn_settings: dict[str, _TypeSettings] = {}
         #: The declared subscriptions by source type: a source's commit bumps their feeds.
         self.followed = followed
+        #: Warm turns that ran again in two flights, by why (``turn.warm``): a guard's SQLSTATE,
+        #: or ``estimate`` when an id was too near its expiry for the clock estimate.
+        self.fallbacks: collections.Counter[str] = collections.Counter()
 
     @property
     def metrics(self) -> telemetry.Metrics:
@@ -264,6 +275,17 @@ class TurnEngine:
         if live_keys and self.hooks.armed("before_keyed_start_retry"):
             await self.hooks.at("before_keyed_start_retry", {"ref": ref, "batch": batch})
         key = actors.actor_key(act.routing_key, ref.tenant, ref.type, ref.id)
+        typed = self._settings(act)
+        # A pause or crash armed at before_commit keeps its meaning (the row locked, inside the
+        # transaction): such a turn takes two flights.
+        if (
+            self.one_flight
+            and warm.eligible(act, batch, self.store.strategy, live_keys)
+            and not self.hooks.armed("before_commit")
+        ):
+            landed = await warm.turn(self, flights, act, batch, key, typed.params)
+            if landed is not None:
+                return landed
         off = self.clock.offset_ms
         ensured = not act.exists
         prepared = Prepared()
@@ -274,7 +296,7 @@ class TurnEngine:
             batch,
             key=key,
             off=off,
-            settings=(typed := self._settings(act)).params,
+            settings=typed.params,
             observe=self.clock.observe,
             coordinator_clock=self.store.strategy == "citus",
             worker_lock_wait=typed.worker_lock_wait,
@@ -283,7 +305,7 @@ class TurnEngine:
         )
         now_ms = admitted.now_ms
         owned = owned_turn(flights, self.q, act)
-        ran = await self._run_commands(act, batch, admitted, prepared, owned)
+        ran = await self.run_commands(act, batch, admitted, prepared, owned)
         if self.hooks.armed("before_commit"):
             await self.hooks.at("before_commit", {"ref": ref, "batch": batch})
         todo = writes.plan(
@@ -309,16 +331,31 @@ class TurnEngine:
                 followed=self.followed,
             )
         except psycopg.Error as exc:
-            _commit_failed(exc, ran, owned)
+            warm.commit_failed(exc, ran, owned)
             raise
         decode_replies(ran.outcomes)  # done while the flight was out, unless there was none
         cancelled = await writes.answers(sent, todo)
         released_at = writes.release_clock(now_ms, admitted.sent_at, self.clock.offset_ms - off)
         if ensured and todo.nothing:
             act.exists = False  # the ROLLBACK removed a row the admission may have inserted
+        return await self.landed(
+            act, batch, ran, todo, cancelled, released_at, admitted.locked_version
+        )
+
+    async def landed(
+        self,
+        act: Activation,
+        batch: Sequence[Request],
+        ran: BatchRun,
+        todo: writes.Plan,
+        cancelled: list[tuple[str, bool]],
+        released_at: int,
+        locked_version: int,
+    ) -> list[Result]:
+        """After the ``COMMIT`` answer: the cache, the hooks and wakes, the callers' results."""
         # The commit landed: from here on a crash leaves the caller retrying into a replay.
         if not todo.nothing:
-            _settle(act, todo, ran, admitted.locked_version)
+            _settle(act, todo, ran, locked_version)
         if self.hooks.armed("after_commit"):
             await self._after_commit_hook(act, batch)
         if self.on_commit is not None and not todo.nothing:
@@ -363,7 +400,7 @@ class TurnEngine:
             self._turn_settings[act.definition.name] = cached
         return cached
 
-    async def _run_commands(
+    async def run_commands(
         self,
         act: Activation,
         batch: Sequence[Request],
@@ -454,20 +491,6 @@ class TurnEngine:
             self.metrics.count("akter.outbox.staged", kind=row.kind)
         if receipts:
             self.metrics.count("akter.receipts.written", receipts, actor_type=actor_type)
-
-
-def _commit_failed(exc: psycopg.Error, ran: BatchRun, owned: OwnedTurn | None) -> None:
-    """Raise what a failed commit flight means, if more than the error itself.
-
-    A keyed workflow start that met a live run of its key (``LiveKeyTaken``), or a value an
-    owned table refused (the batch's defect: ``owned.raise_refused``).
-    """
-    if isinstance(exc, psycopg.errors.UniqueViolation) and live_key_taken(exc):
-        if any(r.key is not None for r in ran.writes.runs):
-            raise LiveKeyTaken(
-                "a workflow start met a live run of its key, started meanwhile"
-            ) from exc
-    raise_refused(owned, exc)
 
 
 def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: int) -> None:

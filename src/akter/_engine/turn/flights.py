@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 import psycopg
@@ -54,12 +54,14 @@ class Flights:
     discarded.
     """
 
-    __slots__ = ("pipe", "recording")
+    __slots__ = ("lead", "pipe", "recording")
 
     def __init__(self, conn: Connection, *, recording: bool = False) -> None:
         self.pipe = actors.turn_pipeline(conn)
         #: Whether the batch span records: the flights' child spans are built only then.
         self.recording = recording
+        #: What the next :meth:`commit` flight sends first, when it is a warm turn's only one.
+        self.lead: Callable[[TurnPipeline], Awaitable[object]] | None = None
 
     # Two small context-manager classes, not @asynccontextmanager: a generator-based one costs
     # an async generator and its hooks per use, twice per turn.
@@ -69,8 +71,13 @@ class Flights:
         return _Admission(self.pipe, meanwhile)
 
     def commit(self, meanwhile: Callable[[], None] | None = None) -> _Commit:
-        """The commit flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``)."""
-        return _Commit(self.pipe, meanwhile)
+        """The commit flight; ``meanwhile`` runs once it is sent (``TurnPipeline.sync``).
+
+        With a :attr:`lead` the flight is the turn's only one (a warm turn, ``turn.warm``): it
+        enters pipeline mode and queues the lead (``BEGIN`` and the guard) first.
+        """
+        lead, self.lead = self.lead, None
+        return _Commit(self.pipe, meanwhile, lead)
 
     async def leave(self) -> bool:
         """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
@@ -97,14 +104,22 @@ class _Admission:
 class _Commit:
     """Ends the commit flight with its Sync and leaves pipeline mode."""
 
-    __slots__ = ("_meanwhile", "_pipe")
+    __slots__ = ("_lead", "_meanwhile", "_pipe")
 
-    def __init__(self, pipe: TurnPipeline, meanwhile: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        pipe: TurnPipeline,
+        meanwhile: Callable[[], None] | None,
+        lead: Callable[[TurnPipeline], Awaitable[object]] | None,
+    ) -> None:
         self._pipe = pipe
         self._meanwhile = meanwhile
+        self._lead = lead
 
     async def __aenter__(self) -> None:
-        pass
+        if self._lead is not None:
+            self._pipe.enter()
+            await self._lead(self._pipe)
 
     async def __aexit__(
         self,

@@ -129,7 +129,7 @@ async def send(
     clock offset the turn's reading was taken at; ``fence_off`` the offset now (``off`` if
     ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
     ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``). ``owned``: the batch's
-    owned-row writes, sent first.
+    owned-row writes, sent first. A warm turn's lead goes first (``Flights.lead``).
     """
     started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
