@@ -473,6 +473,8 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
         await conn.execute(f'DROP TABLE "{schema}".subscriptions')
         # 0018: the job output streams' table (created again, to be distributed).
         await conn.execute(f'DROP TABLE "{schema}".job_streams')
+        # 0019: the warm turn's guard function.
+        await conn.execute(f'DROP FUNCTION "{schema}".turn_guard')
         async with conn.transaction():
             await conn.execute(
                 f"DO $$ BEGIN EXECUTE 'DROP INDEX \"{schema}\".receipts_expiry';"
@@ -483,7 +485,8 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
                 f'DELETE FROM "{schema}".migrations'
                 " WHERE id IN ('0010_receipts_expiry', '0011_admission_receipts',"
                 " '0012_workflow_deadline_wakes', '0013_rate_grants', '0014_runner_models',"
-                " '0015_staged_receipts', '0016_subscriptions', '0018_job_streams')"
+                " '0015_staged_receipts', '0016_subscriptions', '0018_job_streams',"
+                " '0019_turn_guard')"
             )
         await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
         cur = await conn.execute(
