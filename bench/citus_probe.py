@@ -124,6 +124,8 @@ NOT_ON_CITUS: dict[str, str] = {
     "count_intent_backlog": "count_intent_backlog_flat (one clock read, a flat scan)",
     "lock_admit": "lock_actor, admission_read and clock_now (admission_receipts would query a "
     "distributed table from inside a shard)",
+    "turn_guard": "the two-flight turn (a warm turn takes one flight only on plain PostgreSQL; "
+    "the guard's receipt probe is admission_receipts)",
 }
 #: SQLSTATEs of akter's own refusals (not Citus's): the fence, foreign keys, unique keys.
 OWN = frozenset({"40001", "23503", "23505", "55P03", "22012"})
