@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from akter._json import (
@@ -30,6 +30,8 @@ _SCALARS = (
 
 
 @given(_SCALARS)
+@example("\\u0000")  # a backslash and "u0000": text, not a NUL (the oracle once mistook it)
+@example("\x00")
 def test_a_scalar_is_stored_as_the_canonical_encoder_writes_it(value: Any) -> None:
     expected: str | None
     try:
@@ -37,7 +39,9 @@ def test_a_scalar_is_stored_as_the_canonical_encoder_writes_it(value: Any) -> No
         expected.encode("utf-8")
     except ValueError:  # past the int/str conversion limit, or a lone surrogate
         expected = None
-    if expected is None or "\\u0000" in expected:
+    # PostgreSQL's jsonb refuses a NUL character (JSON writes it \u0000); an escaped backslash
+    # followed by "u0000" in the text is not one.
+    if expected is None or (isinstance(value, str) and "\x00" in value):
         with pytest.raises(Unstorable):
             storable_json(value, "result")
     else:
