@@ -10,11 +10,12 @@ the loop; this module sits below all of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from akter._store.gateway.jobs import JobKey
+from akter.callers import ActorRef, Caller
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,31 @@ class Waker(Protocol):
     async def announce(self) -> None:
         """After rows were made due outside a turn: a pass here, every runner woken now."""
         ...
+
+
+class Delivered(Protocol):
+    """A delivery's outcome (``akter._engine.turn.Result``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+
+class Deliver(Protocol):
+    """Delivers a lane's row as an internal command (``Calls.deliver_decoded``).
+
+    The relay's intents and the subscription lane's events go through it.
+    """
+
+    def __call__(
+        self,
+        ref: ActorRef,
+        command: str,
+        payload: dict[str, Any],
+        command_id: str,
+        caller: Caller,
+        *,
+        within: float | None = None,
+    ) -> Awaitable[Delivered]: ...

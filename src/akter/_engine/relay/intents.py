@@ -32,11 +32,11 @@ import psycopg
 
 from akter import telemetry
 from akter._engine import parking, ticks
-from akter._engine.lanes import Claimed, Pass, Waker
+from akter._engine.lanes import Claimed, Deliver, Pass, Waker
 from akter._kinds import CronTick, WorkflowIntent, decode_intent
 from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.outbox import ClaimedIntent, IntentClaim, OutboxGateway
-from akter.callers import ActorRef, Caller, caller_from_json
+from akter.callers import ActorRef, caller_from_json
 from akter.errors import ActorError, InjectedCrash
 
 if TYPE_CHECKING:
@@ -53,31 +53,6 @@ class _Claim:
     dispatched: bool = False
     settling: bool = False  # the receiver committed; only the delete is left (slot freed)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-
-class Delivered(Protocol):
-    """A delivery's outcome (``akter._engine.turn.Result``)."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def error(self) -> BaseException | None: ...
-
-
-class Deliver(Protocol):
-    """Delivers one intent as an internal command (``Runtime.deliver``)."""
-
-    def __call__(
-        self,
-        ref: ActorRef,
-        command: str,
-        payload: dict[str, Any],
-        command_id: str,
-        caller: Caller,
-        *,
-        within: float | None = None,
-    ) -> Awaitable[Delivered]: ...
 
 
 class WorkflowIntents(Protocol):

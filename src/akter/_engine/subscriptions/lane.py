@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import psycopg
 
-from akter._engine.lanes import Claimed, Pass, Waker
-from akter._engine.subscriptions.rounds import Deliver, Outcome, Round, RouteFailed
+from akter._engine.lanes import Claimed, Deliver, Pass, Waker
+from akter._engine.subscriptions.rounds import Outcome, Round, RouteFailed
 from akter._engine.turn.subscribed import Followed
 from akter._store.gateway.subscriptions import ClaimedFeed, FeedKey, SubscriptionsGateway
 from akter.errors import InjectedCrash

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from akter._engine.lanes import Deliver
 from akter._event_decl import decode_stored
 from akter._store.gateway.events import EventsGateway, StoredEvent
 from akter._store.gateway.subscriptions import ClaimedFeed, SubscriptionsGateway
 from akter.actor import ActorDefinition
-from akter.callers import ActorRef, Caller, System
+from akter.callers import ActorRef, System
 from akter.subscriptions import SubscriptionSpec, delivery_payload
 
 if TYPE_CHECKING:
@@ -40,31 +41,6 @@ SUBSCRIBERS_AT_ONCE = 64
 
 class RouteFailed(Exception):
     """A routed subscription's ``route(event, source)`` raised or returned no id: back off."""
-
-
-class Delivered(Protocol):
-    """A delivery's outcome (``akter._engine.turn.Result``)."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def error(self) -> BaseException | None: ...
-
-
-class Deliver(Protocol):
-    """Delivers one event as an internal command (``Calls.deliver_decoded``)."""
-
-    def __call__(
-        self,
-        ref: ActorRef,
-        command: str,
-        payload: dict[str, Any],
-        command_id: str,
-        caller: Caller,
-        *,
-        within: float | None = None,
-    ) -> Awaitable[Delivered]: ...
 
 
 @dataclass
