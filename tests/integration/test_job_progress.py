@@ -9,7 +9,6 @@ sleeps; the only timing asserted is the publication interval, with a small toler
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
@@ -20,9 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from pydantic import BaseModel, Field
-from starlette.types import ASGIApp
 
 import akter
 import akter.http
@@ -30,6 +27,7 @@ from akter._engine.jobs.progress import MAX_FRAME_BYTES, ProgressHub
 from akter.callers import ActorRef
 from akter.testing import ActorTest
 from tests._support import until
+from tests.integration.live_serving import serving
 
 Make = Callable[..., ActorTest]
 
@@ -119,36 +117,6 @@ def control() -> Iterator[Control]:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def serving(asgi: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``asgi`` with uvicorn on 127.0.0.1 (an ephemeral port) in this event loop."""
-    config = uvicorn.Config(
-        asgi,
-        host="127.0.0.1",
-        port=0,
-        lifespan="off",
-        log_level="warning",
-        log_config=None,
-        ws="none",
-        timeout_graceful_shutdown=2,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(), name="test.uvicorn")
-    try:
-        async with asyncio.timeout(20):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("uvicorn exited before it started")
-                await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
-
-
 async def read_sse(http: httpx.AsyncClient, path: str) -> list[tuple[str, dict[str, Any]]]:
     """Every (event, data) of an SSE response, until the server ends the stream."""
     events: list[tuple[str, dict[str, Any]]] = []
@@ -230,8 +198,8 @@ async def test_JB28_frames_are_validated_coalesced_paced_and_served_on_sse(
         job_id = await reporter.start(10)
         reader = Reader()
         async with (
-            serving(akter.http.app(runtime)) as url,
-            httpx.AsyncClient(base_url=url, timeout=15) as http,
+            serving(akter.http.app(runtime)) as address,
+            httpx.AsyncClient(base_url=f"http://{address}", timeout=15) as http,
         ):
             sse = asyncio.create_task(read_sse(http, f"/actors/Reporter/r1/jobs/{job_id}/progress"))
             local = asyncio.create_task(reader.run(runtime.job_progress(reporter.ref, job_id)))

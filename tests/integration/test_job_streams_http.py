@@ -9,7 +9,6 @@ another tenant's or actor's job id is refused exactly like one that never existe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -17,10 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from pydantic import BaseModel, Field
 from starlette.requests import Request
-from starlette.types import ASGIApp
 
 import akter
 import akter.http
@@ -29,6 +26,7 @@ from akter.client import Client, SyncClient
 from akter.http.auth import Identity
 from akter.job_streams import AttemptStarted, Chunk, Closed, StreamItem
 from akter.testing import ActorTest
+from tests.integration.live_serving import serving
 
 Make = Callable[..., ActorTest]
 
@@ -223,36 +221,13 @@ async def test_the_async_client_resumes_after_a_dropped_connection(akter_test: M
         assert dropping.cursors == ["0", "3"]
 
 
-@contextlib.asynccontextmanager
-async def serving(asgi: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``asgi`` with uvicorn on 127.0.0.1 (an ephemeral port) in this event loop."""
-    config = uvicorn.Config(
-        asgi, host="127.0.0.1", port=0, lifespan="off", log_level="warning", log_config=None,
-        ws="none", timeout_graceful_shutdown=2,
-    )  # fmt: skip
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(), name="test.uvicorn")
-    try:
-        async with asyncio.timeout(20):
-            while not server.started:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
-
-
 async def test_the_sync_client_reads_a_stream_and_resumes_by_cursor(akter_test: Make) -> None:
     async with akter_test([Speaker]) as t:
         job_id = await finished(t, ["x", "y"])
-        async with serving(akter.http.app(t.runtime, by_header)) as url:
+        async with serving(akter.http.app(t.runtime, by_header)) as address:
 
             def read(after: int) -> list[StreamItem]:
-                with SyncClient(url) as client:
+                with SyncClient(f"http://{address}") as client:
                     return list(client.get(Speaker, "s1").job_stream(job_id, after=after))
 
             whole = await asyncio.to_thread(read, 0)
