@@ -171,6 +171,12 @@ async def test_pinned_id_of_another_window_is_refused(akter_test: Any, akter_db:
     ("build", "field"),
     [
         (lambda c, s: akter.stage(c, Account, "a-1", schema=s).deposit(cents="x"), "cents"),
+        (
+            lambda c, s: akter.stage(c, Account, "a-1", schema=s).deposit(cents=float("nan")),
+            "cents",
+        ),
+        (lambda c, s: akter.stage(c, Account, "a-1", schema=s).deposit(1, note="a\x00b"), "note"),
+        (lambda c, s: akter.stage(c, Account, "a-1", schema=s).deposit(10**5000), "cents"),
         (lambda c, s: akter.stage(c, Account, "a-1", schema=s).deposit(), None),
         (lambda c, s: akter.stage(c, Account, "a-1", schema=s).nope(cents=1), None),
         (lambda c, s: akter.stage(c, Account, "a-1", schema=s).balance(), None),
