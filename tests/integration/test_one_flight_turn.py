@@ -45,6 +45,10 @@ class Book(akter.Actor[Ledger], access=akter.public):
         self.emit(Added(k=k, total=self.state.total))
         return self.state.total
 
+    @akter.command
+    async def pass_on(self, to: str, k: int) -> None:
+        self.send(Book.add, to, k)
+
     @akter.query
     async def total(self) -> int:
         return self.state.total
@@ -240,3 +244,69 @@ async def test_an_id_near_its_expiry_takes_two_flights(
         assert await book.add(1) == 2
         monkeypatch.undo()
         assert fallbacks(t) == {"estimate": 1}
+
+
+# --- relay deliveries -------------------------------------------------------------------------
+
+
+async def intents(t: ActorTest) -> list[dict[str, object]]:
+    return await t.rows("SELECT * FROM {schema}.outbox WHERE kind = 'intent'")
+
+
+@pytest.mark.parametrize("turn_mode", ["one_flight", "two_flights"], indirect=True)
+async def test_a_first_delivery_to_a_warm_actor_is_one_sync(
+    akter_test: Make, turn_mode: str
+) -> None:
+    # The relay's first attempt at an intent a turn wrote: no earlier attempt, so its turn may
+    # take the one flight (Request.first_delivery), its id probed by the guard.
+    async with akter_test([Book], relay=False) as t:
+        RUNS.clear()
+        await t.get(Book, "dst").add(1)  # cold: the activation is cached from here on
+        await t.get(Book, "src").pass_on("dst", 2)
+        [row] = await intents(t)
+        with counted_syncs() as syncs:
+            assert await t.runtime._relay.run_pass() == 1
+            await t.runtime._relay.wait_idle()
+        assert syncs == ([1] if turn_mode == "one_flight" else [2])
+        assert not fallbacks(t) and await intents(t) == []
+        state, receipts, events = await rows_of(t, "dst")
+        assert state == {"total": 3, "applied": [state["applied"][0], row["intent_id"]]}  # type: ignore[index]
+        assert row["intent_id"] in receipts and events == 2 and RUNS["dst"] == 2
+
+
+async def test_a_first_delivery_its_redelivery_raced_replays(akter_test: Make) -> None:
+    # Runner 0 claims the intent (attempt 1) and stalls before delivering it; its lease runs
+    # out, runner 1 claims it again (attempt 2: two flights) and commits it. When runner 0's
+    # first delivery goes on, on a cache that is current again, its guard finds the receipt
+    # (AK002): the speculative run is discarded and the fallback replays the stored outcome.
+    async with akter_test([Book], relay=False, runners=2) as t:
+        RUNS.clear()
+        dst = t.get(Book, "raced")
+        await dst.add(1)
+        await t.get(Book, "src").pass_on("raced", 2)
+        [row] = await intents(t)
+        held = t.pause_next("after_claim")
+        assert await t.runtimes[0]._relay.run_pass() == 1
+        await held.wait()
+        await t.rows(  # the claim's lease ran out (named by its routing key, as on Citus)
+            "UPDATE {schema}.outbox SET due_at_ms = 0"
+            " WHERE routing_key = %(rk)s AND intent_id = %(id)s",
+            {"rk": row["routing_key"], "id": row["intent_id"]},
+        )
+        assert await t.runtimes[1]._relay.run_pass() == 1
+        await t.runtimes[1]._relay.wait_idle()
+        assert await intents(t) == []
+        assert await dst.add(10) == 13  # runner 0 falls back (AK001): its cache is current again
+        assert fallbacks(t) == {"AK001": 1}
+        held.release()
+        await t.runtimes[0]._relay.wait_idle()
+        assert fallbacks(t) == {"AK001": 1, "AK002": 1}
+        # The delivery's effects once: 1 + 2 + 10, its id applied and receipted once.
+        state, receipts, events = await rows_of(t, "raced")
+        applied = state["applied"]
+        assert state["total"] == 13 and isinstance(applied, list)
+        assert applied.count(row["intent_id"]) == 1 and receipts.count(str(row["intent_id"])) == 1
+        assert len(receipts) == 3 and events == 3
+        # Handler runs: add(1); the redelivery; add(10) speculative and again; runner 0's
+        # speculative first delivery, discarded (the replay runs no handler).
+        assert RUNS["raced"] == 5

@@ -200,8 +200,12 @@ class Calls:
         caller: Caller,
         *,
         within: float | None = None,
+        first: bool = False,
     ) -> Result:
         """The relay's delivery: ``payload`` is already migrated and validated for ``command``.
+
+        ``first``: the relay's first attempt at an intent no one else could have delivered
+        (``Request.first_delivery``): its turn may take the one flight.
 
         The relay decodes every claimed row with ``Member.decode_payload`` (``parking``), which
         validates it: validating it again here cost a second model validation and storable walk
@@ -212,7 +216,9 @@ class Calls:
         member = definition.member(command, "command")
         parsed = parse_framework_id(command_id)
         deadline = time.monotonic() + (within or definition.policy.delivery_timeout / 1000)
-        return await self.submit(member, ref, payload, parsed, caller, False, deadline)
+        return await self.submit(
+            member, ref, payload, parsed, caller, False, deadline, first_delivery=first
+        )
 
     async def submit(
         self,
@@ -226,11 +232,12 @@ class Calls:
         fence: LoopLease | None = None,
         *,
         unseen: bool = False,
+        first_delivery: bool = False,
     ) -> Result:
         """Hand a command to its mailbox and wait for its result until ``deadline``.
 
         ``unseen``: ``command_id`` was minted for this call and never submitted before
-        (``Request.unseen``).
+        (``Request.unseen``); ``first_delivery``: ``Request.first_delivery``.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
@@ -245,6 +252,7 @@ class Calls:
             future,
             fence=fence,
             unseen=unseen,
+            first_delivery=first_delivery,
         )
         try:
             self._dispatcher.submit(member.owner, request)

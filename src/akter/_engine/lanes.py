@@ -108,4 +108,5 @@ class Deliver(Protocol):
         caller: Caller,
         *,
         within: float | None = None,
+        first: bool = False,
     ) -> Awaitable[Delivered]: ...

@@ -33,7 +33,7 @@ import psycopg
 from akter import telemetry
 from akter._engine import parking, ticks
 from akter._engine.lanes import Claimed, Deliver, Pass, Waker
-from akter._kinds import CronTick, WorkflowIntent, decode_intent
+from akter._kinds import TRANSACTION_SOURCE, CronTick, WorkflowIntent, decode_intent
 from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.outbox import ClaimedIntent, IntentClaim, OutboxGateway
 from akter.callers import ActorRef, caller_from_json
@@ -304,6 +304,7 @@ class Relay:
                 params.intent_id,
                 caller,
                 within=definition.policy.delivery_timeout / 1000,
+                first=_first_delivery(row),
             )
         except (ValueError, TypeError, KeyError) as exc:
             await self._backoff(params, row, f"Undecodable row: {type(exc).__name__}: {exc}")
@@ -513,6 +514,17 @@ class Relay:
             self._released += 1
         except (psycopg.Error, OSError) as exc:
             log.warning("Releasing an intent claim failed", extra={"error": str(exc)})
+
+
+def _first_delivery(row: ClaimedIntent) -> bool:
+    """Whether this claim is the first attempt at an intent a turn or a job's settle wrote.
+
+    Its turn may then take the one flight (``Request.first_delivery``): no earlier attempt, so
+    only a redelivery racing this one could have committed its id, which the flight's guard
+    probes. A timer's row (rewritten per fire), a command staged in the application's own
+    transaction (its id may be pinned by the application) and every redelivery take two.
+    """
+    return row.attempts == 1 and row.timer_key is None and row.actor_type != TRANSACTION_SOURCE
 
 
 def _tick_version(definition: Any, entry: Any) -> int:

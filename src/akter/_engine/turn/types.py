@@ -64,6 +64,10 @@ class Request:
     #: of it can exist, so the admission does not probe for one (``Calls.command``). A retry,
     #: a pinned id and every delivery are probed.
     unseen: bool = False
+    #: A relay delivery's first attempt of an intent an actor's turn or a job's settle wrote:
+    #: it may take the one flight (its id is probed there, by the guard: ``AK002`` falls back
+    #: to the two-flight turn, which replays). ``docs/internals/one-flight-turn.md``.
+    first_delivery: bool = False
 
     def digest(self) -> str:
         """The payload's hash, as its receipt stores it (made once; ``payload`` is validated)."""

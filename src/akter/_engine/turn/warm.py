@@ -10,10 +10,12 @@ class ``AK``: migration 0019), the batch's writes exactly as the commit flight s
 :func:`turn` answers ``None``, and the engine runs the batch as the two-flight turn, handlers
 again, on the locked state.
 
-Only a batch of commands whose ids were minted for their call (``Request.unseen``) is warm: an
-id that may have a receipt (a retry, a pinned id, every relay delivery) takes two flights, so a
-replay never runs its handler, not even speculatively. The guard still probes any id it is given
-(``AK002``), as a defence.
+Only a batch of commands whose ids were minted for their call (``Request.unseen``) or that are a
+relay's first delivery of an intent (``Request.first_delivery``) is warm: an id that may have a
+receipt (a retry, a pinned id, a redelivery, a staged command, a timer) takes two flights, so a
+replay never runs its handler, not even speculatively. A first delivery's id is probed by the
+guard (``AK002``): only a redelivery that raced it (its claim's lease ran out meanwhile) can have
+committed it, and then the handler's speculative run is discarded and the fallback replays.
 
 Not warm, so two flights, also: a cold activation (first command, an evicted or dropped
 cache, a state that could not be decoded), Citus (the lock and the receipts are two statements
@@ -92,7 +94,7 @@ def eligible(act: Activation, batch: Sequence[Request], strategy: str, live_keys
         and act.state is not None
         and act.state_json is not None
         and not act.definition.tables
-        and all(r.fence is None and r.unseen for r in batch)
+        and all(r.fence is None and (r.unseen or r.first_delivery) for r in batch)
     )
 
 
