@@ -77,6 +77,11 @@ class SettleCoalescer:
         self.flushed = 0
         self.carried = 0
 
+    @property
+    def waiting(self) -> int:
+        """Successes queued for a flush that has not taken them yet."""
+        return len(self._queue)
+
     async def settle(self, row: ClaimedJob, route: RouteWrite | None) -> bool | None:
         """Queue a plain success; True iff a batch ended its row, None: settle it on its own.
 
