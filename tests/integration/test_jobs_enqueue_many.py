@@ -1,10 +1,10 @@
 """``self.enqueue_many(job, payloads)`` (issue 45, semantics §5.3): many jobs of one declaration.
 
 Every payload is validated before anything is staged: one invalid payload refuses the whole call
-with ``InvalidInput`` naming its index (raised inside the handler, where it can be caught), and no
-row of it is written, even when the handler catches the error and commits. Staged rows are written with the turn's other outbox rows, in the
-turn's one ``insert_outbox`` statement. The docs' example (docs/guides/jobs.md, "Enqueuing many
-jobs") runs as its own block.
+with ``InvalidInput`` naming its index (raised inside the handler, where it can be caught), and
+no row of it is written, even when the handler catches the error and commits. Staged rows are
+written with the turn's other outbox rows, in the turn's one ``insert_outbox`` statement. The
+docs' example (docs/guides/jobs.md, "Enqueuing many jobs") runs as its own block.
 """
 
 from __future__ import annotations
