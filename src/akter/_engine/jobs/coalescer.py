@@ -6,7 +6,7 @@ uncancelled row, any attempt, of a job without ``per_actor``) is handed to the r
 (``JobsGateway.end_successes``) under exactly that step's guard and answers, per row, whether the
 batch took it. A row it did not take, or every row of a batch that failed, goes on through the
 :class:`~akter._engine.jobs.settle.Settler`'s own per-row writes, so cancellation, ended rows, late
-successes and ambiguity keep their rules (semantics §5.9.1).
+successes and ambiguity keep their rules (semantics §5.9).
 
 Group commit: when no flush is in flight a success is flushed at once, with whatever else arrived
 in the same turn of the event loop; the successes that arrive while a flush is in flight wait for
