@@ -332,3 +332,34 @@ async def test_settle_batch_one_sends_every_success_alone(
         assert all(len(b["ids"]) == 1 for b in batches)
         for job_id in ids:
             assert await receipts_for(t, job_id) == ["charged"]
+
+
+async def test_settle_batch_successes_waiting_go_at_once_beside_a_flush_in_flight(
+    akter_test: Make, provider: FakeProvider
+) -> None:
+    async with akter_test(ALL, relay=False, settle_batch=2, settle_wait=1) as t:
+        plain_only(t)
+        batches = recorded(t)
+        for i in range(6):
+            provider.script(succeed(i), key=f"n{i}")
+        first = await t.get(Shop, "n0").buy(1, tag="n0")
+        held = t.pause_next("before_settle_flush")
+        await claim(t)
+        await held.wait()
+        rest = [await t.get(Shop, f"n{i}").buy(i, tag=f"n{i}") for i in range(1, 6)]
+        await claim(t)
+        settles = coalescer(t)
+        # Two batches of two go beside the held flush as soon as two are waiting; the fifth
+        # waits for the held flush to end (the 1 s wait has not passed).
+        await until(
+            lambda: sorted(len(b["taken"] or []) for b in batches),
+            holds=lambda sizes: sizes == [2, 2],
+            what="two full batches beside the held flush",
+        )
+        assert settles.waiting == 1
+        held.release()
+        await t.advance(0)
+        assert sorted(i for b in batches for i in b["ids"]) == sorted([first, *rest])
+        assert all(len(b["ids"]) <= 2 for b in batches)
+        for job_id in [first, *rest]:
+            assert await receipts_for(t, job_id) == ["charged"]

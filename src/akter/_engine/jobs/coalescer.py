@@ -72,6 +72,8 @@ class SettleCoalescer:
         self._queue: list[_Waiting] = []
         self._ids: set[str] = set()
         self._flushes: set[asyncio.Task[None]] = set()
+        #: Flushes started that have not taken their batch yet (each will take up to ``size``).
+        self._unstarted = 0
         self._timer: asyncio.TimerHandle | None = None
         #: Statements sent and successes they carried (what a test or a bench reads).
         self.flushed = 0
@@ -94,7 +96,7 @@ class SettleCoalescer:
         waiting = _Waiting(row, route, loop.create_future(), loop.time())
         self._ids.add(row.intent_id)
         self._queue.append(waiting)
-        if not self._flushes or len(self._queue) >= self.size:
+        if not self._flushes or len(self._queue) >= self.size * (self._unstarted + 1):
             self._start()
         elif self._timer is None:
             self._timer = loop.call_at(self._queue[0].since + self.wait, self._on_timer)
@@ -117,6 +119,7 @@ class SettleCoalescer:
         # the event loop go with it.
         task = asyncio.get_running_loop().create_task(self._flush(), name="akter.job settle flush")
         self._flushes.add(task)
+        self._unstarted += 1
         task.add_done_callback(self._flushed)
 
     def _flushed(self, task: asyncio.Task[None]) -> None:
@@ -130,6 +133,7 @@ class SettleCoalescer:
             self._start()
 
     async def _flush(self) -> None:
+        self._unstarted -= 1
         batch = self._queue[: self.size]
         del self._queue[: self.size]
         if self._timer is not None:
