@@ -1222,6 +1222,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         help="akter Runtime(framework_pool_size=...) (default: the runtime's default)",
     )
+    p.add_argument(
+        "--settle-batch",
+        type=int,
+        help="akter Runtime(settle_batch=...): 1 settles every success alone (default: 64)",
+    )
     p.add_argument("--json", help="append JSON lines here")
     # --peer mode (run by the orchestrator under the peers' virtualenv)
     p.add_argument("--peer", choices=["procrastinate", "dbos"], help=argparse.SUPPRESS)
@@ -1241,6 +1246,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         a.akter_options["delivery_concurrency"] = a.delivery_concurrency
     if a.framework_pool_size:
         a.akter_options["framework_pool_size"] = a.framework_pool_size
+    if a.settle_batch:
+        a.akter_options["settle_batch"] = a.settle_batch
     return a
 
 
