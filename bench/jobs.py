@@ -38,7 +38,7 @@ A drain scenario has two timed phases, like the peers' own harnesses:
    enqueued first, one per call, sequentially (the one-by-one rate).
 2. **Drain.** ``ANALYZE`` and ``CHECKPOINT`` the side's database, wait (up to ``--quiet-wait``)
    for other processes on the machine to go quiet, start the workers and time until every job is
-   done. akter: ``runtime._relay.start()``; done = every job's ``on_success`` route turn ran and
+   done. akter: ``runtime._loop.start()``; done = every job's ``on_success`` route turn ran and
    the outbox is empty, so **the akter figure includes one route turn per job** (routes for one
    actor may share a turn); the peers have no equivalent: a finished job or workflow is only a
    status update. The time until every akter attempt had settled is reported too.
@@ -302,8 +302,8 @@ def peer_procrastinate(a: argparse.Namespace) -> None:
             job_id = await job.defer_async(i=i, ms=0)
             committed[job_id] = time.monotonic()
 
-        seconds = await paced(a._jobs, a.rate, one)
-        await wait_until(lambda: len(started) >= a._jobs, 60)
+        seconds = await paced(a.jobs, a.rate, one)
+        await wait_until(lambda: len(started) >= a.jobs, 60)
         worker.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await worker
@@ -324,7 +324,7 @@ def peer_procrastinate(a: argparse.Namespace) -> None:
             lock = f"a{i // a.per_call}" if a.capped else None
             await job.configure(lock=lock).defer_async(i=i, ms=a.sleep_ms)
         single_s = time.perf_counter() - t
-        groups = iter(range(a.single // a.per_call, a._jobs // a.per_call))
+        groups = iter(range(a.single // a.per_call, a.jobs // a.per_call))
 
         async def enqueuer() -> None:
             for g in groups:
@@ -350,7 +350,7 @@ def peer_procrastinate(a: argparse.Namespace) -> None:
         done, runs = 0, 0
         # wait=False returns once a fetch finds nothing; capped jobs blocked by their lock can
         # make it return early, so it is started again until every job succeeded.
-        while done < a._jobs and time.perf_counter() - t < a.limit:
+        while done < a.jobs and time.perf_counter() - t < a.limit:
             await app.run_worker_async(
                 concurrency=a.concurrency, wait=False, install_signal_handlers=False
             )
@@ -369,7 +369,7 @@ def peer_procrastinate(a: argparse.Namespace) -> None:
         emit(
             **base,
             metric="drain",
-            n=a._jobs,
+            n=a.jobs,
             done=done,
             seconds=round(seconds, 3),
             rate=round(done / seconds, 1),
@@ -377,7 +377,7 @@ def peer_procrastinate(a: argparse.Namespace) -> None:
             quiet_wait_s=waited,
             commit_ms=commit_ms,
             single_rate=round(a.single / single_s, 1) if a.single else None,
-            batch_rate=round((a._jobs - a.single) / batch_s, 1),
+            batch_rate=round((a.jobs - a.single) / batch_s, 1),
             transactions_per_job=round(xacts / done, 3) if done else None,
             **usage,
         )
@@ -447,7 +447,7 @@ def peer_dbos(a: argparse.Namespace) -> None:
             time.sleep(1.0)
             committed: dict[str, float] = {}
             t0 = time.perf_counter()
-            for i in range(a._jobs):
+            for i in range(a.jobs):
                 wait = t0 + i / a.rate - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
@@ -455,7 +455,7 @@ def peer_dbos(a: argparse.Namespace) -> None:
                 committed[str(handle.workflow_id)] = time.monotonic()
             seconds = time.perf_counter() - t0
             deadline = time.perf_counter() + 60
-            while len(started) < a._jobs and time.perf_counter() < deadline:
+            while len(started) < a.jobs and time.perf_counter() < deadline:
                 time.sleep(0.01)
             samples = [started[k] - v for k, v in committed.items() if k in started]
             emit(
@@ -474,7 +474,7 @@ def peer_dbos(a: argparse.Namespace) -> None:
             single_s = time.perf_counter() - t
             t = time.perf_counter()
             with ThreadPoolExecutor(ENQUEUERS) as pool:
-                list(pool.map(enqueue, range(a.single, a._jobs), chunksize=64))
+                list(pool.map(enqueue, range(a.single, a.jobs), chunksize=64))
             batch_s = time.perf_counter() - t
             handshake(a, "enqueued")
             settle_database(direct)
@@ -494,7 +494,7 @@ def peer_dbos(a: argparse.Namespace) -> None:
                 ).fetchone()
                 polls += 1
                 done = int(row[0]) if row else 0
-                if done >= a._jobs:
+                if done >= a.jobs:
                     break
                 time.sleep(0.02)
             seconds = time.perf_counter() - t
@@ -505,7 +505,7 @@ def peer_dbos(a: argparse.Namespace) -> None:
             emit(
                 **base,
                 metric="drain",
-                n=a._jobs,
+                n=a.jobs,
                 done=done,
                 seconds=round(seconds, 3),
                 rate=round(done / seconds, 1),
@@ -513,7 +513,7 @@ def peer_dbos(a: argparse.Namespace) -> None:
                 quiet_wait_s=waited,
                 commit_ms=commit_ms,
                 single_rate=round(a.single / single_s, 1) if a.single else None,
-                batch_rate=round((a._jobs - a.single) / batch_s, 1),
+                batch_rate=round((a.jobs - a.single) / batch_s, 1),
                 transactions_per_job=round(xacts / done, 3) if done else None,
                 **usage,
             )
@@ -673,8 +673,8 @@ class AkterSide:
             batches = Batches(runtime)
             cpu = CpuWindow(self.postmaster)
             t = time.perf_counter()
-            await runtime._relay.start()
-            runtime._relay.wake()
+            await runtime._loop.start()
+            runtime._loop.wake()
             executed_s: float | None = None
             while len(ROUTED) < n and time.perf_counter() - t < a.limit:
                 if executed_s is None and runtime._jobs.finished >= n:
@@ -1222,6 +1222,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         help="akter Runtime(framework_pool_size=...) (default: the runtime's default)",
     )
+    p.add_argument(
+        "--settle-batch",
+        type=int,
+        help="akter Runtime(settle_batch=...): 1 settles every success alone (default: 64)",
+    )
     p.add_argument("--json", help="append JSON lines here")
     # --peer mode (run by the orchestrator under the peers' virtualenv)
     p.add_argument("--peer", choices=["procrastinate", "dbos"], help=argparse.SUPPRESS)
@@ -1235,12 +1240,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--capped", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rate", type=float, default=100.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    a.actors = max(1, a._jobs // a.per_call)
+    a.actors = max(1, a.jobs // a.per_call)
     a.akter_options = {}
     if a.delivery_concurrency:
         a.akter_options["delivery_concurrency"] = a.delivery_concurrency
     if a.framework_pool_size:
         a.akter_options["framework_pool_size"] = a.framework_pool_size
+    if a.settle_batch:
+        a.akter_options["settle_batch"] = a.settle_batch
     return a
 
 

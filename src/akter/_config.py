@@ -58,6 +58,8 @@ class RuntimeOptions(TypedDict, total=False):
     executor_concurrency: int
     lease: Duration
     cancel_check: Duration | None
+    settle_batch: int
+    settle_wait: Duration
     jobs: Sequence[Any] | None
     relay: bool
     maintenance: bool
@@ -112,6 +114,10 @@ class RuntimeConfig:
         lease: The job attempt lease (default 60 s, at least 3 s).
         cancel_check: How often a running attempt checks for cancellation (default lease ÷ 3,
             at least 1 s, at most lease ÷ 3).
+        settle_batch: The most job successes one settle statement ends (default 64, 1 to
+            10,000; 1: each alone), semantics §5.9 "Batched successes".
+        settle_wait: The longest a job success waits behind a settle statement in flight before
+            its own is sent beside it (default 2 ms, 1 ms to 1 s).
         jobs: The declared jobs this runner executes (default: all of its types' jobs; ``[]``:
             none).
         relay: Run the relay on this runner (default on).
@@ -159,6 +165,8 @@ class RuntimeConfig:
     executor_concurrency: int = 64
     lease: Duration = 60.0
     cancel_check: Duration | None = None
+    settle_batch: int = 64
+    settle_wait: Duration = 0.002
     jobs: Sequence[Any] | None = None
     relay: bool = True
     maintenance: bool = True
@@ -180,6 +188,7 @@ class RuntimeConfig:
     claim_lease_ms: int = field(init=False)
     job_lease_ms: int = field(init=False)
     cancel_check_ms: int = field(init=False)
+    settle_wait_ms: int = field(init=False)
     singleton_lease_ms: int = field(init=False)
     workflow_lease_ms: int = field(init=False)
     clock_offset_ms: int = field(init=False)
@@ -265,6 +274,11 @@ class RuntimeConfig:
             raise ConfigurationError("cancel_check must be at most a third of the lease.")
         self._set("job_lease_ms", lease_ms)
         self._set("cancel_check_ms", cancel_ms)
+        _check_count("settle_batch", self.settle_batch, 1, 10_000, show=True)
+        wait_ms = _duration(self.settle_wait, "settle_wait")
+        if not 1 <= wait_ms <= 1_000:
+            raise ConfigurationError(f"settle_wait must be between 1 ms and 1 s, got {wait_ms} ms.")
+        self._set("settle_wait_ms", wait_ms)
 
 
 def _duration(value: Duration, what: str) -> int:

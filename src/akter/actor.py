@@ -81,7 +81,8 @@ S = TypeVar("S", bound=BaseModel, default=BaseModel)
 RESERVED_MEMBER_NAMES = frozenset(
     {
         "id", "tenant", "ref", "caller", "principal", "command_id", "now", "now_ms", "state",
-        "emit", "send", "later", "cancel_timer", "enqueue", "cancel_job", "mint", "create",
+        "emit", "send", "later", "cancel_timer", "enqueue", "enqueue_many", "cancel_job", "mint",
+        "create",
         "events", "cursor", "with_command_id", "run", "runtime", "progress", "start_workflow",
         "signal_workflow", "cancel_workflow", "job_stream", "broadcast", "broadcasts", "watch",
         "rows",

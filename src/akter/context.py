@@ -9,7 +9,7 @@ runs; any other use raises :class:`~akter.errors.CapabilityEscaped` and stages n
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, Generic, ParamSpec, Self
 
@@ -25,6 +25,7 @@ from akter._contexts import (
     _Context,
     bind,
 )
+from akter._enqueue import job_row, many_payload, own_job, row_priority
 from akter._event_decl import Event
 from akter._ids import canonical_json, child_id, payload_hash, validate_actor_id, validate_key
 from akter._json import Unstorable, check_finite, storable_json, unserializable_path
@@ -106,13 +107,6 @@ class Later:
         """Stage a timer that delivers ``command`` to ``actor_id`` when due."""
         ctx = _writable(self._owner, "later")
         _stage_intent(ctx, command, actor_id, args, kwargs, self._delay_ms, self._at_ms, self._key)
-
-
-def _row_priority(priority: Any) -> int:
-    """``enqueue(priority=)``: 0-9, or the command is refused as ``InvalidInput``."""
-    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
-        raise invalid_input(f"enqueue(priority=) must be an integer from 0 to 9, got {priority!r}.")
-    return priority
 
 
 def _stage_workflow(ctx: CommandContext, command: WorkflowCommand, body: dict[str, Any]) -> str:
@@ -444,39 +438,44 @@ class TurnApi(Generic[S]):
         ``priority`` (0-9, higher first) overrides the job's declared default for this row.
         """
         ctx = _writable(self, "enqueue")
-        if not isinstance(job, Job) or job.owner is not ctx.definition:
-            raise invalid_input(
-                f"enqueue() takes a job of {ctx.definition.name!r} (e.g. "
-                f"{ctx.definition.name}.<job>), not {job!r}."
-            )
+        own_job(ctx, job, "enqueue")
         if key is not None:
             validate_key(key, "job key")
-        delay_ms, at_ms = parse_due(after, at, "enqueue()")
-        rank = job.options.priority if priority is None else _row_priority(priority)
-        body = job.validate_payload(payload)
-        # A job without after= or at= is relative: due now, with the execution timeout's slack.
-        relative = delay_ms if at_ms is not None else (delay_ms or 0)
-        timeout = ctx.definition.policy.execution_timeout
-        job_id = framework_id(ctx.now_ms, relative, at_ms, timeout, ctx.window_ms)
-        row = StagedRow(
-            intent_id=job_id,
-            kind=RowKind.JOB,
-            target_type=ctx.definition.name,
-            target_id=ctx.ref.id,
-            command=job.name,
-            payload=canonical_json(body),
-            caller=ctx.system_caller("job"),
-            delay_ms=delay_ms if at_ms is None else None,
-            at_ms=at_ms,
-            timer_key=None if key is None else job_timer_key(key),
-            payload_version=job.version,
-            priority=rank,
-            max_wait_ms=job.options.max_wait_ms,
-        )
+        due = parse_due(after, at, "enqueue()")
+        rank = job.options.priority if priority is None else row_priority(priority)
+        row = job_row(ctx, job, job.validate_payload(payload), due, rank, key)
         if key is not None:
             ctx.staged.ops.append(CancelJob(job_timer_key(key)))
         ctx.staged.ops.append(row)
-        return job_id
+        return row.intent_id
+
+    def enqueue_many(
+        self,
+        job: Job[PL, Any],
+        payloads: Sequence[PL],
+        *,
+        after: float | timedelta | None = None,
+        at: datetime | None = None,
+        priority: int | None = None,
+    ) -> list[str]:
+        """Stage one job of this actor type per payload; returns their ids, in order.
+
+        Every payload is validated first: one that is invalid refuses the whole call with
+        ``InvalidInput`` naming its index, and stages none. The rows are written with the
+        turn's other outbox rows, in one statement, only if the turn commits.
+        """
+        ctx = _writable(self, "enqueue_many")
+        own_job(ctx, job, "enqueue_many")
+        if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
+            raise invalid_input(
+                f"enqueue_many() takes a list of payloads for job {job.name!r}, not {payloads!r}."
+            )
+        due = parse_due(after, at, "enqueue_many()")
+        rank = job.options.priority if priority is None else row_priority(priority)
+        bodies = [many_payload(job, i, payload) for i, payload in enumerate(payloads)]
+        rows = [job_row(ctx, job, body, due, rank, None) for body in bodies]
+        ctx.staged.ops.extend(rows)
+        return [row.intent_id for row in rows]
 
     def cancel_job(self, key: str) -> None:
         """Cancel this actor's job with ``key`` if the turn commits (semantics §5.8)."""

@@ -4,7 +4,7 @@ Usage (from the repository root)::
 
     python -m tests.faults.jobs_child URL SCHEMA [--pause POINT] [--route COMMAND] [--hold S]
         [--announce] [--lease S] [--cancel-check S] [--claim-lease S] [--poll S]
-        [--concurrency N] [--pool N]
+        [--concurrency N] [--pool N] [--settle-wait S]
 
 It runs ``akter.Runtime(ACTORS)`` of :mod:`tests.faults.jobs_actors` with its relay (so it claims
 job rows and delivers route intents) on the given database and schema; its executors log every
@@ -15,7 +15,8 @@ lines on stdout:
 - ``STARTED <job_id> <attempt>`` when an executor call starts (with ``--announce``);
 - ``PAUSED <point> <job_id or command id> <attempt or ->`` when the operation armed with
   ``--pause`` holds at the point (``before_commit`` only matches a batch running the route
-  command ``--route``); it then holds until the process is killed.
+  command ``--route``; ``before_settle_flush`` names the batch's job ids, comma-separated); it
+  then holds until the process is killed.
 
 End of input stops the runtime gracefully, prints ``STOPPED`` and exits with status 0.
 """
@@ -50,6 +51,8 @@ def _matcher(args: argparse.Namespace) -> Any:
 
 
 def _describe(info: dict[str, Any]) -> str:
+    if "job_ids" in info:
+        return f"{','.join(info['job_ids'])} -"
     if "job_id" in info:
         return f"{info['job_id']} {info['attempt']}"
     batch = info.get("batch") or []
@@ -81,6 +84,7 @@ async def run(args: argparse.Namespace) -> int:
         executor_concurrency=args.concurrency,
         pool_size=args.pool,
         maintenance=False,
+        settle_wait=args.settle_wait,
     )
     try:
         async with runtime:
@@ -109,7 +113,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("url")
     parser.add_argument("schema")
     parser.add_argument(
-        "--pause", choices=["before_execute", "after_execute", "before_commit"], default=None
+        "--pause",
+        choices=["before_execute", "after_execute", "before_commit", "before_settle_flush"],
+        default=None,
     )
     parser.add_argument("--route", default=None, help="the route command before_commit waits for")
     parser.add_argument("--hold", type=float, default=0.0)
@@ -120,6 +126,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--poll", type=float, default=0.1)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--pool", type=int, default=10)
+    parser.add_argument("--settle-wait", type=float, default=0.002)
     return parser.parse_args(argv)
 
 

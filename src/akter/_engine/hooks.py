@@ -20,6 +20,8 @@ POINTS = frozenset(
         "after_execute",
         "before_renew",
         "before_dead_letter_commit",
+        # Jobs: before the settle coalescer sends a batch of successes (issue 45).
+        "before_settle_flush",
         "before_outbox_delete",
         "before_park",
         "before_discard_commit",

@@ -73,6 +73,9 @@ PLAIN_ONLY: dict[str, tuple[str, ...]] = {
     "release_skewed_jobs": ("citus_release_skewed_jobs_scan", "citus_release_skewed_job"),
     # Not a lock: a join with unnest() spans every shard (a two-phase commit across workers).
     "settle_intents": ("citus_settle_intent",),
+    # Batched job settles (issue 45): on Citus each success is settled by its own keyed statement.
+    "settle_jobs_route_batch": ("settle_job_route",),
+    "settle_jobs_delete_batch": ("settle_job_delete",),
     # Evolution, queries_citus_ops.sql: an operator's parked rows, undeclared jobs.
     "parked_lock": ("citus_parked_scan", "citus_parked_lock"),
     "park_undeclared_jobs": ("citus_park_undeclared_scan", "citus_park_undeclared_job"),

@@ -625,3 +625,35 @@ SET rank_ms = o.ready_at_ms - o.priority * 10000000000000::bigint
 FROM unranked u
 WHERE o.routing_key = u.routing_key AND o.intent_id = u.intent_id AND o.rank_ms IS NULL
 RETURNING 1;
+
+-- === Batched settles (issue 45: bulk paths) ===
+-- Many finished attempts whose plan is a plain success (semantics §5.9, Succeeded step 1) end in
+-- one statement of the executor's settle coalescer (akter._engine.jobs.coalescer). Each row is
+-- taken under exactly the guard of settle_job_route / settle_job_delete with the open guard, any
+-- attempt and no newer-attempt check (uncapped jobs only); the rows a batch does not take are
+-- settled one by one by the Settler, from step 2 on. Joined on routing_key and job id; plain
+-- PostgreSQL only (akter._store.citus.PLAIN_ONLY): a join with unnest() spans every shard on
+-- Citus, where each settle stays its own keyed statement.
+
+-- settle_jobs_route_batch --
+-- many first successes at once: each uncancelled job row (any attempt) named by (routing_key, job id) is rewritten into its route intent exactly as settle_job_route does; returns the rows it took
+UPDATE {schema}.outbox o
+SET kind = 'intent', command = u.command, payload = u.payload,
+    payload_version = u.payload_version,
+    traceparent = coalesce(u.traceparent, o.traceparent),
+    due_at_ms = {schema}.stmt_ms(%(off)s::bigint), scheduled_at_ms = {schema}.stmt_ms(%(off)s::bigint),
+    attempts = 0, last_error = NULL, ambiguous = false, running = false, timer_key = NULL
+FROM unnest(%(rks)s::bigint[], %(job_ids)s::text[], %(commands)s::text[], %(payloads)s::text[],
+            %(traceparents)s::text[], %(versions)s::int[])
+    AS u(rk, job_id, command, payload, traceparent, payload_version)
+WHERE o.routing_key = u.rk AND o.intent_id = u.job_id AND o.kind = 'job'
+  AND o.cancelled_at_ms IS NULL
+RETURNING o.intent_id;
+
+-- settle_jobs_delete_batch --
+-- many first successes without a route at once: each uncancelled job row (any attempt) named by (routing_key, job id) is deleted exactly as settle_job_delete does; returns the rows it took
+DELETE FROM {schema}.outbox o
+USING unnest(%(rks)s::bigint[], %(job_ids)s::text[]) AS u(rk, job_id)
+WHERE o.routing_key = u.rk AND o.intent_id = u.job_id AND o.kind = 'job'
+  AND o.cancelled_at_ms IS NULL
+RETURNING o.intent_id;

@@ -55,6 +55,7 @@ from akter.telemetry import tracer
 
 if TYPE_CHECKING:
     from akter._engine.hooks import HookInfo, Hooks
+    from akter._engine.jobs.coalescer import SettleCoalescer
     from akter._engine.jobs.progress import ProgressHub
     from akter._engine.jobs.progress_slot import ProgressSlot
     from akter._engine.jobs.streams import StreamLane, StreamWriter
@@ -123,6 +124,7 @@ class AttemptRunner:
         metrics: The runner's metrics (dead letters, job deliveries and retries).
         local: The local clock the lease deadline is measured and slept on.
         resources: The runner's job resources (``call.resource``).
+        settles: The runner's settle coalescer (plain successes in batches), if any.
     """
 
     def __init__(
@@ -138,8 +140,10 @@ class AttemptRunner:
         metrics: Metrics | None = None,
         local: LocalClock | None = None,
         resources: OpenResources | None = None,
+        settles: SettleCoalescer | None = None,
     ) -> None:
         self.local = local or LocalClock()
+        self.settles = settles
         self.resources = resources
         self.gateway = gateway
         self.hooks = hooks
@@ -160,6 +164,7 @@ class AttemptRunner:
             retry_every=self.cancel_check_ms / 1000,
             wake=self.wake,
             metrics=self.metrics,
+            batch=self.settles,
         )
 
     async def run(self, attempt: Attempt) -> bool:

@@ -41,6 +41,7 @@ from akter._engine.jobs.claims import (
     limit_of,
     wake_waiting,
 )
+from akter._engine.jobs.coalescer import SettleCoalescer
 from akter._engine.jobs.progress import ProgressHub
 from akter._engine.jobs.streams import StreamLane
 from akter._engine.lanes import Claimed, Pass
@@ -90,6 +91,17 @@ class JobExecutor:
         #: Output streams of this runner's attempts (docs/guides/job-streams.md).
         self.streams = StreamLane(StreamsGateway(services.store, services.clock))
         config = services.config
+        #: Plain successes settled many per statement (semantics §5.9); per row on Citus.
+        self.settles = (
+            SettleCoalescer(
+                self.gateway,
+                services.hooks,
+                size=config.settle_batch,
+                wait_ms=config.settle_wait_ms,
+            )
+            if self.gateway.batched_settles
+            else None
+        )
         self.runner = AttemptRunner(
             gateway=self.gateway,
             hooks=services.hooks,
@@ -101,6 +113,7 @@ class JobExecutor:
             metrics=services.metrics,
             local=services.local,
             resources=services.resources,
+            settles=self.settles,
         )
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -124,6 +137,8 @@ class JobExecutor:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        if self.settles is not None:
+            await self.settles.drain()  # successes queued by attempts cut off above still land
         await self.progress.stop()
 
     @property

@@ -45,6 +45,7 @@ from akter._store.gateway.jobs import RouteWrite
 
 if TYPE_CHECKING:
     from akter._engine.hooks import HookInfo, Hooks
+    from akter._engine.jobs.coalescer import SettleCoalescer
     from akter._store.gateway.jobs import JobsGateway
     from akter.jobs import Job
     from akter.telemetry import Metrics
@@ -72,6 +73,8 @@ class Settler:
         retry_every: Seconds between a capped success's tries while a newer attempt is live.
         wake: Wakes the relay after a routed write.
         metrics: Counts dead letters, job successes and backoffs (semantics §10.1).
+        batch: The runner's settle coalescer: an uncapped job's plain success is ended by it
+            (semantics §5.9, "Batched successes"); ``None``: every write on its own.
     """
 
     def __init__(
@@ -84,8 +87,10 @@ class Settler:
         retry_every: float,
         wake: Callable[[], None],
         metrics: Metrics | None = None,
+        batch: SettleCoalescer | None = None,
     ) -> None:
         self.gateway = gateway
+        self.batch = batch
         self.metrics = metrics
         self.hooks = hooks
         self.job = job
@@ -140,13 +145,29 @@ class Settler:
     # --- the plans ----------------------------------------------------------------------------
 
     async def _deliver(self, plan: Deliver) -> bool:
-        if await self._terminal(plan.success, cancelled=False, attempt=None):
+        # Step 1 in a batch with other successes, or alone; a batch that did not take the row
+        # (False) leaves it cancelled or ended, so the per-row writes go on from step 2.
+        taken = await self._batched(plan.success) if self.batch and not self.capped else None
+        if taken or (
+            taken is None and await self._terminal(plan.success, cancelled=False, attempt=None)
+        ):
             self._count("akter.relay.delivered", kind=RowKind.JOB)
             return True
         if await self._terminal(plan.fallback, cancelled=True, attempt=None):
             return True
         await self._late(plan.cancelled)
         return False
+
+    async def _batched(self, route: Route | None) -> bool | None:
+        """Step 1 of a plain success through the coalescer: taken, not taken, or None (alone)."""
+        assert self.batch is not None
+        write = _write(route, self.traceparent, self.job)
+        taken = await self.batch.settle(self.row, write)
+        if taken:
+            self.outcome = "succeeded"
+            if write is not None:
+                self.wake()
+        return taken
 
     async def _record_failure(self, plan: RecordFailure) -> bool:
         if plan.first is not None and await self._terminal(

@@ -172,6 +172,60 @@ class JobSettles(GatewayBase):
             newer = await cur.fetchone()
             return Ended(False, None if newer is None else bool(newer["live"]), woke)
 
+    @property
+    def batched_settles(self) -> bool:
+        """Whether many successes may end in one statement (``end_successes``): plain only."""
+        return self._store.strategy != "citus"
+
+    async def end_successes(
+        self, successes: Sequence[tuple[JobRow, RouteWrite | None]]
+    ) -> set[str]:
+        """End many first successes under the open guard, any attempt; the job ids it took.
+
+        Routed rows are rewritten by ``settle_jobs_route_batch``, the others deleted by
+        ``settle_jobs_delete_batch``; both in one transaction of one round trip when the batch
+        has both kinds, else one autocommit statement. A job id the answer lacks was not
+        changed: its guard did not hold (cancelled, or already ended).
+        """
+        routed = [(row, route) for row, route in successes if route is not None]
+        plain = [row for row, route in successes if route is None]
+        q = self._store.queries
+        async with self._store.framework.connection() as conn:
+            if routed and plain:
+                async with conn.pipeline(), conn.transaction():
+                    first = await conn.execute(
+                        q["settle_jobs_route_batch"], self._routed_params(routed)
+                    )
+                    second = await conn.execute(
+                        q["settle_jobs_delete_batch"], self._deleted_params(plain)
+                    )
+                rows = [*await first.fetchall(), *await second.fetchall()]
+            elif routed:
+                cur = await conn.execute(q["settle_jobs_route_batch"], self._routed_params(routed))
+                rows = await cur.fetchall()
+            else:
+                cur = await conn.execute(q["settle_jobs_delete_batch"], self._deleted_params(plain))
+                rows = await cur.fetchall()
+        return {str(r[0]) for r in rows}
+
+    def _routed_params(self, routed: Sequence[tuple[JobRow, RouteWrite]]) -> dict[str, object]:
+        return {
+            "rks": [row.routing_key for row, _ in routed],
+            "job_ids": [row.intent_id for row, _ in routed],
+            "commands": [route.command for _, route in routed],
+            "payloads": [route.payload for _, route in routed],
+            "traceparents": [route.traceparent for _, route in routed],
+            "versions": [route.payload_version for _, route in routed],
+            "off": self._off,
+        }
+
+    @staticmethod
+    def _deleted_params(rows: Sequence[JobRow]) -> dict[str, object]:
+        return {
+            "rks": [row.routing_key for row in rows],
+            "job_ids": [row.intent_id for row in rows],
+        }
+
     async def _write_and_wake(
         self,
         conn: Connection,
