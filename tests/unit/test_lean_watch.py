@@ -1,0 +1,126 @@
+"""The lean watch's rules (``akter._engine.loop.vacuum``), without a database.
+
+The gateway is a stub that returns the counts the test set and records vacuums; the clock is the
+test's own. The statements run against PostgreSQL in ``tests/integration/test_lean_outbox.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+
+from akter._engine.loop.vacuum import (
+    CHECK_EVERY_S,
+    DEAD_SHARE,
+    HELD_RETRY_S,
+    MIN_DEAD,
+    VacuumWatch,
+    due,
+)
+from akter._store.gateway.vacuum import Tuples
+
+
+class Stub:
+    """The outbox's counts, its vacuum and a monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.counts = [Tuples(0, 0)]
+        self.vacuumed = 0
+        self.applies = True
+        self.fail: Exception | None = None
+        self.now = 50.0
+
+    async def tuples(self) -> Tuples:
+        if self.fail is not None:
+            raise self.fail
+        return self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
+
+    async def vacuum(self) -> None:
+        self.vacuumed += 1
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_the_bound_is_a_floor_plus_a_share_of_the_live_rows() -> None:
+    assert not due(Tuples(live=0, dead=MIN_DEAD - 1))
+    assert due(Tuples(live=0, dead=MIN_DEAD))
+    live = 100_000
+    bound = MIN_DEAD + DEAD_SHARE * live
+    assert not due(Tuples(live=live, dead=int(bound) - 1))
+    assert due(Tuples(live=live, dead=int(bound)))
+
+
+async def test_checks_at_most_every_interval_and_vacuums_only_past_the_bound() -> None:
+    stub = Stub()
+    watch = VacuumWatch(stub, stub.clock)
+    stub.counts = [Tuples(10, MIN_DEAD // 2)]
+    watch.observe()
+    await watch.settled()
+    assert stub.vacuumed == 0
+    stub.counts = [Tuples(0, MIN_DEAD), Tuples(10, 3)]
+    watch.observe()  # within the interval: no check
+    assert not watch.checking
+    stub.now += CHECK_EVERY_S
+    watch.observe()
+    await watch.settled()
+    assert stub.vacuumed == 1 and watch.vacuums == 1
+    stub.counts = [Tuples(0, MIN_DEAD), Tuples(10, 0)]
+    stub.now += CHECK_EVERY_S
+    watch.observe()
+    await watch.settled()
+    assert stub.vacuumed == 2  # it removed them: the next interval is the ordinary one
+
+
+async def test_a_vacuum_that_removed_little_waits_for_the_snapshot() -> None:
+    stub = Stub()
+    watch = VacuumWatch(stub, stub.clock)
+    stub.counts = [Tuples(0, 4 * MIN_DEAD), Tuples(0, 4 * MIN_DEAD)]
+    watch.observe()
+    await watch.settled()
+    assert stub.vacuumed == 1
+    stub.now += HELD_RETRY_S - 0.01
+    watch.observe()
+    assert not watch.checking
+    stub.counts = [Tuples(0, 4 * MIN_DEAD), Tuples(10, 0)]
+    stub.now += 0.02
+    watch.observe()
+    await watch.settled()
+    assert stub.vacuumed == 2
+
+
+async def test_citus_is_left_to_the_shards_autovacuum() -> None:
+    stub = Stub()
+    stub.applies = False
+    stub.counts = [Tuples(0, 10 * MIN_DEAD)]
+    watch = VacuumWatch(stub, stub.clock)
+    watch.observe()
+    assert not watch.checking and stub.vacuumed == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "level"),
+    [
+        (psycopg.OperationalError("connection lost"), logging.INFO),
+        (psycopg.errors.InsufficientPrivilege("must be owner"), logging.WARNING),
+    ],
+)
+async def test_a_failed_check_is_logged_and_tried_again_later(
+    error: Exception, level: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub = Stub()
+    stub.fail = error
+    watch = VacuumWatch(stub, stub.clock)
+    with caplog.at_level(logging.INFO, logger="akter.relay"):
+        watch.observe()
+        await watch.settled()
+    assert [r.levelno for r in caplog.records] == [level]
+    stub.fail = None
+    stub.counts = [Tuples(0, MIN_DEAD), Tuples(0, 0)]
+    stub.now += CHECK_EVERY_S
+    watch.observe()
+    await watch.settled()
+    assert stub.vacuumed == 1
+    await watch.stop()
