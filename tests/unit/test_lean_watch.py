@@ -14,6 +14,7 @@ import pytest
 from akter._engine.loop.vacuum import (
     CHECK_EVERY_S,
     DEAD_SHARE,
+    HELD_RETRY_MAX_S,
     HELD_RETRY_S,
     MIN_DEAD,
     VacuumWatch,
@@ -124,3 +125,32 @@ async def test_a_failed_check_is_logged_and_tried_again_later(
     await watch.settled()
     assert stub.vacuumed == 1
     await watch.stop()
+
+
+async def next_check(watch: VacuumWatch, stub: Stub) -> float:
+    """Move the clock in quarter seconds until the watch looks again; how long that took."""
+    start = stub.now
+    while True:
+        stub.now += 0.25
+        watch.observe()
+        if watch.checking:
+            await watch.settled()
+            return stub.now - start
+
+
+async def test_the_wait_for_a_held_snapshot_doubles_up_to_its_bound_and_resets() -> None:
+    stub = Stub()
+    watch = VacuumWatch(stub, stub.clock)
+    held = Tuples(0, 4 * MIN_DEAD)
+    stub.counts = [held]  # every vacuum leaves them all
+    watch.observe()
+    await watch.settled()
+    waits = [await next_check(watch, stub) for _ in range(4)]
+    assert waits == [HELD_RETRY_S, 2 * HELD_RETRY_S, HELD_RETRY_MAX_S, HELD_RETRY_MAX_S]
+    assert stub.vacuumed == 5
+    stub.counts = [held, Tuples(0, 0)]  # released: the next vacuum removes them
+    await next_check(watch, stub)
+    assert stub.vacuumed == 6
+    stub.counts = [held]  # held again: the back-off starts over
+    assert await next_check(watch, stub) == CHECK_EVERY_S
+    assert await next_check(watch, stub) == HELD_RETRY_S

@@ -13,7 +13,8 @@ from the server's statistics (one row of ``pg_stat_user_tables``, no table acces
 dead ones reach ``MIN_DEAD`` plus ``DEAD_SHARE`` of the live ones, runs ``VACUUM (SKIP_LOCKED,
 TRUNCATE false)`` on the outbox, off the pass, on the framework pool, one at a time. A
 vacuum that removed less than half of them (a snapshot still holds them) is not repeated for
-``HELD_RETRY_S``. ``SKIP_LOCKED``: a runner whose peer or autovacuum is vacuuming the table skips.
+``HELD_RETRY_S``, doubling while they stay held, at most ``HELD_RETRY_MAX_S``.
+``SKIP_LOCKED``: a runner whose peer or autovacuum is vacuuming the table skips.
 
 Plain PostgreSQL only (``VacuumGateway.applies``); on Citus the shards' autovacuum keeps them,
 with migration 0021's settings. A vacuum never changes a row: it removes only versions no
@@ -40,8 +41,11 @@ CHECK_EVERY_S = 1.0
 #: Dead tuples at which the watch vacuums, plus ``DEAD_SHARE`` of the live ones.
 MIN_DEAD = 500
 DEAD_SHARE = 0.1
-#: After a vacuum that removed less than half of the dead tuples: wait this long.
+#: After a vacuum that removed less than half of the dead tuples: wait this long, doubled after
+#: each further such vacuum up to ``HELD_RETRY_MAX_S`` (a snapshot held for hours then costs a
+#: futile vacuum every few seconds, not every second), back to the first after one that worked.
 HELD_RETRY_S = 2.0
+HELD_RETRY_MAX_S = 8.0
 
 
 class _Gateway(Protocol):
@@ -69,6 +73,7 @@ class VacuumWatch:
         self._clock = clock
         self._next = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._held_wait = HELD_RETRY_S
         #: Vacuums this watch ran (tests, the bench).
         self.vacuums = 0
 
@@ -104,7 +109,10 @@ class VacuumWatch:
             return
         if after.dead * 2 > before.dead:
             # A snapshot (an idle transaction, a long query) still sees them: wait for it.
-            self._next = max(self._next, self._clock() + HELD_RETRY_S)
+            self._next = max(self._next, self._clock() + self._held_wait)
+            self._held_wait = min(self._held_wait * 2, HELD_RETRY_MAX_S)
+        else:
+            self._held_wait = HELD_RETRY_S
 
     @property
     def checking(self) -> bool:
