@@ -109,7 +109,7 @@ async def test_a_held_snapshot_keeps_the_dead_and_the_watch_waits_for_its_releas
             await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             await holder.execute("SELECT 1")  # the snapshot: every row deleted below stays
             await churn(t, "h-")
-            watch.observe()
+            watch.observe(force=True)
             await watch.settled()
             assert watch.vacuums == 1
             held = await gateway.tuples()
@@ -150,10 +150,14 @@ async def test_a_vacuum_lock_held_elsewhere_is_skipped_not_waited_for(akter_test
 
 
 async def test_the_runtime_wires_the_watch_to_its_passes(akter_test: Make) -> None:
+    # The pass's call itself is checked in tests/unit/test_lean_watch.py (interval, first look).
     async with akter_test(ALL, relay=False) as t:
         await churn(t, "p-")
         counted = await vacuums(t)
-        await t.runtime._relay.run_pass()  # a pass ends by asking the watch to look
-        await t.runtime._loop.vacuum.settled()
+        watch = t.runtime._loop.vacuum
+        await t.runtime._relay.run_pass()  # within a second of the start: no look yet
+        assert not watch.checking and await vacuums(t) == counted
+        watch.observe(force=True)  # what a pass a second later does
+        await watch.settled()
         assert await vacuums(t) == counted + 1
         assert (await VacuumGateway(t.runtime._store).tuples()).dead < CHURN // 10

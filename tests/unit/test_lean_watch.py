@@ -57,6 +57,7 @@ def test_the_bound_is_a_floor_plus_a_share_of_the_live_rows() -> None:
 async def test_checks_at_most_every_interval_and_vacuums_only_past_the_bound() -> None:
     stub = Stub()
     watch = VacuumWatch(stub, stub.clock)
+    stub.now += CHECK_EVERY_S  # the first look comes one interval after the start
     stub.counts = [Tuples(10, MIN_DEAD // 2)]
     watch.observe()
     await watch.settled()
@@ -78,6 +79,7 @@ async def test_checks_at_most_every_interval_and_vacuums_only_past_the_bound() -
 async def test_a_vacuum_that_removed_little_waits_for_the_snapshot() -> None:
     stub = Stub()
     watch = VacuumWatch(stub, stub.clock)
+    stub.now += CHECK_EVERY_S  # the first look comes one interval after the start
     stub.counts = [Tuples(0, 4 * MIN_DEAD), Tuples(0, 4 * MIN_DEAD)]
     watch.observe()
     await watch.settled()
@@ -97,6 +99,7 @@ async def test_citus_is_left_to_the_shards_autovacuum() -> None:
     stub.applies = False
     stub.counts = [Tuples(0, 10 * MIN_DEAD)]
     watch = VacuumWatch(stub, stub.clock)
+    stub.now += CHECK_EVERY_S  # the first look comes one interval after the start
     watch.observe()
     assert not watch.checking and stub.vacuumed == 0
 
@@ -114,6 +117,7 @@ async def test_a_failed_check_is_logged_and_tried_again_later(
     stub = Stub()
     stub.fail = error
     watch = VacuumWatch(stub, stub.clock)
+    stub.now += CHECK_EVERY_S  # the first look comes one interval after the start
     with caplog.at_level(logging.INFO, logger="akter.relay"):
         watch.observe()
         await watch.settled()
@@ -141,6 +145,7 @@ async def next_check(watch: VacuumWatch, stub: Stub) -> float:
 async def test_the_wait_for_a_held_snapshot_doubles_up_to_its_bound_and_resets() -> None:
     stub = Stub()
     watch = VacuumWatch(stub, stub.clock)
+    stub.now += CHECK_EVERY_S  # the first look comes one interval after the start
     held = Tuples(0, 4 * MIN_DEAD)
     stub.counts = [held]  # every vacuum leaves them all
     watch.observe()
@@ -154,3 +159,15 @@ async def test_the_wait_for_a_held_snapshot_doubles_up_to_its_bound_and_resets()
     stub.counts = [held]  # held again: the back-off starts over
     assert await next_check(watch, stub) == CHECK_EVERY_S
     assert await next_check(watch, stub) == HELD_RETRY_S
+
+
+async def test_the_first_look_waits_one_interval_after_the_start() -> None:
+    stub = Stub()
+    stub.counts = [Tuples(0, MIN_DEAD), Tuples(0, 0)]
+    watch = VacuumWatch(stub, stub.clock)
+    watch.observe()  # the first pass, at once: a runner just started looks later
+    assert not watch.checking
+    stub.now += CHECK_EVERY_S
+    watch.observe()
+    await watch.settled()
+    assert stub.vacuumed == 1

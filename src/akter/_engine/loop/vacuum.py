@@ -11,7 +11,7 @@ snapshot was released it stayed bloated until the next one (docs/internals/lean-
 So, after each pass, at most every ``CHECK_EVERY_S``, the watch reads the outbox's tuple counts
 from the server's statistics (one row of ``pg_stat_user_tables``, no table access) and, when the
 dead ones reach ``MIN_DEAD`` plus ``DEAD_SHARE`` of the live ones, runs ``VACUUM (SKIP_LOCKED,
-TRUNCATE false)`` on the outbox, off the pass, on the framework pool, one at a time. A
+TRUNCATE false)`` on the outbox, off the pass, on a connection of its own, one at a time. A
 vacuum that removed less than half of them (a snapshot still holds them) is not repeated for
 ``HELD_RETRY_S``, doubling while they stay held, at most ``HELD_RETRY_MAX_S``.
 ``SKIP_LOCKED``: a runner whose peer or autovacuum is vacuuming the table skips.
@@ -71,16 +71,17 @@ class VacuumWatch:
     def __init__(self, gateway: _Gateway, clock: Callable[[], float] = time.monotonic) -> None:
         self._gateway = gateway
         self._clock = clock
-        self._next = 0.0
+        # The first look comes one interval after the start, not at the first pass.
+        self._next = clock() + CHECK_EVERY_S
         self._task: asyncio.Task[None] | None = None
         self._held_wait = HELD_RETRY_S
         #: Vacuums this watch ran (tests, the bench).
         self.vacuums = 0
 
-    def observe(self) -> None:
-        """After a pass: start a check unless one runs or the last was recent."""
+    def observe(self, *, force: bool = False) -> None:
+        """After a pass: start a check unless one runs or the last was recent (``force``)."""
         now = self._clock()
-        if now < self._next or not self._gateway.applies:
+        if (now < self._next and not force) or not self._gateway.applies:
             return
         if self.checking:
             return

@@ -1,8 +1,9 @@
 """The lean watch's statements (``akter._engine.loop.vacuum``): the outbox's tuples, its vacuum.
 
-Both run on the framework pool (autocommit: ``VACUUM`` cannot run inside a transaction). Plain
-PostgreSQL only: on Citus the coordinator's statistics do not count the shards' tuples, and the
-workers' autovacuum keeps the shards (with migration 0021's settings).
+The count runs on the framework pool, the vacuum on a connection of its own (autocommit:
+``VACUUM`` cannot run inside a transaction). Plain PostgreSQL only: on Citus the coordinator's
+statistics do not count the shards' tuples, and the workers' autovacuum keeps the shards (with
+migration 0021's settings).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class VacuumGateway:
 
     async def vacuum(self) -> None:
         """``VACUUM (SKIP_LOCKED, TRUNCATE false)`` the outbox (``vacuum_outbox``)."""
-        async with self._store.framework.connection() as conn:
-            # Never prepared: a utility statement, run a few times a minute at most.
+        # Its own connection, not a pooled one: a vacuum takes tens of milliseconds, which the
+        # framework pool's claims, heartbeats and notifications should not wait behind.
+        conn = await self._store.connect_direct()
+        try:
             await conn.execute(self._store.queries["vacuum_outbox"], prepare=False)
+        finally:
+            await conn.close()
