@@ -475,6 +475,11 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
         await conn.execute(f'DROP TABLE "{schema}".job_streams')
         # 0019: the warm turn's guard function.
         await conn.execute(f'DROP FUNCTION "{schema}".turn_guard')
+        # 0021: the outbox's autovacuum settings (set again on the table and its shards).
+        await conn.execute(
+            f'ALTER TABLE "{schema}".outbox RESET (autovacuum_vacuum_scale_factor,'
+            " autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay, vacuum_truncate)"
+        )
         async with conn.transaction():
             await conn.execute(
                 f"DO $$ BEGIN EXECUTE 'DROP INDEX \"{schema}\".receipts_expiry';"
@@ -486,7 +491,7 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
                 " WHERE id IN ('0010_receipts_expiry', '0011_admission_receipts',"
                 " '0012_workflow_deadline_wakes', '0013_rate_grants', '0014_runner_models',"
                 " '0015_staged_receipts', '0016_subscriptions', '0018_job_streams',"
-                " '0019_turn_guard')"
+                " '0019_turn_guard', '0021_lean_outbox')"
             )
         await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
         cur = await conn.execute(

@@ -488,6 +488,19 @@ async def test_indexes_and_storage_options(akter_db: str, schema: str) -> None:
         {"schema": schema},
     )
     assert actors["reloptions"] == ["fillfactor=80"]
+    # 0021: the outbox is vacuumed at a fixed dead-tuple bound, at once, never truncated.
+    (outbox,) = await _fetch(
+        akter_db,
+        "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %(schema)s AND c.relname = 'outbox'",
+        {"schema": schema},
+    )
+    assert sorted(outbox["reloptions"]) == [
+        "autovacuum_vacuum_cost_delay=0",
+        "autovacuum_vacuum_scale_factor=0",
+        "autovacuum_vacuum_threshold=1000",
+        "vacuum_truncate=false",
+    ]
 
 
 async def test_outbox_bucket_is_checked_against_the_routing_key(akter_db: str, schema: str) -> None:

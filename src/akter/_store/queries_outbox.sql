@@ -147,3 +147,13 @@ FROM (
       AND o.target_type = ANY(%(types)s::text[])
     LIMIT %(limit)s
 ) due;
+
+-- outbox_tuples --
+-- the lean watch's view of the outbox (akter._engine.loop.vacuum): its live and dead tuples as the server's statistics count them (pg_stat_user_tables, no table access)
+SELECT coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_dead_tup, 0) AS dead
+FROM pg_stat_user_tables s
+WHERE s.relid = to_regclass('{schema}.outbox');
+
+-- vacuum_outbox --
+-- the lean watch's vacuum of the outbox (plain PostgreSQL; autocommit, outside any transaction): SKIP_LOCKED, so a runner whose peer or autovacuum holds the table's vacuum lock skips instead of queueing; no truncation, whose exclusive lock would stop the turns and claims
+VACUUM (SKIP_LOCKED, TRUNCATE false) {schema}.outbox;

@@ -7,6 +7,7 @@ lane as its waker (``wake``, ``wake_jobs``, ``wake_everywhere``, ``poke_others``
 
 Pieces: ``passes`` (the loop), ``wake_channel`` (in-process wakes, ``NOTIFY`` to and from other
 runners), ``idle`` (how long an idle runner sleeps), ``skew`` (rows left ahead by a clock that
-moved back), ``backlog`` (admission gated on the outbox backlog), ``wakes`` (who must hear of a
-local commit). The loop imports no lane.
+moved back), ``backlog`` (admission gated on the outbox backlog), ``vacuum`` (the outbox
+vacuumed when its dead tuples pile up), ``wakes`` (who must hear of a local commit). The loop
+imports no lane.
 """

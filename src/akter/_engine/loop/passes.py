@@ -10,7 +10,7 @@ few seconds), then, after a pass that claimed nothing, an idle poll's probe (``a
 ``next_due``); then it asks every lane to claim, side by side (own connection, framework pool:
 in series, an intent committed while the job claims ran waited for them before its own claim).
 After the pass, the admission gate on the outbox backlog (``backlog``) learns whether a lane's
-claim came back full.
+claim came back full, and the lean watch (``vacuum``) may vacuum the outbox, off the pass.
 
 The loop knows lanes only as :class:`akter._engine.lanes.Lane`; it is built first, and each lane
 gets it as its :class:`akter._engine.lanes.Waker`, then :meth:`PassLoop.drive` names the lanes.
@@ -30,8 +30,10 @@ from akter._engine.lanes import Claimed, Lane, Pass
 from akter._engine.loop.backlog import BacklogGate
 from akter._engine.loop.idle import IdleWait
 from akter._engine.loop.skew import SkewWatch
+from akter._engine.loop.vacuum import VacuumWatch
 from akter._engine.loop.wake_channel import WakeChannel
 from akter._store.gateway.jobs import JobKey
+from akter._store.gateway.vacuum import VacuumGateway
 from akter._waits import wait_event
 
 if TYPE_CHECKING:
@@ -84,6 +86,8 @@ class PassLoop:
         self.skew = SkewWatch(services, executed_jobs=services.executed_jobs, runner_id=runner_id)
         #: Admission backpressure on the backlog this runner's passes see (``max_outbox_backlog``).
         self.backlog = BacklogGate(lambda: services.config.max_outbox_backlog, self._count_backlog)
+        #: Vacuums the outbox when its dead tuples pile up (``vacuum``, plain PostgreSQL).
+        self.vacuum = VacuumWatch(VacuumGateway(services.store))
 
     def drive(self, *lanes: Lane) -> None:
         """Name the lanes each pass asks to claim, in this order (once, before ``start``)."""
@@ -110,6 +114,7 @@ class PassLoop:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.backlog.stop()
+        await self.vacuum.stop()
         await self._channel.stop()
 
     # --- wakes (the lanes' Waker) ------------------------------------------------------------
@@ -201,6 +206,7 @@ class PassLoop:
                 if isinstance(outcome, Claimed):
                     self._backlogged[i] = outcome.backlogged
             self.backlog.observe(any(self._backlogged))
+            self.vacuum.observe()
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome  # every lane's claim has ended: the pass ran to completion
