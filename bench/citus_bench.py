@@ -193,7 +193,7 @@ async def drain(url: str, citus: bool, args: argparse.Namespace) -> dict[str, An
             before = runtime._relay.delivered
             staged = (args.drain // 100) * 100
             started = time.perf_counter()
-            await runtime._relay.start()
+            await runtime._loop.start()  # relay=False built the pass loop without starting it
             runtime._relay.wake()
             while runtime._relay.delivered - before < staged:
                 if time.perf_counter() - started > 600:

@@ -150,6 +150,29 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.t
           o.scheduled_at_ms,
           o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, %(now)s::bigint AS now;
 
+-- citus_claim_intent_keyed --
+-- Citus: claims one intent a local commit named (no scan), in its own shard, SKIP LOCKED, only while it is still due and unparked; the coordinator's clock read in a table-free CTE, which Citus evaluates there and sends the worker as a literal (one statement, one round trip); leased like claim_intents
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+), locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts
+    FROM {schema}.outbox o, clock c
+    WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = %(intent_id)s::text
+      AND o.kind = 'intent' AND o.due_at_ms <= c.now AND o.parked_at_ms IS NULL
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET attempts = l.attempts + 1,
+    due_at_ms = c.now + greatest(%(lease)s::bigint,
+                                 least(1000::bigint << least(l.attempts, 31),
+                                       %(max_backoff)s::bigint))
+FROM locked l, clock c
+WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
+          o.target_id, o.command, o.payload, o.payload_version, o.caller, o.attempts,
+          o.scheduled_at_ms,
+          o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, c.now AS now;
+
 -- citus_claim_jobs_scan --
 -- Citus, step 1 of an uncapped job claim: due unparked job rows of the (actor type, job) pairs this runner executes, at the pass's clock reading, highest rank first (priority, max_wait: migration 0006), read without locks across shards
 SELECT o.routing_key, o.intent_id, o.actor_type, o.command, o.due_at_ms

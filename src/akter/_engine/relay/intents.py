@@ -35,7 +35,7 @@ from akter._engine import parking, ticks
 from akter._engine.lanes import Claimed, Deliver, Pass, Waker
 from akter._kinds import CronTick, WorkflowIntent, decode_intent
 from akter._store.gateway.jobs import JobKey
-from akter._store.gateway.outbox import ClaimedIntent, IntentClaim, OutboxGateway
+from akter._store.gateway.outbox import ClaimedIntent, IntentClaim, IntentKey, OutboxGateway
 from akter.callers import ActorRef, caller_from_json
 from akter.errors import ActorError, InjectedCrash
 
@@ -200,10 +200,12 @@ class Relay:
         if p.quiet:
             self._left_candidates = False
             return Claimed()
-        rows = 0 if p.jobs_only else await self._claim_intents(p.drain)
+        rows = 0 if p.jobs_only else await self._claim_intents(p.drain, p.intent_keys)
         return Claimed(rows, self._left_candidates)
 
-    async def _claim_intents(self, drain: bool = False) -> int:
+    async def _claim_intents(
+        self, drain: bool = False, keys: Sequence[IntentKey] | None = None
+    ) -> int:
         config = self._services.config
         types = sorted(self._services.registry.definitions) if config.host_actors else []
         lane = (
@@ -218,6 +220,22 @@ class Relay:
         free = min(lane - delivering - max(0, settling - lane), config.pass_limit)
         if not types or free <= 0:
             return 0
+        if keys is not None and self._outbox.claims_by_key and not self._left_candidates:
+            rows = await self._claim_keyed(keys, set(types), free)
+        else:
+            rows = await self._claim_scanned(types, free)
+        for row in rows:
+            claim = _Claim(row, row.claimed_until)
+            key = (row.routing_key, row.intent_id)
+            self._claims[key] = claim
+            claim.task = asyncio.create_task(
+                self._deliver(key, claim), name=f"akter.relay.deliver {row.intent_id}"
+            )
+        return len(rows)
+
+    async def _claim_scanned(self, types: list[str], free: int) -> list[ClaimedIntent]:
+        """Claim up to ``free`` due intents of ``types``, oldest first (the full claim)."""
+        config = self._services.config
         rows = await self._outbox.claim(
             types=types,
             probe=2 * free * self._widen,
@@ -231,14 +249,27 @@ class Relay:
         else:
             self._widen = 1
         self._left_candidates = len(rows) == free
-        for row in rows:
-            claim = _Claim(row, row.claimed_until)
-            key = (row.routing_key, row.intent_id)
-            self._claims[key] = claim
-            claim.task = asyncio.create_task(
-                self._deliver(key, claim), name=f"akter.relay.deliver {row.intent_id}"
-            )
-        return len(rows)
+        return rows
+
+    async def _claim_keyed(
+        self, keys: Sequence[IntentKey], types: set[str], free: int
+    ) -> list[ClaimedIntent]:
+        """Claim the intents local commits named, up to ``free``, without a scan (Citus).
+
+        Only after a claim that left no candidate behind: a backlog is claimed oldest first
+        by the scan. Keys past ``free`` are left to the scan that the freed slots ask for.
+        """
+        config = self._services.config
+        hosted = [
+            k
+            for k in keys
+            if k.target_type in types and (k.routing_key, k.intent_id) not in self._claims
+        ]
+        rows = await self._outbox.claim_keyed(
+            hosted[:free], lease_ms=config.claim_lease_ms, max_backoff_ms=config.max_backoff_ms
+        )
+        self._left_candidates = len(hosted) > free
+        return rows
 
     async def _deliver(self, key: tuple[int, str], claim: _Claim) -> None:
         params = IntentClaim(key[0], key[1], claim.token)
