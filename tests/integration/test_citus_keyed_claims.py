@@ -120,6 +120,7 @@ async def test_an_intent_a_local_commit_made_due_is_claimed_by_key_on_citus_only
         delivered = await until(
             lambda: _received_k(t, "kc-r1", 7), what="the second intent delivered"
         )
+        assert delivered is not None
         if t.on_citus:
             assert delivered["cid"] in by_key  # claimed by key, no scan
         else:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from akter._store.gateway import citus_claims
@@ -125,11 +126,16 @@ class OwnConnection:
         async with self._lock:
             conn = self._conn
             if conn is None or conn.closed or conn.broken:
-                options = self._citus_options if self._store.strategy == "citus" else ""
-                extra = {"options": options} if options else {}
-                conn = self._conn = await psycopg.AsyncConnection.connect(
-                    self._store.url, autocommit=True, **extra
-                )
+                if self._citus_options and self._store.strategy == "citus":
+                    # Added to the URL's own options (a keyword would replace them).
+                    given = conninfo_to_dict(self._store.url).get("options")
+                    options = f"{given} {self._citus_options}" if given else self._citus_options
+                    conn = await psycopg.AsyncConnection.connect(
+                        self._store.url, autocommit=True, options=options
+                    )
+                else:
+                    conn = await psycopg.AsyncConnection.connect(self._store.url, autocommit=True)
+                self._conn = conn
             try:
                 yield conn
             except BaseException:
