@@ -120,6 +120,14 @@ SELECT {schema}.fence_check(count(*)) FROM (
     FOR KEY SHARE
 ) AS fence;
 
+-- citus_insert_receipt --
+-- Citus: one committed command's outcome under its command id, by scalar parameters (a turn's receipts after update_actor, one statement each): Citus routes this INSERT to the actor's shard as it is, where update_actor_receipt's INSERT inside a CTE is planned on the coordinator as subplans
+INSERT INTO {schema}.receipts
+    (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,
+     caller_key, outcome, expires_at_ms)
+VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(command_id)s, %(command)s,
+        %(payload_hash)s, %(caller_key)s, %(outcome)s::jsonb, %(expires_at_ms)s);
+
 -- citus_claim_intents_scan --
 -- Citus, step 1 of an intent claim: due unparked intents of hosted types at the pass's clock reading (now, from clock_now), oldest first, read without locks across shards
 SELECT o.routing_key, o.intent_id, o.due_at_ms

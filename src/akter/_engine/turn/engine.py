@@ -329,6 +329,7 @@ class TurnEngine:
                 meanwhile=lambda: decode_replies(ran.outcomes),
                 owned=owned,
                 followed=self.followed,
+                receipts_apart=self.store.strategy == "citus",
             )
         except psycopg.Error as exc:
             warm.commit_failed(exc, ran, owned)

@@ -121,6 +121,7 @@ async def send(
     meanwhile: Callable[[], None] | None = None,
     owned: OwnedTurn | None = None,
     followed: subscribed.Followed | None = None,
+    receipts_apart: bool = False,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
@@ -130,6 +131,8 @@ async def send(
     ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
     ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``). ``owned``: the batch's
     owned-row writes, sent first. A warm turn's lead goes first (``Flights.lead``).
+    ``receipts_apart`` (Citus): the receipts follow the update as statements of their own
+    (``actors.update_actor``).
     """
     started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
@@ -159,6 +162,7 @@ async def send(
                     now_ms=now_ms,
                     locked_version=locked_version,
                     receipts=receipts,
+                    receipts_apart=receipts_apart,
                 )
             if not writes.empty:
                 cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)
