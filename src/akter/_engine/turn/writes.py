@@ -121,7 +121,6 @@ async def send(
     meanwhile: Callable[[], None] | None = None,
     owned: OwnedTurn | None = None,
     followed: subscribed.Followed | None = None,
-    receipts_apart: bool = False,
 ) -> Sent:
     """Queue the commit flight and sync the pipeline (the flight's one round trip).
 
@@ -131,8 +130,6 @@ async def send(
     ``None``): the fences read the clock in this flight, at the offset it has as it is sent.
     ``meanwhile`` runs once the flight is sent (``TurnPipeline.sync``). ``owned``: the batch's
     owned-row writes, sent first. A warm turn's lead goes first (``Flights.lead``).
-    ``receipts_apart`` (Citus): the receipts follow the update as statements of their own
-    (``actors.update_actor``).
     """
     started_ns = time.time_ns() if flights.recording else 0
     writes = ran.writes
@@ -149,7 +146,6 @@ async def send(
                 # must not undo anything else of this flight (turn/owned.py).
                 await owned.send()
             if todo.state_changed:
-                # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
                     pipe,
                     q,
@@ -162,7 +158,7 @@ async def send(
                     now_ms=now_ms,
                     locked_version=locked_version,
                     receipts=receipts,
-                    receipts_apart=receipts_apart,
+                    receipts_apart=flights.receipts_apart,
                 )
             if not writes.empty:
                 cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)

@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 
 from akter._staging import StagedEvent, StagedRow
 from akter._store import citus
+from akter._store.gateway import citus_writes
 from akter._store.gateway.errors import wrap_errors
 from akter._store.pipeline import Answer, TurnPipeline
 from akter._store.pool import Clock, Connection, Store, TurnConnection
@@ -365,11 +366,8 @@ def update_actor(
 
     With ``receipts`` the same statement writes them too: a warm turn's writes are one
     statement. :func:`receipt_params` of several receipts go to ``update_actor_receipts``,
-    :func:`one_receipt_params` to ``update_actor_receipt``. With ``receipts_apart`` (Citus)
-    the update is ``update_actor`` and each receipt an insert of its own (``citus_insert_receipt``),
-    queued after it: Citus routes those to the actor's shard as they are, where it plans the
-    statement with an ``INSERT`` in a CTE on the coordinator, as subplans (the commit took about
-    twice as long).
+    :func:`one_receipt_params` to ``update_actor_receipt``. With ``receipts_apart`` (Citus):
+    ``update_actor``, then an insert per receipt (``citus_writes``).
     """
     params = {
         **key,
@@ -383,7 +381,7 @@ def update_actor(
     if receipts is None:
         return conn.execute(q["update_actor"], params)
     if receipts_apart:
-        return _update_then_receipts(conn, q, params, key, receipts)
+        return citus_writes.update_then_receipts(conn, q, params, key, receipts)
     if "command_id" in receipts:  # one_receipt_params
         return conn.execute(q["update_actor_receipt"], {**params, **receipts})
     return conn.execute(q["update_actor_receipts"], {**params, **receipts})
@@ -532,36 +530,6 @@ def one_receipt_params(
         "outcome": outcome,
         "expires_at_ms": expires,
     }
-
-
-async def _update_then_receipts(
-    conn: Executor, q: Queries, params: Params, key: Key, receipts: Mapping[str, Any]
-) -> Cursor:
-    """``update_actor``, then one single-row insert per receipt (the fence's error aborts both)."""
-    cur = await conn.execute(q["update_actor"], params)
-    if "command_id" in receipts:  # one_receipt_params
-        await conn.execute(q["citus_insert_receipt"], {**key, **receipts})
-        return cur
-    rows = zip(
-        receipts["command_ids"],
-        receipts["commands"],
-        receipts["payload_hashes"],
-        receipts["caller_keys"],
-        receipts["outcomes"],
-        receipts["expires"],
-        strict=True,
-    )
-    for command_id, command, payload_hash, caller_key, outcome, expires in rows:
-        one = one_receipt_params(
-            command_id=command_id,
-            command=command,
-            payload_hash=payload_hash,
-            caller_key=caller_key,
-            outcome=outcome,
-            expires=expires,
-        )
-        await conn.execute(q["citus_insert_receipt"], {**key, **one})
-    return cur
 
 
 def insert_receipts(
