@@ -279,19 +279,20 @@ class AdmissionRead:
 
 
 async def admission_answers(
-    lock: Cursor, read: Cursor | None
+    lock: Cursor, read: Cursor | None, apart: bool = False
 ) -> tuple[LockedActor | None, AdmissionRead | None]:
     """The locked row and the admission read, from their own answers or ``lock_admit``'s one.
 
     ``None``, ``None`` when the row is missing (``lock_admit``); with ``read`` its answer is
-    read whether or not the row was found.
+    read whether or not the row was found. ``apart`` (Citus): ``lock`` is ``lock_actor``'s
+    answer, and without ``read`` there is no admission read.
     """
     row = await lock.fetchone()
     locked = None if row is None else LockedActor.from_row(row)
     if read is not None:
         answer = await read.fetchone()
         return locked, None if answer is None else AdmissionRead.from_row(answer)
-    return locked, None if row is None else AdmissionRead.from_row(row[5:])
+    return locked, None if row is None or apart else AdmissionRead.from_row(row[5:])
 
 
 async def clock_answer(cur: Cursor) -> int:
