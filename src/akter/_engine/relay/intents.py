@@ -248,7 +248,14 @@ class Relay:
             self._widen = min(64, self._widen * 2)
         else:
             self._widen = 1
-        self._left_candidates = len(rows) == free
+        if self._outbox.claims_by_key:
+            # Citus: left behind only when the scan saw more due rows than it took (its probe
+            # reads twice the free slots). A claim that filled the slots with every due row
+            # would otherwise make each freed slot ask for another scan of every shard, and
+            # keep the next commits' intents from being claimed by key.
+            self._left_candidates = candidates > len(rows)
+        else:
+            self._left_candidates = len(rows) == free
         return rows
 
     async def _claim_keyed(
