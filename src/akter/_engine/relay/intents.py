@@ -219,6 +219,10 @@ class Relay:
         # deletes that stall (a lock, an outage) then stop the lane instead of piling up.
         free = min(lane - delivering - max(0, settling - lane), config.pass_limit)
         if not types or free <= 0:
+            if types and self._outbox.claims_by_key:
+                # Citus: due rows may wait for this full lane (named ones are not kept), so
+                # the next freed slot asks for a pass, which scans.
+                self._left_candidates = True
             return 0
         if keys is not None and self._outbox.claims_by_key and not self._left_candidates:
             rows = await self._claim_keyed(keys, set(types), free)
