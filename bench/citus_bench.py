@@ -19,7 +19,14 @@ fresh schema dropped afterwards:
    its relay off; the relay is then started and the time until every one was delivered gives
    intents/s (every claim is a claim pass: on Citus the scan and the single-shard claims).
 
-Prints one line per measurement; ``--json`` appends one JSON object per URL.
+Prints one line per measurement; ``--json`` appends one JSON object per URL. Given one plain
+URL and one Citus URL, it ends with a table of both and their ratios beside issue 45's goals
+(intent latency p50 on Citus within 3x plain, turns within 0.5x). ``--no-drain`` skips step 3.
+
+Issue 45's run (a plain server and the local cluster of ``bench/citus_cluster.sh``)::
+
+    PYTHONPATH=src python bench/citus_bench.py --duration 10 \
+        --url postgresql://postgres@127.0.0.1:5432/test --url postgresql://postgres@127.0.0.1:9700/test
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -41,6 +49,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != SELF.parent]
 sys.path.insert(0, str(SELF.parent.parent / "src"))
 
 import psycopg  # noqa: E402
+from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 import akter  # noqa: E402
@@ -115,6 +124,84 @@ async def _runtime(url: str, schema: str, citus: bool, **options: Any) -> akter.
     return runtime
 
 
+def _node_cpu_s(data_dir: str) -> float | None:
+    """CPU seconds a local server has used: its postmaster, its live backends, its reaped ones.
+
+    ``None`` when the data directory is not readable here (a remote server). Backends that ended
+    count through the postmaster's ``cutime``/``cstime`` (it reaps them).
+    """
+    try:
+        pid = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
+        if proc.name == str(pid):
+            total += sum(int(f) for f in fields[11:15])
+        elif fields[1] == str(pid):
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+async def _nodes(url: str, citus: bool) -> dict[str, str]:
+    """Each node's data directory by role (``server``; or ``coordinator``, ``worker:<port>``)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (await conn.execute("SHOW data_directory")).fetchone()
+        assert row is not None
+        if not citus:
+            return {"server": str(row[0])}
+        nodes = {"coordinator": str(row[0])}
+        cur = await conn.execute("SELECT node_name, node_port FROM citus_get_active_worker_nodes()")
+        workers = await cur.fetchall()
+    for host, port in workers:
+        info = conninfo_to_dict(url) | {"host": host, "port": port}
+        async with await psycopg.AsyncConnection.connect(**info, autocommit=True) as conn:
+            row = await (await conn.execute("SHOW data_directory")).fetchone()
+            assert row is not None
+            nodes[f"worker:{port}"] = str(row[0])
+    return nodes
+
+
+class CpuMeter:
+    """CPU seconds of this process and of each local server node over a measured phase."""
+
+    def __init__(self, nodes: dict[str, str]) -> None:
+        self._nodes = nodes
+        self._start: dict[str, float | None] = {}
+
+    def start(self) -> None:
+        self._start = {role: _node_cpu_s(d) for role, d in self._nodes.items()}
+        self._start["client"] = time.process_time()
+
+    def stop(self, turns: int) -> dict[str, Any]:
+        """CPU milliseconds per turn by role (``cpu_ms_per_turn``), where measurable."""
+        used: dict[str, float] = {}
+        for role, d in self._nodes.items():
+            before, after = self._start.get(role), _node_cpu_s(d)
+            if before is not None and after is not None:
+                used[role] = after - before
+        started = self._start["client"]
+        assert started is not None
+        used["client"] = time.process_time() - started
+        per_turn = {role: 1000 * v / max(turns, 1) for role, v in used.items()}
+        out: dict[str, Any] = {"cpu_ms_per_turn": per_turn}
+        workers = [v for role, v in per_turn.items() if role.startswith("worker:")]
+        if workers:
+            # Worker vCPU time per turn, over every worker: the sizing note's denominator.
+            out["turns_per_worker_vcpu_s"] = 1000 / sum(workers)
+        if "server" in per_turn:
+            out["turns_per_server_vcpu_s"] = 1000 / per_turn["server"]
+        return out
+
+
 async def turns(runtime: akter.Runtime, args: argparse.Namespace) -> dict[str, Any]:
     ids = [f"c-{i:05d}" for i in range(args.actors)]
     kind: type[Counter] | type[TenantCounter] = (
@@ -132,10 +219,12 @@ async def turns(runtime: akter.Runtime, args: argparse.Namespace) -> dict[str, A
             await runtime.get(kind, ids[rng.randrange(len(ids))]).add(1)
             latencies.append((time.perf_counter() - started) * 1000)
 
+    meter = CpuMeter(args.nodes)
+    meter.start()
     started = time.perf_counter()
     await asyncio.gather(*(caller(i) for i in range(args.callers)))
     elapsed = time.perf_counter() - started
-    return {
+    return meter.stop(len(latencies)) | {
         "turns_per_s": len(latencies) / elapsed,
         "turn_p50_ms": statistics.median(latencies),
         "turn_p99_ms": _pct(latencies, 0.99),
@@ -193,7 +282,7 @@ async def drain(url: str, citus: bool, args: argparse.Namespace) -> dict[str, An
             before = runtime._relay.delivered
             staged = (args.drain // 100) * 100
             started = time.perf_counter()
-            await runtime._relay.start()
+            await runtime._loop.start()  # relay=False built the pass loop without starting it
             runtime._relay.wake()
             while runtime._relay.delivered - before < staged:
                 if time.perf_counter() - started > 600:
@@ -233,9 +322,12 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "url": url, "citus": citus, "callers": args.callers, "placement": args.placement,
     }  # fmt: skip
     runtime = await _runtime(url, schema, citus)
+    args.nodes = await _nodes(url, citus)
     try:
         async with runtime:
             out |= await turns(runtime, args)
+            cpu = ", ".join(f"{k} {v:.2f}" for k, v in out["cpu_ms_per_turn"].items())
+            print(f"{url}: CPU ms per turn: {cpu}", flush=True)
             if citus:
                 out |= await _spread(url, schema)
             print(f"{url}: turns {out['turns_per_s']:.0f}/s p50 {out['turn_p50_ms']:.2f} ms "
@@ -247,6 +339,8 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                   flush=True)  # fmt: skip
     finally:
         await _drop(url, schema)
+    if args.no_drain:
+        return out
     out |= await drain(url, citus, args)
     print(f"{url}: claim rate {out['claimed_per_s']:.0f} intents/s "
           f"({out['drained']} in {out['drain_s']:.1f} s)", flush=True)  # fmt: skip
@@ -257,6 +351,45 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     return [await measure(url, args) for url in args.url]
 
 
+#: (key, label, goal as Citus / plain: ("<=", x) or (">=", x), or None)
+_ROWS = (
+    ("turns_per_s", "turns/s", (">=", 0.5)),
+    ("turn_p50_ms", "turn p50 ms", None),
+    ("intent_p50_ms", "intent latency p50 ms", ("<=", 3.0)),
+    ("intent_p99_ms", "intent latency p99 ms", None),
+    ("claimed_per_s", "claim rate intents/s", None),
+)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Plain beside Citus, their ratio and issue 45's goal (the first of each kind)."""
+    plain = next((r for r in results if not r["citus"]), None)
+    citus = next((r for r in results if r["citus"]), None)
+    if plain is None or citus is None:
+        return ""
+    lines = [
+        f"{'measure':<24}{'plain':>10}{'citus':>10}{'citus/plain':>13}  goal",
+        "-" * 66,
+    ]
+    for key, label, goal in _ROWS:
+        if key not in plain or key not in citus or not plain[key]:
+            continue
+        ratio = citus[key] / plain[key]
+        verdict = ""
+        if goal is not None:
+            sign, bound = goal
+            met = ratio <= bound if sign == "<=" else ratio >= bound
+            verdict = f"{sign} {bound:g}x: {'met' if met else 'NOT met'}"
+        lines.append(f"{label:<24}{plain[key]:>10.1f}{citus[key]:>10.1f}{ratio:>12.2f}x  {verdict}")
+    if "turns_per_worker_vcpu_s" in citus:
+        lines.append(
+            f"Citus: {citus['turns_per_worker_vcpu_s']:.0f} turns per worker vCPU-second "
+            f"(worker CPU only; plain: {plain.get('turns_per_server_vcpu_s', 0):.0f} turns per "
+            "server vCPU-second)"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", action="append", required=True)
@@ -265,9 +398,13 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=1000)
     parser.add_argument("--drain", type=int, default=5000)
     parser.add_argument("--placement", choices=("actor", "tenant"), default="actor")
+    parser.add_argument("--no-drain", action="store_true", help="skip the claim-rate drain")
     parser.add_argument("--json")
     args = parser.parse_args()
     results = asyncio.run(main_async(args))
+    summary = table(results)
+    if summary:
+        print(summary)
     if args.json:
         with open(args.json, "a", encoding="utf-8") as f:
             for result in results:

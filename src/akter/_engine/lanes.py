@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from akter._store.gateway.jobs import JobKey
+from akter._store.gateway.outbox import IntentKey
 from akter.callers import ActorRef, Caller
 
 
@@ -29,12 +30,16 @@ class Pass:
             the intent lane skips its claim (the polls still claim everywhere).
         job_keys: The job rows those commits made due (empty: not known); the jobs lane may claim
             them by primary key.
+        intent_keys: Every wake since the last pass that asked for intent claims came from local
+            commits, which made these intents due (``None``: not known, claim by scan). On
+            Citus the intent lane claims them by key, without reading every shard.
     """
 
     drain: bool = False
     quiet: bool = False
     jobs_only: bool = False
     job_keys: Sequence[JobKey] = ()
+    intent_keys: Sequence[IntentKey] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,10 @@ class Waker(Protocol):
 
     def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None:
         """Ask for a pass here soon that need only claim jobs (``keys``: rows made due)."""
+        ...
+
+    def wake_intents(self, keys: Sequence[IntentKey]) -> None:
+        """Ask for a pass here soon for the intents ``keys`` (rows a local commit made due)."""
         ...
 
     def wake_everywhere(self) -> None:

@@ -63,7 +63,11 @@ REFERENCE = (
 #: Statements that lock or write rows across shards, run on plain PostgreSQL only; on Citus the
 #: gateways run these variants instead (an unlocked scan, then keyed single-shard statements).
 PLAIN_ONLY: dict[str, tuple[str, ...]] = {
-    "claim_intents": ("citus_claim_intents_scan", "citus_claim_intent"),
+    "claim_intents": (
+        "citus_claim_intents_scan",
+        "citus_claim_intent",
+        "citus_claim_intent_keyed",
+    ),
     "claim_jobs": ("citus_claim_jobs_scan", "citus_claim_job"),
     # Not run on Citus (a join with unnest() spans every shard): its wake runs the full claim.
     "claim_jobs_keyed": ("citus_claim_job",),

@@ -120,6 +120,14 @@ SELECT {schema}.fence_check(count(*)) FROM (
     FOR KEY SHARE
 ) AS fence;
 
+-- citus_insert_receipt --
+-- Citus: one committed command's outcome under its command id, by scalar parameters (a turn's receipts after update_actor, one statement each): Citus routes this INSERT to the actor's shard as it is, where update_actor_receipt's INSERT inside a CTE is planned on the coordinator as subplans
+INSERT INTO {schema}.receipts
+    (routing_key, tenant_id, actor_type, actor_id, command_id, command, payload_hash,
+     caller_key, outcome, expires_at_ms)
+VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(command_id)s, %(command)s,
+        %(payload_hash)s, %(caller_key)s, %(outcome)s::jsonb, %(expires_at_ms)s);
+
 -- citus_claim_intents_scan --
 -- Citus, step 1 of an intent claim: due unparked intents of hosted types at the pass's clock reading (now, from clock_now), oldest first, read without locks across shards
 SELECT o.routing_key, o.intent_id, o.due_at_ms
@@ -149,6 +157,29 @@ RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.t
           o.target_id, o.command, o.payload, o.payload_version, o.caller, o.attempts,
           o.scheduled_at_ms,
           o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, %(now)s::bigint AS now;
+
+-- citus_claim_intent_keyed --
+-- Citus: claims one intent a local commit named (no scan), in its own shard, SKIP LOCKED, only while it is still due and unparked; the coordinator's clock read in a table-free CTE, which Citus evaluates there and sends the worker as a literal (one statement, one round trip); leased like claim_intents
+WITH clock AS MATERIALIZED (
+    SELECT {schema}.stmt_ms(%(off)s::bigint) AS now
+), locked AS (
+    SELECT o.routing_key, o.intent_id, o.attempts
+    FROM {schema}.outbox o, clock c
+    WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = %(intent_id)s::text
+      AND o.kind = 'intent' AND o.due_at_ms <= c.now AND o.parked_at_ms IS NULL
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET attempts = l.attempts + 1,
+    due_at_ms = c.now + greatest(%(lease)s::bigint,
+                                 least(1000::bigint << least(l.attempts, 31),
+                                       %(max_backoff)s::bigint))
+FROM locked l, clock c
+WHERE o.routing_key = %(rk)s::bigint AND o.intent_id = l.intent_id
+RETURNING o.routing_key, o.intent_id, o.tenant_id, o.actor_type, o.actor_id, o.target_type,
+          o.target_id, o.command, o.payload, o.payload_version, o.caller, o.attempts,
+          o.scheduled_at_ms,
+          o.timer_key, o.traceparent, o.due_at_ms AS claimed_until, c.now AS now;
 
 -- citus_claim_jobs_scan --
 -- Citus, step 1 of an uncapped job claim: due unparked job rows of the (actor type, job) pairs this runner executes, at the pass's clock reading, highest rank first (priority, max_wait: migration 0006), read without locks across shards

@@ -33,6 +33,7 @@ from akter._engine.loop.skew import SkewWatch
 from akter._engine.loop.vacuum import VacuumWatch
 from akter._engine.loop.wake_channel import WakeChannel
 from akter._store.gateway.jobs import JobKey
+from akter._store.gateway.outbox import IntentKey
 from akter._store.gateway.vacuum import VacuumGateway
 from akter._waits import wait_event
 
@@ -49,6 +50,8 @@ class OutboxProbe(Protocol):
 
     @property
     def probes_cheaply(self) -> bool: ...
+    @property
+    def claims_by_key(self) -> bool: ...
     async def any_due(self) -> bool: ...
     async def next_due(self) -> int | None: ...
     async def count_backlog(self, types: Sequence[str], limit: int) -> int: ...
@@ -132,6 +135,17 @@ class PassLoop:
         """
         self._channel.wake_jobs(keys)
 
+    def wake_intents(self, keys: Sequence[IntentKey]) -> None:
+        """Ask for a pass soon after a local commit made the intents ``keys`` due.
+
+        Where a claim by key spares a scan (Citus), the pass's intent claim names them; else
+        this is :meth:`wake`.
+        """
+        if self._outbox.claims_by_key:
+            self._channel.wake_intents(keys)
+        else:
+            self._channel.wake()
+
     def wake_everywhere(self) -> None:
         """A pass here soon and, with ``notify=True``, on the other runners (a runnable run)."""
         self._channel.wake()
@@ -156,14 +170,19 @@ class PassLoop:
             woken = await wait_event(self._channel.event, self._idle.next_wait())
             keys = self._channel.take()
             jobs_only = keys is not None and woken and time.monotonic() < full_by
-            if not jobs_only:
+            # Intents named by local commits (Citus): claimed by key, no scan; not a poll either.
+            intents = self._channel.taken_intents if woken and time.monotonic() < full_by else None
+            if not jobs_only and intents is None:
                 full_by = time.monotonic() + self._services.config.poll_ms / 1000
             # A poll after a pass that claimed nothing, or one following another runner's wake,
             # asks first (``any_due`` or ``next_due``): idle cost.
             probe = (idle or self._idle.following) and not woken
             try:
                 claimed = await self.run_pass(
-                    idle_poll=probe, jobs_only=jobs_only, keys=keys if jobs_only else None
+                    idle_poll=probe,
+                    jobs_only=jobs_only,
+                    keys=keys if jobs_only else None,
+                    intent_keys=None if jobs_only else intents,
                 )
                 # A jobs-only pass says nothing of intents: idle only if the last one was.
                 idle = claimed == 0 and (idle or not jobs_only)
@@ -182,6 +201,7 @@ class PassLoop:
         idle_poll: bool = False,
         jobs_only: bool = False,
         keys: Sequence[JobKey] | None = None,
+        intent_keys: Sequence[IntentKey] | None = None,
     ) -> int:
         """One pass: every lane claims into its free slots; returns how many rows they claimed.
 
@@ -190,7 +210,8 @@ class PassLoop:
         after a pass that claimed nothing) first asks whether any row is due at all and claims
         nothing when none is: every claim needs a due, unparked row. A ``jobs_only`` pass (woken
         only by commits that staged job rows) skips the other lanes' claims; the polls claim
-        everywhere. ``keys``: the job rows those commits made due (claimed by key when they can).
+        everywhere. ``keys``: the job rows those commits made due (claimed by key when they can);
+        ``intent_keys``: the intents local commits made due (on Citus, claimed by key).
         """
         if self._stopping:
             return 0
@@ -198,7 +219,13 @@ class PassLoop:
             await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
             self._idle.passed()
             quiet = idle_poll and not await self._idle.anything_due()
-            p = Pass(drain=drain, quiet=quiet, jobs_only=jobs_only, job_keys=tuple(keys or ()))
+            p = Pass(
+                drain=drain,
+                quiet=quiet,
+                jobs_only=jobs_only,
+                job_keys=tuple(keys or ()),
+                intent_keys=None if intent_keys is None else tuple(intent_keys),
+            )
             outcomes = await asyncio.gather(
                 *(lane.claim(p) for lane in self._lanes), return_exceptions=True
             )

@@ -22,6 +22,7 @@ import psycopg
 from akter._retry import Backoff
 from akter._store.gateway.jobs import JobKey
 from akter._store.gateway.notify import Notifier
+from akter._store.gateway.outbox import IntentKey
 
 if TYPE_CHECKING:
     from akter._engine.services import Services
@@ -32,6 +33,8 @@ log = logging.getLogger("akter.relay")
 _NOTIFY_EVERY = 0.05
 #: The most job rows a jobs-only pass claims by key (more: the full claims).
 _JOB_KEYS_KEPT = 64
+#: The most intents a pass claims by key (more: the intent lane's scan).
+_INTENT_KEYS_KEPT = 256
 #: Waits between reconnects of the wake listener (doubling).
 _RECONNECT_FIRST_S, _RECONNECT_MAX_S = 0.1, 5.0
 
@@ -58,6 +61,11 @@ class WakeChannel:
         # Every wake since the event was last cleared asked for job claims only: the job rows
         # they made due (empty: not known), else None.
         self._job_keys: list[JobKey] | None = None
+        # Every wake since the event was set that asked for intent claims named its intents:
+        # those intents (empty: none asked), else None (the intent lane scans).
+        self._intent_keys: list[IntentKey] | None = None
+        #: The intent keys of the pass the last :meth:`take` started (``Pass.intent_keys``).
+        self.taken_intents: list[IntentKey] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Connection | None = None
         self._notify_pending = False
@@ -67,12 +75,25 @@ class WakeChannel:
     def wake(self) -> None:
         """Ask for a pass soon (capacity one: repeated wakes coalesce)."""
         self._job_keys = None
+        self._intent_keys = None
+        self.event.set()
+
+    def wake_intents(self, keys: Sequence[IntentKey]) -> None:
+        """Ask for a full pass soon whose intent claim may name ``keys`` (made due here)."""
+        if not self.event.is_set():
+            self._intent_keys = list(keys)
+        elif self._intent_keys is not None:
+            self._intent_keys += keys
+            if len(self._intent_keys) > _INTENT_KEYS_KEPT:
+                self._intent_keys = None  # not all kept: the intent lane scans
+        self._job_keys = None
         self.event.set()
 
     def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None:
         """Ask for a pass soon that need only claim jobs (a commit made only job rows due)."""
         if not self.event.is_set():
             self._job_keys = list(keys)
+            self._intent_keys = []
             self.event.set()
         elif self._job_keys:
             self._job_keys += keys
@@ -83,9 +104,11 @@ class WakeChannel:
         """Clear the event; what the pass it starts must claim.
 
         If every wake since the event was set asked for job claims only: the job rows they made
-        due (empty: not all known). Else None: a full pass.
+        due (empty: not all known). Else None: a full pass. The intents the wakes named are
+        left in :attr:`taken_intents`.
         """
         keys, self._job_keys = self._job_keys, None
+        self.taken_intents, self._intent_keys = self._intent_keys, None
         self.event.clear()
         return keys
 

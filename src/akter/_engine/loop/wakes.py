@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from akter._store.gateway.jobs import JobKey
+from akter._store.gateway.outbox import IntentKey
 from akter._store.pool import Clock
 from akter.callers import ActorRef
 
@@ -17,6 +18,7 @@ from akter.callers import ActorRef
 class _Waker(Protocol):
     def wake(self) -> None: ...
     def wake_jobs(self, keys: Sequence[JobKey] = ()) -> None: ...
+    def wake_intents(self, keys: Sequence[IntentKey]) -> None: ...
     def poke_others(self) -> None: ...
 
 
@@ -51,8 +53,13 @@ class CommitWakes:
         running = [job_id for job_id, is_running in cancelled if is_running]
         if running:
             self._jobs.cancel_signal(running)
-        if runs or fed or any(r.kind != "job" for r in due):
+        intents = [
+            IntentKey(act.routing_key, r.intent_id, r.target_type) for r in due if r.kind != "job"
+        ]
+        if runs or fed:
             self._waker.wake()  # a started run is claimed in the next pass
+        elif intents:
+            self._waker.wake_intents(intents)  # a full pass that may claim these by key
         elif len(running) < len(cancelled):
             self._waker.wake_jobs()  # unstarted jobs cancelled: a job claim settles them
         elif due:

@@ -138,7 +138,9 @@ async def admit(
             await actors.ensure_actor(pipe, q, key, default_json, state_version, off)
         if coordinator_clock:
             lock_cur = await actors.lock_actor(pipe, q, key, act.version, settings)
-            read_cur = await actors.read_admission(pipe, q, key, off, command_ids)
+            read_cur = (
+                await actors.read_admission(pipe, q, key, off, command_ids) if command_ids else None
+            )
         else:  # one statement: the probe reads after the lock is granted (migration 0011)
             lock_cur = await actors.lock_admit(
                 pipe, q, key, act.version, settings, off, command_ids
@@ -155,7 +157,7 @@ async def admit(
         # Last in the flight: the answer's arrival then bounds the reading closely (the commit
         # clock counts from it), however long the shard's statements before it took.
         clock_cur = await actors.read_clock(pipe, q, off) if coordinator_clock else None
-    locked, admission = await actors.admission_answers(lock_cur, read_cur)
+    locked, admission = await actors.admission_answers(lock_cur, read_cur, coordinator_clock)
     clock = None if clock_cur is None else await actors.clock_answer(clock_cur)
     leases = [(i, await actors.fence_answer(cur)) for i, cur in fence_curs]
     live = None if live_cur is None else await live_keys_answer(live_cur)
@@ -190,7 +192,11 @@ def _admitted(
         # The cache believed the row existed; insert it in the next attempt.
         act.drop_cache()
         raise Retryable("actor row missing")
-    assert admission is not None
+    if admission is None:
+        # Citus, no id to probe (each minted for its call): no admission read was sent, as
+        # its clock (the worker's) is not the turn's and no receipt can be stored for them.
+        assert clock is not None
+        admission = actors.AdmissionRead(clock, [])
     now_ms = admission.now_ms if clock is None else clock
     observe(now_ms)
     # A lease is current while it has not ended at the turn's clock.

@@ -201,7 +201,9 @@ class TurnEngine:
             flights: Flights | None = None
             kept = False
             try:
-                flights = Flights(conn, recording=recording)
+                flights = Flights(
+                    conn, recording=recording, receipts_apart=self.store.strategy == "citus"
+                )
                 try:
                     async with asyncio.timeout_at(deadline):
                         results = await self._transaction(conn, act, batch, flights, live_keys)

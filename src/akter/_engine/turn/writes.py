@@ -146,7 +146,6 @@ async def send(
                 # must not undo anything else of this flight (turn/owned.py).
                 await owned.send()
             if todo.state_changed:
-                # The receipts ride in the update's statement (one statement for both).
                 await actors.update_actor(
                     pipe,
                     q,
@@ -159,6 +158,7 @@ async def send(
                     now_ms=now_ms,
                     locked_version=locked_version,
                     receipts=receipts,
+                    receipts_apart=flights.receipts_apart,
                 )
             if not writes.empty:
                 cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)

@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 
 from akter._staging import StagedEvent, StagedRow
 from akter._store import citus
+from akter._store.gateway import citus_writes
 from akter._store.gateway.errors import wrap_errors
 from akter._store.pipeline import Answer, TurnPipeline
 from akter._store.pool import Clock, Connection, Store, TurnConnection
@@ -278,19 +279,20 @@ class AdmissionRead:
 
 
 async def admission_answers(
-    lock: Cursor, read: Cursor | None
+    lock: Cursor, read: Cursor | None, apart: bool = False
 ) -> tuple[LockedActor | None, AdmissionRead | None]:
     """The locked row and the admission read, from their own answers or ``lock_admit``'s one.
 
     ``None``, ``None`` when the row is missing (``lock_admit``); with ``read`` its answer is
-    read whether or not the row was found.
+    read whether or not the row was found. ``apart`` (Citus): ``lock`` is ``lock_actor``'s
+    answer, and without ``read`` there is no admission read.
     """
     row = await lock.fetchone()
     locked = None if row is None else LockedActor.from_row(row)
     if read is not None:
         answer = await read.fetchone()
         return locked, None if answer is None else AdmissionRead.from_row(answer)
-    return locked, None if row is None else AdmissionRead.from_row(row[5:])
+    return locked, None if row is None or apart else AdmissionRead.from_row(row[5:])
 
 
 async def clock_answer(cur: Cursor) -> int:
@@ -359,12 +361,14 @@ def update_actor(
     now_ms: int,
     locked_version: int,
     receipts: Mapping[str, Any] | None = None,
+    receipts_apart: bool = False,
 ) -> Awaitable[Cursor]:
     """The guarded update of the actor row (its version must still be ``locked_version``).
 
     With ``receipts`` the same statement writes them too: a warm turn's writes are one
     statement. :func:`receipt_params` of several receipts go to ``update_actor_receipts``,
-    :func:`one_receipt_params` to ``update_actor_receipt``.
+    :func:`one_receipt_params` to ``update_actor_receipt``. With ``receipts_apart`` (Citus):
+    ``update_actor``, then an insert per receipt (``citus_writes``).
     """
     params = {
         **key,
@@ -377,6 +381,8 @@ def update_actor(
     }
     if receipts is None:
         return conn.execute(q["update_actor"], params)
+    if receipts_apart:
+        return citus_writes.update_then_receipts(conn, q, params, key, receipts)
     if "command_id" in receipts:  # one_receipt_params
         return conn.execute(q["update_actor_receipt"], {**params, **receipts})
     return conn.execute(q["update_actor_receipts"], {**params, **receipts})

@@ -99,6 +99,30 @@ async def claim_intents(
     return [{**row, "candidates": len(candidates)} for row in rows]
 
 
+async def claim_intents_keyed(
+    conn: psycopg.AsyncConnection[Any],
+    queries: Queries,
+    params: Params,
+    keys: Sequence[tuple[int, str]],
+) -> list[Row]:
+    """Intents named by ``(routing_key, intent_id)``, claimed without a scan.
+
+    The rows a local commit just made due (``Relay``'s keyed passes): ``citus_claim_intent_keyed``
+    per key, pipelined, each in its own shard and its own transaction, ``SKIP LOCKED`` and only
+    while the row is still due and unparked, at the coordinator's clock (read by the statement
+    itself: one round trip in all). Returns the claimed rows with the columns of
+    ``claim_intents``.
+    """
+    if not keys:
+        return []
+    rows = await each_alone(
+        conn,
+        queries["citus_claim_intent_keyed"],
+        [{**params, "rk": rk, "intent_id": intent_id} for rk, intent_id in keys],
+    )
+    return [{**row, "candidates": len(keys)} for row in rows]
+
+
 async def claim_jobs(
     conn: psycopg.AsyncConnection[Any], queries: Queries, params: Params
 ) -> list[Row]:
