@@ -961,8 +961,8 @@ async def drain_akter(
         waited = await quiet_gate(QUIET["limit_s"])
         snap = _cpu_snapshot()
         started = time.perf_counter()
-        await runtime._relay.start()
-        runtime._relay.wake()
+        await runtime._loop.start()
+        runtime._loop.wake()
         deadline = started + 600
         first: float | None = None
         while runtime._relay.delivered - before < staged and time.perf_counter() < deadline:

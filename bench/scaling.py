@@ -207,7 +207,7 @@ async def child(config: dict[str, Any]) -> int:
             "seconds": seconds,
             "commands": len(latencies),
             "errors": len(errors),
-            "refused": refused[0] + runtime._relay.backlog.refused,
+            "refused": refused[0] + runtime._loop.backlog.refused,
             "series": series,
             "error_reasons": sorted(set(errors)),
             "cpu_s": time.process_time() - cpu0,
