@@ -23,8 +23,8 @@ import asyncio
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,33 @@ import pytest
 
 from akter.testing import ActorTest
 from tests.faults.child_process import LINE_WITHIN, ChildProcess, start_module
-from tests.faults.jobs_actors import DB_MS, Crowd
+from tests.faults.jobs_actors import ACTORS, DB_MS, RECORDER, Crowd, install
+
+#: The executor lease of every runner of the job drills (seconds), and the child's options.
+LEASE_S = 3
+CHILD = ("--lease", str(LEASE_S), "--cancel-check", "1", "--claim-lease", "3", "--poll", "0.1")
+
+#: Opens an ActorTest whose runtime enqueues but executes nothing (``enqueue_only``).
+EnqueueOnly = Callable[[], AbstractAsyncContextManager[ActorTest]]
+
+
+def enqueue_only(akter_test: Callable[..., ActorTest]) -> EnqueueOnly:
+    """ActorTests whose runtime enqueues but executes nothing, with the call and lease logs."""
+
+    @asynccontextmanager
+    async def make() -> AsyncIterator[ActorTest]:
+        async with akter_test(
+            ACTORS, relay=False, jobs=[], lease=LEASE_S, cancel_check=1, claim_lease=3
+        ) as t:
+            await install(t.database_url, t.schema)
+            RECORDER.configure(t.database_url, t.schema, hold=0.0)
+            try:
+                yield t
+            finally:
+                await RECORDER.close()
+
+    return make
+
 
 #: Longest wait for one protocol line (a child starts a runtime before its first line).
 

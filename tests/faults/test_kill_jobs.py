@@ -12,8 +12,7 @@ across processes, after the restart.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,15 +20,19 @@ import pytest
 from akter.testing import ActorTest
 from tests._support import until
 from tests._support.citus import ON_CITUS
-from tests.faults.jobs_actors import ACTORS, NO_LEASE_LOG, RECORDER, Worker, install
+from tests.faults.jobs_actors import NO_LEASE_LOG, Worker
 from tests.faults.jobs_drill import (
+    CHILD,
+    LEASE_S,
     Drill,
+    EnqueueOnly,
     analyse,
     attempt_intervals,
     call_log,
     caps_drill,
     db_ms,
     describe,
+    enqueue_only,
     jobs_child,
     lease_ends,
     max_live,
@@ -39,31 +42,13 @@ pytestmark = [pytest.mark.kill, pytest.mark.timeout(90)]
 
 MakeTest = Callable[..., ActorTest]
 
-#: The executor lease of every runner here (seconds), and its renewal interval.
-LEASE_S = 3
-CHILD = ("--lease", str(LEASE_S), "--cancel-check", "1", "--claim-lease", "3", "--poll", "0.1")
-
-
-JobsTest = Callable[[], AbstractAsyncContextManager[ActorTest]]
+JobsTest = EnqueueOnly
 
 
 @pytest.fixture
 def jobs_test(akter_test: MakeTest) -> JobsTest:
     """ActorTests whose runtime enqueues but executes nothing, with the call and lease logs."""
-
-    @asynccontextmanager
-    async def make() -> AsyncIterator[ActorTest]:
-        async with akter_test(
-            ACTORS, relay=False, jobs=[], lease=LEASE_S, cancel_check=1, claim_lease=3
-        ) as t:
-            await install(t.database_url, t.schema)
-            RECORDER.configure(t.database_url, t.schema, hold=0.0)
-            try:
-                yield t
-            finally:
-                await RECORDER.close()
-
-    return make
+    return enqueue_only(akter_test)
 
 
 async def jobs(t: ActorTest) -> list[dict[str, Any]]:

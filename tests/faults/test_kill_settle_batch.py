@@ -10,8 +10,7 @@ log every call durably in ``<schema>.job_calls`` (``tests.faults.jobs_actors``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,8 +18,8 @@ import pytest
 from akter.testing import ActorTest
 from tests._support import until
 from tests._support.citus import ON_CITUS
-from tests.faults.jobs_actors import ACTORS, RECORDER, Worker, install
-from tests.faults.jobs_drill import call_log, jobs_child
+from tests.faults.jobs_actors import Worker
+from tests.faults.jobs_drill import CHILD, LEASE_S, EnqueueOnly, call_log, enqueue_only, jobs_child
 
 pytestmark = [
     pytest.mark.kill,
@@ -30,29 +29,13 @@ pytestmark = [
 
 MakeTest = Callable[..., ActorTest]
 
-LEASE_S = 3
-CHILD = ("--lease", str(LEASE_S), "--cancel-check", "1", "--claim-lease", "3", "--poll", "0.1")
-
-SettleTest = Callable[[], AbstractAsyncContextManager[ActorTest]]
+SettleTest = EnqueueOnly
 
 
 @pytest.fixture
 def settle_test(akter_test: MakeTest) -> SettleTest:
     """ActorTests whose runtime enqueues but executes nothing, with the executors' call log."""
-
-    @asynccontextmanager
-    async def make() -> AsyncIterator[ActorTest]:
-        async with akter_test(
-            ACTORS, relay=False, jobs=[], lease=LEASE_S, cancel_check=1, claim_lease=3
-        ) as t:
-            await install(t.database_url, t.schema)
-            RECORDER.configure(t.database_url, t.schema, hold=0.0)
-            try:
-                yield t
-            finally:
-                await RECORDER.close()
-
-    return make
+    return enqueue_only(akter_test)
 
 
 async def job_rows(t: ActorTest) -> dict[str, dict[str, Any]]:
