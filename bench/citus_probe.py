@@ -124,6 +124,8 @@ NOT_ON_CITUS: dict[str, str] = {
     "count_intent_backlog": "count_intent_backlog_flat (one clock read, a flat scan)",
     "lock_admit": "lock_actor, admission_read and clock_now (admission_receipts would query a "
     "distributed table from inside a shard)",
+    "vacuum_outbox": "the lean watch runs on plain PostgreSQL only (the workers' autovacuum keeps "
+    "the shards, with migration 0021's settings)",
     "turn_guard": "the two-flight turn (a warm turn takes one flight only on plain PostgreSQL; "
     "the guard's receipt probe is admission_receipts)",
 }
