@@ -23,7 +23,9 @@ import atexit
 import concurrent.futures
 import contextvars
 import os
+import signal
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -44,6 +46,10 @@ from akter.runtime import Runtime
 from akter.workflows import WorkflowMember, WorkflowRun, WorkflowStatus
 
 __all__ = ["SyncHandle", "SyncRuntime", "SyncRuntimeError", "SyncWorkflowRun"]
+
+#: The longest a waiting call blocks between two looks at Python's pending signals: a SIGINT that
+#: another thread of the process received runs its handler (KeyboardInterrupt) within this.
+SIGNAL_POLL_S = 0.2
 
 A = TypeVar("A", bound=Actor[Any])
 P = ParamSpec("P")
@@ -218,6 +224,10 @@ class SyncRuntime:
 
     def _serve(self, started: concurrent.futures.Future[None]) -> None:
         """The loop thread: start the runtime, wait for the stop request, drain."""
+        # Ctrl-C is the caller's: the kernel gives a process's SIGINT to any thread that does
+        # not block it, and Python runs the handler only in the main thread, so one that landed
+        # here would wait for the main thread's next wake-up (test_ctrl_c_abandons...).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             self._drained.set_result(asyncio.run(self._main(started)))
         except BaseException as exc:  # the runtime's own failure: start() or stop() re-raise it
@@ -279,7 +289,7 @@ class SyncRuntime:
             awaitable.close()
             future.cancel()
         try:
-            done, _ = concurrent.futures.wait([future], timeout)
+            done = _wait(future, timeout)
         except BaseException:  # KeyboardInterrupt: the call is abandoned, then drained by stop()
             future.cancel()
             raise
@@ -557,3 +567,21 @@ class SyncWorkflowRun(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<akter sync workflow run {self.id!r}>"
+
+
+def _wait(future: concurrent.futures.Future[Any], timeout: float | None) -> bool:
+    """Wait for ``future`` up to ``timeout`` s (``None``: no bound); whether it is done.
+
+    In slices of ``SIGNAL_POLL_S``: the main thread runs a signal's Python handler only between
+    waits, and the kernel may have given the signal to a thread that does not block it.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = SIGNAL_POLL_S
+        if deadline is not None:
+            left = min(left, deadline - time.monotonic())
+        done, _ = concurrent.futures.wait([future], max(0.0, left))
+        if done:
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False

@@ -381,9 +381,15 @@ def test_a_forked_child_is_refused_and_the_parent_keeps_serving(
 
 CTRL_C_CHILD = textwrap.dedent(
     """
-    import asyncio, sys, threading
+    import asyncio, signal, sys, threading, time
     import akter
     from pydantic import BaseModel
+
+    # "thread": the SIGINT lands on a bystander thread of the application, not the main one
+    # (the kernel may pick any thread that does not block it); "process": the parent sends it.
+    TO = sys.argv[3]
+    bystander = threading.Thread(target=time.sleep, args=(120,), daemon=True)
+    bystander.start()
 
     class Count(BaseModel):
         n: int = 0
@@ -392,6 +398,8 @@ CTRL_C_CHILD = textwrap.dedent(
         @akter.command
         async def hold(self) -> int:
             print("entered", flush=True)
+            if TO == "thread":
+                signal.pthread_kill(bystander.ident, signal.SIGINT)
             await asyncio.sleep(60)
             return 0
 
@@ -407,12 +415,13 @@ CTRL_C_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("to", ["process", "thread"])
 def test_ctrl_c_abandons_the_waiting_call_and_the_with_block_drains(
-    akter_db: str, schema: str
+    akter_db: str, schema: str, to: str
 ) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     child = subprocess.Popen(
-        [sys.executable, "-c", CTRL_C_CHILD, akter_db, schema],
+        [sys.executable, "-c", CTRL_C_CHILD, akter_db, schema, to],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -421,8 +430,10 @@ def test_ctrl_c_abandons_the_waiting_call_and_the_with_block_drains(
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "entered"
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        if to == "process":
+            child.send_signal(signal.SIGINT)
+        # Well within the delivery timeout (30 s), which would end the wait otherwise.
+        out, err = child.communicate(timeout=20)
     finally:
         if child.poll() is None:
             child.kill()
