@@ -388,6 +388,9 @@ CTRL_C_CHILD = textwrap.dedent(
     # "thread": the SIGINT lands on a bystander thread of the application, not the main one
     # (the kernel may pick any thread that does not block it); "process": the parent sends it.
     TO = sys.argv[3]
+    # As in a terminal: a shell starts a background job (CI's, a test runner's) with SIGINT
+    # ignored, which its children inherit, and Python then installs no KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     bystander = threading.Thread(target=time.sleep, args=(120,), daemon=True)
     bystander.start()
 
