@@ -20,11 +20,15 @@ import pytest
 from akter._engine.loop.vacuum import HELD_RETRY_S, MIN_DEAD, VacuumWatch
 from akter._store.gateway.vacuum import VacuumGateway
 from akter.testing import ActorTest
+from tests._support.citus import ON_CITUS
 from tests.integration.relay_actors import ALL
 
 Make = Callable[..., ActorTest]
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(ON_CITUS, reason="the lean watch runs on plain PostgreSQL only"),
+]
 
 #: Rows written and deleted per test: past the watch's bound, with room.
 CHURN = MIN_DEAD + 500
