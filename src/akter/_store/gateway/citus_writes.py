@@ -18,6 +18,10 @@ from typing import Any
 from akter._store.pipeline import Answer, TurnPipeline
 from akter._store.queries import Queries
 
+#: ``actors.receipt_params``' arrays, and the scalar each becomes in ``one_receipt_params``.
+_ARRAYS = ("command_ids", "commands", "payload_hashes", "caller_keys", "outcomes", "expires")
+_SCALARS = ("command_id", "command", "payload_hash", "caller_key", "outcome", "expires_at_ms")
+
 
 async def update_then_receipts(
     pipe: TurnPipeline,
@@ -35,23 +39,7 @@ async def update_then_receipts(
     if "command_id" in receipts:  # one receipt, as scalars
         await pipe.execute(q["citus_insert_receipt"], {**key, **receipts})
         return answer
-    rows = zip(
-        receipts["command_ids"],
-        receipts["commands"],
-        receipts["payload_hashes"],
-        receipts["caller_keys"],
-        receipts["outcomes"],
-        receipts["expires"],
-        strict=True,
-    )
-    for command_id, command, payload_hash, caller_key, outcome, expires in rows:
-        one = {
-            "command_id": command_id,
-            "command": command,
-            "payload_hash": payload_hash,
-            "caller_key": caller_key,
-            "outcome": outcome,
-            "expires_at_ms": expires,
-        }
+    for values in zip(*(receipts[column] for column in _ARRAYS), strict=True):
+        one = dict(zip(_SCALARS, values, strict=True))
         await pipe.execute(q["citus_insert_receipt"], {**key, **one})
     return answer
