@@ -81,6 +81,15 @@ do_build() {
   # gssapi/gssapi.h: required, because Debian's PG15 is built --with-gssapi and
   #   server/libpq/libpq-be.h includes it (postgresql-server-dev-15 here lacks libkrb5-dev)
   # lz4.h / zstd.h: optional, columnar compression
+  # postgres.h: the server headers themselves (postgresql-server-dev-<major>), absent on a
+  #   machine that has only the server and libpq-dev
+  local server_inc
+  server_inc=$("$PG_CONFIG" --includedir-server)
+  if ! [ -f "$server_inc/postgres.h" ] && command -v apt-get >/dev/null; then
+    local major
+    major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "postgresql-server-dev-$major" || true
+  fi
   if ! [ -f /usr/include/gssapi/gssapi.h ] || ! [ -f /usr/include/lz4.h ] || ! [ -f /usr/include/zstd.h ]; then
     if command -v apt-get >/dev/null; then
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q libkrb5-dev liblz4-dev libzstd-dev || true
