@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -36,6 +36,25 @@ pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.skipif(ON_CITUS, reason="the lean watch runs on plain PostgreSQL only"),
 ]
+
+
+@pytest.fixture(scope="module")
+def akter_db(akter_db: str) -> Iterator[str]:
+    """A database of this module's own on the server.
+
+    What a vacuum may remove, and the horizon the watch follows, depend on every session of the
+    database, and other suites share the test database (a snapshot one of them held for a while
+    kept these tests' dead tuples).
+    """
+    name = f"akter_lean_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(akter_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(akter_db, dbname=name)
+    finally:
+        with psycopg.connect(akter_db, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
 
 #: Rows written and deleted per test: past the watch's bound, with room.
 CHURN = MIN_DEAD + 500
@@ -131,7 +150,11 @@ async def hold(t: ActorTest) -> psycopg.AsyncConnection[Any]:
     holder = await psycopg.AsyncConnection.connect(t.database_url)
     await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
     await holder.execute("SELECT 1")
-    if await VacuumGateway(t.runtime._store).horizon() != await xmin_of(t, holder):
+    mine, gateway = await xmin_of(t, holder), VacuumGateway(t.runtime._store)
+    for _ in range(20):  # a passing query elsewhere may hold an older one for a moment
+        if await gateway.horizon() == mine:
+            break
+    else:
         await holder.close()
         pytest.skip("another session of the shared test database holds an older snapshot")
     return holder
@@ -162,9 +185,12 @@ async def test_a_held_snapshot_keeps_the_dead_and_its_release_is_followed_at_onc
             await holder.commit()  # the idle transaction ends
         finally:
             await holder.close()
-        clock.now += CHECK_EVERY_S / 4
-        assert clock.now < watch.held.retry_at  # the fallback would wait longer
-        await watch.check()
+        # The next checks: the horizon moves once no session holds the holder's xmin any more
+        # (a transaction elsewhere may have taken that very xid and still run for a moment).
+        while watch.vacuums == 1:
+            clock.now += CHECK_EVERY_S / 100
+            assert clock.now < watch.held.retry_at  # before the fallback would have come
+            await watch.check()
         assert watch.vacuums == 2 and watch.held is None
         assert (await outbox(gateway)).dead < held.dead // 10
 
