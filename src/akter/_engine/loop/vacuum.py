@@ -156,9 +156,9 @@ class VacuumWatch:
         #: After a futile vacuum, until one that worked (or nothing is due any more).
         self.held: Held | None = None
         self._warned: set[str] = set()
-        #: Checks that vacuumed (tests, the bench); ``vacuumed``: the tables each time.
+        #: Checks that vacuumed (tests, the bench); ``last_vacuumed``: the last one's tables.
         self.vacuums = 0
-        self.vacuumed: list[list[Table]] = []
+        self.last_vacuumed: list[Table] = []
 
     def observe(self, *, force: bool = False) -> None:
         """After a pass: start a check unless one runs or the last was recent (``force``)."""
@@ -185,7 +185,7 @@ class VacuumWatch:
                 return
             warnings = await self._gateway.vacuum(tables)
             self.vacuums += 1
-            self.vacuumed.append(tables)
+            self.last_vacuumed = tables
             after = await self._gateway.tuples()
             if futile(before, after, tables):
                 # A snapshot (an idle transaction, a long query) still sees them: note who holds.
