@@ -126,6 +126,10 @@ NOT_ON_CITUS: dict[str, str] = {
     "distributed table from inside a shard)",
     "vacuum_outbox": "the lean watch runs on plain PostgreSQL only (the workers' autovacuum keeps "
     "the shards, with migration 0021's settings)",
+    "vacuum_actors": "the lean watch runs on plain PostgreSQL only (the workers' autovacuum keeps "
+    "the shards)",
+    "xmin_horizon": "the lean watch runs on plain PostgreSQL only (the coordinator's sessions do "
+    "not hold the workers' horizons)",
     "turn_guard": "the two-flight turn (a warm turn takes one flight only on plain PostgreSQL; "
     "the guard's receipt probe is admission_receipts)",
 }

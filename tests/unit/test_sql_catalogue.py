@@ -122,10 +122,12 @@ CROSS_ACTOR: dict[str, str] = {
     "kind, due_at_ms and parked_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
     "count_intent_backlog": "admission backpressure counts due intents of hosted types across "
     "actors by bucket, kind and due_at_ms, stopping at max_outbox_backlog + 1 (read-only)",
-    "outbox_tuples": "the lean watch reads the outbox's live and dead tuple counts from the "
-    "server's statistics (pg_stat_user_tables by the table's oid; the outbox itself is not read)",
+    "lean_tuples": "the lean watch reads the outbox's and the actors' live and dead tuple counts "
+    "from the server's statistics (pg_stat_user_tables by the tables' oids; no table is read)",
     "vacuum_outbox": "the lean watch vacuums the outbox (plain PostgreSQL; VACUUM removes only "
     "versions no snapshot sees and writes no row)",
+    "vacuum_actors": "the lean watch vacuums the actors table (plain PostgreSQL; VACUUM removes "
+    "only versions no snapshot sees and writes no row)",
     "prune_receipts": "retention sweeps a type's receipts across actors (semantics §7)",
     "prune_events": "retention sweeps a type's event prefixes across actors (semantics §7)",
     "stream_prune": "retention deletes a batch of a type's job output streams across actors, by "

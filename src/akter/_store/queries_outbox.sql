@@ -148,12 +148,35 @@ FROM (
     LIMIT %(limit)s
 ) due;
 
--- outbox_tuples --
--- the lean watch's view of the outbox (akter._engine.loop.vacuum): its live and dead tuples as the server's statistics count them (pg_stat_user_tables, no table access)
-SELECT coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_dead_tup, 0) AS dead
+-- lean_tuples --
+-- the lean watch's view of the tables it keeps (akter._engine.loop.vacuum): the outbox's and the actors' live and dead tuples as the server's statistics count them, one row each (pg_stat_user_tables by the tables' oids, no table access)
+SELECT s.relname AS name, coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_dead_tup, 0) AS dead
 FROM pg_stat_user_tables s
-WHERE s.relid = to_regclass('{schema}.outbox');
+WHERE s.relid IN (to_regclass('{schema}.outbox'), to_regclass('{schema}.actors'));
 
 -- vacuum_outbox --
 -- the lean watch's vacuum of the outbox (plain PostgreSQL; autocommit, outside any transaction): SKIP_LOCKED, so a runner whose peer or autovacuum holds the table's vacuum lock skips instead of queueing; no truncation, whose exclusive lock would stop the turns and claims
 VACUUM (SKIP_LOCKED, TRUNCATE false) {schema}.outbox;
+
+-- vacuum_actors --
+-- the lean watch's vacuum of the actors table (plain PostgreSQL; autocommit, outside any transaction): every turn rewrites its actor's row, whose dead versions pile up under a held snapshot; SKIP_LOCKED and no truncation, as vacuum_outbox
+VACUUM (SKIP_LOCKED, TRUNCATE false) {schema}.actors;
+
+-- xmin_horizon --
+-- the lean watch's look at what holds this database's removal horizon after a futile vacuum (read-only, no table access): the oldest of the other sessions' snapshots and transactions (pg_stat_activity's backend_xmin and backend_xid, shown for every role's sessions; sessions of no database, such as a standby's walsender, hold every database), prepared transactions and replication slots of this database; NULL when none holds one
+SELECT h.x::text AS horizon
+FROM (
+    SELECT a.backend_xmin AS x FROM pg_stat_activity a
+    WHERE (a.datname = current_database() OR a.datid IS NULL) AND a.pid <> pg_backend_pid()
+    UNION ALL
+    SELECT a.backend_xid FROM pg_stat_activity a
+    WHERE (a.datname = current_database() OR a.datid IS NULL) AND a.pid <> pg_backend_pid()
+    UNION ALL
+    SELECT p.transaction FROM pg_prepared_xacts p WHERE p.database = current_database()
+    UNION ALL
+    SELECT r.xmin FROM pg_replication_slots r
+    WHERE r.database = current_database() OR r.database IS NULL
+) h
+WHERE h.x IS NOT NULL
+ORDER BY age(h.x) DESC
+LIMIT 1;

@@ -89,7 +89,7 @@ class PassLoop:
         self.skew = SkewWatch(services, executed_jobs=services.executed_jobs, runner_id=runner_id)
         #: Admission backpressure on the backlog this runner's passes see (``max_outbox_backlog``).
         self.backlog = BacklogGate(lambda: services.config.max_outbox_backlog, self._count_backlog)
-        #: Vacuums the outbox when its dead tuples pile up (``vacuum``, plain PostgreSQL).
+        #: Vacuums the outbox and the actors when their dead tuples pile up (``vacuum``, plain PG).
         self.vacuum = VacuumWatch(VacuumGateway(services.store))
 
     def drive(self, *lanes: Lane) -> None:
