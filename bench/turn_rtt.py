@@ -2,7 +2,7 @@
 """Sequential warm turns over loopback and over an injected network round trip (issue 45).
 
     python -P bench/turn_rtt.py --url postgresql://postgres@127.0.0.1:5432/test \
-        [--rtt-ms 1.0] [--duration 10] [--reps 2] [--no-dbos]
+        [--rtt-ms 1.0] [--duration 10] [--reps 2] [--no-dbos] [--no-loopback] [--loop uvloop]
 
 One caller, one warm actor, one side after another on the same server, each for ``--duration``
 seconds after a warm-up, on two paths: straight to the server (loopback) and through
@@ -26,7 +26,8 @@ Sides (every one a durable write of one actor's state, committed before the call
   that virtualenv is missing).
 
 CPU per turn is the process's CPU time (``time.process_time``, all threads) over the timed run
-divided by its turns: akter's includes its runtime's background loops. Not a test.
+divided by its turns: akter's includes its runtime's background loops. ``--loop uvloop`` runs
+every Python side (akter's and psycopg's) on uvloop's event loop instead of asyncio's. Not a test.
 """
 
 from __future__ import annotations
@@ -317,7 +318,7 @@ def show(title: str, sides: dict[str, dict[str, float]]) -> None:
         )
 
 
-async def main() -> None:
+def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--url", required=True, help="PostgreSQL URL (TCP)")
     parser.add_argument("--rtt-ms", type=float, default=1.0, help="injected round trip (p50)")
@@ -326,7 +327,16 @@ async def main() -> None:
     parser.add_argument("--no-dbos", action="store_true")
     parser.add_argument("--no-loopback", action="store_true")
     parser.add_argument("--json", help="append one JSON line per path and rep here")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="the event loop of every Python side (uvloop: the bench or dev extra)",
+    )
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> None:
     print(f"server: {args.url}; loopback SELECT 1 p50 {await select1_p50(args.url):.3f} ms")
     delay, measured = await calibrate(args.url, args.rtt_ms)
     print(f"proxy: {delay} µs each way; SELECT 1 through it p50 {measured:.3f} ms")
@@ -347,4 +357,10 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    options = parse()
+    if options.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(main(options))
+    else:
+        asyncio.run(main(options))
