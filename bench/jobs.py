@@ -2,7 +2,8 @@
 """Job benchmark (issue 4): akter's job executor beside Procrastinate and DBOS queues.
 
     python bench/jobs.py [--url URL] [--jobs 20000] [--jobs-other 4000] [--count-jobs 500]
-                         [--scenarios noop,capped,sleep32,sleep64,latency] [--json PATH]
+                         [--scenarios noop,noop-plain,capped,sleep32,sleep64,latency]
+                         [--json PATH]
                          [--peers-python bench/.venv-peers/bin/python] [--no-peers]
 
 Everything runs in one invocation against one server: by default a throwaway embedded PostgreSQL
@@ -17,7 +18,10 @@ Scenarios (jobs spread over actors, ``--per-call`` = 20 jobs per actor):
 
 * ``noop``: ``--jobs`` no-op jobs, concurrency 64 (akter's default ``executor_concurrency``;
   Procrastinate ``concurrency=64``; DBOS ``worker_concurrency=64``). Procrastinate also runs at
-  concurrency 8, the shared harness's setting.
+  concurrency 8, the shared harness's setting. Each akter job has an ``on_success`` route.
+* ``noop-plain``: ``noop`` whose akter jobs (``Worker.plain``) have no route, the like of the
+  peers' jobs: a success's settle only deletes the row, so no route turn follows (no jobs
+  enqueued one per call first). The peers run exactly as in ``noop``.
 * ``capped``: ``--jobs-other`` no-op jobs, at most 2 running per actor, concurrency 64. akter:
   ``@job(per_actor=2)``. DBOS: a partitioned queue, ``partition_concurrency=2``, one partition
   key per actor. Procrastinate has no per-key cap above 1: each actor's jobs share one ``lock``.
@@ -41,7 +45,9 @@ A drain scenario has two timed phases, like the peers' own harnesses:
    done. akter: ``runtime._loop.start()``; done = every job's ``on_success`` route turn ran and
    the outbox is empty, so **the akter figure includes one route turn per job** (routes for one
    actor may share a turn); the peers have no equivalent: a finished job or workflow is only a
-   status update. The time until every akter attempt had settled is reported too.
+   status update. The time until every akter attempt had settled is reported too. In
+   ``noop-plain`` done = every attempt ended and the outbox is empty (each settle deleted its
+   row): the apples-to-apples figure.
    Procrastinate: ``run_worker_async(wait=False)`` (started again while jobs remain).
    DBOS: ``set_worker_concurrency(C)``, queue poll ``--poll`` (0.01 s) until all are ``SUCCESS``.
 

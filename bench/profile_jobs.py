@@ -43,6 +43,7 @@ async def run(args: argparse.Namespace) -> None:
         jobs=[job],
         max_pending_commands=50_000,
         max_resident_actors=args.jobs // 20 + 1000,
+        **({"delivery_concurrency": args.delivery} if args.delivery else {}),
     )
     n = args.jobs
     ROUTED.clear()
@@ -89,6 +90,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumulative)")
     p.add_argument("--no-profile", action="store_true")
+    p.add_argument("--delivery", type=int, help="delivery_concurrency (default: akter's)")
     asyncio.run(run(p.parse_args()))
 
 
