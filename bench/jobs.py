@@ -2,7 +2,8 @@
 """Job benchmark (issue 4): akter's job executor beside Procrastinate and DBOS queues.
 
     python bench/jobs.py [--url URL] [--jobs 20000] [--jobs-other 4000] [--count-jobs 500]
-                         [--scenarios noop,capped,sleep32,sleep64,latency] [--json PATH]
+                         [--scenarios noop,noop-plain,capped,sleep32,sleep64,latency]
+                         [--json PATH]
                          [--peers-python bench/.venv-peers/bin/python] [--no-peers]
 
 Everything runs in one invocation against one server: by default a throwaway embedded PostgreSQL
@@ -17,7 +18,10 @@ Scenarios (jobs spread over actors, ``--per-call`` = 20 jobs per actor):
 
 * ``noop``: ``--jobs`` no-op jobs, concurrency 64 (akter's default ``executor_concurrency``;
   Procrastinate ``concurrency=64``; DBOS ``worker_concurrency=64``). Procrastinate also runs at
-  concurrency 8, the shared harness's setting.
+  concurrency 8, the shared harness's setting. Each akter job has an ``on_success`` route.
+* ``noop-plain``: ``noop`` whose akter jobs (``Worker.plain``) have no route, the like of the
+  peers' jobs: a success's settle only deletes the row, so no route turn follows (no jobs
+  enqueued one per call first). The peers run exactly as in ``noop``.
 * ``capped``: ``--jobs-other`` no-op jobs, at most 2 running per actor, concurrency 64. akter:
   ``@job(per_actor=2)``. DBOS: a partitioned queue, ``partition_concurrency=2``, one partition
   key per actor. Procrastinate has no per-key cap above 1: each actor's jobs share one ``lock``.
@@ -41,7 +45,9 @@ A drain scenario has two timed phases, like the peers' own harnesses:
    done. akter: ``runtime._loop.start()``; done = every job's ``on_success`` route turn ran and
    the outbox is empty, so **the akter figure includes one route turn per job** (routes for one
    actor may share a turn); the peers have no equivalent: a finished job or workflow is only a
-   status update. The time until every akter attempt had settled is reported too.
+   status update. The time until every akter attempt had settled is reported too. In
+   ``noop-plain`` done = every attempt ended and the outbox is empty (each settle deleted its
+   row): the apples-to-apples figure.
    Procrastinate: ``run_worker_async(wait=False)`` (started again while jobs remain).
    DBOS: ``set_worker_concurrency(C)``, queue poll ``--poll`` (0.01 s) until all are ``SUCCESS``.
 
@@ -545,8 +551,8 @@ if akter is not None:
         """Enqueues jobs; its routes count what came back."""
 
         @akter.command
-        async def stage(self, capped: bool, first: int, n: int, ms: int) -> None:
-            chosen = Worker.capped if capped else Worker.noop
+        async def stage(self, job: str, first: int, n: int, ms: int) -> None:
+            chosen = {"capped": Worker.capped, "plain": Worker.plain}.get(job, Worker.noop)
             for k in range(first, first + n):
                 self.enqueue(chosen, Work(k=k, ms=ms))
 
@@ -561,6 +567,14 @@ if akter is not None:
         async def noop_done(self, k: int) -> None:
             self.state.done += 1
             ROUTED.add(str(self.command_id))
+
+        @akter.job()
+        async def plain(call: akter.JobCall, payload: Work) -> int:
+            """No route: its success settle only deletes the row (``noop-plain``)."""
+            STARTED.setdefault(call.job_id, time.monotonic())
+            if payload.ms:
+                await asyncio.sleep(payload.ms / 1000)
+            return payload.k
 
         @akter.job(per_actor=2)
         async def capped(call: akter.JobCall, payload: Work) -> int:
@@ -628,15 +642,16 @@ class AkterSide:
     ) -> dict[str, Any]:
         """Enqueue ``n`` jobs with the relay off, then time the drain (or count it via proxy)."""
         a = self.args
-        capped = scenario == "capped"
+        kind = spec.get("job", "noop")
+        routed = kind != "plain"
         await asyncio.to_thread(recreate_database, self.url, "bench_akter")
         dsn = make_conninfo(proxy.url, dbname="bench_akter") if proxy else self.direct
-        job = Worker.capped if capped else Worker.noop
+        job = {"capped": Worker.capped, "plain": Worker.plain}.get(kind, Worker.noop)
         STARTED.clear()
         ROUTED.clear()
         runtime = self.runtime(
             dsn,
-            f"akter_{scenario}",
+            f"akter_{scenario.replace('-', '_')}",
             relay=False,
             executor_concurrency=spec["concurrency"],
             jobs=[job],
@@ -649,13 +664,13 @@ class AkterSide:
             handles = [runtime.get(Worker, f"w-{i:05d}") for i in range(n // a.per_call)]
             t = time.perf_counter()
             for i in range(single):
-                await handles[i // a.per_call].stage(capped, i, 1, spec["sleep_ms"])
+                await handles[i // a.per_call].stage(kind, i, 1, spec["sleep_ms"])
             single_s = time.perf_counter() - t
             groups = iter(range(single // a.per_call, n // a.per_call))
 
             async def enqueuer() -> None:
                 for g in groups:
-                    await handles[g].stage(capped, g * a.per_call, a.per_call, spec["sleep_ms"])
+                    await handles[g].stage(kind, g * a.per_call, a.per_call, spec["sleep_ms"])
 
             t = time.perf_counter()
             await asyncio.gather(*(enqueuer() for _ in range(ENQUEUERS)))
@@ -676,7 +691,11 @@ class AkterSide:
             await runtime._loop.start()
             runtime._loop.wake()
             executed_s: float | None = None
-            while len(ROUTED) < n and time.perf_counter() - t < a.limit:
+            # Routed jobs are done when their route turns ran; plain ones when their attempts
+            # ended (each settle deleted its row: the outbox poll below confirms it).
+            while (
+                len(ROUTED) if routed else runtime._jobs.finished
+            ) < n and time.perf_counter() - t < a.limit:
                 if executed_s is None and runtime._jobs.finished >= n:
                     executed_s = time.perf_counter() - t
                 await asyncio.sleep(0.005)
@@ -689,7 +708,7 @@ class AkterSide:
                 marks.append(proxy.snapshot())
             finished = runtime._jobs.finished
             letters = await self._scalar(f"{MARK} SELECT count(*) FROM {{}}.dead_letters", runtime)
-        done = len(ROUTED)
+        done = len(ROUTED) if routed else n - left
         if proxy is not None:
             return {
                 "lib": "akter",
@@ -737,11 +756,11 @@ class AkterSide:
             _record_commits(runtime)
             handles = [runtime.get(Worker, f"l-{i:05d}") for i in range(a.actors)]
             for h in handles[:50]:  # create a few actor rows and warm the pool first
-                await h.stage(False, -1, 0, 0)
+                await h.stage("noop", -1, 0, 0)
             await asyncio.sleep(1.0)
 
             async def one(i: int) -> None:
-                await handles[i % len(handles)].stage(False, i, 1, 0)
+                await handles[i % len(handles)].stage("noop", i, 1, 0)
 
             seconds = await paced(a.latency_jobs, a.latency_rate, one)
             await wait_until(lambda: len(STARTED) >= a.latency_jobs, 60)
@@ -784,9 +803,16 @@ class AkterSide:
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "noop": {"concurrency": 64, "sleep_ms": 0, "title": "no-op jobs, concurrency 64"},
+    "noop-plain": {
+        "concurrency": 64,
+        "sleep_ms": 0,
+        "job": "plain",
+        "title": "no-op jobs without a route (akter), concurrency 64",
+    },
     "capped": {
         "concurrency": 64,
         "sleep_ms": 0,
+        "job": "capped",
         "title": "no-op jobs, at most 2 running per actor, concurrency 64",
     },
     "sleep32": {"concurrency": 32, "sleep_ms": 10, "title": "10 ms jobs, concurrency 32"},
@@ -1034,7 +1060,7 @@ def _git_head() -> str:
 
 
 def jobs_for(args: argparse.Namespace, scenario: str) -> int:
-    return args.jobs if scenario == "noop" else args.jobs_other
+    return args.jobs if scenario in ("noop", "noop-plain") else args.jobs_other
 
 
 async def _one(

@@ -110,7 +110,8 @@ class RuntimeConfig:
         max_backoff: The longest wait between delivery retries (default 256 s).
         claim_lease: How long a relay claim holds a row (default: the longest
             ``execution_timeout + lock_wait`` of the hosted types, + 5 s).
-        executor_concurrency: Job attempts in flight per runner (default 64).
+        executor_concurrency: Job attempts executing per runner (default 64); a success waiting
+            for its batched settle holds no slot.
         lease: The job attempt lease (default 60 s, at least 3 s).
         cancel_check: How often a running attempt checks for cancellation (default lease ÷ 3,
             at least 1 s, at most lease ÷ 3).

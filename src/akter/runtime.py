@@ -135,7 +135,7 @@ class Runtime:
         self._loop = loop = PassLoop(
             services, outbox=outbox, heard=self._events.wake_all, runner_id=self._runners.runner_id
         )
-        self._jobs = JobExecutor(services, wake=loop.wake)
+        self._jobs = JobExecutor(services, wake=loop.wake, wake_jobs=loop.wake_jobs)
         #: Job progress frames published on this runner (semantics §5.11).
         self._progress = self._jobs.progress
         self._progress_streams = ProgressStreams(services, self._progress, check_access)

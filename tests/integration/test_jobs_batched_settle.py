@@ -363,3 +363,35 @@ async def test_settle_batch_successes_waiting_go_at_once_beside_a_flush_in_fligh
         assert all(len(b["ids"]) <= 2 for b in batches)
         for job_id in [first, *rest]:
             assert await receipts_for(t, job_id) == ["charged"]
+
+
+async def test_a_success_waiting_for_its_batch_frees_its_executor_slot(
+    akter_test: Make, provider: FakeProvider
+) -> None:
+    # One slot: the first success waits behind its held flush without holding the slot, so the
+    # next claim starts the second job; two waiting successes hold one slot again (the bound:
+    # at most executor_concurrency successes free theirs), so the third job waits.
+    async with akter_test(ALL, relay=False, settle_wait=1, executor_concurrency=1) as t:
+        plain_only(t)
+        for i in range(3):
+            provider.script(succeed(i), key=f"s{i}")
+        first = await t.get(Shop, "s0").buy(1, tag="s0")
+        held = t.pause_next("before_settle_flush")
+        try:
+            assert await claim(t) == 1
+            assert (await held.wait())["job_ids"] == [first]
+            second = await t.get(Shop, "s1").buy(1, tag="s1")
+            assert await claim(t) == 1
+            settles = coalescer(t)
+            await until(lambda: settles.waiting, holds=lambda n: n == 1, what="the second queued")
+            third = await t.get(Shop, "s2").buy(1, tag="s2")
+            assert await claim(t) == 0
+            assert (await outbox(t))[third]["attempts"] == 0
+        finally:
+            held.release()  # else the runner's stop waits for the held flush
+        await t.advance(0)
+        for i, job_id in enumerate([first, second, third]):
+            assert await receipts_for(t, job_id) == ["charged"]
+            reports = await t.get(Shop, f"s{i}").reports()
+            assert [(r["route"], r["id"], r["value"]) for r in reports] == [("success", job_id, i)]
+        assert await outbox(t) == {}

@@ -242,25 +242,7 @@ class AttemptRunner:
             self._execute(attempt, slot, writer),
             name=f"akter.job {row.actor_type}.{row.command} {row.intent_id}",
         )
-        renewals = asyncio.create_task(self._renewals(attempt), name="akter.job renewals")
-        deadline = asyncio.create_task(self._deadline(attempt), name="akter.job deadline")
-        stopping = asyncio.create_task(attempt.stopping.wait(), name="akter.job stopping")
-        watchers: list[asyncio.Task[Any]] = [renewals, deadline, stopping]
-        try:
-            await asyncio.wait([execution, *watchers], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            # Renewals are stopped and awaited before anything is settled.
-            for task in watchers:
-                task.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
-            if not execution.done():
-                execution.cancel()
-            # Whatever the interrupted executor then returns or raises is ignored.
-            await asyncio.gather(execution, return_exceptions=True)
-            if slot is not None:
-                slot.end()
-            if writer is not None:
-                writer.end()
+        watchers = await self._watch(attempt, execution, slot, writer)
         # A sync executor's thread that outlived the attempt keeps its slot and its lease.
         await self._hold_thread(attempt)
         if writer is not None:
@@ -271,12 +253,52 @@ class AttemptRunner:
             executed = execution.result()
             if not isinstance(executed, Failed):
                 await self.hooks.at("after_execute", info)
-        ended = rules.report(executed, _stop(renewals, deadline))
+        ended = rules.report(executed, _stop(*watchers))
         if isinstance(ended, Abandoned):
             if ended.warning is not None:
                 _warn(row, ended.warning)
             return False
         return await settler.settle(ended)
+
+    async def _watch(
+        self,
+        attempt: Attempt,
+        execution: asyncio.Task[Reported],
+        slot: ProgressSlot | None,
+        writer: StreamWriter | None,
+    ) -> list[asyncio.Task[Stop]]:
+        """Wait until the execution ends or a lease watcher stops it; the watchers that ran.
+
+        One turn of the event loop first: an executor that awaits nothing has then returned
+        before any watcher could answer (none is due within a turn; a stop or a cancellation
+        that came in it loses to the returned outcome, as in the race below), so it settles
+        without three watcher tasks to start and tear down: the no-op job's common case.
+        """
+        watchers: list[asyncio.Task[Any]] = []
+        try:
+            await asyncio.sleep(0)
+            if not execution.done():
+                watchers = [
+                    asyncio.create_task(self._renewals(attempt), name="akter.job renewals"),
+                    asyncio.create_task(self._deadline(attempt), name="akter.job deadline"),
+                    asyncio.create_task(attempt.stopping.wait(), name="akter.job stopping"),
+                ]
+                await asyncio.wait([execution, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Renewals are stopped and awaited before anything is settled.
+            for task in watchers:
+                task.cancel()
+            if watchers:
+                await asyncio.gather(*watchers, return_exceptions=True)
+            if not execution.done():
+                execution.cancel()
+                # Whatever the interrupted executor then returns or raises is ignored.
+                await asyncio.gather(execution, return_exceptions=True)
+            if slot is not None:
+                slot.end()
+            if writer is not None:
+                writer.end()
+        return watchers[:2]
 
     async def _undeliverable(
         self,

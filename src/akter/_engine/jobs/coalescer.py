@@ -24,12 +24,18 @@ claim or last renewal wrote, and are claimed again once it ends: the attempt run
 
 A job id already queued or in flight is not queued again (another attempt of the same job on this
 runner): that success is settled on its own, so one statement never names a row twice.
+
+A success handed to the coalescer has finished executing: the executor does not count it among
+its busy slots (:attr:`SettleCoalescer.pending`, at most ``executor_concurrency`` of them), and
+``freed`` asks for a pass at once, so the next claim runs beside the flush instead of after it,
+as the intent lane frees a delivery's slot while its delete is under way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,11 +68,21 @@ class SettleCoalescer:
         hooks: Fault-injection points (``before_settle_flush``).
         size: The most successes one statement ends; also starts a flush beside one in flight.
         wait_ms: The longest a success waits behind a flush in flight before its own starts.
+        freed: Called when a success is queued: its executor slot is free (module docstring).
     """
 
-    def __init__(self, gateway: JobsGateway, hooks: Hooks, *, size: int, wait_ms: int) -> None:
+    def __init__(
+        self,
+        gateway: JobsGateway,
+        hooks: Hooks,
+        *,
+        size: int,
+        wait_ms: int,
+        freed: Callable[[], None] | None = None,
+    ) -> None:
         self.gateway = gateway
         self.hooks = hooks
+        self.freed = freed
         self.size = size
         self.wait = wait_ms / 1000
         self._queue: list[_Waiting] = []
@@ -84,6 +100,11 @@ class SettleCoalescer:
         """Successes queued for a flush that has not taken them yet."""
         return len(self._queue)
 
+    @property
+    def pending(self) -> int:
+        """Successes queued or in a flush in flight (their attempts await the answer)."""
+        return len(self._ids)
+
     async def settle(self, row: ClaimedJob, route: RouteWrite | None) -> bool | None:
         """Queue a plain success; True iff a batch ended its row, None: settle it on its own.
 
@@ -100,6 +121,8 @@ class SettleCoalescer:
             self._start()
         elif self._timer is None:
             self._timer = loop.call_at(self._queue[0].since + self.wait, self._on_timer)
+        if self.freed is not None:
+            self.freed()
         answer = await asyncio.shield(waiting.answer)
         if isinstance(answer, InjectedCrash):
             raise InjectedCrash(answer.point)

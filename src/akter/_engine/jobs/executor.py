@@ -10,7 +10,7 @@ Interface used by the rest of the runtime (keep it stable):
   ``keys``: rows a local commit just made due (a jobs-only wake); when they can be, they are
   claimed by primary key, and the full claims run only if that did not take them all;
 - ``await wait_idle()``: await every attempt task started so far;
-- ``running -> int``: attempts in flight on this runner;
+- ``running -> int``: attempts holding an executor slot on this runner;
 - ``cancel_signal(job_ids)``: a turn on this runner committed the cancellation of these running
   jobs (semantics §5.8.3): their attempts notice at once;
 - ``shift(ms)``: ``ActorTest.advance`` moved the clock: push the leases of attempts this runner is
@@ -65,12 +65,21 @@ class JobExecutor:
 
     Args:
         services: The runner's services.
-        wake: Asks the pass loop for a pass (a freed slot, a woken group, a routed settle).
+        wake: Asks the pass loop for a pass (a woken group, a routed settle).
+        wake_jobs: Asks the pass loop for a pass that need only claim jobs (a freed slot);
+            ``wake`` when not given.
     """
 
-    def __init__(self, services: Services, *, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        services: Services,
+        *,
+        wake: Callable[[], None],
+        wake_jobs: Callable[[], None] | None = None,
+    ) -> None:
         self._services = services
         self._relay_wake = wake
+        self._slot_wake = wake_jobs or wake
         self.gateway = JobsGateway(services.store, services.clock, services.local)
         self.flow = FlowGateway(services.store, services.clock)
         self._attempts: dict[tuple[str, int], Attempt] = {}
@@ -98,6 +107,7 @@ class JobExecutor:
                 services.hooks,
                 size=config.settle_batch,
                 wait_ms=config.settle_wait_ms,
+                freed=self._slot_wake,
             )
             if self.gateway.batched_settles
             else None
@@ -143,8 +153,16 @@ class JobExecutor:
 
     @property
     def running(self) -> int:
-        """Attempts in flight on this runner."""
-        return len(self._tasks)
+        """Attempts that hold an executor slot on this runner.
+
+        An attempt whose success waits for its batched settle holds none (at most
+        ``executor_concurrency`` such attempts; ``akter._engine.jobs.coalescer``).
+        """
+        tasks = len(self._tasks)
+        if self.settles is None:
+            return tasks
+        limit = self._services.config.executor_concurrency
+        return tasks - min(self.settles.pending, limit)
 
     async def wait_idle(self) -> None:
         """Await every attempt started so far."""
@@ -403,9 +421,10 @@ class JobExecutor:
             if self._attempts.get(key) is attempt:
                 del self._attempts[key]
             # A freed executor slot may let due rows start now (jobs without routes wake
-            # nothing else): ask for a pass instead of waiting for the poll.
+            # nothing else): ask for a pass instead of waiting for the poll. Only the job claim
+            # gains a slot: a routed settle woke the intent lane itself (``Settler.wake``).
             if not self._stopping:
-                self._relay_wake()
+                self._slot_wake()
 
         task.add_done_callback(done)
 
