@@ -2,6 +2,7 @@
 """Instructions (callgrind) or CPU per turn with many callers on many warm actors (issue 45).
 
     python bench/profile_many.py --url URL [--turns 2000] [--callers 64] [--actors 500]
+                                 [--loop asyncio|uvloop]
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
         python bench/profile_many.py --url URL --turns N      # (N − N=0) / N per turn
 
@@ -72,7 +73,14 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--actors", type=int, default=500)
     parser.add_argument("--pool-size", type=int, default=20)
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    args = parser.parse_args()
+    if args.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(run(args))
+    else:
+        asyncio.run(run(args))
 
 
 if __name__ == "__main__":
