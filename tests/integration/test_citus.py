@@ -467,7 +467,8 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
             f'ALTER TABLE "{schema}".deployment_names ADD CONSTRAINT deployment_names_kind_check'
             " CHECK (kind IN ('command', 'job', 'event'))"
         )
-        # 0016: the subscriptions' tables (the upgrade creates them again, to be distributed).
+        # 0016: the subscriptions' tables (the upgrade creates them again, to be distributed;
+        # 0022 adds its column to them again).
         for table in ("subscription_feeds", "subscription_follows", "subscription_cursors"):
             await conn.execute(f'DROP TABLE "{schema}".{table}')
         await conn.execute(f'DROP TABLE "{schema}".subscriptions')
@@ -491,7 +492,7 @@ async def test_a_distributed_schema_takes_the_migrations_after_0009() -> None:
                 " WHERE id IN ('0010_receipts_expiry', '0011_admission_receipts',"
                 " '0012_workflow_deadline_wakes', '0013_rate_grants', '0014_runner_models',"
                 " '0015_staged_receipts', '0016_subscriptions', '0018_job_streams',"
-                " '0019_turn_guard', '0021_lean_outbox')"
+                " '0019_turn_guard', '0021_lean_outbox', '0022_feed_rewound')"
             )
         await migrate(conn, queries, retry_window_ms=86_400_000, placements={})
         cur = await conn.execute(

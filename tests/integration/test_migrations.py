@@ -184,6 +184,7 @@ COLUMNS: dict[str, set[str]] = {
         *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription", "head", "done"),
         *("due_at_ms", "claim_token", "claimed_until_ms", "attempts", "last_error", "parked"),
         "updated_at_ms",
+        "rewound",  # 0022: a follow committed during the running round (S2)
     },
     "subscription_follows": {
         *("routing_key", "tenant_id", "actor_type", "actor_id", "subscription", "subscriber_id"),

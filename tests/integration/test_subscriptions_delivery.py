@@ -197,3 +197,26 @@ async def test_S3_a_subscriber_that_crashes_after_its_commit_applies_the_event_o
         assert (await t.get(Warehouse, "w1").seen()).applied == [("o1", 1, 1), ("o1", 2, 2)]
         feeds = await t.rows("SELECT done, head FROM {schema}.subscription_feeds")
         assert [(r["done"], r["head"]) for r in feeds] == [(2, 2)]
+
+
+async def test_a_follow_committed_during_a_round_is_served_by_the_next_round(
+    akter_test: Make,
+) -> None:
+    async with akter_test(ACTORS) as t:
+        await t.get(User, "u1").post(2)
+        await t.get(Inbox, "i1").follow("u1", "start")
+        # The round for i1 read the feed's followers and waits before its first delivery; i2
+        # follows from cursor 1 meanwhile. The round's settle must not move the feed's done past
+        # the start the new follow rewound it to.
+        pause = t.pause_next("before_subscription_delivery")
+        drained = asyncio.create_task(t.drain())
+        info = await pause.wait()
+        assert (info["ref"].id, info["cursor"]) == ("i1", 1)
+        await t.get(Inbox, "i2").follow("u1", 1)
+        pause.release()
+        await drained
+        await t.drain()
+        assert (await t.get(Inbox, "i1").seen()).applied == [("u1", 1, 1), ("u1", 2, 2)]
+        assert (await t.get(Inbox, "i2").seen()).applied == [("u1", 2, 2)]
+        feeds = await t.rows("SELECT done, head FROM {schema}.subscription_feeds")
+        assert [(r["done"], r["head"]) for r in feeds] == [(2, 2)]

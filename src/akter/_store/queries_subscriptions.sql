@@ -39,7 +39,7 @@ DO UPDATE SET start_after = excluded.start_after
 RETURNING start_after;
 
 -- sub_feed_open --
--- a subscriber's turn: makes sure the source's dynamic feed exists and reaches back to the new follower's start (the source's newest event read as sub_follow reads it)
+-- a subscriber's turn: makes sure the source's dynamic feed exists and reaches back to the new follower's start (the source's newest event read as sub_follow reads it); a round running on the feed is marked rewound, so that its settle keeps that start (S2)
 WITH source AS MATERIALIZED (
     SELECT coalesce(max(a.event_seq), 0) AS seq FROM {schema}.actors a
     WHERE a.routing_key = %(rk)s AND a.tenant_id = %(tenant)s AND a.actor_type = %(type)s
@@ -54,6 +54,8 @@ FROM source
 ON CONFLICT (routing_key, tenant_id, actor_type, actor_id, subscription)
 DO UPDATE SET done = least(subscription_feeds.done, excluded.done),
               head = greatest(subscription_feeds.head, excluded.head),
+              rewound = subscription_feeds.rewound
+                        OR subscription_feeds.claim_token IS NOT NULL,
               updated_at_ms = excluded.updated_at_ms;
 
 -- sub_unfollow --
@@ -117,18 +119,20 @@ ORDER BY due_at_ms
 LIMIT %(limit)s;
 
 -- sub_feed_claim --
--- claims one feed under a token until its lease ends, unless another runner holds it
+-- claims one feed under a token until its lease ends, unless another runner holds it; the round reads the followers after this, so an earlier follow's rewind is served (S2)
 UPDATE {schema}.subscription_feeds
-SET claim_token = %(token)s, claimed_until_ms = {schema}.stmt_ms(%(off)s::bigint) + %(lease)s
+SET claim_token = %(token)s, claimed_until_ms = {schema}.stmt_ms(%(off)s::bigint) + %(lease)s,
+    rewound = false
 WHERE routing_key = %(rk)s AND tenant_id = %(tenant)s AND actor_type = %(type)s
   AND actor_id = %(id)s AND subscription = %(subscription)s AND parked IS NULL
   AND head > done AND claimed_until_ms <= {schema}.stmt_ms(%(off)s::bigint)
 RETURNING head, done, attempts;
 
 -- sub_feed_settle --
--- the claim's holder records what it delivered, and backs off (wait > 0, attempts counted) or not; a lost claim writes nothing
+-- the claim's holder records what it delivered, and backs off (wait > 0, attempts counted) or not; a lost claim writes nothing; a feed a follow rewound during the round keeps its done (S2)
 UPDATE {schema}.subscription_feeds
-SET done = greatest(done, %(done)s::bigint), claim_token = NULL, claimed_until_ms = 0,
+SET done = CASE WHEN rewound THEN done ELSE greatest(done, %(done)s::bigint) END,
+    rewound = false, claim_token = NULL, claimed_until_ms = 0,
     attempts = CASE WHEN %(wait)s::bigint > 0 THEN attempts + 1 ELSE 0 END,
     last_error = %(error)s,
     due_at_ms = {schema}.stmt_ms(%(off)s::bigint) + %(wait)s::bigint
