@@ -5,8 +5,9 @@ latency (``wake_channel``: in-process after a local commit, ``NOTIFY`` from othe
 missed wake delays work by at most one poll (with ``notify=True``, an idle runner sleeps until
 the next due row, at most ``IDLE_POLLS`` polls).
 
-Per runner, passes are serialized. A pass first runs the skew check (``skew``, at most every
-few seconds), then, after a pass that claimed nothing, an idle poll's probe (``any_due`` or
+Per runner, passes are serialized. A pass first starts the skew check (``skew``, at most every
+few seconds, beside the pass; a test's drain waits for it), then, after a pass that claimed
+nothing, an idle poll's probe (``any_due`` or
 ``next_due``); then it asks every lane to claim, side by side (own connection, framework pool:
 in series, an intent committed while the job claims ran waited for them before its own claim).
 After the pass, the admission gate on the outbox backlog (``backlog``) learns whether a lane's
@@ -117,6 +118,7 @@ class PassLoop:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.backlog.stop()
+        await self.skew.stop()
         await self.vacuum.stop()
         await self._channel.stop()
 
@@ -216,7 +218,11 @@ class PassLoop:
         if self._stopping:
             return 0
         async with self._pass_lock:
-            await self.skew.check()  # rows left ahead by a backward clock move (skew.py)
+            # Rows left ahead by a backward clock move (skew.py): a live pass does not wait.
+            if drain:
+                await self.skew.check()
+            else:
+                self.skew.observe()
             self._idle.passed()
             quiet = idle_poll and not await self._idle.anything_due()
             p = Pass(
