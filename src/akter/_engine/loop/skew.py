@@ -83,6 +83,10 @@ class SkewWatch:
         #: Whether a backward clock move is suspected: the next check looks at claimed intents.
         self.suspected = False
 
+    def _due(self, now: float, *, force: bool = False) -> bool:
+        """Whether a check may run at monotonic ``now``: never during a clock jump."""
+        return (force or now >= self._next_check) and not self._services.clock.jumping
+
     def observe(self) -> None:
         """From a live pass: start a due check in the background; the pass does not wait.
 
@@ -91,7 +95,7 @@ class SkewWatch:
         """
         if self._task is not None and not self._task.done():
             return
-        if time.monotonic() < self._next_check or self._services.clock.jumping:
+        if not self._due(time.monotonic()):
             return
         self._task = asyncio.create_task(self._checked(), name="akter.relay.skew")
 
@@ -112,8 +116,7 @@ class SkewWatch:
     async def check(self, *, force: bool = False) -> None:
         """Probe for skew and release skewed rows, unless the last check is recent (``force``)."""
         started = time.monotonic()
-        clock = self._services.clock
-        if (started < self._next_check and not force) or clock.jumping:
+        if not self._due(started, force=force):
             return
         self._next_check = started + SKEW_CHECK_MS / 1000
         try:
