@@ -220,3 +220,25 @@ async def test_a_follow_committed_during_a_round_is_served_by_the_next_round(
         assert (await t.get(Inbox, "i2").seen()).applied == [("u1", 2, 2)]
         feeds = await t.rows("SELECT done, head FROM {schema}.subscription_feeds")
         assert [(r["done"], r["head"]) for r in feeds] == [(2, 2)]
+
+
+async def test_a_rewound_round_that_crashes_before_its_settle_still_serves_the_new_follower(
+    akter_test: Make,
+) -> None:
+    async with akter_test(ACTORS) as t:
+        await t.get(User, "u1").post(2)
+        await t.get(Inbox, "i1").follow("u1", "start")
+        pause = t.pause_next("before_subscription_delivery")
+        t.crash_next("before_subscription_settle")  # the rewound round dies before its settle
+        drained = asyncio.create_task(t.drain())
+        await pause.wait()
+        await t.get(Inbox, "i2").follow("u1", 1)
+        pause.release()
+        await drained
+        feeds = await t.rows("SELECT done, head, rewound FROM {schema}.subscription_feeds")
+        assert [(r["done"], r["head"], r["rewound"]) for r in feeds] == [(0, 2, True)]
+        await t.advance(61)  # the claim's lease ends; the next claim clears the mark
+        assert (await t.get(Inbox, "i1").seen()).applied == [("u1", 1, 1), ("u1", 2, 2)]
+        assert (await t.get(Inbox, "i2").seen()).applied == [("u1", 2, 2)]
+        feeds = await t.rows("SELECT done, head, rewound FROM {schema}.subscription_feeds")
+        assert [(r["done"], r["head"], r["rewound"]) for r in feeds] == [(2, 2, False)]
