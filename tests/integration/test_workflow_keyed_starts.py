@@ -283,7 +283,10 @@ async def test_a_crash_around_the_keyed_start_retry_leaves_one_run(akter_test: A
 async def test_only_a_live_key_violation_reruns_a_batch(akter_test: Any) -> None:
     """A batch re-runs on the live-key index's violation, never on another unique key's.
 
-    (Or on one naming no constraint: Citus re-raises a worker's error without its name.)
+    On Citus a worker's violation comes back without its constraint's name (its message names
+    the shard's index), and an ``INSERT ... SELECT`` one as ``XX000`` (Citus writes its rows
+    with COPY): both are read by the index their message names. One that names nothing at all
+    re-runs the batch too.
     """
     async with akter_test([Shop]) as t:
         await t.get(Shop, "s-9").begin("k")
@@ -294,14 +297,27 @@ async def test_only_a_live_key_violation_reruns_a_batch(akter_test: Any) -> None
             " started_at_ms, updated_at_ms) VALUES (%(rk)s, %(run_id)s, 'default', 'Shop',"
             " 's-9', 'hold', 'k', '{}', 'x', '{}', 'suspended', NULL, 0, 0)"
         )
-        errors = []
+        errors: list[psycopg.Error] = []
         async with await psycopg.AsyncConnection.connect(t.database_url) as conn:
             for run_id in ("another", row["run_id"]):  # the live key; then the primary key
                 with pytest.raises(psycopg.errors.UniqueViolation) as caught:
                     await conn.execute(insert, {"rk": row["routing_key"], "run_id": run_id})
                 await conn.rollback()
                 errors.append(caught.value)
-        assert [live_key_taken(e) for e in errors] == [True, False]
+        # The form wf_start_in_turn takes: rows from unnest (on Citus: through the coordinator).
+        select = t.substitute(
+            "INSERT INTO {schema}.workflows (routing_key, run_id, tenant_id, actor_type,"
+            " actor_id, workflow, run_key, input, input_hash, caller, status, wake_at_ms,"
+            " started_at_ms, updated_at_ms) SELECT %(rk)s, r, 'default', 'Shop', 's-9', 'hold',"
+            " 'k', '{}', 'x', '{}', 'suspended', NULL, 0, 0 FROM unnest(%(ids)s::text[]) AS r"
+        )
+        async with await psycopg.AsyncConnection.connect(t.database_url) as conn:
+            with pytest.raises(psycopg.Error) as caught_select:
+                await conn.execute(select, {"rk": row["routing_key"], "ids": ["yet-another"]})
+            await conn.rollback()
+        errors.append(caught_select.value)
+        assert [live_key_taken(e) for e in errors] == [True, False, True]
+        assert await t.rows("SELECT run_id FROM {schema}.workflows") == [{"run_id": row["run_id"]}]
         assert live_key_taken(psycopg.errors.UniqueViolation("no constraint named"))
         assert not live_key_taken(psycopg.errors.SerializationFailure("40001"))
 

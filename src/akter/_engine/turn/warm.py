@@ -225,7 +225,7 @@ def commit_failed(exc: psycopg.Error, ran: BatchRun, owned: OwnedTurn | None) ->
     A keyed workflow start that met a live run of its key (``LiveKeyTaken``), or a value an
     owned table refused (the batch's defect: ``owned.raise_refused``).
     """
-    if isinstance(exc, psycopg.errors.UniqueViolation) and live_key_taken(exc):
+    if live_key_taken(exc):
         if any(r.key is not None for r in ran.writes.runs):
             raise LiveKeyTaken(
                 "a workflow start met a live run of its key, started meanwhile"

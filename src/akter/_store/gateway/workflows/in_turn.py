@@ -47,17 +47,25 @@ def start_in_turn(
 
 
 def live_key_taken(exc: BaseException) -> bool:
-    """Whether a unique violation of a turn that starts keyed runs may be a live key's.
+    """Whether a failed flight of a turn that starts keyed runs met a live key.
 
     ``wf_start_in_turn``'s unique violation on ``workflows_live_key`` (on Citus the shard's
     copy of the index, named with the shard's id appended). Citus re-raises a worker's error
-    without the constraint's name: a violation that names none counts too (the engine's answer
-    to it, one more run of the batch, is safe whatever the cause).
+    without the constraint's name, but with the worker's message, which names it; and it runs
+    this ``INSERT ... SELECT`` through the coordinator, writing the rows to the shard with COPY,
+    whose errors it re-raises as ``XX000`` (an internal error) with that message. So a violation
+    counts by its constraint's name, else by the index its message names; one that says neither
+    counts too (the engine's answer, one more run of the batch, is safe whatever the cause).
     """
-    if not isinstance(exc, psycopg.errors.UniqueViolation):
+    if not isinstance(exc, psycopg.errors.UniqueViolation | psycopg.errors.InternalError_):
         return False
     name = exc.diag.constraint_name
-    return name is None or name.startswith("workflows_live_key")
+    if name is not None:
+        return name.startswith("workflows_live_key")
+    message = exc.diag.message_primary
+    if message is None:
+        return isinstance(exc, psycopg.errors.UniqueViolation)
+    return '"workflows_live_key' in message
 
 
 async def live_keys_answer(cur: Answer) -> dict[tuple[str, str], str]:
