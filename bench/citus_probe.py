@@ -97,6 +97,9 @@ SAMPLES: dict[str, Any] = {
     "data": '"x"', "expect": None, "if_begun": False,
     # issue 44 (owned tables): the start check's Citus read names the routing key column
     "column": "routing_key",
+    # issue 45: a Citus turn's rows one routed statement each (citus_insert_event, ...)
+    "target_type": "T", "target_id": "a1", "tag": "t", "at": None, "priority": 0,
+    "max_wait": None, "timer_key": None, "run_key": None,
     # issue 41: commands staged in an application's transaction (migration 0015)
     "pinned": None, "uuids": str(uuid.uuid4()), "suffixes": "", "slacks": 0, "min_version": 0,
     "uuid": str(uuid.uuid4()), "suffix": "", "slack": 0,
@@ -144,6 +147,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "citus_rate_take": {"key": "k"},  # a rate bucket's key (NOT NULL), not a workflow's
     "live_state_paths": {"version": 0},  # a state version here, a runner's version elsewhere
     "stream_append": {"kinds": "chunk"},  # a stream item's kind, not an outbox row's
+    "citus_insert_event": {"seq": 1},  # an event's seq starts at 1 (events_seq_check)
     "stage_intents": {"ids": "a1"},  # the target actors' ids, not a parked-row selection
     "stage_intent": {"version": 0},  # a payload version here, a runner's version elsewhere
     "stage_probe": {"ids": "a1"},

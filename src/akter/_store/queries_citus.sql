@@ -128,6 +128,48 @@ INSERT INTO {schema}.receipts
 VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(command_id)s, %(command)s,
         %(payload_hash)s, %(caller_key)s, %(outcome)s::jsonb, %(expires_at_ms)s);
 
+-- citus_insert_event --
+-- Citus: one event of a turn with its sequence number, by scalar parameters (one statement each): routed to the actor's shard as it is, where insert_events' INSERT ... SELECT from unnest is pulled to the coordinator and written with COPY over a second connection, which makes the turn's commit two-phase
+INSERT INTO {schema}.events
+    (routing_key, tenant_id, actor_type, actor_id, seq, tag, payload, payload_version,
+     command_id, emitted_at_ms)
+VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(seq)s::bigint, %(tag)s::text,
+        %(payload)s::jsonb, %(payload_version)s::int, %(command_id)s::text, %(now)s);
+
+-- citus_insert_outbox_row --
+-- Citus: one staged intent, timer or job without an enqueue ordinal (not of a capped type), as insert_outbox writes it (due from the commit's clock, rank from the ready time, priority and max_wait), by scalar parameters: routed to the actor's shard as it is (insert_outbox's INSERT ... SELECT from unnest would make the commit two-phase)
+INSERT INTO {schema}.outbox
+    (routing_key, intent_id, bucket, kind, tenant_id, actor_type, actor_id, target_type,
+     target_id, command, payload, payload_version, caller, due_at_ms, scheduled_at_ms,
+     ready_at_ms, timer_key, traceparent, priority, rank_ms)
+VALUES (%(rk)s, %(intent_id)s::text, %(bucket)s, %(kind)s::text, %(tenant)s, %(type)s, %(id)s,
+        %(target_type)s::text, %(target_id)s::text, %(command)s::text, %(payload)s::text,
+        %(payload_version)s::int, %(caller)s::text,
+        coalesce(%(at)s::bigint, %(commit)s::bigint + coalesce(%(delay)s::bigint, 0)),
+        coalesce(%(at)s::bigint, %(commit)s::bigint + coalesce(%(delay)s::bigint, 0)),
+        CASE WHEN %(kind)s::text = 'job'
+             THEN coalesce(%(at)s::bigint, %(commit)s::bigint + coalesce(%(delay)s::bigint, 0))
+        END,
+        %(timer_key)s::text, %(traceparent)s::text, %(priority)s::smallint,
+        -- as insert_outbox: NULL for an intent (no ready time), least() ignores a NULL max_wait
+        CASE WHEN %(kind)s::text = 'job' THEN least(
+            coalesce(%(at)s::bigint, %(commit)s::bigint + coalesce(%(delay)s::bigint, 0))
+                - %(priority)s::smallint * 10000000000000::bigint,
+            coalesce(%(at)s::bigint, %(commit)s::bigint + coalesce(%(delay)s::bigint, 0))
+                + %(max_wait)s::bigint - 90000000000000::bigint)
+        END);
+
+-- citus_wf_start_in_turn --
+-- Citus: one workflow run a turn starts, as wf_start_in_turn writes it, by scalar parameters: routed to the actor's shard as it is (wf_start_in_turn's INSERT ... SELECT from unnest would make the commit two-phase); a keyed start whose key a live run holds fails with unique_violation naming the shard's workflows_live_key index in its message (live_key_taken)
+INSERT INTO {schema}.workflows
+    (routing_key, run_id, tenant_id, actor_type, actor_id, workflow, run_key, input,
+     input_hash, caller, status, wake_at_ms, deadline_ms, started_at_ms, updated_at_ms,
+     traceparent)
+VALUES (%(rk)s, %(run_id)s::text, %(tenant)s, %(type)s, %(id)s, %(workflow)s::text,
+        %(run_key)s::text, %(input)s::text, %(input_hash)s::text, %(caller)s::text, 'runnable',
+        %(commit)s::bigint, %(commit)s::bigint + %(timeout_ms)s::bigint, %(commit)s::bigint,
+        %(commit)s::bigint, %(traceparent)s::text);
+
 -- citus_claim_intents_scan --
 -- Citus, step 1 of an intent claim: due unparked intents of hosted types at the pass's clock reading (now, from clock_now), oldest first, read without locks across shards
 SELECT o.routing_key, o.intent_id, o.due_at_ms

@@ -202,7 +202,7 @@ class TurnEngine:
             kept = False
             try:
                 flights = Flights(
-                    conn, recording=recording, receipts_apart=self.store.strategy == "citus"
+                    conn, recording=recording, rows_apart=self.store.strategy == "citus"
                 )
                 try:
                     async with asyncio.timeout_at(deadline):

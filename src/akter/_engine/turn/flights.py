@@ -54,17 +54,17 @@ class Flights:
     discarded.
     """
 
-    __slots__ = ("lead", "pipe", "receipts_apart", "recording")
+    __slots__ = ("lead", "pipe", "recording", "rows_apart")
 
     def __init__(
-        self, conn: Connection, *, recording: bool = False, receipts_apart: bool = False
+        self, conn: Connection, *, recording: bool = False, rows_apart: bool = False
     ) -> None:
         self.pipe = actors.turn_pipeline(conn)
         #: Whether the batch span records: the flights' child spans are built only then.
         self.recording = recording
         #: Citus: a turn's receipts are inserts of their own after its update, not in its
         #: statement (``actors.update_actor``).
-        self.receipts_apart = receipts_apart
+        self.rows_apart = rows_apart
         #: What the next :meth:`commit` flight sends first, when it is a warm turn's only one.
         self.lead: Callable[[TurnPipeline], Awaitable[object]] | None = None
 

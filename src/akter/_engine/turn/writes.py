@@ -33,7 +33,7 @@ from akter._engine.turn.types import (
 )
 from akter._kinds import RowKind
 from akter._staging import StagedRow
-from akter._store.gateway import actors
+from akter._store.gateway import actors, staged
 from akter._store.gateway.workflows import start_in_turn
 from akter._store.pipeline import TurnPipeline
 from akter._store.queries import Queries
@@ -158,10 +158,10 @@ async def send(
                     now_ms=now_ms,
                     locked_version=locked_version,
                     receipts=receipts,
-                    receipts_apart=flights.receipts_apart,
+                    rows_apart=flights.rows_apart,
                 )
             if not writes.empty:
-                cancels = await _send_staged(pipe, q, act, key, writes, now_ms, commit_ms)
+                cancels = await _send_staged(flights, q, act, key, writes, now_ms, commit_ms)
             writes.fed = await subscribed.queue(
                 pipe,
                 q,
@@ -177,7 +177,7 @@ async def send(
             if todo.ticks is not None:
                 await actors.insert_ticks(pipe, q, todo.ticks)
             if receipts is not None and not todo.state_changed:
-                await actors.insert_receipts(pipe, q, key, receipts)
+                await actors.insert_receipts(pipe, q, key, receipts, rows_apart=flights.rows_apart)
             if todo.fences or todo.fences_until is not None:
                 fence_off = off if fence_off is None else fence_off
                 await _hold_fences(pipe, q, todo, commit_ms, off, fence_off)
@@ -199,7 +199,7 @@ def _receipt_params(todo: Plan) -> actors.Params | None:
 
 
 async def _send_staged(
-    pipe: TurnPipeline,
+    flights: Flights,
     q: Queries,
     act: Activation,
     key: actors.Key,
@@ -207,16 +207,22 @@ async def _send_staged(
     now_ms: int,
     commit_ms: int,
 ) -> actors.Cursor | None:
-    """Queue what the batch's commands staged, in the flight's order; the job cancels' cursor."""
+    """Queue what the batch's commands staged, in the flight's order; the job cancels' cursor.
+
+    On Citus (``flights.rows_apart``) each row goes in a routed statement of its own.
+    """
+    pipe, rows_apart = flights.pipe, flights.rows_apart
     cancels = None
     if writes.events:
-        await actors.insert_events(pipe, q, key, now_ms, act.event_seq + 1, writes.events)
+        await staged.insert_events(
+            pipe, q, key, now_ms, act.event_seq + 1, writes.events, rows_apart=rows_apart
+        )
     if writes.timer_deletes:
-        await actors.delete_timers(pipe, q, key, writes.timer_deletes)
+        await staged.delete_timers(pipe, q, key, writes.timer_deletes)
     if writes.job_cancels:
-        cancels = await actors.cancel_jobs(pipe, q, key, writes.job_cancels, now_ms)
+        cancels = await staged.cancel_jobs(pipe, q, key, writes.job_cancels, now_ms)
     if writes.rows:
-        await actors.insert_outbox(
+        await staged.insert_outbox(
             pipe,
             q,
             key,
@@ -225,10 +231,17 @@ async def _send_staged(
             rows=writes.rows,
             ordinals=ordinals(act.definition, writes.rows),
             traceparent=telemetry.traceparent(),  # the batch span staged them
+            rows_apart=rows_apart,
         )
     if writes.runs:
         await start_in_turn(
-            pipe, q, key, commit_ms=commit_ms, runs=writes.runs, traceparent=telemetry.traceparent()
+            pipe,
+            q,
+            key,
+            commit_ms=commit_ms,
+            runs=writes.runs,
+            traceparent=telemetry.traceparent(),
+            rows_apart=rows_apart,
         )
     return cancels
 

@@ -19,7 +19,6 @@ from psycopg._encodings import conn_encoding
 from psycopg.abc import AdaptContext
 from psycopg.rows import dict_row
 
-from akter._staging import StagedEvent, StagedRow
 from akter._store import citus
 from akter._store.gateway import citus_writes
 from akter._store.gateway.errors import wrap_errors
@@ -361,13 +360,13 @@ def update_actor(
     now_ms: int,
     locked_version: int,
     receipts: Mapping[str, Any] | None = None,
-    receipts_apart: bool = False,
+    rows_apart: bool = False,
 ) -> Awaitable[Cursor]:
     """The guarded update of the actor row (its version must still be ``locked_version``).
 
     With ``receipts`` the same statement writes them too: a warm turn's writes are one
     statement. :func:`receipt_params` of several receipts go to ``update_actor_receipts``,
-    :func:`one_receipt_params` to ``update_actor_receipt``. With ``receipts_apart`` (Citus):
+    :func:`one_receipt_params` to ``update_actor_receipt``. With ``rows_apart`` (Citus):
     ``update_actor``, then an insert per receipt (``citus_writes``).
     """
     params = {
@@ -381,87 +380,11 @@ def update_actor(
     }
     if receipts is None:
         return conn.execute(q["update_actor"], params)
-    if receipts_apart:
+    if rows_apart:
         return citus_writes.update_then_receipts(conn, q, params, key, receipts)
     if "command_id" in receipts:  # one_receipt_params
         return conn.execute(q["update_actor_receipt"], {**params, **receipts})
     return conn.execute(q["update_actor_receipts"], {**params, **receipts})
-
-
-def insert_events(
-    conn: Executor,
-    q: Queries,
-    key: Key,
-    now_ms: int,
-    first_seq: int,
-    events: Sequence[tuple[StagedEvent, str]],
-) -> Awaitable[Cursor]:
-    """Append ``(event, command id)`` events numbered from ``first_seq``, with their versions."""
-    return conn.execute(
-        q["insert_events"],
-        {
-            **key,
-            "now": now_ms,
-            "seqs": list(range(first_seq, first_seq + len(events))),
-            "tags": [e.tag for e, _ in events],
-            "payloads": [e.payload for e, _ in events],
-            "versions": [e.version for e, _ in events],
-            "command_ids": [c for _, c in events],
-        },
-    )
-
-
-def delete_timers(conn: Executor, q: Queries, key: Key, keys: list[str]) -> Awaitable[Cursor]:
-    """Delete the actor's pending timers with ``keys``."""
-    return conn.execute(q["delete_timers"], {**key, "keys": keys})
-
-
-async def cancel_jobs(conn: Executor, q: Queries, key: Key, keys: list[str], now_ms: int) -> Cursor:
-    """Cancel the actor's jobs with ``keys``; the cursor yields ``(job id, running)`` rows."""
-    await conn.execute(q["cancel_jobs_unstarted"], {**key, "keys": keys})
-    return await conn.execute(q["cancel_jobs_started"], {**key, "keys": keys, "now": now_ms})
-
-
-def insert_outbox(
-    conn: Executor,
-    q: Queries,
-    key: Key,
-    *,
-    bucket: int,
-    commit_ms: int,
-    rows: Sequence[StagedRow],
-    ordinals: list[int],
-    traceparent: str | None,
-) -> Awaitable[Cursor]:
-    """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``).
-
-    Relative delays count from ``commit_ms``, the commit's clock as the turn bounds it from its
-    one clock reading (``turn.writes.release_clock``).
-    ``traceparent`` (W3C text of the span that staged them, or ``None``) goes with every row.
-    """
-    return conn.execute(
-        q["insert_outbox"],
-        {
-            **key,
-            "bucket": bucket,
-            "commit": commit_ms,
-            "intent_ids": [r.intent_id for r in rows],
-            "kinds": [r.kind for r in rows],
-            "target_types": [r.target_type for r in rows],
-            "target_ids": [r.target_id for r in rows],
-            "commands": [r.command for r in rows],
-            "payloads": [r.payload for r in rows],
-            "payload_versions": [r.payload_version for r in rows],
-            "callers": [r.caller for r in rows],
-            "delays": [r.delay_ms for r in rows],
-            "ats": [r.at_ms for r in rows],
-            "timer_keys": [r.timer_key for r in rows],
-            "ords": ordinals,
-            "priorities": [r.priority for r in rows],
-            "max_waits": [r.max_wait_ms for r in rows],
-            "traceparent": traceparent,
-        },
-    )
 
 
 def tick_params(
@@ -534,9 +457,14 @@ def one_receipt_params(
 
 
 def insert_receipts(
-    conn: Executor, q: Queries, key: Key, receipts: Mapping[str, Any]
-) -> Awaitable[Cursor]:
-    """Write the receipts of :func:`receipt_params` (when the batch updates no state)."""
+    conn: Executor, q: Queries, key: Key, receipts: Mapping[str, Any], *, rows_apart: bool = False
+) -> Awaitable[Cursor | None]:
+    """Write the receipts of :func:`receipt_params` (when the batch updates no state).
+
+    ``rows_apart`` (Citus): one routed statement per receipt (``citus_writes``).
+    """
+    if rows_apart:
+        return citus_writes.receipts_apart(conn, q, key, receipts)
     return conn.execute(q["insert_receipts"], {**key, **receipts})
 
 

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from akter._store.gateway import citus_writes
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
@@ -23,12 +25,18 @@ def start_in_turn(
     commit_ms: int,
     runs: Sequence[StagedRun],
     traceparent: str | None,
-) -> Awaitable[Answer]:
+    rows_apart: bool = False,
+) -> Awaitable[Answer | None]:
     """Queue a turn's workflow starts in its commit flight (``wf_start_in_turn``).
 
-    The runs live in the turn's actor's shard (its routing key): one single-shard statement.
+    The runs live in the turn's actor's shard (its routing key). ``rows_apart`` (Citus): one
+    routed statement per run (``citus_writes``), not one ``INSERT ... SELECT`` of them all.
     A keyed start whose key a live run holds fails the flight (:func:`live_key_taken`).
     """
+    if rows_apart:
+        return citus_writes.runs_apart(
+            pipe, q, key, commit_ms=commit_ms, runs=runs, traceparent=traceparent
+        )
     return pipe.execute(
         q["wf_start_in_turn"],
         {
