@@ -99,7 +99,7 @@ SAMPLES: dict[str, Any] = {
     "column": "routing_key",
     # issue 45: a Citus turn's rows one routed statement each (citus_insert_event, ...)
     "target_type": "T", "target_id": "a1", "tag": "t", "at": None, "priority": 0,
-    "max_wait": None, "timer_key": None, "run_key": None,
+    "max_wait": None, "timer_key": None, "run_key": None, "head": 1, "floor": 0,
     # issue 41: commands staged in an application's transaction (migration 0015)
     "pinned": None, "uuids": str(uuid.uuid4()), "suffixes": "", "slacks": 0, "min_version": 0,
     "uuid": str(uuid.uuid4()), "suffix": "", "slack": 0,

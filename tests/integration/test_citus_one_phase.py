@@ -5,8 +5,9 @@ actor's worker only while every statement is routed there; an ``INSERT ... SELEC
 ``unnest`` is planned as "pull to coordinator", which writes the rows with COPY over another
 connection, and the commit then takes two-phase commit (a ``pg_dist_transaction`` record, a
 ``PREPARE`` and a ``COMMIT PREPARED`` on the worker). These turns emit an event, send an intent,
-enqueue a job, start a workflow and answer without a state change (a receipt alone), and each
-must commit in one phase with its rows written as on plain PostgreSQL.
+enqueue a job, start a workflow, answer without a state change (a receipt alone) and move a
+routed subscription's feed, and each must commit in one phase with its rows written as on plain
+PostgreSQL.
 
 Runs in the Citus pass only (``make test-citus``); Citus's prepared-transaction names carry the
 coordinator backend's pid (``citus_<group>_<pid>_<n>_<conn>``), so the count is this runtime's.
@@ -26,6 +27,7 @@ from akter._engine import runners
 from akter.testing import ActorTest
 from tests._support.barriers import until_pending
 from tests._support.citus import ON_CITUS
+from tests.integration.subscription_actors import Order, Warehouse
 
 Make = Callable[..., ActorTest]
 
@@ -184,3 +186,15 @@ async def test_a_batch_of_several_commands_commits_in_one_phase(akter_test: Make
         assert outbox == [{"n": 6}]
         events = await t.rows("SELECT count(*) AS n FROM {schema}.events WHERE actor_id = 'd-2'")
         assert events == [{"n": 4}]
+
+
+async def test_a_source_of_a_routed_subscription_commits_in_one_phase(akter_test: Make) -> None:
+    """The source's turn upserts its routed feed in its own shard (sub_feeds_bump_routed)."""
+    async with akter_test([Order, Warehouse], relay=False, maintenance=False) as t:
+        order = t.get(Order, "o-1")
+        await order.pay("w-1")  # warms it and creates the feed
+        seen = await two_phase_commits(t)
+        await order.pay("w-1", k=2)  # moves the feed's head
+        assert await two_phase_commits(t) == seen
+        feeds = await t.rows("SELECT head, done FROM {schema}.subscription_feeds")
+        assert feeds == [{"head": 3, "done": 0}]

@@ -170,6 +170,17 @@ VALUES (%(rk)s, %(run_id)s::text, %(tenant)s, %(type)s, %(id)s, %(workflow)s::te
         %(commit)s::bigint, %(commit)s::bigint + %(timeout_ms)s::bigint, %(commit)s::bigint,
         %(commit)s::bigint, %(traceparent)s::text);
 
+-- citus_sub_feed_bump_routed --
+-- Citus: a source's commit upserts one routed subscription's feed, as sub_feeds_bump_routed does for each, by scalar parameters: routed to the source's shard as it is (the upsert from unnest is pulled to the coordinator and makes the turn's commit two-phase)
+INSERT INTO {schema}.subscription_feeds
+    (routing_key, tenant_id, actor_type, actor_id, subscription, head, done, due_at_ms,
+     updated_at_ms)
+VALUES (%(rk)s, %(tenant)s, %(type)s, %(id)s, %(name)s::text, %(head)s::bigint,
+        %(floor)s::bigint, %(now)s, %(now)s)
+ON CONFLICT (routing_key, tenant_id, actor_type, actor_id, subscription)
+DO UPDATE SET head = greatest(subscription_feeds.head, excluded.head),
+              updated_at_ms = excluded.updated_at_ms;
+
 -- citus_claim_intents_scan --
 -- Citus, step 1 of an intent claim: due unparked intents of hosted types at the pass's clock reading (now, from clock_now), oldest first, read without locks across shards
 SELECT o.routing_key, o.intent_id, o.due_at_ms

@@ -104,16 +104,18 @@ async def queue(
     follows: Sequence[StagedFollow],
     delivered: Iterable[tuple[str, Mapping[str, object]]],
     now_ms: int,
+    rows_apart: bool = False,
 ) -> bool:
     """Queue the batch's subscription writes, each only when the batch has it (module doc).
 
     ``delivered``: the ``(command, payload)`` of the batch's commands that get a receipt.
+    ``rows_apart`` (Citus): each routed feed upserted by a statement of its own.
     Returns whether it wrote feeds or follows (the subscription lane has work).
     """
     watches = followed.by_source.get(definition.name, ()) if followed is not None else ()
     bumped = bumps(watches, events, first_seq) if watches and events else []
     if bumped:
-        await gateway.bump_feeds(pipe, q, key, now_ms, bumped)
+        await gateway.bump_feeds(pipe, q, key, now_ms, bumped, rows_apart=rows_apart)
     for op in follows:
         source = {"rk": op.source_rk, "tenant": key["tenant"], "type": op.source_type}
         await gateway.follow(

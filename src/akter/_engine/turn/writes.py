@@ -162,17 +162,8 @@ async def send(
                 )
             if not writes.empty:
                 cancels = await _send_staged(flights, q, act, key, writes, now_ms, commit_ms)
-            writes.fed = await subscribed.queue(
-                pipe,
-                q,
-                key,
-                definition=act.definition,
-                followed=followed,
-                events=writes.events,
-                first_seq=act.event_seq + 1,
-                follows=writes.follows,
-                delivered=((r.member.name, r.payload) for _, r in todo.receipts),
-                now_ms=now_ms,
+            writes.fed = await _queue_subscriptions(
+                flights, q, act, key, todo, ran, followed, now_ms
             )
             if todo.ticks is not None:
                 await actors.insert_ticks(pipe, q, todo.ticks)
@@ -185,6 +176,32 @@ async def send(
     if flights.recording:
         telemetry.child_span("akter.commit", act.ref, started_ns)
     return Sent(end, cancels)
+
+
+async def _queue_subscriptions(
+    flights: Flights,
+    q: Queries,
+    act: Activation,
+    key: actors.Key,
+    todo: Plan,
+    ran: BatchRun,
+    followed: subscribed.Followed | None,
+    now_ms: int,
+) -> bool:
+    """Queue the batch's subscription writes (``subscribed.queue``); whether it wrote any."""
+    return await subscribed.queue(
+        flights.pipe,
+        q,
+        key,
+        definition=act.definition,
+        followed=followed,
+        events=ran.writes.events,
+        first_seq=act.event_seq + 1,
+        follows=ran.writes.follows,
+        delivered=((r.member.name, r.payload) for _, r in todo.receipts),
+        now_ms=now_ms,
+        rows_apart=flights.rows_apart,
+    )
 
 
 def _receipt_params(todo: Plan) -> actors.Params | None:

@@ -45,12 +45,29 @@ class Advance:
 
 
 async def bump_feeds(
-    pipe: TurnPipeline, q: Queries, key: Key, now_ms: int, bumps: Sequence[FeedBump]
+    pipe: TurnPipeline,
+    q: Queries,
+    key: Key,
+    now_ms: int,
+    bumps: Sequence[FeedBump],
+    *,
+    rows_apart: bool = False,
 ) -> None:
-    """Queue the source's feed writes: routed ones upserted, dynamic ones moved if they exist."""
+    """Queue the source's feed writes: routed ones upserted, dynamic ones moved if they exist.
+
+    ``rows_apart`` (Citus): one ``citus_sub_feed_bump_routed`` per routed feed, routed to the
+    source's shard (the upsert from ``unnest`` is pulled to the coordinator there, and makes
+    the turn's commit two-phase: ``akter._store.gateway.citus_writes``).
+    """
     routed = [b for b in bumps if b.routed]
     dynamic = [b for b in bumps if not b.routed]
-    if routed:
+    if routed and rows_apart:
+        for b in routed:
+            await pipe.execute(
+                q["citus_sub_feed_bump_routed"],
+                {**key, "now": now_ms, "name": b.subscription, "head": b.head, "floor": b.floor},
+            )
+    elif routed:
         await pipe.execute(
             q["sub_feeds_bump_routed"],
             {
