@@ -11,7 +11,9 @@ fresh schema dropped afterwards:
 1. **Turns.** ``--callers`` concurrent callers call ``add`` on random actors out of
    ``--actors`` of one tenant (``--placement actor``: they spread over shards; ``tenant``, the
    default placement: one tenant, so one shard), every actor warmed first, for ``--duration``
-   s: turns/s, p50 and p99 of the call.
+   s: turns/s, p50 and p99 of the call. ``--emit``: each turn also emits an event, a row
+   written beside the state (on Citus it must stay on the actor's worker connection, or the
+   commit is two-phase).
 2. **Intent latency.** 4 senders call ``Sender.fire`` back to back (one intent each to a random
    pre-warmed receiver) for ``--duration`` s; latency is the receiver's handler time minus the
    sender's return time (an upper bound of commit → delivery, both ``time.monotonic()`` here;
@@ -73,10 +75,20 @@ class CounterState(BaseModel):
     n: int = 0
 
 
+class Added(akter.Event, tag="citus-bench.Added"):
+    k: int
+
+
 class Counter(akter.Actor[CounterState], placement="actor"):
     @akter.command
     async def add(self, k: int) -> int:
         self.state.n += k
+        return self.state.n
+
+    @akter.command
+    async def add_noted(self, k: int) -> int:  # --emit: a turn that writes a row beside its state
+        self.state.n += k
+        self.emit(Added(k=k))
         return self.state.n
 
 
@@ -84,6 +96,12 @@ class TenantCounter(akter.Actor[CounterState]):  # placement="tenant", the defau
     @akter.command
     async def add(self, k: int) -> int:
         self.state.n += k
+        return self.state.n
+
+    @akter.command
+    async def add_noted(self, k: int) -> int:
+        self.state.n += k
+        self.emit(Added(k=k))
         return self.state.n
 
 
@@ -227,7 +245,8 @@ async def turns(runtime: akter.Runtime, args: argparse.Namespace) -> dict[str, A
         rng = random.Random(seed)
         while time.monotonic() < deadline:
             started = time.perf_counter()
-            await runtime.get(kind, ids[rng.randrange(len(ids))]).add(1)
+            handle = runtime.get(kind, ids[rng.randrange(len(ids))])
+            await (handle.add_noted(1) if args.emit else handle.add(1))
             latencies.append((time.perf_counter() - started) * 1000)
 
     meter = CpuMeter(args.nodes)
@@ -349,6 +368,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     schema = f"akter_cb_{uuid.uuid4().hex[:8]}"
     out: dict[str, Any] = {
         "url": url, "citus": citus, "callers": args.callers, "placement": args.placement,
+        "emit": args.emit,
     }  # fmt: skip
     runtime = await _runtime(url, schema, citus)
     args.nodes = await _nodes(url, citus)
@@ -439,6 +459,9 @@ def main() -> None:
     parser.add_argument("--drain", type=int, default=5000)
     parser.add_argument("--placement", choices=("actor", "tenant"), default="actor")
     parser.add_argument("--no-drain", action="store_true", help="skip the claim-rate drain")
+    parser.add_argument(
+        "--emit", action="store_true", help="each measured turn also emits an event (a row)"
+    )
     parser.add_argument(
         "--rate",
         type=float,
