@@ -92,8 +92,17 @@ class Desk(akter.Actor[Tally], placement="actor"):
         self.state.n += n
         return self.start_workflow(Desk.flow, n)
 
+    @akter.command
+    async def work_capped(self, n: int) -> list[str]:
+        self.send(Sink.got, "s-3", n)
+        return [self.enqueue(Desk.queue, Work(n=n)), self.enqueue(Desk.queue, Work(n=n + 1))]
+
     @akter.job(attempts=1)
     async def crunch(call: akter.JobCall, payload: Work) -> int:
+        return payload.n
+
+    @akter.job(attempts=1, per_actor=1)
+    async def queue(call: akter.JobCall, payload: Work) -> int:
         return payload.n
 
     @akter.workflow(timeout=timedelta(days=1))
@@ -198,3 +207,24 @@ async def test_a_source_of_a_routed_subscription_commits_in_one_phase(akter_test
         assert await two_phase_commits(t) == seen
         feeds = await t.rows("SELECT head, done FROM {schema}.subscription_feeds")
         assert feeds == [{"head": 3, "done": 0}]
+
+
+async def test_a_turn_mixing_an_intent_and_capped_jobs_writes_every_row(akter_test: Make) -> None:
+    """Capped jobs keep insert_outbox beside the intent's routed insert (the exception).
+
+    Their ready times read the actor's other rows of the job; such a turn commits two-phase.
+    """
+    async with akter_test([Desk, Sink], relay=False, maintenance=False) as t:
+        desk = t.get(Desk, "d-3")
+        first = await desk.work_capped(1)
+        second = await desk.work_capped(3)
+        rows = await t.rows(
+            "SELECT intent_id, kind, ready_at_ms FROM {schema}.outbox WHERE actor_id = 'd-3'"
+            " ORDER BY kind, ready_at_ms"
+        )
+        assert [r["kind"] for r in rows] == ["intent", "intent", "job", "job", "job", "job"]
+        jobs = [r for r in rows if r["kind"] == "job"]
+        # Enqueue order within the actor's capped job: strictly increasing ready times.
+        assert [r["intent_id"] for r in jobs] == [*first, *second]
+        readies = [r["ready_at_ms"] for r in jobs]
+        assert readies == sorted(set(readies))

@@ -58,7 +58,7 @@ async def cancel_jobs(conn: Executor, q: Queries, key: Key, keys: list[str], now
     return await conn.execute(q["cancel_jobs_started"], {**key, "keys": keys, "now": now_ms})
 
 
-def insert_outbox(
+async def insert_outbox(
     conn: Executor,
     q: Queries,
     key: Key,
@@ -69,16 +69,17 @@ def insert_outbox(
     ordinals: list[int],
     traceparent: str | None,
     rows_apart: bool = False,
-) -> Awaitable[Cursor | None]:
+) -> Cursor | None:
     """Write staged intents, timers and jobs (``ordinals``: see ``turn.writes.ordinals``).
 
     Relative delays count from ``commit_ms``, the commit's clock as the turn bounds it from its
     one clock reading (``turn.writes.release_clock``).
     ``traceparent`` (W3C text of the span that staged them, or ``None``) goes with every row.
-    ``rows_apart`` (Citus): a routed statement per row, capped jobs together (``citus_writes``).
+    ``rows_apart`` (Citus): a routed statement per row (``citus_writes``); only the capped
+    jobs' rows, if any, then go in ``insert_outbox``.
     """
     if rows_apart:
-        return _outbox_apart(
+        capped = await citus_writes.outbox_apart(
             conn,
             q,
             key,
@@ -88,7 +89,10 @@ def insert_outbox(
             ordinals=ordinals,
             traceparent=traceparent,
         )
-    return conn.execute(
+        if not capped:
+            return None
+        rows, ordinals = [row for row, _ in capped], [ordinal for _, ordinal in capped]
+    return await conn.execute(
         q["insert_outbox"],
         {
             **key,
@@ -110,40 +114,4 @@ def insert_outbox(
             "max_waits": [r.max_wait_ms for r in rows],
             "traceparent": traceparent,
         },
-    )
-
-
-async def _outbox_apart(
-    conn: Executor,
-    q: Queries,
-    key: Key,
-    *,
-    bucket: int,
-    commit_ms: int,
-    rows: Sequence[StagedRow],
-    ordinals: list[int],
-    traceparent: str | None,
-) -> Cursor | None:
-    """:func:`insert_outbox` on Citus: the rows apart, the capped jobs' in ``insert_outbox``."""
-    capped = await citus_writes.outbox_apart(
-        conn,
-        q,
-        key,
-        bucket=bucket,
-        commit_ms=commit_ms,
-        rows=rows,
-        ordinals=ordinals,
-        traceparent=traceparent,
-    )
-    if not capped:
-        return None
-    return await insert_outbox(
-        conn,
-        q,
-        key,
-        bucket=bucket,
-        commit_ms=commit_ms,
-        rows=[row for row, _ in capped],
-        ordinals=[ordinal for _, ordinal in capped],
-        traceparent=traceparent,
     )
