@@ -62,8 +62,9 @@ class Flights:
         self.pipe = actors.turn_pipeline(conn)
         #: Whether the batch span records: the flights' child spans are built only then.
         self.recording = recording
-        #: Citus: a turn's receipts are inserts of their own after its update, not in its
-        #: statement (``actors.update_actor``).
+        #: Citus: a turn's rows (receipts, events, outbox rows, runs, routed feeds) are routed
+        #: inserts of one row each (``akter._store.gateway.citus_writes``), so the commit stays
+        #: on one worker connection, in one phase.
         self.rows_apart = rows_apart
         #: What the next :meth:`commit` flight sends first, when it is a warm turn's only one.
         self.lead: Callable[[TurnPipeline], Awaitable[object]] | None = None
