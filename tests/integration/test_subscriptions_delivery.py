@@ -199,22 +199,30 @@ async def test_S3_a_subscriber_that_crashes_after_its_commit_applies_the_event_o
         assert [(r["done"], r["head"]) for r in feeds] == [(2, 2)]
 
 
+async def follow_during_a_round(t: ActorTest, *, crash_settle: bool = False) -> None:
+    """i1 follows u1's two events; its round waits before its first delivery; i2 follows from 1.
+
+    The round read the feed's followers already, so its settle must not move the feed's done
+    past the start i2's follow rewound it to. ``crash_settle``: the round dies before its settle.
+    """
+    await t.get(User, "u1").post(2)
+    await t.get(Inbox, "i1").follow("u1", "start")
+    pause = t.pause_next("before_subscription_delivery")
+    if crash_settle:
+        t.crash_next("before_subscription_settle")
+    drained = asyncio.create_task(t.drain())
+    info = await pause.wait()
+    assert (info["ref"].id, info["cursor"]) == ("i1", 1)
+    await t.get(Inbox, "i2").follow("u1", 1)
+    pause.release()
+    await drained
+
+
 async def test_a_follow_committed_during_a_round_is_served_by_the_next_round(
     akter_test: Make,
 ) -> None:
     async with akter_test(ACTORS) as t:
-        await t.get(User, "u1").post(2)
-        await t.get(Inbox, "i1").follow("u1", "start")
-        # The round for i1 read the feed's followers and waits before its first delivery; i2
-        # follows from cursor 1 meanwhile. The round's settle must not move the feed's done past
-        # the start the new follow rewound it to.
-        pause = t.pause_next("before_subscription_delivery")
-        drained = asyncio.create_task(t.drain())
-        info = await pause.wait()
-        assert (info["ref"].id, info["cursor"]) == ("i1", 1)
-        await t.get(Inbox, "i2").follow("u1", 1)
-        pause.release()
-        await drained
+        await follow_during_a_round(t)
         await t.drain()
         assert (await t.get(Inbox, "i1").seen()).applied == [("u1", 1, 1), ("u1", 2, 2)]
         assert (await t.get(Inbox, "i2").seen()).applied == [("u1", 2, 2)]
@@ -226,15 +234,7 @@ async def test_a_rewound_round_that_crashes_before_its_settle_still_serves_the_n
     akter_test: Make,
 ) -> None:
     async with akter_test(ACTORS) as t:
-        await t.get(User, "u1").post(2)
-        await t.get(Inbox, "i1").follow("u1", "start")
-        pause = t.pause_next("before_subscription_delivery")
-        t.crash_next("before_subscription_settle")  # the rewound round dies before its settle
-        drained = asyncio.create_task(t.drain())
-        await pause.wait()
-        await t.get(Inbox, "i2").follow("u1", 1)
-        pause.release()
-        await drained
+        await follow_during_a_round(t, crash_settle=True)  # the rewound round dies unsettled
         feeds = await t.rows("SELECT done, head, rewound FROM {schema}.subscription_feeds")
         assert [(r["done"], r["head"], r["rewound"]) for r in feeds] == [(0, 2, True)]
         await t.advance(61)  # the claim's lease ends; the next claim clears the mark
