@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from akter._engine.jobs.coalescer import SettleCoalescer
+from akter.operators.runner import RunnerControl
 from akter.testing import ActorTest
 from akter.testing.provider import FakeProvider, succeed
 from tests._support import until
@@ -394,4 +395,39 @@ async def test_a_success_waiting_for_its_batch_frees_its_executor_slot(
             assert await receipts_for(t, job_id) == ["charged"]
             reports = await t.get(Shop, f"s{i}").reports()
             assert [(r["route"], r["id"], r["value"]) for r in reports] == [("success", job_id, i)]
+        assert await outbox(t) == {}
+
+
+async def test_a_drain_waits_for_a_success_its_pass_did_not_start(
+    akter_test: Make, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by CI (an HTTP test read the actor before its job's route had run): another pass
+    # starts the attempt after the drain awaited the attempts, and its success waits for its
+    # flush while the drain's own pass claims nothing. The success frees its executor slot, but
+    # its row and route are not written: the drain must go round again, not return.
+    async with akter_test(ALL, relay=False, settle_wait=1) as t:
+        plain_only(t)
+        provider.script(succeed(7), key="d0")
+        job_id = await t.get(Shop, "d0").buy(1, tag="d0")
+        real = RunnerControl.run_pass
+        passes = 0
+
+        async def run_pass(control: RunnerControl) -> int:
+            nonlocal passes
+            passes += 1
+            if passes > 1:
+                return await real(control)
+            held = t.pause_next("before_settle_flush")
+            assert await claim(t) == 1  # the other pass, between the drain's wait and its own
+            await held.wait()
+            claimed = await real(control)
+            held.release()  # the flush goes on only after the drain has looked
+            return claimed
+
+        monkeypatch.setattr(RunnerControl, "run_pass", run_pass)
+        await t.drain()
+        assert passes >= 2
+        assert await receipts_for(t, job_id) == ["charged"]
+        reports = await t.get(Shop, "d0").reports()
+        assert [(r["route"], r["id"], r["value"]) for r in reports] == [("success", job_id, 7)]
         assert await outbox(t) == {}

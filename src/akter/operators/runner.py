@@ -138,8 +138,12 @@ class RunnerControl:
 
     @property
     def busy(self) -> bool:
-        """Whether a delivery, a job attempt or a workflow attempt is under way."""
-        return bool(self._relay.in_flight or self._jobs.running or self._workflows.running)
+        """Whether a delivery, a job attempt or a workflow attempt is under way.
+
+        A job success waiting for its batched settle is under way: its outcome's route is not
+        written yet.
+        """
+        return bool(self._relay.in_flight or self._jobs.unfinished or self._workflows.running)
 
     # --- death -------------------------------------------------------------------------------
 

@@ -164,6 +164,15 @@ class JobExecutor:
         limit = self._services.config.executor_concurrency
         return tasks - min(self.settles.pending, limit)
 
+    @property
+    def unfinished(self) -> int:
+        """Attempts started on this runner whose task has not ended.
+
+        Unlike :attr:`running`, a success waiting for its batched settle counts: its row and
+        its outcome's route are not written until the flush commits (a test drain waits).
+        """
+        return len(self._tasks)
+
     async def wait_idle(self) -> None:
         """Await every attempt started so far."""
         while self._tasks:
