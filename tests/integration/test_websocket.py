@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import websockets
 
 import akter
 import akter.http
+from akter._store.gateway.live import LiveNotifier
 from akter.testing import ActorTest
 from tests._support.polling import until
 from tests.integration.live_actors import ACTORS, REVOKED, Account
@@ -136,6 +138,38 @@ async def test_a_broadcast_reaches_followers_on_another_runner(akter_test: Make)
     async with akter_test(ACTORS, poll=60, notify=True) as t:
         other = await t.add_runtime()
         messages = await t.get(Account, "a").broadcasts("chat")
+        try:
+            await other.get(Account, "a").shout("from afar")
+            async with asyncio.timeout(5):
+                assert await anext(messages) == {"text": "from afar"}
+        finally:
+            await messages.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_follow_returns_only_once_this_runner_listens_for_other_runners(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by CI: the follow returned while this runner's LISTEN was still on its way, and the
+    # other runner's broadcast, sent after the follow, was missed. The LISTEN is held here:
+    # the follow must wait for it, then hear what the other runner sends.
+    entered, gate = asyncio.Event(), asyncio.Event()
+    real = LiveNotifier.listen
+
+    async def held_listen(self: LiveNotifier) -> Any:
+        entered.set()
+        await gate.wait()
+        return await real(self)
+
+    monkeypatch.setattr(LiveNotifier, "listen", held_listen)
+    async with akter_test(ACTORS, poll=60, notify=True) as t:
+        other = await t.add_runtime()
+        following = asyncio.create_task(t.get(Account, "a").broadcasts("chat"))
+        await asyncio.wait_for(entered.wait(), 5)
+        for _ in range(20):  # the loop goes round: nothing but the held LISTEN holds the follow
+            await asyncio.sleep(0)
+        assert not following.done()
+        gate.set()
+        messages = await asyncio.wait_for(following, 5)
         try:
             await other.get(Account, "a").shout("from afar")
             async with asyncio.timeout(5):

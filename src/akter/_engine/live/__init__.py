@@ -283,7 +283,14 @@ class Live:
         await check_access(definition, ref, caller or current_caller(), "events")
         follower = TopicFollower(_key(ref), topic, self._unfollow)
         self._followers.setdefault((follower.key, topic), set()).add(follower)
-        self._channel.listen()
+        # Another runner's broadcast sent before this runner's LISTEN took effect would be
+        # missed although it came after the follow: wait for it (watches need not: a
+        # (re)connected listener wakes every watch once).
+        try:
+            await self._channel.listening()
+        except BaseException:
+            self._unfollow(follower)
+            raise
         return follower
 
     def _unfollow(self, follower: TopicFollower) -> None:

@@ -37,6 +37,9 @@ log = logging.getLogger("akter.live")
 Key = tuple[str, str, str]
 #: Messages queued for other runners at most; beyond, the oldest are dropped (best-effort).
 _QUEUE_KEPT = 10_000
+#: How long a new topic follower waits for this runner's listener to be listening; past it
+#: (the database unreachable), it follows all the same and hears other runners once it is.
+LISTEN_WAIT_S = 5.0
 
 
 class LiveChannel:
@@ -68,6 +71,8 @@ class LiveChannel:
         self._wake = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        #: Set while the listener's ``LISTEN`` is in effect.
+        self._listening = asyncio.Event()
         self._stopping = False
 
     @property
@@ -106,6 +111,16 @@ class LiveChannel:
         """Start hearing other runners (idempotent; only with ``notify=True``)."""
         if self.enabled and self._listener is None:
             self._listener = asyncio.create_task(self._listen(), name="akter.live.listen")
+
+    async def listening(self) -> None:
+        """Start hearing other runners and wait until the ``LISTEN`` is in effect.
+
+        What other runners send after this returns is heard (until a lost connection). Waits
+        at most :data:`LISTEN_WAIT_S`; returns at once without ``notify=True``.
+        """
+        self.listen()
+        if self._listener is not None:
+            await wait_event(self._listening, LISTEN_WAIT_S)
 
     async def stop(self) -> None:
         """Stop sending and listening (messages not yet sent are dropped)."""
@@ -169,10 +184,12 @@ class LiveChannel:
                 conn = await self._notifier.listen()
                 try:
                     backoff.reset()
+                    self._listening.set()
                     self._reconnected()
                     async for notice in conn.notifies():
                         self._heard(notice.payload)
                 finally:
+                    self._listening.clear()
                     await conn.close()
             except (psycopg.Error, OSError) as exc:
                 log.warning(
