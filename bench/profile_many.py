@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from turns import Counter, _drop_schema
+from turns import Counter, _drop_schema, run_on_loop
 
 import akter
 
@@ -75,12 +75,7 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=20)
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args()
-    if args.loop == "uvloop":
-        import uvloop
-
-        uvloop.run(run(args))
-    else:
-        asyncio.run(run(args))
+    run_on_loop(args.loop, run(args))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ a test.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import os
 import pstats
@@ -27,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from turns import Counter, _drop_schema
+from turns import Counter, _drop_schema, run_on_loop
 
 import akter
 
@@ -113,12 +112,7 @@ def main() -> None:
         "--floor", choices=["psycopg", "pq"], help="run the psycopg floor's turn, not akter's"
     )
     args = parser.parse_args()
-    if args.loop == "uvloop":
-        import uvloop  # a bench-only dependency (the "bench" extra)
-
-        uvloop.run(run(args))
-    else:
-        asyncio.run(run(args))
+    run_on_loop(args.loop, run(args))
 
 
 if __name__ == "__main__":

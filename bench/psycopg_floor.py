@@ -43,7 +43,7 @@ from akter._store.pipeline import TurnPipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from turns import CpuWindow, _drop_schema, _latency_ms, _pgbench_schema
+from turns import CpuWindow, _drop_schema, _latency_ms, _pgbench_schema, run_on_loop
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -222,12 +222,7 @@ def main() -> None:
     parser.add_argument("--driver", choices=["psycopg", "asyncpg", "all"], default="psycopg")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args()
-    if args.loop == "uvloop":
-        import uvloop  # a bench-only dependency (the "bench" extra)
-
-        uvloop.run(run(args))
-    else:
-        asyncio.run(run(args))
+    run_on_loop(args.loop, run(args))
 
 
 if __name__ == "__main__":

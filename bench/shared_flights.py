@@ -49,6 +49,7 @@ from turns import (
     _latency_ms,
     _pgbench_schema,
     _run_pgbench,
+    run_on_loop,
     sample_cpu,
 )
 
@@ -338,12 +339,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args()
-    if args.loop == "uvloop":
-        import uvloop  # a bench-only dependency (the "bench" extra)
-
-        uvloop.run(run(args))
-    else:
-        asyncio.run(run(args))
+    run_on_loop(args.loop, run(args))
 
 
 if __name__ == "__main__":

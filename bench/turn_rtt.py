@@ -358,9 +358,4 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     options = parse()
-    if options.loop == "uvloop":
-        import uvloop
-
-        uvloop.run(main(options))
-    else:
-        asyncio.run(main(options))
+    turns_bench.run_on_loop(options.loop, main(options))

@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1073,13 +1073,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.loop == "uvloop":
+def run_on_loop(loop: str, main: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``main`` on the event loop a bench's ``--loop`` names (``asyncio`` or ``uvloop``)."""
+    if loop == "uvloop":
         import uvloop  # a bench-only dependency (the "bench" extra)
 
-        return uvloop.run(run(args))
-    return asyncio.run(run(args))
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_on_loop(args.loop, run(args))
 
 
 if __name__ == "__main__":
