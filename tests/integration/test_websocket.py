@@ -6,11 +6,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 import websockets
 
 import akter
 import akter.http
+from akter._engine.live import channel
 from akter._store.gateway.live import LiveNotifier
 from akter.testing import ActorTest
 from tests._support.polling import until
@@ -174,6 +176,32 @@ async def test_a_follow_returns_only_once_this_runner_listens_for_other_runners(
             await other.get(Account, "a").shout("from afar")
             async with asyncio.timeout(5):
                 assert await anext(messages) == {"text": "from afar"}
+        finally:
+            await messages.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_follow_whose_listener_cannot_connect_follows_after_its_wait(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database refuses the listener's connection: the follow waits its bound, not forever,
+    # and this runner's own broadcasts still reach it.
+    tried = 0
+
+    async def refused(self: LiveNotifier) -> Any:
+        nonlocal tried
+        tried += 1
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(LiveNotifier, "listen", refused)
+    monkeypatch.setattr(channel, "LISTEN_WAIT_S", 0.2)
+    async with akter_test(ACTORS, poll=60, notify=True) as t:
+        account = t.get(Account, "a")
+        messages = await asyncio.wait_for(account.broadcasts("chat"), 5)
+        try:
+            assert tried >= 1
+            await account.shout("nearby")
+            async with asyncio.timeout(5):
+                assert await anext(messages) == {"text": "nearby"}
         finally:
             await messages.aclose()  # type: ignore[attr-defined]
 
