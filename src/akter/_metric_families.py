@@ -92,6 +92,13 @@ FAMILIES: tuple[Family, ...] = (
         "akter.turn.batch_size", "histogram", "Commands per turn batch.", _A, BATCH_SIZE_BUCKETS
     ),
     Family(
+        "akter.turn.shared_write",
+        "histogram",
+        "Warm turns per shared write (several actors' one-flight turns sent together).",
+        (),
+        BATCH_SIZE_BUCKETS,
+    ),
+    Family(
         "akter.mailbox.age_ms",
         "histogram",
         "Time from a command's enqueue to the start of its batch (ms).",

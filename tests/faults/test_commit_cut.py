@@ -325,7 +325,7 @@ async def test_a_cut_prepared_commit_is_retryable_and_resolves_once(
         await assert_healthy(t, proxy, actor)
 
 
-@pytest.mark.parametrize("turn_mode", ["one_flight", "two_flights"], indirect=True)
+@pytest.mark.parametrize("turn_mode", ["shared", "one_flight", "two_flights"], indirect=True)
 async def test_a_warm_turn_is_one_or_two_syncs_of_prepared_statements_on_the_wire(
     akter_db: str, turn_mode: str
 ) -> None:
@@ -351,7 +351,7 @@ async def test_a_warm_turn_is_one_or_two_syncs_of_prepared_statements_on_the_wir
         # the receipts apart from the lock and reads the coordinator's clock (one each): four
         # more, in the same two flights.
         statements = 10 if t.on_citus else 6
-        flights = 1 if turn_mode == "one_flight" and not t.on_citus else 2
+        flights = 1 if turn_mode != "two_flights" and not t.on_citus else 2
         assert sent["S"] == flights * WARM_TURNS, sent
         assert sent["E"] == sent["B"] == statements * WARM_TURNS, sent
         assert sent["P"] == 0 and sent["Q"] == 0, sent

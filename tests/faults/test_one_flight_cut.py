@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 import akter
-from akter._store.pipeline import TurnPipeline
+from akter._store.pipeline import Segment, TurnPipeline
 from tests.faults.pg_proxy import Cut
 from tests.faults.test_commit_cut import (
     CUTS,
@@ -29,9 +29,10 @@ from tests.faults.test_commit_cut import (
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.mark.parametrize("turn_mode", ["shared", "one_flight"], indirect=True)
 @pytest.mark.parametrize("cut", CUTS)
 async def test_a_cut_one_flight_is_all_or_nothing_and_its_retry_resolves_once(
-    akter_db: str, cut: Cut, monkeypatch: pytest.MonkeyPatch
+    akter_db: str, cut: Cut, monkeypatch: pytest.MonkeyPatch, turn_mode: str
 ) -> None:
     actor = f"one-flight-{cut}"
     RUNS.pop(actor, None)
@@ -45,14 +46,20 @@ async def test_a_cut_one_flight_is_all_or_nothing_and_its_retry_resolves_once(
             results[cid] = await handle.with_command_id(cid).move(k)
         before = await t.inspect(handle)
         syncs = 0
-        original = TurnPipeline.sync
+        original, queue = TurnPipeline.sync, TurnPipeline.queue
 
         async def counted(self: TurnPipeline, meanwhile: Callable[[], None] | None = None) -> None:
             nonlocal syncs
             syncs += 1
             await original(self, meanwhile)
 
+        def queued(self: TurnPipeline, segment: Segment) -> None:  # a shared write's segment
+            nonlocal syncs
+            syncs += 1
+            queue(self, segment)
+
         monkeypatch.setattr(TurnPipeline, "sync", counted)
+        monkeypatch.setattr(TurnPipeline, "queue", queued)
         # An id minted for the call (a pinned one may have a receipt: two flights). The actor
         # id, unique to this test, picks the turn's flight.
         proxy.arm(cut, match=actor)

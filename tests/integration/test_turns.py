@@ -605,17 +605,24 @@ def _requests(t: ActorTest) -> int:
     return t.runtime._dispatcher.engine.store.pool.get_stats().get("requests_num", 0)
 
 
+def skip_if_shared(turn_mode: str) -> None:
+    """A test of the connection a mailbox keeps: the ``shared`` turn mode keeps none."""
+    if turn_mode == "shared":
+        pytest.skip("the shared turn mode keeps no connection per mailbox")
+
+
 def _activation(t: ActorTest, name: str) -> Any:
     [box] = [b for k, b in t.runtime._dispatcher._boxes.items() if "/".join(k[1:]) == name]
     return box.activation
 
 
 async def test_a_sequential_callers_turns_keep_their_connection_out_of_the_pool(
-    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch, turn_mode: str
 ) -> None:
     # Each next command joins the worker that ran the last, and its turn runs on the
     # connection that worker kept: no putconn and getconn between the two, and its socket
     # stays watched by the event loop (no registration per turn).
+    skip_if_shared(turn_mode)
     loop = asyncio.get_running_loop()
     watches: list[int] = []
     add_reader = loop.add_reader
@@ -646,10 +653,11 @@ async def test_a_sequential_callers_turns_keep_their_connection_out_of_the_pool(
 
 
 async def test_a_connection_is_kept_no_longer_than_its_limit(
-    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch, turn_mode: str
 ) -> None:
     # Past HOLD_MAX_S since the pool gave it, the connection goes back after the batch (the
     # pool's own checks and lifetime then apply to it), and the next batch asks again.
+    skip_if_shared(turn_mode)
     async with akter_test(ALL, relay=False) as t:
         counter = t.get(Counter, "limit")
         assert await counter.add(1) == 1
@@ -702,7 +710,10 @@ async def test_a_connection_a_waiting_query_gets_is_no_longer_watched(akter_test
             assert await asyncio.wait_for(counter.add(1), 10) == k
 
 
-async def test_a_kept_connection_goes_back_before_a_backoff(akter_test: Make) -> None:
+async def test_a_kept_connection_goes_back_before_a_backoff(
+    akter_test: Make, turn_mode: str
+) -> None:
+    skip_if_shared(turn_mode)
     async with akter_test(ALL, relay=False) as t:
         counter = t.get(Counter, "backoff")
         assert await counter.add(1) == 1
@@ -715,11 +726,12 @@ async def test_a_kept_connection_goes_back_before_a_backoff(akter_test: Make) ->
 
 
 async def test_a_kept_connection_whose_session_ended_fails_its_turn_which_is_retried(
-    akter_test: Make,
+    akter_test: Make, turn_mode: str
 ) -> None:
     # The server ends the kept connection's session between two batches: the next batch's
     # admission fails on it before anything is written, the connection is discarded, and the
     # caller's retry commits the command once.
+    skip_if_shared(turn_mode)
     async with akter_test(ALL, relay=False) as t:
         counter = t.get(Counter, "ended")
         assert await counter.add(1) == 1

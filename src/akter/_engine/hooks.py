@@ -22,6 +22,8 @@ POINTS = frozenset(
         "before_dead_letter_commit",
         # Jobs: before the settle coalescer sends a batch of successes (issue 45).
         "before_settle_flush",
+        # Turns: before a shared write sends several actors' one-flight turns (issue 45).
+        "before_shared_write",
         "before_outbox_delete",
         "before_park",
         "before_discard_commit",

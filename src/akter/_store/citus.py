@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from akter._ids import placement_key, routing_key
-from akter._store.pipeline import TurnPipeline
+from akter._store.pipeline import Statements
 from akter._store.queries import Queries
 from akter.errors import ConfigurationError
 
@@ -281,7 +281,7 @@ def worker_lock_wait(queries: Queries, lock_wait_ms: int) -> bytes:
 
 
 async def bound_worker_locks(
-    conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any] | TurnPipeline,
+    conn: psycopg.AsyncConnection[Any] | psycopg.AsyncCursor[Any] | Statements,
     queries: Queries,
     lock_wait: bytes,
 ) -> None:

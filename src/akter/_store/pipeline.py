@@ -16,14 +16,21 @@ flight, raising the first server error after all of them are in. The first use o
 prepared only once the server answered the Parse. Any failure that leaves answers unread makes
 the pipeline *unusable* (:meth:`TurnPipeline.leave` says so) and the caller discards the
 connection.
+
+Several turns can share one write (``akter._engine.turn.shared``, docs/internals/shared-flights.md):
+each turn's statements are recorded in a :class:`Segment` with no connection, then queued on one
+pipeline by :meth:`TurnPipeline.queue`, each segment followed by its own Sync; one
+:meth:`TurnPipeline.flush` sends them all, and :meth:`TurnPipeline.next_segment` reads them one
+segment at a time, a server error belonging to its own segment only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import adapt, pq
@@ -46,11 +53,15 @@ Row = tuple[Any, ...]
 
 
 class Answer:
-    """One statement's result once its flight was synced: a cursor's reading methods."""
+    """One statement's result once its flight was synced: a cursor's reading methods.
+
+    ``tx`` is the pipeline's (its loaders read the rows); a :class:`Segment`'s answers get it
+    when the segment is queued on a connection.
+    """
 
     __slots__ = ("_loaded", "_result", "_tx")
 
-    def __init__(self, tx: Transformer) -> None:
+    def __init__(self, tx: Transformer | None) -> None:
         self._tx = tx
         self._result: pq.abc.PGresult | None = None
         self._loaded: list[Row] | None = None
@@ -85,9 +96,49 @@ class Answer:
                 self._loaded = []
             else:
                 tx = self._tx
+                assert tx is not None  # set when the statement was queued on a connection
                 tx.set_pgresult(result)
                 self._loaded = tx.load_rows(0, result.ntuples, tuple)
         return self._loaded
+
+
+#: A statement sent and not yet read: its answer (``None`` for a Parse), and the key a Parse
+#: prepares (``None`` for a statement).
+_Queued = tuple[Answer | None, tuple[bytes, tuple[int, ...]] | None]
+
+
+class Statements(Protocol):
+    """What a turn's gateways queue statements on: a :class:`TurnPipeline` or a :class:`Segment`."""
+
+    async def execute(
+        self, query: str | bytes, params: Mapping[str, Any] | None = None, *, prepare: bool = True
+    ) -> Answer: ...
+
+
+#: A recorded statement: its answer, text, parameters and whether it may be prepared.
+Recorded = tuple[Answer, "str | bytes", "Mapping[str, Any] | None", bool]
+
+
+class Segment:
+    """One turn's flight recorded without a connection, for a write shared with other turns.
+
+    :meth:`execute` records; :meth:`TurnPipeline.queue` sends the records on a connection,
+    followed by the segment's own Sync. A segment can be queued again (its answers are reset):
+    a write whose earlier segment left the session in a failed transaction sends it again.
+    """
+
+    __slots__ = ("recorded",)
+
+    def __init__(self) -> None:
+        self.recorded: list[Recorded] = []
+
+    async def execute(
+        self, query: str | bytes, params: Mapping[str, Any] | None = None, *, prepare: bool = True
+    ) -> Answer:
+        """Record ``query`` with ``params``; its answer is read after the segment's write."""
+        answer = Answer(None)
+        self.recorded.append((answer, query, params, prepare))
+        return answer
 
 
 class _Context:
@@ -115,9 +166,14 @@ class TurnPipeline:
         self._tx = adapt.Transformer.from_context(_Context(conn, dumpers or {}))
         self._encoding = conn_encoding(conn)
         self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        #: The number of the next prepared statement's name (names are never reused: a Parse a
+        #: failed segment skipped is forgotten while a later one's name stands).
+        self._named = 0
         #: Statements sent since the last Sync: ``(answer, key it prepares or None)``; a
         #: Parse's answer is ``None``.
-        self._queued: list[tuple[Answer | None, tuple[bytes, tuple[int, ...]] | None]] = []
+        self._queued: list[_Queued] = []
+        #: Segments queued with their Syncs and not yet read (:meth:`queue`), oldest first.
+        self._segments: collections.deque[list[_Queued]] = collections.deque()
         self._open = False
         #: Answers are owed by the server, or a send may have been cut: not reusable.
         self._unusable = False
@@ -130,7 +186,7 @@ class TurnPipeline:
     @property
     def usable(self) -> bool:
         """Whether the connection can leave the pipeline cleanly."""
-        return not (self._unusable or self._queued)
+        return not (self._unusable or self._queued or self._segments)
 
     def enter(self) -> None:
         """Enter libpq's pipeline mode (a turn's first flight)."""
@@ -169,6 +225,17 @@ class TurnPipeline:
         Its :class:`Answer` can be read after the next :meth:`sync`. ``prepare=False``: never
         prepared (statements of a user's owned tables, not to fill :data:`MAX_PREPARED`).
         """
+        answer = Answer(self._tx)
+        self._send(answer, query, params, prepare)
+        return answer
+
+    def _send(
+        self,
+        answer: Answer,
+        query: str | bytes,
+        params: Mapping[str, Any] | None,
+        prepare: bool,
+    ) -> None:
         sql, names = _converted(query, params is not None)
         if params is None:
             values: list[Any] = []
@@ -181,11 +248,11 @@ class TurnPipeline:
         formats = list(tx.formats or ()) if values else None
         key = (sql, types)
         name = self._prepared.get(key)
-        answer = Answer(tx)
         pg = self._pg
         self._unusable = True  # until the sends below are done
         if name is None and prepare and len(self._prepared) < MAX_PREPARED:
-            name = b"akter_turn_%d" % len(self._prepared)
+            name = b"akter_turn_%d" % self._named
+            self._named += 1
             pg.send_prepare(name, sql, param_types=types or None)
             self._queued.append((None, key))
             self._prepared[key] = name
@@ -197,7 +264,47 @@ class TurnPipeline:
             )
         self._queued.append((answer, None))
         self._unusable = False
-        return answer
+
+    def queue(self, segment: Segment) -> None:
+        """Queue ``segment``'s statements and its own Sync; nothing is flushed or read yet.
+
+        Enters pipeline mode if needed. If a statement cannot be dumped, a ``ROLLBACK`` ends
+        what of the segment was queued (so nothing of it can commit) and the error is raised.
+        """
+        if not self._open:
+            self.enter()
+        tx = self._tx
+        try:
+            for answer, query, params, prepare in segment.recorded:
+                answer._tx, answer._result, answer._loaded = tx, None, None
+                self._send(answer, query, params, prepare)
+        except Exception:
+            if self._queued:
+                self._send(Answer(tx), "ROLLBACK", None, False)
+            raise
+        finally:
+            if self._queued:
+                self._unusable = True
+                self._pg.pipeline_sync()
+                self._segments.append(self._queued)
+                self._queued = []
+                self._unusable = False
+
+    async def flush(self) -> None:
+        """Send every queued segment (one write, unless the socket's buffer is full)."""
+        await self._flush(None)
+
+    async def next_segment(self) -> psycopg.Error | None:
+        """Read the oldest queued segment's answers; its first server error, not raised.
+
+        A lost connection raises (the segments not read have no answer).
+        """
+        queued = self._segments[0]
+        self._unusable = True
+        results = await self._read(len(queued))
+        self._segments.popleft()
+        self._unusable = False
+        return self._settle(queued, results)
 
     async def sync(self, meanwhile: Callable[[], None] | None = None) -> None:
         """End the flight: send a Sync, read every answer, raise the first server error.
@@ -210,8 +317,17 @@ class TurnPipeline:
         queued, self._queued = self._queued, []
         self._unusable = True
         self._pg.pipeline_sync()
-        results = await self._communicate(len(queued), meanwhile)
+        await self._flush(meanwhile)
+        results = await self._read(len(queued))
         self._unusable = False
+        error = self._settle(queued, results)
+        if error is not None:
+            raise error
+
+    def _settle(
+        self, queued: list[_Queued], results: list[pq.abc.PGresult]
+    ) -> psycopg.Error | None:
+        """Give each answer its result, forget a failed Parse; the flight's first error."""
         error: psycopg.Error | None = None
         for (answer, key), result in zip(queued, results, strict=True):
             status = result.status
@@ -222,13 +338,10 @@ class TurnPipeline:
                 answer._result = result
             if status == _FATAL and error is None:
                 error = psycopg.errors.error_from_result(result, encoding=self._encoding)
-        if error is not None:
-            raise error
+        return error
 
-    async def _communicate(
-        self, expected: int, meanwhile: Callable[[], None] | None = None
-    ) -> list[pq.abc.PGresult]:
-        """Flush the flight, run ``meanwhile``, read its ``expected`` results up to the Sync's."""
+    async def _flush(self, meanwhile: Callable[[], None] | None) -> None:
+        """Send what is queued, then run ``meanwhile``."""
         pg = self._pg
         loop = asyncio.get_running_loop()
         fd = pg.socket
@@ -240,6 +353,11 @@ class TurnPipeline:
             pg.consume_input()
         if meanwhile is not None:
             meanwhile()
+
+    async def _read(self, expected: int) -> list[pq.abc.PGresult]:
+        """Read ``expected`` results up to the next Sync's."""
+        pg = self._pg
+        loop = asyncio.get_running_loop()
         results: list[pq.abc.PGresult] = []
         while True:
             last_none = False

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -52,6 +51,7 @@ from akter import telemetry
 from akter._engine.hooks import Hooks
 from akter._engine.turn import admission, rules, too_new, warm, writes
 from akter._engine.turn.flights import (
+    CommitFlight,
     Flights,
     commit_unanswered,
     consistent,
@@ -61,6 +61,7 @@ from akter._engine.turn.flights import (
 )
 from akter._engine.turn.invoke import Prepared, Ran, decode_replies, run_handler
 from akter._engine.turn.owned import OwnedTurn, owned_turn
+from akter._engine.turn.shared import SharedFlights, SharedWriter
 from akter._engine.turn.subscribed import Followed
 from akter._engine.turn.types import (
     Activation,
@@ -76,9 +77,7 @@ from akter._engine.turn.types import (
 from akter._policy import ResolvedPolicy
 from akter._store.gateway import actors
 from akter._store.pool import Clock, Connection, Store
-from akter.errors import ActorError, InjectedCrash
-
-log = logging.getLogger("akter.turn")
+from akter.errors import InjectedCrash
 
 #: The longest a mailbox worker keeps one pooled connection for its consecutive batches. A
 #: sequential caller's next command joins the worker that ran its last (``Dispatcher._more``),
@@ -105,6 +104,12 @@ class TurnEngine:
     #: Whether a warm activation's turn is one flight (``turn.warm``); the tests run the turn
     #: suites both ways by setting it off (tests/integration/conftest.py, ``turn_mode``).
     one_flight: bool = True
+    #: Whether a warm turn whose mailbox holds no connection shares a write with other actors'
+    #: (``turn.shared``); the tests run the turn suites with it on and off (``turn_mode``).
+    shared_writes: bool = True
+    #: Whether a mailbox worker may keep its connection for its next batch (:data:`HOLD_MAX_S`);
+    #: off, every warm turn shares writes (the tests' ``shared`` turn mode).
+    hold_connections: bool = True
 
     def __init__(
         self,
@@ -139,6 +144,14 @@ class TurnEngine:
         #: Warm turns that ran again in two flights, by why (``turn.warm``): a guard's SQLSTATE,
         #: or ``estimate`` when an id was too near its expiry for the clock estimate.
         self.fallbacks: collections.Counter[str] = collections.Counter()
+        #: Sends warm turns several per write: on half the pool's connections, at most 8.
+        self.shared = SharedWriter(
+            store,
+            hooks,
+            connections=min(8, max(1, store.pool.max_size // 2)),
+            pool_wait=pool_wait,
+            metrics=self._metrics,
+        )
 
     @property
     def metrics(self) -> telemetry.Metrics:
@@ -164,13 +177,13 @@ class TurnEngine:
             return await self._run_batch(act, batch, recording)
         except BatchDefect as defect:
             if len(batch) == 1:
-                return [_defect_result(act, batch[0], defect.message)]
+                return [rules.defect(act.ref, batch[0], defect.message)]
         results: list[Result] = []
         for request in batch:
             try:
                 results.extend(await self._run_batch(act, [request], recording))
             except BatchDefect as defect:
-                results.append(_defect_result(act, request, defect.message))
+                results.append(rules.defect(act.ref, request, defect.message))
         return results
 
     async def _run_batch(
@@ -188,7 +201,16 @@ class TurnEngine:
         deadline = loop.time() + policy.execution_timeout / 1000
         known = act.exists
         pool = self.store.pool
+        warm_first = self._warm(act, batch, live_keys)
         try:
+            if warm_first and self.shared_writes and act.held is None:
+                # No connection of its own: its one flight shares a write (``turn.shared``).
+                shared = SharedFlights(self.shared, act.ref, deadline, recording=recording)
+                async with asyncio.timeout_at(deadline):
+                    landed = await self._warm_turn(act, batch, shared)
+                if landed is not None:
+                    return landed
+                warm_first = False  # its guard failed: the two-flight turn, on a connection
             # getconn/putconn, not ``pool.connection()``: that context also enters the
             # connection's own context, whose exit takes the connection's lock to commit an
             # autocommit session (a no-op here: the turn ends its transaction itself, and the
@@ -206,7 +228,9 @@ class TurnEngine:
                 )
                 try:
                     async with asyncio.timeout_at(deadline):
-                        results = await self._transaction(conn, act, batch, flights, live_keys)
+                        results = await self._transaction(
+                            act, batch, flights, live_keys, warm_first
+                        )
                 except BaseException as exc:
                     # Whatever happened, the open transaction must not survive: leave the
                     # pipeline and roll back. Only a failure raised between the flights leaves
@@ -218,7 +242,7 @@ class TurnEngine:
                     if not known:
                         act.exists = False  # a row inserted by this admission is gone again
                     raise
-                kept = _keep(conn, taken, pool.getting)
+                kept = self.hold_connections and _keep(conn, taken, pool.getting)
                 if kept:
                     act.held = (conn, taken)
                 return results
@@ -265,29 +289,42 @@ class TurnEngine:
         unanswered = commit_unanswered(exc)
         return [rules.unavailable(r, reason, r.commit_sent and unanswered) for r in batch]
 
+    def _warm(self, act: Activation, batch: Sequence[Request], live_keys: bool) -> bool:
+        """Whether the batch tries the one-flight turn first (``turn.warm``).
+
+        A pause or crash armed at ``before_commit`` keeps its meaning (the row locked, inside
+        the transaction): such a turn takes two flights.
+        """
+        return (
+            self.one_flight
+            and warm.eligible(act, batch, self.store.strategy, live_keys)
+            and not self.hooks.armed("before_commit")
+        )
+
+    async def _warm_turn(
+        self, act: Activation, batch: Sequence[Request], flights: CommitFlight
+    ) -> list[Result] | None:
+        ref = act.ref
+        key = actors.actor_key(act.routing_key, ref.tenant, ref.type, ref.id)
+        return await warm.turn(self, flights, act, batch, key, self._settings(act).params)
+
     async def _transaction(
         self,
-        conn: Connection,
         act: Activation,
         batch: Sequence[Request],
         flights: Flights,
         live_keys: bool = False,
+        warm_first: bool = False,
     ) -> list[Result]:
         ref = act.ref
         if live_keys and self.hooks.armed("before_keyed_start_retry"):
             await self.hooks.at("before_keyed_start_retry", {"ref": ref, "batch": batch})
-        key = actors.actor_key(act.routing_key, ref.tenant, ref.type, ref.id)
-        typed = self._settings(act)
-        # A pause or crash armed at before_commit keeps its meaning (the row locked, inside the
-        # transaction): such a turn takes two flights.
-        if (
-            self.one_flight
-            and warm.eligible(act, batch, self.store.strategy, live_keys)
-            and not self.hooks.armed("before_commit")
-        ):
-            landed = await warm.turn(self, flights, act, batch, key, typed.params)
+        if warm_first:
+            landed = await self._warm_turn(act, batch, flights)
             if landed is not None:
                 return landed
+        key = actors.actor_key(act.routing_key, ref.tenant, ref.type, ref.id)
+        typed = self._settings(act)
         off = self.clock.offset_ms
         ensured = not act.exists
         prepared = Prepared()
@@ -506,29 +543,6 @@ def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: i
         act.state_json = ran.state_json
         act.created = ran.created
         act.event_seq = ran.event_seq
-
-
-def _defect_result(act: Activation, request: Request, message: str) -> Result:
-    log.error(
-        "Deterministic actor defect: %s/%r command %s (command id %r): %s",
-        act.ref.type,
-        act.ref.id,
-        request.member.name,
-        request.command_id.raw,
-        message,
-        extra={
-            "actor": act.ref.type,
-            "id": act.ref.id,
-            "tenant": act.ref.tenant,
-            "command": request.member.name,
-            "command_id": request.command_id.raw,
-            "defect": message,
-        },
-    )
-    return Result(
-        "error",
-        error=ActorError("Defect", message, command_id=request.command_id.raw),
-    )
 
 
 def _keep(conn: Connection, taken: float, getting: int) -> bool:

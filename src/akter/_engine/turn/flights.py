@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
+from typing import Protocol
 
 import psycopg
 
 from akter._engine.turn.types import BatchDefect, Retryable
 from akter._store.gateway import actors
-from akter._store.pipeline import TurnPipeline
+from akter._store.pipeline import Statements, TurnPipeline
 from akter._store.pool import Connection
 from akter.errors import InjectedCrash
 
@@ -42,6 +44,37 @@ async def discard(conn: Connection) -> None:
 
 #: How long a rollback after a failed turn may take before the connection is discarded instead.
 ROLLBACK_WAIT_S = 2.0
+
+
+class CommitFlight(Protocol):
+    """What ``writes.send`` and ``turn.warm`` use of a turn's flights.
+
+    :class:`Flights` on a connection of the turn's own, or ``shared.SharedFlights`` in a write
+    shared with other turns.
+    """
+
+    lead: Callable[[Statements], Awaitable[object]] | None
+
+    @property
+    def pipe(self) -> Statements: ...
+
+    @property
+    def recording(self) -> bool: ...
+
+    @property
+    def rows_apart(self) -> bool: ...
+
+    def commit(
+        self, meanwhile: Callable[[], None] | None = None
+    ) -> AbstractAsyncContextManager[None]: ...
+
+    async def rolled_back(self) -> bool:
+        """After a failed guard (``turn.warm``): ``False`` when the connection is unusable."""
+        ...
+
+    def unsent(self) -> bool:
+        """Whether the commit flight certainly never reached the server."""
+        ...
 
 
 class Flights:
@@ -67,7 +100,7 @@ class Flights:
         #: on one worker connection, in one phase.
         self.rows_apart = rows_apart
         #: What the next :meth:`commit` flight sends first, when it is a warm turn's only one.
-        self.lead: Callable[[TurnPipeline], Awaitable[object]] | None = None
+        self.lead: Callable[[Statements], Awaitable[object]] | None = None
 
     # Two small context-manager classes, not @asynccontextmanager: a generator-based one costs
     # an async generator and its hooks per use, twice per turn.
@@ -88,6 +121,23 @@ class Flights:
     async def leave(self) -> bool:
         """Leave a pipeline still open after a failure; ``False`` if the connection is unusable."""
         return self.pipe.leave()
+
+    async def rolled_back(self) -> bool:
+        """Roll back the flight a failed guard aborted and leave the pipeline, still watched.
+
+        ``False`` when that failed: the engine then discards the connection.
+        """
+        pipe = self.pipe
+        try:
+            await pipe.execute("ROLLBACK")
+            await pipe.sync()
+        except psycopg.Error:
+            return False
+        return pipe.leave(watched=True)
+
+    def unsent(self) -> bool:
+        """Never known here: a flight on the turn's own connection is sent as it is queued."""
+        return False
 
 
 class _Admission:
@@ -116,7 +166,7 @@ class _Commit:
         self,
         pipe: TurnPipeline,
         meanwhile: Callable[[], None] | None,
-        lead: Callable[[TurnPipeline], Awaitable[object]] | None,
+        lead: Callable[[Statements], Awaitable[object]] | None,
     ) -> None:
         self._pipe = pipe
         self._meanwhile = meanwhile

@@ -9,6 +9,7 @@ transaction, :func:`release` hides an outcome whose id expired meanwhile.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from akter._engine.turn.types import BatchDefect, Request, Result
@@ -16,6 +17,8 @@ from akter._ids import child_id, is_uuid8
 from akter.actor import ActorDefinition, Member
 from akter.callers import ActorRef, System
 from akter.errors import ActorError, DeclaredError, Reason
+
+log = logging.getLogger("akter.turn")
 
 
 def decide(
@@ -228,4 +231,28 @@ def unavailable(request: Request, why: str, in_doubt: bool) -> Result:
 def _error(reason: Reason, message: str, request: Request, **details: Any) -> Result:
     return Result(
         "error", error=ActorError(reason, message, command_id=request.command_id.raw, **details)
+    )
+
+
+def defect(ref: ActorRef, request: Request, message: str) -> Result:
+    """The answer to a command that hit a deterministic defect (logged at ERROR)."""
+    log.error(
+        "Deterministic actor defect: %s/%r command %s (command id %r): %s",
+        ref.type,
+        ref.id,
+        request.member.name,
+        request.command_id.raw,
+        message,
+        extra={
+            "actor": ref.type,
+            "id": ref.id,
+            "tenant": ref.tenant,
+            "command": request.member.name,
+            "command_id": request.command_id.raw,
+            "defect": message,
+        },
+    )
+    return Result(
+        "error",
+        error=ActorError("Defect", message, command_id=request.command_id.raw),
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from akter._staging import StagedEvent, StagedFollow
 from akter._store.gateway import subscriptions as gateway
-from akter._store.pipeline import TurnPipeline
+from akter._store.pipeline import Statements
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
 from akter.subscriptions import SubscriptionSpec, spec_of
@@ -93,7 +93,7 @@ def advances(
 
 
 async def queue(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     key: Mapping[str, object],
     *,

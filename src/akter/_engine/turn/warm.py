@@ -37,7 +37,7 @@ import psycopg
 
 from akter import telemetry
 from akter._engine.turn import admission, writes
-from akter._engine.turn.flights import Flights
+from akter._engine.turn.flights import CommitFlight
 from akter._engine.turn.invoke import Prepared, decode_replies
 from akter._engine.turn.owned import OwnedTurn, raise_refused
 from akter._engine.turn.subscribed import Followed
@@ -45,7 +45,7 @@ from akter._engine.turn.types import Activation, BatchRun, LiveKeyTaken, Request
 from akter._store.gateway import actors
 from akter._store.gateway.turn_guard import guard_answer, guard_failed, turn_guard
 from akter._store.gateway.workflows import live_key_taken
-from akter._store.pipeline import TurnPipeline
+from akter._store.pipeline import Statements
 from akter._store.pool import SKEW_MARGIN_MS, Clock
 from akter._store.queries import Queries
 
@@ -109,7 +109,7 @@ def _clock_fits(batch: Sequence[Request], now_ms: int) -> bool:
 
 async def turn(
     engine: Engine,
-    flights: Flights,
+    flights: CommitFlight,
     act: Activation,
     batch: Sequence[Request],
     key: actors.Key,
@@ -159,12 +159,16 @@ async def turn(
             followed=engine.followed,
         )
     except psycopg.Error as exc:
-        if guard_failed(exc.sqlstate) and await _rolled_back(flights.pipe):
+        if guard_failed(exc.sqlstate) and await flights.rolled_back():
             for request in batch:
                 request.commit_sent = False
             engine.fallbacks[str(exc.sqlstate)] += 1
             return None
+        _unsent(flights, batch)
         commit_failed(exc, ran, None)
+        raise
+    except BaseException:
+        _unsent(flights, batch)
         raise
     decode_replies(ran.outcomes)
     cancelled = await writes.answers(sent, todo)
@@ -182,11 +186,11 @@ def _guard(
     locked_version: int,
     now_ms: int,
     off: int,
-) -> tuple[Callable[[TurnPipeline], Awaitable[None]], list[actors.Cursor]]:
+) -> tuple[Callable[[Statements], Awaitable[None]], list[actors.Cursor]]:
     """The flight's lead (``BEGIN`` and ``turn_guard``), and the list its answer joins."""
     guards: list[actors.Cursor] = []
 
-    async def lead(pipe: TurnPipeline) -> None:
+    async def lead(pipe: Statements) -> None:
         await actors.begin_turn(pipe, q, None)
         guards.append(
             await turn_guard(
@@ -206,17 +210,11 @@ def _guard(
     return lead, guards
 
 
-async def _rolled_back(pipe: TurnPipeline) -> bool:
-    """Roll back the flight a failed guard aborted and leave the pipeline, still watched.
-
-    ``False`` when that failed: the engine then discards the connection.
-    """
-    try:
-        await pipe.execute("ROLLBACK")
-        await pipe.sync()
-    except psycopg.Error:
-        return False
-    return pipe.leave(watched=True)
+def _unsent(flights: CommitFlight, batch: Sequence[Request]) -> None:
+    """A flight that certainly never reached the server committed nothing (``shared``)."""
+    if flights.unsent():
+        for request in batch:
+            request.commit_sent = False
 
 
 def commit_failed(exc: psycopg.Error, ran: BatchRun, owned: OwnedTurn | None) -> None:

@@ -21,7 +21,7 @@ from akter._contexts import LoopLease
 from akter._engine.ticks import first_ticks
 from akter._engine.turn import subscribed
 from akter._engine.turn.admission import fence_of
-from akter._engine.turn.flights import Flights
+from akter._engine.turn.flights import CommitFlight
 from akter._engine.turn.owned import OwnedTurn
 from akter._engine.turn.types import (
     Activation,
@@ -35,7 +35,7 @@ from akter._kinds import RowKind
 from akter._staging import StagedRow
 from akter._store.gateway import actors, staged
 from akter._store.gateway.workflows import start_in_turn
-from akter._store.pipeline import TurnPipeline
+from akter._store.pipeline import Statements
 from akter._store.queries import Queries
 from akter.actor import ActorDefinition
 
@@ -106,7 +106,7 @@ class Sent:
 
 
 async def send(
-    flights: Flights,
+    flights: CommitFlight,
     q: Queries,
     act: Activation,
     todo: Plan,
@@ -179,7 +179,7 @@ async def send(
 
 
 async def _queue_subscriptions(
-    flights: Flights,
+    flights: CommitFlight,
     q: Queries,
     act: Activation,
     key: actors.Key,
@@ -216,7 +216,7 @@ def _receipt_params(todo: Plan) -> actors.Params | None:
 
 
 async def _send_staged(
-    flights: Flights,
+    flights: CommitFlight,
     q: Queries,
     act: Activation,
     key: actors.Key,
@@ -264,7 +264,7 @@ async def _send_staged(
 
 
 async def _hold_fences(
-    pipe: TurnPipeline, q: Queries, todo: Plan, commit_ms: int, off: int, fence_off: int
+    pipe: Statements, q: Queries, todo: Plan, commit_ms: int, off: int, fence_off: int
 ) -> None:
     """Queue the loop fences, last before ``COMMIT`` so that they are held through it.
 

@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from akter._store import citus
 from akter._store.gateway import citus_writes
 from akter._store.gateway.errors import wrap_errors
-from akter._store.pipeline import Answer, TurnPipeline
+from akter._store.pipeline import Answer, Statements, TurnPipeline
 from akter._store.pool import Clock, Connection, Store, TurnConnection
 from akter._store.queries import Queries
 
@@ -30,7 +30,7 @@ Key = Mapping[str, Any]
 #: A statement's named parameters (a fence, ticks, receipts): values to send, never a row.
 Params = Mapping[str, Any]
 #: Where a turn's statements are queued, and what each returns once its flight was synced.
-Executor = TurnPipeline
+Executor = Statements
 Cursor = Answer
 
 

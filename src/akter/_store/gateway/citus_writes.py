@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from akter._store.pipeline import Answer, TurnPipeline
+from akter._store.pipeline import Answer, Statements
 from akter._store.queries import Queries
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ _SCALARS = ("command_id", "command", "payload_hash", "caller_key", "outcome", "e
 
 
 async def update_then_receipts(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     params: Mapping[str, Any],
     key: Mapping[str, Any],
@@ -55,7 +55,7 @@ async def update_then_receipts(
 
 
 async def receipts_apart(
-    pipe: TurnPipeline, q: Queries, key: Mapping[str, Any], receipts: Mapping[str, Any]
+    pipe: Statements, q: Queries, key: Mapping[str, Any], receipts: Mapping[str, Any]
 ) -> None:
     """Queue ``actors.receipt_params``' receipts, one ``citus_insert_receipt`` each."""
     for values in zip(*(receipts[column] for column in _ARRAYS), strict=True):
@@ -65,7 +65,7 @@ async def receipts_apart(
 
 
 async def events_apart(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     key: Mapping[str, Any],
     now_ms: int,
@@ -89,7 +89,7 @@ async def events_apart(
 
 
 async def outbox_apart(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     key: Mapping[str, Any],
     *,
@@ -131,7 +131,7 @@ async def outbox_apart(
 
 
 async def runs_apart(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     key: Mapping[str, Any],
     *,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 
-from akter._store.pipeline import Answer, TurnPipeline
+from akter._store.pipeline import Answer, Statements
 from akter._store.queries import Queries
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class Advance:
 
 
 async def bump_feeds(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     key: Key,
     now_ms: int,
@@ -91,7 +91,7 @@ async def bump_feeds(
 
 
 async def follow(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     source: Key,
     subscriber: Key,
@@ -121,7 +121,7 @@ async def follow(
 
 
 def advance(
-    pipe: TurnPipeline, q: Queries, key: Key, now_ms: int, advances: Sequence[Advance]
+    pipe: Statements, q: Queries, key: Key, now_ms: int, advances: Sequence[Advance]
 ) -> Awaitable[Answer]:
     """Queue the batch's applied cursors (a stale one fails the flight: nothing commits)."""
     return pipe.execute(

@@ -13,12 +13,12 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
     from akter._staging import StagedRun
-    from akter._store.pipeline import Answer, TurnPipeline
+    from akter._store.pipeline import Answer, Statements
     from akter._store.queries import Queries
 
 
 def start_in_turn(
-    pipe: TurnPipeline,
+    pipe: Statements,
     q: Queries,
     key: Mapping[str, Any],
     *,
@@ -81,6 +81,6 @@ async def live_keys_answer(cur: Answer) -> dict[tuple[str, str], str]:
     return {(str(w), str(k)): str(run) for w, k, run in await cur.fetchall()}
 
 
-def live_keyed_runs(pipe: TurnPipeline, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
+def live_keyed_runs(pipe: Statements, q: Queries, key: Mapping[str, Any]) -> Awaitable[Answer]:
     """Queue the read of the actor's live keyed runs (``wf_live_keys``) in a turn's flight."""
     return pipe.execute(q["wf_live_keys"], key)

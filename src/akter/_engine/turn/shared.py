@@ -1,0 +1,314 @@
+"""Several actors' warm turns in one write (issue 45, ``docs/internals/shared-flights.md``).
+
+A warm one-flight turn (``turn.warm``) whose mailbox holds no connection records its flight in a
+:class:`~akter._store.pipeline.Segment` (:class:`SharedFlights`) and hands it to the runner's
+:class:`SharedWriter` instead of checking a connection out. The writer runs at most
+``connections`` writes at once, each on a pooled connection it keeps while turns wait: it takes
+its fair share of the waiting turns (their count divided by ``connections``, rounded up, at most
+``most``), queues each turn's flight followed by that turn's own Sync, sends them in one write
+and reads them segment by segment, answering each turn with its own answers or its own error.
+
+What does not change (the design page's rules): a turn is one transaction (``BEGIN``, its guard,
+its writes, ``COMMIT``, a Sync); an error aborts its own segment only. A segment that errored
+inside its transaction leaves the session in a failed transaction, so the segments after it in
+the same write fail at their ``BEGIN`` (``25P02``) with nothing of them run: the writer rolls the
+session back and sends them again in its next write, first. A lone turn never waits for company
+(a writer starts at once while fewer than ``connections`` run). If the connection fails, a turn
+whose Sync was read has its outcome; the others' commits were sent and are unanswered (the
+engine answers "may have committed"), and the connection is discarded. A turn cancelled before
+its write took it was never sent (:meth:`SharedFlights.unsent`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from akter import telemetry
+from akter._engine.hooks import Hooks
+from akter._engine.turn.flights import discard
+from akter._engine.turn.types import Retryable
+from akter._store.gateway import actors
+from akter._store.pipeline import Segment, Statements, TurnPipeline
+from akter._store.pool import Connection, Store
+from akter.callers import ActorRef
+from akter.errors import InjectedCrash
+
+log = logging.getLogger("akter.turn")
+
+#: The most turns one write carries (the design page's ``most``: bounds the last one's wait,
+#: since the commits of one connection flush one after another).
+MOST = 16
+
+
+class _Waiting:
+    """One turn's segment on its way: its answer future and when its turn gives up."""
+
+    __slots__ = ("deadline", "done", "ref", "segment", "sent", "shared_with")
+
+    def __init__(self, ref: ActorRef, segment: Segment, deadline: float) -> None:
+        self.ref = ref
+        self.segment = segment
+        self.deadline = deadline
+        self.done: asyncio.Future[psycopg.Error | None] = asyncio.get_running_loop().create_future()
+        #: Queued on a connection (from then on its COMMIT may reach the server).
+        self.sent = False
+        #: How many turns its last write carried.
+        self.shared_with = 0
+
+
+class SharedWriter:
+    """Sends waiting warm turns' flights, several per write (module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        hooks: Hooks,
+        *,
+        connections: int,
+        most: int = MOST,
+        pool_wait: float = 2.0,
+        metrics: telemetry.Metrics | None = None,
+    ) -> None:
+        self._store = store
+        self.hooks = hooks
+        #: At most this many writes at once (each on a connection of its own).
+        self.connections = max(1, connections)
+        self.most = max(1, most)
+        self.pool_wait = pool_wait
+        self._metrics = metrics
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._writers = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def send(self, waiting: _Waiting, meanwhile: Callable[[], None] | None = None) -> None:
+        """Send ``waiting``'s segment in a shared write; raise its server error, or the write's.
+
+        ``meanwhile`` runs once the segment is handed over, before its answers are awaited.
+        """
+        self._waiting.append(waiting)
+        if self._writers < self.connections:
+            self._start()
+        if meanwhile is not None:
+            meanwhile()
+        # A cancelled wait cancels the future: a writer skips it if it was not sent yet.
+        error = await waiting.done
+        if error is not None:
+            raise error
+
+    def _start(self) -> None:
+        self._writers += 1
+        task = asyncio.create_task(self._drain(), name="akter-shared-writer")
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A writer ended: one more starts if turns still wait (a writer that failed)."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("A shared turn writer failed", exc_info=exc)
+        if self._waiting and not self._closed and self._writers < self.connections:
+            self._start()
+
+    async def aclose(self) -> None:
+        """Stop the writers (the runtime's shutdown); their waiting turns fail as unsent."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        while self._waiting:
+            _fail(self._waiting.popleft(), Retryable("the runner is stopping"))
+
+    def _share(self) -> list[_Waiting]:
+        """This writer's fair share of the waiting turns (never one already cancelled)."""
+        share: list[_Waiting] = []
+        size = min(self.most, -(-len(self._waiting) // self.connections))
+        while self._waiting and len(share) < size:
+            waiting = self._waiting.popleft()
+            if not waiting.done.done():
+                share.append(waiting)
+        return share
+
+    async def _drain(self) -> None:
+        """One writer: writes while turns wait, on a connection it keeps meanwhile."""
+        pool = self._store.pool
+        conn: Connection | None = None
+        try:
+            while self._waiting:
+                share = self._share()
+                if not share:
+                    continue
+                if conn is None:
+                    try:
+                        conn = await pool.getconn(timeout=self.pool_wait)
+                    except PoolTimeout as exc:
+                        for waiting in share:
+                            _fail(waiting, exc)
+                        continue
+                if not await self._write(conn, share):
+                    await discard(conn)
+                    await pool.putconn(conn)
+                    conn = None
+                elif pool.getting:  # someone waits for a connection: give this one back
+                    actors.turn_pipeline(conn).unwatch()
+                    await pool.putconn(conn)
+                    conn = None
+        finally:
+            self._writers -= 1
+            if conn is not None:
+                actors.turn_pipeline(conn).unwatch()
+                await pool.putconn(conn)
+
+    async def _write(self, conn: Connection, share: list[_Waiting]) -> bool:
+        """One shared write; ``False`` when the connection must be discarded."""
+        if self.hooks.armed("before_shared_write"):
+            try:
+                await self.hooks.at("before_shared_write", {"refs": [w.ref for w in share]})
+            except InjectedCrash as crash:  # nothing was sent: each turn fails unsent
+                for waiting in share:
+                    _fail(waiting, crash)
+                return True
+            share = [w for w in share if not w.done.done()]  # cancelled while held
+            if not share:
+                return True
+        pipe = actors.turn_pipeline(conn)
+        sent: list[_Waiting] = []
+        for waiting in share:
+            try:
+                pipe.queue(waiting.segment)
+            except Exception as exc:  # a parameter that could not be dumped: this turn's own
+                waiting.sent = True  # its statements up to a ROLLBACK were queued
+                _fail(waiting, exc)
+                continue
+            waiting.sent = True
+            sent.append(waiting)
+        for waiting in sent:
+            waiting.shared_with = len(sent)
+        try:
+            if self._metrics is not None and sent:
+                self._metrics.observe("akter.turn.shared_write", len(sent))
+            async with asyncio.timeout_at(max(w.deadline for w in share)):
+                return await self._read(pipe, sent)
+        except BaseException as exc:
+            # Cut, timed out or cancelled: the segments not read have no answer.
+            lost = exc if isinstance(exc, psycopg.Error) else _unanswered(exc)
+            for waiting in sent:
+                _fail(waiting, lost)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if not isinstance(exc, psycopg.Error | OSError | TimeoutError):
+                log.exception("A shared turn write failed unexpectedly")
+            return False
+
+    async def _read(self, pipe: TurnPipeline, sent: list[_Waiting]) -> bool:
+        await pipe.flush()
+        again: list[_Waiting] = []
+        failed = False
+        for waiting in sent:
+            error = await pipe.next_segment()
+            if isinstance(error, psycopg.errors.InFailedSqlTransaction):
+                again.append(waiting)  # an earlier segment's failed transaction: it never ran
+            elif not waiting.done.done():
+                waiting.done.set_result(error)
+            failed = failed or error is not None
+        if failed:  # end the failed transaction an error left (a warning if there is none)
+            await pipe.execute("ROLLBACK")
+            await pipe.sync()
+        for waiting in reversed(again):
+            waiting.sent = False
+            self._waiting.appendleft(waiting)
+        return pipe.leave(watched=True)
+
+
+def _fail(waiting: _Waiting, exc: BaseException) -> None:
+    if not waiting.done.done():
+        waiting.done.set_exception(exc)
+
+
+def _unanswered(exc: BaseException) -> psycopg.Error:
+    """A write's failure that is no server error, as one: its commits are unanswered."""
+    lost = psycopg.OperationalError(f"the shared write was not answered ({type(exc).__name__})")
+    lost.__cause__ = exc
+    return lost
+
+
+class SharedFlights:
+    """A warm turn's one flight (``turn.warm``) recorded for a :class:`SharedWriter`.
+
+    What ``writes.send`` uses of ``flights.Flights``, with the flight sent in a shared write.
+    """
+
+    __slots__ = ("_deadline", "_ref", "_waiting", "_writer", "lead", "pipe", "recording")
+
+    #: Never on Citus (warm turns are not).
+    rows_apart = False
+
+    def __init__(
+        self, writer: SharedWriter, ref: ActorRef, deadline: float, *, recording: bool = False
+    ) -> None:
+        self._writer = writer
+        self._ref = ref
+        self._deadline = deadline
+        self.pipe = Segment()
+        self.recording = recording
+        self.lead: Callable[[Statements], Awaitable[object]] | None = None
+        self._waiting: _Waiting | None = None
+
+    def commit(self, meanwhile: Callable[[], None] | None = None) -> _SharedCommit:
+        """The flight: its lead and statements recorded, sent at the end (``SharedWriter``)."""
+        lead, self.lead = self.lead, None
+        return _SharedCommit(self, meanwhile, lead)
+
+    async def rolled_back(self) -> bool:
+        """After a failed guard: the writer already rolled its connection back."""
+        return True
+
+    def unsent(self) -> bool:
+        """Whether the flight certainly never reached the server (a wait cancelled in line)."""
+        return self._waiting is None or not self._waiting.sent
+
+    @property
+    def shared_with(self) -> int:
+        """How many turns the write that carried this one carried (0: none)."""
+        return 0 if self._waiting is None else self._waiting.shared_with
+
+    async def _send(self, meanwhile: Callable[[], None] | None) -> None:
+        self._waiting = _Waiting(self._ref, self.pipe, self._deadline)
+        await self._writer.send(self._waiting, meanwhile)
+
+
+class _SharedCommit:
+    """Records the lead first; at the end, sends the segment and awaits its answers."""
+
+    __slots__ = ("_flights", "_lead", "_meanwhile")
+
+    def __init__(
+        self,
+        flights: SharedFlights,
+        meanwhile: Callable[[], None] | None,
+        lead: Callable[[Statements], Awaitable[object]] | None,
+    ) -> None:
+        self._flights = flights
+        self._meanwhile = meanwhile
+        self._lead = lead
+
+    async def __aenter__(self) -> None:
+        if self._lead is not None:
+            await self._lead(self._flights.pipe)
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if kind is None:
+            await self._flights._send(self._meanwhile)

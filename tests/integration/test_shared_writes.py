@@ -1,0 +1,130 @@
+"""Several actors' warm turns in one write (issue 45; docs/internals/shared-flights.md).
+
+Each test holds the writer at ``before_shared_write`` so that the turns behind it queue, then
+releases it: the next write carries them together, in the order they queued. What is checked
+is the design page's rules: each turn stays its own transaction (a failed guard in the middle
+of a write leaves its neighbours committed; the turn after it, which met the failed
+transaction, is sent again), a crash before the write sends nothing, and every acknowledged
+call matches the rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from akter._engine.turn.engine import TurnEngine
+from akter._engine.turn.shared import SharedWriter, _Waiting
+from akter._store.pipeline import TurnPipeline
+from akter.testing import ActorTest
+from tests._support.shared_line import Line
+from tests.integration.actors import Counter
+
+pytestmark = pytest.mark.timeout(60)
+
+Make = Callable[..., ActorTest]
+
+
+@pytest.fixture(autouse=True)
+def no_kept_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every warm turn shares writes (no mailbox keeps a connection of its own)."""
+    monkeypatch.setattr(TurnEngine, "shared_writes", True)
+    monkeypatch.setattr(TurnEngine, "hold_connections", False)
+
+
+@contextmanager
+def recorded_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
+    """The actor ids of each shared write, in the order the write carried them."""
+    writes: list[list[str]] = []
+    read = SharedWriter._read
+
+    async def recording(self: SharedWriter, pipe: TurnPipeline, sent: list[_Waiting]) -> bool:
+        writes.append([w.ref.id for w in sent])
+        return await read(self, pipe, sent)
+
+    monkeypatch.setattr(SharedWriter, "_read", recording)
+    yield writes
+
+
+async def warm(t: ActorTest, ids: list[str]) -> None:
+    """One turn each (the cold one): their next turns are warm."""
+    for actor in ids:
+        assert await t.get(Counter, actor).add(1) == 1
+
+
+async def test_turns_behind_a_busy_writer_share_its_next_write(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with akter_test([Counter], relay=False) as t:
+        t.runtime._engine.shared.connections = 1
+        line = Line.of(t.runtime._engine)
+        ids = [f"share-{i}" for i in range(5)]
+        await warm(t, ids)
+        with recorded_writes(monkeypatch) as writes:
+            held = t.pause_next("before_shared_write")
+            first = asyncio.create_task(t.get(Counter, ids[0]).add(10))
+            await held.wait()
+            rest = [asyncio.create_task(t.get(Counter, i).add(10)) for i in ids[1:]]
+            await line.reach(4)
+            held.release()
+            assert await asyncio.gather(first, *rest) == [11] * 5
+        assert writes == [ids[:1], ids[1:]]
+        for actor in ids:
+            rows = await t.inspect(t.get(Counter, actor))
+            assert rows.state is not None and rows.state["n"] == 11
+            assert len(rows.receipts) == 2
+        size = t.runtime.metrics.histogram("akter.turn.shared_write")
+        assert (size.count, size.sum) == (2, 5)
+
+
+async def test_a_failed_guard_in_the_middle_of_a_write_leaves_its_neighbours_committed(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # b's row moved on another runner: its guard fails (AK001) in the middle of the write. a
+    # commits; c met the failed transaction b left (25P02 at its BEGIN, nothing of it ran) and
+    # is sent again, alone; b runs again in two flights on the moved row.
+    async with akter_test([Counter], relay=False, runners=2) as t:
+        engine = t.runtime._engine
+        engine.shared.connections = 1
+        line = Line.of(engine)
+        await warm(t, ["mid-hold", "mid-a", "mid-b", "mid-c"])
+        assert await t.get(Counter, "mid-b", runner=1).add(100) == 101
+        with recorded_writes(monkeypatch) as writes:
+            held = t.pause_next("before_shared_write")
+            hold = asyncio.create_task(t.get(Counter, "mid-hold").add(1))
+            await held.wait()
+            calls = []
+            for n, actor in enumerate(["mid-a", "mid-b", "mid-c"], start=1):
+                calls.append(asyncio.create_task(t.get(Counter, actor).add(10)))
+                await line.reach(n)  # in this order
+            held.release()
+            assert await asyncio.gather(hold, *calls) == [2, 11, 111, 11]
+        assert writes == [["mid-hold"], ["mid-a", "mid-b", "mid-c"], ["mid-c"]]
+        assert engine.fallbacks == {"AK001": 1}
+        for actor, n, turns in [("mid-a", 11, 2), ("mid-b", 111, 3), ("mid-c", 11, 2)]:
+            rows = await t.inspect(t.get(Counter, actor))
+            assert rows.state is not None and rows.state["n"] == n
+            assert len(rows.state["applied"]) == len(rows.receipts) == turns
+
+
+async def test_a_crash_before_the_write_sends_nothing_and_the_retries_commit_once(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with akter_test([Counter], relay=False) as t:
+        t.runtime._engine.shared.connections = 1
+        ids = ["crash-a", "crash-b"]
+        await warm(t, ids)
+        with recorded_writes(monkeypatch) as writes:
+            t.crash_next("before_shared_write")
+            results = await asyncio.gather(*(t.get(Counter, i).add(10) for i in ids))
+        assert results == [11, 11]  # the handles' retries, after an unsent failure
+        # Nothing was read from the crashed write; the crash dropped the caches, so the
+        # retries ran cold, in two flights each, on connections of their own.
+        assert writes == []
+        for actor in ids:
+            rows = await t.inspect(t.get(Counter, actor))
+            assert rows.state is not None and rows.state["n"] == 11
+            assert len(rows.state["applied"]) == len(rows.receipts) == 2
