@@ -269,6 +269,30 @@ async def test_an_id_near_its_expiry_takes_two_flights(
         assert fallbacks(t) == {"estimate": 1}
 
 
+@plain_only
+async def test_an_id_issued_just_after_the_estimate_lifts_the_handlers_now(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under load a turn's answer read late anchors its clock reading late, and the estimate
+    # moves back a little: an id minted just before, on the higher estimate, is issued "after"
+    # it. The issue time was a lower bound of the database clock too, so the handlers' now is
+    # lifted to it and the turn stays one flight (it used to fall back as "estimate").
+    async with akter_test([Book], relay=False) as t:
+        book = t.get(Book, "lifted")
+        await book.add(1)
+        clock = t.runtime._engine.clock
+        estimate = clock.estimate
+        minted = iter([estimate()])  # the handle mints its id on the first reading
+        monkeypatch.setattr(clock, "estimate", lambda: next(minted, None) or estimate() - 50)
+        with counted_syncs() as syncs:
+            assert await book.add(2) == 3
+        monkeypatch.undo()
+        assert not fallbacks(t)
+        assert syncs == [1]
+        state, receipts, events = await rows_of(t, "lifted")
+        assert state["total"] == 3 and len(receipts) == 2 and events == 2
+
+
 # --- relay deliveries -------------------------------------------------------------------------
 
 

@@ -98,13 +98,26 @@ def eligible(act: Activation, batch: Sequence[Request], strategy: str, live_keys
     )
 
 
-def _clock_fits(batch: Sequence[Request], now_ms: int) -> bool:
-    """Whether every external id was issued by ``now_ms`` and outlives ``now_ms`` + the bound."""
-    return all(
-        r.command_id.issued_ms <= now_ms and r.command_id.expires_ms > now_ms + BOUND_MS
-        for r in batch
-        if r.external
-    )
+def _handler_now(batch: Sequence[Request], estimate_ms: int) -> int | None:
+    """The handlers' ``now``: the estimate, or ``None`` when an id does not fit it.
+
+    An external id minted from this runner's estimate (``Clock.estimate`` when it was called)
+    was issued at a lower bound of the database clock, so a later one is one too: an id issued
+    a little after the estimate (another turn's answer, read late under load, moved the estimate
+    back) lifts ``now`` to its issue time; the guard checks it against the database clock all
+    the same (``AK004``). An id issued further ahead than the bound, or that expires within it,
+    takes the two-flight turn.
+    """
+    now_ms = estimate_ms
+    for r in batch:
+        if r.external:
+            issued = r.command_id.issued_ms
+            if issued > estimate_ms + BOUND_MS:
+                return None
+            now_ms = max(now_ms, issued)
+    if all(r.command_id.expires_ms > now_ms + BOUND_MS for r in batch if r.external):
+        return now_ms
+    return None
 
 
 async def turn(
@@ -122,11 +135,12 @@ async def turn(
     started_ns = time.time_ns() if flights.recording else 0
     clock = engine.clock
     off = clock.offset_ms
-    now_ms = clock.estimate()
     estimated_at = time.monotonic()
-    if not _clock_fits(batch, now_ms):
+    fits = _handler_now(batch, clock.estimate())
+    if fits is None:
         engine.fallbacks["estimate"] += 1
         return None
+    now_ms = fits
     assert act.version is not None
     locked_version = act.version
     checked = admission.Admitted(
