@@ -58,6 +58,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel
 
 import akter
+from akter._engine.turn.engine import TurnEngine
 from akter._store.embedded import EmbeddedPostgres, server_bin
 from akter._store.queries import Queries
 
@@ -702,8 +703,13 @@ async def akter_many(
             lambda: _fixed_calls(picks, 3),
             lambda: _fixed_calls(picks, per_caller),
         )
+        shared = runtime.metrics.histogram("akter.turn.shared_write")
+        fallbacks = dict(runtime._engine.fallbacks)
     return {
         **timed.summary(),
+        "shared_writes": shared.count,
+        "turns_per_shared_write": shared.sum / shared.count if shared.count else None,
+        "one_flight_fallbacks": fallbacks,
         "callers": args.callers,
         "actors": args.actors,
         "prewarmed": True,
@@ -878,6 +884,13 @@ def render(title: str, ours: dict[str, Any], theirs: dict[str, Any]) -> str:
             f"akter first call to a new actor: {cold['statements_per_turn']:.2f} statements, "
             f"{cold['round_trips_per_turn']:.2f} round trips"
         )
+    if ours.get("shared_writes"):
+        lines.append(
+            f"akter shared writes: {ours['shared_writes']:,}, "
+            f"{ours['turns_per_shared_write']:.2f} turns per write"
+        )
+    if ours.get("one_flight_fallbacks"):
+        lines.append(f"akter one-flight fallbacks: {ours['one_flight_fallbacks']}")
     if ours.get("prewarm_turns_per_s"):
         lines.append(
             f"akter pre-warm (one first call per actor, {ours.get('callers')} callers): "
@@ -949,6 +962,7 @@ async def run(args: argparse.Namespace) -> int:
     scenarios = ["sequential", "many"] if args.scenario == "all" else [args.scenario]
     out_path = Path(args.json) if args.json else None
     failures = 0
+    TurnEngine.shared_writes = args.shared_writes == "on"
     try:
         info = await _server_info(url)
         load_before = _loadavg()
@@ -965,6 +979,7 @@ async def run(args: argparse.Namespace) -> int:
             "turn_py_sha256": _turn_fingerprint(),
             "duration_s": args.duration,
             "loadavg_before": load_before,
+            "shared_writes": args.shared_writes,
         }
         print(f"# akter turn benchmark — {env['date_utc']}")
         print(
@@ -972,7 +987,7 @@ async def run(args: argparse.Namespace) -> int:
             f"(fsync={info.get('fsync')}, synchronous_commit={info.get('synchronous_commit')}, "
             f"shared_buffers={info.get('shared_buffers')}); {env['cpus']} CPUs; "
             f"load {' '.join(load_before)}; pgbench {env['pgbench']}; HEAD {env['git_head']}, "
-            f"turn.py {env['turn_py_sha256']}",
+            f"turn.py {env['turn_py_sha256']}; shared writes {args.shared_writes}",
             flush=True,
         )
         for rep in range(1, args.reps + 1):
@@ -1070,6 +1085,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=200, help="warm-up calls in 'sequential'")
     parser.add_argument("--count-turns", type=int, default=640, help="turns per wire-count sample")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    parser.add_argument(
+        "--shared-writes",
+        choices=["on", "off"],
+        default="on",
+        help="several actors' warm turns per write (the default) or one write per turn",
+    )
     return parser.parse_args(argv)
 
 
