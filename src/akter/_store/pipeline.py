@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
+import ctypes.util
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 import psycopg
 from psycopg import adapt, pq
@@ -285,7 +288,7 @@ class TurnPipeline:
         finally:
             if self._queued:
                 self._unusable = True
-                self._pg.pipeline_sync()
+                _queue_sync(self._pg)
                 self._segments.append(self._queued)
                 self._queued = []
                 self._unusable = False
@@ -419,6 +422,45 @@ class TurnPipeline:
         loop, self._watching = self._watching, None
         if loop is not None:
             loop.remove_reader(self._fd)
+
+
+def _libpq_send_sync() -> Callable[[int], int] | None:
+    """The ``PQsendPipelineSync`` of libpq 17+, which psycopg does not wrap; else ``None``.
+
+    ``PQpipelineSync`` flushes the output at once: a shared write of K segments (``queue``)
+    would make K ``send`` calls, the first waking the server before the rest is queued.
+    ``PQsendPipelineSync`` only queues the Sync, and :meth:`TurnPipeline.flush` sends them all.
+    Looked up in the libpq psycopg itself loaded (the ``psycopg[binary]`` wheel bundles one; the
+    C and pure-Python builds use the system's): the same library, so the same ``PGconn``.
+    """
+    try:
+        if pq.__impl__ == "binary":
+            import psycopg_binary  # the wheel psycopg loaded its libpq from
+
+            libs = Path(psycopg_binary.__file__).parent.parent / "psycopg_binary.libs"
+            found = sorted(str(p) for p in libs.glob("libpq*.so*"))
+            path = found[0] if len(found) == 1 else None
+        else:
+            path = ctypes.util.find_library("pq")
+        if path is None or pq.version() < 170000:
+            return None
+        function = ctypes.CDLL(path).PQsendPipelineSync
+    except (ImportError, OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_void_p]
+    function.restype = ctypes.c_int
+    return cast("Callable[[int], int]", function)
+
+
+_SEND_SYNC = _libpq_send_sync()
+
+
+def _queue_sync(pg: pq.abc.PGconn) -> None:
+    """End a segment with a Sync, flushed with the rest of the write when it can be."""
+    if _SEND_SYNC is None:
+        pg.pipeline_sync()
+    elif _SEND_SYNC(cast(Any, pg).pgconn_ptr) != 1:  # the ``abc`` does not declare it
+        raise psycopg.OperationalError(pg.get_error_message())
 
 
 async def _sendable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
