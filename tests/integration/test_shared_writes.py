@@ -16,12 +16,13 @@ from contextlib import contextmanager
 
 import pytest
 
+import akter
 from akter._engine.turn.engine import TurnEngine
 from akter._engine.turn.shared import SharedWriter, _Waiting
 from akter._store.pipeline import TurnPipeline
 from akter.testing import ActorTest
 from tests._support.shared_line import Line
-from tests.integration.actors import Counter
+from tests.integration.actors import Counter, Tally
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -128,3 +129,49 @@ async def test_a_crash_before_the_write_sends_nothing_and_the_retries_commit_onc
             rows = await t.inspect(t.get(Counter, actor))
             assert rows.state is not None and rows.state["n"] == 11
             assert len(rows.state["applied"]) == len(rows.receipts) == 2
+
+
+class Hasty(akter.Actor[Tally], execution_timeout=0.3):
+    """A turn that gives up after 300 ms: long enough to queue, short enough to time out."""
+
+    @akter.command
+    async def add(self, k: int) -> int:
+        self.state.n += k
+        self.state.applied.append(self.command_id)
+        return self.state.n
+
+
+async def test_a_turn_that_times_out_in_line_was_never_sent_and_says_so(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer is held past the Hasty turn's execution timeout: the turn gives up while it
+    # waits in line, so nothing of it reached the server. It is answered "not committed" (not
+    # outcome_unknown), the released write does not send it, and its retry commits once.
+    async with akter_test([Counter, Hasty], relay=False) as t:
+        engine = t.runtime._engine
+        engine.shared.connections = 1
+        line = Line.of(engine)
+        await warm(t, ["line-hold"])
+        assert await t.get(Hasty, "line-late").add(1) == 1
+        with recorded_writes(monkeypatch) as writes:
+            held = t.pause_next("before_shared_write")
+            hold = asyncio.create_task(t.get(Counter, "line-hold").add(1))
+            await held.wait()
+            late = asyncio.create_task(
+                t.runtime.call(Hasty, "line-late", "add", {"k": 10}, retry=False)
+            )
+            await line.reach(1)
+            with pytest.raises(akter.ActorError) as raised:
+                await late
+            held.release()
+            assert await hold == 2
+        error = raised.value
+        assert error.reason == "ActorUnavailable" and error.code is None, error
+        assert "was not committed" in str(error)
+        assert writes == [["line-hold"]]  # the late turn was dropped from the line, unsent
+        assert error.command_id is not None
+        handle = t.get(Hasty, "line-late").with_command_id(error.command_id)
+        assert await handle.add(10) == 11
+        rows = await t.inspect(t.get(Hasty, "line-late"))
+        assert rows.state is not None and rows.state["n"] == 11
+        assert len(rows.state["applied"]) == len(rows.receipts) == 2
