@@ -91,13 +91,26 @@ class SharedWriter:
     async def send(self, waiting: _Waiting, meanwhile: Callable[[], None] | None = None) -> None:
         """Send ``waiting``'s segment in a shared write; raise its server error, or the write's.
 
-        ``meanwhile`` runs once the segment is handed over, before its answers are awaited.
+        ``meanwhile`` runs once the segment is handed over, before its answers are awaited. A
+        turn that finds the line empty and a write free sends itself, in its own task (no
+        writer task, no wake): only turns that arrive while every write is busy share one.
         """
-        self._waiting.append(waiting)
-        if self._writers < self.connections:
-            self._start()
-        if meanwhile is not None:
-            meanwhile()
+        if not self._waiting and self._writers < self.connections:
+            self._writers += 1
+            try:
+                if meanwhile is not None:
+                    meanwhile()
+                await self._write_alone(waiting)
+            finally:
+                self._writers -= 1
+                if self._waiting and not self._closed and self._writers < self.connections:
+                    self._start()  # turns that queued meanwhile: a writer of their own
+        else:
+            self._waiting.append(waiting)
+            if self._writers < self.connections:
+                self._start()
+            if meanwhile is not None:
+                meanwhile()
         # A cancelled wait cancels the future: a writer skips it if it was not sent yet.
         error = await waiting.done
         if error is not None:
@@ -166,6 +179,24 @@ class SharedWriter:
             if conn is not None:
                 actors.turn_pipeline(conn).unwatch()
                 await pool.putconn(conn)
+
+    async def _write_alone(self, waiting: _Waiting) -> None:
+        """One turn's write, on a connection checked out for it and given back after."""
+        pool = self._store.pool
+        try:
+            conn = await pool.getconn(timeout=self.pool_wait)
+        except PoolTimeout as exc:
+            _fail(waiting, exc)
+            return
+        kept = False
+        try:
+            kept = await self._write(conn, [waiting])
+        finally:
+            if kept:
+                actors.turn_pipeline(conn).unwatch()
+            else:
+                await discard(conn)
+            await pool.putconn(conn)
 
     async def _write(self, conn: Connection, share: list[_Waiting]) -> bool:
         """One shared write; ``False`` when the connection must be discarded."""
