@@ -150,6 +150,7 @@ class Lifecycle:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.tasks.clear()
+        await self._dispatcher.engine.shared.aclose()  # its writes, before their pool closes
         if self._services.store.url:
             await self._services.store.close()
         if self._embedded is not None:

@@ -139,6 +139,7 @@ class SharedWriter:
         await asyncio.gather(*tasks, return_exceptions=True)
         while self._waiting:
             _fail(self._waiting.popleft(), Retryable("the runner is stopping"))
+        self._closed = False  # a runtime started again writes again
 
     def _share(self) -> list[_Waiting]:
         """This writer's fair share of the waiting turns (never one already cancelled)."""
