@@ -177,3 +177,32 @@ async def test_a_turn_that_times_out_in_line_was_never_sent_and_says_so(
         rows = await t.inspect(t.get(Hasty, "line-late"))
         assert rows.state is not None and rows.state["n"] == 11
         assert len(rows.state["applied"]) == len(rows.receipts) == 2
+
+
+async def test_a_full_pool_refuses_a_shared_turn_by_name_and_its_retry_commits_once(
+    akter_test: Make,
+) -> None:
+    # Every pooled connection is taken (by the test): a warm turn's write waits pool_wait for
+    # one, then the turn is refused as pool_exhausted, nothing sent (not outcome_unknown). Its
+    # retry with the same id, once a connection is free, commits once.
+    async with akter_test([Counter], relay=False, pool_size=2, pool_wait=0.3) as t:
+        await warm(t, ["full"])
+        pool = t.runtime._store.pool
+        taken = [await pool.getconn() for _ in range(2)]
+        try:
+            with pytest.raises(akter.ActorError) as raised:
+                await t.runtime.call(Counter, "full", "add", {"k": 10}, retry=False)
+        finally:
+            for conn in taken:
+                await pool.putconn(conn)
+        error = raised.value
+        assert (error.reason, error.code, error.retryable) == (
+            "ActorUnavailable",
+            "pool_exhausted",
+            True,
+        )
+        assert error.command_id is not None
+        assert await t.get(Counter, "full").with_command_id(error.command_id).add(10) == 11
+        rows = await t.inspect(t.get(Counter, "full"))
+        assert rows.state is not None and rows.state["n"] == 11
+        assert len(rows.state["applied"]) == len(rows.receipts) == 2
