@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 
 import akter
@@ -21,6 +22,7 @@ from akter._engine.turn.engine import TurnEngine
 from akter._engine.turn.shared import SharedWriter, _Waiting
 from akter._store.pipeline import TurnPipeline
 from akter.testing import ActorTest
+from tests._support import until
 from tests._support.shared_line import Line
 from tests.integration.actors import Counter, Tally
 
@@ -204,5 +206,60 @@ async def test_a_full_pool_refuses_a_shared_turn_by_name_and_its_retry_commits_o
         assert error.command_id is not None
         assert await t.get(Counter, "full").with_command_id(error.command_id).add(10) == 11
         rows = await t.inspect(t.get(Counter, "full"))
+        assert rows.state is not None and rows.state["n"] == 11
+        assert len(rows.state["applied"]) == len(rows.receipts) == 2
+
+
+async def test_a_writer_stopped_mid_write_answers_unknown_and_discards_its_connection(
+    akter_test: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A's write holds the only write (paused); B queues for the writer task that starts after
+    # it. B's guard then waits for its row, locked by another session, so B's write is on the
+    # wire, unanswered, when the writer is stopped (the runtime's close): B is answered
+    # outcome_unknown, the connection with answers owed is discarded, never pooled, and
+    # nothing of B committed (its retry with the same id commits once).
+    async with akter_test([Counter], relay=False) as t:
+        engine = t.runtime._engine
+        engine.shared.connections = 1
+        line = Line.of(engine)
+        await warm(t, ["stop-a", "stop-b"])
+        pool = t.runtime._store.pool
+        async with await psycopg.AsyncConnection.connect(t.database_url) as blocker:
+            await blocker.execute(
+                f"SELECT 1 FROM {t.schema}.actors WHERE actor_id = 'stop-b' FOR UPDATE"
+            )
+            held = t.pause_next("before_shared_write")
+            first = asyncio.create_task(t.get(Counter, "stop-a").add(1))
+            await held.wait()
+            late = asyncio.create_task(
+                t.runtime.call(Counter, "stop-b", "add", {"k": 10}, retry=False)
+            )
+            await line.reach(1)
+            held.release()
+            assert await first == 2
+
+            async def waiting_for_the_lock() -> bool:
+                cur = await blocker.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                )
+                row = await cur.fetchone()
+                return row is not None and row[0] == 1
+
+            await until(waiting_for_the_lock, what="B's guard waiting for its row")
+            handed_out = pool.handed_out
+            await engine.shared.aclose()
+            with pytest.raises(akter.ActorError) as raised:
+                await late
+            assert pool.handed_out == handed_out - 1  # given back, closed: not pooled broken
+            # Closed by the writer first ("discarding closed connection"), not handed back with
+            # answers owed for the pool to find ("closing returned connection").
+            assert "closing returned connection" not in caplog.text
+            await blocker.rollback()
+        error = raised.value
+        assert (error.reason, error.code) == ("ActorUnavailable", "outcome_unknown"), error
+        assert error.command_id is not None
+        assert await t.get(Counter, "stop-b").with_command_id(error.command_id).add(10) == 11
+        rows = await t.inspect(t.get(Counter, "stop-b"))
         assert rows.state is not None and rows.state["n"] == 11
         assert len(rows.state["applied"]) == len(rows.receipts) == 2

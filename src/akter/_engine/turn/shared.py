@@ -178,7 +178,10 @@ class SharedWriter:
         finally:
             self._writers -= 1
             if conn is not None:
-                actors.turn_pipeline(conn).unwatch()
+                pipe = actors.turn_pipeline(conn)
+                pipe.unwatch()
+                if not pipe.usable:  # cancelled mid-write: answers are owed on it
+                    await discard(conn)
                 await pool.putconn(conn)
 
     async def _write_alone(self, waiting: _Waiting) -> None:
