@@ -50,7 +50,7 @@ MOST = 16
 class _Waiting:
     """One turn's segment on its way: its answer future and when its turn gives up."""
 
-    __slots__ = ("deadline", "done", "ref", "segment", "sent", "shared_with")
+    __slots__ = ("deadline", "done", "ref", "segment", "sent")
 
     def __init__(self, ref: ActorRef, segment: Segment, deadline: float) -> None:
         self.ref = ref
@@ -59,8 +59,6 @@ class _Waiting:
         self.done: asyncio.Future[psycopg.Error | None] = asyncio.get_running_loop().create_future()
         #: Queued on a connection (from then on its COMMIT may reach the server).
         self.sent = False
-        #: How many turns its last write carried.
-        self.shared_with = 0
 
 
 class SharedWriter:
@@ -225,8 +223,6 @@ class SharedWriter:
                 continue
             waiting.sent = True
             sent.append(waiting)
-        for waiting in sent:
-            waiting.shared_with = len(sent)
         try:
             if self._metrics is not None and sent:
                 self._metrics.observe("akter.turn.shared_write", len(sent))
@@ -309,11 +305,6 @@ class SharedFlights:
     def unsent(self) -> bool:
         """Whether the flight certainly never reached the server (a wait cancelled in line)."""
         return self._waiting is None or not self._waiting.sent
-
-    @property
-    def shared_with(self) -> int:
-        """How many turns the write that carried this one carried (0: none)."""
-        return 0 if self._waiting is None else self._waiting.shared_with
 
     async def _send(self, meanwhile: Callable[[], None] | None) -> None:
         self._waiting = _Waiting(self._ref, self.pipe, self._deadline)
