@@ -268,3 +268,33 @@ async def test_a_writer_stopped_mid_write_answers_unknown_and_discards_its_conne
         rows = await t.inspect(t.get(Counter, "stop-b"))
         assert rows.state is not None and rows.state["n"] == 11
         assert len(rows.state["applied"]) == len(rows.receipts) == 2
+
+
+async def test_two_tenants_same_actor_id_in_one_write_each_commit_only_their_own_row(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another tenant's actor of the same type and id shares the write: each segment's guard and
+    # writes address its own tenant's row, so each commits its own value, once, and neither
+    # sees the other's.
+    async with akter_test([Counter], relay=False) as t:
+        engine = t.runtime._engine
+        engine.shared.connections = 1
+        line = Line.of(engine)
+        await warm(t, ["tenant-hold"])
+        for tenant, k in (("acme", 1), ("globex", 100)):
+            assert await t.get(Counter, "same", tenant=tenant).add(k) == k
+        with recorded_writes(monkeypatch) as writes:
+            held = t.pause_next("before_shared_write")
+            hold = asyncio.create_task(t.get(Counter, "tenant-hold").add(1))
+            await held.wait()
+            calls = []
+            for n, (tenant, k) in enumerate((("acme", 10), ("globex", 1000)), start=1):
+                calls.append(asyncio.create_task(t.get(Counter, "same", tenant=tenant).add(k)))
+                await line.reach(n)
+            held.release()
+            assert await asyncio.gather(hold, *calls) == [2, 11, 1100]
+        assert writes == [["tenant-hold"], ["same", "same"]]
+        for tenant, n in (("acme", 11), ("globex", 1100)):
+            rows = await t.inspect(t.get(Counter, "same", tenant=tenant))
+            assert rows.state is not None and rows.state["n"] == n
+            assert len(rows.state["applied"]) == len(rows.receipts) == 2
