@@ -20,7 +20,7 @@ import pytest
 import akter
 from akter._engine.turn.engine import TurnEngine
 from akter._engine.turn.shared import SharedWriter, _Waiting
-from akter._store.pipeline import TurnPipeline
+from akter._store.pipeline import Answer, TurnPipeline
 from akter.testing import ActorTest
 from tests._support import until
 from tests._support.citus import ON_CITUS
@@ -298,3 +298,62 @@ async def test_two_tenants_same_actor_id_in_one_write_each_commit_only_their_own
             rows = await t.inspect(t.get(Counter, "same", tenant=tenant))
             assert rows.state is not None and rows.state["n"] == n
             assert len(rows.state["applied"]) == len(rows.receipts) == 2
+
+
+async def test_a_parameter_that_cannot_be_dumped_fails_its_own_turn_and_no_other(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # b's segment holds a parameter psycopg cannot dump, after its BEGIN and guard: a ROLLBACK
+    # ends what of b was queued and b fails, nothing of it committed. The write's answers stay
+    # with their own turns: c, whose guard fails (its row moved on another runner), is told so
+    # and runs again in two flights; it is not handed b's answers as its own "committed".
+    async with akter_test([Counter], relay=False, runners=2) as t:
+        engine = t.runtime._engine
+        engine.shared.connections = 1
+        line = Line.of(engine)
+        await warm(t, ["dump-hold", "dump-a", "dump-b", "dump-c"])
+        assert await t.get(Counter, "dump-c", runner=1).add(100) == 101
+        write = SharedWriter._write
+        poisoned: list[str] = []
+
+        async def poisoning(
+            self: SharedWriter, conn: psycopg.AsyncConnection[object], share: list[_Waiting]
+        ) -> bool:
+            for waiting in share:
+                if waiting.ref.id == "dump-b" and not poisoned:
+                    poisoned.append(waiting.ref.id)
+                    bad = (Answer(None), "SELECT %(x)s", {"x": object()}, False)
+                    waiting.segment.recorded.insert(2, bad)
+            return await write(self, conn, share)
+
+        monkeypatch.setattr(SharedWriter, "_write", poisoning)
+        with recorded_writes(monkeypatch) as writes:
+            held = t.pause_next("before_shared_write")
+            hold = asyncio.create_task(t.get(Counter, "dump-hold").add(1))
+            await held.wait()
+            calls = [asyncio.create_task(t.get(Counter, "dump-a").add(10))]
+            await line.reach(1)
+            call = t.runtime.call(Counter, "dump-b", "add", {"k": 10}, retry=False)
+            calls.append(asyncio.create_task(call))
+            await line.reach(2)
+            calls.append(asyncio.create_task(t.get(Counter, "dump-c").add(10)))
+            await line.reach(3)
+            held.release()
+            a, b, c = await asyncio.gather(*calls, return_exceptions=True)
+            assert await hold == 2
+        assert poisoned == ["dump-b"]
+        assert (a, c) == (11, 111)
+        assert isinstance(b, akter.ActorError), b
+        assert (b.reason, b.code) == ("ActorUnavailable", None), b  # known not committed
+        assert "was not committed" in str(b)
+        assert writes[:2] == [["dump-hold"], ["dump-a", "dump-b", "dump-c"]]
+        assert engine.fallbacks == {"AK001": 1}
+        rows = await t.inspect(t.get(Counter, "dump-b"))
+        assert rows.state is not None and rows.state["n"] == 1  # nothing of b committed
+        assert len(rows.state["applied"]) == len(rows.receipts) == 1
+        assert b.command_id is not None
+        assert await t.get(Counter, "dump-b").with_command_id(b.command_id).add(10) == 11
+        for actor, n, turns in [("dump-a", 11, 2), ("dump-b", 11, 2), ("dump-c", 111, 3)]:
+            rows = await t.inspect(t.get(Counter, actor))
+            assert rows.state is not None and rows.state["n"] == n
+            assert len(rows.state["applied"]) == len(rows.receipts) == turns

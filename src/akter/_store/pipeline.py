@@ -191,6 +191,11 @@ class TurnPipeline:
         """Whether the connection can leave the pipeline cleanly."""
         return not (self._unusable or self._queued or self._segments)
 
+    @property
+    def segments(self) -> int:
+        """Segments queued with their Syncs (:meth:`queue`) and not yet read."""
+        return len(self._segments)
+
     def enter(self) -> None:
         """Enter libpq's pipeline mode (a turn's first flight)."""
         if not self.usable:

@@ -215,13 +215,18 @@ class SharedWriter:
         pipe = actors.turn_pipeline(conn)
         sent: list[_Waiting] = []
         for waiting in share:
+            queued = pipe.segments
+            waiting.sent = True
             try:
                 pipe.queue(waiting.segment)
             except Exception as exc:  # a parameter that could not be dumped: this turn's own
-                waiting.sent = True  # its statements up to a ROLLBACK were queued
+                # Nothing of it can commit (a ROLLBACK ends what of it was queued, before its
+                # Sync): it fails as not committed.
+                waiting.sent = False
                 _fail(waiting, exc)
-                continue
-            waiting.sent = True
+                if pipe.segments == queued:
+                    continue
+                # Its segment is read in its place, so each turn after it reads its own answers.
             sent.append(waiting)
         try:
             if self._metrics is not None and sent:
@@ -245,11 +250,13 @@ class SharedWriter:
         failed = False
         for waiting in sent:
             error = await pipe.next_segment()
+            failed = failed or error is not None
+            if waiting.done.done():
+                continue  # answered already: its parameter could not be dumped, or it left
             if isinstance(error, psycopg.errors.InFailedSqlTransaction):
                 again.append(waiting)  # an earlier segment's failed transaction: it never ran
-            elif not waiting.done.done():
+            else:
                 waiting.done.set_result(error)
-            failed = failed or error is not None
         if failed:  # end the failed transaction an error left (a warning if there is none)
             await pipe.execute("ROLLBACK")
             await pipe.sync()
