@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 import pytest
 
 from akter.testing import ActorTest
 from akter.testing.harness import Inspection
+from tests._support.citus import ON_CITUS
 from tests._support.locks import until_lock_waiter
 from tests.faults.actors import Counter
 from tests.faults.child_process import ChildProcess, start_module
@@ -161,6 +163,48 @@ async def test_sigkill_after_commit_keeps_the_outcome_and_the_retry_replays_it(
         rows = await t.inspect(handle)
         assert rows.version == 2
         assert_applied_once(rows, {cid: 5, nxt: 7})
+
+
+@pytest.mark.skipif(ON_CITUS, reason="warm turns share writes on plain PostgreSQL only")
+async def test_sigkill_in_the_middle_of_a_shared_write_leaves_each_turn_whole_or_absent(
+    akter_test: MakeTest,
+) -> None:
+    # The child's write carries a, b and c (docs/internals/shared-flights.md); c's guard waits
+    # for its row, which the test holds, so the child dies with a and b committed and c's whole
+    # flight, COMMIT included, in the server's hands. PostgreSQL decides what of c survives
+    # once the row is free: each turn is then whole (state, receipt, event, intent) or absent,
+    # none applied twice, and the actors go on from their rows.
+    async with akter_test([Counter]) as t:
+        ids = ["sw-a", "sw-b", "sw-c"]
+        warm: dict[str, dict[str, int]] = {}
+        async with await psycopg.AsyncConnection.connect(t.database_url) as blocker:
+            async with child(t, "shared-write", "sw-hold", *ids) as runner:
+                for cid, (actor, total) in json.loads(
+                    (await runner.line()).removeprefix("WARM ")
+                ).items():
+                    warm[actor] = {cid: total}
+                await blocker.execute(
+                    f"SELECT 1 FROM {t.schema}.actors WHERE actor_id = 'sw-c' FOR UPDATE"
+                )
+                await runner.send("go")
+                assert json.loads((await runner.line()).removeprefix("SENT ")) == 2
+                await until_lock_waiter(t)  # c's guard: a's and b's segments are done
+                await runner.kill()
+            for actor, turns in (("sw-a", 2), ("sw-b", 2), ("sw-c", 1)):
+                rows = await t.inspect(t.get(Counter, actor))
+                assert len(applied_by(rows)) == turns, actor  # c waits: nothing of it yet
+            await blocker.rollback()
+            # Whatever the killed session's backend does with c, it ends: the row is free.
+            await blocker.execute(
+                f"SELECT 1 FROM {t.schema}.actors WHERE actor_id = 'sw-c' FOR UPDATE"
+            )
+            await blocker.rollback()
+        for actor in ids:
+            rows = await t.inspect(t.get(Counter, actor))
+            ledger = dict(warm[actor])
+            ledger.update(dict.fromkeys(applied_by(rows)[1:], 11))
+            assert_applied_once(rows, ledger)  # a and b: two turns (above); c: one or two
+            assert await t.get(Counter, actor).add(100) == (1 + 10 * (len(ledger) - 1)) + 100
 
 
 # --- two processes on one actor -----------------------------------------------------------------

@@ -21,6 +21,7 @@ import akter
 from akter._engine.turn.engine import TurnEngine
 from akter._engine.turn.shared import SharedWriter, _Waiting
 from akter._store.pipeline import Answer, TurnPipeline
+from akter._store.pool import Connection
 from akter.testing import ActorTest
 from tests._support import until
 from tests._support.citus import ON_CITUS
@@ -316,9 +317,7 @@ async def test_a_parameter_that_cannot_be_dumped_fails_its_own_turn_and_no_other
         write = SharedWriter._write
         poisoned: list[str] = []
 
-        async def poisoning(
-            self: SharedWriter, conn: psycopg.AsyncConnection[object], share: list[_Waiting]
-        ) -> bool:
+        async def poisoning(self: SharedWriter, conn: Connection, share: list[_Waiting]) -> bool:
             for waiting in share:
                 if waiting.ref.id == "dump-b" and not poisoned:
                     poisoned.append(waiting.ref.id)
