@@ -8,6 +8,7 @@ again as the two-flight turn: the rows and the caller's answer are the two-fligh
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -358,3 +359,30 @@ async def test_a_first_delivery_its_redelivery_raced_replays(akter_test: Make) -
         # Handler runs: add(1); the redelivery; add(10) speculative and again; runner 0's
         # speculative first delivery, discarded (the replay runs no handler).
         assert RUNS["raced"] == 5
+
+
+@plain_only
+async def test_a_sequential_caller_keeps_the_connection_its_lone_shared_write_took(
+    akter_test: Make,
+) -> None:
+    # The runtime's defaults. The mailbox gave its connection back (its worker ended); the next
+    # warm turn finds the shared writer idle and writes alone, on a connection checked out for
+    # it. The mailbox keeps that one (docs/internals/shared-flights.md), so the caller's next
+    # turns skip the pool, as after a turn on a connection of its own.
+    async with akter_test([Book], relay=False) as t:
+        counter = t.get(Book, "again")
+        assert await counter.add(1) == 1
+        dispatcher = t.runtime._dispatcher
+        [box] = [b for k, b in dispatcher._boxes.items() if k[2] == "again"]
+        if box.worker is not None:
+            await asyncio.wait_for(box.worker, 5)
+        act = box.activation
+        assert act.held is None
+        pool = dispatcher.engine.store.pool
+        before = pool.get_stats().get("requests_num", 0)
+        for k in range(2, 12):
+            assert await counter.add(1) == k
+        assert pool.get_stats().get("requests_num", 0) == before + 1
+        assert act.held is not None
+        writes = t.runtime.metrics.histogram("akter.turn.shared_write")
+        assert writes.count == 1  # the first; the others ran on the kept connection

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -205,7 +206,10 @@ class TurnEngine:
         try:
             if warm_first and self.shared_writes and act.held is None:
                 # No connection of its own: its one flight shares a write (``turn.shared``).
-                shared = SharedFlights(self.shared, act.ref, deadline, recording=recording)
+                keep = functools.partial(self._hold, act) if self.hold_connections else None
+                shared = SharedFlights(
+                    self.shared, act.ref, deadline, recording=recording, keep=keep
+                )
                 async with asyncio.timeout_at(deadline):
                     landed = await self._warm_turn(act, batch, shared)
                 if landed is not None:
@@ -413,6 +417,13 @@ class TurnEngine:
         except InjectedCrash:
             act.drop_cache()
             raise
+
+    def _hold(self, act: Activation, conn: Connection, taken: float) -> bool:
+        """Whether ``act``'s mailbox keeps the connection its lone shared write took (``keep``)."""
+        if act.held is None and _keep(conn, taken, self.store.pool.getting):
+            act.held = (conn, taken)
+            return True
+        return False
 
     async def release(self, act: Activation) -> None:
         """Give back the connection ``act``'s mailbox worker kept (:data:`HOLD_MAX_S`).

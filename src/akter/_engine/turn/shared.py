@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
@@ -47,15 +48,24 @@ log = logging.getLogger("akter.turn")
 MOST = 16
 
 
+#: Offered the connection of a turn's lone write once it was answered (``conn``, and when it was
+#: checked out): ``True`` if the turn's mailbox keeps it for its next batch (then it stays
+#: watched, out of the pool), ``False`` to give it back.
+Keep = Callable[[Connection, float], bool]
+
+
 class _Waiting:
     """One turn's segment on its way: its answer future and when its turn gives up."""
 
-    __slots__ = ("deadline", "done", "ref", "segment", "sent")
+    __slots__ = ("deadline", "done", "keep", "ref", "segment", "sent")
 
-    def __init__(self, ref: ActorRef, segment: Segment, deadline: float) -> None:
+    def __init__(
+        self, ref: ActorRef, segment: Segment, deadline: float, keep: Keep | None = None
+    ) -> None:
         self.ref = ref
         self.segment = segment
         self.deadline = deadline
+        self.keep = keep
         self.done: asyncio.Future[psycopg.Error | None] = asyncio.get_running_loop().create_future()
         #: Queued on a connection (from then on its COMMIT may reach the server).
         self.sent = False
@@ -183,22 +193,34 @@ class SharedWriter:
                 await pool.putconn(conn)
 
     async def _write_alone(self, waiting: _Waiting) -> None:
-        """One turn's write, on a connection checked out for it and given back after."""
+        """One turn's write, on a connection checked out for it.
+
+        Given back after, unless the turn's mailbox keeps it (``waiting.keep``: a sequential
+        caller's next turns then run on it, as after a turn on a connection of its own).
+        """
         pool = self._store.pool
         try:
             conn = await pool.getconn(timeout=self.pool_wait)
         except PoolTimeout as exc:
             _fail(waiting, exc)
             return
-        kept = False
+        taken = time.monotonic()
+        usable = False
         try:
-            kept = await self._write(conn, [waiting])
+            usable = await self._write(conn, [waiting])
         finally:
-            if kept:
-                actors.turn_pipeline(conn).unwatch()
-            else:
+            if not usable:
                 await discard(conn)
-            await pool.putconn(conn)
+                await pool.putconn(conn)
+            elif not (
+                waiting.keep is not None
+                and waiting.done.done()
+                and not waiting.done.cancelled()
+                and waiting.done.result() is None
+                and waiting.keep(conn, taken)
+            ):
+                actors.turn_pipeline(conn).unwatch()
+                await pool.putconn(conn)
 
     async def _write(self, conn: Connection, share: list[_Waiting]) -> bool:
         """One shared write; ``False`` when the connection must be discarded."""
@@ -284,17 +306,24 @@ class SharedFlights:
     What ``writes.send`` uses of ``flights.Flights``, with the flight sent in a shared write.
     """
 
-    __slots__ = ("_deadline", "_ref", "_waiting", "_writer", "lead", "pipe", "recording")
+    __slots__ = ("_deadline", "_keep", "_ref", "_waiting", "_writer", "lead", "pipe", "recording")
 
     #: Never on Citus (warm turns are not).
     rows_apart = False
 
     def __init__(
-        self, writer: SharedWriter, ref: ActorRef, deadline: float, *, recording: bool = False
+        self,
+        writer: SharedWriter,
+        ref: ActorRef,
+        deadline: float,
+        *,
+        recording: bool = False,
+        keep: Keep | None = None,
     ) -> None:
         self._writer = writer
         self._ref = ref
         self._deadline = deadline
+        self._keep = keep
         self.pipe = Segment()
         self.recording = recording
         self.lead: Callable[[Statements], Awaitable[object]] | None = None
@@ -314,7 +343,7 @@ class SharedFlights:
         return self._waiting is None or not self._waiting.sent
 
     async def _send(self, meanwhile: Callable[[], None] | None) -> None:
-        self._waiting = _Waiting(self._ref, self.pipe, self._deadline)
+        self._waiting = _Waiting(self._ref, self.pipe, self._deadline, self._keep)
         await self._writer.send(self._waiting, meanwhile)
 
 
