@@ -11,8 +11,9 @@ call matches the rows.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
@@ -64,6 +65,37 @@ async def warm(t: ActorTest, ids: list[str]) -> None:
         assert await t.get(Counter, actor).add(1) == 1
 
 
+async def moved_in_line(t: ActorTest, prefix: str, *, moved: str) -> Line:
+    """Runner 0 with one write at a time and its line observed, and four warm actors.
+
+    ``prefix``'s hold, a, b and c; ``moved``'s row moved on by runner 1 (runner 0's guard for
+    it fails).
+    """
+    t.runtime._engine.shared.connections = 1
+    line = Line.of(t.runtime._engine)
+    await warm(t, [f"{prefix}-{name}" for name in ("hold", "a", "b", "c")])
+    assert await t.get(Counter, f"{prefix}-{moved}", runner=1).add(100) == 101
+    return line
+
+
+async def behind_a_held_write(
+    t: ActorTest, line: Line, hold: str, calls: list[Callable[[], Awaitable[Any]]]
+) -> list[Any]:
+    """``hold``'s turn holds the writer while ``calls`` queue behind it, in order; released.
+
+    The outcomes (an exception is returned, not raised) of ``hold``'s turn and each call.
+    """
+    held = t.pause_next("before_shared_write")
+    first = asyncio.create_task(t.get(Counter, hold).add(1))
+    await held.wait()
+    tasks = []
+    for n, call in enumerate(calls, start=1):
+        tasks.append(asyncio.ensure_future(call()))
+        await line.reach(n)  # in this order
+    held.release()
+    return await asyncio.gather(first, *tasks, return_exceptions=True)
+
+
 async def test_turns_behind_a_busy_writer_share_its_next_write(
     akter_test: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,20 +129,19 @@ async def test_a_failed_guard_in_the_middle_of_a_write_leaves_its_neighbours_com
     # is sent again, alone; b runs again in two flights on the moved row.
     async with akter_test([Counter], relay=False, runners=2) as t:
         engine = t.runtime._engine
-        engine.shared.connections = 1
-        line = Line.of(engine)
-        await warm(t, ["mid-hold", "mid-a", "mid-b", "mid-c"])
-        assert await t.get(Counter, "mid-b", runner=1).add(100) == 101
+        line = await moved_in_line(t, "mid", moved="b")
         with recorded_writes(monkeypatch) as writes:
-            held = t.pause_next("before_shared_write")
-            hold = asyncio.create_task(t.get(Counter, "mid-hold").add(1))
-            await held.wait()
-            calls = []
-            for n, actor in enumerate(["mid-a", "mid-b", "mid-c"], start=1):
-                calls.append(asyncio.create_task(t.get(Counter, actor).add(10)))
-                await line.reach(n)  # in this order
-            held.release()
-            assert await asyncio.gather(hold, *calls) == [2, 11, 111, 11]
+            outcomes = await behind_a_held_write(
+                t,
+                line,
+                "mid-hold",
+                [
+                    lambda: t.get(Counter, "mid-a").add(10),
+                    lambda: t.get(Counter, "mid-b").add(10),
+                    lambda: t.get(Counter, "mid-c").add(10),
+                ],
+            )
+            assert outcomes == [2, 11, 111, 11]
         assert writes == [["mid-hold"], ["mid-a", "mid-b", "mid-c"], ["mid-c"]]
         assert engine.fallbacks == {"AK001": 1}
         for actor, n, turns in [("mid-a", 11, 2), ("mid-b", 111, 3), ("mid-c", 11, 2)]:
@@ -310,10 +341,7 @@ async def test_a_parameter_that_cannot_be_dumped_fails_its_own_turn_and_no_other
     # and runs again in two flights; it is not handed b's answers as its own "committed".
     async with akter_test([Counter], relay=False, runners=2) as t:
         engine = t.runtime._engine
-        engine.shared.connections = 1
-        line = Line.of(engine)
-        await warm(t, ["dump-hold", "dump-a", "dump-b", "dump-c"])
-        assert await t.get(Counter, "dump-c", runner=1).add(100) == 101
+        line = await moved_in_line(t, "dump", moved="c")
         write = SharedWriter._write
         poisoned: list[str] = []
 
@@ -327,19 +355,18 @@ async def test_a_parameter_that_cannot_be_dumped_fails_its_own_turn_and_no_other
 
         monkeypatch.setattr(SharedWriter, "_write", poisoning)
         with recorded_writes(monkeypatch) as writes:
-            held = t.pause_next("before_shared_write")
-            hold = asyncio.create_task(t.get(Counter, "dump-hold").add(1))
-            await held.wait()
-            calls = [asyncio.create_task(t.get(Counter, "dump-a").add(10))]
-            await line.reach(1)
-            call = t.runtime.call(Counter, "dump-b", "add", {"k": 10}, retry=False)
-            calls.append(asyncio.create_task(call))
-            await line.reach(2)
-            calls.append(asyncio.create_task(t.get(Counter, "dump-c").add(10)))
-            await line.reach(3)
-            held.release()
-            a, b, c = await asyncio.gather(*calls, return_exceptions=True)
-            assert await hold == 2
+            failing = t.runtime.call
+            hold, a, b, c = await behind_a_held_write(
+                t,
+                line,
+                "dump-hold",
+                [
+                    lambda: t.get(Counter, "dump-a").add(10),
+                    lambda: failing(Counter, "dump-b", "add", {"k": 10}, retry=False),
+                    lambda: t.get(Counter, "dump-c").add(10),
+                ],
+            )
+            assert hold == 2
         assert poisoned == ["dump-b"]
         assert (a, c) == (11, 111)
         assert isinstance(b, akter.ActorError), b
