@@ -18,8 +18,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 import akter
-from akter._store.pipeline import Segment, TurnPipeline
+from akter._store.pipeline import Answer, Segment, TurnPipeline
 from akter.testing import ActorTest
+from tests._support import until
 from tests._support.citus import ON_CITUS
 
 Make = Callable[..., ActorTest]
@@ -386,3 +387,40 @@ async def test_a_sequential_caller_keeps_the_connection_its_lone_shared_write_to
         assert act.held is not None
         writes = t.runtime.metrics.histogram("akter.turn.shared_write")
         assert writes.count == 1  # the first; the others ran on the kept connection
+
+
+@plain_only
+async def test_a_lone_shared_write_whose_parameter_cannot_be_dumped_gives_its_connection_back(
+    akter_test: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runtime's defaults: a warm turn on a mailbox that kept no connection is written alone
+    # by the shared writer. Its segment holds a parameter the driver cannot dump: the turn fails
+    # as not committed, the connection goes back to the pool (not to the mailbox: the turn did
+    # not commit), and the retry with the same id commits once.
+    async with akter_test([Book], relay=False) as t:
+        book = t.get(Book, "lone-dump")
+        assert await book.add(1) == 1
+        dispatcher = t.runtime._dispatcher
+        [box] = [b for k, b in dispatcher._boxes.items() if k[2] == "lone-dump"]
+        if box.worker is not None:
+            await asyncio.wait_for(box.worker, 5)
+        pool = dispatcher.engine.store.pool
+        handed_out = pool.handed_out
+        queue = TurnPipeline.queue
+
+        def poisoned(self: TurnPipeline, segment: Segment) -> None:
+            segment.recorded.insert(2, (Answer(None), "SELECT %(x)s", {"x": object()}, False))
+            monkeypatch.setattr(TurnPipeline, "queue", queue)
+            queue(self, segment)
+
+        monkeypatch.setattr(TurnPipeline, "queue", poisoned)
+        with pytest.raises(akter.ActorError) as raised:
+            await t.runtime.call(Book, "lone-dump", "add", {"k": 10}, retry=False)
+        error = raised.value
+        assert (error.reason, error.code) == ("ActorUnavailable", None), error
+        assert box.activation.held is None
+        await until(lambda: pool.handed_out == handed_out, what="the connection back in the pool")
+        assert error.command_id is not None
+        assert await book.with_command_id(error.command_id).add(10) == 11
+        state, receipts, events = await rows_of(t, "lone-dump")
+        assert state["total"] == 11 and len(receipts) == events == 2

@@ -213,11 +213,7 @@ class SharedWriter:
                 await discard(conn)
                 await pool.putconn(conn)
             elif not (
-                waiting.keep is not None
-                and waiting.done.done()
-                and not waiting.done.cancelled()
-                and waiting.done.result() is None
-                and waiting.keep(conn, taken)
+                waiting.keep is not None and _committed(waiting) and waiting.keep(conn, taken)
             ):
                 actors.turn_pipeline(conn).unwatch()
                 await pool.putconn(conn)
@@ -286,6 +282,12 @@ class SharedWriter:
             waiting.sent = False
             self._waiting.appendleft(waiting)
         return pipe.leave(watched=True)
+
+
+def _committed(waiting: _Waiting) -> bool:
+    """Whether ``waiting``'s turn was answered without an error (its segment committed)."""
+    done = waiting.done
+    return done.done() and not done.cancelled() and done.exception() is None and not done.result()
 
 
 def _fail(waiting: _Waiting, exc: BaseException) -> None:
