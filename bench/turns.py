@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -561,6 +562,40 @@ class BatchCounter:
         setattr(runtime._engine, "run", counted)  # noqa: B010 (an instance attribute, on purpose)
 
 
+class GcWatch:
+    """The cyclic garbage collector's passes while it is on: count and seconds per generation."""
+
+    def __init__(self) -> None:
+        self.passes = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = 0.0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        generation = info["generation"]
+        self.passes[generation] += 1
+        self.seconds[generation] += took
+        self.longest = max(self.longest, took)
+
+    def __enter__(self) -> GcWatch:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "gc_passes": list(self.passes),
+            "gc_ms": [round(s * 1000, 1) for s in self.seconds],
+            "gc_longest_ms": round(self.longest * 1000, 2),
+        }
+
+
 async def _timed_akter(
     runtime: akter.Runtime, callers: Sequence[Callable[[], Any]], duration: float
 ) -> Timed:
@@ -574,10 +609,12 @@ async def _timed_akter(
     start = time.perf_counter()
     until = start + duration
     sampler = asyncio.create_task(sample_cpu(duration))
-    await asyncio.gather(*(_call_loop(pick, until, latencies, errors) for pick in callers))
+    with GcWatch() as collector:
+        await asyncio.gather(*(_call_loop(pick, until, latencies, errors) for pick in callers))
     seconds = time.perf_counter() - start
     cpu = await sampler
     extra: dict[str, Any] = {"error_reasons": dict(Tally(errors))} if errors else {}
+    extra.update(collector.summary())
     n_batches = batches.batches - batches_before
     n_commands = batches.commands - commands_before
     extra["transactions_per_turn"] = n_batches / n_commands if n_commands else None
@@ -688,6 +725,9 @@ async def akter_many(
         await asyncio.gather(*(prewarm() for _ in range(args.callers)))
         prewarm_s = time.perf_counter() - started
         await _settle(url, schema, args.analyze)
+        if args.gc == "freeze":  # what an application may do once warm (the operating guide)
+            gc.collect()
+            gc.freeze()
 
         def picker(seed: int) -> Callable[[], Any]:
             rng = random.Random(seed)
@@ -891,6 +931,11 @@ def render(title: str, ours: dict[str, Any], theirs: dict[str, Any]) -> str:
         )
     if ours.get("one_flight_fallbacks"):
         lines.append(f"akter one-flight fallbacks: {ours['one_flight_fallbacks']}")
+    if ours.get("gc_passes"):
+        lines.append(
+            f"akter's garbage collector in the timed run: passes per generation "
+            f"{ours['gc_passes']}, ms {ours['gc_ms']}, longest {ours['gc_longest_ms']} ms"
+        )
     if ours.get("prewarm_turns_per_s"):
         lines.append(
             f"akter pre-warm (one first call per actor, {ours.get('callers')} callers): "
@@ -1090,6 +1135,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=["on", "off"],
         default="on",
         help="several actors' warm turns per write (the default) or one write per turn",
+    )
+    parser.add_argument(
+        "--gc",
+        choices=["default", "freeze"],
+        default="default",
+        help="'freeze': gc.freeze() once the many scenario's actors are warm",
     )
     return parser.parse_args(argv)
 
