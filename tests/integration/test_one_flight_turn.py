@@ -18,6 +18,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import akter
+from akter._engine.turn.types import Activation
 from akter._store.pipeline import Answer, Segment, TurnPipeline
 from akter.testing import ActorTest
 from tests._support import until
@@ -362,6 +363,18 @@ async def test_a_first_delivery_its_redelivery_raced_replays(akter_test: Make) -
         assert RUNS["raced"] == 5
 
 
+async def warm_and_idle(t: ActorTest, actor: str) -> Activation:
+    """``Book`` ``actor``'s activation after one turn, its mailbox worker ended.
+
+    Its connection went back: its next turn is warm and finds no connection kept.
+    """
+    assert await t.get(Book, actor).add(1) == 1
+    [box] = [b for k, b in t.runtime._dispatcher._boxes.items() if k[2] == actor]
+    if box.worker is not None:
+        await asyncio.wait_for(box.worker, 5)
+    return box.activation
+
+
 @plain_only
 async def test_a_sequential_caller_keeps_the_connection_its_lone_shared_write_took(
     akter_test: Make,
@@ -372,14 +385,9 @@ async def test_a_sequential_caller_keeps_the_connection_its_lone_shared_write_to
     # turns skip the pool, as after a turn on a connection of its own.
     async with akter_test([Book], relay=False) as t:
         counter = t.get(Book, "again")
-        assert await counter.add(1) == 1
-        dispatcher = t.runtime._dispatcher
-        [box] = [b for k, b in dispatcher._boxes.items() if k[2] == "again"]
-        if box.worker is not None:
-            await asyncio.wait_for(box.worker, 5)
-        act = box.activation
+        act = await warm_and_idle(t, "again")
         assert act.held is None
-        pool = dispatcher.engine.store.pool
+        pool = t.runtime._dispatcher.engine.store.pool
         before = pool.get_stats().get("requests_num", 0)
         for k in range(2, 12):
             assert await counter.add(1) == k
@@ -399,12 +407,8 @@ async def test_a_lone_shared_write_whose_parameter_cannot_be_dumped_gives_its_co
     # not commit), and the retry with the same id commits once.
     async with akter_test([Book], relay=False) as t:
         book = t.get(Book, "lone-dump")
-        assert await book.add(1) == 1
-        dispatcher = t.runtime._dispatcher
-        [box] = [b for k, b in dispatcher._boxes.items() if k[2] == "lone-dump"]
-        if box.worker is not None:
-            await asyncio.wait_for(box.worker, 5)
-        pool = dispatcher.engine.store.pool
+        act = await warm_and_idle(t, "lone-dump")
+        pool = t.runtime._dispatcher.engine.store.pool
         handed_out = pool.handed_out
         queue = TurnPipeline.queue
 
@@ -418,7 +422,7 @@ async def test_a_lone_shared_write_whose_parameter_cannot_be_dumped_gives_its_co
             await t.runtime.call(Book, "lone-dump", "add", {"k": 10}, retry=False)
         error = raised.value
         assert (error.reason, error.code) == ("ActorUnavailable", None), error
-        assert box.activation.held is None
+        assert act.held is None
         await until(lambda: pool.handed_out == handed_out, what="the connection back in the pool")
         assert error.command_id is not None
         assert await book.with_command_id(error.command_id).add(10) == 11
