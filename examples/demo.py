@@ -38,7 +38,7 @@ per-customer concurrency at the end):
   id = job id: ``on_success``, ``on_dead_letter`` or ``on_cancelled``;
 * the provider approves, declines (``akter.JobFailure``: known not applied, so a dead letter
   that is *not* ambiguous), declines for good (``final=True``), resets the connection or hangs
-  past the 0.3 s timeout (the provider may have applied it: an *ambiguous* dead letter if every
+  past the 0.6 s timeout (the provider may have applied it: an *ambiguous* dead letter if every
   attempt ends so);
 * card charges have ``per_actor=2``: at most two live provider calls per customer, the others
   wait in FIFO order; other customers are not held back;
@@ -953,7 +953,7 @@ CANCEL_CHECK = 1.0
 #: Relay and executor passes of the payments runners.
 PAYMENTS_POLL = 0.1
 #: A card charge's time limit per attempt: a provider that hangs is cut off after this.
-CHARGE_TIMEOUT = 0.3
+CHARGE_TIMEOUT = 0.6
 #: Live card charges per customer, across all runners (``per_actor``).
 CHARGE_CAP = 2
 #: Attempts of a card charge.
