@@ -43,10 +43,16 @@ def _request(member: _Member, k: object) -> Any:
     return _Request(member, k)
 
 
+def _act(stored: str | None, loaded: BaseModel | None = None) -> Any:
+    return SimpleNamespace(
+        definition=SimpleNamespace(state_model=State), loaded=loaded, state_json=stored
+    )
+
+
 def test_each_input_is_made_once_and_used_once() -> None:
     member = _Member()
-    state = State(items=[1])
-    act: Any = SimpleNamespace(state=state, state_json=state.model_dump_json())
+    stored = State(items=[1]).model_dump_json()
+    act = _act(stored)
     batch = [_request(member, 1), _request(member, 2)]
     prepared = Prepared()
     prepared.fill(act, batch)
@@ -58,49 +64,73 @@ def test_each_input_is_made_once_and_used_once() -> None:
     assert member.calls == 2
     # A second use makes a new one (a batch re-run one command per transaction does).
     assert prepared.arguments(0, batch[0]) == {"k": 1} and member.calls == 3
-    copy = prepared.state(state)
-    assert copy == state and copy is not state and copy.items is not state.items
-    again = prepared.state(state)
-    assert again == state and again is not copy
+    first = prepared.state(act, stored)
+    assert first == State(items=[1])
+    again = prepared.state(act, stored)  # decoded anew: each handler's model is its own
+    assert again == first and again is not first and again.items is not first.items
 
 
-def test_a_copy_of_a_state_the_admission_replaced_is_not_used() -> None:
-    cached = State(items=[1])
-    act: Any = SimpleNamespace(state=cached, state_json=cached.model_dump_json())
+def test_a_decode_of_text_the_admission_replaced_is_not_used() -> None:
+    act = _act(State(items=[1]).model_dump_json())
     prepared = Prepared()
     prepared.fill(act, [])
-    refreshed = State(items=[1, 2])  # the locked row's newer version
-    copy = prepared.state(refreshed)
-    assert copy == refreshed and copy is not refreshed
+    refreshed = State(items=[1, 2]).model_dump_json()  # the locked row's newer version
+    act.state_json = refreshed
+    assert prepared.state(act, refreshed) == State(items=[1, 2])
+
+
+def test_a_loaded_model_is_taken_by_the_first_handler_only() -> None:
+    stored = State(items=[5]).model_dump_json()
+    loaded = State(items=[5])
+    act = _act(stored, loaded)
+    prepared = Prepared()
+    prepared.fill(act, [])  # nothing decoded ahead: the load left a model
+    assert prepared.state(act, stored) is loaded and act.loaded is None
+    loaded.items.append(6)  # the first handler changes it, then fails
+    second = prepared.state(act, stored)
+    assert second == State(items=[5]) and second is not loaded
+    # A batch's later command runs on the text its predecessor made, never the loaded model.
+    act.loaded = State(items=[5])
+    later = State(items=[5, 7]).model_dump_json()
+    assert prepared.state(act, later) == State(items=[5, 7]) and act.loaded is not None
 
 
 def test_an_input_that_fails_is_made_again_where_the_handler_runs() -> None:
     member = _Member(fail_on=2)
     batch = [_request(member, 1), _request(member, 2)]
     prepared = Prepared()
-    prepared.fill(SimpleNamespace(state=None, state_json=None), batch)  # type: ignore[arg-type]
+    prepared.fill(_act(None), batch)
     with pytest.raises(ValueError, match="cannot bind"):
         prepared.arguments(1, batch[1])
     assert prepared.arguments(0, batch[0]) == {"k": 1}
-    assert prepared.state(State()) == State()
+    stored = State().model_dump_json()
+    assert prepared.state(_act(stored), stored) == State()
 
 
-def test_a_large_state_is_not_copied_ahead() -> None:
-    # Where the admission replaces the cache (other runners write the actor), a copy made
-    # ahead is wasted: only small states are copied before the answers are in.
-    large = State(items=list(range(PREPARED_STATE_CHARS // 2)))
-    stored = large.model_dump_json()
-    assert len(stored) > PREPARED_STATE_CHARS
-    prepared = Prepared()
-    copies: list[object] = []
+def test_a_large_state_is_not_decoded_ahead() -> None:
+    # Where the admission replaces the cache (other runners write the actor), a decode made
+    # ahead is wasted: only small states are decoded before the answers are in.
+    decodes: list[object] = []
 
     class Watched(State):
-        def model_copy(self, *args: Any, **kwargs: Any) -> Any:
-            copies.append(self)
-            return super().model_copy(*args, **kwargs)
+        @classmethod
+        def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+            decodes.append(obj)
+            return super().model_validate(obj, *args, **kwargs)
 
-    watched = Watched(items=large.items)
-    prepared.fill(SimpleNamespace(state=watched, state_json=stored), [])  # type: ignore[arg-type]
-    assert copies == []
-    copy = prepared.state(watched)
-    assert copies == [watched] and copy == watched and copy is not watched
+    stored = State(items=list(range(PREPARED_STATE_CHARS // 2))).model_dump_json()
+    assert len(stored) > PREPARED_STATE_CHARS
+    act = _act(stored)
+    act.definition.state_model = Watched
+    prepared = Prepared()
+    prepared.fill(act, [])
+    assert decodes == []
+    made = prepared.state(act, stored)
+    assert isinstance(made, State) and made.items == list(range(PREPARED_STATE_CHARS // 2))
+    assert len(decodes) == 1
+    small = State(items=[1]).model_dump_json()
+    act.state_json = small
+    prepared.fill(act, [])
+    assert len(decodes) == 2
+    prepared.state(act, small)
+    assert len(decodes) == 2  # the one made ahead

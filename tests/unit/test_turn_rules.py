@@ -413,12 +413,12 @@ def test_ordinals_count_capped_jobs_only() -> None:
 
 def _activation(definition: ActorDefinition = PLAIN) -> Activation:
     act = Activation(definition, ActorRef("t1", definition.name, "a-1"), 7)
-    act.state, act.state_json, act.created, act.event_seq = Count(), '{"n":0}', True, 4
+    act.loaded, act.state_json, act.created, act.event_seq = Count(), '{"n":0}', True, 4
     return act
 
 
 def _run(act: Activation, outcomes: list[Outcome], **changes: Any) -> BatchRun:
-    ran = BatchRun(outcomes, BatchWrites(), act.state, act.state_json, act.created, act.event_seq)
+    ran = BatchRun(outcomes, BatchWrites(), act.state_json, act.created, act.event_seq)
     for name, value in changes.items():
         setattr(ran, name, value)
     return ran

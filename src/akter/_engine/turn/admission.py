@@ -234,7 +234,7 @@ def refresh(
     """
     state_error: StateDecodeError | None = None
     if shipped_state is not None or act.version is None or act.version != locked_version:
-        act.state = None
+        act.loaded = None
         act.version = locked_version
         act.created = bool(created)
         act.event_seq = int(event_seq)
@@ -258,11 +258,11 @@ def decode_state(act: Activation, shipped: Any) -> StateDecodeError | None:
     """
     definition = act.definition
     if shipped is None:
-        act.state = definition.default_state()
+        act.loaded = definition.default_state()
         act.state_json = default_state_json(definition)
         return None
     actor = f"{act.ref.type}/{act.ref.id!r}"
-    act.state = None
+    act.loaded = None
     act.state_json = None
     try:
         state, dumped = definition.decode_state(shipped, act.state_version, actor)
@@ -275,7 +275,7 @@ def decode_state(act: Activation, shipped: Any) -> StateDecodeError | None:
             f"The stored state of {actor} (version {act.state_version}) cannot be stored "
             f"once migrated: {exc}.",
         )
-    act.state, act.state_json = state, state_json
+    act.loaded, act.state_json = state, state_json
     return None
 
 

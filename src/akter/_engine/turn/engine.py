@@ -463,7 +463,7 @@ class TurnEngine:
         for request in batch:
             request.digest()  # made by ``prepared`` already, unless it failed: before any handler
         writes = BatchWrites(keyed=admitted.live_runs)
-        ran = BatchRun([], writes, act.state, act.state_json, act.created, act.event_seq)
+        ran = BatchRun([], writes, act.state_json, act.created, act.event_seq)
         problem = admitted.state_error
         if (
             problem is not None
@@ -485,12 +485,12 @@ class TurnEngine:
             if index in admitted.stale and request.command_id.raw not in admitted.receipts:
                 ran.outcomes.append(Outcome(Result("error", error=rules.lease_lost(request))))
                 continue
-            outcome, new_state, ctx = await self._decide_and_run(
+            outcome, ctx = await self._decide_and_run(
                 act, request, index, admitted, ran, prepared, owned
             )
             ran.outcomes.append(outcome)
             if ctx is not None and outcome.result.kind == "ok":
-                ran.state, ran.state_json = new_state, outcome.state_json
+                ran.state_json = outcome.state_json
                 ran.writes.apply(ctx.staged, ctx.command_id)
                 ran.event_seq += len(ctx.staged.events)
                 if request.member.spec.creates or not definition.gated:
@@ -508,22 +508,21 @@ class TurnEngine:
         owned: OwnedTurn | None,
     ) -> Ran:
         now_ms = admitted.now_ms
-        state = ran.state
         decided = rules.decide(
             request, act.definition, act.ref, now_ms, admitted.receipts, ran.created, index
         )
         if decided is not None:
-            return Outcome(decided), state, None
+            return Outcome(decided), None
         if admitted.state_error is not None:
             raise BatchDefect(index, admitted.state_error.message)
-        if state is None:
+        if ran.state_json is None:
             raise BatchDefect(index, "The actor's state could not be loaded.")
         return await run_handler(
             act,
             request,
             index,
             now_ms,
-            state,
+            ran.state_json,
             window_ms=self.window_ms,
             hooks=self.hooks,
             prepared=prepared,
@@ -550,8 +549,8 @@ def _settle(act: Activation, todo: writes.Plan, ran: BatchRun, locked_version: i
     if todo.state_changed:
         act.version = locked_version + 1
         act.state_version = act.definition.state_version  # what writes.send stored
-        act.state = ran.state
         act.state_json = ran.state_json
+        act.loaded = None  # the handler changed the model it was given: the text is the state
         act.created = ran.created
         act.event_seq = ran.event_seq
 

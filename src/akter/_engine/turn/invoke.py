@@ -1,4 +1,9 @@
-"""Running one command's handler on a private copy of the state, and checking what it made.
+"""Running one command's handler on a private state, and checking what it made.
+
+The cache keeps a warm actor's state as its stored JSON text; each handler decodes its own
+model from it exactly as a cold load decodes the stored row, so nothing a handler does reaches
+the cache unless its turn commits, and no decoded model outlives its turn
+(docs/internals/state-cache.md).
 
 A handler's result, its declared error and its new state must be storable and valid; anything
 else is a defect of the command (``BatchDefect``), raised before the commit flight is built.
@@ -9,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -30,47 +35,60 @@ from akter._json import Unstorable, check_finite, storable_json, stored_value, u
 from akter.actor import ActorDefinition, Member
 from akter.errors import DeclaredError, InjectedCrash
 
-Ran = tuple[Outcome, BaseModel | None, CommandContext | None]
+Ran = tuple[Outcome, CommandContext | None]
 
-#: The largest cached state (characters of its stored JSON) copied ahead by :class:`Prepared`.
+#: The largest cached state (characters of its stored JSON) decoded ahead by :class:`Prepared`.
 PREPARED_STATE_CHARS = 65_536
+
+
+def decoded(definition: ActorDefinition, stored: str) -> BaseModel:
+    """The model a cold load decodes from a current-version row's stored JSON text."""
+    return definition.state_model.model_validate(stored_value(stored))
 
 
 class Prepared:
     """A batch's handler inputs made while its admission flight is out (``TurnPipeline.sync``).
 
-    Each command's payload hash (:meth:`Request.digest`) and arguments, and a private copy of
-    the cached state for the first handler: none of them needs the flight's answers, so the
-    server's time covers their cost. A copy is
-    used only for the state it was made from (the admission may replace the cache), and each
-    input only once; whatever is missing is made when the handler runs, as it was before. The
-    copy is made ahead only for a state of at most :data:`PREPARED_STATE_CHARS` of stored JSON:
-    where other runners write the same actor, the admission replaces the cache often, and each
-    time a copy made ahead is wasted.
+    Each command's payload hash (:meth:`Request.digest`) and arguments, and the first handler's
+    state decoded from the cached text: none of them needs the flight's answers, so the
+    server's time covers their cost. A decode is used only for the text it was made from (the
+    admission may replace the cache), and each input only once; whatever is missing is made
+    when the handler runs. A state is decoded ahead only when no load left a model to take
+    (``Activation.loaded``) and its text is at most :data:`PREPARED_STATE_CHARS` long: where
+    other runners write the same actor, the admission replaces the cache often, and each time
+    a decode made ahead is wasted.
     """
 
-    __slots__ = ("_arguments", "_copy")
+    __slots__ = ("_arguments", "_made")
 
     def __init__(self) -> None:
         self._arguments: list[dict[str, Any] | None] = []
-        self._copy: tuple[BaseModel, BaseModel] | None = None
+        self._made: tuple[str, BaseModel] | None = None
 
     def fill(self, act: Activation, batch: Sequence[Request]) -> None:
         """Make the inputs; never raises (a failure is met again where the handler runs)."""
         with contextlib.suppress(Exception):
             for request in batch:
                 request.digest()
-            state, stored = act.state, act.state_json
-            if state is not None and stored is not None and len(stored) <= PREPARED_STATE_CHARS:
-                self._copy = (state, state.model_copy(deep=True))
+            stored = act.state_json
+            if act.loaded is None and stored is not None and len(stored) <= PREPARED_STATE_CHARS:
+                self._made = (stored, decoded(act.definition, stored))
             self._arguments = [r.member.arguments(r.payload) for r in batch]
 
-    def state(self, state: BaseModel) -> BaseModel:
-        """A private deep copy of ``state`` for a handler."""
-        made, self._copy = self._copy, None
-        if made is not None and made[0] is state:
+    def state(self, act: Activation, stored: str) -> BaseModel:
+        """A private model of the state ``stored`` (JSON text) for a handler: its own to change.
+
+        The model a load left (``Activation.loaded``) is taken by the first handler of the text
+        it was decoded with; otherwise the text is decoded, here or ahead by :meth:`fill`.
+        """
+        loaded = act.loaded
+        if loaded is not None and stored is act.state_json:
+            act.loaded = None
+            return loaded
+        made, self._made = self._made, None
+        if made is not None and made[0] is stored:
             return made[1]
-        return state.model_copy(deep=True)
+        return decoded(act.definition, stored)
 
     def arguments(self, index: int, request: Request) -> dict[str, Any]:
         """The handler's arguments for the batch's ``index``-th command."""
@@ -87,7 +105,7 @@ async def run_handler(
     request: Request,
     index: int,
     now_ms: int,
-    state: BaseModel,
+    stored: str,
     *,
     window_ms: int,
     hooks: Hooks,
@@ -95,9 +113,10 @@ async def run_handler(
     keyed_runs: dict[tuple[str, str], str] | None = None,
     owned: OwnedTurn | None = None,
 ) -> Ran:
-    """Run the command's handler: its outcome, the state after it and its context.
+    """Run the command's handler on the state ``stored`` (JSON text): its outcome and context.
 
-    A declared error keeps ``state`` and returns no context (nothing it staged is written).
+    A successful outcome carries the new state's text (``Outcome.state_json``); a declared
+    error returns no context (the state and everything the handler staged are not written).
     ``prepared`` holds inputs made while the admission flight was out; ``keyed_runs`` the runs
     the batch's keyed starts name (``BatchWrites.keyed``); ``owned`` the batch's owned rows.
 
@@ -106,13 +125,14 @@ async def run_handler(
     """
     definition = act.definition
     member = request.member
+    state = _private(act, index, lambda: prepared.state(act, stored))
     ctx = CommandContext(
         definition=definition,
         ref=act.ref,
         caller=request.caller,
         command_id=request.command_id.raw,
         now_ms=now_ms,
-        state=prepared.state(state),
+        state=state,
         window_ms=window_ms,
         keyed_runs=keyed_runs,
     )
@@ -129,7 +149,7 @@ async def run_handler(
         ctx.active = False
         if rows is not None:
             rows.end(ok=False)  # its rows are dropped, and undone if a read sent them
-        return _declared(ctx, exc, request, index), state, None
+        return _declared(ctx, exc, request, index), None
     except RowsReadFailed as failed:
         raise failed.error from None  # the turn fails as a failed flight does
     except (TimeoutError, asyncio.CancelledError, InjectedCrash):
@@ -153,11 +173,27 @@ async def run_handler(
     new_state, state_json = _new_state(act, ctx.state, index)
     _check_sizes(act, ctx, state_json, index)
     if rows is not None:
-        rows.end(ok=True, states=(state, new_state))
+        mirrored = any(table.mirror is not None for table in definition.tables)
+        before = _private(act, index, lambda: decoded(definition, stored)) if mirrored else None
+        rows.end(ok=True, states=(before, new_state) if before is not None else None)
     # The reply is decoded from the receipt's stored JSON, exactly as a replay decodes it, but
     # only once the commit flight is out (decode_replies): only the caller needs it.
     expires = request.command_id.expires_ms
-    return Outcome(Result("ok"), receipt, expires, state_json, reply=member), new_state, ctx
+    return Outcome(Result("ok"), receipt, expires, state_json, reply=member), ctx
+
+
+def _private(act: Activation, index: int, decode: Callable[[], BaseModel]) -> BaseModel:
+    """A decode of the cached text; one that fails is the command's defect, before its handler.
+
+    Text this runner wrote was decoded once before its commit (:func:`_new_state`); a load's
+    text is the dump of a validated model. Only validators that refuse their own output fail.
+    """
+    try:
+        return decode()
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise BatchDefect(
+            index, f"The state of {act.ref.type}/{act.ref.id!r} cannot be decoded again: {exc}"
+        ) from None
 
 
 def decode_replies(outcomes: Sequence[Outcome]) -> None:
@@ -222,7 +258,12 @@ def _result_receipt(definition: ActorDefinition, member: Member, value: Any, ind
 
 
 def _new_state(act: Activation, state: BaseModel, index: int) -> tuple[BaseModel, str]:
-    """The handler's new state as the next turn will see it, and its stored JSON text."""
+    """The handler's new state as the next turn will decode it, and its stored JSON text.
+
+    The text is decoded here once, as the next turn will decode it: a state whose validators
+    refuse their own output fails this command, before its commit, instead of the next. The
+    model is returned for the owned tables' state indexes only; the cache keeps the text.
+    """
     definition = act.definition
     try:
         python_state = state.model_dump(mode="python")

@@ -121,8 +121,12 @@ class Activation:
     routing_key: int
     exists: bool = False
     version: int | None = None
-    state: BaseModel | None = None
+    #: The state as its stored JSON text: the cache keeps no decoded model, each handler
+    #: decodes its own (docs/internals/state-cache.md).
     state_json: str | None = None
+    #: The model the last load decoded from the stored row, given to no handler yet: the next
+    #: handler takes it instead of decoding ``state_json`` (it is what a cold load decodes).
+    loaded: BaseModel | None = None
     state_version: int = 0
     created: bool = False
     event_seq: int = 0
@@ -143,8 +147,8 @@ class Activation:
         """Forget everything cached: the next turn reloads from the database."""
         self.exists = False
         self.version = None
-        self.state = None
         self.state_json = None
+        self.loaded = None
 
 
 @dataclass
@@ -234,7 +238,7 @@ class BatchRun:
 
     outcomes: list[Outcome]
     writes: BatchWrites
-    state: BaseModel | None
+    #: The state after the batch's successful commands, as stored JSON (None: not decodable).
     state_json: str | None
     created: bool
     event_seq: int

@@ -91,7 +91,6 @@ def eligible(act: Activation, batch: Sequence[Request], strategy: str, live_keys
         and not live_keys
         and act.exists
         and act.version is not None
-        and act.state is not None
         and act.state_json is not None
         and not act.definition.tables
         and all(r.fence is None and (r.unseen or r.first_delivery) for r in batch)

@@ -81,8 +81,8 @@ def plan(
     )
     # A cold activation of a created, scheduled actor makes sure its ticks exist (§2.6.5).
     ticks = None
-    # ``ran.state`` is None only when the stored state could not be decoded: write nothing.
-    decoded = ran.state is not None
+    # ``ran.state_json`` is None only when the stored state could not be decoded: write nothing.
+    decoded = ran.state_json is not None
     if decoded and definition.schedules and not definition.singleton and not act.ticks_ensured:
         if ran.created:
             ticks = first_ticks(definition, act.ref, act.routing_key, now_ms, window_ms)
