@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("turn_mode")
 Make = Callable[..., ActorTest]
 
 
-class Refused(akter.DeclaredError):
+class ShelfRefused(akter.DeclaredError):
     why: str
 
 
@@ -52,11 +52,11 @@ class Store(akter.Actor[Shelf], access=akter.public, execution_timeout=0.5):
         self.state.by_kind.setdefault("all", []).append(k)
         return self.state.items
 
-    @akter.command(errors=(Refused,))
+    @akter.command(errors=(ShelfRefused,))
     async def put_then_refuse(self, k: int) -> None:
         self.state.items.append(k)
         self.state.by_kind.setdefault("all", []).append(k)
-        raise Refused(why="after changing the state")
+        raise ShelfRefused(why="after changing the state")
 
     @akter.command
     async def put_then_fail(self, k: int) -> None:
@@ -97,7 +97,7 @@ async def test_a_handler_that_changes_nested_state_and_fails_leaves_the_committe
         store = t.get(Store, "s")
         assert await store.put(1) == [1]
         assert await store.seen() == COMMITTED  # warm from here
-        with pytest.raises((akter.ActorError, Refused)):
+        with pytest.raises((akter.ActorError, ShelfRefused)):
             if failure == "declared":
                 await store.put_then_refuse(2)
             elif failure == "defect":
@@ -135,7 +135,7 @@ async def test_a_declared_error_in_a_batch_keeps_the_commands_before_it(
         assert await first == [1, 2]
         put3, refused, put5 = await asyncio.gather(*queued, return_exceptions=True)
         assert put3 == [1, 2, 3] and put5 == [1, 2, 3, 5]
-        assert isinstance(refused, Refused)
+        assert isinstance(refused, ShelfRefused)
         assert await store.seen() == {"items": [1, 2, 3, 5], "by_kind": {"all": [1, 2, 3, 5]}}
 
 
