@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,32 @@ class Labels(BaseModel):
     @classmethod
     def _normalise(cls, tags: list[str]) -> list[str]:
         return sorted({t.strip().lower() for t in tags})
+
+
+class Doubled(BaseModel):
+    """A careless model: its validator doubles ``n`` and refuses more than 100.
+
+    So the dump of a state it read from 60 (120) is a text it refuses to read again.
+    """
+
+    n: int = 0
+
+    @field_validator("n")
+    @classmethod
+    def _double(cls, n: int) -> int:
+        if n > 100:
+            raise ValueError("more than 100")
+        return n * 2
+
+
+class Doubler(akter.Actor[Doubled], access=akter.public):
+    @akter.command(errors=(ShelfRefused,))
+    async def refuse(self) -> None:
+        raise ShelfRefused(why="takes the loaded model and writes nothing")
+
+    @akter.command
+    async def peek(self) -> int:
+        return self.state.n
 
 
 class Store(akter.Actor[Shelf], access=akter.public, execution_timeout=0.5):
@@ -166,3 +193,30 @@ async def test_no_decoded_state_outlives_its_turn(akter_test: Make) -> None:
         # One per warm actor when the cache kept the decoded model; none when it keeps text.
         assert alive < 5, f"{alive} decoded states outlived their turns"
         assert (await t.inspect(handles[-1])).state == {"items": [1, 2], "by_kind": {"all": [1, 2]}}
+
+
+async def test_cached_text_whose_validators_refuse_it_fails_the_command_and_keeps_the_row(
+    akter_test: Make,
+) -> None:
+    async with akter_test([Doubler]) as t:
+        doubler = t.get(Doubler, "d")
+        assert await doubler.peek() == 0
+        # Another writer stored n = 60: a load reads it as 120 and caches the text of 120.
+        await t.rows(
+            "UPDATE {schema}.actors SET state = %(s)s::jsonb, version = version + 1"
+            " WHERE actor_id = 'd'",
+            {"s": json.dumps({"n": 60})},
+        )
+        with pytest.raises(ShelfRefused):
+            await doubler.refuse()  # loads the row; its handler takes the loaded model
+        before = await t.inspect(doubler)
+        # The next handler decodes the cached text, which its model refuses: a named defect,
+        # before the handler runs, and nothing written.
+        with pytest.raises(akter.ActorError) as raised:
+            await t.runtime.call(Doubler, "d", "peek", {}, retry=False)
+        assert raised.value.reason == "Defect"
+        assert "cannot be decoded again" in raised.value.message
+        after = await t.inspect(doubler)
+        assert after.state == before.state == {"n": 60}
+        assert after.version == before.version
+        assert len(after.receipts) == len(before.receipts)
